@@ -1,0 +1,17 @@
+# cython: language_level=3, embedsignature=True
+# distutils: language = c++
+"""gert._cann: thin Cython bindings over the CANN ACL runtime (or the host NPU that implements it).
+
+Contract (as CuPy's cupy_backends/cuda/api/runtime.pyx): one Python function per C call, errors become
+``AclError`` carrying the code and the runtime's own message, values are returned instead of out-params,
+blocking calls release the GIL, callbacks go through a ``with gil`` trampoline that keeps its objects alive.
+The object layer (Device, Stream, Event, DeviceBuffer, HostBuffer) owns every handle it creates.
+"""
+
+include "_errors.pxi"
+include "_runtime.pxi"
+include "_device.pxi"
+include "_stream.pxi"
+include "_event.pxi"
+include "_memory.pxi"
+include "_host.pxi"

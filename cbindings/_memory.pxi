@@ -1,0 +1,326 @@
+# Memory: device buffers (aclrtMalloc) and pinned host buffers (aclrtMallocHost) with the buffer protocol.
+from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE,
+                             PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES)
+from cpython.pycapsule cimport PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer
+from libc.stdlib cimport malloc as c_malloc, free as c_free
+from libc.stdint cimport int64_t, uint8_t, uint16_t
+import dataclasses
+
+
+cdef extern from "dlpack.h" nogil:
+    ctypedef enum DLDeviceType:
+        kDLCPU
+    ctypedef struct DLDevice:
+        DLDeviceType device_type
+        int32_t device_id
+    ctypedef struct DLDataType:
+        uint8_t code
+        uint8_t bits
+        uint16_t lanes
+    ctypedef struct DLTensor:
+        void* data
+        DLDevice device
+        int32_t ndim
+        DLDataType dtype
+        int64_t* shape
+        int64_t* strides
+        uint64_t byte_offset
+    ctypedef struct DLManagedTensor:
+        DLTensor dl_tensor
+        void* manager_ctx
+        void (*deleter)(DLManagedTensor*)
+
+
+
+cdef class _HeldBuffer:
+    """A Py_buffer kept acquired (the exporter cannot resize or free it) until this object dies."""
+    cdef Py_buffer view
+    cdef bint held
+
+    def __dealloc__(self):
+        if self.held:
+            PyBuffer_Release(&self.view)
+
+
+cdef _HeldBuffer _acquire(obj, bint writable, str what):
+    cdef _HeldBuffer h = _HeldBuffer.__new__(_HeldBuffer)
+    cdef int flags = PyBUF_C_CONTIGUOUS | (PyBUF_WRITABLE if writable else 0)
+    try:
+        PyObject_GetBuffer(obj, &h.view, flags)
+    except BufferError as e:
+        shape = getattr(obj, "shape", None)
+        strides = getattr(obj, "strides", None)
+        detail = f" (shape {shape}, strides {strides})" if shape is not None else ""
+        if writable and "writ" in str(e).lower():
+            raise ValueError(f"{what}: the destination {type(obj).__name__} is read-only") from e
+        raise ValueError(f"{what}: expected a C-contiguous buffer, got a non-contiguous {type(obj).__name__}"
+                         f"{detail}; pass numpy.ascontiguousarray(x)") from e
+    except TypeError as e:
+        raise TypeError(f"{what}: expected an object with the buffer protocol (numpy array, bytes, HostBuffer, ...),"
+                        f" got {type(obj).__name__}") from e
+    h.held = True
+    return h
+
+
+cdef class DeviceBuffer:
+    """``nbytes`` of device memory (aclrtMalloc), freed when the object dies or on free()."""
+    cdef intptr_t _ptr
+    cdef readonly size_t nbytes
+    cdef readonly int device_id
+    cdef uint64_t _epoch
+
+    def __init__(self, size_t nbytes, device=None):
+        self.device_id = _device_for(device, &self._epoch)
+        self.nbytes = nbytes
+        self._ptr = malloc(nbytes, ACL_MEM_MALLOC_HUGE_FIRST) if nbytes else 0
+
+    cdef int _check(self) except -1:
+        if self._ptr == 0 and self.nbytes:
+            raise _errors.AclError(ACL_ERROR_RT_PARAM_INVALID, "the DeviceBuffer was freed")
+        _bind(self.device_id, self._epoch)
+        return 0
+
+    @property
+    def ptr(self) -> int:
+        """The device address, as an int (0 for an empty or freed buffer)."""
+        return self._ptr
+
+    def copy_from(self, src, Stream stream=None):
+        """Copy host memory (any C-contiguous buffer) or another DeviceBuffer into the start of this buffer.
+
+        With ``stream`` the copy is queued (H2D or D2D) and ``src`` is kept alive until stream.synchronize().
+        """
+        self._check()
+        cdef size_t n
+        cdef intptr_t sp
+        cdef int kind
+        cdef _HeldBuffer held = None
+        if isinstance(src, DeviceBuffer):
+            (<DeviceBuffer>src)._check()
+            n, sp, kind = (<DeviceBuffer>src).nbytes, (<DeviceBuffer>src)._ptr, ACL_MEMCPY_DEVICE_TO_DEVICE
+        else:
+            held = _acquire(src, False, "DeviceBuffer.copy_from")
+            n, sp, kind = <size_t>held.view.len, <intptr_t>held.view.buf, ACL_MEMCPY_HOST_TO_DEVICE
+        if n > self.nbytes:
+            raise ValueError(f"DeviceBuffer.copy_from: source has {n} bytes, the buffer holds {self.nbytes}")
+        self._copy(self._ptr, sp, n, kind, stream, src if held is None else held)
+
+    def copy_to(self, dst, Stream stream=None):
+        """Copy the start of this buffer into ``dst`` (a writable C-contiguous buffer, or a DeviceBuffer).
+
+        With ``stream`` the copy is queued and ``dst`` must not be read before stream.synchronize().
+        """
+        self._check()
+        cdef size_t n
+        cdef intptr_t dp
+        cdef int kind
+        cdef _HeldBuffer held = None
+        if isinstance(dst, DeviceBuffer):
+            (<DeviceBuffer>dst)._check()
+            n, dp, kind = (<DeviceBuffer>dst).nbytes, (<DeviceBuffer>dst)._ptr, ACL_MEMCPY_DEVICE_TO_DEVICE
+        else:
+            held = _acquire(dst, True, "DeviceBuffer.copy_to")
+            n, dp, kind = <size_t>held.view.len, <intptr_t>held.view.buf, ACL_MEMCPY_DEVICE_TO_HOST
+        if n > self.nbytes:
+            raise ValueError(f"DeviceBuffer.copy_to: destination has {n} bytes, the buffer holds {self.nbytes}")
+        self._copy(dp, self._ptr, n, kind, stream, dst if held is None else held)
+
+    cdef _copy(self, intptr_t dst, intptr_t src, size_t n, int kind, Stream stream, keep):
+        if n == 0:
+            return
+        if stream is None:
+            memcpy(dst, n, src, n, kind)
+        else:
+            stream._check()
+            memcpy_async(dst, n, src, n, kind, <intptr_t>stream._h)
+            stream._keep_alive(keep)
+            stream._keep_alive(self)
+
+    def memset(self, int value=0, nbytes=None, Stream stream=None):
+        """Set the first ``nbytes`` (default: all) bytes to ``value`` (aclrtMemset / aclrtMemsetAsync)."""
+        self._check()
+        cdef size_t n = self.nbytes if nbytes is None else nbytes
+        if n > self.nbytes:
+            raise ValueError(f"DeviceBuffer.memset: nbytes {n} is larger than the buffer ({self.nbytes})")
+        if n == 0:
+            return
+        if stream is None:
+            memset(self._ptr, self.nbytes, value, n)
+        else:
+            stream._check()
+            memset_async(self._ptr, self.nbytes, value, n, <intptr_t>stream._h)
+            stream._keep_alive(self)
+
+    def free(self):
+        """Free the device memory now (aclrtFree). Queued work that uses it still completes."""
+        cdef intptr_t p = self._ptr
+        self._ptr = 0
+        if p and _epoch[self.device_id] == self._epoch and _refs[self.device_id] > 0:
+            free(p)
+
+    close = free
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
+
+    def __dealloc__(self):
+        if self._ptr and _epoch[self.device_id] == self._epoch and _refs[self.device_id] > 0:
+            aclrtFree(<void*>self._ptr)
+        self._ptr = 0
+
+    def __repr__(self):
+        return f"<gert.DeviceBuffer {self.nbytes} bytes on device {self.device_id} at 0x{self._ptr:x}>"
+
+
+cdef char _empty_host[1]
+cdef char* _fmt_B = "B"
+
+
+cdef class HostBuffer:
+    """``nbytes`` of pinned host memory (aclrtMallocHost), exposed through the buffer protocol and DLPack."""
+    cdef intptr_t _ptr
+    cdef readonly size_t nbytes
+    cdef Py_ssize_t _shape[1]
+    cdef Py_ssize_t _strides[1]
+    cdef int _exports
+
+    def __init__(self, size_t nbytes):
+        cdef uint64_t epoch
+        _device_for(None, &epoch)  # aclrtMallocHost needs an initialized runtime
+        self.nbytes = nbytes
+        self._ptr = malloc_host(nbytes) if nbytes else 0
+
+    @property
+    def ptr(self) -> int:
+        return self._ptr
+
+    def numpy(self, dtype="uint8", shape=None):
+        """A numpy view of the buffer (no copy); ``shape`` defaults to as many items as fit."""
+        import numpy as np
+        dt = np.dtype(dtype)
+        if shape is None:
+            count = self.nbytes // dt.itemsize
+            shape = (count,)
+        else:
+            shape = (int(shape),) if isinstance(shape, int) else tuple(int(s) for s in shape)
+            count = 1
+            for s in shape:
+                count *= s
+        if count * dt.itemsize > self.nbytes:
+            raise ValueError(f"HostBuffer.numpy: shape {shape} of {dt} needs {count * dt.itemsize} bytes, "
+                             f"the buffer holds {self.nbytes}")
+        return np.frombuffer(self, dtype=dt, count=count).reshape(shape)
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        if self._ptr == 0 and self.nbytes:
+            raise BufferError("HostBuffer was freed")
+        self._shape[0] = self.nbytes
+        self._strides[0] = 1
+        view.buf = <void*>self._ptr if self._ptr else <void*>_empty_host
+        view.obj = self
+        view.len = self.nbytes
+        view.readonly = 0
+        view.itemsize = 1
+        view.format = _fmt_B if (flags & PyBUF_FORMAT) else NULL
+        view.ndim = 1
+        view.shape = NULL
+        view.strides = NULL
+        if flags & PyBUF_ND:
+            view.shape = self._shape
+        if (flags & PyBUF_STRIDES) == PyBUF_STRIDES:
+            view.strides = self._strides
+        view.suboffsets = NULL
+        view.internal = NULL
+        self._exports += 1
+
+    def __releasebuffer__(self, Py_buffer* view):
+        self._exports -= 1
+
+    def __dlpack_device__(self):
+        return (kDLCPU, 0)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule of the buffer as a 1-D uint8 tensor on the CPU (no copy)."""
+        if copy:
+            raise BufferError("HostBuffer.__dlpack__: copy=True is not supported; the export never copies")
+        if dl_device is not None and tuple(dl_device) != (kDLCPU, 0):
+            raise BufferError(f"HostBuffer.__dlpack__: cannot export to device {dl_device}; it lives on (kDLCPU, 0)")
+        cdef DLManagedTensor* m = <DLManagedTensor*>c_malloc(sizeof(DLManagedTensor) + sizeof(int64_t))
+        if m == NULL:
+            raise MemoryError()
+        cdef int64_t* shape = <int64_t*>(<char*>m + sizeof(DLManagedTensor))
+        shape[0] = self.nbytes
+        m.dl_tensor.data = <void*>self._ptr if self._ptr else <void*>_empty_host
+        m.dl_tensor.device.device_type = kDLCPU
+        m.dl_tensor.device.device_id = 0
+        m.dl_tensor.ndim = 1
+        m.dl_tensor.dtype.code = 1  # kDLUInt
+        m.dl_tensor.dtype.bits = 8
+        m.dl_tensor.dtype.lanes = 1
+        m.dl_tensor.shape = shape
+        m.dl_tensor.strides = NULL
+        m.dl_tensor.byte_offset = 0
+        m.manager_ctx = <void*>self
+        m.deleter = _dlpack_deleter
+        Py_INCREF(self)
+        self._exports += 1
+        return PyCapsule_New(m, "dltensor", _dlpack_capsule_destructor)
+
+    def free(self):
+        """Free the pinned memory now; refused while numpy views or DLPack exports still use it."""
+        if self._exports:
+            raise BufferError(f"HostBuffer.free: {self._exports} view(s) of the buffer are still alive")
+        cdef intptr_t p = self._ptr
+        self._ptr = 0
+        if p:
+            free_host(p)
+
+    close = free
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
+
+    def __dealloc__(self):
+        if self._ptr:
+            aclrtFreeHost(<void*>self._ptr)
+        self._ptr = 0
+
+    def __repr__(self):
+        return f"<gert.HostBuffer {self.nbytes} bytes at 0x{self._ptr:x}>"
+
+
+cdef void _dlpack_deleter(DLManagedTensor* m) noexcept with gil:
+    cdef HostBuffer owner = <HostBuffer>m.manager_ctx
+    owner._exports -= 1
+    Py_DECREF(owner)
+    c_free(m)
+
+
+cdef void _dlpack_capsule_destructor(object capsule) noexcept:
+    if PyCapsule_IsValid(capsule, "dltensor"):  # never consumed
+        m = <DLManagedTensor*>PyCapsule_GetPointer(capsule, "dltensor")
+        m.deleter(m)
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryInfo:
+    """Device memory of one device, in bytes (aclrtGetMemInfo)."""
+    free: int
+    total: int
+
+    @property
+    def used(self) -> int:
+        return self.total - self.free
+
+
+def memory_info(device=None) -> MemoryInfo:
+    cdef uint64_t epoch
+    _device_for(device, &epoch)
+    f, t = get_mem_info(ACL_HBM_MEM)
+    return MemoryInfo(free=f, total=t)

@@ -1,0 +1,29 @@
+# Which runtime the extension was built against, and the host NPU's introspection API (gert_backend.h).
+from libc.stdint cimport uint32_t, uint64_t
+
+
+cdef extern from "gert_backend.h" nogil:
+    const char* GERT_BACKEND_NAME
+    const bint GERT_HAS_HOST_NPU
+
+    ctypedef struct gertHostCounters:
+        uint64_t bytes_h2d
+        uint64_t bytes_d2h
+        uint64_t bytes_d2d
+        uint64_t bytes_h2h
+        uint64_t tasks
+        uint64_t device_memory_in_use
+        uint64_t device_memory_peak
+        uint64_t streams_alive
+
+    void gertHostGetCounters(gertHostCounters* out)
+    void gertHostResetCounters()
+    void gertHostSetSpinMicros(uint32_t us)
+    uint32_t gertHostGetSpinMicros()
+
+    # Per-thread cache of the context gert last made current (see gert_backend.h).
+    void* gert_tls_context()
+    void gert_tls_set_context(void* ctx)
+
+    # Keep one Python thread state per runtime worker thread for its whole life (design.md, "Hot path").
+    void gert_pin_thread_state()

@@ -1,0 +1,74 @@
+// Host NPU: thread-local recent error message (aclGetRecentErrMsg), counters and tuning knobs.
+#include <cstdio>
+#include <cstdlib>
+
+#include "gert_host/host_npu.h"
+#include "runtime.h"
+
+namespace hostnpu {
+
+namespace {
+thread_local std::string tls_msg;
+std::atomic<uint32_t> g_spin_us{[] {
+  const char *v = std::getenv("GERT_HOST_SPIN_US");
+  return v ? static_cast<uint32_t>(std::strtoul(v, nullptr, 10)) : 50u;
+}()};
+}  // namespace
+
+void set_recent_error(aclError code, const std::string &msg) {
+  tls_msg = "EE" + std::to_string(code) + ": " + msg;
+}
+
+aclError fail(aclError code, const char *fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  set_recent_error(code, buf);
+  return code;
+}
+
+Counters &counters() {
+  static Counters *c = new Counters();
+  return *c;
+}
+
+uint32_t spin_micros() { return g_spin_us.load(std::memory_order_relaxed); }
+
+const char *recent_error_message() { return tls_msg.c_str(); }
+
+}  // namespace hostnpu
+
+using namespace hostnpu;
+
+extern "C" {
+
+const char *aclGetRecentErrMsg() {
+  // As in CANN: the thread's most recent error text, or an empty string when there is none.
+  return recent_error_message();
+}
+
+void gertHostGetCounters(gertHostCounters *out) {
+  auto &c = counters();
+  out->bytes_h2h = c.bytes[ACL_MEMCPY_HOST_TO_HOST].load();
+  out->bytes_h2d = c.bytes[ACL_MEMCPY_HOST_TO_DEVICE].load();
+  out->bytes_d2h = c.bytes[ACL_MEMCPY_DEVICE_TO_HOST].load();
+  out->bytes_d2d = c.bytes[ACL_MEMCPY_DEVICE_TO_DEVICE].load();
+  out->tasks = c.tasks.load();
+  out->device_memory_in_use = c.mem_in_use.load();
+  out->device_memory_peak = c.mem_peak.load();
+  out->streams_alive = c.streams_alive.load();
+}
+
+void gertHostResetCounters(void) {
+  auto &c = counters();
+  for (auto &b : c.bytes) b.store(0);
+  c.tasks.store(0);
+  c.mem_peak.store(c.mem_in_use.load());
+}
+
+void gertHostSetSpinMicros(uint32_t us) { g_spin_us.store(us); }
+uint32_t gertHostGetSpinMicros(void) { return g_spin_us.load(); }
+
+}  // extern "C"

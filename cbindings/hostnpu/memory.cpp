@@ -1,0 +1,317 @@
+// Host NPU: device and pinned host memory, checked copies and memsets.
+// Every allocation is registered, so a copy can prove that each pointer is what its kind says it is.
+#include <cstdlib>
+#include <cstring>
+
+#include "runtime.h"
+
+namespace hostnpu {
+
+namespace {
+constexpr size_t kAlign = 64;
+
+size_t charge_for(size_t size) { return (size + 31) / 32 * 32 + 32; }  // CANN rounds up to 32 and adds 32
+
+void *aligned_block(size_t size) {
+  size_t rounded = (size + kAlign - 1) / kAlign * kAlign;
+  return std::aligned_alloc(kAlign, rounded);
+}
+
+const char *kind_name(aclrtMemcpyKind k) {
+  switch (k) {
+    case ACL_MEMCPY_HOST_TO_HOST: return "ACL_MEMCPY_HOST_TO_HOST";
+    case ACL_MEMCPY_HOST_TO_DEVICE: return "ACL_MEMCPY_HOST_TO_DEVICE";
+    case ACL_MEMCPY_DEVICE_TO_HOST: return "ACL_MEMCPY_DEVICE_TO_HOST";
+    case ACL_MEMCPY_DEVICE_TO_DEVICE: return "ACL_MEMCPY_DEVICE_TO_DEVICE";
+    case ACL_MEMCPY_DEFAULT: return "ACL_MEMCPY_DEFAULT";
+    case ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE: return "ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE";
+    case ACL_MEMCPY_INNER_DEVICE_TO_DEVICE: return "ACL_MEMCPY_INNER_DEVICE_TO_DEVICE";
+    case ACL_MEMCPY_INTER_DEVICE_TO_DEVICE: return "ACL_MEMCPY_INTER_DEVICE_TO_DEVICE";
+  }
+  return "unknown";
+}
+
+AllocationPtr lookup(std::map<uintptr_t, AllocationPtr> &m, uintptr_t p) {
+  auto it = m.upper_bound(p);
+  if (it == m.begin()) return nullptr;
+  --it;
+  const AllocationPtr &a = it->second;
+  return p < a->base + (a->size ? a->size : 1) ? a : nullptr;
+}
+
+// A checked copy: the allocations it touches are held until it ran.
+struct CopyPlan {
+  AllocationPtr dst_alloc, src_alloc;
+  int counter = 0;  // index into Counters::bytes
+};
+
+// Explains why [p, p+n) is not device memory; returns the error code.
+aclError not_device(const char *api, const char *what, const void *p, size_t n) {
+  auto &r = rt();
+  std::lock_guard<std::mutex> lk(r.mem_mu);
+  if (AllocationPtr a = lookup(r.device_mem, reinterpret_cast<uintptr_t>(p))) {
+    size_t off = reinterpret_cast<uintptr_t>(p) - a->base;
+    return fail(ACL_ERROR_RT_PARAM_INVALID,
+                "%s: %s %p + %zu bytes runs %zu bytes past the end of the %zu-byte device allocation at %p", api, what,
+                p, n, off + n - a->size, a->size, reinterpret_cast<void *>(a->base));
+  }
+  return fail(ACL_ERROR_RT_PARAM_INVALID,
+              "%s: %s %p is not device memory (freed, never allocated by aclrtMalloc, or a host pointer)", api, what,
+              p);
+}
+
+bool is_device(const void *p) {
+  auto &r = rt();
+  std::lock_guard<std::mutex> lk(r.mem_mu);
+  return lookup(r.device_mem, reinterpret_cast<uintptr_t>(p)) != nullptr;
+}
+
+aclError plan_copy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind, const char *api,
+                   CopyPlan &plan) {
+  if (count > destMax)
+    return fail(ACL_ERROR_INVALID_PARAM, "%s: count %zu is larger than destMax %zu", api, count, destMax);
+  if (count == 0) return ACL_SUCCESS;
+  if (!dst || !src) return fail(ACL_ERROR_INVALID_PARAM, "%s: %s is null", api, dst ? "src" : "dst");
+  if (kind == ACL_MEMCPY_DEFAULT) {
+    bool d = is_device(dst), s = is_device(src);
+    kind = d ? (s ? ACL_MEMCPY_DEVICE_TO_DEVICE : ACL_MEMCPY_HOST_TO_DEVICE)
+             : (s ? ACL_MEMCPY_DEVICE_TO_HOST : ACL_MEMCPY_HOST_TO_HOST);
+  }
+  bool dst_dev, src_dev;
+  switch (kind) {
+    case ACL_MEMCPY_HOST_TO_HOST: dst_dev = false; src_dev = false; plan.counter = 0; break;
+    case ACL_MEMCPY_HOST_TO_DEVICE:
+    case ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE: dst_dev = true; src_dev = false; plan.counter = 1; break;
+    case ACL_MEMCPY_DEVICE_TO_HOST: dst_dev = false; src_dev = true; plan.counter = 2; break;
+    case ACL_MEMCPY_DEVICE_TO_DEVICE:
+    case ACL_MEMCPY_INNER_DEVICE_TO_DEVICE:
+    case ACL_MEMCPY_INTER_DEVICE_TO_DEVICE: dst_dev = true; src_dev = true; plan.counter = 3; break;
+    default: return fail(ACL_ERROR_INVALID_PARAM, "%s: %d is not an aclrtMemcpyKind", api, static_cast<int>(kind));
+  }
+  auto &r = rt();
+  std::unique_lock<std::mutex> lk(r.mem_mu);
+  if (dst_dev) {
+    plan.dst_alloc = find_allocation(dst, count, false);
+  } else if (lookup(r.device_mem, reinterpret_cast<uintptr_t>(dst))) {
+    return fail(ACL_ERROR_RT_PARAM_INVALID, "%s: dst %p is device memory, but %s needs a host destination", api, dst,
+                kind_name(kind));
+  }
+  if (src_dev) {
+    plan.src_alloc = find_allocation(src, count, false);
+  } else if (lookup(r.device_mem, reinterpret_cast<uintptr_t>(src))) {
+    return fail(ACL_ERROR_RT_PARAM_INVALID, "%s: src %p is device memory, but %s needs a host source", api, src,
+                kind_name(kind));
+  }
+  lk.unlock();
+  if (dst_dev && !plan.dst_alloc) return not_device(api, "dst", dst, count);
+  if (src_dev && !plan.src_alloc) return not_device(api, "src", src, count);
+  return ACL_SUCCESS;
+}
+
+void do_copy(void *dst, const void *src, size_t count, int counter) {
+  if (count) std::memmove(dst, src, count);
+  counters().bytes[counter].fetch_add(count, std::memory_order_relaxed);
+}
+
+aclError check_memset(void *devPtr, size_t maxCount, size_t count, const char *api, AllocationPtr &alloc) {
+  if (count > maxCount)
+    return fail(ACL_ERROR_INVALID_PARAM, "%s: count %zu is larger than maxCount %zu", api, count, maxCount);
+  if (count == 0) return ACL_SUCCESS;
+  if (!devPtr) return fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr is null", api);
+  {
+    std::lock_guard<std::mutex> lk(rt().mem_mu);
+    alloc = find_allocation(devPtr, count, false);
+  }
+  if (!alloc) return not_device(api, "devPtr", devPtr, count);
+  return ACL_SUCCESS;
+}
+
+}  // namespace
+
+Allocation::~Allocation() {
+  std::free(reinterpret_cast<void *>(base));
+  if (!host) {
+    if (Device *d = find_device(device)) d->in_use.fetch_sub(charged);
+    counters().mem_in_use.fetch_sub(charged);
+  }
+}
+
+// Caller holds rt().mem_mu.
+AllocationPtr find_allocation(const void *p, size_t n, bool host) {
+  auto &m = host ? rt().host_mem : rt().device_mem;
+  uintptr_t v = reinterpret_cast<uintptr_t>(p);
+  AllocationPtr a = lookup(m, v);
+  if (!a) return nullptr;
+  if (v + n > a->base + a->size) return nullptr;
+  return a;
+}
+
+AllocationPtr find_exact(const void *p, bool host) {
+  auto &m = host ? rt().host_mem : rt().device_mem;
+  auto it = m.find(reinterpret_cast<uintptr_t>(p));
+  return it == m.end() ? nullptr : it->second;
+}
+
+}  // namespace hostnpu
+
+using namespace hostnpu;
+
+extern "C" {
+
+aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy) {
+  if (!devPtr) return fail(ACL_ERROR_INVALID_PARAM, "aclrtMalloc: devPtr is null");
+  if (size == 0) return fail(ACL_ERROR_INVALID_PARAM, "aclrtMalloc: size must be greater than 0");
+  unsigned base_policy = static_cast<unsigned>(policy) & 0xFF;
+  unsigned extra = static_cast<unsigned>(policy) & ~0xFFu;
+  if (base_policy > ACL_MEM_MALLOC_HUGE1G_ONLY_P2P ||
+      (extra & ~(unsigned)(ACL_MEM_TYPE_LOW_BAND_WIDTH | ACL_MEM_TYPE_HIGH_BAND_WIDTH |
+                           ACL_MEM_ACCESS_USER_SPACE_READONLY)))
+    return fail(ACL_ERROR_INVALID_PARAM, "aclrtMalloc: policy 0x%x is not an aclrtMemMallocPolicy",
+                static_cast<unsigned>(policy));
+  int32_t dev;
+  if (aclError e = current_device(&dev, "aclrtMalloc")) return e;
+  Device *d = find_device(dev);
+  size_t charged = charge_for(size);
+  uint64_t used = d->in_use.load();
+  do {
+    if (used + charged > d->capacity || charged < size)
+      return fail(ACL_ERROR_RT_MEMORY_ALLOCATION,
+                  "aclrtMalloc: device %d is out of memory: %zu bytes requested, %llu of %llu bytes in use", dev, size,
+                  static_cast<unsigned long long>(used), static_cast<unsigned long long>(d->capacity));
+  } while (!d->in_use.compare_exchange_weak(used, used + charged));
+  void *p = aligned_block(size);
+  if (!p) {
+    d->in_use.fetch_sub(charged);
+    return fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMalloc: the host could not back %zu bytes of device %d", size,
+                dev);
+  }
+  auto a = std::make_shared<Allocation>();
+  a->base = reinterpret_cast<uintptr_t>(p);
+  a->size = size;
+  a->charged = charged;
+  a->device = dev;
+  auto &c = counters();
+  uint64_t now = c.mem_in_use.fetch_add(charged) + charged;
+  uint64_t peak = c.mem_peak.load();
+  while (now > peak && !c.mem_peak.compare_exchange_weak(peak, now)) {
+  }
+  {
+    std::lock_guard<std::mutex> lk(rt().mem_mu);
+    rt().device_mem[a->base] = a;
+  }
+  *devPtr = p;
+  return ACL_SUCCESS;
+}
+
+aclError aclrtFree(void *devPtr) {
+  if (!devPtr) return fail(ACL_ERROR_INVALID_PARAM, "aclrtFree: devPtr is null");
+  if (aclError e = check_init("aclrtFree")) return e;
+  AllocationPtr a;
+  {
+    std::lock_guard<std::mutex> lk(rt().mem_mu);
+    auto it = rt().device_mem.find(reinterpret_cast<uintptr_t>(devPtr));
+    if (it != rt().device_mem.end()) {
+      a = std::move(it->second);
+      rt().device_mem.erase(it);
+    }
+  }
+  if (!a)
+    return fail(ACL_ERROR_RT_MEMORY_FREE,
+                "aclrtFree: %p is not the start of a live device allocation (double free, or not from aclrtMalloc)",
+                devPtr);
+  // Queued tasks that use the allocation keep it alive until they ran; it is released after that.
+  return ACL_SUCCESS;
+}
+
+aclError aclrtMallocHost(void **hostPtr, size_t size) {
+  if (!hostPtr) return fail(ACL_ERROR_INVALID_PARAM, "aclrtMallocHost: hostPtr is null");
+  if (size == 0) return fail(ACL_ERROR_INVALID_PARAM, "aclrtMallocHost: size must be greater than 0");
+  if (aclError e = check_init("aclrtMallocHost")) return e;
+  void *p = aligned_block(size);
+  if (!p) return fail(ACL_ERROR_BAD_ALLOC, "aclrtMallocHost: cannot allocate %zu bytes of host memory", size);
+  auto a = std::make_shared<Allocation>();
+  a->base = reinterpret_cast<uintptr_t>(p);
+  a->size = size;
+  a->host = true;
+  {
+    std::lock_guard<std::mutex> lk(rt().mem_mu);
+    rt().host_mem[a->base] = a;
+  }
+  *hostPtr = p;
+  return ACL_SUCCESS;
+}
+
+aclError aclrtFreeHost(void *hostPtr) {
+  if (!hostPtr) return fail(ACL_ERROR_INVALID_PARAM, "aclrtFreeHost: hostPtr is null");
+  AllocationPtr a;
+  {
+    std::lock_guard<std::mutex> lk(rt().mem_mu);
+    auto it = rt().host_mem.find(reinterpret_cast<uintptr_t>(hostPtr));
+    if (it != rt().host_mem.end()) {
+      a = std::move(it->second);
+      rt().host_mem.erase(it);
+    }
+  }
+  if (!a)
+    return fail(ACL_ERROR_RT_MEMORY_FREE,
+                "aclrtFreeHost: %p is not the start of a live aclrtMallocHost allocation (double free?)", hostPtr);
+  return ACL_SUCCESS;
+}
+
+aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind) {
+  int32_t dev;
+  if (aclError e = current_device(&dev, "aclrtMemcpy")) return e;
+  CopyPlan plan;
+  if (aclError e = plan_copy(dst, destMax, src, count, kind, "aclrtMemcpy", plan)) return e;
+  do_copy(dst, src, count, plan.counter);
+  return ACL_SUCCESS;
+}
+
+aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind,
+                          aclrtStream stream) {
+  StreamPtr s = find_stream(stream);
+  if (!s) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtMemcpyAsync: stream %p is not a live stream", stream);
+  CopyPlan plan;
+  if (aclError e = plan_copy(dst, destMax, src, count, kind, "aclrtMemcpyAsync", plan)) return e;
+  s->enqueue(Task{[dst, src, count, plan](std::string &) {
+    do_copy(dst, src, count, plan.counter);
+    return ACL_SUCCESS;
+  }});
+  return ACL_SUCCESS;
+}
+
+aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count) {
+  int32_t dev;
+  if (aclError e = current_device(&dev, "aclrtMemset")) return e;
+  AllocationPtr a;
+  if (aclError e = check_memset(devPtr, maxCount, count, "aclrtMemset", a)) return e;
+  if (count) std::memset(devPtr, value, count);
+  return ACL_SUCCESS;
+}
+
+aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t count, aclrtStream stream) {
+  StreamPtr s = find_stream(stream);
+  if (!s) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtMemsetAsync: stream %p is not a live stream", stream);
+  AllocationPtr a;
+  if (aclError e = check_memset(devPtr, maxCount, count, "aclrtMemsetAsync", a)) return e;
+  s->enqueue(Task{[devPtr, value, count, a](std::string &) {
+    if (count) std::memset(devPtr, value, count);
+    return ACL_SUCCESS;
+  }});
+  return ACL_SUCCESS;
+}
+
+aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total) {
+  if (!free || !total) return fail(ACL_ERROR_INVALID_PARAM, "aclrtGetMemInfo: free and total must not be null");
+  if (static_cast<int>(attr) < 0 || attr > ACL_MEM_P2P_HUGE1G)
+    return fail(ACL_ERROR_INVALID_PARAM, "aclrtGetMemInfo: %d is not an aclrtMemAttr", static_cast<int>(attr));
+  int32_t dev;
+  if (aclError e = current_device(&dev, "aclrtGetMemInfo")) return e;
+  Device *d = find_device(dev);
+  uint64_t used = d->in_use.load();
+  *total = d->capacity;
+  *free = used >= d->capacity ? 0 : d->capacity - used;
+  return ACL_SUCCESS;
+}
+
+}  // extern "C"

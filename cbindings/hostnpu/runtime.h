@@ -1,0 +1,183 @@
+// Host NPU: internal model of the device runtime shared by the ACL entry points.
+// A CPU implementation of the CANN ACL subset gert uses; see shared/docs/design.md.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdarg>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "acl/acl.h"
+
+namespace hostnpu {
+
+// ---- errors -------------------------------------------------------------------------------
+// Sets the calling thread's aclGetRecentErrMsg text and returns code.
+aclError fail(aclError code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void set_recent_error(aclError code, const std::string &msg);
+
+// ---- counters -----------------------------------------------------------------------------
+struct Counters {
+  std::atomic<uint64_t> bytes[4]{};  // indexed by aclrtMemcpyKind H2H, H2D, D2H, D2D
+  std::atomic<uint64_t> tasks{0};
+  std::atomic<uint64_t> mem_in_use{0};
+  std::atomic<uint64_t> mem_peak{0};
+  std::atomic<uint64_t> streams_alive{0};
+};
+Counters &counters();
+uint32_t spin_micros();
+
+// Spin (bounded) until pred() holds; returns whether it did.
+template <class Pred>
+bool spin_until(Pred pred, uint32_t micros) {
+  if (pred()) return true;
+  if (micros == 0) return false;
+  auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(micros);
+  for (unsigned i = 0;; ++i) {
+    for (int k = 0; k < 32; ++k) {
+      if (pred()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    }
+    if (std::chrono::steady_clock::now() >= end) return pred();
+  }
+}
+
+// ---- device memory ------------------------------------------------------------------------
+struct Device;
+
+struct Allocation {
+  uintptr_t base = 0;
+  size_t size = 0;      // bytes the caller asked for
+  size_t charged = 0;   // bytes charged against the device capacity
+  int32_t device = -1;
+  bool host = false;    // aclrtMallocHost memory
+  ~Allocation();
+};
+using AllocationPtr = std::shared_ptr<Allocation>;
+
+// Finds the live allocation containing [p, p + n); null if there is none.
+AllocationPtr find_allocation(const void *p, size_t n, bool host);
+// Finds the live allocation that starts exactly at p.
+AllocationPtr find_exact(const void *p, bool host);
+
+// ---- events -------------------------------------------------------------------------------
+struct Event {
+  uint64_t id = 0;
+  int32_t device = -1;
+  uint32_t flags = 0;
+  bool timing = true;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::atomic<uint64_t> recorded{0};   // records enqueued
+  std::atomic<uint64_t> completed{0};  // records run
+  std::chrono::steady_clock::time_point stamp{};
+  void complete(uint64_t seq);
+  // Waits until record number `seq` ran; timeout_ms < 0 waits forever. Returns false on timeout.
+  bool wait(uint64_t seq, int64_t timeout_ms);
+};
+using EventPtr = std::shared_ptr<Event>;
+
+// ---- streams ------------------------------------------------------------------------------
+struct Task {
+  // Runs on the stream's worker thread; returns ACL_SUCCESS or a code with msg filled.
+  std::function<aclError(std::string &msg)> run;
+};
+
+class Stream {
+ public:
+  Stream(uint64_t id, int32_t device, uint32_t priority, uint32_t flags);
+  ~Stream();  // drains and joins
+  uint64_t id() const { return id_; }
+  int32_t device() const { return device_; }
+  void enqueue(Task task);
+  // timeout_ms < 0: forever. Returns ACL_SUCCESS, the first error a task reported, or the timeout code.
+  aclError synchronize(int64_t timeout_ms, std::string &msg);
+  bool idle() const { return completed_.load(std::memory_order_acquire) >= enqueued_.load(std::memory_order_acquire); }
+  void drain_and_stop();
+
+  // core limits; 0 = unset
+  std::atomic<uint32_t> limit[2]{};
+
+ private:
+  void worker();
+  uint64_t id_;
+  int32_t device_;
+  uint32_t priority_, flags_;
+  std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  std::deque<Task> queue_;
+  std::atomic<uint64_t> enqueued_{0}, completed_{0};
+  std::atomic<int> waiters_{0};
+  bool worker_sleeping_ = false;
+  bool stop_ = false;
+  aclError error_ = ACL_SUCCESS;
+  std::string error_msg_;
+  std::thread thread_;
+};
+using StreamPtr = std::shared_ptr<Stream>;
+
+// ---- devices and contexts -----------------------------------------------------------------
+struct Device {
+  int32_t id = 0;
+  uint32_t cube_cores = 1, vector_cores = 1;  // hardware
+  uint64_t capacity = 0;
+  std::atomic<uint64_t> in_use{0};
+  std::atomic<uint32_t> limit[2]{};           // device resource limits, 0 = unset
+  int refs = 0;                               // aclrtSetDevice count minus resets
+  uint64_t default_ctx = 0;
+};
+
+struct Context {
+  uint64_t id = 0;
+  int32_t device = 0;
+  bool is_default = false;
+};
+
+// Global state. Never destroyed: worker threads may outlive static destruction at exit.
+struct Runtime {
+  std::mutex mu;
+  bool initialized = false;
+  std::vector<std::unique_ptr<Device>> devices;
+  std::unordered_map<uint64_t, Context> contexts;
+  std::unordered_map<uint64_t, StreamPtr> streams;
+  std::unordered_map<uint64_t, EventPtr> events;
+  uint64_t next_handle = 1;
+
+  std::mutex mem_mu;
+  std::map<uintptr_t, AllocationPtr> device_mem;  // by base address
+  std::map<uintptr_t, AllocationPtr> host_mem;
+};
+Runtime &rt();
+
+// Handle <-> id. Handles are never reused, so a stale handle is always detected.
+void *to_handle(uint64_t id);
+uint64_t from_handle(const void *h);
+
+// Checks ACL is initialized and returns the thread's current context device, or fails.
+aclError current_device(int32_t *device, const char *api);
+aclError check_init(const char *api);
+StreamPtr find_stream(aclrtStream s);
+EventPtr find_event(aclrtEvent e);
+Device *find_device(int32_t id);  // under rt().mu or with devices fixed after init
+
+// Thread-local resource-limit binding (aclrtUseStreamResInCurrentThread).
+extern thread_local uint64_t tls_res_stream;
+
+// Releases everything a device owns (streams drained, memory freed). Called without rt().mu held.
+void release_device_resources(int32_t device);
+
+uint32_t effective_limit(const Device &d, const Stream *s, int type);
+
+}  // namespace hostnpu

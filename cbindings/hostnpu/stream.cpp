@@ -1,0 +1,354 @@
+// Host NPU: streams (in-order task queues, each run by its own worker thread), events and host functions.
+// Hand-offs spin briefly before they block: a futex wake costs 20-40 us on these machines (design.md, "Hot path").
+#include "runtime.h"
+
+namespace hostnpu {
+
+Stream::Stream(uint64_t id, int32_t device, uint32_t priority, uint32_t flags)
+    : id_(id), device_(device), priority_(priority), flags_(flags) {
+  counters().streams_alive.fetch_add(1);
+  thread_ = std::thread([this] { worker(); });
+}
+
+Stream::~Stream() {
+  drain_and_stop();
+  counters().streams_alive.fetch_sub(1);
+}
+
+void Stream::drain_and_stop() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stop_) {
+      if (!thread_.joinable()) return;
+    }
+    stop_ = true;
+    work_cv_.notify_all();
+  }
+  if (thread_.joinable()) {
+    if (thread_.get_id() == std::this_thread::get_id()) {
+      thread_.detach();  // destroyed from its own host function: the worker ends after this task
+    } else {
+      thread_.join();
+    }
+  }
+}
+
+void Stream::enqueue(Task task) {
+  bool wake;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    queue_.push_back(std::move(task));
+    enqueued_.fetch_add(1, std::memory_order_release);
+    wake = worker_sleeping_;
+  }
+  if (wake) work_cv_.notify_one();
+}
+
+void Stream::worker() {
+  std::string msg;
+  for (;;) {
+    Task task;
+    spin_until([this] { return enqueued_.load(std::memory_order_acquire) > completed_.load(std::memory_order_relaxed); },
+               spin_micros());
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      while (queue_.empty() && !stop_) {
+        worker_sleeping_ = true;
+        work_cv_.wait(lk);
+        worker_sleeping_ = false;
+      }
+      if (queue_.empty()) break;  // stopped and drained
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    msg.clear();
+    aclError e = task.run(msg);
+    task.run = nullptr;  // release what the task held before it counts as complete
+    if (e != ACL_SUCCESS) {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (error_ == ACL_SUCCESS) {
+        error_ = e;
+        error_msg_ = msg;
+      }
+    }
+    counters().tasks.fetch_add(1, std::memory_order_relaxed);
+    completed_.fetch_add(1, std::memory_order_seq_cst);
+    if (waiters_.load(std::memory_order_seq_cst) > 0) {
+      std::lock_guard<std::mutex> lk(mu_);
+      done_cv_.notify_all();
+    }
+  }
+}
+
+aclError Stream::synchronize(int64_t timeout_ms, std::string &msg) {
+  uint64_t target = enqueued_.load(std::memory_order_acquire);
+  auto done = [&] { return completed_.load(std::memory_order_acquire) >= target; };
+  if (!spin_until(done, spin_micros())) {
+    std::unique_lock<std::mutex> lk(mu_);
+    waiters_.fetch_add(1, std::memory_order_seq_cst);
+    bool ok = true;
+    if (timeout_ms < 0) {
+      done_cv_.wait(lk, done);
+    } else {
+      ok = done_cv_.wait_for(lk, std::chrono::milliseconds(timeout_ms), done);
+    }
+    waiters_.fetch_sub(1);
+    if (!ok) {
+      msg = "synchronize timed out after " + std::to_string(timeout_ms) + " ms with " +
+            std::to_string(target - completed_.load()) + " task(s) still pending";
+      return ACL_ERROR_RT_STREAM_SYNC_TIMEOUT;
+    }
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  aclError e = error_;
+  if (e != ACL_SUCCESS) {
+    msg = error_msg_;
+    error_ = ACL_SUCCESS;
+    error_msg_.clear();
+  }
+  return e;
+}
+
+void Event::complete(uint64_t seq) {
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    stamp = std::chrono::steady_clock::now();
+    if (seq > completed.load()) completed.store(seq, std::memory_order_release);
+  }
+  cv.notify_all();
+}
+
+bool Event::wait(uint64_t seq, int64_t timeout_ms) {
+  auto done = [&] { return completed.load(std::memory_order_acquire) >= seq; };
+  if (spin_until(done, spin_micros())) return true;
+  std::unique_lock<std::mutex> lk(mu);
+  if (timeout_ms < 0) {
+    cv.wait(lk, done);
+    return true;
+  }
+  return cv.wait_for(lk, std::chrono::milliseconds(timeout_ms), done);
+}
+
+}  // namespace hostnpu
+
+using namespace hostnpu;
+
+namespace {
+
+aclError timeout_arg(int32_t timeout, const char *api, int64_t *ms) {
+  if (timeout < -1) return fail(ACL_ERROR_INVALID_PARAM, "%s: timeout %d must be -1 (forever) or >= 0 ms", api, timeout);
+  *ms = timeout;
+  return ACL_SUCCESS;
+}
+
+aclError sync_stream(aclrtStream stream, int64_t ms, const char *api) {
+  StreamPtr s = find_stream(stream);
+  if (!s) return fail(ACL_ERROR_RT_PARAM_INVALID, "%s: %p is not a live stream (destroyed or never created)", api, stream);
+  std::string msg;
+  aclError e = s->synchronize(ms, msg);
+  if (e != ACL_SUCCESS) return fail(e, "%s: %s", api, msg.c_str());
+  return ACL_SUCCESS;
+}
+
+aclError create_stream(aclrtStream *stream, uint32_t priority, uint32_t flag, const char *api) {
+  if (!stream) return fail(ACL_ERROR_INVALID_PARAM, "%s: stream is null", api);
+  if (priority > 7) return fail(ACL_ERROR_INVALID_PARAM, "%s: priority %u is out of range [0, 7]", api, priority);
+  int32_t dev;
+  if (aclError e = current_device(&dev, api)) return e;
+  auto &r = rt();
+  std::lock_guard<std::mutex> lk(r.mu);
+  uint64_t id = r.next_handle++;
+  r.streams[id] = std::make_shared<Stream>(id, dev, priority, flag);
+  *stream = to_handle(id);
+  return ACL_SUCCESS;
+}
+
+aclError destroy_stream(aclrtStream stream, const char *api) {
+  StreamPtr s;
+  {
+    auto &r = rt();
+    std::lock_guard<std::mutex> lk(r.mu);
+    auto it = r.streams.find(from_handle(stream));
+    if (it == r.streams.end())
+      return fail(ACL_ERROR_RT_PARAM_INVALID, "%s: %p is not a live stream (already destroyed?)", api, stream);
+    s = std::move(it->second);
+    r.streams.erase(it);
+  }
+  if (tls_res_stream == s->id()) tls_res_stream = 0;
+  s->drain_and_stop();  // pending work runs first, as in CANN
+  return ACL_SUCCESS;
+}
+
+aclError create_event(aclrtEvent *event, uint32_t flag, bool timing, const char *api) {
+  if (!event) return fail(ACL_ERROR_INVALID_PARAM, "%s: event is null", api);
+  int32_t dev;
+  if (aclError e = current_device(&dev, api)) return e;
+  auto ev = std::make_shared<Event>();
+  ev->device = dev;
+  ev->flags = flag;
+  ev->timing = timing;
+  auto &r = rt();
+  std::lock_guard<std::mutex> lk(r.mu);
+  ev->id = r.next_handle++;
+  r.events[ev->id] = ev;
+  *event = to_handle(ev->id);
+  return ACL_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+aclError aclrtCreateStream(aclrtStream *stream) { return create_stream(stream, 0, 0, "aclrtCreateStream"); }
+
+aclError aclrtCreateStreamWithConfig(aclrtStream *stream, uint32_t priority, uint32_t flag) {
+  return create_stream(stream, priority, flag, "aclrtCreateStreamWithConfig");
+}
+
+aclError aclrtDestroyStream(aclrtStream stream) { return destroy_stream(stream, "aclrtDestroyStream"); }
+aclError aclrtDestroyStreamForce(aclrtStream stream) { return destroy_stream(stream, "aclrtDestroyStreamForce"); }
+
+aclError aclrtSynchronizeStream(aclrtStream stream) { return sync_stream(stream, -1, "aclrtSynchronizeStream"); }
+
+aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout) {
+  int64_t ms = -1;
+  if (aclError e = timeout_arg(timeout, "aclrtSynchronizeStreamWithTimeout", &ms)) return e;
+  return sync_stream(stream, ms, "aclrtSynchronizeStreamWithTimeout");
+}
+
+aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus *status) {
+  if (!status) return fail(ACL_ERROR_INVALID_PARAM, "aclrtStreamQuery: status is null");
+  StreamPtr s = find_stream(stream);
+  if (!s) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtStreamQuery: %p is not a live stream", stream);
+  *status = s->idle() ? ACL_STREAM_STATUS_COMPLETE : ACL_STREAM_STATUS_NOT_READY;
+  return ACL_SUCCESS;
+}
+
+aclError aclrtLaunchHostFunc(aclrtStream stream, aclrtHostFunc fn, void *args) {
+  if (!fn) return fail(ACL_ERROR_INVALID_PARAM, "aclrtLaunchHostFunc: fn is null");
+  StreamPtr s = find_stream(stream);
+  if (!s) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtLaunchHostFunc: %p is not a live stream", stream);
+  s->enqueue(Task{[fn, args](std::string &) {
+    fn(args);
+    return ACL_SUCCESS;
+  }});
+  return ACL_SUCCESS;
+}
+
+aclError aclrtCreateEvent(aclrtEvent *event) { return create_event(event, ACL_EVENT_TIME_LINE, true, "aclrtCreateEvent"); }
+
+aclError aclrtCreateEventWithFlag(aclrtEvent *event, uint32_t flag) {
+  const uint32_t known = ACL_EVENT_SYNC | ACL_EVENT_CAPTURE_STREAM_PROGRESS | ACL_EVENT_TIME_LINE |
+                         ACL_EVENT_DEVICE_USE_ONLY | ACL_EVENT_EXTERNAL | ACL_EVENT_IPC;
+  if (flag & ~known) return fail(ACL_ERROR_INVALID_PARAM, "aclrtCreateEventWithFlag: unknown flag bits 0x%x", flag & ~known);
+  return create_event(event, flag, (flag & ACL_EVENT_TIME_LINE) != 0, "aclrtCreateEventWithFlag");
+}
+
+aclError aclrtDestroyEvent(aclrtEvent event) {
+  auto &r = rt();
+  std::lock_guard<std::mutex> lk(r.mu);
+  auto it = r.events.find(from_handle(event));
+  if (it == r.events.end())
+    return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtDestroyEvent: %p is not a live event (already destroyed?)", event);
+  r.events.erase(it);  // queued records and waits keep the event alive until they ran
+  return ACL_SUCCESS;
+}
+
+aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream) {
+  EventPtr ev = find_event(event);
+  if (!ev) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtRecordEvent: %p is not a live event", event);
+  StreamPtr s = find_stream(stream);
+  if (!s) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtRecordEvent: %p is not a live stream", stream);
+  uint64_t seq = ev->recorded.fetch_add(1) + 1;
+  s->enqueue(Task{[ev, seq](std::string &) {
+    ev->complete(seq);
+    return ACL_SUCCESS;
+  }});
+  return ACL_SUCCESS;
+}
+
+aclError aclrtResetEvent(aclrtEvent event, aclrtStream stream) {
+  EventPtr ev = find_event(event);
+  if (!ev) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtResetEvent: %p is not a live event", event);
+  if (!find_stream(stream)) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtResetEvent: %p is not a live stream", stream);
+  // The host NPU's waits capture the record they wait for, so a reset has nothing to undo.
+  return ACL_SUCCESS;
+}
+
+aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event) {
+  EventPtr ev = find_event(event);
+  if (!ev) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtStreamWaitEvent: %p is not a live event", event);
+  StreamPtr s = find_stream(stream);
+  if (!s) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtStreamWaitEvent: %p is not a live stream", stream);
+  uint64_t seq = ev->recorded.load();  // the most recent record at the time of the call
+  if (seq == 0) return ACL_SUCCESS;    // never recorded: nothing to wait for
+  s->enqueue(Task{[ev, seq](std::string &) {
+    ev->wait(seq, -1);
+    return ACL_SUCCESS;
+  }});
+  return ACL_SUCCESS;
+}
+
+static aclError sync_event(aclrtEvent event, int64_t ms, const char *api) {
+  EventPtr ev = find_event(event);
+  if (!ev) return fail(ACL_ERROR_RT_PARAM_INVALID, "%s: %p is not a live event", api, event);
+  uint64_t seq = ev->recorded.load();
+  if (!ev->wait(seq, ms))
+    return fail(ACL_ERROR_RT_EVENT_SYNC_TIMEOUT, "%s: the event's last record did not complete within %lld ms", api,
+                static_cast<long long>(ms));
+  return ACL_SUCCESS;
+}
+
+aclError aclrtSynchronizeEvent(aclrtEvent event) { return sync_event(event, -1, "aclrtSynchronizeEvent"); }
+
+aclError aclrtSynchronizeEventWithTimeout(aclrtEvent event, int32_t timeout) {
+  int64_t ms = -1;
+  if (aclError e = timeout_arg(timeout, "aclrtSynchronizeEventWithTimeout", &ms)) return e;
+  return sync_event(event, ms, "aclrtSynchronizeEventWithTimeout");
+}
+
+aclError aclrtQueryEvent(aclrtEvent event, aclrtEventStatus *status) {
+  if (!status) return fail(ACL_ERROR_INVALID_PARAM, "aclrtQueryEvent: status is null");
+  EventPtr ev = find_event(event);
+  if (!ev) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtQueryEvent: %p is not a live event", event);
+  *status = ev->completed.load() >= ev->recorded.load() ? ACL_EVENT_STATUS_COMPLETE : ACL_EVENT_STATUS_NOT_READY;
+  return ACL_SUCCESS;
+}
+
+aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus *status) {
+  if (!status) return fail(ACL_ERROR_INVALID_PARAM, "aclrtQueryEventStatus: status is null");
+  EventPtr ev = find_event(event);
+  if (!ev) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtQueryEventStatus: %p is not a live event", event);
+  *status = ev->completed.load() >= ev->recorded.load() ? ACL_EVENT_RECORDED_STATUS_COMPLETE
+                                                        : ACL_EVENT_RECORDED_STATUS_NOT_READY;
+  return ACL_SUCCESS;
+}
+
+aclError aclrtEventElapsedTime(float *ms, aclrtEvent startEvent, aclrtEvent endEvent) {
+  if (!ms) return fail(ACL_ERROR_INVALID_PARAM, "aclrtEventElapsedTime: ms is null");
+  EventPtr a = find_event(startEvent), b = find_event(endEvent);
+  if (!a || !b)
+    return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtEventElapsedTime: %s event %p is not a live event",
+                a ? "end" : "start", a ? endEvent : startEvent);
+  if (!a->timing || !b->timing)
+    return fail(ACL_ERROR_RT_PARAM_INVALID,
+                "aclrtEventElapsedTime: the %s event was created without ACL_EVENT_TIME_LINE", a->timing ? "end" : "start");
+  for (Event *e : {a.get(), b.get()}) {
+    if (e->recorded.load() == 0 || e->completed.load() < e->recorded.load())
+      return fail(ACL_ERROR_RT_EVENT_NOT_COMPLETE, "aclrtEventElapsedTime: the %s event has %s",
+                  e == a.get() ? "start" : "end", e->recorded.load() ? "not completed yet" : "never been recorded");
+  }
+  std::chrono::steady_clock::time_point ta, tb;
+  {
+    std::lock_guard<std::mutex> lk(a->mu);
+    ta = a->stamp;
+  }
+  {
+    std::lock_guard<std::mutex> lk(b->mu);
+    tb = b->stamp;
+  }
+  *ms = std::chrono::duration<float, std::milli>(tb - ta).count();
+  return ACL_SUCCESS;
+}
+
+}  // extern "C"

@@ -1,0 +1,29 @@
+"""gert: run ONNX graphs on Ascend NPUs through CANN's Graph Engine, or on the built-in host NPU.
+
+The runtime layer (devices, streams, events, device and pinned host memory) comes from the
+compiled bindings in ``gert._cann``; see shared/docs/design.md for the layers.
+"""
+from gert.errors import AclError, GeError, GertError, HostFunctionError
+from gert._cann import (
+    Device,
+    DeviceBuffer,
+    Event,
+    HostBuffer,
+    MemoryInfo,
+    Stream,
+    backend,
+    device_count,
+    host_counters,
+    host_spin_micros,
+    memory_info,
+    reset_host_counters,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AclError", "GeError", "GertError", "HostFunctionError",
+    "Device", "DeviceBuffer", "Event", "HostBuffer", "MemoryInfo", "Stream",
+    "backend", "device_count", "host_counters", "host_spin_micros", "memory_info", "reset_host_counters",
+    "__version__",
+]

@@ -1,0 +1,45 @@
+"""Exceptions raised by gert: every runtime failure carries CANN's code and the runtime's own message."""
+from __future__ import annotations
+
+ACL_ERROR_NAMES: dict[int, str] = {}  # filled by gert._cann from the headers it was built against
+
+
+class GertError(Exception):
+    """Base class of every gert error."""
+
+
+class AclError(GertError):
+    """An ACL runtime call failed: ``code`` is the aclError, ``message`` aclGetRecentErrMsg()'s text."""
+
+    def __init__(self, code: int, message: str = "") -> None:
+        self.code = int(code)
+        self.message = message
+        super().__init__(f"{self.name} ({self.code}): {message}" if message else f"{self.name} ({self.code})")
+
+    @property
+    def name(self) -> str:
+        return ACL_ERROR_NAMES.get(self.code, f"ACL error {self.code}")
+
+    def __reduce__(self):
+        return (type(self), (self.code, self.message))
+
+
+class GeError(GertError):
+    """A GE call failed: ``code`` is the ge::Status, ``message`` GEGetErrorMsgV2()'s text."""
+
+    def __init__(self, code: int, message: str = "") -> None:
+        self.code = int(code)
+        self.message = message
+        super().__init__(f"GE error {self.code:#x}: {message}" if message else f"GE error {self.code:#x}")
+
+    def __reduce__(self):
+        return (type(self), (self.code, self.message))
+
+
+class HostFunctionError(GertError):
+    """One or more host functions launched on a stream raised; ``errors`` holds their exceptions."""
+
+    def __init__(self, errors: list[BaseException]) -> None:
+        self.errors = list(errors)
+        first = self.errors[0] if self.errors else None
+        super().__init__(f"{len(self.errors)} host function(s) raised; first: {first!r}")
