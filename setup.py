@@ -8,7 +8,6 @@ Backend selection (shared/docs/design.md):
 import glob
 import os
 
-import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
@@ -31,7 +30,7 @@ def extension():
     common = dict(
         language="c++",
         extra_compile_args=["-std=c++17", "-O2", "-fvisibility=hidden", "-Wno-unused-function"],
-        include_dirs=[CB, numpy.get_include()],
+        include_dirs=[CB],
     )
     if root is None:
         return Extension(

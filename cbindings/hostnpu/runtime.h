@@ -37,20 +37,22 @@ struct Counters {
 Counters &counters();
 uint32_t spin_micros();
 
-// Spin (bounded) until pred() holds; returns whether it did.
+// Spin (bounded) until pred() holds; returns whether it did. Between short bursts of polling the spinner
+// yields its core, so a spinner that shares a core with the thread it waits for does not starve it.
 template <class Pred>
 bool spin_until(Pred pred, uint32_t micros) {
   if (pred()) return true;
   if (micros == 0) return false;
   auto end = std::chrono::steady_clock::now() + std::chrono::microseconds(micros);
-  for (unsigned i = 0;; ++i) {
-    for (int k = 0; k < 32; ++k) {
+  for (;;) {
+    for (int k = 0; k < 16; ++k) {
       if (pred()) return true;
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
 #endif
     }
     if (std::chrono::steady_clock::now() >= end) return pred();
+    std::this_thread::yield();
   }
 }
 
