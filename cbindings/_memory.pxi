@@ -43,18 +43,27 @@ cdef class _HeldBuffer:
 
 
 cdef _HeldBuffer _acquire(obj, bint writable, str what):
+    dt = getattr(obj, "dtype", None)
+    if dt is not None and getattr(dt, "hasobject", False):
+        # The buffer protocol hands out the PyObject pointers themselves: copying them bypasses reference
+        # counting, and copying into such an array plants dangling pointers.
+        raise TypeError(f"{what}: arrays of Python objects (dtype {dt}) cannot be copied to or from a device")
     cdef _HeldBuffer h = _HeldBuffer.__new__(_HeldBuffer)
     cdef int flags = PyBUF_C_CONTIGUOUS | (PyBUF_WRITABLE if writable else 0)
     try:
         PyObject_GetBuffer(obj, &h.view, flags)
-    except BufferError as e:
+    except (BufferError, ValueError) as e:  # numpy raises ValueError, memoryview and others BufferError
+        text = str(e)
+        low = text.lower()
         shape = getattr(obj, "shape", None)
         strides = getattr(obj, "strides", None)
         detail = f" (shape {shape}, strides {strides})" if shape is not None else ""
-        if writable and "writ" in str(e).lower():
+        if writable and ("writ" in low or "read-only" in low or "readonly" in low):
             raise ValueError(f"{what}: the destination {type(obj).__name__} is read-only") from e
-        raise ValueError(f"{what}: expected a C-contiguous buffer, got a non-contiguous {type(obj).__name__}"
-                         f"{detail}; pass numpy.ascontiguousarray(x)") from e
+        if "contiguous" in low:
+            raise ValueError(f"{what}: expected a C-contiguous buffer, got a non-contiguous {type(obj).__name__}"
+                             f"{detail}; pass numpy.ascontiguousarray(x)") from e
+        raise ValueError(f"{what}: cannot use the buffer of {type(obj).__name__}{detail}: {text}") from e
     except TypeError as e:
         raise TypeError(f"{what}: expected an object with the buffer protocol (numpy array, bytes, HostBuffer, ...),"
                         f" got {type(obj).__name__}") from e

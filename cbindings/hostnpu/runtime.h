@@ -82,12 +82,18 @@ struct Event {
   bool timing = true;
   std::mutex mu;
   std::condition_variable cv;
-  std::atomic<uint64_t> recorded{0};   // records enqueued
-  std::atomic<uint64_t> completed{0};  // records run
-  std::chrono::steady_clock::time_point stamp{};
+  std::atomic<uint64_t> recorded{0};  // records enqueued; record n is the n-th aclrtRecordEvent
+  // Records may complete out of order (an event can be recorded on several streams): every record up to
+  // done_upto ran, and so did those in done_above.
+  std::atomic<uint64_t> done_upto{0};
+  std::map<uint64_t, std::chrono::steady_clock::time_point> done_above;  // under mu
+  std::map<uint64_t, std::chrono::steady_clock::time_point> stamps;      // recent completion times, under mu
   void complete(uint64_t seq);
+  bool is_done(uint64_t seq);
   // Waits until record number `seq` ran; timeout_ms < 0 waits forever. Returns false on timeout.
   bool wait(uint64_t seq, int64_t timeout_ms);
+  // Completion time of record `seq` (which must have run).
+  std::chrono::steady_clock::time_point stamp_of(uint64_t seq);
 };
 using EventPtr = std::shared_ptr<Event>;
 
@@ -108,6 +114,7 @@ class Stream {
   aclError synchronize(int64_t timeout_ms, std::string &msg);
   bool idle() const { return completed_.load(std::memory_order_acquire) >= enqueued_.load(std::memory_order_acquire); }
   void drain_and_stop();
+  std::weak_ptr<Stream> self;  // set by its creator: lets a worker that destroys its own stream keep it alive
 
   // core limits; 0 = unset
   std::atomic<uint32_t> limit[2]{};
@@ -124,6 +131,7 @@ class Stream {
   std::atomic<int> waiters_{0};
   bool worker_sleeping_ = false;
   bool stop_ = false;
+  std::shared_ptr<Stream> keep_until_worker_exits_;
   aclError error_ = ACL_SUCCESS;
   std::string error_msg_;
   std::thread thread_;

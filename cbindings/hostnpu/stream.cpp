@@ -16,20 +16,18 @@ Stream::~Stream() {
 }
 
 void Stream::drain_and_stop() {
+  bool own_thread = thread_.joinable() && thread_.get_id() == std::this_thread::get_id();
   {
     std::lock_guard<std::mutex> lk(mu_);
-    if (stop_) {
-      if (!thread_.joinable()) return;
-    }
     stop_ = true;
+    if (own_thread) keep_until_worker_exits_ = self.lock();  // destroyed from its own host function
     work_cv_.notify_all();
   }
-  if (thread_.joinable()) {
-    if (thread_.get_id() == std::this_thread::get_id()) {
-      thread_.detach();  // destroyed from its own host function: the worker ends after this task
-    } else {
-      thread_.join();
-    }
+  if (!thread_.joinable()) return;
+  if (own_thread) {
+    thread_.detach();  // the worker drains the queue, then drops the last reference itself
+  } else {
+    thread_.join();
   }
 }
 
@@ -57,7 +55,11 @@ void Stream::worker() {
         work_cv_.wait(lk);
         worker_sleeping_ = false;
       }
-      if (queue_.empty()) break;  // stopped and drained
+      if (queue_.empty()) {  // stopped and drained
+        std::shared_ptr<Stream> keep = std::move(keep_until_worker_exits_);
+        lk.unlock();
+        return;  // `keep` may destroy this stream now; nothing here touches it afterwards
+      }
       task = std::move(queue_.front());
       queue_.pop_front();
     }
@@ -112,21 +114,46 @@ aclError Stream::synchronize(int64_t timeout_ms, std::string &msg) {
 void Event::complete(uint64_t seq) {
   {
     std::lock_guard<std::mutex> lk(mu);
-    stamp = std::chrono::steady_clock::now();
-    if (seq > completed.load()) completed.store(seq, std::memory_order_release);
+    auto now = std::chrono::steady_clock::now();
+    stamps[seq] = now;
+    while (stamps.size() > 64) stamps.erase(stamps.begin());
+    uint64_t upto = done_upto.load();
+    if (seq == upto + 1) {
+      ++upto;
+      for (auto it = done_above.begin(); it != done_above.end() && it->first == upto + 1; it = done_above.erase(it)) {
+        ++upto;
+      }
+      done_upto.store(upto, std::memory_order_release);
+    } else if (seq > upto) {
+      done_above[seq] = now;
+    }
   }
   cv.notify_all();
 }
 
+bool Event::is_done(uint64_t seq) {
+  if (done_upto.load(std::memory_order_acquire) >= seq) return true;
+  std::lock_guard<std::mutex> lk(mu);
+  return done_above.count(seq) != 0;
+}
+
 bool Event::wait(uint64_t seq, int64_t timeout_ms) {
-  auto done = [&] { return completed.load(std::memory_order_acquire) >= seq; };
-  if (spin_until(done, spin_micros())) return true;
+  if (seq == 0) return true;
+  auto fast = [&] { return done_upto.load(std::memory_order_acquire) >= seq; };
+  if (spin_until(fast, spin_micros())) return true;
   std::unique_lock<std::mutex> lk(mu);
+  auto done = [&] { return done_upto.load(std::memory_order_acquire) >= seq || done_above.count(seq) != 0; };
   if (timeout_ms < 0) {
     cv.wait(lk, done);
     return true;
   }
   return cv.wait_for(lk, std::chrono::milliseconds(timeout_ms), done);
+}
+
+std::chrono::steady_clock::time_point Event::stamp_of(uint64_t seq) {
+  std::lock_guard<std::mutex> lk(mu);
+  auto it = stamps.find(seq);
+  return it == stamps.end() ? std::chrono::steady_clock::time_point{} : it->second;
 }
 
 }  // namespace hostnpu
@@ -158,7 +185,9 @@ aclError create_stream(aclrtStream *stream, uint32_t priority, uint32_t flag, co
   auto &r = rt();
   std::lock_guard<std::mutex> lk(r.mu);
   uint64_t id = r.next_handle++;
-  r.streams[id] = std::make_shared<Stream>(id, dev, priority, flag);
+  auto s = std::make_shared<Stream>(id, dev, priority, flag);
+  s->self = s;
+  r.streams[id] = s;
   *stream = to_handle(id);
   return ACL_SUCCESS;
 }
@@ -311,7 +340,7 @@ aclError aclrtQueryEvent(aclrtEvent event, aclrtEventStatus *status) {
   if (!status) return fail(ACL_ERROR_INVALID_PARAM, "aclrtQueryEvent: status is null");
   EventPtr ev = find_event(event);
   if (!ev) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtQueryEvent: %p is not a live event", event);
-  *status = ev->completed.load() >= ev->recorded.load() ? ACL_EVENT_STATUS_COMPLETE : ACL_EVENT_STATUS_NOT_READY;
+  *status = ev->is_done(ev->recorded.load()) ? ACL_EVENT_STATUS_COMPLETE : ACL_EVENT_STATUS_NOT_READY;
   return ACL_SUCCESS;
 }
 
@@ -319,8 +348,8 @@ aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus *statu
   if (!status) return fail(ACL_ERROR_INVALID_PARAM, "aclrtQueryEventStatus: status is null");
   EventPtr ev = find_event(event);
   if (!ev) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtQueryEventStatus: %p is not a live event", event);
-  *status = ev->completed.load() >= ev->recorded.load() ? ACL_EVENT_RECORDED_STATUS_COMPLETE
-                                                        : ACL_EVENT_RECORDED_STATUS_NOT_READY;
+  *status = ev->is_done(ev->recorded.load()) ? ACL_EVENT_RECORDED_STATUS_COMPLETE
+                                              : ACL_EVENT_RECORDED_STATUS_NOT_READY;
   return ACL_SUCCESS;
 }
 
@@ -333,20 +362,14 @@ aclError aclrtEventElapsedTime(float *ms, aclrtEvent startEvent, aclrtEvent endE
   if (!a->timing || !b->timing)
     return fail(ACL_ERROR_RT_PARAM_INVALID,
                 "aclrtEventElapsedTime: the %s event was created without ACL_EVENT_TIME_LINE", a->timing ? "end" : "start");
+  uint64_t sa = a->recorded.load(), sb = b->recorded.load();
   for (Event *e : {a.get(), b.get()}) {
-    if (e->recorded.load() == 0 || e->completed.load() < e->recorded.load())
+    uint64_t seq = e == a.get() ? sa : sb;
+    if (seq == 0 || !e->is_done(seq))
       return fail(ACL_ERROR_RT_EVENT_NOT_COMPLETE, "aclrtEventElapsedTime: the %s event has %s",
-                  e == a.get() ? "start" : "end", e->recorded.load() ? "not completed yet" : "never been recorded");
+                  e == a.get() ? "start" : "end", seq ? "not completed yet" : "never been recorded");
   }
-  std::chrono::steady_clock::time_point ta, tb;
-  {
-    std::lock_guard<std::mutex> lk(a->mu);
-    ta = a->stamp;
-  }
-  {
-    std::lock_guard<std::mutex> lk(b->mu);
-    tb = b->stamp;
-  }
+  std::chrono::steady_clock::time_point ta = a->stamp_of(sa), tb = b->stamp_of(sb);
   *ms = std::chrono::duration<float, std::milli>(tb - ta).count();
   return ACL_SUCCESS;
 }

@@ -15,6 +15,8 @@
 namespace ge {
 class Graph;
 class GraphImpl;
+class GraphUtils;
+class GraphUtilsEx;
 
 using GraphImplPtr = std::shared_ptr<GraphImpl>;
 using GraphPtr = std::shared_ptr<Graph>;
@@ -36,6 +38,8 @@ class GE_FUNC_DEV_VISIBILITY GE_FUNC_HOST_VISIBILITY Graph {
   graphStatus GetName(AscendString &name) const;
 
  private:
+  friend class GraphUtils;    /* as in CANN: the library reaches the implementation through these */
+  friend class GraphUtilsEx;
   GraphImplPtr impl_{nullptr};
 };
 }  // namespace ge

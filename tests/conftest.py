@@ -1,0 +1,45 @@
+"""Shared fixtures for the gert runtime tests (issue 2).
+
+The ACL runtime is process-global: anything that closes the last Device (aclFinalize) or needs a different
+host NPU configuration (GERT_HOST_DEVICES, GERT_HOST_DEVICE_MEMORY, GERT_HOST_CUBE_CORES, ...) runs in a
+subprocess through ``_helpers.run_python``. In this process one Device(0) stays open for the whole session, so no
+test can finalize the runtime under another one, whatever the order.
+"""
+from __future__ import annotations
+
+import gc
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+import gert
+
+settings.register_profile(
+    "gert",
+    deadline=None,          # stream hand-offs on a loaded 2-core machine have a long tail
+    database=None,          # no example database: every run starts fresh, results do not depend on past runs
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+settings.load_profile("gert")
+
+
+@pytest.fixture(scope="session")
+def device():
+    """One Device(0) held open for the session, so in-process tests never finalize the runtime.
+
+    Every runtime test module requests it (``pytestmark`` in _helpers.RUNTIME), so it opens before any of
+    their tests runs and closes at the end of the session."""
+    d = gert.Device(0)
+    yield d
+    gc.collect()
+    d.close()
+
+
+@pytest.fixture(scope="module")
+def streams(device):
+    """Three streams shared by the tests of a module (each test synchronizes what it queued)."""
+    ss = [gert.Stream(device) for _ in range(3)]
+    yield ss
+    for s in ss:
+        s.destroy()
