@@ -77,6 +77,7 @@ cdef class DeviceBuffer:
     cdef readonly size_t nbytes
     cdef readonly int device_id
     cdef uint64_t _epoch
+    cdef object _owner  # set when the memory belongs to someone else (e.g. GE): dropped instead of aclrtFree
 
     def __init__(self, size_t nbytes, device=None):
         self.device_id = _device_for(device, &self._epoch)
@@ -164,6 +165,9 @@ cdef class DeviceBuffer:
         """Free the device memory now (aclrtFree). Queued work that uses it still completes."""
         cdef intptr_t p = self._ptr
         self._ptr = 0
+        if self._owner is not None:
+            self._owner = None
+            return
         if p and _epoch[self.device_id] == self._epoch and _refs[self.device_id] > 0:
             free(p)
 
@@ -176,7 +180,7 @@ cdef class DeviceBuffer:
         self.free()
 
     def __dealloc__(self):
-        if self._ptr and _epoch[self.device_id] == self._epoch and _refs[self.device_id] > 0:
+        if self._owner is None and self._ptr and _epoch[self.device_id] == self._epoch and _refs[self.device_id] > 0:
             aclrtFree(<void*>self._ptr)
         self._ptr = 0
 

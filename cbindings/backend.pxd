@@ -1,5 +1,5 @@
 # Which runtime the extension was built against, and the host NPU's introspection API (gert_backend.h).
-from libc.stdint cimport uint32_t, uint64_t
+from libc.stdint cimport uint32_t, uint64_t, int32_t, int64_t
 
 
 cdef extern from "gert_backend.h" nogil:
@@ -20,6 +20,24 @@ cdef extern from "gert_backend.h" nogil:
     void gertHostResetCounters()
     void gertHostSetSpinMicros(uint32_t us)
     uint32_t gertHostGetSpinMicros()
+
+    const int GERT_HOST_MAX_DIMS
+    ctypedef struct gertHostTensorRef:
+        void* data
+        uint64_t nbytes
+        int32_t dtype
+        int32_t ndim
+        int64_t dims[25]
+    ctypedef void* (*gertHostOutputAlloc)(void* alloc_ctx, uint64_t nbytes)
+    ctypedef struct gertHostGraphProvider:
+        void* ctx
+        int (*compile)(void*, const void*, size_t, int32_t, const char* const*, const gertHostTensorRef*, int32_t,
+                       const char* const*, gertHostTensorRef*, void**, char*, size_t)
+        int (*prepare)(void*, int32_t, char*, size_t)
+        int (*run)(void*, int32_t, int32_t, const gertHostTensorRef*, int32_t, gertHostTensorRef*,
+                   gertHostOutputAlloc, void*, char*, size_t)
+        void (*release)(void*)
+    void gertHostSetGraphProvider(const gertHostGraphProvider* provider)
 
     # Per-thread cache of the context gert last made current (see gert_backend.h).
     void* gert_tls_context()

@@ -7,6 +7,7 @@
 
 #ifdef GERT_HOSTNPU
 #include "gert_host/host_npu.h"
+#include "gert_host/graph_provider.h"
 #define GERT_BACKEND_NAME "hostnpu"
 #define GERT_HAS_HOST_NPU 1
 #else
@@ -20,6 +21,25 @@ static inline void gertHostGetCounters(gertHostCounters *out) { (void)out; }
 static inline void gertHostResetCounters(void) {}
 static inline void gertHostSetSpinMicros(uint32_t us) { (void)us; }
 static inline uint32_t gertHostGetSpinMicros(void) { return 0; }
+#define GERT_HOST_MAX_DIMS 25
+typedef struct gertHostTensorRef {
+  void *data;
+  uint64_t nbytes;
+  int32_t dtype;
+  int32_t ndim;
+  int64_t dims[GERT_HOST_MAX_DIMS];
+} gertHostTensorRef;
+typedef void *(*gertHostOutputAlloc)(void *alloc_ctx, uint64_t nbytes);
+typedef struct gertHostGraphProvider {
+  void *ctx;
+  int (*compile)(void *, const void *, size_t, int32_t, const char *const *, const gertHostTensorRef *, int32_t,
+                 const char *const *, gertHostTensorRef *, void **, char *, size_t);
+  int (*prepare)(void *, int32_t, char *, size_t);
+  int (*run)(void *, int32_t, int32_t, const gertHostTensorRef *, int32_t, gertHostTensorRef *, gertHostOutputAlloc,
+             void *, char *, size_t);
+  void (*release)(void *);
+} gertHostGraphProvider;
+static inline void gertHostSetGraphProvider(const gertHostGraphProvider *p) { (void)p; }
 #endif
 
 static thread_local void *gert_tls_ctx_ = nullptr;

@@ -5,6 +5,10 @@ compiled bindings in ``gert._cann``; see shared/docs/design.md for the layers.
 """
 from gert.errors import AclError, GeError, GertError, HostFunctionError
 from gert._cann import (
+    Graph,
+    Session,
+    ge_finalize,
+    ge_initialize,
     Device,
     DeviceBuffer,
     Event,
@@ -19,11 +23,15 @@ from gert._cann import (
     reset_host_counters,
 )
 
+from gert.tensor import DeviceTensor, GraphSummary
+from gert import dtypes
+
 __version__ = "0.1.0"
 
 __all__ = [
     "AclError", "GeError", "GertError", "HostFunctionError",
     "Device", "DeviceBuffer", "Event", "HostBuffer", "MemoryInfo", "Stream",
+    "Graph", "Session", "ge_initialize", "ge_finalize", "DeviceTensor", "GraphSummary", "dtypes",
     "backend", "device_count", "host_counters", "host_spin_micros", "memory_info", "reset_host_counters",
     "__version__",
 ]

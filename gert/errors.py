@@ -24,13 +24,31 @@ class AclError(GertError):
         return (type(self), (self.code, self.message))
 
 
+GE_ERROR_NAMES: dict[int, str] = {
+    0xFFFFFFFF: "ge::FAILED",
+    50331649: "ge::GRAPH_PARAM_INVALID",
+    145000: "ACL_ERROR_GE_PARAM_INVALID",
+    145001: "ACL_ERROR_GE_EXEC_NOT_INIT",
+    145021: "ACL_ERROR_GE_SHAPE_INVALID",
+    145022: "ACL_ERROR_GE_DATATYPE_INVALID",
+    245000: "ACL_ERROR_GE_MEMORY_ALLOCATION",
+    545000: "ACL_ERROR_GE_INTERNAL_ERROR",
+    545001: "ACL_ERROR_GE_LOAD_MODEL",
+    545601: "ACL_ERROR_GE_MODEL_EXECUTE_TIMEOUT",
+}
+
+
 class GeError(GertError):
     """A GE call failed: ``code`` is the ge::Status, ``message`` GEGetErrorMsgV2()'s text."""
 
     def __init__(self, code: int, message: str = "") -> None:
         self.code = int(code)
         self.message = message
-        super().__init__(f"GE error {self.code:#x}: {message}" if message else f"GE error {self.code:#x}")
+        super().__init__(f"{self.name} ({self.code}): {message}" if message else f"{self.name} ({self.code})")
+
+    @property
+    def name(self) -> str:
+        return GE_ERROR_NAMES.get(self.code, f"GE status {self.code:#x}")
 
     def __reduce__(self):
         return (type(self), (self.code, self.message))

@@ -152,6 +152,40 @@ AllocationPtr find_exact(const void *p, bool host) {
   return it == m.end() ? nullptr : it->second;
 }
 
+aclError device_alloc(int32_t dev, size_t size, void **out, const char *api) {
+  Device *d = find_device(dev);
+  if (!d) return fail(ACL_ERROR_RT_INVALID_DEVICEID, "%s: device %d does not exist", api, dev);
+  size_t charged = charge_for(size);
+  uint64_t used = d->in_use.load();
+  do {
+    if (used + charged > d->capacity || charged < size)
+      return fail(ACL_ERROR_RT_MEMORY_ALLOCATION,
+                  "%s: device %d is out of memory: %zu bytes requested, %llu of %llu bytes in use", api, dev, size,
+                  static_cast<unsigned long long>(used), static_cast<unsigned long long>(d->capacity));
+  } while (!d->in_use.compare_exchange_weak(used, used + charged));
+  void *p = aligned_block(size);
+  if (!p) {
+    d->in_use.fetch_sub(charged);
+    return fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "%s: the host could not back %zu bytes of device %d", api, size, dev);
+  }
+  auto a = std::make_shared<Allocation>();
+  a->base = reinterpret_cast<uintptr_t>(p);
+  a->size = size;
+  a->charged = charged;
+  a->device = dev;
+  auto &c = counters();
+  uint64_t now = c.mem_in_use.fetch_add(charged) + charged;
+  uint64_t peak = c.mem_peak.load();
+  while (now > peak && !c.mem_peak.compare_exchange_weak(peak, now)) {
+  }
+  {
+    std::lock_guard<std::mutex> lk(rt().mem_mu);
+    rt().device_mem[a->base] = a;
+  }
+  *out = p;
+  return ACL_SUCCESS;
+}
+
 }  // namespace hostnpu
 
 using namespace hostnpu;
@@ -170,37 +204,7 @@ aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy) {
                 static_cast<unsigned>(policy));
   int32_t dev;
   if (aclError e = current_device(&dev, "aclrtMalloc")) return e;
-  Device *d = find_device(dev);
-  size_t charged = charge_for(size);
-  uint64_t used = d->in_use.load();
-  do {
-    if (used + charged > d->capacity || charged < size)
-      return fail(ACL_ERROR_RT_MEMORY_ALLOCATION,
-                  "aclrtMalloc: device %d is out of memory: %zu bytes requested, %llu of %llu bytes in use", dev, size,
-                  static_cast<unsigned long long>(used), static_cast<unsigned long long>(d->capacity));
-  } while (!d->in_use.compare_exchange_weak(used, used + charged));
-  void *p = aligned_block(size);
-  if (!p) {
-    d->in_use.fetch_sub(charged);
-    return fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMalloc: the host could not back %zu bytes of device %d", size,
-                dev);
-  }
-  auto a = std::make_shared<Allocation>();
-  a->base = reinterpret_cast<uintptr_t>(p);
-  a->size = size;
-  a->charged = charged;
-  a->device = dev;
-  auto &c = counters();
-  uint64_t now = c.mem_in_use.fetch_add(charged) + charged;
-  uint64_t peak = c.mem_peak.load();
-  while (now > peak && !c.mem_peak.compare_exchange_weak(peak, now)) {
-  }
-  {
-    std::lock_guard<std::mutex> lk(rt().mem_mu);
-    rt().device_mem[a->base] = a;
-  }
-  *devPtr = p;
-  return ACL_SUCCESS;
+  return device_alloc(dev, size, devPtr, "aclrtMalloc");
 }
 
 aclError aclrtFree(void *devPtr) {

@@ -1,0 +1,449 @@
+# GE: initialize/finalize, ONNX parsing, sessions, compile / load / execute on a stream, and the host NPU's
+# compute provider (ONNX Runtime) behind it.
+from libcpp.string cimport string
+from libcpp.vector cimport vector
+from libcpp.pair cimport pair
+from libc.string cimport strncpy
+cimport ge as cge
+from backend cimport gertHostTensorRef, gertHostGraphProvider, gertHostOutputAlloc, gertHostSetGraphProvider
+
+import os as _os
+
+
+cdef str _ge_message():
+    return cge.gert_ge_error_msg().decode("utf-8", "replace")
+
+
+cdef int _check_ge(cge.Status st, str what) except -1:
+    if st != 0:
+        msg = _ge_message()
+        raise _errors.GeError(st, msg if msg else what)
+    return 0
+
+
+cdef cge.gert_options _options(options, str what) except *:
+    cdef cge.gert_options out
+    if options is None:
+        return out
+    if not isinstance(options, dict):
+        raise TypeError(f"{what}: options must be a dict of str to str, got {type(options).__name__}")
+    for k, v in options.items():
+        if not isinstance(k, str):
+            raise TypeError(f"{what}: option key {k!r} is not a str")
+        out.push_back(pair[string, string](k.encode(), str(v).encode()))
+    return out
+
+
+cdef bint _ge_ready = False
+
+
+class GeContext:
+    """Returned by ge_initialize(); ``with gert.ge_initialize(...):`` finalizes GE on exit."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        ge_finalize()
+
+
+def ge_initialize(options=None):
+    """GEInitialize(options): global GE options (``ge.*`` keys). Repeated calls are accepted, as in GE."""
+    global _ge_ready
+    cdef cge.gert_options o = _options(options, "ge_initialize")
+    cdef cge.Status st
+    with nogil:
+        st = cge.gert_ge_initialize(o)
+    _check_ge(st, "GEInitialize failed")
+    _ge_ready = True
+    return GeContext()
+
+
+def ge_finalize():
+    """GEFinalize: releases every session and graph."""
+    global _ge_ready
+    cdef cge.Status st
+    with nogil:
+        st = cge.GEFinalize()
+    _ge_ready = False
+    _check_ge(st, "GEFinalize failed")
+
+
+cdef class Graph:
+    """A parsed ONNX model (aclgrphParseONNX / aclgrphParseONNXFromMem)."""
+    cdef cge.Graph _g
+
+    @staticmethod
+    def from_onnx(model, parser_params=None):
+        """``model``: a path or the serialized model (bytes); ``parser_params``: the parser's 8 keys
+        (e.g. ``{"input_shape": "x:1,3,224,224"}``); other keys fail as they do in GE."""
+        cdef Graph g = Graph.__new__(Graph)
+        cdef cge.gert_options o = _options(parser_params, "Graph.from_onnx")
+        cdef cge.graphStatus st
+        cdef bytes data
+        cdef bytes path
+        cdef const char* p
+        cdef size_t n
+        if isinstance(model, (bytes, bytearray, memoryview)):
+            data = bytes(model)
+            if not data:
+                raise _errors.GeError(0x3000001, "Graph.from_onnx: the model bytes are empty")
+            p = data
+            n = len(data)
+            with nogil:
+                st = cge.gert_parse_onnx_mem(p, n, o, &g._g)
+        else:
+            path = _os.fsencode(model)
+            p = path
+            with nogil:
+                st = cge.gert_parse_onnx(p, o, &g._g)
+        _check_ge(st, "parsing the ONNX model failed")
+        return g
+
+    @property
+    def name(self) -> str:
+        return cge.gert_graph_name(&self._g).decode()
+
+    def __repr__(self):
+        return f"<gert.Graph {self.name!r}>"
+
+
+cdef class _GeTensorOwner:
+    """Owns a gert::Tensor whose memory GE allocated; deleting it frees that memory."""
+    cdef cge.Tensor* t
+
+    def __dealloc__(self):
+        if self.t != NULL:
+            del self.t
+            self.t = NULL
+
+
+cdef object _device_tensor_cls = None
+
+
+cdef object _DeviceTensor():
+    global _device_tensor_cls
+    if _device_tensor_cls is None:
+        from gert.tensor import DeviceTensor
+        _device_tensor_cls = DeviceTensor
+    return _device_tensor_cls
+
+
+cdef int _push_tensors(cge.gert_tensor_list& v, list tensors, str what) except -1:
+    cdef DeviceBuffer buf
+    cdef vector[int64_t] dims
+    for i, t in enumerate(tensors):
+        buf = t.buffer
+        buf._check()
+        dims.clear()
+        for d in t.shape:
+            dims.push_back(d)
+        cge.gert_push_device_tensor(v, <void*>buf._ptr, buf.nbytes, t.ge_dtype, dims)
+    return 0
+
+
+cdef class Session:
+    """A GE session (ge::Session). Launches through one session are serialized, as in GE: use one per stream
+    for concurrency."""
+    cdef cge.Session* _s
+    cdef dict _loaded  # graph id -> Stream it was loaded on
+
+    def __init__(self, options=None):
+        global _ge_ready
+        if not _ge_ready:
+            ge_initialize()
+        cdef cge.gert_options o = _options(options, "Session")
+        with nogil:
+            self._s = cge.gert_new_session(o)
+        self._loaded = {}
+        if self._s.GetSessionId() == 0:
+            msg = _ge_message()
+            del self._s
+            self._s = NULL
+            raise _errors.GeError(0xFFFFFFFF, msg or "Session could not be created")
+
+    cdef int _check(self) except -1:
+        if self._s == NULL:
+            raise _errors.GeError(0xFFFFFFFF, "the session was closed")
+        return 0
+
+    @property
+    def session_id(self) -> int:
+        self._check()
+        return self._s.GetSessionId()
+
+    def add_graph(self, uint32_t graph_id, Graph graph, options=None):
+        """AddGraph with graph-level options (ge.inputShape, ge.dynamicDims, ge.exec.precision_mode, ...)."""
+        self._check()
+        cdef cge.gert_options o = _options(options, "add_graph")
+        cdef cge.Status st
+        with nogil:
+            st = cge.gert_add_graph(self._s, graph_id, &graph._g, o)
+        _check_ge(st, f"AddGraph({graph_id}) failed")
+
+    def compile_graph(self, uint32_t graph_id):
+        self._check()
+        cdef cge.Status st
+        with nogil:
+            st = self._s.CompileGraph(graph_id)
+        _check_ge(st, f"CompileGraph({graph_id}) failed")
+
+    def summary(self, uint32_t graph_id):
+        """GetCompiledGraphSummary -> gert.GraphSummary."""
+        self._check()
+        cdef cge.gert_summary s
+        with nogil:
+            s = cge.gert_get_summary(self._s, graph_id)
+        if not s.ok:
+            raise _errors.GeError(0xFFFFFFFF, _ge_message() or f"graph {graph_id} has no compile summary")
+        from gert.dtypes import numpy_dtype
+        from gert.tensor import GraphSummary
+        return GraphSummary(
+            is_static=s.is_static, const_memory_size=s.const_memory, feature_memory_size=s.feature_memory,
+            output_shapes=[tuple(d) for d in s.shapes], output_dtypes=[numpy_dtype(d) for d in s.dtypes])
+
+    def load_graph(self, uint32_t graph_id, Stream stream, options=None):
+        """LoadGraph(graph_id, options, stream): binds the compiled graph to the stream (once per graph)."""
+        self._check()
+        stream._check()
+        cdef cge.gert_options o = _options(options, "load_graph")
+        cdef cge.Status st
+        cdef void* h = stream._h
+        with nogil:
+            st = cge.gert_load_graph(self._s, graph_id, o, h)
+        _check_ge(st, f"LoadGraph({graph_id}) failed")
+        self._loaded[graph_id] = stream
+
+    def execute_async(self, uint32_t graph_id, Stream stream, inputs, outputs=None):
+        """ExecuteGraphWithStreamAsync: queue one run of the graph on ``stream``.
+
+        ``inputs``/``outputs``: lists of gert.DeviceTensor. Static graphs need ``outputs``; a dynamic graph given
+        none allocates them and returns new DeviceTensors (it then waits for the run, to know their shapes).
+        Everything passed stays alive until the stream is synchronized.
+        """
+        self._check()
+        stream._check()
+        cdef cge.gert_tensor_list ins, outs
+        cdef list in_list = list(inputs)
+        cdef list out_list = [] if outputs is None else list(outputs)
+        _push_tensors(ins, in_list, "inputs")
+        _push_tensors(outs, out_list, "outputs")
+        cdef cge.Status st
+        cdef void* h = stream._h
+        with nogil:
+            st = self._s.ExecuteGraphWithStreamAsync(graph_id, h, ins, outs)
+        _check_ge(st, f"ExecuteGraphWithStreamAsync({graph_id}) failed")
+        stream._keep_alive((in_list, out_list))
+        if out_list:
+            return out_list
+        cdef list produced = []
+        cdef _GeTensorOwner owner
+        cdef DeviceBuffer buf
+        from gert.dtypes import numpy_dtype
+        for i in range(outs.size()):
+            owner = _GeTensorOwner.__new__(_GeTensorOwner)
+            owner.t = cge.gert_take_tensor(outs, i)
+            buf = DeviceBuffer.__new__(DeviceBuffer)
+            buf._ptr = <intptr_t>owner.t.GetAddr()
+            buf.nbytes = owner.t.GetSize()
+            buf.device_id = stream.device_id
+            buf._epoch = stream._epoch
+            buf._owner = owner
+            produced.append(_DeviceTensor()(buf, tuple(cge.gert_tensor_dims(owner.t[0])),
+                                            numpy_dtype(cge.gert_tensor_dtype(owner.t[0]))))
+        return produced
+
+    def run_graph(self, uint32_t graph_id, inputs):
+        """RunGraph: synchronous, numpy arrays in and out (compiles the graph on first use)."""
+        self._check()
+        import numpy as np
+        from gert.dtypes import ge_dtype, numpy_dtype
+        arrays = [np.ascontiguousarray(a) for a in inputs]
+        cdef vector[const void*] data
+        cdef vector[size_t] sizes
+        cdef vector[int] dtypes
+        cdef vector[vector[int64_t]] dims
+        cdef vector[int64_t] d
+        cdef vector[cge.GeTensor] out
+        for a in arrays:
+            data.push_back(<const void*><intptr_t>a.ctypes.data)
+            sizes.push_back(a.nbytes)
+            dtypes.push_back(ge_dtype(a.dtype))
+            d.clear()
+            for x in a.shape:
+                d.push_back(x)
+            dims.push_back(d)
+        cdef cge.Status st
+        with nogil:
+            st = cge.gert_run_graph(self._s, graph_id, data, sizes, dtypes, dims, &out)
+        _check_ge(st, f"RunGraph({graph_id}) failed")
+        results = []
+        for i in range(out.size()):
+            shape = tuple(cge.gert_ge_tensor_dims(out[i]))
+            dt = numpy_dtype(cge.gert_ge_tensor_dtype(out[i]))
+            n = out[i].GetSize()
+            raw = (<const char*>out[i].GetData())[:n] if n else b""
+            results.append(np.frombuffer(raw, dtype=dt).reshape(shape).copy())
+        return results
+
+    def remove_graph(self, uint32_t graph_id):
+        """RemoveGraph: fails while runs of the graph are in flight (synchronize the stream first)."""
+        self._check()
+        cdef cge.Status st
+        with nogil:
+            st = self._s.RemoveGraph(graph_id)
+        _check_ge(st, f"RemoveGraph({graph_id}) failed")
+        self._loaded.pop(graph_id, None)
+
+    def close(self):
+        """Destroy the session (its graphs go with it)."""
+        cdef cge.Session* s = self._s
+        self._s = NULL
+        if s != NULL:
+            with nogil:
+                del s
+        self._loaded.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __dealloc__(self):
+        cdef cge.Session* s = self._s
+        self._s = NULL
+        if s != NULL:
+            with nogil:
+                del s
+
+
+# ---- the host NPU's compute provider --------------------------------------------------------------------
+
+cdef object _provider = None
+
+
+cdef void _write_err(char* err, size_t n, str text) noexcept:
+    cdef bytes b = text.encode("utf-8", "replace")[: n - 1]
+    strncpy(err, b, n - 1)
+    err[n - 1] = 0
+
+
+cdef tuple _ref_dims(const gertHostTensorRef* r):
+    return tuple([r.dims[k] for k in range(r.ndim)])
+
+
+cdef class _OutputAllocator:
+    cdef gertHostOutputAlloc fn
+    cdef void* ctx
+
+    def __call__(self, uint64_t nbytes):
+        cdef void* p = self.fn(self.ctx, nbytes)
+        if p == NULL:
+            raise MemoryError(f"the device could not allocate an output of {nbytes} bytes")
+        return <intptr_t>p
+
+
+cdef int _prov_compile_gil(void* ctx, const void* model, size_t size, int32_t n_in, const char* const* in_names,
+                           const gertHostTensorRef* ins, int32_t n_out, const char* const* out_names,
+                           gertHostTensorRef* outs, void** exe, char* err, size_t err_len) noexcept with gil:
+    try:
+        data = (<const char*>model)[:size]
+        inputs = [(in_names[i].decode(), ins[i].dtype, _ref_dims(&ins[i])) for i in range(n_in)]
+        outputs = [(out_names[i].decode(), outs[i].dtype, _ref_dims(&outs[i])) for i in range(n_out)]
+        executable, result = (<object>ctx).compile(data, inputs, outputs)
+        for i, (dt, dims) in enumerate(result):
+            outs[i].dtype = dt
+            outs[i].ndim = len(dims)
+            for k, d in enumerate(dims):
+                outs[i].dims[k] = d
+        Py_INCREF(executable)
+        exe[0] = <void*>executable
+        return 0
+    except BaseException as e:
+        _write_err(err, err_len, f"{type(e).__name__}: {e}")
+        return 1
+
+
+cdef int _prov_compile(void* ctx, const void* model, size_t size, int32_t n_in, const char* const* in_names,
+                       const gertHostTensorRef* ins, int32_t n_out, const char* const* out_names,
+                       gertHostTensorRef* outs, void** exe, char* err, size_t err_len) noexcept nogil:
+    gert_pin_thread_state()
+    return _prov_compile_gil(ctx, model, size, n_in, in_names, ins, n_out, out_names, outs, exe, err, err_len)
+
+
+cdef int _prov_prepare_gil(void* exe, int32_t threads, char* err, size_t err_len) noexcept with gil:
+    try:
+        (<object>exe).session(threads)
+        return 0
+    except BaseException as e:
+        _write_err(err, err_len, f"{type(e).__name__}: {e}")
+        return 1
+
+
+cdef int _prov_prepare(void* exe, int32_t threads, char* err, size_t err_len) noexcept nogil:
+    gert_pin_thread_state()
+    return _prov_prepare_gil(exe, threads, err, err_len)
+
+
+cdef int _prov_run_gil(void* exe, int32_t threads, int32_t n_in, const gertHostTensorRef* ins, int32_t n_out,
+                       gertHostTensorRef* outs, gertHostOutputAlloc alloc, void* alloc_ctx, char* err,
+                       size_t err_len) noexcept with gil:
+    cdef _OutputAllocator a
+    try:
+        a = _OutputAllocator.__new__(_OutputAllocator)
+        a.fn = alloc
+        a.ctx = alloc_ctx
+        inputs = [(<intptr_t>ins[i].data, ins[i].nbytes, ins[i].dtype, _ref_dims(&ins[i])) for i in range(n_in)]
+        outputs = [(<intptr_t>outs[i].data, outs[i].nbytes, outs[i].dtype, _ref_dims(&outs[i])) for i in range(n_out)]
+        results = (<object>exe).run(threads, inputs, outputs, a)
+        for i, r in enumerate(results):
+            if r is None:
+                continue
+            ptr, nbytes, dims = r
+            outs[i].data = <void*><intptr_t>ptr
+            outs[i].nbytes = nbytes
+            outs[i].ndim = len(dims)
+            for k, d in enumerate(dims):
+                outs[i].dims[k] = d
+        return 0
+    except BaseException as e:
+        _write_err(err, err_len, f"{type(e).__name__}: {e}")
+        return 1
+
+
+cdef int _prov_run(void* exe, int32_t threads, int32_t n_in, const gertHostTensorRef* ins, int32_t n_out,
+                   gertHostTensorRef* outs, gertHostOutputAlloc alloc, void* alloc_ctx, char* err,
+                   size_t err_len) noexcept nogil:
+    gert_pin_thread_state()
+    return _prov_run_gil(exe, threads, n_in, ins, n_out, outs, alloc, alloc_ctx, err, err_len)
+
+
+cdef void _prov_release_gil(void* exe) noexcept with gil:
+    Py_DECREF(<object>exe)
+
+
+cdef void _prov_release(void* exe) noexcept nogil:
+    gert_pin_thread_state()
+    _prov_release_gil(exe)
+
+
+cdef gertHostGraphProvider _provider_table
+
+
+def _install_host_provider():
+    """Register ONNX Runtime as the host NPU's compute provider (done at import on the host NPU)."""
+    global _provider
+    if not GERT_HAS_HOST_NPU:
+        return
+    from gert._ort_provider import OrtGraphProvider
+    _provider = OrtGraphProvider()
+    _provider_table.ctx = <void*>_provider
+    _provider_table.compile = _prov_compile
+    _provider_table.prepare = _prov_prepare
+    _provider_table.run = _prov_run
+    _provider_table.release = _prov_release
+    gertHostSetGraphProvider(&_provider_table)
+
+
+_install_host_provider()

@@ -1,0 +1,62 @@
+# Declarations of the GE C++ API subset gert uses, through ge_glue.h (ge/ge_api.h, parser/onnx_parser.h).
+from libc.stdint cimport uint32_t, uint64_t, int64_t
+from libcpp cimport bool as cbool
+from libcpp.string cimport string
+from libcpp.vector cimport vector
+from libcpp.pair cimport pair
+
+
+cdef extern from "ge_glue.h" nogil:
+    ctypedef uint32_t Status "ge::Status"
+    ctypedef uint32_t graphStatus "ge::graphStatus"
+
+    cdef cppclass Graph "ge::Graph":
+        Graph()
+        cbool IsValid()
+
+    cdef cppclass Session "ge::Session":
+        Status RemoveGraph(uint32_t graph_id)
+        Status CompileGraph(uint32_t graph_id)
+        Status ExecuteGraphWithStreamAsync(uint32_t graph_id, void* stream, const vector[Tensor]& inputs,
+                                           vector[Tensor]& outputs)
+        uint64_t GetSessionId()
+
+    cdef cppclass Tensor "gert::Tensor":
+        void* GetAddr()
+        size_t GetSize()
+
+    cdef cppclass GeTensor "ge::Tensor":
+        const unsigned char* GetData()
+        size_t GetSize()
+
+    Status GEFinalize "ge::GEFinalize"()
+
+    ctypedef vector[pair[string, string]] gert_options
+    ctypedef vector[Tensor] gert_tensor_list
+
+    cdef struct gert_summary:
+        cbool ok
+        cbool is_static
+        size_t const_memory
+        size_t feature_memory
+        vector[vector[int64_t]] shapes
+        vector[int] dtypes
+
+    Status gert_ge_initialize(const gert_options& o)
+    string gert_ge_error_msg()
+    string gert_ge_warning_msg()
+    Session* gert_new_session(const gert_options& o)
+    graphStatus gert_parse_onnx(const char* path, const gert_options& o, Graph* g)
+    graphStatus gert_parse_onnx_mem(const char* buf, size_t n, const gert_options& o, Graph* g)
+    string gert_graph_name(const Graph* g)
+    Status gert_add_graph(Session* s, uint32_t graph_id, const Graph* g, const gert_options& o)
+    Status gert_load_graph(Session* s, uint32_t graph_id, const gert_options& o, void* stream)
+    gert_summary gert_get_summary(Session* s, uint32_t graph_id)
+    void gert_push_device_tensor(gert_tensor_list& v, void* addr, size_t nbytes, int dtype, const vector[int64_t]& dims)
+    vector[int64_t] gert_tensor_dims(const Tensor& t)
+    int gert_tensor_dtype(const Tensor& t)
+    Tensor* gert_take_tensor(gert_tensor_list& v, size_t i)
+    Status gert_run_graph(Session* s, uint32_t graph_id, const vector[const void*]& data, const vector[size_t]& sizes,
+                          const vector[int]& dtypes, const vector[vector[int64_t]]& dims, vector[GeTensor]* out)
+    vector[int64_t] gert_ge_tensor_dims(const GeTensor& t)
+    int gert_ge_tensor_dtype(const GeTensor& t)

@@ -1,0 +1,112 @@
+/* gert: glue between Cython and the GE C++ API: builds the AscendString option maps and the move-only
+ * gert::Tensor vectors that Cython cannot spell directly. Each function is one GE call. */
+#ifndef GERT_GE_GLUE_H_
+#define GERT_GE_GLUE_H_
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ge/ge_api.h"
+#include "parser/onnx_parser.h"
+
+typedef std::vector<std::pair<std::string, std::string>> gert_options;
+typedef std::vector<gert::Tensor> gert_tensor_list;
+
+static inline std::map<ge::AscendString, ge::AscendString> gert_to_map(const gert_options &o) {
+  std::map<ge::AscendString, ge::AscendString> m;
+  for (auto &kv : o) m[ge::AscendString(kv.first.c_str())] = ge::AscendString(kv.second.c_str());
+  return m;
+}
+
+static inline ge::Status gert_ge_initialize(const gert_options &o) { return ge::GEInitialize(gert_to_map(o)); }
+static inline std::string gert_ge_error_msg() { return ge::GEGetErrorMsgV2().GetString(); }
+static inline std::string gert_ge_warning_msg() { return ge::GEGetWarningMsgV2().GetString(); }
+
+static inline ge::Session *gert_new_session(const gert_options &o) { return new ge::Session(gert_to_map(o)); }
+
+static inline ge::graphStatus gert_parse_onnx(const char *path, const gert_options &o, ge::Graph *g) {
+  return ge::aclgrphParseONNX(path, gert_to_map(o), *g);
+}
+static inline ge::graphStatus gert_parse_onnx_mem(const char *buf, size_t n, const gert_options &o, ge::Graph *g) {
+  return ge::aclgrphParseONNXFromMem(buf, n, gert_to_map(o), *g);
+}
+static inline std::string gert_graph_name(const ge::Graph *g) {
+  ge::AscendString n;
+  g->GetName(n);
+  return n.GetString();
+}
+
+static inline ge::Status gert_add_graph(ge::Session *s, uint32_t id, const ge::Graph *g, const gert_options &o) {
+  return s->AddGraph(id, *g, gert_to_map(o));
+}
+static inline ge::Status gert_load_graph(ge::Session *s, uint32_t id, const gert_options &o, void *stream) {
+  return s->LoadGraph(id, gert_to_map(o), stream);
+}
+
+/* The compile summary, flattened. ok == false: GetCompiledGraphSummary returned null. */
+struct gert_summary {
+  bool ok = false;
+  bool is_static = false;
+  size_t const_memory = 0, feature_memory = 0;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<int> dtypes;
+};
+static inline gert_summary gert_get_summary(ge::Session *s, uint32_t id) {
+  gert_summary out;
+  ge::CompiledGraphSummaryPtr p = s->GetCompiledGraphSummary(id);
+  if (!p) return out;
+  out.ok = true;
+  out.is_static = p->IsStatic();
+  p->GetConstMemorySize(out.const_memory);
+  p->GetFeatureMemorySize(out.feature_memory);
+  std::vector<ge::Shape> shapes;
+  p->GetOutputShapes(shapes);
+  for (auto &sh : shapes) out.shapes.push_back(sh.GetDims());
+  std::vector<ge::DataType> dts;
+  p->GetOutputDtypes(dts);
+  for (auto d : dts) out.dtypes.push_back(static_cast<int>(d));
+  return out;
+}
+
+/* Appends a device tensor that points at caller-owned memory (no manager: GE never frees it). */
+static inline void gert_push_device_tensor(gert_tensor_list &v, void *addr, size_t nbytes, int dtype,
+                                           const std::vector<int64_t> &dims) {
+  gert::StorageShape shape;
+  for (int64_t d : dims) {
+    shape.MutableStorageShape().AppendDim(d);
+    shape.MutableOriginShape().AppendDim(d);
+  }
+  gert::Tensor t(shape, gert::StorageFormat(ge::FORMAT_ND, ge::FORMAT_ND, gert::ExpandDimsType()),
+                 gert::kOnDeviceHbm, static_cast<ge::DataType>(dtype), nullptr);
+  t.SetData(gert::TensorData(addr, nullptr, nbytes, gert::kOnDeviceHbm));
+  v.emplace_back(std::move(t));
+}
+
+static inline std::vector<int64_t> gert_tensor_dims(const gert::Tensor &t) {
+  std::vector<int64_t> d;
+  const gert::Shape &s = t.GetStorageShape();
+  for (size_t k = 0; k < s.GetDimNum(); ++k) d.push_back(s.GetDim(k));
+  return d;
+}
+static inline int gert_tensor_dtype(const gert::Tensor &t) { return static_cast<int>(t.GetDataType()); }
+/* Moves element i out to the heap: its owner (e.g. a DeviceBuffer) deletes it, which frees GE's memory. */
+static inline gert::Tensor *gert_take_tensor(gert_tensor_list &v, size_t i) { return new gert::Tensor(std::move(v[i])); }
+
+static inline ge::Status gert_run_graph(ge::Session *s, uint32_t id, const std::vector<const void *> &data,
+                                        const std::vector<size_t> &sizes, const std::vector<int> &dtypes,
+                                        const std::vector<std::vector<int64_t>> &dims, std::vector<ge::Tensor> *out) {
+  std::vector<ge::Tensor> in;
+  for (size_t i = 0; i < data.size(); ++i) {
+    ge::TensorDesc desc(ge::Shape(dims[i]), ge::FORMAT_ND, static_cast<ge::DataType>(dtypes[i]));
+    ge::Tensor t(desc);
+    t.SetData(const_cast<uint8_t *>(static_cast<const uint8_t *>(data[i])), sizes[i], [](uint8_t *) {});
+    in.push_back(t);
+  }
+  return s->RunGraph(id, in, *out);
+}
+static inline std::vector<int64_t> gert_ge_tensor_dims(const ge::Tensor &t) { return t.GetTensorDesc().GetShape().GetDims(); }
+static inline int gert_ge_tensor_dtype(const ge::Tensor &t) { return static_cast<int>(t.GetTensorDesc().GetDataType()); }
+
+#endif

@@ -1,0 +1,258 @@
+// Host NPU GE: ge::Graph and the ONNX parser (aclgrphParseONNX / aclgrphParseONNXFromMem).
+// Parsing reads and validates the ONNX model and accepts only the parser_params keys real GE accepts.
+#include <cstdarg>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+#include "ge_state.h"
+#include "parser/onnx_parser.h"
+
+namespace hostnpu {
+
+namespace {
+thread_local std::string tls_ge_error, tls_ge_warning;
+
+// ge::ir_option::ir_parser_suppported_options (GE parser/parser/common/acl_graph_parser_util.cc::CheckOptions)
+const char *const kParserKeys[] = {
+    "ge.INPUT_NODES_SET_FP16", "is_input_adjust_hw_layout", "is_output_adjust_hw_layout", "output",
+    "ge.outputNodeName",       "enable_scope_fusion_passes", "input_data_names",          "input_shape",
+};
+
+std::vector<std::string> split(const std::string &s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream in(s);
+  while (std::getline(in, cur, sep)) out.push_back(cur);
+  if (!s.empty() && s.back() == sep) out.emplace_back();
+  return out;
+}
+
+bool parse_int(const std::string &s, int64_t &v) {
+  if (s.empty()) return false;
+  char *end = nullptr;
+  v = std::strtoll(s.c_str(), &end, 10);
+  return end && *end == '\0';
+}
+}  // namespace
+
+std::string dims_str(const std::vector<int64_t> &dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? "," : "") + std::to_string(dims[i]);
+  return s + "]";
+}
+
+ge::DataType dtype_from_onnx(int32_t t) {
+  switch (t) {
+    case 1: return ge::DT_FLOAT;
+    case 2: return ge::DT_UINT8;
+    case 3: return ge::DT_INT8;
+    case 4: return ge::DT_UINT16;
+    case 5: return ge::DT_INT16;
+    case 6: return ge::DT_INT32;
+    case 7: return ge::DT_INT64;
+    case 8: return ge::DT_STRING;
+    case 9: return ge::DT_BOOL;
+    case 10: return ge::DT_FLOAT16;
+    case 11: return ge::DT_DOUBLE;
+    case 12: return ge::DT_UINT32;
+    case 13: return ge::DT_UINT64;
+    case 14: return ge::DT_COMPLEX64;
+    case 15: return ge::DT_COMPLEX128;
+    case 16: return ge::DT_BF16;
+    default: return ge::DT_UNDEFINED;
+  }
+}
+
+const char *dtype_name(ge::DataType dt) {
+  switch (dt) {
+    case ge::DT_FLOAT: return "DT_FLOAT";
+    case ge::DT_FLOAT16: return "DT_FLOAT16";
+    case ge::DT_BF16: return "DT_BF16";
+    case ge::DT_DOUBLE: return "DT_DOUBLE";
+    case ge::DT_INT8: return "DT_INT8";
+    case ge::DT_INT16: return "DT_INT16";
+    case ge::DT_INT32: return "DT_INT32";
+    case ge::DT_INT64: return "DT_INT64";
+    case ge::DT_UINT8: return "DT_UINT8";
+    case ge::DT_UINT16: return "DT_UINT16";
+    case ge::DT_UINT32: return "DT_UINT32";
+    case ge::DT_UINT64: return "DT_UINT64";
+    case ge::DT_BOOL: return "DT_BOOL";
+    case ge::DT_STRING: return "DT_STRING";
+    case ge::DT_COMPLEX64: return "DT_COMPLEX64";
+    case ge::DT_COMPLEX128: return "DT_COMPLEX128";
+    default: return "DT_UNDEFINED";
+  }
+}
+
+ge::Status ge_fail(ge::Status code, const char *fmt, ...) {
+  char buf[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  tls_ge_error = buf;
+  return code;
+}
+
+void ge_warn(const char *fmt, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  tls_ge_warning = buf;
+  if (std::getenv("GERT_HOST_GE_LOG")) std::fprintf(stderr, "[hostnpu GE] W %s\n", buf);
+}
+
+const std::string &ge_error_text() { return tls_ge_error; }
+const std::string &ge_warning_text() { return tls_ge_warning; }
+
+// Builds a GraphImpl from a serialized model and parser_params.
+static ge::graphStatus parse(std::shared_ptr<const std::string> bytes, const char *api,
+                             const std::map<ge::AscendString, ge::AscendString> &params, ge::Graph &graph) {
+  std::map<std::string, std::string> opts;
+  for (auto &kv : params) {
+    std::string k = kv.first.GetString();
+    bool known = false;
+    for (const char *key : kParserKeys) known = known || k == key;
+    if (!known) {
+      std::string all;
+      for (const char *key : kParserKeys) all += std::string(all.empty() ? "" : ", ") + key;
+      return ge_fail(ge::GRAPH_PARAM_INVALID, "%s: parser_params key '%s' is not supported; supported keys: %s", api,
+                     k.c_str(), all.c_str());
+    }
+    opts[k] = kv.second.GetString();
+  }
+  onnx::ModelInfo info;
+  std::string err;
+  if (!onnx::parse_model(reinterpret_cast<const uint8_t *>(bytes->data()), bytes->size(), info, err))
+    return ge_fail(ge::GRAPH_FAILED, "%s: %s", api, err.c_str());
+  if (info.node_count == 0) return ge_fail(ge::GRAPH_FAILED, "%s: the ONNX graph has no nodes", api);
+  auto impl = std::make_shared<ge::GraphImpl>();
+  impl->model = bytes;
+  impl->node_count = info.node_count;
+  impl->name = opts.count("output") ? opts["output"] : info.graph_name;
+  auto to_spec = [&](const onnx::ValueInfo &v, const char *what, IOSpec &s) -> ge::graphStatus {
+    s.name = v.name;
+    s.onnx_type = v.elem_type;
+    s.dtype = dtype_from_onnx(v.elem_type);
+    if (s.dtype == ge::DT_UNDEFINED || s.dtype == ge::DT_STRING)
+      return ge_fail(ge::GRAPH_FAILED, "%s: %s '%s' has ONNX element type %s (%d), which the host NPU does not support",
+                     api, what, v.name.c_str(), onnx::elem_type_name(v.elem_type), v.elem_type);
+    if (!v.has_shape)
+      return ge_fail(ge::GRAPH_FAILED, "%s: %s '%s' has no shape (rank) in the model", api, what, v.name.c_str());
+    for (auto &d : v.dims) {
+      s.dims.push_back(d.value >= 0 ? d.value : -1);
+      s.dim_names.push_back(d.value >= 0 ? std::string() : d.param);
+    }
+    return ge::GRAPH_SUCCESS;
+  };
+  for (auto &v : info.inputs) {
+    IOSpec s;
+    if (auto st = to_spec(v, "input", s)) return st;
+    impl->inputs.push_back(std::move(s));
+  }
+  for (auto &v : info.outputs) {
+    IOSpec s;
+    if (auto st = to_spec(v, "output", s)) return st;
+    impl->outputs.push_back(std::move(s));
+  }
+  if (opts.count("ge.outputNodeName") && !opts["ge.outputNodeName"].empty()) {
+    // "name:index;name:index" or "name;name": keep those graph outputs, in that order.
+    std::vector<IOSpec> kept;
+    for (auto &item : split(opts["ge.outputNodeName"], ';')) {
+      std::string name = item.substr(0, item.find(':'));
+      bool found = false;
+      for (auto &o : impl->outputs) {
+        if (o.name == name) {
+          kept.push_back(o);
+          found = true;
+        }
+      }
+      if (!found)
+        return ge_fail(ge::GRAPH_PARAM_INVALID, "%s: ge.outputNodeName names '%s', which is not a graph output", api,
+                       name.c_str());
+    }
+    impl->outputs = kept;
+  }
+  if (opts.count("input_shape") && !opts["input_shape"].empty()) {
+    // "x:1,3,224,224;y:1,10": fixes dims (-1 keeps a dim dynamic).
+    for (auto &item : split(opts["input_shape"], ';')) {
+      if (item.empty()) continue;
+      size_t colon = item.rfind(':');
+      if (colon == std::string::npos)
+        return ge_fail(ge::GRAPH_PARAM_INVALID, "%s: input_shape entry '%s' is not 'name:d0,d1,...'", api,
+                       item.c_str());
+      std::string name = item.substr(0, colon);
+      IOSpec *in = nullptr;
+      for (auto &i : impl->inputs) in = i.name == name ? &i : in;
+      if (!in) return ge_fail(ge::GRAPH_PARAM_INVALID, "%s: input_shape names '%s', which is not a graph input", api,
+                              name.c_str());
+      std::vector<int64_t> dims;
+      std::string dims_text = item.substr(colon + 1);
+      if (!dims_text.empty()) {
+        for (auto &d : split(dims_text, ',')) {
+          int64_t v;
+          if (!parse_int(d, v) || v < -1)
+            return ge_fail(ge::GRAPH_PARAM_INVALID, "%s: input_shape for '%s' has a bad dim '%s'", api, name.c_str(),
+                           d.c_str());
+          dims.push_back(v);
+        }
+      }
+      if (dims.size() != in->dims.size())
+        return ge_fail(ge::GRAPH_PARAM_INVALID, "%s: input_shape gives '%s' rank %zu but the model says %s (rank %zu)",
+                       api, name.c_str(), dims.size(), dims_str(in->dims).c_str(), in->dims.size());
+      for (size_t i = 0; i < dims.size(); ++i) {
+        if (in->dims[i] >= 0 && dims[i] != in->dims[i])
+          return ge_fail(ge::GRAPH_PARAM_INVALID, "%s: input_shape sets '%s' axis %zu to %lld but the model fixes it at %lld",
+                         api, name.c_str(), i, static_cast<long long>(dims[i]), static_cast<long long>(in->dims[i]));
+        if (dims[i] >= 0) in->dims[i] = dims[i];
+      }
+    }
+  }
+  ge::GraphUtilsEx::SetImpl(graph, impl);
+  return ge::GRAPH_SUCCESS;
+}
+
+}  // namespace hostnpu
+
+namespace ge {
+
+Graph::Graph(const std::string &name) : impl_(std::make_shared<GraphImpl>()) { impl_->name = name; }
+Graph::Graph(const char_t *name) : impl_(std::make_shared<GraphImpl>()) { impl_->name = name ? name : ""; }
+bool Graph::IsValid() const { return impl_ && impl_->model && !impl_->model->empty(); }
+graphStatus Graph::SaveToFile(const char_t *file_name) const {
+  if (!IsValid() || !file_name) return GRAPH_FAILED;
+  std::ofstream f(file_name, std::ios::binary);
+  f.write(impl_->model->data(), static_cast<std::streamsize>(impl_->model->size()));
+  return f ? GRAPH_SUCCESS : GRAPH_FAILED;
+}
+graphStatus Graph::LoadFromFile(const char_t *file_name) {
+  return aclgrphParseONNX(file_name, {}, *this);
+}
+graphStatus Graph::GetName(AscendString &name) const {
+  name = AscendString(impl_ ? impl_->name.c_str() : "");
+  return GRAPH_SUCCESS;
+}
+
+graphStatus aclgrphParseONNX(const char *model_file, const std::map<AscendString, AscendString> &parser_params,
+                             Graph &graph) {
+  if (!model_file) return hostnpu::ge_fail(GRAPH_PARAM_INVALID, "aclgrphParseONNX: model_file is null");
+  std::ifstream f(model_file, std::ios::binary);
+  if (!f) return hostnpu::ge_fail(GRAPH_FAILED, "aclgrphParseONNX: cannot open '%s'", model_file);
+  auto bytes = std::make_shared<std::string>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return hostnpu::parse(bytes, "aclgrphParseONNX", parser_params, graph);
+}
+
+graphStatus aclgrphParseONNXFromMem(const char *buffer, size_t size,
+                                    const std::map<AscendString, AscendString> &parser_params, Graph &graph) {
+  if (!buffer || size == 0)
+    return hostnpu::ge_fail(GRAPH_PARAM_INVALID, "aclgrphParseONNXFromMem: the buffer is empty");
+  auto bytes = std::make_shared<std::string>(buffer, size);
+  return hostnpu::parse(bytes, "aclgrphParseONNXFromMem", parser_params, graph);
+}
+
+}  // namespace ge

@@ -1,0 +1,815 @@
+// Host NPU GE: GEInitialize / GEFinalize, ge::Session (AddGraph, CompileGraph, LoadGraph,
+// ExecuteGraphWithStreamAsync, RunGraph, RemoveGraph) and the compute provider registry.
+// Rules follow real GE: static graphs take only their compiled shapes and caller-allocated outputs, inputs must be
+// device memory, a graph loads once, launches through one Session are serialized.
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "ge_state.h"
+#include "runtime.h"
+
+namespace hostnpu {
+
+const std::string &ge_error_text();
+const std::string &ge_warning_text();
+aclError device_alloc(int32_t device, size_t size, void **out, const char *api);
+
+namespace {
+
+std::mutex g_provider_mu;
+std::shared_ptr<const gertHostGraphProvider> g_provider;
+
+struct GraphRecord {
+  uint32_t id = 0;
+  ge::GraphImplPtr graph;
+  std::vector<IOSpec> inputs;                 // after ge.inputShape
+  std::vector<std::vector<int64_t>> gears;    // ge.dynamicDims: values of the -1 dims, per gear
+  std::map<std::string, std::string> options;
+  bool compiled = false, is_static = false;
+  std::vector<IOSpec> outputs;                // compiled dtypes and shapes
+  std::shared_ptr<const gertHostGraphProvider> provider;
+  void *exe = nullptr;
+  uint64_t loaded_stream = 0;                 // 0: not loaded
+  std::atomic<int> in_flight{0};
+  ~GraphRecord() {
+    if (exe && provider && provider->release) provider->release(exe);
+  }
+};
+using GraphRecordPtr = std::shared_ptr<GraphRecord>;
+
+struct SessionState {
+  uint64_t id = 0;
+  int32_t device = 0;
+  uint32_t aicore_cube = 0, aicore_vector = 0;  // ge.aicoreNum, 0 = unset
+  std::map<std::string, std::string> options;
+  std::mutex mu;         // graphs
+  std::mutex launch_mu;  // GE serializes launches inside one Session (InnerSession::build_run_mutex_)
+  std::map<uint32_t, GraphRecordPtr> graphs;
+};
+using SessionPtr = std::shared_ptr<SessionState>;
+
+struct GeState {
+  std::mutex mu;
+  bool initialized = false;
+  std::map<std::string, std::string> options;
+  uint32_t aicore_cube = 0, aicore_vector = 0;
+  std::unordered_map<uint64_t, SessionPtr> sessions;
+  uint64_t next_session = 1;
+};
+GeState &ge_state() {
+  static GeState *s = new GeState();
+  return *s;
+}
+
+const char *const kPrecisionModes[] = {"force_fp16",          "force_fp32",           "cube_fp16in_fp32out",
+                                       "allow_mix_precision", "allow_fp32_to_fp16",   "must_keep_origin_dtype",
+                                       "allow_mix_precision_fp16", "allow_mix_precision_bf16", "allow_fp32_to_bf16"};
+const char *const kPrecisionModesV2[] = {"fp16",           "origin",     "cube_fp16in_fp32out", "mixed_float16",
+                                         "mixed_bfloat16", "cube_hif8",  "mixed_hif8"};
+// Keys the host NPU gives a meaning to, or accepts as GE does without effect on the CPU.
+const char *const kKnownKeys[] = {
+    "ge.graphRunMode", "ge.exec.deviceId", "ge.session_device_id", "ge.socVersion", "ge.exec.precision_mode",
+    "ge.exec.precision_mode_v2", "ge.inputShape", "ge.dynamicDims", "ge.dynamicNodeType", "ge.aicoreNum",
+    "ge.vectorcoreNum", "ge.exec.staticMemoryPolicy", "ge.exec.memoryOptimizationPolicy", "ge.featureBaseRefreshable",
+    "ge.constLifecycle", "ge.streamNum", "ge.streamMaxParallelNum", "ge.outputDatatype", "ge.oo.level",
+    "ge.jit_compile", "ge.exec.enableDump", "ge.exec.dumpPath", "ge.exec.dumpMode",
+    "ge.exec.dynamicGraphExecuteMode", "ge.exec.dataInputsShapeRange", "ge.inputHintShape", "ge.exec.dynamicInput",
+    "ge.dynamicBatchSize", "ge.dynamicImageSize"};
+
+std::vector<std::string> split(const std::string &s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream in(s);
+  while (std::getline(in, cur, sep)) out.push_back(cur);
+  return out;
+}
+
+bool parse_i64(const std::string &s, int64_t &v) {
+  if (s.empty()) return false;
+  char *end = nullptr;
+  v = std::strtoll(s.c_str(), &end, 10);
+  return end && *end == '\0';
+}
+
+template <class M>
+std::map<std::string, std::string> to_std(const M &m) {
+  std::map<std::string, std::string> out;
+  for (auto &kv : m) out[std::string(kv.first.GetString())] = kv.second.GetString();
+  return out;
+}
+
+uint32_t hw_cube_cores(int32_t device) {
+  if (Device *d = find_device(device)) return d->cube_cores;
+  unsigned n = std::thread::hardware_concurrency();
+  return n ? n : 1;
+}
+
+// Validates options common to every level; fills aicore numbers if present.
+ge::Status check_options(const std::map<std::string, std::string> &opts, const char *api, const char *level,
+                         uint32_t *cube, uint32_t *vector) {
+  bool p1 = opts.count("ge.exec.precision_mode") != 0, p2 = opts.count("ge.exec.precision_mode_v2") != 0;
+  if (p1 && p2)
+    return ge_fail(ge::FAILED,
+                   "%s: E10056: ge.exec.precision_mode and ge.exec.precision_mode_v2 cannot both be set", api);
+  if (p1) {
+    bool ok = false;
+    for (auto *m : kPrecisionModes) ok = ok || opts.at("ge.exec.precision_mode") == m;
+    if (!ok)
+      return ge_fail(ge::FAILED, "%s: ge.exec.precision_mode '%s' is not one of force_fp16, force_fp32, "
+                     "cube_fp16in_fp32out, allow_mix_precision, allow_fp32_to_fp16, must_keep_origin_dtype, "
+                     "allow_mix_precision_fp16, allow_mix_precision_bf16, allow_fp32_to_bf16",
+                     api, opts.at("ge.exec.precision_mode").c_str());
+  }
+  if (p2) {
+    bool ok = false;
+    for (auto *m : kPrecisionModesV2) ok = ok || opts.at("ge.exec.precision_mode_v2") == m;
+    if (!ok)
+      return ge_fail(ge::FAILED, "%s: ge.exec.precision_mode_v2 '%s' is not one of fp16, origin, "
+                     "cube_fp16in_fp32out, mixed_float16, mixed_bfloat16, cube_hif8, mixed_hif8",
+                     api, opts.at("ge.exec.precision_mode_v2").c_str());
+  }
+  auto it = opts.find("ge.aicoreNum");
+  if (it != opts.end()) {
+    // "<cube>|<vector>", "<cube>|" or "<cube>" (GE PlatformInfoUtil::parseAicoreNumOption)
+    std::string v = it->second;
+    size_t bar = v.find('|');
+    std::string c = v.substr(0, bar), ve = bar == std::string::npos ? "" : v.substr(bar + 1);
+    int64_t cv = 0, vv = 0;
+    if (!parse_i64(c, cv) || cv <= 0 || (!ve.empty() && (!parse_i64(ve, vv) || vv <= 0)))
+      return ge_fail(ge::FAILED, "%s: ge.aicoreNum '%s' must be '<cube>|<vector>' with positive counts", api,
+                     v.c_str());
+    if (cube) *cube = static_cast<uint32_t>(cv);
+    if (vector) *vector = static_cast<uint32_t>(vv);
+  }
+  for (auto &kv : opts) {
+    bool known = false;
+    for (auto *k : kKnownKeys) known = known || kv.first == k;
+    if (!known) ge_warn("%s: %s option '%s' is not known to GE; ignored", api, level, kv.first.c_str());
+  }
+  return ge::SUCCESS;
+}
+
+SessionPtr find_session(uint64_t id, const char *api, ge::Status *st) {
+  auto &g = ge_state();
+  std::lock_guard<std::mutex> lk(g.mu);
+  if (!g.initialized) {
+    *st = ge_fail(ACL_ERROR_GE_EXEC_NOT_INIT, "%s: GEInitialize has not been called (or GEFinalize was)", api);
+    return nullptr;
+  }
+  auto it = g.sessions.find(id);
+  if (it == g.sessions.end()) {
+    *st = ge_fail(ge::FAILED, "%s: the session is not valid (it was created before GEInitialize or GE was finalized)",
+                  api);
+    return nullptr;
+  }
+  return it->second;
+}
+
+GraphRecordPtr find_graph(SessionState &s, uint32_t graph_id, const char *api, ge::Status *st) {
+  std::lock_guard<std::mutex> lk(s.mu);
+  auto it = s.graphs.find(graph_id);
+  if (it == s.graphs.end()) {
+    *st = ge_fail(ge::FAILED, "%s: graph %u was not added to this session (or was removed)", api, graph_id);
+    return nullptr;
+  }
+  return it->second;
+}
+
+ge::Status apply_graph_options(GraphRecord &r, const char *api) {
+  auto &o = r.options;
+  auto it = o.find("ge.inputShape");
+  std::vector<std::pair<IOSpec *, size_t>> dyn;  // the -1 dims ge.inputShape leaves, in order
+  if (it != o.end() && !it->second.empty()) {
+    for (auto &item : split(it->second, ';')) {
+      if (item.empty()) continue;
+      size_t colon = item.rfind(':');
+      if (colon == std::string::npos)
+        return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: ge.inputShape entry '%s' is not 'name:d0,d1,...'", api,
+                       item.c_str());
+      std::string name = item.substr(0, colon);
+      IOSpec *in = nullptr;
+      for (auto &i : r.inputs) in = i.name == name ? &i : in;
+      if (!in)
+        return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: ge.inputShape names '%s', which is not an input of graph %u",
+                       api, name.c_str(), r.id);
+      std::vector<int64_t> dims;
+      for (auto &d : split(item.substr(colon + 1), ',')) {
+        int64_t v;
+        if (!parse_i64(d, v) || v < -1)
+          return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: ge.inputShape for '%s' has a bad dim '%s'", api,
+                         name.c_str(), d.c_str());
+        dims.push_back(v);
+      }
+      if (dims.size() != in->dims.size())
+        return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: ge.inputShape gives '%s' rank %zu, the graph has %s", api,
+                       name.c_str(), dims.size(), dims_str(in->dims).c_str());
+      for (size_t i = 0; i < dims.size(); ++i) {
+        if (in->dims[i] >= 0 && dims[i] >= 0 && dims[i] != in->dims[i])
+          return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: ge.inputShape sets '%s' axis %zu to %lld, the graph fixes %lld",
+                         api, name.c_str(), i, static_cast<long long>(dims[i]), static_cast<long long>(in->dims[i]));
+        if (dims[i] >= 0) in->dims[i] = dims[i];
+        if (dims[i] < 0) dyn.push_back({in, i});
+      }
+    }
+  }
+  it = o.find("ge.dynamicDims");
+  if (it != o.end() && !it->second.empty()) {
+    if (dyn.empty())
+      return ge_fail(ACL_ERROR_GE_PARAM_INVALID,
+                     "%s: ge.dynamicDims needs ge.inputShape with -1 for the dims the gears set", api);
+    for (auto &gear_text : split(it->second, ';')) {
+      if (gear_text.empty()) continue;
+      std::vector<int64_t> gear;
+      for (auto &d : split(gear_text, ',')) {
+        int64_t v;
+        if (!parse_i64(d, v) || v <= 0)
+          return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: ge.dynamicDims gear '%s' has a bad value '%s'", api,
+                         gear_text.c_str(), d.c_str());
+        gear.push_back(v);
+      }
+      if (gear.size() != dyn.size())
+        return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: ge.dynamicDims gear '%s' has %zu values; ge.inputShape has %zu -1 dims",
+                       api, gear_text.c_str(), gear.size(), dyn.size());
+      r.gears.push_back(gear);
+    }
+    if (r.gears.size() < 2 || r.gears.size() > 100)
+      return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: ge.dynamicDims has %zu gears; GE takes 2 to 100", api,
+                     r.gears.size());
+  }
+  return ge::SUCCESS;
+}
+
+// Checks one run's input shapes against the graph (and its gears). Returns a failure status or SUCCESS.
+ge::Status check_input_shape(const GraphRecord &r, size_t i, const std::vector<int64_t> &dims, const char *api) {
+  const IOSpec &spec = r.inputs[i];
+  if (dims.size() != spec.dims.size())
+    return ge_fail(ACL_ERROR_GE_SHAPE_INVALID, "%s: graph %u input %zu '%s' has shape %s (rank %zu), the graph takes %s (rank %zu)",
+                   api, r.id, i, spec.name.c_str(), dims_str(dims).c_str(), dims.size(), dims_str(spec.dims).c_str(),
+                   spec.dims.size());
+  for (size_t k = 0; k < dims.size(); ++k) {
+    if (dims[k] < 0 || (spec.dims[k] >= 0 && dims[k] != spec.dims[k]))
+      return ge_fail(ACL_ERROR_GE_SHAPE_INVALID,
+                     "%s: graph %u input %zu '%s' has shape %s, the %s graph takes %s", api, r.id, i,
+                     spec.name.c_str(), dims_str(dims).c_str(), r.is_static ? "static" : "compiled",
+                     dims_str(spec.dims).c_str());
+  }
+  return ge::SUCCESS;
+}
+
+ge::Status check_gears(const GraphRecord &r, const std::vector<std::vector<int64_t>> &all_dims, const char *api) {
+  if (r.gears.empty()) return ge::SUCCESS;
+  std::vector<int64_t> actual;
+  for (size_t i = 0; i < r.inputs.size(); ++i)
+    for (size_t k = 0; k < r.inputs[i].dims.size(); ++k)
+      if (r.inputs[i].dims[k] < 0) actual.push_back(all_dims[i][k]);
+  for (auto &g : r.gears)
+    if (g == actual) return ge::SUCCESS;
+  std::string gears;
+  for (auto &g : r.gears) gears += (gears.empty() ? "" : " ") + dims_str(g);
+  return ge_fail(ACL_ERROR_GE_SHAPE_INVALID, "%s: graph %u: the dynamic dims %s match none of its gears %s", api, r.id,
+                 dims_str(actual).c_str(), gears.c_str());
+}
+
+void fill_ref(gertHostTensorRef &ref, void *data, uint64_t nbytes, ge::DataType dt, const std::vector<int64_t> &dims) {
+  ref.data = data;
+  ref.nbytes = nbytes;
+  ref.dtype = static_cast<int32_t>(dt);
+  ref.ndim = static_cast<int32_t>(dims.size());
+  for (size_t k = 0; k < dims.size() && k < GERT_HOST_MAX_DIMS; ++k) ref.dims[k] = dims[k];
+}
+
+std::vector<int64_t> ref_dims(const gertHostTensorRef &ref) {
+  return std::vector<int64_t>(ref.dims, ref.dims + ref.ndim);
+}
+
+std::vector<int64_t> shape_dims(const gert::Shape &s) {
+  std::vector<int64_t> d;
+  for (size_t k = 0; k < s.GetDimNum(); ++k) d.push_back(s.GetDim(k));
+  return d;
+}
+
+ge::graphStatus free_device_tensor(gert::TensorAddress addr, gert::TensorOperateType op, void **out) {
+  if (op == gert::kGetTensorAddress) {
+    if (out) *out = addr;
+    return ge::GRAPH_SUCCESS;
+  }
+  if (op == gert::kFreeTensor) {
+    if (addr) aclrtFree(addr);
+    return ge::GRAPH_SUCCESS;
+  }
+  return ge::GRAPH_FAILED;
+}
+
+struct DeviceAllocCtx {
+  int32_t device;
+  std::vector<void *> allocated;
+  std::string error;
+};
+void *device_alloc_cb(void *ctx, uint64_t nbytes) {
+  auto *c = static_cast<DeviceAllocCtx *>(ctx);
+  void *p = nullptr;
+  aclError e = device_alloc(c->device, nbytes ? nbytes : 1, &p, "ExecuteGraphWithStreamAsync (output)");
+  if (e != ACL_SUCCESS) {
+    c->error = "cannot allocate an output of " + std::to_string(nbytes) + " bytes on device " +
+               std::to_string(c->device);
+    return nullptr;
+  }
+  c->allocated.push_back(p);
+  return p;
+}
+
+struct HostAllocCtx {
+  std::vector<std::vector<uint8_t>> buffers;
+};
+void *host_alloc_cb(void *ctx, uint64_t nbytes) {
+  auto *c = static_cast<HostAllocCtx *>(ctx);
+  c->buffers.emplace_back(nbytes ? nbytes : 1);
+  return c->buffers.back().data();
+}
+
+ge::Status compile(SessionState &s, GraphRecord &r, const char *api) {
+  if (r.compiled) return ge::SUCCESS;
+  auto provider = graph_provider();
+  if (!provider)
+    return ge_fail(ge::FAILED, "%s: no compute provider is registered with the host NPU (import gert first)", api);
+  std::vector<const char *> in_names, out_names;
+  std::vector<gertHostTensorRef> ins(r.inputs.size()), outs(r.graph->outputs.size());
+  bool is_static = true;
+  for (size_t i = 0; i < r.inputs.size(); ++i) {
+    in_names.push_back(r.inputs[i].name.c_str());
+    fill_ref(ins[i], nullptr, 0, r.inputs[i].dtype, r.inputs[i].dims);
+    for (int64_t d : r.inputs[i].dims) is_static = is_static && d >= 0;
+  }
+  for (size_t i = 0; i < outs.size(); ++i) {
+    out_names.push_back(r.graph->outputs[i].name.c_str());
+    fill_ref(outs[i], nullptr, 0, r.graph->outputs[i].dtype, r.graph->outputs[i].dims);
+  }
+  char err[2048] = {0};
+  void *exe = nullptr;
+  int rc = provider->compile(provider->ctx, r.graph->model->data(), r.graph->model->size(),
+                             static_cast<int32_t>(ins.size()), in_names.data(), ins.data(),
+                             static_cast<int32_t>(outs.size()), out_names.data(), outs.data(), &exe, err, sizeof err);
+  if (rc != 0) return ge_fail(ge::FAILED, "%s: graph %u (%s) failed to compile: %s", api, r.id, r.graph->name.c_str(), err);
+  r.exe = exe;
+  r.provider = provider;
+  r.is_static = is_static && r.gears.empty();
+  r.outputs = r.graph->outputs;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    r.outputs[i].dtype = static_cast<ge::DataType>(outs[i].dtype);
+    r.outputs[i].dims = ref_dims(outs[i]);
+    if (r.is_static) {
+      for (int64_t d : r.outputs[i].dims)
+        if (d < 0)
+          return ge_fail(ge::FAILED, "%s: graph %u: output '%s' of the static graph has no fixed shape (%s)", api, r.id,
+                         r.outputs[i].name.c_str(), dims_str(r.outputs[i].dims).c_str());
+    }
+  }
+  r.compiled = true;
+  return ge::SUCCESS;
+}
+
+}  // namespace
+
+std::shared_ptr<const gertHostGraphProvider> graph_provider() {
+  std::lock_guard<std::mutex> lk(g_provider_mu);
+  return g_provider;
+}
+
+}  // namespace hostnpu
+
+using namespace hostnpu;
+
+extern "C" void gertHostSetGraphProvider(const gertHostGraphProvider *provider) {
+  std::lock_guard<std::mutex> lk(g_provider_mu);
+  g_provider = provider ? std::make_shared<gertHostGraphProvider>(*provider) : nullptr;
+}
+
+namespace ge {
+
+Status GEInitialize(const std::map<AscendString, AscendString> &options) {
+  auto opts = to_std(options);
+  uint32_t cube = 0, vector = 0;
+  if (Status st = check_options(opts, "GEInitialize", "global", &cube, &vector)) return st;
+  auto &g = ge_state();
+  std::lock_guard<std::mutex> lk(g.mu);
+  if (g.initialized) return SUCCESS;  // as GE: a repeated GEInitialize is accepted
+  g.initialized = true;
+  g.options = opts;
+  g.aicore_cube = cube;
+  g.aicore_vector = vector;
+  return SUCCESS;
+}
+
+Status GEInitialize(const std::map<std::string, std::string> &options) {
+  std::map<AscendString, AscendString> o;
+  for (auto &kv : options) o[AscendString(kv.first.c_str())] = AscendString(kv.second.c_str());
+  return GEInitialize(o);
+}
+
+Status GEFinalize() {
+  auto &g = ge_state();
+  std::unordered_map<uint64_t, hostnpu::SessionPtr> sessions;
+  {
+    std::lock_guard<std::mutex> lk(g.mu);
+    if (!g.initialized) return SUCCESS;
+    g.initialized = false;
+    sessions.swap(g.sessions);
+  }
+  sessions.clear();  // graphs are released (in-flight runs keep theirs alive until they ran)
+  return SUCCESS;
+}
+
+AscendString GEGetErrorMsgV2() { return AscendString(ge_error_text().c_str()); }
+AscendString GEGetWarningMsgV2() { return AscendString(ge_warning_text().c_str()); }
+
+Session::Session(const std::map<AscendString, AscendString> &options) {
+  auto opts = to_std(options);
+  auto s = std::make_shared<hostnpu::SessionState>();
+  if (check_options(opts, "Session", "session", &s->aicore_cube, &s->aicore_vector) != SUCCESS) return;
+  for (const char *k : {"ge.session_device_id", "ge.exec.deviceId"}) {
+    auto it = opts.find(k);
+    int64_t v;
+    if (it != opts.end() && parse_i64(it->second, v)) s->device = static_cast<int32_t>(v);
+  }
+  s->options = opts;
+  auto &g = ge_state();
+  std::lock_guard<std::mutex> lk(g.mu);
+  if (!g.initialized) {
+    ge_fail(ACL_ERROR_GE_EXEC_NOT_INIT, "Session: GEInitialize has not been called");
+    return;
+  }
+  if (!s->aicore_cube) s->aicore_cube = g.aicore_cube;
+  if (!s->aicore_vector) s->aicore_vector = g.aicore_vector;
+  s->id = g.next_session++;
+  g.sessions[s->id] = s;
+  sessionId_ = s->id;
+}
+
+Session::Session(const std::map<std::string, std::string> &options) : Session([&] {
+  std::map<AscendString, AscendString> o;
+  for (auto &kv : options) o[AscendString(kv.first.c_str())] = AscendString(kv.second.c_str());
+  return o;
+}()) {}
+
+Session::~Session() {
+  auto &g = ge_state();
+  hostnpu::SessionPtr s;
+  {
+    std::lock_guard<std::mutex> lk(g.mu);
+    auto it = g.sessions.find(sessionId_);
+    if (it == g.sessions.end()) return;
+    s = std::move(it->second);
+    g.sessions.erase(it);
+  }
+}
+
+uint64_t Session::GetSessionId() const { return sessionId_; }
+
+Status Session::AddGraph(uint32_t graph_id, const Graph &graph) {
+  return AddGraph(graph_id, graph, std::map<AscendString, AscendString>());
+}
+
+Status Session::AddGraph(uint32_t graph_id, const Graph &graph, const std::map<std::string, std::string> &options) {
+  std::map<AscendString, AscendString> o;
+  for (auto &kv : options) o[AscendString(kv.first.c_str())] = AscendString(kv.second.c_str());
+  return AddGraph(graph_id, graph, o);
+}
+
+Status Session::AddGraph(uint32_t graph_id, const Graph &graph, const std::map<AscendString, AscendString> &options) {
+  Status st = SUCCESS;
+  auto s = find_session(sessionId_, "AddGraph", &st);
+  if (!s) return st;
+  const GraphImplPtr &impl = GraphUtilsEx::Impl(graph);
+  if (!impl || !impl->model)
+    return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "AddGraph: graph %u is empty (parse a model into it first)", graph_id);
+  auto r = std::make_shared<GraphRecord>();
+  r->id = graph_id;
+  r->graph = impl;
+  r->inputs = impl->inputs;
+  r->options = to_std(options);
+  if (Status e = check_options(r->options, "AddGraph", "graph", nullptr, nullptr)) return e;
+  if (Status e = apply_graph_options(*r, "AddGraph")) return e;
+  std::lock_guard<std::mutex> lk(s->mu);
+  if (s->graphs.count(graph_id))
+    return ge_fail(ge::FAILED, "AddGraph: graph id %u is already in this session; remove it first", graph_id);
+  s->graphs[graph_id] = r;
+  return SUCCESS;
+}
+
+Status Session::AddGraphWithCopy(uint32_t graph_id, const Graph &graph) { return AddGraph(graph_id, graph); }
+Status Session::AddGraphWithCopy(uint32_t graph_id, const Graph &graph,
+                                 const std::map<AscendString, AscendString> &options) {
+  return AddGraph(graph_id, graph, options);  // parsed graphs are immutable: sharing is a copy
+}
+
+Status Session::RemoveGraph(uint32_t graph_id) {
+  Status st = SUCCESS;
+  auto s = find_session(sessionId_, "RemoveGraph", &st);
+  if (!s) return st;
+  std::lock_guard<std::mutex> launch(s->launch_mu);
+  std::lock_guard<std::mutex> lk(s->mu);
+  auto it = s->graphs.find(graph_id);
+  if (it == s->graphs.end()) return ge_fail(ge::FAILED, "RemoveGraph: graph %u is not in this session", graph_id);
+  int pending = it->second->in_flight.load();
+  if (pending > 0)
+    return ge_fail(ge::FAILED,
+                   "RemoveGraph: graph %u has %d run(s) in flight on its stream; synchronize the stream first",
+                   graph_id, pending);
+  s->graphs.erase(it);
+  return SUCCESS;
+}
+
+Status Session::CompileGraph(uint32_t graph_id) {
+  Status st = SUCCESS;
+  auto s = find_session(sessionId_, "CompileGraph", &st);
+  if (!s) return st;
+  auto r = find_graph(*s, graph_id, "CompileGraph", &st);
+  if (!r) return st;
+  std::lock_guard<std::mutex> launch(s->launch_mu);
+  return compile(*s, *r, "CompileGraph");
+}
+
+CompiledGraphSummaryPtr Session::GetCompiledGraphSummary(uint32_t graph_id) {
+  Status st = SUCCESS;
+  auto s = find_session(sessionId_, "GetCompiledGraphSummary", &st);
+  if (!s) return nullptr;
+  auto r = find_graph(*s, graph_id, "GetCompiledGraphSummary", &st);
+  if (!r) return nullptr;
+  if (!r->compiled) {
+    ge_fail(ge::FAILED, "GetCompiledGraphSummary: graph %u is not compiled; call CompileGraph first", graph_id);
+    return nullptr;
+  }
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<DataType> dtypes;
+  size_t io_bytes = 0;
+  for (auto &o : r->outputs) {
+    shapes.push_back(o.dims);
+    dtypes.push_back(o.dtype);
+    int64_t n = Shape(o.dims).GetShapeSize();
+    if (n > 0) io_bytes += static_cast<size_t>(GetSizeInBytes(n, o.dtype));
+  }
+  // The host NPU keeps weights inside the provider: the const memory is the model's size.
+  return make_summary(r->is_static, r->graph->model->size(), r->is_static ? io_bytes : 0, shapes, dtypes);
+}
+
+Status Session::LoadGraph(const uint32_t graph_id, const std::map<AscendString, AscendString> &options,
+                          void *stream) const {
+  Status st = SUCCESS;
+  auto s = find_session(sessionId_, "LoadGraph", &st);
+  if (!s) return st;
+  auto r = find_graph(*s, graph_id, "LoadGraph", &st);
+  if (!r) return st;
+  if (!r->compiled)
+    return ge_fail(ge::FAILED, "LoadGraph: graph %u is not compiled; call CompileGraph first", graph_id);
+  StreamPtr sp = find_stream(stream);
+  if (!sp) return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "LoadGraph: stream %p is not a live stream", stream);
+  auto opts = to_std(options);
+  if (Status e = check_options(opts, "LoadGraph", "load", nullptr, nullptr)) return e;
+  std::lock_guard<std::mutex> launch(s->launch_mu);
+  if (r->loaded_stream)
+    return ge_fail(ge::FAILED, "LoadGraph: graph %u is already loaded; a graph loads once (add it again under another id "
+                   "to run it on another stream)", graph_id);
+  Device *d = find_device(sp->device());
+  uint32_t threads = s->aicore_cube ? s->aicore_cube : effective_limit(*d, sp.get(), ACL_RT_DEV_RES_CUBE_CORE);
+  if (r->provider->prepare) {
+    char err[2048] = {0};
+    if (r->provider->prepare(r->exe, static_cast<int32_t>(threads), err, sizeof err) != 0)
+      return ge_fail(ACL_ERROR_GE_LOAD_MODEL, "LoadGraph: graph %u: %s", graph_id, err);
+  }
+  r->loaded_stream = sp->id();
+  return SUCCESS;
+}
+
+Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, const std::vector<gert::Tensor> &inputs,
+                                            std::vector<gert::Tensor> &outputs) {
+  const char *api = "ExecuteGraphWithStreamAsync";
+  Status st = SUCCESS;
+  auto s = find_session(sessionId_, api, &st);
+  if (!s) return st;
+  auto r = find_graph(*s, graph_id, api, &st);
+  if (!r) return st;
+  if (!r->loaded_stream)
+    return ge_fail(ge::FAILED, "%s: graph %u is not loaded; call CompileGraph and LoadGraph(%u, options, stream) first",
+                   api, graph_id, graph_id);
+  StreamPtr sp = find_stream(stream);
+  if (!sp) return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: stream %p is not a live stream", api, stream);
+  if (inputs.size() != r->inputs.size()) {
+    std::string names;
+    for (auto &i : r->inputs) names += (names.empty() ? "" : ", ") + i.name;
+    return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u takes %zu input(s) (%s), got %zu", api, graph_id,
+                   r->inputs.size(), names.c_str(), inputs.size());
+  }
+  // Validate inputs: dtype, shape, device memory large enough.
+  auto run_in = std::make_shared<std::vector<gertHostTensorRef>>(inputs.size());
+  std::vector<std::vector<int64_t>> in_dims;
+  std::vector<AllocationPtr> held;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const gert::Tensor &t = inputs[i];
+    const IOSpec &spec = r->inputs[i];
+    if (t.GetDataType() != spec.dtype)
+      return ge_fail(ACL_ERROR_GE_DATATYPE_INVALID, "%s: graph %u input %zu '%s' has dtype %s, the graph takes %s", api,
+                     graph_id, i, spec.name.c_str(), dtype_name(t.GetDataType()), dtype_name(spec.dtype));
+    auto dims = shape_dims(t.GetStorageShape());
+    if (Status e = check_input_shape(*r, i, dims, api)) return e;
+    in_dims.push_back(dims);
+    int64_t need = GetSizeInBytes(Shape(dims).GetShapeSize(), spec.dtype);
+    const void *addr = t.GetAddr();
+    if (!gert::TensorPlacementUtils::IsOnDevice(t.GetPlacement()))
+      return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u input %zu '%s' is placed on the host; inputs must be "
+                     "device memory (copy them with aclrtMemcpy first)", api, graph_id, i, spec.name.c_str());
+    AllocationPtr a;
+    if (need > 0) {
+      std::lock_guard<std::mutex> lk(rt().mem_mu);
+      a = find_allocation(addr, static_cast<size_t>(need), false);
+    }
+    if (need > 0 && !a)
+      return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u input %zu '%s' at %p is not %lld bytes of device memory "
+                     "(a host pointer, freed memory, or a buffer too small for shape %s)", api, graph_id, i,
+                     spec.name.c_str(), addr, static_cast<long long>(need), dims_str(dims).c_str());
+    if (t.GetSize() < static_cast<size_t>(need < 0 ? 0 : need))
+      return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u input %zu '%s' holds %zu bytes, shape %s needs %lld", api,
+                     graph_id, i, spec.name.c_str(), t.GetSize(), dims_str(dims).c_str(), static_cast<long long>(need));
+    fill_ref((*run_in)[i], const_cast<void *>(addr), static_cast<uint64_t>(need < 0 ? 0 : need), spec.dtype, dims);
+    held.push_back(a);
+  }
+  if (Status e = check_gears(*r, in_dims, api)) return e;
+  // Outputs: static graphs need them allocated by the caller; dynamic graphs may leave them to GE.
+  bool allocate_outputs = outputs.empty();
+  if (allocate_outputs && r->is_static)
+    return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u is static: allocate its %zu output(s) and pass them (GE "
+                   "allocates outputs only for dynamic graphs)", api, graph_id, r->outputs.size());
+  auto run_out = std::make_shared<std::vector<gertHostTensorRef>>(r->outputs.size());
+  if (!allocate_outputs) {
+    if (outputs.size() != r->outputs.size())
+      return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u has %zu output(s), got %zu", api, graph_id,
+                     r->outputs.size(), outputs.size());
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      gert::Tensor &t = outputs[i];
+      const IOSpec &spec = r->outputs[i];
+      if (t.GetDataType() != spec.dtype)
+        return ge_fail(ACL_ERROR_GE_DATATYPE_INVALID, "%s: graph %u output %zu '%s' has dtype %s, the graph produces %s",
+                       api, graph_id, i, spec.name.c_str(), dtype_name(t.GetDataType()), dtype_name(spec.dtype));
+      void *addr = t.GetAddr();
+      size_t have = t.GetSize();
+      if (r->is_static) {
+        int64_t need = GetSizeInBytes(Shape(spec.dims).GetShapeSize(), spec.dtype);
+        if (have < static_cast<size_t>(need))
+          return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u output %zu '%s' holds %zu bytes, its shape %s needs %lld",
+                         api, graph_id, i, spec.name.c_str(), have, dims_str(spec.dims).c_str(),
+                         static_cast<long long>(need));
+      }
+      AllocationPtr a;
+      if (have > 0) {
+        std::lock_guard<std::mutex> lk(rt().mem_mu);
+        a = find_allocation(addr, have, false);
+      }
+      if (have > 0 && !a)
+        return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u output %zu '%s' at %p is not %zu bytes of device memory",
+                       api, graph_id, i, spec.name.c_str(), addr, have);
+      fill_ref((*run_out)[i], addr, have, spec.dtype, r->is_static ? spec.dims : shape_dims(t.GetStorageShape()));
+      held.push_back(a);
+    }
+  }
+
+  // Enqueue. Launches through one Session are serialized, as in GE.
+  std::lock_guard<std::mutex> launch(s->launch_mu);
+  Device *d = find_device(sp->device());
+  if (s->aicore_cube) {  // as GE's rt2 executor: the session's core numbers become the stream's limits
+    sp->limit[ACL_RT_DEV_RES_CUBE_CORE] = std::min(s->aicore_cube, d->cube_cores);
+    if (s->aicore_vector) sp->limit[ACL_RT_DEV_RES_VECTOR_CORE] = std::min(s->aicore_vector, d->vector_cores);
+  }
+  struct Done {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    ge::Status status = SUCCESS;
+    std::string msg;
+    DeviceAllocCtx alloc;
+  };
+  auto done = std::make_shared<Done>();
+  done->alloc.device = sp->device();
+  r->in_flight.fetch_add(1);
+  Stream *raw_stream = sp.get();
+  sp->enqueue(Task{[r, run_in, run_out, held, done, allocate_outputs, raw_stream, d](std::string &msg) -> aclError {
+    uint32_t threads = effective_limit(*d, raw_stream, ACL_RT_DEV_RES_CUBE_CORE);
+    char err[2048] = {0};
+    int rc = r->provider->run(r->exe, static_cast<int32_t>(threads), static_cast<int32_t>(run_in->size()),
+                              run_in->data(), static_cast<int32_t>(run_out->size()), run_out->data(),
+                              device_alloc_cb, &done->alloc, err, sizeof err);
+    r->in_flight.fetch_sub(1);
+    aclError result = ACL_SUCCESS;
+    if (rc != 0) {
+      msg = "graph " + std::to_string(r->id) + " (" + r->graph->name + ") failed: " + err;
+      if (!done->alloc.error.empty()) msg += " (" + done->alloc.error + ")";
+      for (void *p : done->alloc.allocated) aclrtFree(p);
+      done->alloc.allocated.clear();
+      result = ACL_ERROR_RT_AICORE_EXCEPTION;
+    }
+    if (allocate_outputs) {  // the caller waits for this run: report to it, not to the stream
+      std::lock_guard<std::mutex> lk(done->mu);
+      done->done = true;
+      done->status = rc == 0 ? SUCCESS : FAILED;
+      done->msg = msg;
+      done->cv.notify_all();
+      return ACL_SUCCESS;
+    }
+    return result;
+  }});
+  if (!allocate_outputs) return SUCCESS;
+
+  // Dynamic graph, outputs left to GE: their shapes are known once the run finished.
+  {
+    std::unique_lock<std::mutex> lk(done->mu);
+    done->cv.wait(lk, [&] { return done->done; });
+  }
+  if (done->status != SUCCESS) return ge_fail(FAILED, "%s: %s", api, done->msg.c_str());
+  outputs.clear();
+  outputs.reserve(run_out->size());
+  for (auto &ref : *run_out) {
+    gert::StorageShape shape;
+    for (int32_t k = 0; k < ref.ndim; ++k) {
+      shape.MutableStorageShape().AppendDim(ref.dims[k]);
+      shape.MutableOriginShape().AppendDim(ref.dims[k]);
+    }
+    gert::Tensor t(shape, gert::StorageFormat(FORMAT_ND, FORMAT_ND, gert::ExpandDimsType()), gert::kOnDeviceHbm,
+                   static_cast<DataType>(ref.dtype), nullptr);
+    t.SetData(gert::TensorData(ref.data, free_device_tensor, static_cast<size_t>(ref.nbytes), gert::kOnDeviceHbm));
+    outputs.emplace_back(std::move(t));
+  }
+  return SUCCESS;
+}
+
+Status Session::RunGraphWithStreamAsync(uint32_t graph_id, void *stream, const std::vector<Tensor> &inputs,
+                                        std::vector<Tensor> &outputs) {
+  (void)inputs;
+  (void)outputs;
+  (void)stream;
+  return ge_fail(FAILED, "RunGraphWithStreamAsync: graph %u: the host NPU supports ExecuteGraphWithStreamAsync "
+                 "(gert::Tensor) for stream execution", graph_id);
+}
+
+Status Session::RunGraph(uint32_t graph_id, const std::vector<Tensor> &inputs, std::vector<Tensor> &outputs) {
+  const char *api = "RunGraph";
+  Status st = SUCCESS;
+  auto s = find_session(sessionId_, api, &st);
+  if (!s) return st;
+  auto r = find_graph(*s, graph_id, api, &st);
+  if (!r) return st;
+  {
+    std::lock_guard<std::mutex> launch(s->launch_mu);
+    if (Status e = compile(*s, *r, api)) return e;  // RunGraph compiles on first use, as GE does
+  }
+  if (inputs.size() != r->inputs.size())
+    return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u takes %zu input(s), got %zu", api, graph_id,
+                   r->inputs.size(), inputs.size());
+  std::vector<gertHostTensorRef> ins(inputs.size()), outs(r->outputs.size());
+  std::vector<std::vector<int64_t>> in_dims;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    TensorDesc desc = inputs[i].GetTensorDesc();
+    const IOSpec &spec = r->inputs[i];
+    if (desc.GetDataType() != spec.dtype)
+      return ge_fail(ACL_ERROR_GE_DATATYPE_INVALID, "%s: graph %u input %zu '%s' has dtype %s, the graph takes %s", api,
+                     graph_id, i, spec.name.c_str(), dtype_name(desc.GetDataType()), dtype_name(spec.dtype));
+    auto dims = desc.GetShape().GetDims();
+    if (Status e = check_input_shape(*r, i, dims, api)) return e;
+    int64_t need = GetSizeInBytes(Shape(dims).GetShapeSize(), spec.dtype);
+    if (inputs[i].GetSize() < static_cast<size_t>(need))
+      return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u input %zu '%s' holds %zu bytes, shape %s needs %lld", api,
+                     graph_id, i, spec.name.c_str(), inputs[i].GetSize(), dims_str(dims).c_str(),
+                     static_cast<long long>(need));
+    fill_ref(ins[i], const_cast<uint8_t *>(inputs[i].GetData()), static_cast<uint64_t>(need), spec.dtype, dims);
+    in_dims.push_back(dims);
+  }
+  if (Status e = check_gears(*r, in_dims, api)) return e;
+  for (size_t i = 0; i < outs.size(); ++i) fill_ref(outs[i], nullptr, 0, r->outputs[i].dtype, r->outputs[i].dims);
+  HostAllocCtx alloc;
+  uint32_t threads = s->aicore_cube ? s->aicore_cube : hw_cube_cores(s->device);
+  char err[2048] = {0};
+  r->in_flight.fetch_add(1);
+  int rc = r->provider->run(r->exe, static_cast<int32_t>(threads), static_cast<int32_t>(ins.size()), ins.data(),
+                            static_cast<int32_t>(outs.size()), outs.data(), host_alloc_cb, &alloc, err, sizeof err);
+  r->in_flight.fetch_sub(1);
+  if (rc != 0) return ge_fail(FAILED, "%s: graph %u (%s) failed: %s", api, graph_id, r->graph->name.c_str(), err);
+  outputs.clear();
+  for (size_t i = 0; i < outs.size(); ++i) {
+    TensorDesc desc(Shape(ref_dims(outs[i])), FORMAT_ND, static_cast<DataType>(outs[i].dtype));
+    outputs.emplace_back(desc, static_cast<const uint8_t *>(outs[i].data), static_cast<size_t>(outs[i].nbytes));
+  }
+  return SUCCESS;
+}
+
+}  // namespace ge
+
+extern "C" {
+ge::Status GeSessionLoadGraph(ge::Session &session, uint32_t graph_id,
+                              const std::map<ge::AscendString, ge::AscendString> &options, void *stream) {
+  return session.LoadGraph(graph_id, options, stream);
+}
+ge::Status GeSessionExecuteGraphWithStreamAsync(ge::Session &session, uint32_t graph_id, void *stream,
+                                                const std::vector<gert::Tensor> &inputs,
+                                                std::vector<gert::Tensor> &outputs) {
+  return session.ExecuteGraphWithStreamAsync(graph_id, stream, inputs, outputs);
+}
+}

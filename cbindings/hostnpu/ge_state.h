@@ -1,0 +1,61 @@
+// Host NPU GE: graphs, sessions and the compute provider, shared by the GE entry points.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ge/ge_api.h"
+#include "gert_host/graph_provider.h"
+#include "onnx_model.h"
+
+namespace hostnpu {
+
+// One graph input or output as GE sees it: dims < 0 are dynamic.
+struct IOSpec {
+  std::string name;
+  ge::DataType dtype = ge::DT_UNDEFINED;
+  int32_t onnx_type = 0;
+  std::vector<int64_t> dims;
+  std::vector<std::string> dim_names;  // ONNX dim_param per axis ("" when fixed or unnamed)
+};
+
+std::string dims_str(const std::vector<int64_t> &dims);
+ge::DataType dtype_from_onnx(int32_t onnx_type);
+const char *dtype_name(ge::DataType dt);
+
+// Sets the calling thread's GEGetErrorMsgV2 / GEGetWarningMsgV2 text.
+ge::Status ge_fail(ge::Status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void ge_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+ge::CompiledGraphSummaryPtr make_summary(bool is_static, size_t const_memory, size_t feature_memory,
+                                         const std::vector<std::vector<int64_t>> &shapes,
+                                         const std::vector<ge::DataType> &dtypes);
+
+// The provider registered by gertHostSetGraphProvider (a copy), or null.
+std::shared_ptr<const gertHostGraphProvider> graph_provider();
+
+}  // namespace hostnpu
+
+namespace ge {
+// A parsed ONNX model. Immutable after parsing, so Graph copies share it.
+class GraphImpl {
+ public:
+  std::string name;
+  std::shared_ptr<const std::string> model;  // the serialized ONNX ModelProto
+  std::vector<hostnpu::IOSpec> inputs, outputs;
+  size_t node_count = 0;
+};
+
+// The host NPU's access to a Graph's implementation (CANN's graph.h befriends GraphUtilsEx).
+class GraphUtilsEx {
+ public:
+  static const GraphImplPtr &Impl(const Graph &g) { return g.impl_; }
+  static void SetImpl(Graph &g, GraphImplPtr impl) { g.impl_ = std::move(impl); }
+};
+}  // namespace ge

@@ -1,0 +1,53 @@
+/* gert host NPU: the compute provider that host NPU GE graphs run on.
+ * The host NPU parses, validates, compiles (as far as shapes go), loads and schedules graphs itself and calls a
+ * registered provider to compute them. gert's Cython layer registers one that runs ONNX Runtime with inputs and
+ * outputs bound to the device buffers (no copies). Kept apart from the CANN names; not part of CANN. */
+#ifndef GERT_HOST_GRAPH_PROVIDER_H_
+#define GERT_HOST_GRAPH_PROVIDER_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GERT_HOST_MAX_DIMS 25
+
+/* One graph input or output: a dtype (ge::DataType value), a shape (-1 = not known yet) and, when running,
+ * the address of its data. */
+typedef struct gertHostTensorRef {
+  void *data;
+  uint64_t nbytes;  /* bytes available at data */
+  int32_t dtype;
+  int32_t ndim;
+  int64_t dims[GERT_HOST_MAX_DIMS];
+} gertHostTensorRef;
+
+/* Allocates nbytes of device memory for an output the provider produced itself (outputs[i].data == NULL). */
+typedef void *(*gertHostOutputAlloc)(void *alloc_ctx, uint64_t nbytes);
+
+typedef struct gertHostGraphProvider {
+  void *ctx;
+  /* Prepares the model for inputs of the given dtypes and shapes (-1 dims are dynamic). Fills outputs' dtype and
+   * shape (-1 where the shape depends on the inputs). Returns 0, or non-zero with err filled. */
+  int (*compile)(void *ctx, const void *model, size_t model_size, int32_t n_inputs, const char *const *input_names,
+                 const gertHostTensorRef *inputs, int32_t n_outputs, const char *const *output_names,
+                 gertHostTensorRef *outputs, void **executable, char *err, size_t err_len);
+  /* Optional: get ready to run with this many compute threads (called by LoadGraph). */
+  int (*prepare)(void *executable, int32_t threads, char *err, size_t err_len);
+  /* Runs once. inputs[i].data and outputs[i].data are host-addressable; an output with data == NULL is produced by
+   * the provider into memory from alloc(alloc_ctx, nbytes), and its dims are filled. Returns 0 or non-zero + err. */
+  int (*run)(void *executable, int32_t threads, int32_t n_inputs, const gertHostTensorRef *inputs, int32_t n_outputs,
+             gertHostTensorRef *outputs, gertHostOutputAlloc alloc, void *alloc_ctx, char *err, size_t err_len);
+  void (*release)(void *executable);
+} gertHostGraphProvider;
+
+/* Registers the provider used by graphs compiled from now on (NULL unregisters). */
+void gertHostSetGraphProvider(const gertHostGraphProvider *provider);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
