@@ -16,13 +16,23 @@ CB = "cbindings"
 
 
 def toolkit_root():
+    """The toolkit's root (the folder holding include/acl and lib64), or None for the host NPU."""
     if os.environ.get("GERT_BACKEND", "").lower() == "hostnpu":
         return None
     for var in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"):
         root = os.environ.get(var)
-        if root and os.path.isdir(os.path.join(root, "include", "acl")):
-            return root
+        if not root:
+            continue
+        # CANN 8.5: <root>/include; older toolkits: <root>/<arch>-linux/include
+        for cand in (root, *sorted(glob.glob(os.path.join(root, "*-linux")))):
+            if os.path.isdir(os.path.join(cand, "include", "acl")):
+                return cand
     return None
+
+
+# cann-api.md section 7: GE, the ONNX parser and ACL (as GE's examples/recommendation links them)
+CANN_LIBRARIES = ["ascendcl", "ge_runner", "graph", "graph_base", "ge_common", "ge_common_base", "fmk_parser",
+                  "fmk_onnx_parser"]
 
 
 def extension():
@@ -30,25 +40,28 @@ def extension():
     common = dict(
         language="c++",
         extra_compile_args=["-std=c++17", "-O2", "-fvisibility=hidden", "-Wno-unused-function"],
-        include_dirs=[CB],
     )
     if root is None:
         return Extension(
             "gert._cann",
             sources=[f"{CB}/_cann.pyx"] + sorted(glob.glob(f"{CB}/hostnpu/*.cpp")),
             define_macros=[("GERT_HOSTNPU", "1")],
+            include_dirs=[f"{CB}/include", CB],
             extra_link_args=["-pthread"],
-            **{**common, "include_dirs": [f"{CB}/include"] + common["include_dirs"]},
+            **common,
         )
     inc = os.path.join(root, "include")
+    libdirs = [d for d in (os.path.join(root, "lib64"), os.path.join(root, "compiler", "lib64", "stub"))
+               if os.path.isdir(d)]
     return Extension(
         "gert._cann",
-        sources=[f"{CB}/_cann.pyx"],
+        sources=[f"{CB}/_cann.pyx", f"{CB}/hostnpu/onnx_model.cpp"],  # the ONNX I/O reader needs no toolkit
         define_macros=[("_GLIBCXX_USE_CXX11_ABI", "0")],
-        library_dirs=[os.path.join(root, "lib64")],
-        runtime_library_dirs=[os.path.join(root, "lib64")],
-        libraries=["ascendcl"],
-        **{**common, "include_dirs": [inc] + common["include_dirs"]},
+        include_dirs=[inc] + [os.path.join(inc, d) for d in ("ge", "parser", "acl")] + [CB],
+        library_dirs=libdirs,
+        runtime_library_dirs=libdirs[:1],
+        libraries=CANN_LIBRARIES,
+        **common,
     )
 
 

@@ -150,6 +150,10 @@ cdef class Stream:
     cdef _keep_alive(self, obj):
         self._keep.append(obj)
 
+    def keep_alive(self, obj):
+        """Hold a reference to ``obj`` until the next synchronize(): for host memory that queued copies read."""
+        self._keep.append(obj)
+
     def destroy(self):
         """Drain and destroy the stream (blocks without the GIL until queued work ran)."""
         if self._h == NULL:

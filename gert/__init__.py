@@ -8,6 +8,7 @@ from gert._cann import (
     Graph,
     Session,
     ge_finalize,
+    ge_last_warning,
     ge_initialize,
     Device,
     DeviceBuffer,
@@ -24,6 +25,8 @@ from gert._cann import (
 )
 
 from gert.tensor import DeviceTensor, GraphSummary
+from gert.shapes import TensorInfo
+from gert.model import Model, load
 from gert import dtypes
 
 __version__ = "0.1.0"
@@ -31,7 +34,8 @@ __version__ = "0.1.0"
 __all__ = [
     "AclError", "GeError", "GertError", "HostFunctionError",
     "Device", "DeviceBuffer", "Event", "HostBuffer", "MemoryInfo", "Stream",
-    "Graph", "Session", "ge_initialize", "ge_finalize", "DeviceTensor", "GraphSummary", "dtypes",
+    "Graph", "Session", "ge_initialize", "ge_finalize", "ge_last_warning", "DeviceTensor", "GraphSummary", "dtypes",
+    "Model", "load", "TensorInfo",
     "backend", "device_count", "host_counters", "host_spin_micros", "memory_info", "reset_host_counters",
     "__version__",
 ]

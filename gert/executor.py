@@ -1,0 +1,249 @@
+"""The multi-stream executor: one worker per stream, each with its own GE Session, graphs per shape and device
+I/O buffers, so that requests on different streams run concurrently.
+
+A worker runs one request at a time: H2D of each input straight from the caller's array into the worker's device
+buffer (padding written on the device, or staged only when a non-batch axis is padded), one
+ExecuteGraphWithStreamAsync, one D2H per output straight into the result array, then a synchronize that waits
+without the GIL. GE serializes launches inside one Session, hence one Session per stream.
+"""
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from gert import _cann
+from gert._cann import DeviceBuffer, Graph, Session, Stream
+from gert.errors import GertError
+from gert.shapes import ShapePlan
+from gert.tensor import DeviceTensor
+
+
+@dataclass
+class GraphEntry:
+    graph_id: int
+    key: tuple
+    input_shapes: dict          # input name -> shape the graph runs at (-1 for dynamic dims)
+    is_static: bool
+    output_shapes: list         # per output (static graphs)
+    output_dtypes: list
+    evictable: bool
+
+
+@dataclass
+class WorkerStats:
+    device: int
+    stream: int
+    requests: int = 0
+    busy_seconds: float = 0.0
+    compiles: int = 0
+    compile_seconds: float = 0.0
+
+
+@dataclass
+class GearStats:
+    hits: int = 0
+    real_elements: int = 0
+    padded_elements: int = 0
+
+    @property
+    def padding_ratio(self) -> float:
+        return 0.0 if not self.padded_elements else 1.0 - self.real_elements / self.padded_elements
+
+
+@dataclass
+class Request:
+    """One request after validation: arrays by input name and the real size of each dynamic dim."""
+
+    arrays: dict
+    sizes: dict                 # dim name -> real size
+    run_sizes: dict             # dim name -> size the graph runs at (gear, or real)
+    key: tuple = field(default=())
+
+
+class Worker:
+    """One stream on one device, with its own Session, graphs and device buffers."""
+
+    def __init__(self, index: int, device: int, graph: Graph, plan: ShapePlan, session_options: dict,
+                 graph_options: dict, cube_cores: Optional[int], vector_cores: Optional[int], max_exact_graphs: int):
+        self.index = index
+        self.device = device
+        self.plan = plan
+        self.graph = graph
+        self.graph_options = graph_options
+        self.lock = threading.Lock()
+        self.outstanding = 0  # requests assigned and not finished (guarded by the executor's lock)
+        self.stream = Stream(device)
+        self.limited = cube_cores is not None or vector_cores is not None
+        if cube_cores is not None:
+            self.stream.cube_cores = cube_cores
+        if vector_cores is not None:
+            self.stream.vector_cores = vector_cores
+        opts = {"ge.session_device_id": str(device), **session_options}
+        if cube_cores is not None and "ge.aicoreNum" not in opts:
+            opts["ge.aicoreNum"] = f"{cube_cores}|{vector_cores or ''}"
+        self.session = Session(opts)
+        self.graphs: "OrderedDict[tuple, GraphEntry]" = OrderedDict()
+        self.max_exact_graphs = max_exact_graphs
+        self.next_graph_id = 1
+        self.in_bufs: dict = {}
+        self.out_bufs: dict = {}
+        self.stats = WorkerStats(device=device, stream=index)
+        self.gear_stats: dict = {}
+        self._threads = threading.local()
+
+    # ---- graphs -----------------------------------------------------------------------------------------
+    def graph_for(self, req: Request) -> GraphEntry:
+        entry = self.graphs.get(req.key)
+        if entry is not None:
+            self.graphs.move_to_end(req.key)
+            return entry
+        return self._compile(req.key, req.run_sizes)
+
+    def _compile(self, key: tuple, run_sizes: dict) -> GraphEntry:
+        plan = self.plan
+        shapes = {}
+        for t in plan.inputs:
+            dims = []
+            for axis, d in enumerate(t.shape):
+                name = plan.input_axes.get((t.name, axis))
+                if name is None:
+                    dims.append(int(d))
+                else:
+                    dims.append(-1 if plan.dims[name].policy == "dynamic" else int(run_sizes[name]))
+            shapes[t.name] = tuple(dims)
+        spec = ";".join(f"{n}:{','.join(str(d) for d in s)}" for n, s in shapes.items())
+        gid = self.next_graph_id
+        self.next_graph_id += 1
+        evictable = any(plan.dims[n].policy == "exact" and not plan.dims[n].gears for n in run_sizes)
+        if evictable:
+            exact = [k for k, e in self.graphs.items() if e.evictable]
+            while len(exact) >= self.max_exact_graphs:
+                old = self.graphs.pop(exact.pop(0))
+                self.session.remove_graph(old.graph_id)
+        t0 = time.perf_counter()
+        self.session.add_graph(gid, self.graph, {"ge.inputShape": spec, **self.graph_options})
+        try:
+            self.session.compile_graph(gid)
+            summary = self.session.summary(gid)
+            self.session.load_graph(gid, self.stream)
+        except BaseException:
+            self.session.remove_graph(gid)
+            raise
+        self.stats.compiles += 1
+        self.stats.compile_seconds += time.perf_counter() - t0
+        entry = GraphEntry(gid, key, shapes, summary.is_static, summary.output_shapes, summary.output_dtypes,
+                           evictable)
+        self.graphs[key] = entry
+        return entry
+
+    # ---- buffers ------------------------------------------------------------------------------------------
+    def _buffer(self, pool: dict, name: str, nbytes: int) -> DeviceBuffer:
+        buf = pool.get(name)
+        if buf is None or buf.nbytes < nbytes:
+            if buf is not None:
+                buf.free()  # no work is queued: the previous request was synchronized
+            buf = DeviceBuffer(max(nbytes, 1), self.device)
+            pool[name] = buf
+        return buf
+
+    # ---- one request --------------------------------------------------------------------------------------
+    def run(self, req: Request) -> dict:
+        """Run one request (the caller holds self.lock)."""
+        if self.limited and not getattr(self._threads, "bound", False):
+            self.stream.use_in_current_thread()  # aclrtUseStreamResInCurrentThread, once per launching thread
+            self._threads.bound = True
+        t0 = time.perf_counter()
+        entry = self.graph_for(req)
+        plan = self.plan
+        stream = self.stream
+        gear = self.gear_stats.setdefault(_key_label(req.key), GearStats())
+        inputs = []
+        for t in plan.inputs:
+            arr = req.arrays[t.name]
+            shape = tuple(req.run_sizes[plan.input_axes[(t.name, a)]] if (t.name, a) in plan.input_axes else d
+                          for a, d in enumerate(t.shape))
+            nbytes = math.prod(shape) * arr.dtype.itemsize
+            buf = self._buffer(self.in_bufs, t.name, nbytes)
+            self._upload(arr, shape, buf, plan.pad_value[t.name])
+            inputs.append(DeviceTensor(buf, shape, arr.dtype))
+            gear.real_elements += arr.size
+            gear.padded_elements += math.prod(shape)
+        gear.hits += 1
+        if entry.is_static:
+            outputs = []
+            for o, shape, dtype in zip(plan.outputs, entry.output_shapes, entry.output_dtypes):
+                buf = self._buffer(self.out_bufs, o.name, math.prod(shape) * np.dtype(dtype).itemsize)
+                outputs.append(DeviceTensor(buf, shape, dtype))
+            self.session.execute_async(entry.graph_id, stream, inputs, outputs)
+        else:
+            outputs = self.session.execute_async(entry.graph_id, stream, inputs)
+        results = {}
+        for o, dev in zip(plan.outputs, outputs):
+            results[o.name] = self._download(o.name, dev, req)
+        stream.synchronize()
+        self.stats.requests += 1
+        self.stats.busy_seconds += time.perf_counter() - t0
+        return results
+
+    def _upload(self, arr: np.ndarray, shape: tuple, buf: DeviceBuffer, pad_value) -> None:
+        """H2D of ``arr`` into ``buf`` laid out as ``shape`` (>= arr.shape on every axis)."""
+        stream = self.stream
+        if arr.shape == shape:
+            buf.copy_from(arr, stream)
+            return
+        if arr.shape[1:] == shape[1:]:  # only the batch axis is padded: real rows first, then pad rows
+            buf.copy_from(arr, stream)
+            pad_bytes = (shape[0] - arr.shape[0]) * (arr.nbytes // max(arr.shape[0], 1) if arr.shape[0] else
+                                                     math.prod(shape[1:]) * arr.dtype.itemsize)
+            if pad_bytes:
+                if pad_value == 0:
+                    _cann.memset_async(buf.ptr + arr.nbytes, buf.nbytes - arr.nbytes, 0, pad_bytes, stream.handle)
+                else:
+                    pad = np.full((shape[0] - arr.shape[0],) + shape[1:], pad_value, arr.dtype)
+                    _cann.memcpy_async(buf.ptr + arr.nbytes, buf.nbytes - arr.nbytes, pad.ctypes.data, pad.nbytes,
+                                       _cann.MEMCPY_HOST_TO_DEVICE, stream.handle)
+                    stream.keep_alive(pad)
+            return
+        staged = np.full(shape, pad_value, arr.dtype)  # a padded non-batch axis: stage on the host
+        staged[tuple(slice(0, s) for s in arr.shape)] = arr
+        buf.copy_from(staged, stream)
+        stream.keep_alive(staged)
+
+    def _download(self, name: str, dev: DeviceTensor, req: Request) -> np.ndarray:
+        """D2H of one output, sliced back to the request's real sizes where the graph ran padded."""
+        plan = self.plan
+        real = list(dev.shape)
+        for axis in range(len(real)):
+            dim = plan.output_axes.get((name, axis))
+            if dim is not None and plan.dims[dim].policy == "pad" and req.run_sizes[dim] == dev.shape[axis]:
+                real[axis] = req.sizes[dim]
+        real = tuple(real)
+        if real == dev.shape or real[1:] == dev.shape[1:]:
+            out = np.empty(real, dev.dtype)  # the leading rows are contiguous: copy only them
+            if out.nbytes:
+                dev.buffer.copy_to(out, self.stream)
+            return out
+        full = np.empty(dev.shape, dev.dtype)
+        dev.buffer.copy_to(full, self.stream)
+        return full[tuple(slice(0, s) for s in real)]
+
+    def close(self) -> None:
+        try:
+            self.stream.synchronize()
+        finally:
+            self.session.close()
+            for b in list(self.in_bufs.values()) + list(self.out_bufs.values()):
+                b.free()
+            self.in_bufs.clear()
+            self.out_bufs.clear()
+            self.stream.destroy()
+
+
+def _key_label(key: tuple) -> str:
+    return ",".join(f"{k}={v}" for k, v in key) or "static"

@@ -1,0 +1,351 @@
+"""gert.Model: an ONNX model on N streams per device, arrays in, arrays out.
+
+    model = gert.load("rec.onnx", streams=2, gears={"batch": [1, 4, 8]})
+    out = model.run({"x": x})               # dict of output name -> numpy array
+    fut = model.submit({"x": x})            # concurrent.futures.Future
+    out = await model.run_async({"x": x})
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import threading
+import time
+from dataclasses import asdict
+from typing import Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from gert import _cann
+from gert._cann import Graph, ge_initialize
+from gert.errors import GertError
+from gert.executor import GearStats, Request, Worker
+from gert.shapes import ShapePlan, TensorInfo, plan_shapes
+
+ModelSource = Union[str, bytes, os.PathLike]
+
+
+def _split_options(options: Optional[Mapping[str, str]]) -> tuple:
+    """GE options by level: "global.K" -> GEInitialize, "graph.K" -> AddGraph, anything else -> Session."""
+    glob, sess, graph = {}, {}, {}
+    for k, v in (options or {}).items():
+        if not isinstance(k, str):
+            raise GertError(f"options: key {k!r} is not a str")
+        if k.startswith("global."):
+            glob[k[len("global."):]] = str(v)
+        elif k.startswith("graph."):
+            graph[k[len("graph."):]] = str(v)
+        elif k.startswith("session."):
+            sess[k[len("session."):]] = str(v)
+        else:
+            sess[k] = str(v)
+    return glob, sess, graph
+
+
+class Model:
+    """A loaded model. Any number of Python threads may call run() / submit() at once."""
+
+    def __init__(self, model: ModelSource, *, devices: Sequence[int] = (0,), streams: int = 1,
+                 cube_cores: Optional[int] = None, vector_cores: Optional[int] = None,
+                 gears: Optional[Mapping[str, Sequence[int]]] = None, shape_policy: Optional[Mapping[str, str]] = None,
+                 pad_value: Union[float, Mapping[str, float]] = 0, max_batch: Optional[int] = None,
+                 options: Optional[Mapping[str, str]] = None,
+                 output_dims: Optional[Mapping[str, Mapping[int, str]]] = None, max_exact_graphs: int = 16):
+        if isinstance(model, (bytes, bytearray, memoryview)):
+            data = bytes(model)
+        else:
+            with open(model, "rb") as f:
+                data = f.read()
+        if int(streams) < 1:
+            raise GertError(f"streams must be >= 1, got {streams}")
+        devices = tuple(int(d) for d in devices)
+        if not devices:
+            raise GertError("devices must name at least one device")
+        n = _cann.device_count()
+        for d in devices:
+            if not 0 <= d < n:
+                raise GertError(f"device {d} does not exist; this backend has {n} device(s)")
+        for d in devices:
+            self._check_cores(d, cube_cores, _cann.DEV_ATTR_CUBE_CORE_NUM, "cube_cores")
+            self._check_cores(d, vector_cores, _cann.DEV_ATTR_VECTOR_CORE_NUM, "vector_cores")
+        self.plan: ShapePlan = plan_shapes(_cann.read_onnx_io(data), gears, shape_policy, pad_value, max_batch,
+                                           output_dims)
+        glob, sess, graph_opts = _split_options(options)
+        ge_initialize(glob)
+        self._graph = Graph.from_onnx(data)
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._closed = False
+        self._in_flight = 0
+        self._rr = 0
+        self._workers: list = []
+        try:
+            for d in devices:
+                for _ in range(int(streams)):
+                    self._workers.append(Worker(len(self._workers), d, self._graph, self.plan, sess, graph_opts,
+                                                cube_cores, vector_cores, max_exact_graphs))
+        except BaseException:
+            for w in self._workers:
+                w.close()
+            raise
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(4, 2 * len(self._workers)),
+                                                           thread_name_prefix="gert-model")
+
+    @staticmethod
+    def _check_cores(device: int, value: Optional[int], attr: int, what: str) -> None:
+        if value is None:
+            return
+        have = _cann.get_device_info(device, attr)
+        if not 1 <= int(value) <= have:
+            raise GertError(f"{what}={value} is out of range: device {device} has {have} {what.split('_')[0]} cores")
+
+    # ---- metadata -------------------------------------------------------------------------------------------
+    @property
+    def inputs(self) -> list:
+        """Inputs: name, dtype, shape (ints, or the dim's symbolic name)."""
+        return list(self.plan.inputs)
+
+    @property
+    def outputs(self) -> list:
+        return list(self.plan.outputs)
+
+    # ---- running ----------------------------------------------------------------------------------------------
+    def __call__(self, **inputs) -> dict:
+        return self.run(inputs)
+
+    def run(self, inputs: Union[Mapping[str, np.ndarray], Sequence[Mapping[str, np.ndarray]]], out=None):
+        """Run one request (a dict of input name -> array) and return a dict of output name -> array.
+
+        A list of requests (of any non-batch shapes) is grouped by shape, batched, run, and returned as a list in
+        the caller's order. ``out``: a dict of output name -> array (or HostBuffer view) to write the results into.
+        """
+        if isinstance(inputs, Mapping):
+            result = self._run_request(inputs)
+            return self._write_out(result, out) if out is not None else result
+        if out is not None:
+            raise GertError("run: out= is for a single request, not a list")
+        return self._run_many(list(inputs))
+
+    def submit(self, inputs: Mapping[str, np.ndarray]) -> concurrent.futures.Future:
+        """Run in the background; the Future resolves to the outputs dict."""
+        self._check_open()
+        return self._pool.submit(self.run, inputs)
+
+    async def run_async(self, inputs: Mapping[str, np.ndarray]) -> dict:
+        return await asyncio.wrap_future(self.submit(inputs))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise GertError("the model is closed")
+
+    def _validate(self, inputs: Mapping[str, np.ndarray]) -> tuple:
+        """Arrays by input name (C-contiguous, exact dtype) and the real size of each dynamic dim."""
+        if not isinstance(inputs, Mapping):
+            raise GertError(f"inputs must be a dict of input name -> array, got {type(inputs).__name__}")
+        names = [t.name for t in self.plan.inputs]
+        missing = [n for n in names if n not in inputs]
+        extra = [n for n in inputs if n not in names]
+        if missing or extra:
+            raise GertError(f"inputs: missing {missing}, unexpected {extra}; the model takes {names}")
+        arrays, sizes, where = {}, {}, {}
+        for t in self.plan.inputs:
+            a = inputs[t.name]
+            if not isinstance(a, np.ndarray):
+                a = np.asarray(a)
+            if a.dtype != t.dtype:
+                raise GertError(f"input '{t.name}': expected dtype {t.dtype}, got {a.dtype}")
+            if a.ndim != len(t.shape):
+                raise GertError(f"input '{t.name}': expected rank {len(t.shape)} (shape {t.shape}), got shape "
+                                f"{a.shape}")
+            for axis, d in enumerate(t.shape):
+                dim = self.plan.input_axes.get((t.name, axis))
+                if dim is None:
+                    if a.shape[axis] != d:
+                        raise GertError(f"input '{t.name}': axis {axis} must be {d}, got {a.shape[axis]} "
+                                        f"(shape {a.shape}, expected {t.shape})")
+                    continue
+                if dim in sizes and sizes[dim] != a.shape[axis]:
+                    raise GertError(f"dim '{dim}' is {sizes[dim]} in {where[dim]} but {a.shape[axis]} in input "
+                                    f"'{t.name}' axis {axis}")
+                sizes[dim], where[dim] = a.shape[axis], f"input '{where.get(dim, t.name)}'"
+            arrays[t.name] = np.ascontiguousarray(a)
+        return arrays, sizes
+
+    def _resolve(self, sizes: dict) -> tuple:
+        run_sizes = {}
+        for name, value in sizes.items():
+            dim = self.plan.dims[name]
+            axes = ", ".join(f"{i}:{a}" for i, a in dim.axes)
+            run_sizes[name] = dim.resolve(value, f"inputs ({axes})")
+        key = tuple(sorted((n, -1 if self.plan.dims[n].policy == "dynamic" else v) for n, v in run_sizes.items()))
+        return run_sizes, key
+
+    def _run_request(self, inputs: Mapping[str, np.ndarray]) -> dict:
+        self._check_open()
+        arrays, sizes = self._validate(inputs)
+        batch = self.plan.batch
+        if batch is not None and batch.policy == "pad" and sizes["batch"] > batch.gears[-1]:
+            return self._run_split(arrays, sizes, batch.gears[-1])
+        run_sizes, key = self._resolve(sizes)
+        return self._dispatch(Request(arrays, sizes, run_sizes, key))
+
+    def _run_split(self, arrays: dict, sizes: dict, chunk: int) -> dict:
+        """A batch above the largest gear: run it in chunks of that gear and concatenate."""
+        total = sizes["batch"]
+        parts = []
+        for start in range(0, total, chunk):
+            sub = {k: v[start:start + chunk] for k, v in arrays.items()}
+            sub_sizes = dict(sizes, batch=min(chunk, total - start))
+            run_sizes, key = self._resolve(sub_sizes)
+            parts.append(self._dispatch(Request(sub, sub_sizes, run_sizes, key)))
+        out = {}
+        for o in self.plan.outputs:
+            if (o.name, 0) in self.plan.output_axes and self.plan.output_axes[(o.name, 0)] == "batch":
+                out[o.name] = np.concatenate([p[o.name] for p in parts], axis=0)
+            else:
+                out[o.name] = parts[-1][o.name]
+        return out
+
+    def _dispatch(self, req: Request) -> dict:
+        with self._lock:
+            self._check_open()
+            # the stream with the least outstanding work; ties go round robin
+            n = len(self._workers)
+            order = [(self._rr + i) % n for i in range(n)]
+            w = min((self._workers[i] for i in order), key=lambda w: w.outstanding)
+            self._rr = (w.index + 1) % n
+            w.outstanding += 1
+            self._in_flight += 1
+        try:
+            with w.lock:
+                if self._closed:
+                    raise GertError("the model was closed before this request started")
+                return w.run(req)
+        finally:
+            with self._lock:
+                w.outstanding -= 1
+                self._in_flight -= 1
+                self._idle.notify_all()
+
+    def _run_many(self, requests: list) -> list:
+        """Group requests by non-batch shape, run each group as one batch, split back in order."""
+        if not requests:
+            return []
+        if self.plan.batch is None:
+            return [self._run_request(r) for r in requests]
+        groups: dict = {}
+        validated = []
+        for i, r in enumerate(requests):
+            arrays, sizes = self._validate(r)
+            validated.append((arrays, sizes))
+            sig = tuple((n, a.shape[1:]) for n, a in sorted(arrays.items()))
+            groups.setdefault(sig, []).append(i)
+        results: list = [None] * len(requests)
+        for idx in groups.values():
+            merged = {n: np.concatenate([validated[i][0][n] for i in idx], axis=0) for n in validated[idx[0]][0]}
+            out = self._run_request(merged)
+            offset = 0
+            for i in idx:
+                rows = validated[i][1]["batch"]
+                results[i] = {k: (v[offset:offset + rows] if self.plan.output_axes.get((k, 0)) == "batch" else v)
+                              for k, v in out.items()}
+                offset += rows
+        return results
+
+    @staticmethod
+    def _write_out(result: dict, out: Mapping[str, np.ndarray]) -> dict:
+        for name, dst in out.items():
+            if name not in result:
+                raise GertError(f"out names '{name}', which is not a model output; outputs: {list(result)}")
+            dst = np.asarray(dst)
+            src = result[name]
+            if dst.shape != src.shape or dst.dtype != src.dtype:
+                raise GertError(f"out['{name}'] is {dst.shape} {dst.dtype}; the result is {src.shape} {src.dtype}")
+            np.copyto(dst, src)
+            result[name] = dst
+        return result
+
+    # ---- lifecycle and stats -------------------------------------------------------------------------------------
+    def warmup(self) -> int:
+        """Compile every declared gear combination on every stream; returns how many graphs were compiled."""
+        import itertools
+
+        dims = self.plan.dims
+        names = sorted(dims)
+        choices = []
+        for n in names:
+            d = dims[n]
+            if d.policy == "dynamic":
+                choices.append([-1])
+            elif d.gears:
+                choices.append(list(d.gears))
+            else:
+                return self._warm_static_only()
+        compiled = 0
+        for combo in itertools.product(*choices):
+            run_sizes = dict(zip(names, combo))
+            key = tuple(sorted((n, v) for n, v in run_sizes.items()))
+            for w in self._workers:
+                with w.lock:
+                    if key not in w.graphs:
+                        w._compile(key, run_sizes)
+                        compiled += 1
+        return compiled
+
+    def _warm_static_only(self) -> int:
+        return 0  # an exact dim without gears: sizes are only known from requests
+
+    def stats(self) -> dict:
+        """Per stream: requests, busy seconds, compiles; per gear: hits and padding ratio; device memory."""
+        streams = [asdict(w.stats) for w in self._workers]
+        gears: dict = {}
+        for w in self._workers:
+            for k, g in w.gear_stats.items():
+                agg = gears.setdefault(k, GearStats())
+                agg.hits += g.hits
+                agg.real_elements += g.real_elements
+                agg.padded_elements += g.padded_elements
+        memory = {}
+        for d in sorted({w.device for w in self._workers}):
+            info = _cann.memory_info(d)
+            memory[d] = {"used": info.used, "total": info.total}
+        return {
+            "streams": streams,
+            "gears": {k: {"hits": g.hits, "padding_ratio": g.padding_ratio} for k, g in gears.items()},
+            "compiles": sum(s["compiles"] for s in streams),
+            "device_memory": memory,
+        }
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Stop taking requests; queued submits are cancelled, running ones complete; then release everything."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._in_flight:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._idle.wait(left)
+        for w in self._workers:
+            w.close()
+        self._workers = []
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        ins = ", ".join(f"{t.name}{list(t.shape)}" for t in self.plan.inputs)
+        return f"<gert.Model ({ins}) on {len(self._workers)} stream(s)>"
+
+
+def load(model: ModelSource, **kwargs) -> Model:
+    """Load an ONNX model (path or bytes) onto the device(s); see gert.Model for the keyword arguments."""
+    return Model(model, **kwargs)
