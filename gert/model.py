@@ -89,6 +89,8 @@ class Model:
             for w in self._workers:
                 w.close()
             raise
+        self._futures_lock = threading.Lock()
+        self._queued: set = set()  # futures from submit() that no pool thread has started
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(4, 2 * len(self._workers)),
                                                            thread_name_prefix="gert-model")
 
@@ -121,19 +123,62 @@ class Model:
         the caller's order. ``out``: a dict of output name -> array (or HostBuffer view) to write the results into.
         """
         if isinstance(inputs, Mapping):
-            result = self._run_request(inputs)
-            return self._write_out(result, out) if out is not None else result
+            if out is None:
+                return self._run_request(inputs)
+            names = {o.name for o in self.plan.outputs}
+            for name in out:
+                if name not in names:
+                    raise GertError(f"out names '{name}', which is not a model output; outputs: "
+                                    f"{[o.name for o in self.plan.outputs]}")
+            return self._write_out(self._run_request(inputs, out), out)
+        if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence):
+            raise GertError(f"run: inputs must be a dict of input name -> array, or a list of such dicts; got "
+                            f"{type(inputs).__name__}")
         if out is not None:
             raise GertError("run: out= is for a single request, not a list")
         return self._run_many(list(inputs))
 
     def submit(self, inputs: Mapping[str, np.ndarray]) -> concurrent.futures.Future:
-        """Run in the background; the Future resolves to the outputs dict."""
-        self._check_open()
-        return self._pool.submit(self.run, inputs)
+        """Run in the background; the Future resolves to the outputs dict.
+
+        The Future is gert's own (not the pool's), so that close() can cancel the queued ones AND notify their
+        waiters: a future cancelled by ThreadPoolExecutor.shutdown(cancel_futures=True) is never notified, and
+        concurrent.futures.wait / as_completed on it would block forever."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        with self._futures_lock:
+            self._check_open()
+            self._queued.add(fut)
+            try:
+                self._pool.submit(self._run_future, fut, inputs)
+            except RuntimeError:  # the pool is shut down: the model is closing
+                self._queued.discard(fut)
+                raise GertError("the model is closed") from None
+        return fut
+
+    def _run_future(self, fut: concurrent.futures.Future, inputs: Mapping[str, np.ndarray]) -> None:
+        with self._futures_lock:
+            if fut not in self._queued:
+                return  # close() cancelled it
+            self._queued.discard(fut)
+        if not fut.set_running_or_notify_cancel():
+            return  # the caller cancelled it
+        try:
+            result = self.run(inputs)
+        except BaseException as e:  # noqa: BLE001 - delivered to the caller through the future
+            fut.set_exception(e)
+        else:
+            fut.set_result(result)
 
     async def run_async(self, inputs: Mapping[str, np.ndarray]) -> dict:
         return await asyncio.wrap_future(self.submit(inputs))
+
+    def validate(self, inputs: Mapping[str, np.ndarray]) -> None:
+        """Raise GertError (naming the input, the expected and the actual value) if run(inputs) would reject it."""
+        _, sizes = self._validate(inputs)
+        batch = self.plan.batch
+        if batch is not None and batch.policy == "pad" and sizes["batch"] > batch.gears[-1]:
+            sizes = dict(sizes, batch=batch.gears[-1])
+        self._resolve(sizes)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -181,14 +226,14 @@ class Model:
         key = tuple(sorted((n, -1 if self.plan.dims[n].policy == "dynamic" else v) for n, v in run_sizes.items()))
         return run_sizes, key
 
-    def _run_request(self, inputs: Mapping[str, np.ndarray]) -> dict:
+    def _run_request(self, inputs: Mapping[str, np.ndarray], out: Optional[Mapping] = None) -> dict:
         self._check_open()
         arrays, sizes = self._validate(inputs)
         batch = self.plan.batch
         if batch is not None and batch.policy == "pad" and sizes["batch"] > batch.gears[-1]:
-            return self._run_split(arrays, sizes, batch.gears[-1])
+            return self._run_split(arrays, sizes, batch.gears[-1])  # out= is filled by a copy afterwards
         run_sizes, key = self._resolve(sizes)
-        return self._dispatch(Request(arrays, sizes, run_sizes, key))
+        return self._dispatch(Request(arrays, sizes, run_sizes, key, dict(out) if out else None))
 
     def _run_split(self, arrays: dict, sizes: dict, chunk: int) -> dict:
         """A batch above the largest gear: run it in chunks of that gear and concatenate."""
@@ -262,6 +307,8 @@ class Model:
             src = result[name]
             if dst.shape != src.shape or dst.dtype != src.dtype:
                 raise GertError(f"out['{name}'] is {dst.shape} {dst.dtype}; the result is {src.shape} {src.dtype}")
+            if src is dst or (src.size and src.ctypes.data == dst.ctypes.data and src.strides == dst.strides):
+                continue  # the D2H wrote straight into the caller's array
             np.copyto(dst, src)
             result[name] = dst
         return result
@@ -301,7 +348,7 @@ class Model:
         streams = [asdict(w.stats) for w in self._workers]
         gears: dict = {}
         for w in self._workers:
-            for k, g in w.gear_stats.items():
+            for k, g in list(w.gear_stats.items()):  # a snapshot: workers add gears while running
                 agg = gears.setdefault(k, GearStats())
                 agg.hits += g.hits
                 agg.real_elements += g.real_elements
@@ -323,6 +370,11 @@ class Model:
             if self._closed:
                 return
             self._closed = True
+        with self._futures_lock:
+            queued, self._queued = list(self._queued), set()
+        for fut in queued:  # not started: cancel, and wake whoever waits on them
+            if fut.cancel():
+                fut.set_running_or_notify_cancel()
         self._pool.shutdown(wait=False, cancel_futures=True)
         deadline = time.monotonic() + timeout
         with self._lock:

@@ -1,1 +1,7 @@
-"""gert_triton: serve gert models through Triton Inference Server's Python backend (not built yet)."""
+"""gert_triton: serve ONNX models on gert through Triton Inference Server's Python backend.
+
+model.py is one line: ``from gert_triton import TritonPythonModel``; config.pbtxt parameters drive the rest.
+"""
+from gert_triton.model import TritonPythonModel
+
+__all__ = ["TritonPythonModel"]

@@ -1,0 +1,5 @@
+import sys
+
+from gert.cli import main
+
+sys.exit(main())

@@ -1,0 +1,115 @@
+"""The gert command: ``gert info``, ``gert serve REPO``, ``gert repo init MODEL.onnx REPO``."""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+from typing import Optional, Sequence
+
+ENV_SETTINGS = ("GERT_BACKEND", "GERT_HOST_DEVICES", "GERT_HOST_DEVICE_MEMORY", "GERT_HOST_CUBE_CORES",
+                "GERT_HOST_VECTOR_CORES", "GERT_HOST_SPIN_US", "GERT_TRITONSERVER", "ASCEND_HOME_PATH",
+                "ASCEND_TOOLKIT_HOME")
+
+
+class UsageError(Exception):
+    """Bad arguments: one line on stderr, exit code 2."""
+
+
+def _version(pkg: str) -> Optional[str]:
+    try:
+        from importlib.metadata import version
+
+        return version(pkg)
+    except Exception:
+        return None
+
+
+def cmd_info(args) -> int:
+    import gert
+    from gert import _cann
+
+    print(f"gert {gert.__version__}  backend: {gert.backend()}")
+    versions = {"python": platform.python_version(), "numpy": _version("numpy"), "onnxruntime": _version("onnxruntime")}
+    if gert.backend() == "cann":
+        versions["CANN"] = os.environ.get("ASCEND_HOME_PATH") or os.environ.get("ASCEND_TOOLKIT_HOME") or "?"
+    print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items() if v))
+    n = gert.device_count()
+    print(f"devices: {n}")
+    for d in range(n):
+        cube = _cann.get_device_info(d, _cann.DEV_ATTR_CUBE_CORE_NUM)
+        vec = _cann.get_device_info(d, _cann.DEV_ATTR_VECTOR_CORE_NUM)
+        mem = gert.memory_info(d)
+        print(f"  device {d}: {cube} cube cores, {vec} vector cores, memory {mem.total / 2**30:.1f} GiB "
+              f"({mem.free / 2**30:.1f} GiB free)")
+    settings = {k: os.environ[k] for k in ENV_SETTINGS if k in os.environ}
+    print("settings: " + (", ".join(f"{k}={v}" for k, v in settings.items()) or "(none set; defaults)"))
+    return 0
+
+
+def cmd_serve(args) -> int:
+    from gert_triton.server import serve
+
+    if not os.path.isdir(args.repo):
+        raise UsageError(f"gert serve: model repository {args.repo!r} is not a directory")
+    return serve(args.repo, args.http_port, args.grpc_port, args.metrics_port, args.tritonserver, args.server_args)
+
+
+def cmd_repo_init(args) -> int:
+    from gert_triton.repo import init_repo
+
+    if not os.path.isfile(args.model):
+        raise UsageError(f"gert repo init: {args.model!r} is not a file")
+    target = init_repo(args.model, args.repo, args.name, args.max_batch_size, overwrite=args.force)
+    print(f"wrote {target}/config.pbtxt, {target}/1/model.onnx and {target}/1/model.py; serve it with: "
+          f"gert serve {args.repo}")
+    return 0
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="gert", description="gert: ONNX models on Ascend NPUs (or the host NPU) via CANN GE")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub.add_parser("info", help="backend, devices, versions and settings").set_defaults(func=cmd_info)
+    s = sub.add_parser("serve", help="run tritonserver for a model repository")
+    s.add_argument("repo")
+    s.add_argument("--http-port", type=int, default=8000)
+    s.add_argument("--grpc-port", type=int, default=8001)
+    s.add_argument("--metrics-port", type=int, default=8002)
+    s.add_argument("--tritonserver", help="path of the tritonserver binary (default: the nvidia-pytriton wheel's)")
+    s.add_argument("server_args", nargs=argparse.REMAINDER, help="after --: more tritonserver arguments")
+    s.set_defaults(func=cmd_serve)
+    r = sub.add_parser("repo", help="model repository tools")
+    rsub = r.add_subparsers(dest="repo_command", required=True, parser_class=_Parser)
+    ri = rsub.add_parser("init", help="write a model repository entry that serves MODEL.onnx with gert")
+    ri.add_argument("model")
+    ri.add_argument("repo")
+    ri.add_argument("--name")
+    ri.add_argument("--max-batch-size", type=int)
+    ri.add_argument("--force", action="store_true", help="overwrite an existing entry")
+    ri.set_defaults(func=cmd_repo_init)
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from gert.errors import GertError
+
+    try:
+        args = build_parser().parse_args(argv)
+        if getattr(args, "server_args", None) and args.server_args[:1] == ["--"]:
+            args.server_args = args.server_args[1:]
+        return args.func(args)
+    except UsageError as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    except GertError as e:
+        print(f"gert: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""config.pbtxt ``parameters`` -> gert.load() arguments, validated key by key.
+
+Keys (all string values, as Triton passes them):
+  onnx_file      the ONNX file: default model.onnx in the version dir, then in the model dir; may not leave the model dir
+  streams        streams (executors) per device, default 1
+  cube_cores, vector_cores   per-stream core limits (core locking)
+  gears          "batch:1,4,8;W:160,320,640"
+  shape_policy   "W:pad;H:exact"
+  pad_value      a number
+  max_batch      largest batch gear (defaults to the config's max_batch_size)
+  device_ids     "0,1": spread this instance over several devices (default: the instance's device)
+  ge.K           GEInitialize option K;  session.ge.K  Session option;  graph.ge.K  AddGraph option
+Triton's own keys (EXECUTION_ENV_PATH, FORCE_CPU_ONLY_INPUT_TENSORS) are left to Triton.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+from gert.errors import GertError
+
+TRITON_KEYS = {"EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS"}
+KNOWN_KEYS = {"onnx_file", "streams", "cube_cores", "vector_cores", "gears", "shape_policy", "pad_value",
+              "max_batch", "device_ids"}
+
+
+class ConfigError(GertError):
+    """A config.pbtxt parameter is malformed or unknown; the message names the key."""
+
+
+@dataclass
+class GertParams:
+    onnx_file: Optional[str] = None
+    streams: int = 1
+    cube_cores: Optional[int] = None
+    vector_cores: Optional[int] = None
+    gears: dict = field(default_factory=dict)
+    shape_policy: dict = field(default_factory=dict)
+    pad_value: float = 0
+    max_batch: Optional[int] = None
+    device_ids: Optional[tuple] = None
+    options: dict = field(default_factory=dict)   # gert.load(options=...) keys: global./session./graph. prefixes
+
+
+def _int(key: str, value: str, minimum: int = 1) -> int:
+    try:
+        v = int(value.strip())
+    except ValueError:
+        raise ConfigError(f"parameter '{key}': expected an integer, got {value!r}") from None
+    if v < minimum:
+        raise ConfigError(f"parameter '{key}': must be >= {minimum}, got {v}")
+    return v
+
+
+def _dim_map(key: str, value: str, parse_values) -> dict:
+    """'a:1,2;b:3' -> {'a': parse_values('1,2'), 'b': ...}. Dim names may contain ':' ('x:3:160,320')."""
+    out = {}
+    for item in filter(None, (s.strip() for s in value.split(";"))):
+        name, sep, rest = item.rpartition(":")
+        if not sep or not name:
+            raise ConfigError(f"parameter '{key}': entry {item!r} is not 'dim:value'")
+        out[name.strip()] = parse_values(rest.strip(), name.strip())
+    if not out:
+        raise ConfigError(f"parameter '{key}': empty")
+    return out
+
+
+def parse_parameters(raw: dict) -> GertParams:
+    """Parse the ``parameters`` of a model config (``{key: {"string_value": str}}`` or ``{key: str}``)."""
+    p = GertParams()
+    for key, entry in (raw or {}).items():
+        value = entry.get("string_value", "") if isinstance(entry, dict) else str(entry)
+        if key in TRITON_KEYS:
+            continue
+        if key.startswith("ge."):
+            p.options["global." + key] = value
+        elif key.startswith("session.ge.") or key.startswith("graph.ge."):
+            p.options[key] = value
+        elif key not in KNOWN_KEYS:
+            raise ConfigError(f"unknown parameter '{key}'; gert_triton takes {sorted(KNOWN_KEYS)} and ge.*, "
+                              "session.ge.*, graph.ge.* keys")
+        elif key == "onnx_file":
+            if not value.strip():
+                raise ConfigError("parameter 'onnx_file': empty")
+            p.onnx_file = value.strip()
+        elif key in ("streams", "cube_cores", "vector_cores", "max_batch"):
+            setattr(p, key, _int(key, value))
+        elif key == "pad_value":
+            try:
+                p.pad_value = float(value)
+            except ValueError:
+                raise ConfigError(f"parameter 'pad_value': expected a number, got {value!r}") from None
+        elif key == "gears":
+            def sizes(text, dim):
+                try:
+                    vals = [int(x) for x in text.split(",") if x.strip()]
+                except ValueError:
+                    raise ConfigError(f"parameter 'gears': sizes for '{dim}' must be integers, got {text!r}") from None
+                if not vals or min(vals) <= 0:
+                    raise ConfigError(f"parameter 'gears': sizes for '{dim}' must be positive, got {text!r}")
+                return vals
+            p.gears = _dim_map(key, value, sizes)
+        elif key == "shape_policy":
+            def policy(text, dim):
+                if text not in ("pad", "exact", "dynamic"):
+                    raise ConfigError(f"parameter 'shape_policy': policy for '{dim}' is {text!r}; "
+                                      "use pad, exact or dynamic")
+                return text
+            p.shape_policy = _dim_map(key, value, policy)
+        elif key == "device_ids":
+            try:
+                ids = tuple(int(x) for x in value.split(",") if x.strip())
+            except ValueError:
+                raise ConfigError(f"parameter 'device_ids': expected '0,1,...', got {value!r}") from None
+            if not ids or min(ids) < 0:
+                raise ConfigError(f"parameter 'device_ids': expected '0,1,...', got {value!r}")
+            p.device_ids = ids
+    return p
+
+
+def find_onnx_file(model_dir: str, version: str, onnx_file: Optional[str]) -> str:
+    """The ONNX file to serve; a path that leaves the model dir is refused."""
+    model_dir = os.path.realpath(model_dir)
+    if onnx_file is None:
+        candidates = [os.path.join(model_dir, str(version), "model.onnx"), os.path.join(model_dir, "model.onnx")]
+    else:
+        if os.path.isabs(onnx_file):
+            raise ConfigError(f"parameter 'onnx_file': {onnx_file!r} must be relative to the model directory")
+        candidates = [os.path.join(model_dir, str(version), onnx_file), os.path.join(model_dir, onnx_file)]
+    for c in candidates:
+        real = os.path.realpath(c)
+        if os.path.commonpath([real, model_dir]) != model_dir:
+            raise ConfigError(f"parameter 'onnx_file': {onnx_file!r} leaves the model directory {model_dir}")
+        if os.path.isfile(real):
+            return real
+    raise ConfigError(f"parameter 'onnx_file': no {onnx_file or 'model.onnx'} in {candidates[0]} or {candidates[1]}")

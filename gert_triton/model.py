@@ -1,0 +1,257 @@
+"""The Triton Python-backend model: ``from gert_triton import TritonPythonModel`` is a complete model.py.
+
+Everything else comes from config.pbtxt ``parameters`` (see gert_triton.config) and the ONNX file beside it.
+execute(): validate each request alone (a bad one gets its own INVALID_ARG error), group the good ones by
+non-batch shape, concatenate each group on the batch axis, run it through gert.Model, split, and answer every
+request with the outputs it asked for.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Optional
+
+import numpy as np
+
+import gert
+from gert import _cann
+from gert.errors import GertError
+from gert_triton.config import ConfigError, find_onnx_file, parse_parameters
+
+_NUMPY_TO_TRITON = {
+    np.dtype(np.bool_): "TYPE_BOOL", np.dtype(np.uint8): "TYPE_UINT8", np.dtype(np.uint16): "TYPE_UINT16",
+    np.dtype(np.uint32): "TYPE_UINT32", np.dtype(np.uint64): "TYPE_UINT64", np.dtype(np.int8): "TYPE_INT8",
+    np.dtype(np.int16): "TYPE_INT16", np.dtype(np.int32): "TYPE_INT32", np.dtype(np.int64): "TYPE_INT64",
+    np.dtype(np.float16): "TYPE_FP16", np.dtype(np.float32): "TYPE_FP32", np.dtype(np.float64): "TYPE_FP64",
+}
+DEFAULT_MAX_BATCH = 8
+
+
+def triton_dtype(dtype) -> str:
+    try:
+        return _NUMPY_TO_TRITON[np.dtype(dtype)]
+    except KeyError:
+        raise GertError(f"dtype {np.dtype(dtype)} has no Triton config type") from None
+
+
+def _pb_utils():
+    import triton_python_backend_utils as pb_utils  # exists only inside Triton's Python stub (or a test fake)
+
+    return pb_utils
+
+
+def onnx_io(path: str) -> dict:
+    with open(path, "rb") as f:
+        return _cann.read_onnx_io(f.read())
+
+
+def io_config(io: dict) -> tuple:
+    """(batchable, inputs, outputs) in Triton config form, as onnxruntime_backend's autocomplete builds them:
+    batchable when the first dim of every input and output is symbolic; dims then exclude it."""
+    from gert.dtypes import onnx_to_numpy
+
+    tensors = io["inputs"] + io["outputs"]
+    batchable = all(dims and not isinstance(dims[0], int) for _, _, dims in tensors)
+
+    def conv(entries):
+        out = []
+        for name, elem, dims in entries:
+            if dims is None:
+                raise GertError(f"ONNX tensor '{name}' has no shape; gert_triton needs its rank")
+            d = [x if isinstance(x, int) else -1 for x in dims]
+            out.append({"name": name, "data_type": triton_dtype(onnx_to_numpy(elem)),
+                        "dims": d[1:] if batchable else d})
+        return out
+
+    return batchable, conv(io["inputs"]), conv(io["outputs"])
+
+
+def _version_dirs(model_dir: str) -> list:
+    return sorted((d for d in os.listdir(model_dir) if d.isdigit()), key=int, reverse=True)
+
+
+class TritonPythonModel:
+    """Serve an ONNX model on gert. Subclasses may override preprocess() and postprocess()."""
+
+    @staticmethod
+    def auto_complete_config(auto_complete_model_config):
+        pb_utils = _pb_utils()
+        cfg = auto_complete_model_config.as_dict()
+        params = parse_parameters(cfg.get("parameters", {}))
+        model_dir = pb_utils.get_model_dir()
+        if os.path.basename(os.path.normpath(model_dir)).isdigit():  # some stubs report the version dir
+            model_dir = os.path.dirname(os.path.normpath(model_dir))
+        versions = _version_dirs(model_dir) or ["1"]
+        path = find_onnx_file(model_dir, versions[0], params.onnx_file)
+        batchable, inputs, outputs = io_config(onnx_io(path))
+        have_in = {i["name"] for i in cfg.get("input", [])}
+        have_out = {o["name"] for o in cfg.get("output", [])}
+        if batchable and cfg.get("max_batch_size", 0) == 0 and not cfg.get("input"):
+            top = params.max_batch or max(params.gears.get("batch", [DEFAULT_MAX_BATCH]))
+            auto_complete_model_config.set_max_batch_size(top)
+        batching = batchable and (auto_complete_model_config.as_dict().get("max_batch_size", 0) > 0)
+        for i in inputs:
+            if i["name"] not in have_in:
+                auto_complete_model_config.add_input(i if batching or not batchable else
+                                                     {**i, "dims": [-1] + i["dims"]})
+        for o in outputs:
+            if o["name"] not in have_out:
+                auto_complete_model_config.add_output(o if batching or not batchable else
+                                                      {**o, "dims": [-1] + o["dims"]})
+        if batching:
+            cfg = auto_complete_model_config.as_dict()
+            if not cfg.get("sequence_batching") and not cfg.get("ensemble_scheduling"):
+                auto_complete_model_config.set_dynamic_batching()
+        return auto_complete_model_config
+
+    # ---- lifecycle ---------------------------------------------------------------------------------------
+    def initialize(self, args: dict) -> None:
+        self.config = json.loads(args["model_config"])
+        self.name = args.get("model_name", self.config.get("name", "model"))
+        params = parse_parameters(self.config.get("parameters", {}))
+        path = find_onnx_file(args["model_repository"], args.get("model_version", "1"), params.onnx_file)
+        self.max_batch_size = int(self.config.get("max_batch_size", 0))
+        gears = {k: list(v) for k, v in params.gears.items()}
+        max_batch = params.max_batch
+        if self.max_batch_size > 0:
+            top = max(gears.get("batch", [])) if "batch" in gears else None
+            if top is not None and top > self.max_batch_size:
+                raise ConfigError(f"parameter 'gears': batch gear {top} is above max_batch_size "
+                                  f"{self.max_batch_size}")
+            if max_batch is None and "batch" not in gears:
+                max_batch = self.max_batch_size
+        device = int(args.get("model_instance_device_id", "0") or 0)
+        devices = params.device_ids or (device,)
+        self.model = gert.load(path, devices=devices, streams=params.streams, cube_cores=params.cube_cores,
+                               vector_cores=params.vector_cores, gears=gears or None,
+                               shape_policy=params.shape_policy or None, pad_value=params.pad_value,
+                               max_batch=max_batch, options=params.options)
+        names = [t.name for t in self.model.inputs]
+        cfg_names = [i["name"] for i in self.config.get("input", [])]
+        if sorted(cfg_names) != sorted(names):
+            raise ConfigError(f"config inputs {cfg_names} do not match the ONNX model's inputs {names}")
+        self.batching = self.max_batch_size > 0 and self.model.plan.has_batch
+        self._init_metrics()
+
+    def finalize(self) -> None:
+        model = getattr(self, "model", None)
+        if model is not None:
+            model.close()
+        self._metrics = {}
+        self._families = []
+
+    # ---- hooks for subclasses --------------------------------------------------------------------------------
+    def preprocess(self, inputs: dict) -> dict:
+        """Per request, before batching: dict of input name -> array. Default: unchanged."""
+        return inputs
+
+    def postprocess(self, outputs: dict) -> dict:
+        """Per request, after splitting: dict of output name -> array. Default: unchanged."""
+        return outputs
+
+    # ---- execute ---------------------------------------------------------------------------------------------
+    def execute(self, requests: list) -> list:
+        pb_utils = _pb_utils()
+        responses: list = [None] * len(requests)
+        ready = []  # (index, inputs, requested output names)
+        for i, request in enumerate(requests):
+            try:
+                if request.is_cancelled():
+                    responses[i] = pb_utils.InferenceResponse(
+                        error=pb_utils.TritonError("the request was cancelled", pb_utils.TritonError.CANCELLED))
+                    continue
+            except AttributeError:  # a stub without cancellation
+                pass
+            try:
+                inputs = {}
+                for t in self.model.inputs:
+                    tensor = pb_utils.get_input_tensor_by_name(request, t.name)
+                    if tensor is None:
+                        raise GertError(f"input '{t.name}' is missing; the model takes "
+                                        f"{[x.name for x in self.model.inputs]}")
+                    inputs[t.name] = tensor.as_numpy()
+                inputs = self.preprocess(inputs)
+                self.model.validate(inputs)
+                ready.append((i, inputs, request.requested_output_names()))
+            except Exception as e:  # this request alone is bad
+                responses[i] = pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError(str(e), pb_utils.TritonError.INVALID_ARG))
+        for group in self._groups(ready):
+            try:
+                results = self.model.run([inputs for _, inputs, _ in group])
+            except GertError as e:
+                for i, _, _ in group:
+                    responses[i] = pb_utils.InferenceResponse(
+                        error=pb_utils.TritonError(str(e), pb_utils.TritonError.INVALID_ARG))
+                continue
+            except Exception as e:
+                for i, _, _ in group:
+                    responses[i] = pb_utils.InferenceResponse(
+                        error=pb_utils.TritonError(f"{type(e).__name__}: {e}", pb_utils.TritonError.INTERNAL))
+                continue
+            for (i, _, wanted), out in zip(group, results):
+                try:
+                    out = self.postprocess(out)
+                    tensors = [pb_utils.Tensor(name, np.ascontiguousarray(arr)) for name, arr in out.items()
+                               if not wanted or name in wanted]
+                    responses[i] = pb_utils.InferenceResponse(output_tensors=tensors)
+                except Exception as e:
+                    responses[i] = pb_utils.InferenceResponse(
+                        error=pb_utils.TritonError(f"{type(e).__name__}: {e}", pb_utils.TritonError.INTERNAL))
+        self._update_metrics()
+        return responses
+
+    def _groups(self, ready: list) -> list:
+        """Requests that can share one batch: the same non-batch shapes (all of them, without a batch axis:
+        each request alone)."""
+        if not self.batching:
+            return [[r] for r in ready]
+        groups: dict = {}
+        for r in ready:
+            sig = tuple((n, a.shape[1:], a.dtype.str) for n, a in sorted(r[1].items()))
+            groups.setdefault(sig, []).append(r)
+        return list(groups.values())
+
+    # ---- metrics ---------------------------------------------------------------------------------------------
+    def _init_metrics(self) -> None:
+        self._metrics = {}
+        self._families = []
+        self._last_stats = None
+        try:
+            pb_utils = _pb_utils()
+            fam = pb_utils.MetricFamily
+        except (ImportError, AttributeError):
+            return
+        self._families = [
+            fam(name="gert_gear_hits_total", description="Batches run per gear (graph shape)", kind=fam.COUNTER),
+            fam(name="gert_padding_ratio", description="Share of padded elements per gear", kind=fam.GAUGE),
+            fam(name="gert_stream_busy_seconds_total", description="Seconds each stream spent running requests",
+                kind=fam.COUNTER),
+        ]
+
+    def _metric(self, family_index: int, labels: dict):
+        key = (family_index, tuple(sorted(labels.items())))
+        m = self._metrics.get(key)
+        if m is None:
+            m = self._families[family_index].Metric(labels=labels)
+            self._metrics[key] = m
+        return m
+
+    def _update_metrics(self) -> None:
+        """Once per batch: push what gert.Model counted since the last batch."""
+        if not self._families:
+            return
+        stats = self.model.stats()
+        last = self._last_stats or {"gears": {}, "streams": []}
+        base = {"model": self.name}
+        for gear, g in stats["gears"].items():
+            prev = last["gears"].get(gear, {"hits": 0})
+            if g["hits"] > prev["hits"]:
+                self._metric(0, {**base, "gear": gear}).increment(g["hits"] - prev["hits"])
+            self._metric(1, {**base, "gear": gear}).set(g["padding_ratio"])
+        prev_busy = {s["stream"]: s["busy_seconds"] for s in last["streams"]}
+        for s in stats["streams"]:
+            delta = s["busy_seconds"] - prev_busy.get(s["stream"], 0.0)
+            if delta > 0:
+                self._metric(2, {**base, "stream": str(s["stream"]), "device": str(s["device"])}).increment(delta)
+        self._last_stats = stats

@@ -1,0 +1,56 @@
+"""`gert repo init MODEL.onnx REPO [--name NAME]`: a model repository entry that serves the model with gert."""
+from __future__ import annotations
+
+import os
+import shutil
+from typing import Optional
+
+from gert.errors import GertError
+from gert_triton.model import DEFAULT_MAX_BATCH, io_config, onnx_io
+
+MODEL_PY = "from gert_triton import TritonPythonModel  # noqa: F401  (config.pbtxt parameters drive the rest)\n"
+
+
+def _tensor_block(kind: str, entries: list) -> str:
+    items = []
+    for e in entries:
+        dims = ", ".join(str(d) for d in e["dims"])
+        items.append(f'  {{\n    name: "{e["name"]}"\n    data_type: {e["data_type"]}\n    dims: [ {dims} ]\n  }}')
+    return f"{kind} [\n" + ",\n".join(items) + "\n]\n"
+
+
+def config_pbtxt(name: str, io: dict, max_batch_size: Optional[int] = None, parameters: Optional[dict] = None) -> str:
+    batchable, inputs, outputs = io_config(io)
+    mbs = (max_batch_size if max_batch_size is not None else DEFAULT_MAX_BATCH) if batchable else 0
+    text = f'name: "{name}"\nbackend: "python"\nmax_batch_size: {mbs}\n'
+    if not batchable or mbs == 0:
+        inputs = [{**i, "dims": i["dims"] if not batchable else [-1] + i["dims"]} for i in inputs]
+        outputs = [{**o, "dims": o["dims"] if not batchable else [-1] + o["dims"]} for o in outputs]
+    text += _tensor_block("input", inputs) + _tensor_block("output", outputs)
+    if mbs > 0:
+        text += "dynamic_batching {\n  max_queue_delay_microseconds: 2000\n}\n"
+    text += "instance_group [\n  {\n    kind: KIND_CPU\n    count: 1\n  }\n]\n"
+    for k, v in (parameters or {}).items():
+        text += f'parameters {{\n  key: "{k}"\n  value: {{ string_value: "{v}" }}\n}}\n'
+    return text
+
+
+def init_repo(model_path: str, repo: str, name: Optional[str] = None, max_batch_size: Optional[int] = None,
+              parameters: Optional[dict] = None, overwrite: bool = False) -> str:
+    """Write REPO/NAME/config.pbtxt, REPO/NAME/1/model.onnx and the one-line REPO/NAME/1/model.py."""
+    if not os.path.isfile(model_path):
+        raise GertError(f"{model_path!r} is not a file")
+    name = name or os.path.splitext(os.path.basename(model_path))[0]
+    if not name or "/" in name or name.startswith("."):
+        raise GertError(f"model name {name!r} is not a valid directory name")
+    io = onnx_io(model_path)
+    target = os.path.join(repo, name)
+    if os.path.exists(target) and not overwrite:
+        raise GertError(f"{target} exists; choose another --name or remove it")
+    os.makedirs(os.path.join(target, "1"), exist_ok=True)
+    shutil.copyfile(model_path, os.path.join(target, "1", "model.onnx"))
+    with open(os.path.join(target, "1", "model.py"), "w") as f:
+        f.write(MODEL_PY)
+    with open(os.path.join(target, "config.pbtxt"), "w") as f:
+        f.write(config_pbtxt(name, io, max_batch_size, parameters))
+    return target
