@@ -1,4 +1,4 @@
-"""The gert command: ``gert info``, ``gert serve REPO``, ``gert repo init MODEL.onnx REPO``."""
+"""The gert command: ``gert info``, ``gert bench MODEL.onnx``, ``gert serve REPO``, ``gert repo init MODEL.onnx REPO``."""
 from __future__ import annotations
 
 import argparse
@@ -47,6 +47,15 @@ def cmd_info(args) -> int:
     return 0
 
 
+def cmd_bench(args) -> int:
+    from gert.bench import BenchArgError, main as bench_main
+
+    try:
+        return bench_main(args)
+    except BenchArgError as e:
+        raise UsageError(f"gert bench: {e}") from None
+
+
 def cmd_serve(args) -> int:
     from gert_triton.server import serve
 
@@ -75,6 +84,26 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gert", description="gert: ONNX models on Ascend NPUs (or the host NPU) via CANN GE")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("info", help="backend, devices, versions and settings").set_defaults(func=cmd_info)
+    b = sub.add_parser("bench", help="sweep streams, core locks, batch and gears on an ONNX model")
+    b.add_argument("model")
+    b.add_argument("--streams", default="1", help="e.g. 1,2,4")
+    b.add_argument("--cube-cores", help="e.g. 1,2 (default: no core lock)")
+    b.add_argument("--vector-cores")
+    b.add_argument("--batch", help="batch sizes, e.g. 1,8 (models with a batch axis)")
+    b.add_argument("--shape", action="append", help="NAME=1x3x48x320: the shape of an input with dynamic dims")
+    b.add_argument("--gears", action="append", help="e.g. batch:1,4,8;W:160,320")
+    b.add_argument("--shape-policy", action="append", help="e.g. W:pad")
+    b.add_argument("--devices", help="e.g. 0,1")
+    b.add_argument("--concurrency", type=int, default=4, help="client threads (default 4)")
+    b.add_argument("--duration", type=float, help="seconds per configuration (default 10)")
+    b.add_argument("--iterations", type=int, help="requests per configuration, instead of --duration")
+    b.add_argument("--warmup", type=int, default=3, help="warm-up requests per stream")
+    b.add_argument("--input", action="append", help="NAME=file.npy: use this array instead of random data")
+    b.add_argument("--latency-budgets", help="p99 budgets in ms to mark the best configuration under, e.g. 10,50")
+    b.add_argument("--json")
+    b.add_argument("--csv")
+    b.add_argument("--plot", help="PNG of throughput against p99 latency (needs matplotlib)")
+    b.set_defaults(func=cmd_bench)
     s = sub.add_parser("serve", help="run tritonserver for a model repository")
     s.add_argument("repo")
     s.add_argument("--http-port", type=int, default=8000)
@@ -107,6 +136,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(str(e), file=sys.stderr)
         return 2
     except GertError as e:
+        print(f"gert: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
         print(f"gert: {e}", file=sys.stderr)
         return 2
 

@@ -1,0 +1,374 @@
+"""`gert bench MODEL.onnx`: sweep streams x core locks x batch (x gears) on any ONNX model and report which
+configuration is fastest, and which is best under each latency budget.
+
+Each configuration loads the model with gert.load(), warms it up, then ``--concurrency`` threads call run() in a
+loop for ``--duration`` seconds (or ``--iterations`` requests in all). Reported: inferences/s, samples/s, latency
+p50/p90/p99, each stream's busy share, compile time and device memory peak.
+"""
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import os
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from gert.errors import GertError
+
+
+DEFAULT_BUDGETS_MS = "5,10,20,50,100,200,500,1000"
+
+
+class BenchArgError(GertError):
+    """A bad `gert bench` argument: reported as one line on stderr, exit code 2."""
+
+
+@dataclass
+class BenchConfig:
+    streams: int
+    cube_cores: Optional[int]
+    vector_cores: Optional[int]
+    batch: Optional[int]
+
+
+@dataclass
+class BenchResult:
+    streams: int
+    cube_cores: Optional[int]
+    vector_cores: Optional[int]
+    batch: Optional[int]
+    requests: int
+    seconds: float
+    inferences_per_s: float
+    samples_per_s: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    stream_busy: list = field(default_factory=list)
+    compile_s: float = 0.0
+    memory_peak_mb: float = 0.0
+    best_under_ms: list = field(default_factory=list)
+
+    def label(self) -> str:
+        return (f"streams={self.streams} cube={self.cube_cores or '-'} vector={self.vector_cores or '-'} "
+                f"batch={self.batch or '-'}")
+
+
+def parse_int_list(text: Optional[str], what: str) -> list:
+    if text is None:
+        return [None]
+    try:
+        vals = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise BenchArgError(f"--{what}: expected comma-separated integers, got {text!r}") from None
+    if not vals or min(vals) < 1:
+        raise BenchArgError(f"--{what}: expected positive integers, got {text!r}")
+    return vals
+
+
+def parse_dim_lists(items: Optional[list], what: str, value_parser) -> dict:
+    """['W:160,320', 'batch:1,8'] -> {'W': ..., 'batch': ...} (a dim name may itself contain ':')."""
+    out = {}
+    for item in items or []:
+        for part in filter(None, item.split(";")):
+            name, sep, rest = part.rpartition(":")
+            if not sep or not name:
+                raise BenchArgError(f"--{what}: {part!r} is not 'dim:value'")
+            out[name] = value_parser(rest, name)
+    return out
+
+
+def _shape_arg(text: str) -> tuple:
+    name, sep, dims = text.partition("=")
+    if not sep or not name:
+        raise BenchArgError(f"--shape: {text!r} is not NAME=D0xD1x...")
+    try:
+        shape = tuple(int(d) for d in dims.lower().split("x"))
+    except ValueError:
+        raise BenchArgError(f"--shape: dims of {name!r} must be integers separated by 'x', got {dims!r}") from None
+    if any(d < 0 for d in shape):
+        raise BenchArgError(f"--shape: dims of {name!r} must be >= 0, got {dims!r}")
+    return name, shape
+
+
+def make_inputs(model, shapes: dict, files: dict, batch: Optional[int], rng: np.random.Generator) -> dict:
+    """One request: arrays from --input files, else random data of the model's dtypes and --shape shapes."""
+    plan = model.plan
+    names = {t.name for t in plan.inputs}
+    for n in list(shapes) + list(files):
+        if n not in names:
+            raise BenchArgError(f"unknown input '{n}'; the model's inputs are {sorted(names)}")
+    out = {}
+    for t in plan.inputs:
+        if t.name in files:
+            a = files[t.name]
+        else:
+            if t.name in shapes:
+                shape = list(shapes[t.name])
+                if len(shape) != len(t.shape):
+                    raise BenchArgError(f"--shape {t.name}: rank {len(shape)}, the model's input has shape {t.shape}")
+            else:
+                shape = list(t.shape)
+            for axis, d in enumerate(shape):
+                if plan.input_axes.get((t.name, axis)) == "batch" and batch is not None:
+                    shape[axis] = batch
+                elif not isinstance(d, int):
+                    raise BenchArgError(f"input '{t.name}' has a dynamic dim at axis {axis} ({d}); give "
+                                        f"--shape {t.name}=" + "x".join(str(x) if isinstance(x, int) else "N"
+                                                                       for x in t.shape))
+            if np.issubdtype(t.dtype, np.floating):
+                a = rng.standard_normal(shape).astype(t.dtype)
+            elif t.dtype == np.bool_:
+                a = rng.integers(0, 2, shape).astype(np.bool_)
+            else:
+                a = rng.integers(0, 4, shape).astype(t.dtype)
+        out[t.name] = a
+    try:
+        model.validate(out)
+    except GertError as e:
+        raise BenchArgError(f"the model cannot take these inputs: {e}") from None
+    return out
+
+
+def run_config(model_bytes: bytes, cfg: BenchConfig, load_kwargs: dict, shapes: dict, files: dict,
+               concurrency: int, duration: Optional[float], iterations: Optional[int], warmup: int) -> BenchResult:
+    import gert
+
+    model = gert.load(model_bytes, streams=cfg.streams, cube_cores=cfg.cube_cores, vector_cores=cfg.vector_cores,
+                      **load_kwargs)
+    try:
+        rng = np.random.default_rng(0)
+        inputs = make_inputs(model, shapes, files, cfg.batch, rng)
+        batch = next((a.shape[0] for n, a in inputs.items() if model.plan.has_batch), 1)
+        for _ in range(max(warmup, 1) * cfg.streams):
+            model.run(inputs)
+        if gert.backend() == "hostnpu":
+            gert.reset_host_counters()
+        base = model.stats()
+        latencies: list = []
+        lock = threading.Lock()
+        stop_at = time.perf_counter() + duration if duration else None
+        remaining = [iterations or 0]
+
+        def client():
+            mine = []
+            while True:
+                if stop_at is not None:
+                    if time.perf_counter() >= stop_at:
+                        break
+                else:
+                    with lock:
+                        if remaining[0] <= 0:
+                            break
+                        remaining[0] -= 1
+                t0 = time.perf_counter()
+                model.run(inputs)
+                mine.append(time.perf_counter() - t0)
+            with lock:
+                latencies.extend(mine)
+
+        t0 = time.perf_counter()
+        threads = [threading.Thread(target=client) for _ in range(concurrency)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.perf_counter() - t0
+        stats = model.stats()
+        busy = [round((s["busy_seconds"] - b["busy_seconds"]) / wall, 3)
+                for s, b in zip(stats["streams"], base["streams"])]
+        if gert.backend() == "hostnpu":
+            peak = gert.host_counters()["device_memory_peak"] / 2**20
+        else:
+            peak = max((m["used"] for m in stats["device_memory"].values()), default=0) / 2**20
+        lat = np.array(latencies) * 1e3 if latencies else np.zeros(1)
+        n = len(latencies)
+        return BenchResult(cfg.streams, cfg.cube_cores, cfg.vector_cores, cfg.batch, n, wall, n / wall,
+                           n * batch / wall, float(np.percentile(lat, 50)), float(np.percentile(lat, 90)),
+                           float(np.percentile(lat, 99)), busy, sum(s["compile_seconds"] for s in stats["streams"]),
+                           peak)
+    finally:
+        model.close()
+
+
+def mark_budgets(results: list, budgets_ms: list) -> None:
+    for b in budgets_ms:
+        ok = [r for r in results if r.p99_ms <= b]
+        if ok:
+            max(ok, key=lambda r: r.inferences_per_s * (r.batch or 1)).best_under_ms.append(b)
+
+
+def table(results: list) -> str:
+    head = (f"{'streams':>7} {'cube':>5} {'vector':>6} {'batch':>5} {'infer/s':>9} {'samples/s':>10} {'p50 ms':>8} "
+            f"{'p90 ms':>8} {'p99 ms':>8} {'busy':>14} {'compile s':>9} {'mem MB':>8}  best under")
+    lines = [head]
+    for r in sorted(results, key=lambda r: -r.samples_per_s):
+        busy = "/".join(f"{b:.2f}" for b in r.stream_busy)
+        best = " ".join(f"p99<={b:g}ms" for b in r.best_under_ms)
+        lines.append(f"{r.streams:>7} {r.cube_cores or '-':>5} {r.vector_cores or '-':>6} {r.batch or '-':>5} "
+                     f"{r.inferences_per_s:>9.1f} {r.samples_per_s:>10.1f} {r.p50_ms:>8.2f} {r.p90_ms:>8.2f} "
+                     f"{r.p99_ms:>8.2f} {busy:>14} {r.compile_s:>9.2f} {r.memory_peak_mb:>8.1f}  {best}")
+    return "\n".join(lines)
+
+
+def write_csv(path: str, results: list) -> None:
+    rows = [asdict(r) for r in results]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        for row in rows:
+            row = dict(row, stream_busy=" ".join(str(x) for x in row["stream_busy"]),
+                       best_under_ms=" ".join(str(x) for x in row["best_under_ms"]))
+            w.writerow(row)
+
+
+def plot(path: str, results: list) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise BenchArgError("--plot needs matplotlib: pip install 'gert[plot]'") from None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for r in results:
+        ax.scatter(r.p99_ms, r.samples_per_s, s=40)
+        ax.annotate(r.label().replace(" vector=-", ""), (r.p99_ms, r.samples_per_s), fontsize=7,
+                    xytext=(4, 3), textcoords="offset points")
+    ax.set_xlabel("p99 latency (ms)")
+    ax.set_ylabel("samples / s")
+    ax.set_title("gert bench: throughput vs p99 latency")
+    ax.grid(alpha=0.3)
+    ax.margins(x=0.25, y=0.15)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+class Progress:
+    """Live progress: a rich bar on a terminal, plain lines otherwise."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.done = 0
+        self._rich = None
+        if sys.stderr.isatty():
+            try:
+                from rich.progress import Progress as RichProgress
+
+                self._rich = RichProgress(transient=True)
+                self._task = self._rich.add_task("gert bench", total=total)
+                self._rich.start()
+            except ImportError:
+                self._rich = None
+
+    def step(self, text: str) -> None:
+        self.done += 1
+        if self._rich is not None:
+            self._rich.update(self._task, advance=1, description=text)
+        else:
+            print(f"[{self.done}/{self.total}] {text}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self._rich is not None:
+            self._rich.stop()
+
+
+def main(args) -> int:
+    """Run the sweep for parsed `gert bench` arguments (see gert.cli)."""
+    import gert
+    from gert import _cann
+
+    if not os.path.isfile(args.model) or not os.access(args.model, os.R_OK):
+        raise BenchArgError(f"cannot read model file {args.model!r}")
+    with open(args.model, "rb") as f:
+        model_bytes = f.read()
+    streams = parse_int_list(args.streams, "streams")
+    cubes = parse_int_list(args.cube_cores, "cube-cores")
+    vectors = parse_int_list(args.vector_cores, "vector-cores")
+    batches = parse_int_list(args.batch, "batch")
+    devices = tuple(parse_int_list(args.devices, "devices")) if args.devices else (0,)
+    n_dev = gert.device_count()
+    for d in devices:
+        if d >= n_dev:
+            raise BenchArgError(f"--devices: device {d} does not exist; there are {n_dev}")
+        for c in cubes:
+            have = _cann.get_device_info(d, _cann.DEV_ATTR_CUBE_CORE_NUM)
+            if c is not None and c > have:
+                raise BenchArgError(f"--cube-cores {c}: device {d} has {have} cube cores")
+        for v in vectors:
+            have = _cann.get_device_info(d, _cann.DEV_ATTR_VECTOR_CORE_NUM)
+            if v is not None and v > have:
+                raise BenchArgError(f"--vector-cores {v}: device {d} has {have} vector cores")
+    shapes = dict(_shape_arg(s) for s in args.shape or [])
+    files = {}
+    for item in args.input or []:
+        name, sep, path = item.partition("=")
+        if not sep:
+            raise BenchArgError(f"--input: {item!r} is not NAME=file.npy")
+        try:
+            files[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise BenchArgError(f"--input {name}: cannot read {path!r}: {e}") from None
+
+    def gear_values(text, dim):
+        try:
+            return [int(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise BenchArgError(f"--gears: sizes for '{dim}' must be integers, got {text!r}") from None
+
+    load_kwargs = {"devices": devices}
+    gears = parse_dim_lists(args.gears, "gears", gear_values)
+    policy = parse_dim_lists(args.shape_policy, "shape-policy", lambda t, d: t)
+    if gears:
+        load_kwargs["gears"] = gears
+    if policy:
+        load_kwargs["shape_policy"] = policy
+    top_batch = max(b for b in batches if b is not None) if batches != [None] else None
+    if top_batch and "batch" not in gears:
+        load_kwargs["max_batch"] = top_batch
+    if args.duration is None and args.iterations is None:
+        args.duration = 10.0
+    configs = [BenchConfig(s, c, v, b) for s, c, v, b in itertools.product(streams, cubes, vectors, batches)]
+    # Fail fast on inputs the model cannot take, before the sweep starts.
+    try:
+        probe = gert.load(model_bytes, **load_kwargs)
+    except GertError as e:
+        raise BenchArgError(f"cannot load the model with these settings: {e}") from None
+    try:
+        for b in batches:
+            make_inputs(probe, shapes, files, b, np.random.default_rng(0))
+    finally:
+        probe.close()
+    progress = Progress(len(configs))
+    results = []
+    try:
+        for cfg in configs:
+            r = run_config(model_bytes, cfg, load_kwargs, shapes, files, args.concurrency, args.duration,
+                           args.iterations, args.warmup)
+            results.append(r)
+            progress.step(f"{r.label()}: {r.samples_per_s:.1f} samples/s, p99 {r.p99_ms:.2f} ms")
+    finally:
+        progress.close()
+    try:
+        budgets = [float(x) for x in (args.latency_budgets or DEFAULT_BUDGETS_MS).split(",") if x.strip()]
+    except ValueError:
+        raise BenchArgError(f"--latency-budgets: expected numbers in ms, got {args.latency_budgets!r}") from None
+    mark_budgets(results, budgets)
+    print(f"gert bench {os.path.basename(args.model)} on {gert.backend()}, concurrency {args.concurrency}")
+    print(table(results))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"model": args.model, "backend": gert.backend(), "concurrency": args.concurrency,
+                       "results": [asdict(r) for r in results]}, f, indent=2)
+    if args.csv:
+        write_csv(args.csv, results)
+    if args.plot:
+        plot(args.plot, results)
+    return 0
