@@ -140,7 +140,15 @@ cdef int _push_tensors(cge.gert_tensor_list& v, list tensors, str what) except -
     cdef DeviceBuffer buf
     cdef vector[int64_t] dims
     for i, t in enumerate(tensors):
-        buf = t.buffer
+        b = t.buffer
+        if not isinstance(b, DeviceBuffer):  # e.g. a HostBuffer: GE takes device memory only
+            raise _errors.GeError(145000, f"ExecuteGraphWithStreamAsync: {what}[{i}] is backed by a "
+                                  f"{type(b).__name__}, not device memory; GE takes device memory only: copy it to "
+                                  f"a DeviceBuffer first (DeviceTensor.from_numpy / DeviceBuffer.copy_from)")
+        buf = b
+        if buf._ptr == 0 and buf.nbytes:
+            raise _errors.AclError(ACL_ERROR_RT_PARAM_INVALID,
+                                   f"ExecuteGraphWithStreamAsync: {what}[{i}]: the DeviceBuffer was freed")
         buf._check()
         dims.clear()
         for d in t.shape:
@@ -265,7 +273,8 @@ cdef class Session:
         self._check()
         import numpy as np
         from gert.dtypes import ge_dtype, numpy_dtype
-        arrays = [np.ascontiguousarray(a) for a in inputs]
+        # np.require keeps 0-d arrays 0-d (np.ascontiguousarray would make them shape (1,))
+        arrays = [np.require(a, requirements="C") for a in inputs]
         cdef vector[const void*] data
         cdef vector[size_t] sizes
         cdef vector[int] dtypes

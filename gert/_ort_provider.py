@@ -9,16 +9,34 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import threading
 from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from gert.dtypes import numpy_dtype
+from gert.dtypes import DT_BF16, ONNX_BFLOAT16, numpy_dtype
 
 TensorArg = tuple  # (ptr: int, nbytes: int, ge_dtype: int, dims: tuple[int, ...])
 
 _BIND_CACHE_LIMIT = 64
+
+
+def _elem(ge_dtype: int):
+    """The element type IOBinding takes for a ge::DataType: the numpy dtype, or for bfloat16 the ONNX type number
+    (ONNX Runtime's numpy conversion does not know ml_dtypes.bfloat16)."""
+    return ONNX_BFLOAT16 if ge_dtype == DT_BF16 else numpy_dtype(ge_dtype)
+
+
+def _bind_host_input(io, name: str, ge_dtype: int, dims) -> None:
+    """Bind a zero-filled host array (kept alive with the binding): for size-0 inputs, which have no device address,
+    and for finding a static graph's output shapes at compile time."""
+    arr = np.zeros(tuple(dims), numpy_dtype(ge_dtype))
+    io.bind_input(name, "cpu", 0, _elem(ge_dtype), list(dims), arr.ctypes.data)
+    keep = getattr(io, "_gert_keep", None)
+    if keep is None:
+        keep = io._gert_keep = []
+    keep.append(arr)
 
 
 class OrtExecutable:
@@ -89,14 +107,13 @@ class OrtExecutable:
         if io is None:
             io = sess.io_binding()
             for name, (ptr, nbytes, dt, dims) in zip(self.in_names, inputs):
-                npdt = numpy_dtype(dt)
                 if ptr == 0:  # an empty tensor: ONNX Runtime wants an address even for zero bytes
-                    io.bind_cpu_input(name, np.empty(dims, npdt))
+                    _bind_host_input(io, name, dt, dims)
                 else:
-                    io.bind_input(name, "cpu", 0, npdt, list(dims), ptr)
+                    io.bind_input(name, "cpu", 0, _elem(dt), list(dims), ptr)
             for name, (ptr, nbytes, dt, dims) in zip(self.out_names, outputs):
                 if ptr and all(d >= 0 for d in dims):
-                    io.bind_output(name, "cpu", 0, numpy_dtype(dt), list(dims), ptr)
+                    io.bind_output(name, "cpu", 0, _elem(dt), list(dims), ptr)
                 else:
                     io.bind_output(name, "cpu")
             if key is not None:
@@ -108,22 +125,25 @@ class OrtExecutable:
             self._tls.last_run = functools.partial(sess.run_with_iobinding, io)
             return [None] * len(outputs)
         self._tls.last_run = None
-        produced = io.copy_outputs_to_cpu()
+        # Outputs ONNX Runtime allocated: one copy from its buffer (OrtValue) into device memory. Read through the
+        # OrtValue, not numpy: that keeps 0-d shapes and works for bfloat16.
+        produced = io.get_outputs()
         results = []
-        for (ptr, nbytes, dt, dims), arr in zip(outputs, produced):
+        for (ptr, nbytes, dt, dims), value in zip(outputs, produced):
             if ptr and all(d >= 0 for d in dims):
                 results.append(None)
                 continue
-            arr = np.ascontiguousarray(arr)
+            shape = tuple(int(d) for d in value.shape())
+            size = math.prod(shape) * numpy_dtype(dt).itemsize
             if ptr:
-                if arr.nbytes > nbytes:
-                    raise ValueError(f"output of shape {arr.shape} needs {arr.nbytes} bytes, the buffer holds {nbytes}")
+                if size > nbytes:
+                    raise ValueError(f"output of shape {shape} needs {size} bytes, the buffer holds {nbytes}")
                 dst = ptr
             else:
-                dst = alloc(arr.nbytes)
-            if arr.nbytes:
-                ctypes.memmove(dst, arr.ctypes.data, arr.nbytes)
-            results.append((dst, arr.nbytes, tuple(arr.shape)))
+                dst = alloc(size)
+            if size:
+                ctypes.memmove(dst, value.data_ptr(), size)
+            results.append((dst, size, shape))
         return results
 
 
@@ -149,7 +169,11 @@ class OrtGraphProvider:
             raise ValueError(f"ONNX Runtime sees inputs {ort_in}, the parser saw {exe.in_names}")
         result = [(o[1], tuple(o[2])) for o in outputs]
         if all(d >= 0 for i in inputs for d in i[2]):  # static: every output shape is fixed; find it
-            feeds = {name: np.zeros(dims, numpy_dtype(dt)) for name, dt, dims in inputs}
-            produced = sess.run(exe.out_names, feeds)
-            result = [(o[1], tuple(int(d) for d in arr.shape)) for o, arr in zip(outputs, produced)]
+            io = sess.io_binding()
+            for name, dt, dims in inputs:
+                _bind_host_input(io, name, dt, dims)
+            for name in exe.out_names:
+                io.bind_output(name, "cpu")
+            sess.run_with_iobinding(io)
+            result = [(o[1], tuple(int(d) for d in v.shape())) for o, v in zip(outputs, io.get_outputs())]
         return exe, result

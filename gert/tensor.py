@@ -52,7 +52,7 @@ class DeviceTensor:
         synchronize)."""
         a = np.asarray(array)
         if not a.flags.c_contiguous:
-            a = np.ascontiguousarray(a)
+            a = np.require(a, requirements="C")
         t = cls.empty(a.shape, a.dtype, device if stream is None or device is not None else stream.device_id)
         t.buffer.copy_from(a, stream)
         return t

@@ -641,7 +641,10 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
     return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u is static: allocate its %zu output(s) and pass them (GE "
                    "allocates outputs only for dynamic graphs)", api, graph_id, r->outputs.size());
   auto run_out = std::make_shared<std::vector<gertHostTensorRef>>(r->outputs.size());
-  if (!allocate_outputs) {
+  if (allocate_outputs) {  // GE allocates them: the provider still needs each output's dtype (and the dims known)
+    for (size_t i = 0; i < r->outputs.size(); ++i)
+      fill_ref((*run_out)[i], nullptr, 0, r->outputs[i].dtype, r->outputs[i].dims);
+  } else {
     if (outputs.size() != r->outputs.size())
       return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u has %zu output(s), got %zu", api, graph_id,
                      r->outputs.size(), outputs.size());
