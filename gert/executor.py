@@ -64,6 +64,7 @@ class Request:
     sizes: dict                 # dim name -> real size
     run_sizes: dict             # dim name -> size the graph runs at (gear, or real)
     key: tuple = field(default=())
+    out: Optional[dict] = None  # output name -> the caller's out= array, written by D2H directly when it fits
 
 
 class Worker:
@@ -95,7 +96,6 @@ class Worker:
         self.out_bufs: dict = {}
         self.stats = WorkerStats(device=device, stream=index)
         self.gear_stats: dict = {}
-        self._threads = threading.local()
 
     # ---- graphs -----------------------------------------------------------------------------------------
     def graph_for(self, req: Request) -> GraphEntry:
@@ -155,14 +155,15 @@ class Worker:
     # ---- one request --------------------------------------------------------------------------------------
     def run(self, req: Request) -> dict:
         """Run one request (the caller holds self.lock)."""
-        if self.limited and not getattr(self._threads, "bound", False):
-            self.stream.use_in_current_thread()  # aclrtUseStreamResInCurrentThread, once per launching thread
-            self._threads.bound = True
+        if self.limited:
+            # aclrtUseStreamResInCurrentThread on every launch (~40 ns): a thread that also launches on other
+            # streams (another Model's, with other limits) must be bound to this stream's limits again
+            self.stream.use_in_current_thread()
         t0 = time.perf_counter()
         entry = self.graph_for(req)
         plan = self.plan
         stream = self.stream
-        gear = self.gear_stats.setdefault(_key_label(req.key), GearStats())
+        real_elements = padded_elements = 0
         inputs = []
         for t in plan.inputs:
             arr = req.arrays[t.name]
@@ -172,9 +173,8 @@ class Worker:
             buf = self._buffer(self.in_bufs, t.name, nbytes)
             self._upload(arr, shape, buf, plan.pad_value[t.name])
             inputs.append(DeviceTensor(buf, shape, arr.dtype))
-            gear.real_elements += arr.size
-            gear.padded_elements += math.prod(shape)
-        gear.hits += 1
+            real_elements += arr.size
+            padded_elements += math.prod(shape)
         if entry.is_static:
             outputs = []
             for o, shape, dtype in zip(plan.outputs, entry.output_shapes, entry.output_dtypes):
@@ -187,6 +187,11 @@ class Worker:
         for o, dev in zip(plan.outputs, outputs):
             results[o.name] = self._download(o.name, dev, req)
         stream.synchronize()
+        # counted once the request succeeded, so that gear hits add up to the stream's requests
+        gear = self.gear_stats.setdefault(_key_label(req.key), GearStats())
+        gear.hits += 1
+        gear.real_elements += real_elements
+        gear.padded_elements += padded_elements
         self.stats.requests += 1
         self.stats.busy_seconds += time.perf_counter() - t0
         return results
@@ -225,7 +230,9 @@ class Worker:
                 real[axis] = req.sizes[dim]
         real = tuple(real)
         if real == dev.shape or real[1:] == dev.shape[1:]:
-            out = np.empty(real, dev.dtype)  # the leading rows are contiguous: copy only them
+            out = _out_array(req.out.get(name) if req.out else None, real, dev.dtype)
+            if out is None:
+                out = np.empty(real, dev.dtype)  # the leading rows are contiguous: copy only them
             if out.nbytes:
                 dev.buffer.copy_to(out, self.stream)
             return out
@@ -243,6 +250,16 @@ class Worker:
             self.in_bufs.clear()
             self.out_bufs.clear()
             self.stream.destroy()
+
+
+def _out_array(dst, shape: tuple, dtype) -> Optional[np.ndarray]:
+    """The caller's out= array (or buffer) as an ndarray, if the D2H can write straight into it."""
+    if dst is None:
+        return None
+    a = dst if isinstance(dst, np.ndarray) else np.asarray(dst)
+    if a.shape == shape and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable:
+        return a
+    return None
 
 
 def _key_label(key: tuple) -> str:

@@ -214,7 +214,7 @@ class Model:
                     raise GertError(f"dim '{dim}' is {sizes[dim]} in {where[dim]} but {a.shape[axis]} in input "
                                     f"'{t.name}' axis {axis}")
                 sizes[dim], where[dim] = a.shape[axis], f"input '{where.get(dim, t.name)}'"
-            arrays[t.name] = np.ascontiguousarray(a)
+            arrays[t.name] = np.require(a, requirements="C")  # keeps 0-d arrays 0-d
         return arrays, sizes
 
     def _resolve(self, sizes: dict) -> tuple:
