@@ -58,5 +58,19 @@ cdef extern from "ge_glue.h" nogil:
     Tensor* gert_take_tensor(gert_tensor_list& v, size_t i)
     Status gert_run_graph(Session* s, uint32_t graph_id, const vector[const void*]& data, const vector[size_t]& sizes,
                           const vector[int]& dtypes, const vector[vector[int64_t]]& dims, vector[GeTensor]* out)
+    cdef struct gert_copy:
+        void* dst
+        size_t dmax
+        const void* src
+        size_t n
+        int kind
+    cdef struct gert_fill:
+        void* dst
+        size_t dmax
+        size_t n
+        int value
+    int gert_run_fused(Session* s, uint32_t graph_id, void* stream, const vector[gert_copy]& inp,
+                       const vector[gert_fill]& fills, const gert_tensor_list& inputs, gert_tensor_list& outputs,
+                       const vector[gert_copy]& out, int* kind, string* msg)
     vector[int64_t] gert_ge_tensor_dims(const GeTensor& t)
     int gert_ge_tensor_dtype(const GeTensor& t)

@@ -10,6 +10,7 @@
 
 #include "ge/ge_api.h"
 #include "parser/onnx_parser.h"
+#include "acl/acl.h"
 
 typedef std::vector<std::pair<std::string, std::string>> gert_options;
 typedef std::vector<gert::Tensor> gert_tensor_list;
@@ -108,5 +109,60 @@ static inline ge::Status gert_run_graph(ge::Session *s, uint32_t id, const std::
 }
 static inline std::vector<int64_t> gert_ge_tensor_dims(const ge::Tensor &t) { return t.GetTensorDesc().GetShape().GetDims(); }
 static inline int gert_ge_tensor_dtype(const ge::Tensor &t) { return static_cast<int>(t.GetTensorDesc().GetDataType()); }
+
+/* One request of a static graph in one call: H2D copies and fills, the graph run, D2H copies, then a synchronize,
+ * all without returning to Python (the stream's worker can take the GIL for the compute provider at once).
+ * Returns 0; or the first failure's code with *kind = 1 (ACL) or 2 (GE) and *msg its runtime message. Work that was
+ * queued before a failure is drained before returning. */
+struct gert_copy {
+  void *dst;
+  size_t dmax;
+  const void *src;
+  size_t n;
+  int kind;  /* aclrtMemcpyKind */
+};
+struct gert_fill {
+  void *dst;
+  size_t dmax;
+  size_t n;
+  int value;
+};
+static inline int gert_run_fused(ge::Session *s, uint32_t graph_id, void *stream, const std::vector<gert_copy> &in,
+                                 const std::vector<gert_fill> &fills, const gert_tensor_list &inputs,
+                                 gert_tensor_list &outputs, const std::vector<gert_copy> &out, int *kind,
+                                 std::string *msg) {
+  int code = 0;
+  *kind = 0;
+  auto acl_fail = [&](aclError e) {
+    if (code == 0 && e != ACL_SUCCESS) {
+      code = e;
+      *kind = 1;
+      const char *m = aclGetRecentErrMsg();
+      *msg = m ? m : "";
+    }
+  };
+  for (auto &c : in) {
+    if (code) break;
+    acl_fail(aclrtMemcpyAsync(c.dst, c.dmax, c.src, c.n, static_cast<aclrtMemcpyKind>(c.kind), stream));
+  }
+  for (auto &f : fills) {
+    if (code) break;
+    acl_fail(aclrtMemsetAsync(f.dst, f.dmax, f.value, f.n, stream));
+  }
+  if (code == 0) {
+    ge::Status st = s->ExecuteGraphWithStreamAsync(graph_id, stream, inputs, outputs);
+    if (st != ge::SUCCESS) {
+      code = static_cast<int>(st);
+      *kind = 2;
+      *msg = ge::GEGetErrorMsgV2().GetString();
+    }
+  }
+  for (auto &c : out) {
+    if (code) break;
+    acl_fail(aclrtMemcpyAsync(c.dst, c.dmax, c.src, c.n, static_cast<aclrtMemcpyKind>(c.kind), stream));
+  }
+  acl_fail(aclrtSynchronizeStream(stream));
+  return code;
+}
 
 #endif

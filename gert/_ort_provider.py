@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import math
 import threading
 from typing import Callable, Optional, Sequence
@@ -20,6 +21,9 @@ from gert.dtypes import DT_BF16, ONNX_BFLOAT16, numpy_dtype
 TensorArg = tuple  # (ptr: int, nbytes: int, ge_dtype: int, dims: tuple[int, ...])
 
 _BIND_CACHE_LIMIT = 64
+# ONNX Runtime's pool threads spin between runs (its default): best for one busy graph per stream. With many graphs
+# per stream (shape policy "exact" over many sizes) idle pools spin against the busy one; GERT_HOST_ORT_SPINNING=0.
+_SPIN = os.environ.get("GERT_HOST_ORT_SPINNING", "1") != "0"
 
 
 def _elem(ge_dtype: int):
@@ -80,6 +84,8 @@ class OrtExecutable:
                 so.intra_op_num_threads = threads
                 so.inter_op_num_threads = 1
                 so.log_severity_level = 3
+                if not _SPIN:
+                    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
                 if self._sessions:  # reuse the overrides found for the first session
                     overrides = next(iter(self._sessions.values()))._gert_overrides
                 else:

@@ -50,6 +50,9 @@ def supported_numpy_dtypes() -> list[np.dtype]:
 
 def ge_dtype(dtype) -> int:
     """The ge::DataType of a numpy dtype (or anything np.dtype() takes)."""
+    row = _BY_NUMPY.get(dtype) if isinstance(dtype, np.dtype) else None
+    if row is not None:  # the common case, without building a dtype
+        return row[1]
     try:
         dt = np.dtype(dtype).newbyteorder("=")
     except TypeError as e:

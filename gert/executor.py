@@ -19,6 +19,7 @@ import numpy as np
 
 from gert import _cann
 from gert._cann import DeviceBuffer, Graph, Session, Stream
+from gert.dtypes import ge_dtype
 from gert.errors import GertError
 from gert.shapes import ShapePlan
 from gert.tensor import DeviceTensor
@@ -162,33 +163,54 @@ class Worker:
         t0 = time.perf_counter()
         entry = self.graph_for(req)
         plan = self.plan
-        stream = self.stream
         real_elements = padded_elements = 0
-        inputs = []
+        uploads, fills, inputs = [], [], []
         for t in plan.inputs:
             arr = req.arrays[t.name]
             shape = tuple(req.run_sizes[plan.input_axes[(t.name, a)]] if (t.name, a) in plan.input_axes else d
                           for a, d in enumerate(t.shape))
             nbytes = math.prod(shape) * arr.dtype.itemsize
             buf = self._buffer(self.in_bufs, t.name, nbytes)
-            self._upload(arr, shape, buf, plan.pad_value[t.name])
-            inputs.append(DeviceTensor(buf, shape, arr.dtype))
+            self._plan_upload(arr, shape, buf, plan.pad_value[t.name], uploads, fills)
+            inputs.append((buf, shape, arr.dtype))
             real_elements += arr.size
             padded_elements += math.prod(shape)
-        if entry.is_static:
-            outputs = []
-            for o, shape, dtype in zip(plan.outputs, entry.output_shapes, entry.output_dtypes):
-                buf = self._buffer(self.out_bufs, o.name, math.prod(shape) * np.dtype(dtype).itemsize)
-                outputs.append(DeviceTensor(buf, shape, dtype))
-            self.session.execute_async(entry.graph_id, stream, inputs, outputs)
-        else:
-            outputs = self.session.execute_async(entry.graph_id, stream, inputs)
         results = {}
-        for o, dev in zip(plan.outputs, outputs):
-            results[o.name] = self._download(o.name, dev, req)
-        stream.synchronize()
+        if entry.is_static:
+            # the whole request in one call without the GIL: uploads, run, downloads, synchronize
+            outputs, downloads = [], []
+            for o, shape, dtype in zip(plan.outputs, entry.output_shapes, entry.output_dtypes):
+                dtype = np.dtype(dtype)
+                nbytes = math.prod(shape) * dtype.itemsize
+                buf = self._buffer(self.out_bufs, o.name, nbytes)
+                outputs.append((buf.ptr, nbytes, ge_dtype(dtype), shape))
+                host, results[o.name] = self._plan_download(o.name, shape, dtype, req)
+                if host.nbytes:
+                    downloads.append((host, buf.ptr))
+            self.session.run_fused(entry.graph_id, self.stream, uploads, fills,
+                                   [(b.ptr, math.prod(s) * d.itemsize, ge_dtype(d), s) for b, s, d in inputs],
+                                   outputs, downloads)
+        else:
+            stream = self.stream
+            for dptr, dmax, host in uploads:
+                if host.nbytes:
+                    _cann.memcpy_async(dptr, dmax, host.ctypes.data, host.nbytes, _cann.MEMCPY_HOST_TO_DEVICE,
+                                       stream.handle)
+            for dptr, dmax, n, value in fills:
+                _cann.memset_async(dptr, dmax, value, n, stream.handle)
+            stream.keep_alive(uploads)
+            tensors = [DeviceTensor(b, s, d) for b, s, d in inputs]
+            outputs = self.session.execute_async(entry.graph_id, stream, tensors)  # waits: GE sized the outputs
+            for o, dev in zip(plan.outputs, outputs):
+                host, results[o.name] = self._plan_download(o.name, dev.shape, dev.dtype, req)
+                if host.nbytes:
+                    dev.buffer.copy_to(host, stream)
+            stream.synchronize()
         # counted once the request succeeded, so that gear hits add up to the stream's requests
-        gear = self.gear_stats.setdefault(_key_label(req.key), GearStats())
+        label = _LABELS.get(req.key)
+        if label is None:
+            label = _LABELS.setdefault(req.key, _key_label(req.key))
+        gear = self.gear_stats.setdefault(label, GearStats())
         gear.hits += 1
         gear.real_elements += real_elements
         gear.padded_elements += padded_elements
@@ -196,49 +218,44 @@ class Worker:
         self.stats.busy_seconds += time.perf_counter() - t0
         return results
 
-    def _upload(self, arr: np.ndarray, shape: tuple, buf: DeviceBuffer, pad_value) -> None:
-        """H2D of ``arr`` into ``buf`` laid out as ``shape`` (>= arr.shape on every axis)."""
-        stream = self.stream
+    @staticmethod
+    def _plan_upload(arr: np.ndarray, shape: tuple, buf: DeviceBuffer, pad_value, uploads: list,
+                     fills: list) -> None:
+        """The H2D copies (and memsets) that lay ``arr`` out in ``buf`` as ``shape`` (>= arr.shape on every axis)."""
         if arr.shape == shape:
-            buf.copy_from(arr, stream)
+            uploads.append((buf.ptr, buf.nbytes, arr))
             return
         if arr.shape[1:] == shape[1:]:  # only the batch axis is padded: real rows first, then pad rows
-            buf.copy_from(arr, stream)
-            pad_bytes = (shape[0] - arr.shape[0]) * (arr.nbytes // max(arr.shape[0], 1) if arr.shape[0] else
-                                                     math.prod(shape[1:]) * arr.dtype.itemsize)
+            uploads.append((buf.ptr, buf.nbytes, arr))
+            pad_bytes = (shape[0] - arr.shape[0]) * math.prod(shape[1:]) * arr.dtype.itemsize
             if pad_bytes:
                 if pad_value == 0:
-                    _cann.memset_async(buf.ptr + arr.nbytes, buf.nbytes - arr.nbytes, 0, pad_bytes, stream.handle)
+                    fills.append((buf.ptr + arr.nbytes, buf.nbytes - arr.nbytes, pad_bytes, 0))
                 else:
                     pad = np.full((shape[0] - arr.shape[0],) + shape[1:], pad_value, arr.dtype)
-                    _cann.memcpy_async(buf.ptr + arr.nbytes, buf.nbytes - arr.nbytes, pad.ctypes.data, pad.nbytes,
-                                       _cann.MEMCPY_HOST_TO_DEVICE, stream.handle)
-                    stream.keep_alive(pad)
+                    uploads.append((buf.ptr + arr.nbytes, buf.nbytes - arr.nbytes, pad))
             return
         staged = np.full(shape, pad_value, arr.dtype)  # a padded non-batch axis: stage on the host
         staged[tuple(slice(0, s) for s in arr.shape)] = arr
-        buf.copy_from(staged, stream)
-        stream.keep_alive(staged)
+        uploads.append((buf.ptr, buf.nbytes, staged))
 
-    def _download(self, name: str, dev: DeviceTensor, req: Request) -> np.ndarray:
-        """D2H of one output, sliced back to the request's real sizes where the graph ran padded."""
+    def _plan_download(self, name: str, shape: tuple, dtype: np.dtype, req: Request) -> tuple:
+        """(host array the D2H copy fills, the result): the output sliced back to the request's real sizes where the
+        graph ran padded. Leading rows are contiguous, so a batch slice copies only them (into ``out=`` if given)."""
         plan = self.plan
-        real = list(dev.shape)
+        real = list(shape)
         for axis in range(len(real)):
             dim = plan.output_axes.get((name, axis))
-            if dim is not None and plan.dims[dim].policy == "pad" and req.run_sizes[dim] == dev.shape[axis]:
+            if dim is not None and plan.dims[dim].policy == "pad" and req.run_sizes[dim] == shape[axis]:
                 real[axis] = req.sizes[dim]
         real = tuple(real)
-        if real == dev.shape or real[1:] == dev.shape[1:]:
-            out = _out_array(req.out.get(name) if req.out else None, real, dev.dtype)
+        if real == tuple(shape) or real[1:] == tuple(shape[1:]):
+            out = _out_array(req.out.get(name) if req.out else None, real, dtype)
             if out is None:
-                out = np.empty(real, dev.dtype)  # the leading rows are contiguous: copy only them
-            if out.nbytes:
-                dev.buffer.copy_to(out, self.stream)
-            return out
-        full = np.empty(dev.shape, dev.dtype)
-        dev.buffer.copy_to(full, self.stream)
-        return full[tuple(slice(0, s) for s in real)]
+                out = np.empty(real, dtype)
+            return out, out
+        full = np.empty(shape, dtype)
+        return full, full[tuple(slice(0, s) for s in real)]
 
     def close(self) -> None:
         try:
@@ -260,6 +277,9 @@ def _out_array(dst, shape: tuple, dtype) -> Optional[np.ndarray]:
     if a.shape == shape and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable:
         return a
     return None
+
+
+_LABELS: dict = {}  # graph key -> its label in stats()
 
 
 def _key_label(key: tuple) -> str:

@@ -122,7 +122,7 @@ class Model:
         A list of requests (of any non-batch shapes) is grouped by shape, batched, run, and returned as a list in
         the caller's order. ``out``: a dict of output name -> array (or HostBuffer view) to write the results into.
         """
-        if isinstance(inputs, Mapping):
+        if (type(inputs) is dict or isinstance(inputs, Mapping)):
             if out is None:
                 return self._run_request(inputs)
             names = {o.name for o in self.plan.outputs}
@@ -186,7 +186,7 @@ class Model:
 
     def _validate(self, inputs: Mapping[str, np.ndarray]) -> tuple:
         """Arrays by input name (C-contiguous, exact dtype) and the real size of each dynamic dim."""
-        if not isinstance(inputs, Mapping):
+        if not (type(inputs) is dict or isinstance(inputs, Mapping)):
             raise GertError(f"inputs must be a dict of input name -> array, got {type(inputs).__name__}")
         names = [t.name for t in self.plan.inputs]
         missing = [n for n in names if n not in inputs]
