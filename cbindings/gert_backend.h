@@ -11,35 +11,17 @@
 #define GERT_BACKEND_NAME "hostnpu"
 #define GERT_HAS_HOST_NPU 1
 #else
-/* Built against a real CANN toolkit: the host NPU introspection API does not exist there. */
+/* Built against a real CANN toolkit: the host NPU's introspection and provider APIs do not exist there. Their
+ * types come from the same headers; the calls become no-ops. */
+#include "include/gert_host/host_npu.h"
+#include "include/gert_host/graph_provider.h"
 #define GERT_BACKEND_NAME "cann"
 #define GERT_HAS_HOST_NPU 0
-typedef struct gertHostCounters {
-  uint64_t bytes_h2d, bytes_d2h, bytes_d2d, bytes_h2h, tasks, device_memory_in_use, device_memory_peak, streams_alive;
-} gertHostCounters;
-static inline void gertHostGetCounters(gertHostCounters *out) { (void)out; }
-static inline void gertHostResetCounters(void) {}
-static inline void gertHostSetSpinMicros(uint32_t us) { (void)us; }
-static inline uint32_t gertHostGetSpinMicros(void) { return 0; }
-#define GERT_HOST_MAX_DIMS 25
-typedef struct gertHostTensorRef {
-  void *data;
-  uint64_t nbytes;
-  int32_t dtype;
-  int32_t ndim;
-  int64_t dims[GERT_HOST_MAX_DIMS];
-} gertHostTensorRef;
-typedef void *(*gertHostOutputAlloc)(void *alloc_ctx, uint64_t nbytes);
-typedef struct gertHostGraphProvider {
-  void *ctx;
-  int (*compile)(void *, const void *, size_t, int32_t, const char *const *, const gertHostTensorRef *, int32_t,
-                 const char *const *, gertHostTensorRef *, void **, char *, size_t);
-  int (*prepare)(void *, int32_t, char *, size_t);
-  int (*run)(void *, int32_t, int32_t, const gertHostTensorRef *, int32_t, gertHostTensorRef *, gertHostOutputAlloc,
-             void *, char *, size_t);
-  void (*release)(void *);
-} gertHostGraphProvider;
-static inline void gertHostSetGraphProvider(const gertHostGraphProvider *p) { (void)p; }
+#define gertHostGetCounters(out) ((void)(out))
+#define gertHostResetCounters() ((void)0)
+#define gertHostSetSpinMicros(us) ((void)(us))
+#define gertHostGetSpinMicros() ((uint32_t)0)
+#define gertHostSetGraphProvider(p) ((void)(p))
 #endif
 
 static thread_local void *gert_tls_ctx_ = nullptr;

@@ -8,8 +8,10 @@ class GertError(Exception):
     """Base class of every gert error."""
 
 
-class AclError(GertError):
-    """An ACL runtime call failed: ``code`` is the aclError, ``message`` aclGetRecentErrMsg()'s text."""
+class _CodedError(GertError):
+    """An error with the runtime's status code and its own message; subclasses name the codes."""
+
+    NAMES: dict[int, str] = {}
 
     def __init__(self, code: int, message: str = "") -> None:
         self.code = int(code)
@@ -18,10 +20,16 @@ class AclError(GertError):
 
     @property
     def name(self) -> str:
-        return ACL_ERROR_NAMES.get(self.code, f"ACL error {self.code}")
+        return self.NAMES.get(self.code, f"{type(self).__name__} code {self.code}")
 
     def __reduce__(self):
         return (type(self), (self.code, self.message))
+
+
+class AclError(_CodedError):
+    """An ACL runtime call failed: ``code`` is the aclError, ``message`` aclGetRecentErrMsg()'s text."""
+
+    NAMES = ACL_ERROR_NAMES
 
 
 GE_ERROR_NAMES: dict[int, str] = {
@@ -38,20 +46,10 @@ GE_ERROR_NAMES: dict[int, str] = {
 }
 
 
-class GeError(GertError):
+class GeError(_CodedError):
     """A GE call failed: ``code`` is the ge::Status, ``message`` GEGetErrorMsgV2()'s text."""
 
-    def __init__(self, code: int, message: str = "") -> None:
-        self.code = int(code)
-        self.message = message
-        super().__init__(f"{self.name} ({self.code}): {message}" if message else f"{self.name} ({self.code})")
-
-    @property
-    def name(self) -> str:
-        return GE_ERROR_NAMES.get(self.code, f"GE status {self.code:#x}")
-
-    def __reduce__(self):
-        return (type(self), (self.code, self.message))
+    NAMES = GE_ERROR_NAMES
 
 
 class HostFunctionError(GertError):
