@@ -104,14 +104,17 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--csv")
     b.add_argument("--plot", help="PNG of throughput against p99 latency (needs matplotlib)")
     b.set_defaults(func=cmd_bench)
-    s = sub.add_parser("serve", help="run tritonserver for a model repository")
+    s = sub.add_parser("serve", help="run tritonserver for a model repository",
+                       usage="gert serve REPO [options] [-- TRITONSERVER_ARGS...]",
+                       description="Run tritonserver for REPO; arguments after -- go to tritonserver as they are.")
     s.add_argument("repo")
     s.add_argument("--http-port", type=int, default=8000)
     s.add_argument("--grpc-port", type=int, default=8001)
     s.add_argument("--metrics-port", type=int, default=8002)
     s.add_argument("--tritonserver", help="path of the tritonserver binary (default: the nvidia-pytriton wheel's)")
-    s.add_argument("server_args", nargs=argparse.REMAINDER, help="after --: more tritonserver arguments")
-    s.set_defaults(func=cmd_serve)
+    # tritonserver's own arguments come after `--` (split off in main): an argparse.REMAINDER positional after REPO
+    # would also swallow gert's options written after REPO (`gert serve REPO --http-port 9000`)
+    s.set_defaults(func=cmd_serve, server_args=[])
     r = sub.add_parser("repo", help="model repository tools")
     rsub = r.add_subparsers(dest="repo_command", required=True, parser_class=_Parser)
     ri = rsub.add_parser("init", help="write a model repository entry that serves MODEL.onnx with gert")
@@ -128,9 +131,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from gert.errors import GertError
 
     try:
+        argv = list(sys.argv[1:] if argv is None else argv)
+        extra: list = []
+        if "--" in argv and "serve" in argv[:argv.index("--")]:
+            argv, extra = argv[:argv.index("--")], argv[argv.index("--") + 1:]
         args = build_parser().parse_args(argv)
-        if getattr(args, "server_args", None) and args.server_args[:1] == ["--"]:
-            args.server_args = args.server_args[1:]
+        if args.command == "serve":
+            args.server_args = extra
         return args.func(args)
     except UsageError as e:
         print(str(e), file=sys.stderr)

@@ -100,7 +100,7 @@ class TritonPythonModel:
                                                       {**o, "dims": [-1] + o["dims"]})
         if batching:
             cfg = auto_complete_model_config.as_dict()
-            if not cfg.get("sequence_batching") and not cfg.get("ensemble_scheduling"):
+            if "sequence_batching" not in cfg and "ensemble_scheduling" not in cfg:  # as set_dynamic_batching checks
                 auto_complete_model_config.set_dynamic_batching()
         return auto_complete_model_config
 
@@ -130,8 +130,43 @@ class TritonPythonModel:
         cfg_names = [i["name"] for i in self.config.get("input", [])]
         if sorted(cfg_names) != sorted(names):
             raise ConfigError(f"config inputs {cfg_names} do not match the ONNX model's inputs {names}")
+        self._check_config_io()
         self.batching = self.max_batch_size > 0 and self.model.plan.has_batch
+        # The dynamic and sequence batchers drop requests cancelled in their queue before execute (Triton >= 23.10);
+        # asking again costs one IPC round trip per request (~50 us each, ~8% of a batch-8 PP-OCR cls execute).
+        # Without them requests wait in the instance's queue unchecked: ask in execute().
+        self.check_cancelled = not ("dynamic_batching" in self.config or "sequence_batching" in self.config)
         self._init_metrics()
+
+    def _check_config_io(self) -> None:
+        """Config inputs / outputs that contradict the ONNX model fail the load (auto_complete_config keeps what
+        the config gives), instead of every request failing later: the same dtype, and the same rank (the batch
+        axis added when max_batch_size > 0). Skipped for the side a subclass's preprocess / postprocess converts."""
+        batch_axis = 1 if self.max_batch_size > 0 else 0
+        sides = []
+        if type(self).preprocess is TritonPythonModel.preprocess:
+            sides.append(("input", self.model.inputs))
+        if type(self).postprocess is TritonPythonModel.postprocess:
+            sides.append(("output", self.model.outputs))
+        for kind, tensors in sides:
+            onnx = {t.name: t for t in tensors}
+            for entry in self.config.get(kind, []):
+                t = onnx.get(entry.get("name"))
+                if t is None:
+                    continue
+                try:
+                    want = triton_dtype(t.dtype)
+                except GertError:
+                    want = None
+                have = entry.get("data_type")
+                if want and have not in (None, "", "TYPE_INVALID", want):
+                    raise ConfigError(f"config {kind} '{t.name}' has data_type {have}, but the ONNX model's "
+                                      f"{kind} is {want}")
+                dims = list((entry.get("reshape") or {}).get("shape") or entry.get("dims") or [])  # what we get
+                if dims and len(dims) + batch_axis != len(t.shape):
+                    raise ConfigError(f"config {kind} '{t.name}' has dims {dims}"
+                                      + (" (plus the batch axis, max_batch_size > 0)" if batch_axis else "")
+                                      + f", but the ONNX model's {kind} has shape {list(t.shape)}")
 
     def finalize(self) -> None:
         model = getattr(self, "model", None)
@@ -154,14 +189,16 @@ class TritonPythonModel:
         pb_utils = _pb_utils()
         responses: list = [None] * len(requests)
         ready = []  # (index, inputs, requested output names)
+        check_cancelled = self.check_cancelled
         for i, request in enumerate(requests):
-            try:
-                if request.is_cancelled():
-                    responses[i] = pb_utils.InferenceResponse(
-                        error=pb_utils.TritonError("the request was cancelled", pb_utils.TritonError.CANCELLED))
-                    continue
-            except AttributeError:  # a stub without cancellation
-                pass
+            if check_cancelled:
+                try:
+                    if request.is_cancelled():
+                        responses[i] = pb_utils.InferenceResponse(
+                            error=pb_utils.TritonError("the request was cancelled", pb_utils.TritonError.CANCELLED))
+                        continue
+                except AttributeError:  # a stub without cancellation
+                    pass
             try:
                 inputs = {}
                 for t in self.model.inputs:
@@ -192,7 +229,7 @@ class TritonPythonModel:
             for (i, _, wanted), out in zip(group, results):
                 try:
                     out = self.postprocess(out)
-                    tensors = [pb_utils.Tensor(name, np.ascontiguousarray(arr)) for name, arr in out.items()
+                    tensors = [pb_utils.Tensor(name, np.require(arr, requirements="C")) for name, arr in out.items()
                                if not wanted or name in wanted]
                     responses[i] = pb_utils.InferenceResponse(output_tensors=tensors)
                 except Exception as e:
@@ -246,9 +283,9 @@ class TritonPythonModel:
         base = {"model": self.name}
         for gear, g in stats["gears"].items():
             prev = last["gears"].get(gear, {"hits": 0})
-            if g["hits"] > prev["hits"]:
+            if g["hits"] > prev["hits"]:  # only gears this batch ran: every metric call is an IPC message
                 self._metric(0, {**base, "gear": gear}).increment(g["hits"] - prev["hits"])
-            self._metric(1, {**base, "gear": gear}).set(g["padding_ratio"])
+                self._metric(1, {**base, "gear": gear}).set(g["padding_ratio"])
         prev_busy = {s["stream"]: s["busy_seconds"] for s in last["streams"]}
         for s in stats["streams"]:
             delta = s["busy_seconds"] - prev_busy.get(s["stream"], 0.0)

@@ -1,0 +1,264 @@
+"""gert_triton under Triton vs two hand-written Python-backend model.py files, on one real tritonserver.
+
+    python benchmarks/bench_triton.py [--duration 10] [--rounds 10] [--concurrency 16] [--warmup 2] [--json out.json]
+
+One server (the tritonserver of the nvidia-pytriton wheel, started by gert_triton.server.TritonServer on free loopback
+ports) serves the PP-OCR cls model (needs ``pip install --no-deps rapidocr-onnxruntime==1.4.4``) three ways, each with
+max_batch_size 8, dynamic_batching max_queue_delay 2 ms and one CPU instance:
+
+- ``gert``: the one-line model.py (``from gert_triton import TritonPythonModel``) as `gert repo init` writes it;
+  gert's stream computes with the device's cube cores (2 on the host NPU of a 2-core machine: ONNX Runtime 2 threads).
+- ``ort_per_request`` (a): ONNX Runtime (intra-op 2 threads) run once per request of the batch Triton hands over.
+- ``ort_batched`` (b): hand-written concatenate, one ONNX Runtime run (intra-op 2 threads), split.
+
+Load: ``--concurrency`` client threads in this process (the server is another process), each with its own gRPC
+client, sending batch-1 requests (1x3x48x192) back to back for ``--duration`` seconds per variant after a warm-up,
+split into ``--rounds`` windows that rotate through the variants (noise from other work on the machine hits all
+alike). Reported per variant: requests/s, p50 and p99 latency, the average batch the server ran and the server's
+compute time per execution (from its statistics), and the ratios of gert to (a) and (b). Targets (issue 5):
+>= 1.8x (a) and >= 1.0x (b) in requests/s, p99 no worse than (b).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from _common import machine, ppocr_model  # noqa: E402
+
+CLS = "ch_ppocr_mobile_v2.0_cls_infer.onnx"
+MAX_BATCH = 8
+QUEUE_DELAY_US = 2000
+ORT_THREADS = 2
+VARIANTS = ("ort_per_request", "ort_batched", "gert")
+
+ORT_MODEL_PY = '''"""Hand-written Python-backend model: ONNX Runtime on the CPU, {what}."""
+import os
+
+import numpy as np
+import onnxruntime as ort
+import triton_python_backend_utils as pb_utils
+
+BATCHED = {batched}
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        path = os.path.join(args["model_repository"], args["model_version"], "model.onnx")
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = {threads}
+        so.inter_op_num_threads = 1
+        self.sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        self.inp = self.sess.get_inputs()[0].name
+        self.out = self.sess.get_outputs()[0].name
+
+    def execute(self, requests):
+        xs = [pb_utils.get_input_tensor_by_name(r, self.inp).as_numpy() for r in requests]
+        if not BATCHED:
+            return [pb_utils.InferenceResponse(
+                        [pb_utils.Tensor(self.out, self.sess.run([self.out], {{self.inp: x}})[0])]) for x in xs]
+        responses = [None] * len(requests)
+        groups = {{}}
+        for i, x in enumerate(xs):
+            groups.setdefault(x.shape[1:], []).append(i)
+        for idx in groups.values():
+            y = self.sess.run([self.out], {{self.inp: np.concatenate([xs[i] for i in idx])}})[0]
+            offset = 0
+            for i in idx:
+                n = xs[i].shape[0]
+                responses[i] = pb_utils.InferenceResponse([pb_utils.Tensor(self.out, y[offset:offset + n])])
+                offset += n
+        return responses
+'''
+
+ORT_CONFIG = '''name: "{name}"
+backend: "python"
+max_batch_size: {max_batch}
+input [ {{ name: "x" data_type: TYPE_FP32 dims: [ 3, -1, -1 ] }} ]
+output [ {{ name: "{out}" data_type: TYPE_FP32 dims: [ 2 ] }} ]
+dynamic_batching {{ max_queue_delay_microseconds: {delay} }}
+instance_group [ {{ kind: KIND_CPU count: 1 }} ]
+'''
+
+
+def build_repo(root: str, model_path: str) -> str:
+    """gert (via `gert repo init`), ort_per_request and ort_batched, all with the same batching settings."""
+    from gert_triton.model import onnx_io
+    from gert_triton.repo import init_repo
+
+    repo = os.path.join(root, "repo")
+    init_repo(model_path, repo, name="gert", max_batch_size=MAX_BATCH)
+    with open(os.path.join(repo, "gert", "config.pbtxt")) as f:
+        assert f"max_queue_delay_microseconds: {QUEUE_DELAY_US}" in f.read()
+    out_name = onnx_io(model_path)["outputs"][0][0]
+    for name, batched, what in (("ort_per_request", False, "one run per request"),
+                                ("ort_batched", True, "concatenate, one run, split")):
+        d = os.path.join(repo, name, "1")
+        os.makedirs(d)
+        shutil.copyfile(model_path, os.path.join(d, "model.onnx"))
+        with open(os.path.join(d, "model.py"), "w") as f:
+            f.write(ORT_MODEL_PY.format(what=what, batched=batched, threads=ORT_THREADS))
+        with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
+            f.write(ORT_CONFIG.format(name=name, max_batch=MAX_BATCH, out=out_name, delay=QUEUE_DELAY_US))
+    return repo
+
+
+def server_stats(client, model: str) -> dict:
+    s = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+    infer = s.get("inference_stats", {}).get("compute_infer", {})  # per request: each gets its batch's duration
+    return {"inferences": int(s.get("inference_count", 0)), "executions": int(s.get("execution_count", 0)),
+            "compute_infer_ns": int(infer.get("ns", 0)), "compute_infer_count": int(infer.get("count", 0))}
+
+
+def load(url: str, model: str, x: np.ndarray, out_name: str, threads: int, seconds: float) -> dict:
+    """``threads`` clients, one gRPC client each, batch-1 requests back to back for ``seconds``."""
+    import tritonclient.grpc as grpcclient
+
+    latencies: list = [[] for _ in range(threads)]
+    errors: list = []
+    barrier = threading.Barrier(threads + 1)
+    stop_at = [0.0]
+
+    def worker(t: int) -> None:
+        client = grpcclient.InferenceServerClient(url)
+        inp = grpcclient.InferInput("x", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        outs = [grpcclient.InferRequestedOutput(out_name)]
+        mine = latencies[t]
+        try:
+            barrier.wait(60)
+            while True:
+                t0 = time.perf_counter()
+                if t0 >= stop_at[0]:
+                    break
+                client.infer(model, [inp], outputs=outs, client_timeout=30)
+                mine.append(time.perf_counter() - t0)
+        except Exception as e:  # noqa: BLE001 - reported by the caller
+            errors.append(e)
+        finally:
+            client.close()
+
+    pool = [threading.Thread(target=worker, args=(t,), daemon=True) for t in range(threads)]
+    stop_at[0] = time.perf_counter() + 3600  # until everyone is connected
+    for th in pool:
+        th.start()
+    barrier.wait(60)
+    start = time.perf_counter()
+    stop_at[0] = start + seconds
+    for th in pool:
+        th.join(seconds + 60)
+    elapsed = time.perf_counter() - start
+    if errors or any(th.is_alive() for th in pool):
+        raise RuntimeError(f"{model}: {len(errors)} client error(s), first: {errors[:1]}")
+    return {"latencies": np.concatenate([np.asarray(v) for v in latencies]) * 1e3, "seconds": elapsed}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--duration", type=float, default=10.0, help="seconds of load per variant (default 10)")
+    ap.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up load per variant (default 2)")
+    ap.add_argument("--concurrency", type=int, default=16, help="client threads (default 16)")
+    ap.add_argument("--rounds", type=int, default=10,
+                    help="split each variant's --duration into this many windows, interleaved (default 10)")
+    ap.add_argument("--json", help="write the rows as JSON to this file")
+    args = ap.parse_args()
+    model_path = ppocr_model(CLS)
+    if model_path is None:
+        sys.exit("PP-OCR cls not found: pip install --no-deps rapidocr-onnxruntime==1.4.4")
+    import tritonclient.grpc as grpcclient
+
+    import gert
+    from gert_triton.server import TritonServer
+
+    load_before = f"{os.getloadavg()[0]:.1f}"
+    root = tempfile.mkdtemp(prefix="gert-bench-triton-")
+    log = os.path.join(root, "server.log")
+    server = TritonServer(build_repo(root, model_path), log_path=log, extra_args=["--exit-timeout-secs=5"])
+    rows = []
+    x = np.random.default_rng(0).standard_normal((1, 3, 48, 192)).astype(np.float32)
+    out_name = None
+    try:
+        server.start()
+        server.wait_ready(120)
+        client = grpcclient.InferenceServerClient(server.url("grpc"))
+        out_name = client.get_model_metadata("gert", as_json=True)["outputs"][0]["name"]
+        reference = None
+        for v in VARIANTS:  # same answer from all three
+            inp = grpcclient.InferInput("x", list(x.shape), "FP32")
+            inp.set_data_from_numpy(x)
+            y = client.infer(v, [inp], client_timeout=60).as_numpy(out_name)
+            reference = y if reference is None else reference
+            np.testing.assert_allclose(y, reference, rtol=1e-4, atol=1e-5, err_msg=v)
+        for v in VARIANTS:
+            load(server.url("grpc"), v, x, out_name, args.concurrency, args.warmup)
+        windows: dict = {v: [] for v in VARIANTS}
+        deltas: dict = {v: {"inferences": 0, "executions": 0, "compute_infer_ns": 0, "compute_infer_count": 0}
+                        for v in VARIANTS}
+        for r in range(args.rounds):  # rounds interleaved (rotating order) so background noise hits all alike
+            order = VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]
+            for v in order:
+                before = server_stats(client, v)
+                windows[v].append(load(server.url("grpc"), v, x, out_name, args.concurrency,
+                                       args.duration / args.rounds))
+                after = server_stats(client, v)
+                for k in deltas[v]:
+                    deltas[v][k] += after[k] - before[k]
+            print(f"  round {r + 1}/{args.rounds}: " + ", ".join(
+                f"{v} {windows[v][-1]['latencies'].size / windows[v][-1]['seconds']:.0f}" for v in VARIANTS)
+                + " req/s", file=sys.stderr)
+        for v in VARIANTS:
+            lat = np.concatenate([w["latencies"] for w in windows[v]])
+            seconds = sum(w["seconds"] for w in windows[v])
+            d = deltas[v]
+            rows.append({"variant": v, "requests": int(lat.size), "seconds": seconds, "rps": lat.size / seconds,
+                         "round_rps": [w["latencies"].size / w["seconds"] for w in windows[v]],
+                         "p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99)),
+                         "avg_batch": d["inferences"] / max(1, d["executions"]),
+                         "exec_ms": d["compute_infer_ns"] / max(1, d["compute_infer_count"]) / 1e6})
+        client.close()
+    except Exception:
+        print(f"server log tail ({log}):", file=sys.stderr)
+        with open(log, errors="replace") as f:
+            print("".join(f.readlines()[-30:]), file=sys.stderr)
+        raise
+    finally:
+        code = server.stop(timeout=30)
+        shutil.rmtree(root, ignore_errors=True)
+    by = {r["variant"]: r for r in rows}
+    g, a, b = by["gert"], by["ort_per_request"], by["ort_batched"]
+    print(f"backend={gert.backend()} ({machine()}; load average before {load_before}, after "
+          f"{os.getloadavg()[0]:.1f}); PP-OCR cls 1x3x48x192, {args.concurrency} gRPC clients, {args.duration:.0f} s "
+          f"per variant in {args.rounds} interleaved windows, max_batch_size {MAX_BATCH}, max_queue_delay "
+          f"{QUEUE_DELAY_US} us, server exit code {code}")
+    print(f"{'variant':<16} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'avg batch':>9} {'exec ms':>8} {'requests':>9}")
+    for r in rows:
+        print(f"{r['variant']:<16} {r['rps']:>8.0f} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} {r['avg_batch']:>9.2f} "
+              f"{r['exec_ms']:>8.2f} {r['requests']:>9}")
+    print("(exec ms: the server's compute_infer time of an execution, averaged over requests: the IPC round trip "
+          "plus the model's execute)")
+    def round_median(other):  # the same windows' ratios: robust to load that changes between rounds
+        return float(np.median(np.array(g["round_rps"]) / np.array(other["round_rps"])))
+
+    ratios = {"rps_vs_a": g["rps"] / a["rps"], "rps_vs_b": g["rps"] / b["rps"],
+              "rps_vs_a_round_median": round_median(a), "rps_vs_b_round_median": round_median(b),
+              "p99_vs_b": g["p99_ms"] / b["p99_ms"]}
+    print(f"gert / (a) ort_per_request: {ratios['rps_vs_a']:.2f}x req/s (median of per-round ratios "
+          f"{ratios['rps_vs_a_round_median']:.2f}x; target >= 1.8)")
+    print(f"gert / (b) ort_batched:     {ratios['rps_vs_b']:.2f}x req/s (median of per-round ratios "
+          f"{ratios['rps_vs_b_round_median']:.2f}x; target >= 1.0); p99 {g['p99_ms']:.1f} vs {b['p99_ms']:.1f} ms "
+          "(target: no worse)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows, "ratios": ratios, "machine": machine()}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,660 @@
+"""gert_triton end to end against the REAL tritonserver (issue 5): the server bundled in the nvidia-pytriton wheel,
+started by gert_triton.server.TritonServer on free loopback ports, and tritonclient over HTTP and gRPC.
+
+One server for the module (explicit model control, so the tests can load and unload): the PP-OCR cls model, a
+generated model with two inputs and a symbolic non-batch axis (``seq``: a f32[B, S, 4] + m i64[B, S] -> y f32[B, S],
+c i64[B, S]), a copy of it for unload/load under traffic, and a model whose config has a bad parameter (not loaded at
+start). Covered: readiness, metadata against the config and the ONNX file, results against gert direct and ONNX
+Runtime over HTTP (binary and JSON) and gRPC, dynamic batching merging under concurrent load (server statistics),
+bad requests (4xx with a clear message, and the server keeps serving), a bad parameter failing the load with a
+message naming it, unload + load while traffic runs, the metrics endpoint, and `gert serve` itself (SIGTERM, exit
+code). Every wait is bounded; the server is stopped (process group SIGTERM, then SIGKILL) also when tests fail.
+"""
+from __future__ import annotations
+
+import http.client as httplib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+
+import gert
+from gert_triton.model import io_config, onnx_io
+from gert_triton.repo import init_repo
+from gert_triton.server import TritonServer, free_port, pytriton_root
+from models import CLS, ort_run, ppocr_model, text_image
+from triton_models import SEQ_OUTPUTS, seq_expected, seq_inputs, seq_model
+
+httpclient = pytest.importorskip("tritonclient.http")
+grpcclient = pytest.importorskip("tritonclient.grpc")
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype  # noqa: E402
+
+pytestmark = [
+    pytest.mark.skipif(pytriton_root() is None, reason="needs nvidia-pytriton (pip install -e '.[triton]')"),
+    pytest.mark.usefixtures("device"),  # gert direct runs in this process too
+]
+
+CLS_OUT = "save_infer_model/scale_0.tmp_1"
+MAX_BATCH = 8
+START_TIMEOUT = 90.0     # server start, models loaded
+CALL_TIMEOUT = 30.0      # any single client call
+RTOL, ATOL = 1e-4, 1e-5  # against ONNX Runtime on the model as shipped (every dim symbolic), as in test_model.py
+NOT_SERVING = re.compile(r"unknown model|no available versions|not ready|unavailable|UNAVAILABLE|is not found",
+                         re.IGNORECASE)
+
+
+# ---- the server ---------------------------------------------------------------------------------------------------
+
+def log_tail(path: str, n: int = 40) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+@pytest.fixture(scope="module")
+def cls_path():
+    return ppocr_model(CLS)
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory, cls_path):
+    root = tmp_path_factory.mktemp("triton")
+    seq_file = root / "seq.onnx"
+    seq_file.write_bytes(seq_model())
+    repo = root / "repo"
+    init_repo(cls_path, str(repo), name="cls")
+    init_repo(str(seq_file), str(repo), name="seq")
+    init_repo(str(seq_file), str(repo), name="reload")
+    init_repo(str(seq_file), str(repo), name="bad", parameters={"streams": "zero"})
+    return str(repo)
+
+
+def start_server(repo: str, log: str, extra_args: list, attempts: int = 3) -> TritonServer:
+    """A started, ready TritonServer on free ports; a port taken between free_port() and the server's bind (other
+    test sessions on this machine) gets new ports. Stopped again if it does not become ready."""
+    for attempt in range(attempts):
+        srv = TritonServer(repo, log_path=log, extra_args=extra_args)
+        srv.start()
+        try:
+            srv.wait_ready(START_TIMEOUT)
+            return srv
+        except gert.GertError as e:
+            srv.stop(timeout=10)
+            if "already in use" in log_tail(log, 200) and attempt + 1 < attempts:
+                continue
+            pytest.fail(f"{e}\n{log_tail(log)}", pytrace=False)
+        except BaseException:
+            srv.stop(timeout=10)
+            raise
+    raise AssertionError("unreachable")
+
+
+@pytest.fixture(scope="module")
+def server(repo, tmp_path_factory):
+    log = str(tmp_path_factory.mktemp("triton-log") / "server.log")
+    srv = start_server(repo, log, ["--model-control-mode=explicit", "--load-model=cls", "--load-model=seq",
+                                   "--load-model=reload", "--exit-timeout-secs=5"])
+    try:
+        yield srv
+    finally:
+        code = srv.stop(timeout=20)
+        if code not in (0, None):
+            print(f"tritonserver exited with {code}; log tail:\n{log_tail(log)}", file=sys.stderr)
+
+
+@pytest.fixture(scope="module")
+def http(server):
+    c = httpclient.InferenceServerClient(server.url("http"), connection_timeout=CALL_TIMEOUT,
+                                         network_timeout=CALL_TIMEOUT)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def grpc(server):
+    c = grpcclient.InferenceServerClient(server.url("grpc"))
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def cls_gert(cls_path, device):
+    """gert direct, as the server loads it (defaults: one stream, batch gears up to max_batch_size)."""
+    m = gert.load(cls_path, max_batch=MAX_BATCH)
+    yield m
+    m.close()
+
+
+# ---- client helpers -----------------------------------------------------------------------------------------------
+
+def infer(client, model: str, inputs: dict, outputs=None, binary: bool = True, **kw):
+    mod = httpclient if isinstance(client, httpclient.InferenceServerClient) else grpcclient
+    ins = []
+    for name, arr in inputs.items():
+        i = mod.InferInput(name, list(arr.shape), np_to_triton_dtype(arr.dtype))
+        if mod is httpclient:
+            i.set_data_from_numpy(arr, binary_data=binary)
+        else:
+            i.set_data_from_numpy(arr)
+        ins.append(i)
+    outs = None
+    if outputs is not None:
+        outs = [httpclient.InferRequestedOutput(o, binary_data=binary) if mod is httpclient
+                else grpcclient.InferRequestedOutput(o) for o in outputs]
+    if mod is grpcclient:
+        kw.setdefault("client_timeout", CALL_TIMEOUT)
+    return client.infer(model, ins, outputs=outs, **kw)
+
+
+def client_for(server, protocol: str):
+    if protocol.startswith("http"):
+        return httpclient.InferenceServerClient(server.url("http"), connection_timeout=CALL_TIMEOUT,
+                                                network_timeout=CALL_TIMEOUT)
+    return grpcclient.InferenceServerClient(server.url("grpc"))
+
+
+def check_cls_good(client) -> None:
+    x = text_image(1, 48, 192, seed=7)
+    out = infer(client, "cls", {"x": x}).as_numpy(CLS_OUT)
+    assert out.shape == (1, 2) and np.isclose(out.sum(), 1, atol=1e-5)
+
+
+def check_seq_good(client, model: str = "seq", uid: int = 3) -> None:
+    r = seq_inputs(2, 5, uid)
+    res = infer(client, model, r)
+    exp = seq_expected(r)
+    for k in SEQ_OUTPUTS:
+        np.testing.assert_array_equal(res.as_numpy(k), exp[k])
+
+
+def stats(client, model: str) -> dict:
+    s = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
+    return {"inference_count": int(s.get("inference_count", 0)), "execution_count": int(s.get("execution_count", 0)),
+            "batches": {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in s.get("batch_stats", [])}}
+
+
+def join_all(threads, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    alive = [t.name for t in threads if t.is_alive()]
+    assert not alive, f"threads still running after {timeout} s (a request hung): {alive}"
+
+
+# ---- readiness and metadata ---------------------------------------------------------------------------------------
+
+def test_server_and_models_ready(server, http, grpc):
+    assert http.is_server_live() and http.is_server_ready()
+    assert grpc.is_server_live() and grpc.is_server_ready()
+    for model in ("cls", "seq", "reload"):
+        assert http.is_model_ready(model) and grpc.is_model_ready(model), model
+    assert not http.is_model_ready("bad")
+    index = {m["name"]: m.get("state") for m in http.get_model_repository_index()}
+    assert index["cls"] == index["seq"] == "READY" and index["bad"] != "READY"
+    assert server.process.poll() is None
+
+
+@pytest.mark.parametrize("model", ["cls", "seq"])
+def test_metadata_matches_config_and_onnx(http, grpc, repo, model):
+    _, onnx_inputs, onnx_outputs = io_config(onnx_io(os.path.join(repo, model, "1", "model.onnx")))
+    cfg = http.get_model_config(model)
+    assert grpc.get_model_config(model, as_json=True)["config"]["name"] == model
+    assert cfg["backend"] == "python" and cfg["max_batch_size"] == MAX_BATCH
+    assert "dynamic_batching" in cfg
+    for kind, onnx in (("input", onnx_inputs), ("output", onnx_outputs)):
+        assert [(e["name"], e["data_type"], [int(d) for d in e["dims"]]) for e in cfg[kind]] == \
+            [(e["name"], e["data_type"], e["dims"]) for e in onnx], kind
+    for meta in (http.get_model_metadata(model), grpc.get_model_metadata(model, as_json=True)):
+        assert meta["name"] == model and meta["platform"] == "python" and meta["versions"] == ["1"]
+        for kind, entries in (("inputs", cfg["input"]), ("outputs", cfg["output"])):
+            assert [(t["name"], t["datatype"], [int(d) for d in t["shape"]]) for t in meta[kind]] == \
+                [(e["name"], e["data_type"][len("TYPE_"):], [-1] + [int(d) for d in e["dims"]]) for e in entries]
+
+
+# ---- results ------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("protocol", ["http", "http-json", "grpc"])
+@pytest.mark.parametrize("batch,h,w", [(1, 48, 192), (3, 48, 192), (2, 48, 320)])
+def test_cls_results_equal_gert_direct_and_ort(server, cls_path, cls_gert, protocol, batch, h, w):
+    x = text_image(batch, h, w, seed=batch * 1000 + w)
+    client = client_for(server, protocol)
+    try:
+        got = infer(client, "cls", {"x": x}, outputs=[CLS_OUT], binary=protocol != "http-json").as_numpy(CLS_OUT)
+    finally:
+        client.close()
+    direct = cls_gert.run({"x": x})[CLS_OUT]
+    assert got.dtype == np.float32 and got.shape == (batch, 2)
+    np.testing.assert_array_equal(got, direct)  # the same gert graph at the same gear: bitwise
+    np.testing.assert_allclose(got, ort_run(cls_path, [x])[0], rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("protocol", ["http", "http-json", "grpc"])
+def test_seq_results_equal_expected_and_ort(server, protocol):
+    client = client_for(server, protocol)
+    binary = protocol != "http-json"
+    try:
+        for batch, s, uid in ((2, 5, 1), (1, 9, 2), (8, 3, 3)):
+            r = seq_inputs(batch, s, uid)
+            res = infer(client, "seq", r, outputs=list(SEQ_OUTPUTS), binary=binary)
+            ref = ort_run(seq_model(), [r["a"], r["m"]])
+            for k, exp, o in zip(SEQ_OUTPUTS, (seq_expected(r)[k] for k in SEQ_OUTPUTS), ref):
+                got = res.as_numpy(k)
+                assert got.dtype == exp.dtype and got.shape == exp.shape, (k, got.dtype, got.shape)
+                np.testing.assert_array_equal(got, exp)
+                np.testing.assert_array_equal(got, o)
+        # only the requested output comes back
+        r = seq_inputs(1, 4, 9)
+        res = infer(client, "seq", r, outputs=["c"], binary=binary)
+        assert res.as_numpy("y") is None
+        np.testing.assert_array_equal(res.as_numpy("c"), r["m"] * 2)
+    finally:
+        client.close()
+
+
+# ---- load ---------------------------------------------------------------------------------------------------------
+
+def test_dynamic_batching_merges_under_concurrent_load(server, grpc, cls_gert):
+    threads_n, per_thread = 16, 20
+    xs = [text_image(1, 48, 192, seed=100 + t) for t in range(threads_n)]
+    expected = [cls_gert.run({"x": x})[CLS_OUT] for x in xs]
+    firsts = np.array([e[0, 0] for e in expected])
+    gaps = np.abs(firsts[:, None] - firsts[None, :]) + np.eye(threads_n)
+    assert gaps.min() > 1e-3, "the inputs must give distinguishable results (to catch cross-talk)"
+    before = stats(grpc, "cls")
+    errors: list = []
+    barrier = threading.Barrier(threads_n)
+
+    def worker(t: int) -> None:
+        c = grpcclient.InferenceServerClient(server.url("grpc"))
+        try:
+            barrier.wait(CALL_TIMEOUT)
+            for i in range(per_thread):
+                out = infer(c, "cls", {"x": xs[t]}).as_numpy(CLS_OUT)
+                np.testing.assert_allclose(out, expected[t], rtol=0, atol=ATOL,
+                                           err_msg=f"thread {t} request {i}: not its own result")
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append((t, e))
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=worker, args=(t,), name=f"client-{t}", daemon=True) for t in range(threads_n)]
+    for th in threads:
+        th.start()
+    join_all(threads, 90)
+    assert not errors, f"{len(errors)} client(s) failed; first: {errors[0]}"
+    after = stats(grpc, "cls")
+    inferences = after["inference_count"] - before["inference_count"]
+    executions = after["execution_count"] - before["execution_count"]
+    merged = {b: n - before["batches"].get(b, 0) for b, n in after["batches"].items()
+              if b > 1 and n > before["batches"].get(b, 0)}
+    assert inferences == threads_n * per_thread
+    assert executions < inferences, f"{inferences} requests ran in {executions} executions: nothing was merged"
+    assert merged, f"no batch above 1 in the server's batch statistics: {after['batches']}"
+    assert max(merged) <= MAX_BATCH
+
+
+def test_concurrent_mixed_shapes_each_get_their_own_result(server):
+    """seq under load with two sequence lengths: requests are grouped by shape and split back exactly."""
+    errors: list = []
+
+    def worker(t: int) -> None:
+        c = grpcclient.InferenceServerClient(server.url("grpc"))
+        try:
+            for i in range(10):
+                r = seq_inputs(1 + (i + t) % 2, 3 if (i + t) % 3 else 6, uid=t * 100 + i)
+                res = infer(c, "seq", r)
+                exp = seq_expected(r)
+                for k in SEQ_OUTPUTS:
+                    np.testing.assert_array_equal(res.as_numpy(k), exp[k], err_msg=f"thread {t} request {i} {k}")
+        except BaseException as e:  # noqa: BLE001
+            errors.append((t, e))
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=worker, args=(t,), name=f"seq-{t}", daemon=True) for t in range(8)]
+    for th in threads:
+        th.start()
+    join_all(threads, 60)
+    assert not errors, f"{len(errors)} client(s) failed; first: {errors[0]}"
+
+
+# ---- bad requests -------------------------------------------------------------------------------------------------
+
+BAD_REQUESTS = {
+    # name: (model, inputs, requested outputs, words the error message must contain)
+    "wrong dtype": ("cls", lambda: {"x": text_image(1, 48, 192, 1).astype(np.float64)}, None,
+                    ["'x'", "FP64", "FP32"]),
+    "wrong shape": ("cls", lambda: {"x": np.zeros((1, 4, 48, 192), np.float32)}, None, ["'x'", "shape"]),
+    "wrong rank": ("seq", lambda: {"a": np.zeros((1, 3), np.float32), "m": np.zeros((1, 3), np.int64)}, None,
+                   ["'a'", "shape"]),
+    "missing input": ("seq", lambda: {"a": np.zeros((1, 3, 4), np.float32)}, None, ["'m'"]),
+    "batch above max_batch_size": ("cls", lambda: {"x": np.zeros((MAX_BATCH + 1, 3, 48, 192), np.float32)}, None,
+                                   ["batch", str(MAX_BATCH)]),
+    "S differs between inputs": ("seq", lambda: {"a": np.zeros((1, 5, 4), np.float32),
+                                                 "m": np.zeros((1, 6), np.int64)}, None, ["'S'", "5", "6"]),
+    "unknown output": ("seq", lambda: seq_inputs(1, 3, 1), ["zz"], ["zz"]),
+    "unknown input": ("seq", lambda: dict(seq_inputs(1, 3, 1), zz=np.zeros((1, 1), np.float32)), None, ["zz"]),
+}
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize("case", list(BAD_REQUESTS))
+def test_bad_request_gets_4xx_and_server_keeps_serving(server, protocol, case):
+    model, make, outputs, words = BAD_REQUESTS[case]
+    client = client_for(server, protocol)
+    try:
+        with pytest.raises(InferenceServerException) as info:
+            infer(client, model, make(), outputs=outputs)
+        err = info.value
+        status = str(err.status())
+        if protocol == "http":
+            assert status.isdigit() and 400 <= int(status) < 500, f"HTTP status {status}: {err.message()}"
+        else:
+            assert status == "StatusCode.INVALID_ARGUMENT", f"gRPC status {status}: {err.message()}"
+        for w in words:
+            assert w in err.message(), f"{w!r} not in the message: {err.message()}"
+        check_cls_good(client)  # the server keeps serving, both models
+        check_seq_good(client)
+    finally:
+        client.close()
+
+
+def raw_http(server, path: str, body: bytes, headers: dict) -> tuple:
+    conn = httplib.HTTPConnection("127.0.0.1", server.http_port, timeout=CALL_TIMEOUT)
+    try:
+        conn.request("POST", path, body=body, headers=headers)
+        r = conn.getresponse()
+        return r.status, r.read().decode(errors="replace")
+    finally:
+        conn.close()
+
+
+TRITON_ANSWERS_500 = {"json data too short", "malformed json"}
+
+
+@pytest.mark.parametrize("case", ["binary too short", "header length beyond body", "json data too short",
+                                  "malformed json"])
+def test_truncated_or_malformed_http_body_gets_4xx(server, http, case):
+    x = text_image(1, 48, 192, seed=5)
+    nbytes = x.nbytes
+    header = {"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32",
+                          "parameters": {"binary_data_size": nbytes}}]}
+    if case == "binary too short":
+        head = json.dumps(header).encode()
+        body = head + x.tobytes()[: nbytes // 2]
+        hdrs = {"Inference-Header-Content-Length": str(len(head)), "Content-Type": "application/octet-stream"}
+        words = ["'x'", "bytes"]
+    elif case == "header length beyond body":
+        head = json.dumps(header).encode()
+        body = head + x.tobytes()
+        hdrs = {"Inference-Header-Content-Length": str(len(body) + 100), "Content-Type": "application/octet-stream"}
+        words = []
+    elif case == "json data too short":
+        body = json.dumps({"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32",
+                                       "data": x.ravel()[:100].tolist()}]}).encode()
+        hdrs = {"Content-Type": "application/json"}
+        words = ["shape"]
+    else:
+        body = b'{"inputs": [{"name": "x", "shape": [1, 3'
+        hdrs = {"Content-Type": "application/json"}
+        words = []
+    status, text = raw_http(server, "/v2/models/cls/infer", body, hdrs)
+    if case in TRITON_ANSWERS_500:
+        # Triton's HTTP frontend (not gert: the request never reaches the model) answers JSON parse errors with 500
+        assert status in (400, 500), f"{case}: HTTP {status}: {text[:300]}"
+    else:
+        assert 400 <= status < 500, f"{case}: HTTP {status}: {text[:300]}"
+    msg = json.loads(text).get("error", "")
+    assert msg, f"{case}: no error message: {text[:300]}"
+    for w in words:
+        assert w in msg, f"{case}: {w!r} not in {msg!r}"
+    check_cls_good(http)
+    assert server.process.poll() is None
+
+
+# ---- bad parameters, unload and load ------------------------------------------------------------------------------
+
+def test_bad_parameter_fails_the_load_naming_it(server, http, grpc):
+    # the repository's config.pbtxt: parameters { key: "streams" value: { string_value: "zero" } }
+    for client in (http, grpc):
+        with pytest.raises(InferenceServerException) as info:
+            client.load_model("bad")
+        assert "'streams'" in info.value.message() and "zero" in info.value.message(), info.value.message()
+        assert not client.is_model_ready("bad")
+    with open(server.log_path, errors="replace") as f:
+        assert "parameter 'streams'" in f.read()
+    # configs given with the load request (explicit model control): an unknown key, onnx_file leaving the model dir,
+    # a batch gear above max_batch_size
+    for params, words in [({"colour": "red"}, ["unknown parameter 'colour'"]),
+                          ({"onnx_file": "../cls/1/model.onnx"}, ["'onnx_file'", "leaves"]),
+                          ({"gears": "batch:1,16"}, ["'gears'", "max_batch_size"])]:
+        cfg = {"backend": "python", "max_batch_size": MAX_BATCH,
+               "parameters": {k: {"string_value": v} for k, v in params.items()}}
+        with pytest.raises(InferenceServerException) as info:
+            grpc.load_model("bad", config=json.dumps(cfg))
+        for w in words:
+            assert w in info.value.message(), info.value.message()
+    assert not http.is_model_ready("bad")
+    check_cls_good(http)
+    check_seq_good(grpc)
+
+
+def test_unload_and_load_while_traffic_runs(server, grpc):
+    stop = threading.Event()
+    log: list = []  # (monotonic time, thread, "ok" | error message)
+    lock = threading.Lock()
+
+    def worker(t: int, protocol: str) -> None:
+        c = client_for(server, protocol)
+        i = 0
+        try:
+            while not stop.is_set():
+                r = seq_inputs(1, 4, uid=t * 1000 + i)
+                i += 1
+                try:
+                    res = infer(c, "reload", r, client_timeout=10) if protocol == "grpc" else infer(c, "reload", r)
+                    exp = seq_expected(r)
+                    ok = all(np.array_equal(res.as_numpy(k), exp[k]) for k in SEQ_OUTPUTS)
+                    entry = "ok" if ok else "WRONG RESULT"
+                except InferenceServerException as e:
+                    entry = e.message() or str(e)
+                    time.sleep(0.01)
+                with lock:
+                    log.append((time.monotonic(), t, entry))
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=worker, args=(t, p), name=f"traffic-{t}", daemon=True)
+               for t, p in enumerate(["grpc", "grpc", "grpc", "http"])]
+    for th in threads:
+        th.start()
+    try:
+        time.sleep(0.8)
+        t_unload = time.monotonic()
+        grpc.unload_model("reload", client_timeout=CALL_TIMEOUT)
+        deadline = time.monotonic() + 20
+        while grpc.is_model_ready("reload") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not grpc.is_model_ready("reload"), "the model is still ready after unload"
+        time.sleep(0.5)
+        grpc.load_model("reload", client_timeout=60)
+        t_loaded = time.monotonic()
+        assert grpc.is_model_ready("reload")
+        time.sleep(1.5)
+    finally:
+        stop.set()
+        join_all(threads, 30)
+    assert server.process.poll() is None, "the server died"
+    before = [e for tm, _, e in log if tm < t_unload]
+    after = [e for tm, _, e in log if tm > t_loaded + 0.2]
+    assert before.count("ok") > 0 and after.count("ok") > 0, "traffic did not run before unload or recover after load"
+    assert "WRONG RESULT" not in {e for _, _, e in log}
+    failures = {e for _, _, e in log if e != "ok"}
+    print(f"unload/load under traffic: {sum(e == 'ok' for _, _, e in log)} ok, "
+          f"{sum(e != 'ok' for _, _, e in log)} refused while unloaded: {failures}")
+    assert all(NOT_SERVING.search(e) for e in failures), f"unclean failures: {failures}"
+    assert all(e == "ok" for e in after), f"failures after the model was loaded again: {set(after) - {'ok'}}"
+    check_seq_good(grpc, "reload")
+
+
+# ---- metrics ------------------------------------------------------------------------------------------------------
+
+def metrics(server) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=CALL_TIMEOUT) as r:
+        text = r.read().decode()
+    out: dict = {}
+    for line in text.splitlines():
+        m = re.match(r'^(\w+)\{([^}]*)\}\s+(\S+)$', line)
+        if m:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+            out.setdefault(m.group(1), []).append((labels, float(m.group(3))))
+    return out
+
+
+def test_metrics_endpoint_exposes_gert_metrics(server, grpc):
+    for i in range(3):
+        check_cls_good(grpc)
+    m = metrics(server)
+    for name in ("gert_gear_hits_total", "gert_padding_ratio", "gert_stream_busy_seconds_total"):
+        assert any(lab.get("model") == "cls" for lab, _ in m.get(name, [])), f"{name} has no cls series"
+    hits = sum(v for lab, v in m["gert_gear_hits_total"] if lab["model"] == "cls")
+    s = stats(grpc, "cls")
+    assert hits == s["execution_count"], "every cls execution ran exactly one gear (no bad request reaches it)"
+    assert any(lab["gear"].startswith("batch=8") and v > 0 for lab, v in m["gert_gear_hits_total"]
+               if lab["model"] == "cls"), "the load test ran full batches"
+    assert all(0 <= v < 1 for _, v in m["gert_padding_ratio"])
+    assert sum(v for lab, v in m["gert_stream_busy_seconds_total"] if lab["model"] == "cls") > 0
+    nv = {lab["model"]: v for lab, v in m["nv_inference_count"]}
+    assert nv["cls"] == s["inference_count"]
+
+
+# ---- gert serve ---------------------------------------------------------------------------------------------------
+
+def children(pid: int) -> list:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+def gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1].startswith("Z")  # a zombie has exited
+    except OSError:
+        return True
+
+
+def run_serve(repo: str, log_path: str, *extra: str) -> tuple:
+    ports = [free_port(), free_port(), free_port()]
+    cmd = [sys.executable, "-m", "gert", "serve", repo, "--http-port", str(ports[0]), "--grpc-port", str(ports[1]),
+           "--metrics-port", str(ports[2]), "--", "--exit-timeout-secs=5", *extra]
+    log = open(log_path, "wb")
+    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log.close()
+    return p, ports
+
+
+def kill_tree(p: subprocess.Popen, extra_pids=()) -> None:
+    for pid in list(extra_pids):
+        if not gone(pid):
+            try:
+                os.killpg(pid, signal.SIGKILL)  # tritonserver runs in its own session (group id = its pid)
+            except (ProcessLookupError, PermissionError):
+                pass
+    if p.poll() is None:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait(10)
+
+
+def wait_http_ready(p: subprocess.Popen, port: int, timeout: float) -> bool:
+    """True once the server answers ready; False if gert serve exited first; fails the test on timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if p.poll() is not None:
+            return False
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.2)
+    pytest.fail(f"gert serve was not ready within {timeout} s")
+
+
+def start_serve(repo: str, log: str, attempts: int = 3) -> tuple:
+    """`gert serve` running and ready (new ports if one was taken meanwhile); killed if it does not get ready."""
+    for attempt in range(attempts):
+        p, ports = run_serve(repo, log)
+        try:
+            ready = wait_http_ready(p, ports[0], START_TIMEOUT)
+        except BaseException:
+            kill_tree(p, children(p.pid))
+            raise
+        if ready:
+            return p, ports
+        kill_tree(p, children(p.pid))
+        if "already in use" in log_tail(log, 200) and attempt + 1 < attempts:
+            continue
+        pytest.fail(f"gert serve exited with {p.returncode} before it was ready:\n{log_tail(log)}")
+    raise AssertionError("unreachable")
+
+
+def test_gert_serve_runs_the_server_and_exits_on_sigterm(tmp_path):
+    seq_file = tmp_path / "seq.onnx"
+    seq_file.write_bytes(seq_model())
+    repo = str(tmp_path / "repo")
+    init_repo(str(seq_file), repo, name="seq")
+    log = str(tmp_path / "serve.log")
+    p, (hp, gp, mp) = start_serve(repo, log)
+    server_pids: list = []
+    try:
+        server_pids = children(p.pid)
+        assert len(server_pids) == 1, f"gert serve should run one tritonserver child, has {server_pids}"
+        for client in (httpclient.InferenceServerClient(f"127.0.0.1:{hp}", network_timeout=CALL_TIMEOUT),
+                       grpcclient.InferenceServerClient(f"127.0.0.1:{gp}")):
+            try:
+                check_seq_good(client)
+            finally:
+                client.close()
+        with urllib.request.urlopen(f"http://127.0.0.1:{mp}/metrics", timeout=CALL_TIMEOUT) as r:
+            assert b"gert_gear_hits_total" in r.read()
+        t = time.monotonic()
+        p.send_signal(signal.SIGTERM)  # to gert serve only: it forwards the signal to the server
+        code = p.wait(30)
+        took = time.monotonic() - t
+        assert code == 0, f"gert serve exited with {code} (the server's code after SIGTERM is 0):\n{log_tail(log)}"
+        assert took < 20, f"exit took {took:.1f} s"
+        assert all(gone(pid) for pid in server_pids), "tritonserver outlived gert serve"
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{hp}/v2/health/live", timeout=2)
+    finally:
+        kill_tree(p, server_pids)
+
+
+def test_gert_serve_exits_with_the_server_code(tmp_path):
+    """A model that fails to load makes tritonserver exit 1 at start; gert serve passes that code on."""
+    seq_file = tmp_path / "seq.onnx"
+    seq_file.write_bytes(seq_model())
+    repo = str(tmp_path / "repo")
+    init_repo(str(seq_file), repo, name="bad", parameters={"streams": "zero"})
+    log = str(tmp_path / "serve.log")
+    p, _ = run_serve(repo, log)
+    try:
+        code = p.wait(START_TIMEOUT)
+    finally:
+        kill_tree(p, children(p.pid))
+    assert code == 1, f"gert serve exited with {code}:\n{log_tail(log)}"
+    assert "parameter 'streams'" in log_tail(log, 400)

@@ -1,0 +1,697 @@
+"""gert_triton without Triton (issue 5): config.pbtxt parameters, auto_complete_config, execute() and its hooks and
+metrics, `gert repo init` and the `gert serve` command line. Triton's pb_utils is the fake in fake_pb_utils.py; the
+models run on gert (host NPU) in this process.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import gert
+import gert_triton.model as gt_model
+from _helpers import RUNTIME
+from gert_triton import TritonPythonModel
+from gert_triton.config import ConfigError, GertParams, find_onnx_file, parse_parameters
+from models import ort_run
+from triton_models import (SEQ_OUTPUTS, fixed_model, reduce_all_model, seq_expected, seq_inputs, seq_model)
+
+import fake_pb_utils
+
+pytestmark = RUNTIME
+
+
+@pytest.fixture
+def pb(monkeypatch):
+    """The fake triton_python_backend_utils, importable as the real one for this test."""
+    return fake_pb_utils.install(monkeypatch)
+
+
+# ---- helpers ------------------------------------------------------------------------------------------------------
+
+def model_dir(tmp_path, onnx: bytes, name: str = "m", where: str = "1") -> str:
+    d = tmp_path / name
+    (d / "1").mkdir(parents=True)
+    target = d / where / "model.onnx" if where else d / "model.onnx"
+    target.write_bytes(onnx)
+    (d / "1" / "model.py").write_text("from gert_triton import TritonPythonModel\n")
+    return str(d)
+
+
+def params(**kv) -> dict:
+    """config.pbtxt parameters as the stub's JSON has them."""
+    return {k: {"string_value": v} for k, v in kv.items()}
+
+
+def autocomplete(pb, mdir: str, cls=TritonPythonModel, **fields) -> dict:
+    pb.set_model_dir(mdir)
+    cfg = pb.ModelConfig(pb.default_config(os.path.basename(mdir), **fields))
+    out = cls.auto_complete_config(cfg)
+    assert out is cfg, "auto_complete_config must return the ModelConfig it was given"
+    return out.as_dict()
+
+
+def init_args(mdir: str, cfg: dict, device: str = "0") -> dict:
+    name = os.path.basename(mdir)
+    return {"model_config": json.dumps(cfg), "model_instance_kind": "CPU", "model_instance_name": f"{name}_0_0",
+            "model_instance_device_id": device, "model_repository": mdir, "model_version": "1", "model_name": name}
+
+
+@pytest.fixture
+def loaded(pb):
+    """load(mdir, cls=..., **config fields): auto_complete_config + initialize, as Triton does; finalized after."""
+    models = []
+
+    def load(mdir: str, cls=TritonPythonModel, **fields):
+        cfg = autocomplete(pb, mdir, cls, **fields)
+        m = cls()
+        m.initialize(init_args(mdir, cfg))
+        models.append(m)
+        return m
+
+    yield load
+    for m in models:
+        m.finalize()
+
+
+def request(pb, inputs: dict, outputs=SEQ_OUTPUTS, cancelled: bool = False):
+    return pb.InferenceRequest([pb.Tensor(k, v) for k, v in inputs.items()], outputs, cancelled=cancelled)
+
+
+def outputs_of(response) -> dict:
+    assert not response.has_error(), response.error().message()
+    return {t.name(): t.as_numpy() for t in response.output_tensors()}
+
+
+def assert_error(pb, response, code, *words) -> str:
+    assert response.has_error(), "expected an error response"
+    err = response.error()
+    assert err.code() == code, f"code {err.code()} != {code}: {err.message()}"
+    for w in words:
+        assert w in err.message(), f"{w!r} not in {err.message()!r}"
+    return err.message()
+
+
+def check_seq(out: dict, inputs: dict, what: str = "") -> None:
+    exp = seq_expected(inputs)
+    assert set(out) == set(exp), f"{what}: outputs {sorted(out)}"
+    for k, v in exp.items():
+        assert out[k].dtype == v.dtype and out[k].shape == v.shape, f"{what}: {k} {out[k].dtype}{out[k].shape}"
+        assert np.array_equal(out[k], v), f"{what}: {k} is not this request's result"
+
+
+def gear_hits(model) -> dict:
+    return {k: g["hits"] for k, g in model.model.stats()["gears"].items()}
+
+
+def hit_delta(before: dict, after: dict) -> dict:
+    return {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+
+
+@pytest.fixture(scope="module")
+def seq_bytes():
+    return seq_model()
+
+
+# ---- config parameters --------------------------------------------------------------------------------------------
+
+def test_parameters_every_key():
+    p = parse_parameters(params(onnx_file="sub/m.onnx", streams="3", cube_cores="2", vector_cores="1",
+                                gears="batch:1,4,8;W:160,320,640", shape_policy="W:pad;H:exact", pad_value="-1.5",
+                                max_batch="8", device_ids="0, 1"))
+    assert p == GertParams(onnx_file="sub/m.onnx", streams=3, cube_cores=2, vector_cores=1,
+                           gears={"batch": [1, 4, 8], "W": [160, 320, 640]}, shape_policy={"W": "pad", "H": "exact"},
+                           pad_value=-1.5, max_batch=8, device_ids=(0, 1), options={})
+
+
+def test_parameters_ge_keys_by_level():
+    p = parse_parameters(params(**{"ge.exec.precision_mode": "force_fp16", "session.ge.opt": "1",
+                                   "graph.ge.inputShape": "x:1,3"}))
+    assert p.options == {"global.ge.exec.precision_mode": "force_fp16", "session.ge.opt": "1",
+                         "graph.ge.inputShape": "x:1,3"}
+    from gert.model import _split_options  # the keys reach GEInitialize / Session / AddGraph with GE's names
+    assert _split_options(p.options) == ({"ge.exec.precision_mode": "force_fp16"}, {"ge.opt": "1"},
+                                         {"ge.inputShape": "x:1,3"})
+
+
+def test_parameters_plain_strings_triton_keys_and_empty():
+    assert parse_parameters({}) == GertParams()
+    assert parse_parameters(None) == GertParams()
+    p = parse_parameters({"streams": "2", "EXECUTION_ENV_PATH": {"string_value": "$$TRITON_MODEL_DIRECTORY/e"},
+                          "FORCE_CPU_ONLY_INPUT_TENSORS": {"string_value": "no"}})
+    assert p.streams == 2 and p.options == {}
+
+
+def test_dim_names_with_colons():
+    p = parse_parameters(params(gears="x:3:160,320; batch:2", shape_policy="x:3:pad"))
+    assert p.gears == {"x:3": [160, 320], "batch": [2]} and p.shape_policy == {"x:3": "pad"}
+
+
+@pytest.mark.parametrize("key,value", [
+    ("streams", "zero"), ("streams", "0"), ("streams", "-1"), ("streams", ""), ("streams", "1.5"),
+    ("cube_cores", "x"), ("cube_cores", "0"), ("vector_cores", "two"), ("max_batch", "0"),
+    ("gears", ""), ("gears", "batch"), ("gears", ":1,2"), ("gears", "batch:1,a"), ("gears", "batch:0,4"),
+    ("gears", "batch:"), ("shape_policy", "W:squash"), ("shape_policy", "W"), ("shape_policy", ";"),
+    ("pad_value", "abc"), ("pad_value", ""), ("device_ids", "a"), ("device_ids", "-1"), ("device_ids", ""),
+    ("onnx_file", ""), ("onnx_file", "  "),
+])
+def test_malformed_parameter_names_key(key, value):
+    with pytest.raises(ConfigError, match=f"'{key}'"):
+        parse_parameters(params(**{key: value}))
+
+
+@pytest.mark.parametrize("key", ["colour", "Streams", "session.opt", "graph.foo", "ge", "onnx", "max_batch_size"])
+def test_unknown_parameter_names_key(key):
+    with pytest.raises(ConfigError, match=f"unknown parameter '{key}'"):
+        parse_parameters(params(**{"streams": "1", key: "1"}))
+
+
+def test_onnx_file_lookup(tmp_path):
+    d = tmp_path / "m"
+    (d / "1").mkdir(parents=True)
+    (d / "model.onnx").write_bytes(b"top")
+    assert find_onnx_file(str(d), "1", None) == str((d / "model.onnx").resolve())  # model dir when no version file
+    (d / "1" / "model.onnx").write_bytes(b"v1")
+    assert find_onnx_file(str(d), "1", None) == str((d / "1" / "model.onnx").resolve())  # the version dir first
+    (d / "sub").mkdir()
+    (d / "sub" / "other.onnx").write_bytes(b"o")
+    assert find_onnx_file(str(d), "1", "sub/other.onnx") == str((d / "sub" / "other.onnx").resolve())
+    with pytest.raises(ConfigError, match="'onnx_file'.*missing.onnx"):
+        find_onnx_file(str(d), "1", "missing.onnx")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="'onnx_file'.*model.onnx"):
+        find_onnx_file(str(tmp_path / "empty"), "1", None)
+
+
+@pytest.mark.parametrize("escape", ["../outside.onnx", "../m2/model.onnx", "sub/../../outside.onnx", "link.onnx",
+                                    "ABS"])
+def test_onnx_file_leaving_the_model_dir_is_refused(tmp_path, escape):
+    (tmp_path / "outside.onnx").write_bytes(b"x")
+    (tmp_path / "m2").mkdir()
+    (tmp_path / "m2" / "model.onnx").write_bytes(b"x")
+    d = tmp_path / "m"
+    (d / "1").mkdir(parents=True)
+    (d / "sub").mkdir()
+    (d / "link.onnx").symlink_to(tmp_path / "outside.onnx")  # a symlink out of the dir is refused too
+    if escape == "ABS":
+        escape = str(tmp_path / "outside.onnx")
+    with pytest.raises(ConfigError, match="'onnx_file'"):
+        find_onnx_file(str(d), "1", escape)
+
+
+def test_bad_parameters_fail_the_load_naming_the_key(pb, tmp_path, seq_bytes):
+    mdir = model_dir(tmp_path, seq_bytes)
+    for key, value in [("streams", "zero"), ("colour", "red"), ("onnx_file", "../x.onnx"), ("gears", "batch:1,x")]:
+        with pytest.raises(ConfigError, match=f"'{key}'"):  # in auto_complete_config, before a stub starts
+            autocomplete(pb, mdir, parameters=params(**{key: value}))
+        cfg = pb.default_config("m", max_batch_size=8, parameters=params(**{key: value}))
+        with pytest.raises(ConfigError, match=f"'{key}'"):  # and in initialize (--disable-auto-complete-config)
+            TritonPythonModel().initialize(init_args(mdir, cfg))
+
+
+def test_initialize_passes_parameters_to_gert_load(pb, tmp_path, seq_bytes, monkeypatch):
+    mdir = model_dir(tmp_path, seq_bytes)
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_load(path, **kw):
+        seen.update(kw, path=path)
+        raise Stop
+
+    monkeypatch.setattr(gt_model.gert, "load", fake_load)
+    cfg = autocomplete(pb, mdir, parameters=params(streams="2", cube_cores="1", vector_cores="1", gears="S:4,8",
+                                                   shape_policy="S:pad", pad_value="3",
+                                                   **{"session.ge.x": "1", "ge.y": "2"}))
+    with pytest.raises(Stop):
+        TritonPythonModel().initialize(init_args(mdir, cfg, device="0"))
+    assert seen == dict(path=os.path.realpath(os.path.join(mdir, "1", "model.onnx")), devices=(0,), streams=2,
+                        cube_cores=1, vector_cores=1, gears={"S": [4, 8]}, shape_policy={"S": "pad"}, pad_value=3.0,
+                        max_batch=8, options={"session.ge.x": "1", "global.ge.y": "2"})
+    seen.clear()
+    cfg = autocomplete(pb, mdir, parameters=params(device_ids="0,1", gears="batch:1,2"))
+    with pytest.raises(Stop):
+        TritonPythonModel().initialize(init_args(mdir, cfg, device="3"))
+    assert seen["devices"] == (0, 1) and seen["gears"] == {"batch": [1, 2]} and seen["max_batch"] is None
+    seen.clear()
+    cfg = autocomplete(pb, mdir)
+    with pytest.raises(Stop):
+        TritonPythonModel().initialize(init_args(mdir, cfg, device="3"))
+    assert seen["devices"] == (3,), "the instance's device comes from model_instance_device_id"
+
+
+def test_initialize_refuses_batch_gear_above_max_batch_size(pb, tmp_path, seq_bytes):
+    mdir = model_dir(tmp_path, seq_bytes)
+    cfg = autocomplete(pb, mdir, max_batch_size=4, parameters=params(gears="batch:1,8"))
+    with pytest.raises(ConfigError, match="'gears'.*8.*max_batch_size 4"):
+        TritonPythonModel().initialize(init_args(mdir, cfg))
+
+
+def test_initialize_refuses_config_that_does_not_match_the_onnx_model(pb, tmp_path, seq_bytes):
+    mdir = model_dir(tmp_path, seq_bytes)
+    cfg = autocomplete(pb, mdir)
+    bad = json.loads(json.dumps(cfg))
+    bad["input"][0]["name"] = "zz"
+    with pytest.raises(ConfigError, match="zz"):
+        TritonPythonModel().initialize(init_args(mdir, bad))
+    bad = json.loads(json.dumps(cfg))
+    bad["input"][1]["data_type"] = "TYPE_INT32"  # m is int64 in the ONNX file: every request would fail
+    with pytest.raises(ConfigError, match="'m'.*TYPE_INT32.*TYPE_INT64|'m'.*TYPE_INT64.*TYPE_INT32"):
+        TritonPythonModel().initialize(init_args(mdir, bad))
+    bad = json.loads(json.dumps(cfg))
+    bad["input"][0]["dims"] = [-1, -1, 4]  # the batch axis written out although max_batch_size > 0
+    with pytest.raises(ConfigError, match="'a'.*dims.*batch axis"):
+        TritonPythonModel().initialize(init_args(mdir, bad))
+    bad = json.loads(json.dumps(cfg))
+    bad["output"][1]["data_type"] = "TYPE_FP32"
+    with pytest.raises(ConfigError, match="output 'c'"):
+        TritonPythonModel().initialize(init_args(mdir, bad))
+    ok = json.loads(json.dumps(cfg))
+    ok["input"][0]["dims"] = [12]
+    ok["input"][0]["reshape"] = {"shape": [3, 4]}  # Triton hands the model the reshaped tensor
+    m = TritonPythonModel()
+    m.initialize(init_args(mdir, ok))
+    m.finalize()
+
+
+def test_subclass_converting_inputs_may_declare_other_dtypes(pb, tmp_path, seq_bytes):
+    mdir = model_dir(tmp_path, seq_bytes)
+    cfg = autocomplete(pb, mdir)
+    cfg["input"][0]["data_type"] = "TYPE_FP64"  # Scaled.preprocess casts 'a' to float32
+    m = Scaled()
+    m.initialize(init_args(mdir, cfg))
+    m.finalize()
+
+
+# ---- auto_complete_config -----------------------------------------------------------------------------------------
+
+def test_autocomplete_batchable(pb, tmp_path, seq_bytes):
+    cfg = autocomplete(pb, model_dir(tmp_path, seq_bytes))
+    assert cfg["max_batch_size"] == gt_model.DEFAULT_MAX_BATCH
+    assert cfg["input"] == [{"name": "a", "data_type": "TYPE_FP32", "dims": [-1, 4]},
+                            {"name": "m", "data_type": "TYPE_INT64", "dims": [-1]}]
+    assert cfg["output"] == [{"name": "y", "data_type": "TYPE_FP32", "dims": [-1]},
+                             {"name": "c", "data_type": "TYPE_INT64", "dims": [-1]}]
+    assert cfg["dynamic_batching"] == {}
+
+
+def test_autocomplete_max_batch_from_parameters_and_config(pb, tmp_path, seq_bytes):
+    mdir = model_dir(tmp_path, seq_bytes)
+    assert autocomplete(pb, mdir, parameters=params(gears="batch:1,2,4"))["max_batch_size"] == 4
+    assert autocomplete(pb, mdir, parameters=params(max_batch="6"))["max_batch_size"] == 6
+    cfg = autocomplete(pb, mdir, max_batch_size=3)
+    assert cfg["max_batch_size"] == 3 and cfg["dynamic_batching"] == {} and cfg["input"][0]["dims"] == [-1, 4]
+    cfg = autocomplete(pb, mdir, max_batch_size=3, dynamic_batching={"max_queue_delay_microseconds": 500})
+    assert cfg["dynamic_batching"] == {"max_queue_delay_microseconds": 500}  # the user's scheduler is kept
+    cfg = autocomplete(pb, mdir, max_batch_size=3, sequence_batching={})
+    assert "dynamic_batching" not in cfg  # another scheduler: not replaced (the real set_dynamic_batching raises)
+
+
+def test_autocomplete_keeps_what_the_config_gives(pb, tmp_path, seq_bytes):
+    mdir = model_dir(tmp_path, seq_bytes)
+    given = [{"name": "a", "data_type": "TYPE_FP32", "dims": [16, 4]}]  # a narrower S than the model's: allowed
+    cfg = autocomplete(pb, mdir, max_batch_size=2, input=given)
+    assert cfg["max_batch_size"] == 2
+    assert cfg["input"] == given + [{"name": "m", "data_type": "TYPE_INT64", "dims": [-1]}]
+    assert [o["name"] for o in cfg["output"]] == ["y", "c"]
+
+
+@pytest.mark.parametrize("maker,inputs,outputs", [
+    (fixed_model, [{"name": "x", "data_type": "TYPE_FP32", "dims": [2, 3]}],
+     [{"name": "y", "data_type": "TYPE_FP32", "dims": [2, 3]}]),
+    (reduce_all_model, [{"name": "x", "data_type": "TYPE_FP32", "dims": [-1, 4]}],
+     [{"name": "total", "data_type": "TYPE_FP32", "dims": [1, 1]}]),
+])
+def test_autocomplete_not_batchable(pb, tmp_path, maker, inputs, outputs):
+    cfg = autocomplete(pb, model_dir(tmp_path, maker()))
+    assert cfg["max_batch_size"] == 0 and "dynamic_batching" not in cfg
+    assert cfg["input"] == inputs and cfg["output"] == outputs
+
+
+def test_autocomplete_batchable_with_max_batch_size_zero_keeps_full_dims(pb, tmp_path, seq_bytes):
+    # the user wrote the full shapes (batch dim included): max_batch_size stays 0, no dynamic batching
+    given = [{"name": "a", "data_type": "TYPE_FP32", "dims": [-1, -1, 4]}]
+    cfg = autocomplete(pb, model_dir(tmp_path, seq_bytes), input=given)
+    assert cfg["max_batch_size"] == 0 and "dynamic_batching" not in cfg
+    assert cfg["input"][1] == {"name": "m", "data_type": "TYPE_INT64", "dims": [-1, -1]}
+    assert cfg["output"][0] == {"name": "y", "data_type": "TYPE_FP32", "dims": [-1, -1]}
+
+
+def test_autocomplete_finds_onnx_file_parameter_and_version_dirs(pb, tmp_path, seq_bytes):
+    mdir = model_dir(tmp_path, seq_bytes, where="")  # model.onnx in the model dir, not the version dir
+    assert autocomplete(pb, mdir)["max_batch_size"] == 8
+    os.rename(os.path.join(mdir, "model.onnx"), os.path.join(mdir, "seq.onnx"))
+    assert autocomplete(pb, mdir, parameters=params(onnx_file="seq.onnx"))["input"][0]["name"] == "a"
+    with pytest.raises(ConfigError, match="'onnx_file'"):
+        autocomplete(pb, mdir)
+    pb.set_model_dir(os.path.join(mdir, "1"))  # a stub that reports the version dir
+    cfg = TritonPythonModel.auto_complete_config(pb.ModelConfig(pb.default_config(
+        "m", parameters=params(onnx_file="seq.onnx"))))
+    assert cfg.as_dict()["max_batch_size"] == 8
+
+
+# ---- execute ------------------------------------------------------------------------------------------------------
+
+def test_execute_batches_same_shape_requests_into_one_run(pb, loaded, tmp_path, seq_bytes):
+    m = loaded(model_dir(tmp_path, seq_bytes))
+    reqs = [seq_inputs(b, 5, uid) for uid, b in enumerate([1, 2, 1], start=1)]
+    before = gear_hits(m)
+    responses = m.execute([request(pb, r) for r in reqs])
+    assert len(responses) == 3
+    for i, (resp, r) in enumerate(zip(responses, reqs)):
+        check_seq(outputs_of(resp), r, f"request {i}")
+    assert hit_delta(before, gear_hits(m)) == {"S=5,batch=4": 1}, "one run for the whole batch (4 rows)"
+    # the same as ONNX Runtime on the concatenated batch
+    ref = ort_run(seq_bytes, [np.concatenate([r["a"] for r in reqs]), np.concatenate([r["m"] for r in reqs])])
+    got = {k: np.concatenate([outputs_of(x)[k] for x in responses]) for k in SEQ_OUTPUTS}
+    for k, v in zip(SEQ_OUTPUTS, ref):
+        np.testing.assert_array_equal(got[k], v)
+
+
+def test_execute_groups_different_shapes_separately(pb, loaded, tmp_path, seq_bytes):
+    m = loaded(model_dir(tmp_path, seq_bytes))
+    reqs = [seq_inputs(1, 3, 1), seq_inputs(1, 7, 2), seq_inputs(2, 3, 3), seq_inputs(1, 7, 4), seq_inputs(1, 1, 5)]
+    before = gear_hits(m)
+    responses = m.execute([request(pb, r) for r in reqs])
+    for i, (resp, r) in enumerate(zip(responses, reqs)):
+        check_seq(outputs_of(resp), r, f"request {i}")
+    assert hit_delta(before, gear_hits(m)) == {"S=3,batch=4": 1, "S=7,batch=2": 1, "S=1,batch=1": 1}
+
+
+def test_execute_bad_requests_get_their_own_errors(pb, loaded, tmp_path, seq_bytes):
+    m = loaded(model_dir(tmp_path, seq_bytes))
+    good = [seq_inputs(1, 4, uid) for uid in range(1, 4)]
+    bad_dtype = dict(seq_inputs(1, 4, 10), a=seq_inputs(1, 4, 10)["a"].astype(np.float64))
+    bad_shape = dict(seq_inputs(1, 4, 11), a=np.zeros((1, 4, 5), np.float32))
+    bad_rank = dict(seq_inputs(1, 4, 12), m=np.zeros((1, 4, 1), np.int64))
+    mismatch = dict(seq_inputs(1, 4, 13), m=np.ones((1, 6), np.int64))  # S is 4 in a, 6 in m
+    missing = {"a": seq_inputs(1, 4, 14)["a"]}
+    reqs = [good[0], bad_dtype, good[1], bad_shape, bad_rank, mismatch, missing, good[2]]
+    before = gear_hits(m)
+    responses = m.execute([request(pb, r) for r in reqs])
+    E = pb.TritonError.INVALID_ARG
+    assert_error(pb, responses[1], E, "'a'", "float32", "float64")
+    assert_error(pb, responses[3], E, "'a'", "5")
+    assert_error(pb, responses[4], E, "'m'", "rank")
+    assert_error(pb, responses[5], E, "'S'", "4", "6")
+    assert_error(pb, responses[6], E, "'m'", "missing")
+    for i, r in zip((0, 2, 7), good):
+        check_seq(outputs_of(responses[i]), r, f"request {i}")
+    assert hit_delta(before, gear_hits(m)) == {"S=4,batch=4": 1}, "the good ones ran as one batch"
+
+
+def test_execute_all_bad_runs_nothing(pb, loaded, tmp_path, seq_bytes):
+    m = loaded(model_dir(tmp_path, seq_bytes))
+    before = gear_hits(m)
+    responses = m.execute([request(pb, {"a": np.zeros((1, 2, 4), np.float32)})])
+    assert_error(pb, responses[0], pb.TritonError.INVALID_ARG, "'m'")
+    assert gear_hits(m) == before
+
+
+def test_execute_skips_cancelled_requests(pb, tmp_path, seq_bytes):
+    """Without a batcher (max_batch_size > 0, no dynamic_batching: the default scheduler) requests wait in the
+    instance's queue unchecked, so execute() asks each one and skips the cancelled ones."""
+    mdir = model_dir(tmp_path, seq_bytes)
+    cfg = autocomplete(pb, mdir)
+    del cfg["dynamic_batching"]
+    m = TritonPythonModel()
+    m.initialize(init_args(mdir, cfg))
+    try:
+        reqs = [seq_inputs(1, 2, uid) for uid in range(1, 4)]
+        pbreqs = [request(pb, reqs[0]), request(pb, reqs[1], cancelled=True), request(pb, reqs[2])]
+        before = gear_hits(m)
+        responses = m.execute(pbreqs)
+        assert_error(pb, responses[1], pb.TritonError.CANCELLED, "cancelled")
+        check_seq(outputs_of(responses[0]), reqs[0])
+        check_seq(outputs_of(responses[2]), reqs[2])
+        assert hit_delta(before, gear_hits(m)) == {"S=2,batch=2": 1}, "the cancelled request was not run"
+        assert all(r.cancel_checks == 1 for r in pbreqs), "is_cancelled() is an IPC round trip: once per request"
+    finally:
+        m.finalize()
+
+
+def test_execute_leaves_cancellation_to_the_dynamic_batcher(pb, loaded, tmp_path, seq_bytes):
+    """Triton's dynamic batcher drops requests cancelled in its queue before execute (checked with the real 2.51
+    server: a cancelled queued request never reaches execute), so execute() does not pay one IPC round trip per
+    request to ask again."""
+    m = loaded(model_dir(tmp_path, seq_bytes))
+    pbreqs = [request(pb, seq_inputs(1, 2, uid)) for uid in range(1, 4)]
+    for r, resp in zip(pbreqs, m.execute(pbreqs)):
+        assert not resp.has_error()
+        assert r.cancel_checks == 0
+
+
+def test_execute_returns_only_requested_outputs(pb, loaded, tmp_path, seq_bytes):
+    m = loaded(model_dir(tmp_path, seq_bytes))
+    r1, r2, r3 = (seq_inputs(1, 3, uid) for uid in (1, 2, 3))
+    responses = m.execute([request(pb, r1, outputs=["c"]), request(pb, r2, outputs=["y"]), request(pb, r3)])
+    assert list(outputs_of(responses[0])) == ["c"] and np.array_equal(outputs_of(responses[0])["c"], r1["m"] * 2)
+    assert list(outputs_of(responses[1])) == ["y"]
+    check_seq(outputs_of(responses[2]), r3)
+
+
+def test_execute_without_batch_axis_runs_each_request(pb, loaded, tmp_path):
+    m = loaded(model_dir(tmp_path, fixed_model()))
+    xs = [np.full((2, 3), i, np.float32) for i in range(3)]
+    before = gear_hits(m)
+    responses = m.execute([request(pb, {"x": x}, outputs=["y"]) for x in xs])
+    for x, r in zip(xs, responses):
+        np.testing.assert_array_equal(outputs_of(r)["y"], x + x)
+    assert sum(hit_delta(before, gear_hits(m)).values()) == 3
+
+
+def test_execute_output_tensors_are_contiguous_arrays(pb, loaded, tmp_path, seq_bytes):
+    m = loaded(model_dir(tmp_path, seq_bytes))
+    responses = m.execute([request(pb, seq_inputs(1, 3, 1)), request(pb, seq_inputs(2, 3, 2))])
+    for resp in responses:
+        for t in resp.output_tensors():
+            assert t.as_numpy().flags.c_contiguous
+
+
+class Scaled(TritonPythonModel):
+    """preprocess: accept float64 'a' and double it; postprocess: c + 1. Counts its calls."""
+
+    def initialize(self, args):
+        super().initialize(args)
+        self.calls = {"pre": 0, "post": 0}
+
+    def preprocess(self, inputs):
+        self.calls["pre"] += 1
+        if (inputs["m"] < 0).any():
+            raise ValueError("m must not be negative")
+        return {**inputs, "a": (inputs["a"] * 2).astype(np.float32)}
+
+    def postprocess(self, outputs):
+        self.calls["post"] += 1
+        if (outputs["c"] == 2 * 99).any():
+            raise RuntimeError("postprocess refuses 99")
+        return {**outputs, "c": outputs["c"] + 1}
+
+
+def test_preprocess_postprocess_overrides(pb, loaded, tmp_path, seq_bytes):
+    m = loaded(model_dir(tmp_path, seq_bytes), cls=Scaled)
+    r1 = seq_inputs(1, 3, 1)
+    r2 = dict(seq_inputs(1, 3, 2), a=seq_inputs(1, 3, 2)["a"].astype(np.float64))  # fine after preprocess
+    r3 = dict(seq_inputs(1, 3, 3), m=-np.ones((1, 3), np.int64))                  # preprocess refuses it
+    r4 = dict(seq_inputs(1, 3, 4), m=np.full((1, 3), 99, np.int64))               # postprocess fails on it
+    before = gear_hits(m)
+    responses = m.execute([request(pb, r) for r in (r1, r2, r3, r4)])
+    for i, r in ((0, r1), (1, r2)):
+        out = outputs_of(responses[i])
+        exp = seq_expected({"a": (r["a"] * 2).astype(np.float32), "m": r["m"]})
+        np.testing.assert_array_equal(out["y"], exp["y"])
+        np.testing.assert_array_equal(out["c"], exp["c"] + 1)
+    assert_error(pb, responses[2], pb.TritonError.INVALID_ARG, "must not be negative")
+    assert_error(pb, responses[3], pb.TritonError.INTERNAL, "refuses 99")
+    assert m.calls == {"pre": 4, "post": 3}, "preprocess per request before batching, postprocess per request after"
+    assert hit_delta(before, gear_hits(m)) == {"S=3,batch=4": 1}, "r1, r2 and r4 ran in one batch"
+
+
+def test_metrics_once_per_batch(pb, loaded, tmp_path, seq_bytes):
+    m = loaded(model_dir(tmp_path, seq_bytes, name="seqm"))
+    names = {f.name for f in pb.FAMILIES}
+    assert {"gert_gear_hits_total", "gert_padding_ratio", "gert_stream_busy_seconds_total"} <= names
+    hits, pad, busy = (pb.family(n) for n in ("gert_gear_hits_total", "gert_padding_ratio",
+                                               "gert_stream_busy_seconds_total"))
+
+    def calls():
+        return {(f.name, tuple(sorted(x.labels.items()))): list(x.calls) for f in (hits, pad, busy)
+                for x in f.metrics}
+
+    m.execute([request(pb, seq_inputs(1, 3, uid)) for uid in range(3)])  # one batch of 3 rows -> gear batch=4
+    c1 = calls()
+    gear4 = ("gert_gear_hits_total", (("gear", "S=3,batch=4"), ("model", "seqm")))
+    assert c1[gear4] == [("increment", 1)]
+    assert c1[("gert_padding_ratio", (("gear", "S=3,batch=4"), ("model", "seqm")))] == [("set", 0.25)]
+    busy_calls = [v for k, v in c1.items() if k[0] == "gert_stream_busy_seconds_total"]
+    assert len(busy_calls) == 1 and len(busy_calls[0]) == 1 and busy_calls[0][0][1] > 0
+    assert busy_calls[0][0][0] == "increment"
+    # two groups in one execute: each gear hit once, each metric touched at most once per execute
+    m.execute([request(pb, seq_inputs(1, 5, 1))] + [request(pb, seq_inputs(1, 3, uid)) for uid in range(3)]
+              + [request(pb, seq_inputs(1, 5, 3))])
+    c2 = calls()
+    new = {k: v[len(c1.get(k, [])):] for k, v in c2.items()}
+    assert new[gear4] == [("increment", 1)]
+    assert new[("gert_gear_hits_total", (("gear", "S=5,batch=2"), ("model", "seqm")))] == [("increment", 1)]
+    assert all(len(v) <= 1 for v in new.values()), new
+    # a batch that only hits one gear leaves the other gears' metrics alone (every metric call is an IPC message)
+    m.execute([request(pb, seq_inputs(1, 5, 4))])
+    c3 = calls()
+    new = {k: v[len(c2.get(k, [])):] for k, v in c3.items() if len(v) > len(c2.get(k, []))}
+    assert all("S=3" not in dict(k[1]).get("gear", "") for k in new), new
+    # all requests bad: no gear hit is counted
+    m.execute([request(pb, {"a": np.zeros((1, 2, 4), np.float32)})])
+    assert calls()[gear4] == c3[gear4]
+    # the counters match gert's own statistics
+    totals = {dict(x.labels)["gear"]: x.value() for x in hits.metrics}
+    assert totals == {k: v for k, v in gear_hits(m).items()}
+
+
+def test_metrics_absent_metric_api_is_tolerated(pb, loaded, tmp_path, seq_bytes, monkeypatch):
+    monkeypatch.delattr(pb, "MetricFamily")  # an old stub without custom metrics
+    m = loaded(model_dir(tmp_path, seq_bytes))
+    check_seq(outputs_of(m.execute([request(pb, seq_inputs(1, 2, 1))])[0]), seq_inputs(1, 2, 1))
+
+
+def test_finalize_closes_the_model(pb, tmp_path, seq_bytes):
+    mdir = model_dir(tmp_path, seq_bytes)
+    m = TritonPythonModel()
+    m.initialize(init_args(mdir, autocomplete(pb, mdir)))
+    inner = m.model
+    m.finalize()
+    with pytest.raises(gert.GertError, match="closed"):
+        inner.run(seq_inputs(1, 2, 1))
+    m.finalize()  # twice is harmless
+
+
+# ---- gert repo init and the command line --------------------------------------------------------------------------
+
+def parse_pbtxt(path: str) -> dict:
+    from google.protobuf import json_format, text_format
+    from tritonclient.grpc import model_config_pb2
+
+    with open(path) as f:
+        msg = text_format.Parse(f.read(), model_config_pb2.ModelConfig())
+    return json_format.MessageToDict(msg, preserving_proto_field_name=True)
+
+
+def test_repo_init_batchable(tmp_path, seq_bytes):
+    from gert_triton.repo import MODEL_PY, init_repo
+
+    src = tmp_path / "seq.onnx"
+    src.write_bytes(seq_bytes)
+    target = init_repo(str(src), str(tmp_path / "repo"))
+    assert target == str(tmp_path / "repo" / "seq")
+    cfg = parse_pbtxt(os.path.join(target, "config.pbtxt"))  # valid ModelConfig text
+    assert cfg["name"] == "seq" and cfg["backend"] == "python" and cfg["max_batch_size"] == 8
+    assert cfg["input"] == [{"name": "a", "data_type": "TYPE_FP32", "dims": ["-1", "4"]},
+                            {"name": "m", "data_type": "TYPE_INT64", "dims": ["-1"]}]
+    assert cfg["output"] == [{"name": "y", "data_type": "TYPE_FP32", "dims": ["-1"]},
+                             {"name": "c", "data_type": "TYPE_INT64", "dims": ["-1"]}]
+    assert "dynamic_batching" in cfg and cfg["instance_group"] == [{"kind": "KIND_CPU", "count": 1}]
+    assert "platform" not in cfg
+    with open(os.path.join(target, "1", "model.onnx"), "rb") as f:
+        assert f.read() == seq_bytes
+    with open(os.path.join(target, "1", "model.py")) as f:
+        text = f.read()
+    assert text == MODEL_PY and text.startswith("from gert_triton import TritonPythonModel")
+    ns: dict = {}
+    exec(compile(text, "model.py", "exec"), ns)  # the one line is a complete model.py
+    assert ns["TritonPythonModel"] is TritonPythonModel
+    # options: max_batch_size, parameters; an existing entry is refused unless overwrite
+    with pytest.raises(gert.GertError, match="exists"):
+        init_repo(str(src), str(tmp_path / "repo"))
+    target = init_repo(str(src), str(tmp_path / "repo"), max_batch_size=4, parameters={"streams": "2"},
+                       overwrite=True)
+    cfg = parse_pbtxt(os.path.join(target, "config.pbtxt"))
+    assert cfg["max_batch_size"] == 4 and cfg["parameters"] == {"streams": {"string_value": "2"}}
+    parse_parameters(cfg["parameters"])  # what repo init writes, gert_triton reads
+
+
+def test_repo_init_not_batchable_and_bad_names(tmp_path):
+    from gert_triton.repo import init_repo
+
+    src = tmp_path / "fixed.onnx"
+    src.write_bytes(fixed_model())
+    cfg = parse_pbtxt(os.path.join(init_repo(str(src), str(tmp_path / "repo"), name="f"), "config.pbtxt"))
+    assert cfg.get("max_batch_size", 0) == 0 and "dynamic_batching" not in cfg
+    assert cfg["input"] == [{"name": "x", "data_type": "TYPE_FP32", "dims": ["2", "3"]}]
+    for name in ("a/b", ".hidden"):
+        with pytest.raises(gert.GertError, match="name"):
+            init_repo(str(src), str(tmp_path / "repo"), name=name)
+    with pytest.raises(gert.GertError, match="not a file"):
+        init_repo(str(tmp_path / "missing.onnx"), str(tmp_path / "repo"))
+
+
+def test_repo_init_matches_autocomplete(pb, tmp_path, seq_bytes):
+    """The config `gert repo init` writes is what auto_complete_config would have produced."""
+    from gert_triton.repo import init_repo
+
+    src = tmp_path / "seq.onnx"
+    src.write_bytes(seq_bytes)
+    target = init_repo(str(src), str(tmp_path / "repo"))
+    written = parse_pbtxt(os.path.join(target, "config.pbtxt"))
+    auto = autocomplete(pb, target)
+    assert written["max_batch_size"] == auto["max_batch_size"]
+    for kind in ("input", "output"):
+        assert [(e["name"], e["data_type"], [int(d) for d in e["dims"]]) for e in written[kind]] == \
+            [(e["name"], e["data_type"], e["dims"]) for e in auto[kind]]
+
+
+def test_cli_repo_init(tmp_path, seq_bytes, capsys):
+    from gert.cli import main
+
+    src = tmp_path / "seq.onnx"
+    src.write_bytes(seq_bytes)
+    assert main(["repo", "init", str(src), str(tmp_path / "r"), "--name", "cls", "--max-batch-size", "2"]) == 0
+    assert "gert serve" in capsys.readouterr().out
+    assert parse_pbtxt(str(tmp_path / "r" / "cls" / "config.pbtxt"))["max_batch_size"] == 2
+    assert main(["repo", "init", str(src), str(tmp_path / "r"), "--name", "cls"]) == 2  # exists
+    assert "exists" in capsys.readouterr().err
+    assert main(["repo", "init", str(src), str(tmp_path / "r"), "--name", "cls", "--force"]) == 0
+    assert main(["repo", "init", str(tmp_path / "nope.onnx"), str(tmp_path / "r")]) == 2
+
+
+def test_cli_serve_arguments(tmp_path, monkeypatch, capsys):
+    """Options after REPO are gert's; what follows `--` goes to tritonserver."""
+    import gert_triton.server as server
+    from gert.cli import main
+
+    seen = []
+    monkeypatch.setattr(server, "serve", lambda *a: seen.append(a) or 7)
+    repo = str(tmp_path)
+    assert main(["serve", repo, "--http-port", "1", "--grpc-port", "2", "--metrics-port", "3"]) == 7
+    assert seen[-1] == (repo, 1, 2, 3, None, [])
+    assert main(["serve", "--http-port", "1", repo, "--tritonserver", "/bin/ts", "--", "--log-verbose=1",
+                 "--exit-timeout-secs", "5"]) == 7
+    assert seen[-1] == (repo, 1, 8001, 8002, "/bin/ts", ["--log-verbose=1", "--exit-timeout-secs", "5"])
+    assert main(["serve", repo]) == 7 and seen[-1] == (repo, 8000, 8001, 8002, None, [])
+    assert main(["serve", str(tmp_path / "missing")]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    assert main(["serve", repo, "--bogus"]) == 2
+
+
+def test_server_helpers(tmp_path):
+    from gert_triton import server
+
+    with pytest.raises(gert.GertError, match="not an executable"):
+        server.find_tritonserver(str(tmp_path / "nope"))
+    with pytest.raises(gert.GertError, match="not a directory"):
+        server.TritonServer(str(tmp_path / "missing"))
+    root = server.pytriton_root()
+    if root is None:
+        pytest.skip("nvidia-pytriton is not installed")
+    assert server.find_tritonserver() == os.path.join(root, "bin", "tritonserver")
+    dest = server.prepare_backends(root, str(tmp_path / "backends"))
+    stub = os.path.join(dest, "python", "triton_python_backend_stub")
+    assert os.access(stub, os.X_OK) and os.path.isfile(os.path.join(dest, "python", "libtriton_python.so"))
+    assert not os.path.exists(os.path.join(root, "backends", "python", "triton_python_backend_stub")), \
+        "the installed package stays untouched"
+    s = server.TritonServer(str(tmp_path), http_port=1, grpc_port=2, metrics_port=3)
+    s.backends = dest
+    cmd = s.command()
+    assert "--http-port=1" in cmd and "--grpc-port=2" in cmd and "--metrics-port=3" in cmd
+    assert "--http-address=127.0.0.1" in cmd and f"--backend-directory={dest}" in cmd
