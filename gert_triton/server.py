@@ -92,6 +92,8 @@ class TritonServer:
         return [self.binary, f"--model-repository={self.repo}", f"--backend-directory={self.backends}",
                 "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1",
                 f"--http-port={self.http_port}", f"--grpc-port={self.grpc_port}", f"--metrics-port={self.metrics_port}",
+                *([] if any(a.startswith("--exit-timeout-secs") for a in self.extra_args)
+                  else ["--exit-timeout-secs=10"]),  # below stop()'s wait, so a stop ends cleanly
                 *self.extra_args]
 
     def start(self) -> "TritonServer":
