@@ -51,7 +51,8 @@ class Model:
                  gears: Optional[Mapping[str, Sequence[int]]] = None, shape_policy: Optional[Mapping[str, str]] = None,
                  pad_value: Union[float, Mapping[str, float]] = 0, max_batch: Optional[int] = None,
                  options: Optional[Mapping[str, str]] = None,
-                 output_dims: Optional[Mapping[str, Mapping[int, str]]] = None, max_exact_graphs: int = 16):
+                 output_dims: Optional[Mapping[str, Mapping[int, str]]] = None, max_exact_graphs: int = 16,
+                 split_batch: bool = False):
         if isinstance(model, (bytes, bytearray, memoryview)):
             data = bytes(model)
         else:
@@ -77,6 +78,7 @@ class Model:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._closed = False
+        self.split_batch = bool(split_batch)
         self._in_flight = 0
         self._rr = 0
         self._workers: list = []
@@ -231,22 +233,52 @@ class Model:
         arrays, sizes = self._validate(inputs)
         batch = self.plan.batch
         if batch is not None and batch.policy == "pad" and sizes["batch"] > batch.gears[-1]:
-            return self._run_split(arrays, sizes, batch.gears[-1])  # out= is filled by a copy afterwards
+            chunk = batch.gears[-1]
+            total = sizes["batch"]
+            return self._run_chunks(arrays, sizes, [(s, min(chunk, total - s)) for s in range(0, total, chunk)])
+        parts = self._idle_parts(sizes)
+        if parts > 1:  # split_batch: spread one batch over the streams that have nothing to do
+            total = sizes["batch"]
+            counts = [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+            starts = [sum(counts[:i]) for i in range(parts)]
+            return self._run_chunks(arrays, sizes, list(zip(starts, counts)))
         run_sizes, key = self._resolve(sizes)
         return self._dispatch(Request(arrays, sizes, run_sizes, key, dict(out) if out else None))
 
-    def _run_split(self, arrays: dict, sizes: dict, chunk: int) -> dict:
-        """A batch above the largest gear: run it in chunks of that gear and concatenate."""
-        total = sizes["batch"]
-        parts = []
-        for start in range(0, total, chunk):
-            sub = {k: v[start:start + chunk] for k, v in arrays.items()}
-            sub_sizes = dict(sizes, batch=min(chunk, total - start))
+    def _idle_parts(self, sizes: dict) -> int:
+        """With split_batch: how many streams are idle (at most the batch size); 1 means run as one request."""
+        if not self.split_batch or self.plan.batch is None or len(self._workers) < 2 or sizes.get("batch", 0) < 2:
+            return 1
+        with self._lock:
+            idle = sum(1 for w in self._workers if w.outstanding == 0)
+        return max(1, min(idle, sizes["batch"]))
+
+    def _parts_pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        """Threads for the parts of split batches: apart from submit()'s pool, whose threads may be the ones
+        waiting for the parts."""
+        with self._lock:
+            if getattr(self, "_parts", None) is None:
+                self._parts = concurrent.futures.ThreadPoolExecutor(max_workers=len(self._workers),
+                                                                    thread_name_prefix="gert-model-part")
+            return self._parts
+
+    def _run_chunks(self, arrays: dict, sizes: dict, chunks: list) -> dict:
+        """Run row ranges [(start, rows)] of a batch as separate requests (concurrently on the pool with
+        split_batch) and concatenate the outputs on the batch axis. ``out=`` is filled by a copy afterwards."""
+        def one(start: int, rows: int) -> dict:
+            sub = {k: v[start:start + rows] for k, v in arrays.items()}
+            sub_sizes = dict(sizes, batch=rows)
             run_sizes, key = self._resolve(sub_sizes)
-            parts.append(self._dispatch(Request(sub, sub_sizes, run_sizes, key)))
+            return self._dispatch(Request(sub, sub_sizes, run_sizes, key))
+
+        if self.split_batch and len(chunks) > 1:
+            futures = [self._parts_pool().submit(one, *c) for c in chunks[1:]]
+            parts = [one(*chunks[0])] + [f.result() for f in futures]
+        else:
+            parts = [one(*c) for c in chunks]
         out = {}
         for o in self.plan.outputs:
-            if (o.name, 0) in self.plan.output_axes and self.plan.output_axes[(o.name, 0)] == "batch":
+            if self.plan.output_axes.get((o.name, 0)) == "batch":
                 out[o.name] = np.concatenate([p[o.name] for p in parts], axis=0)
             else:
                 out[o.name] = parts[-1][o.name]
@@ -376,6 +408,8 @@ class Model:
             if fut.cancel():
                 fut.set_running_or_notify_cancel()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if getattr(self, "_parts", None) is not None:
+            self._parts.shutdown(wait=False, cancel_futures=True)
         deadline = time.monotonic() + timeout
         with self._lock:
             while self._in_flight:

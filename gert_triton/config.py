@@ -9,6 +9,8 @@ Keys (all string values, as Triton passes them):
   pad_value      a number
   max_batch      largest batch gear (defaults to the config's max_batch_size)
   device_ids     "0,1": spread this instance over several devices (default: the instance's device)
+  split_batch    "true"/"false": split each batch over the idle streams (default: true when streams > 1, since
+                 Triton runs one execute() per instance at a time, this is how one instance uses several streams)
   ge.K           GEInitialize option K;  session.ge.K  Session option;  graph.ge.K  AddGraph option
 Triton's own keys (EXECUTION_ENV_PATH, FORCE_CPU_ONLY_INPUT_TENSORS) are left to Triton.
 """
@@ -22,7 +24,7 @@ from gert.errors import GertError
 
 TRITON_KEYS = {"EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS"}
 KNOWN_KEYS = {"onnx_file", "streams", "cube_cores", "vector_cores", "gears", "shape_policy", "pad_value",
-              "max_batch", "device_ids"}
+              "max_batch", "device_ids", "split_batch"}
 
 
 class ConfigError(GertError):
@@ -40,6 +42,7 @@ class GertParams:
     pad_value: float = 0
     max_batch: Optional[int] = None
     device_ids: Optional[tuple] = None
+    split_batch: Optional[bool] = None
     options: dict = field(default_factory=dict)   # gert.load(options=...) keys: global./session./graph. prefixes
 
 
@@ -108,6 +111,11 @@ def parse_parameters(raw: dict) -> GertParams:
                                       "use pad, exact or dynamic")
                 return text
             p.shape_policy = _dim_map(key, value, policy)
+        elif key == "split_batch":
+            v = value.strip().lower()
+            if v not in ("true", "false", "1", "0", "yes", "no"):
+                raise ConfigError(f"parameter 'split_batch': expected true or false, got {value!r}")
+            p.split_batch = v in ("true", "1", "yes")
         elif key == "device_ids":
             try:
                 ids = tuple(int(x) for x in value.split(",") if x.strip())

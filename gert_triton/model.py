@@ -125,7 +125,9 @@ class TritonPythonModel:
         self.model = gert.load(path, devices=devices, streams=params.streams, cube_cores=params.cube_cores,
                                vector_cores=params.vector_cores, gears=gears or None,
                                shape_policy=params.shape_policy or None, pad_value=params.pad_value,
-                               max_batch=max_batch, options=params.options)
+                               max_batch=max_batch, options=params.options,
+                               split_batch=params.split_batch if params.split_batch is not None
+                               else params.streams * len(devices) > 1)
         names = [t.name for t in self.model.inputs]
         cfg_names = [i["name"] for i in self.config.get("input", [])]
         if sorted(cfg_names) != sorted(names):

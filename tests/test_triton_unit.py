@@ -230,17 +230,20 @@ def test_initialize_passes_parameters_to_gert_load(pb, tmp_path, seq_bytes, monk
         TritonPythonModel().initialize(init_args(mdir, cfg, device="0"))
     assert seen == dict(path=os.path.realpath(os.path.join(mdir, "1", "model.onnx")), devices=(0,), streams=2,
                         cube_cores=1, vector_cores=1, gears={"S": [4, 8]}, shape_policy={"S": "pad"}, pad_value=3.0,
-                        max_batch=8, options={"session.ge.x": "1", "global.ge.y": "2"})
+                        max_batch=8, options={"session.ge.x": "1", "global.ge.y": "2"},
+                        split_batch=True)  # several streams: one batch is split over the idle ones by default
     seen.clear()
-    cfg = autocomplete(pb, mdir, parameters=params(device_ids="0,1", gears="batch:1,2"))
+    cfg = autocomplete(pb, mdir, parameters=params(device_ids="0,1", gears="batch:1,2", split_batch="false"))
     with pytest.raises(Stop):
         TritonPythonModel().initialize(init_args(mdir, cfg, device="3"))
     assert seen["devices"] == (0, 1) and seen["gears"] == {"batch": [1, 2]} and seen["max_batch"] is None
+    assert seen["split_batch"] is False
     seen.clear()
     cfg = autocomplete(pb, mdir)
     with pytest.raises(Stop):
         TritonPythonModel().initialize(init_args(mdir, cfg, device="3"))
     assert seen["devices"] == (3,), "the instance's device comes from model_instance_device_id"
+    assert seen["split_batch"] is False, "one stream: nothing to split over"
 
 
 def test_initialize_refuses_batch_gear_above_max_batch_size(pb, tmp_path, seq_bytes):
