@@ -9,21 +9,8 @@
 #include <memory>
 #include <vector>
 #include "c_types.h"
+#include "ge_error_codes.h"  /* GE_FUNC_HOST/DEV_VISIBILITY */
 
-#ifndef GE_FUNC_HOST_VISIBILITY
-#if defined(HOST_VISIBILITY) && defined(__GNUC__)
-#define GE_FUNC_HOST_VISIBILITY __attribute__((visibility("default")))
-#else
-#define GE_FUNC_HOST_VISIBILITY
-#endif
-#endif
-#ifndef GE_FUNC_DEV_VISIBILITY
-#if defined(DEV_VISIBILITY) && defined(__GNUC__)
-#define GE_FUNC_DEV_VISIBILITY __attribute__((visibility("default")))
-#else
-#define GE_FUNC_DEV_VISIBILITY
-#endif
-#endif
 
 namespace ge {
 using char_t = char;
