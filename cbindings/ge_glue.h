@@ -11,6 +11,9 @@
 #include "ge/ge_api.h"
 #include "parser/onnx_parser.h"
 #include "acl/acl.h"
+#ifdef GERT_HOSTNPU
+#include "gert_host/host_npu.h"
+#endif
 
 typedef std::vector<std::pair<std::string, std::string>> gert_options;
 typedef std::vector<gert::Tensor> gert_tensor_list;
@@ -133,6 +136,10 @@ static inline int gert_run_fused(ge::Session *s, uint32_t graph_id, void *stream
                                  std::string *msg) {
   int code = 0;
   *kind = 0;
+#ifdef GERT_HOSTNPU
+  /* This thread would only wait for the work: on the host NPU let it run the work itself (no hand-offs). */
+  bool inline_mode = gertHostStreamBeginInline(stream) == 0;
+#endif
   auto acl_fail = [&](aclError e) {
     if (code == 0 && e != ACL_SUCCESS) {
       code = e;
@@ -161,6 +168,9 @@ static inline int gert_run_fused(ge::Session *s, uint32_t graph_id, void *stream
     if (code) break;
     acl_fail(aclrtMemcpyAsync(c.dst, c.dmax, c.src, c.n, static_cast<aclrtMemcpyKind>(c.kind), stream));
   }
+#ifdef GERT_HOSTNPU
+  if (inline_mode) gertHostStreamEndInline(stream);
+#endif
   acl_fail(aclrtSynchronizeStream(stream));
   return code;
 }

@@ -22,6 +22,8 @@
 #define gertHostSetSpinMicros(us) ((void)(us))
 #define gertHostGetSpinMicros() ((uint32_t)0)
 #define gertHostSetGraphProvider(p) ((void)(p))
+#define gertHostStreamBeginInline(s) ((void)(s), -1)
+#define gertHostStreamEndInline(s) ((void)(s))
 #endif
 
 static thread_local void *gert_tls_ctx_ = nullptr;

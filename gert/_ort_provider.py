@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import os
 import math
 import threading
+import weakref
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -44,26 +46,31 @@ def _bind_host_input(io, name: str, ge_dtype: int, dims) -> None:
 
 
 class OrtExecutable:
-    """One compiled graph: an ONNX Runtime session per compute-thread count, created on first use."""
+    """One compiled graph. Its ONNX Runtime session per compute-thread count comes from the provider, shared with
+    the other graphs of the same model, group (GE Session) and shape overrides: one stream's gears then share one
+    session and one thread pool, instead of one spinning pool per gear."""
 
-    def __init__(self, model: bytes, in_names: Sequence[str], in_dims: Sequence[tuple], out_names: Sequence[str]):
+    def __init__(self, model: bytes, in_names: Sequence[str], in_dims: Sequence[tuple], out_names: Sequence[str],
+                 provider: "OrtGraphProvider", group: int = 0):
         self.model = model
+        self.digest = hashlib.blake2b(model, digest_size=16).digest()
+        self.group = group
         self.in_names = list(in_names)
         self.in_dims = [tuple(d) for d in in_dims]
         self.out_names = list(out_names)
+        self._provider = provider
         self._sessions: dict[int, object] = {}
-        self._lock = threading.Lock()
         self._bindings: dict[tuple, object] = {}
         # key of a run's raw tensor descriptions -> a callable that repeats it (see _cann's provider trampoline)
         self.fast: dict[object, Callable[[], object]] = {}
         self._tls = threading.local()  # .last_run: the run this thread just made, for remember()
 
-    def _overrides(self, sess) -> dict[str, int]:
+    def _overrides(self) -> dict[str, int]:
         """Free-dimension overrides for dims the graph fixes (ge.inputShape / input_shape) but ONNX names."""
         fixed: dict[str, int] = {}
         clash: set[str] = set()
-        for meta, dims in zip(sess.get_inputs(), self.in_dims):
-            for name, value in zip(meta.shape, dims):
+        for shape, dims in zip(self._provider.input_shapes(self.model, self.digest), self.in_dims):
+            for name, value in zip(shape, dims):
                 if isinstance(name, str) and name and value >= 0:
                     if fixed.get(name, value) != value:
                         clash.add(name)
@@ -73,33 +80,9 @@ class OrtExecutable:
     def session(self, threads: int):
         threads = max(1, int(threads))
         sess = self._sessions.get(threads)
-        if sess is not None:
-            return sess
-        import onnxruntime as ort
-
-        with self._lock:
-            sess = self._sessions.get(threads)
-            if sess is None:
-                so = ort.SessionOptions()
-                so.intra_op_num_threads = threads
-                so.inter_op_num_threads = 1
-                so.log_severity_level = 3
-                if not _SPIN:
-                    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-                if self._sessions:  # reuse the overrides found for the first session
-                    overrides = next(iter(self._sessions.values()))._gert_overrides
-                else:
-                    probe = ort.InferenceSession(self.model, sess_options=so, providers=["CPUExecutionProvider"])
-                    overrides = self._overrides(probe)
-                    if not overrides:
-                        probe._gert_overrides = overrides
-                        self._sessions[threads] = probe
-                        return probe
-                for name, value in overrides.items():
-                    so.add_free_dimension_override_by_name(name, value)
-                sess = ort.InferenceSession(self.model, sess_options=so, providers=["CPUExecutionProvider"])
-                sess._gert_overrides = overrides
-                self._sessions[threads] = sess
+        if sess is None:
+            sess = self._provider.shared_session(self.model, self.digest, self.group, threads, self._overrides())
+            self._sessions[threads] = sess
         return sess
 
     def run(self, threads: int, inputs: Sequence[TensorArg], outputs: Sequence[TensorArg],
@@ -166,9 +149,49 @@ class OrtExecutable:
 class OrtGraphProvider:
     """Compiles graphs for the host NPU: validates the model with ONNX Runtime and finds static output shapes."""
 
-    def compile(self, model: bytes, inputs: Sequence[tuple], outputs: Sequence[tuple]):
-        """inputs/outputs: (name, ge_dtype, dims) with -1 for dynamic dims. Returns (executable, [(dtype, dims)])."""
-        exe = OrtExecutable(model, [i[0] for i in inputs], [i[2] for i in inputs], [o[0] for o in outputs])
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._meta: dict[bytes, list] = {}  # model digest -> input shapes as ONNX Runtime reports them
+        self._shared: "weakref.WeakValueDictionary[tuple, object]" = weakref.WeakValueDictionary()
+
+    def input_shapes(self, model: bytes, digest: bytes) -> list:
+        shapes = self._meta.get(digest)
+        if shapes is None:
+            import onnxruntime as ort
+
+            so = ort.SessionOptions()
+            so.log_severity_level = 3
+            probe = ort.InferenceSession(model, sess_options=so, providers=["CPUExecutionProvider"])
+            shapes = [list(m.shape) for m in probe.get_inputs()]
+            with self._lock:
+                self._meta[digest] = shapes
+        return shapes
+
+    def shared_session(self, model: bytes, digest: bytes, group: int, threads: int, overrides: dict):
+        """The session for (group, model, threads, overrides), created on first use; it lives while a graph uses it."""
+        import onnxruntime as ort
+
+        key = (group, digest, threads, tuple(sorted(overrides.items())))
+        with self._lock:
+            sess = self._shared.get(key)
+            if sess is None:
+                so = ort.SessionOptions()
+                so.intra_op_num_threads = threads
+                so.inter_op_num_threads = 1
+                so.log_severity_level = 3
+                if not _SPIN:
+                    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+                for name, value in overrides.items():
+                    so.add_free_dimension_override_by_name(name, value)
+                sess = ort.InferenceSession(model, sess_options=so, providers=["CPUExecutionProvider"])
+                self._shared[key] = sess
+        return sess
+
+    def compile(self, model: bytes, inputs: Sequence[tuple], outputs: Sequence[tuple], group: int = 0):
+        """inputs/outputs: (name, ge_dtype, dims) with -1 for dynamic dims; group: the GE Session.
+        Returns (executable, [(dtype, dims)])."""
+        exe = OrtExecutable(model, [i[0] for i in inputs], [i[2] for i in inputs], [o[0] for o in outputs], self,
+                            group)
         sess = exe.session(1)
         ort_in = [m.name for m in sess.get_inputs()]
         if ort_in != exe.in_names:

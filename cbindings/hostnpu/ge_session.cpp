@@ -348,7 +348,7 @@ ge::Status compile(SessionState &s, GraphRecord &r, const char *api) {
   }
   char err[2048] = {0};
   void *exe = nullptr;
-  int rc = provider->compile(provider->ctx, r.graph->model->data(), r.graph->model->size(),
+  int rc = provider->compile(provider->ctx, s.id, r.graph->model->data(), r.graph->model->size(),
                              static_cast<int32_t>(ins.size()), in_names.data(), ins.data(),
                              static_cast<int32_t>(outs.size()), out_names.data(), outs.data(), &exe, err, sizeof err);
   if (rc != 0) return ge_fail(ge::FAILED, "%s: graph %u (%s) failed to compile: %s", api, r.id, r.graph->name.c_str(), err);

@@ -114,6 +114,11 @@ class Stream {
   aclError synchronize(int64_t timeout_ms, std::string &msg);
   bool idle() const { return completed_.load(std::memory_order_acquire) >= enqueued_.load(std::memory_order_acquire); }
   void drain_and_stop();
+  // Inline mode: once the stream is idle, tasks the claiming thread enqueues run right there, in order, instead of
+  // being handed to the worker (which pauses); other threads' tasks queue up and run after end_inline(). For a
+  // caller that would only wait for the work anyway (enqueue, then synchronize): no hand-offs at all.
+  void begin_inline();
+  void end_inline();
   std::weak_ptr<Stream> self;  // set by its creator: lets a worker that destroys its own stream keep it alive
 
   // core limits; 0 = unset
@@ -131,6 +136,8 @@ class Stream {
   std::atomic<int> waiters_{0};
   bool worker_sleeping_ = false;
   bool stop_ = false;
+  std::thread::id inline_owner_{};
+  aclError run_task(Task &task);
   std::shared_ptr<Stream> keep_until_worker_exits_;
   aclError error_ = ACL_SUCCESS;
   std::string error_msg_;

@@ -34,7 +34,13 @@ void Stream::drain_and_stop() {
 void Stream::enqueue(Task task) {
   bool wake;
   {
-    std::lock_guard<std::mutex> lk(mu_);
+    std::unique_lock<std::mutex> lk(mu_);
+    if (inline_owner_ == std::this_thread::get_id()) {  // inline mode: run it here, in order
+      lk.unlock();
+      enqueued_.fetch_add(1, std::memory_order_release);
+      run_task(task);
+      return;
+    }
     queue_.push_back(std::move(task));
     enqueued_.fetch_add(1, std::memory_order_release);
     wake = worker_sleeping_;
@@ -43,14 +49,13 @@ void Stream::enqueue(Task task) {
 }
 
 void Stream::worker() {
-  std::string msg;
   for (;;) {
     Task task;
     spin_until([this] { return enqueued_.load(std::memory_order_acquire) > completed_.load(std::memory_order_relaxed); },
                spin_micros());
     {
       std::unique_lock<std::mutex> lk(mu_);
-      while (queue_.empty() && !stop_) {
+      while ((queue_.empty() || inline_owner_ != std::thread::id()) && !stop_) {
         worker_sleeping_ = true;
         work_cv_.wait(lk);
         worker_sleeping_ = false;
@@ -63,23 +68,50 @@ void Stream::worker() {
       task = std::move(queue_.front());
       queue_.pop_front();
     }
-    msg.clear();
-    aclError e = task.run(msg);
-    task.run = nullptr;  // release what the task held before it counts as complete
-    if (e != ACL_SUCCESS) {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (error_ == ACL_SUCCESS) {
-        error_ = e;
-        error_msg_ = msg;
-      }
-    }
-    counters().tasks.fetch_add(1, std::memory_order_relaxed);
-    completed_.fetch_add(1, std::memory_order_seq_cst);
-    if (waiters_.load(std::memory_order_seq_cst) > 0) {
-      std::lock_guard<std::mutex> lk(mu_);
-      done_cv_.notify_all();
+    run_task(task);
+  }
+}
+
+aclError Stream::run_task(Task &task) {
+  std::string msg;
+  aclError e = task.run(msg);
+  task.run = nullptr;  // release what the task held before it counts as complete
+  if (e != ACL_SUCCESS) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (error_ == ACL_SUCCESS) {
+      error_ = e;
+      error_msg_ = msg;
     }
   }
+  counters().tasks.fetch_add(1, std::memory_order_relaxed);
+  completed_.fetch_add(1, std::memory_order_seq_cst);
+  if (waiters_.load(std::memory_order_seq_cst) > 0) {
+    std::lock_guard<std::mutex> lk(mu_);
+    done_cv_.notify_all();
+  }
+  return e;
+}
+
+void Stream::begin_inline() {
+  std::unique_lock<std::mutex> lk(mu_);
+  waiters_.fetch_add(1, std::memory_order_seq_cst);
+  done_cv_.wait(lk, [&] {
+    return inline_owner_ == std::thread::id() && queue_.empty() &&
+           completed_.load(std::memory_order_acquire) >= enqueued_.load(std::memory_order_acquire);
+  });
+  waiters_.fetch_sub(1);
+  inline_owner_ = std::this_thread::get_id();
+}
+
+void Stream::end_inline() {
+  bool wake;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    inline_owner_ = std::thread::id();
+    wake = !queue_.empty();
+    done_cv_.notify_all();  // another thread may wait to go inline
+  }
+  if (wake) work_cv_.notify_all();
 }
 
 aclError Stream::synchronize(int64_t timeout_ms, std::string &msg) {
@@ -227,6 +259,17 @@ aclError create_event(aclrtEvent *event, uint32_t flag, bool timing, const char 
 }  // namespace
 
 extern "C" {
+
+int gertHostStreamBeginInline(aclrtStream stream) {
+  StreamPtr s = find_stream(stream);
+  if (!s) return -1;
+  s->begin_inline();
+  return 0;
+}
+
+void gertHostStreamEndInline(aclrtStream stream) {
+  if (StreamPtr s = find_stream(stream)) s->end_inline();
+}
 
 aclError aclrtCreateStream(aclrtStream *stream) { return create_stream(stream, 0, 0, "aclrtCreateStream"); }
 

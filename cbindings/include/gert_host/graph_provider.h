@@ -30,8 +30,11 @@ typedef void *(*gertHostOutputAlloc)(void *alloc_ctx, uint64_t nbytes);
 typedef struct gertHostGraphProvider {
   void *ctx;
   /* Prepares the model for inputs of the given dtypes and shapes (-1 dims are dynamic). Fills outputs' dtype and
-   * shape (-1 where the shape depends on the inputs). Returns 0, or non-zero with err filled. */
-  int (*compile)(void *ctx, const void *model, size_t model_size, int32_t n_inputs, const char *const *input_names,
+   * shape (-1 where the shape depends on the inputs). ``group`` is the GE Session: graphs of one group are launched
+   * one at a time, so the provider may share compute state (e.g. thread pools) among them. Returns 0, or non-zero
+   * with err filled. */
+  int (*compile)(void *ctx, uint64_t group, const void *model, size_t model_size, int32_t n_inputs,
+                 const char *const *input_names,
                  const gertHostTensorRef *inputs, int32_t n_outputs, const char *const *output_names,
                  gertHostTensorRef *outputs, void **executable, char *err, size_t err_len);
   /* Optional: get ready to run with this many compute threads (called by LoadGraph). */

@@ -26,6 +26,11 @@ void gertHostResetCounters(void);
 /* How long a stream worker and a synchronizing thread spin before they block, in microseconds. */
 void gertHostSetSpinMicros(uint32_t us);
 uint32_t gertHostGetSpinMicros(void);
+/* Inline mode for a caller that enqueues work and then waits for it anyway: once the stream is idle, the work this
+ * thread enqueues runs on this thread, in order, until End (no hand-off to the stream's worker thread). The stream
+ * argument is an aclrtStream. Begin returns 0, or -1 for an unknown stream. */
+int gertHostStreamBeginInline(void *stream);
+void gertHostStreamEndInline(void *stream);
 
 #ifdef __cplusplus
 }
