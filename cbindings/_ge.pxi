@@ -526,6 +526,11 @@ cdef void _prov_release(void* exe) noexcept nogil:
 cdef gertHostGraphProvider _provider_table
 
 
+def host_provider():
+    """The compute provider registered with the host NPU (gert._ort_provider.OrtGraphProvider), or None."""
+    return _provider
+
+
 def _install_host_provider():
     """Register ONNX Runtime as the host NPU's compute provider (done at import on the host NPU)."""
     global _provider
