@@ -60,7 +60,6 @@ class OrtExecutable:
         self.out_names = list(out_names)
         self._provider = provider
         self._sessions: dict[int, object] = {}
-        self._bindings: dict[tuple, object] = {}
         # key of a run's raw tensor descriptions -> a callable that repeats it (see _cann's provider trampoline)
         self.fast: dict[object, Callable[[], object]] = {}
         self._tls = threading.local()  # .last_run: the run this thread just made, for remember()
@@ -90,25 +89,18 @@ class OrtExecutable:
         """Runs once; returns per output None (written in place) or (ptr, nbytes, dims) of what it produced."""
         sess = self.session(threads)
         bound_all = all(o[0] and all(d >= 0 for d in o[3]) for o in outputs)
-        key = (threads, threading.get_ident(), tuple((i[0], i[2], i[3]) for i in inputs),
-               tuple((o[0], o[2], o[3]) for o in outputs)) if bound_all else None
-        io = self._bindings.get(key) if key is not None else None
-        if io is None:
-            io = sess.io_binding()
-            for name, (ptr, nbytes, dt, dims) in zip(self.in_names, inputs):
-                if ptr == 0:  # an empty tensor: ONNX Runtime wants an address even for zero bytes
-                    _bind_host_input(io, name, dt, dims)
-                else:
-                    io.bind_input(name, "cpu", 0, _elem(dt), list(dims), ptr)
-            for name, (ptr, nbytes, dt, dims) in zip(self.out_names, outputs):
-                if ptr and all(d >= 0 for d in dims):
-                    io.bind_output(name, "cpu", 0, _elem(dt), list(dims), ptr)
-                else:
-                    io.bind_output(name, "cpu")
-            if key is not None:
-                if len(self._bindings) >= _BIND_CACHE_LIMIT:
-                    self._bindings.clear()
-                self._bindings[key] = io
+        # A repeat of a run whose outputs were all bound never gets here: the trampoline's `fast` cache replays it.
+        io = sess.io_binding()
+        for name, (ptr, nbytes, dt, dims) in zip(self.in_names, inputs):
+            if ptr == 0:  # an empty tensor: ONNX Runtime wants an address even for zero bytes
+                _bind_host_input(io, name, dt, dims)
+            else:
+                io.bind_input(name, "cpu", 0, _elem(dt), list(dims), ptr)
+        for name, (ptr, nbytes, dt, dims) in zip(self.out_names, outputs):
+            if ptr and all(d >= 0 for d in dims):
+                io.bind_output(name, "cpu", 0, _elem(dt), list(dims), ptr)
+            else:
+                io.bind_output(name, "cpu")
         sess.run_with_iobinding(io)
         if bound_all:
             self._tls.last_run = functools.partial(sess.run_with_iobinding, io)

@@ -312,22 +312,29 @@ class Model:
         if self.plan.batch is None:
             return [self._run_request(r) for r in requests]
         groups: dict = {}
-        validated = []
         for i, r in enumerate(requests):
-            arrays, sizes = self._validate(r)
-            validated.append((arrays, sizes))
-            sig = tuple((n, a.shape[1:]) for n, a in sorted(arrays.items()))
-            groups.setdefault(sig, []).append(i)
+            arrays, _ = self._validate(r)  # each request's own error names it before anything runs
+            groups.setdefault(tuple((n, a.shape[1:]) for n, a in sorted(arrays.items())), []).append(i)
         results: list = [None] * len(requests)
         for idx in groups.values():
-            merged = {n: np.concatenate([validated[i][0][n] for i in idx], axis=0) for n in validated[idx[0]][0]}
-            out = self._run_request(merged)
-            offset = 0
-            for i in idx:
-                rows = validated[i][1]["batch"]
-                results[i] = {k: (v[offset:offset + rows] if self.plan.output_axes.get((k, 0)) == "batch" else v)
-                              for k, v in out.items()}
-                offset += rows
+            for i, out in zip(idx, self.run_batch([requests[i] for i in idx])):
+                results[i] = out
+        return results
+
+    def run_batch(self, requests: list) -> list:
+        """Requests sharing their non-batch shapes, as one batch: concatenated on the batch axis, run once (the
+        merged batch is validated, not each request again), and split back into one result per request."""
+        if len(requests) == 1:
+            return [self._run_request(requests[0])]
+        names = [t.name for t in self.plan.inputs]
+        merged = {n: np.concatenate([np.asarray(r[n]) for r in requests], axis=0) for n in names}
+        out = self._run_request(merged)
+        results, offset = [], 0
+        for r in requests:
+            rows = np.asarray(r[names[0]]).shape[0]
+            results.append({k: (v[offset:offset + rows] if self.plan.output_axes.get((k, 0)) == "batch" else v)
+                            for k, v in out.items()})
+            offset += rows
         return results
 
     @staticmethod

@@ -217,7 +217,7 @@ class TritonPythonModel:
                     error=pb_utils.TritonError(str(e), pb_utils.TritonError.INVALID_ARG))
         for group in self._groups(ready):
             try:
-                results = self._run_group([inputs for _, inputs, _ in group])
+                results = self.model.run_batch([inputs for _, inputs, _ in group])
             except GertError as e:
                 for i, _, _ in group:
                     responses[i] = pb_utils.InferenceResponse(
@@ -239,21 +239,6 @@ class TritonPythonModel:
                         error=pb_utils.TritonError(f"{type(e).__name__}: {e}", pb_utils.TritonError.INTERNAL))
         self._update_metrics()
         return responses
-
-    def _run_group(self, requests: list) -> list:
-        """One batch for requests already validated alone and sharing non-batch shapes: concatenate on the batch
-        axis, run once, split back (the model checks the merged batch, not each request again)."""
-        if len(requests) == 1:
-            return [self.model.run(requests[0])]
-        merged = {n: np.concatenate([r[n] for r in requests], axis=0) for n in requests[0]}
-        out = self.model.run(merged)
-        batch_outputs = {o.name for o in self.model.outputs if self.model.plan.output_axes.get((o.name, 0)) == "batch"}
-        results, offset = [], 0
-        for r in requests:
-            rows = next(iter(r.values())).shape[0]
-            results.append({k: (v[offset:offset + rows] if k in batch_outputs else v) for k, v in out.items()})
-            offset += rows
-        return results
 
     def _groups(self, ready: list) -> list:
         """Requests that can share one batch: the same non-batch shapes (all of them, without a batch axis:

@@ -20,6 +20,8 @@ const char *const kParserKeys[] = {
     "ge.outputNodeName",       "enable_scope_fusion_passes", "input_data_names",          "input_shape",
 };
 
+}  // namespace
+
 std::vector<std::string> split(const std::string &s, char sep) {
   std::vector<std::string> out;
   std::string cur;
@@ -29,13 +31,34 @@ std::vector<std::string> split(const std::string &s, char sep) {
   return out;
 }
 
-bool parse_int(const std::string &s, int64_t &v) {
+bool parse_i64(const std::string &s, int64_t &v) {
   if (s.empty()) return false;
   char *end = nullptr;
   v = std::strtoll(s.c_str(), &end, 10);
   return end && *end == '\0';
 }
-}  // namespace
+
+ge::Status parse_shape_spec(const std::string &spec, const char *key, const char *api, ge::Status code,
+                            std::vector<std::pair<std::string, std::vector<int64_t>>> &out) {
+  for (auto &item : split(spec, ';')) {
+    if (item.empty()) continue;
+    size_t colon = item.rfind(':');
+    if (colon == std::string::npos)
+      return ge_fail(code, "%s: %s entry '%s' is not 'name:d0,d1,...'", api, key, item.c_str());
+    std::string name = item.substr(0, colon), dims_text = item.substr(colon + 1);
+    std::vector<int64_t> dims;
+    if (!dims_text.empty()) {
+      for (auto &d : split(dims_text, ',')) {
+        int64_t v;
+        if (!parse_i64(d, v) || v < -1)
+          return ge_fail(code, "%s: %s for '%s' has a bad dim '%s'", api, key, name.c_str(), d.c_str());
+        dims.push_back(v);
+      }
+    }
+    out.emplace_back(std::move(name), std::move(dims));
+  }
+  return ge::SUCCESS;
+}
 
 std::string dims_str(const std::vector<int64_t> &dims) {
   std::string s = "[";
@@ -180,28 +203,14 @@ static ge::graphStatus parse(std::shared_ptr<const std::string> bytes, const cha
   }
   if (opts.count("input_shape") && !opts["input_shape"].empty()) {
     // "x:1,3,224,224;y:1,10": fixes dims (-1 keeps a dim dynamic).
-    for (auto &item : split(opts["input_shape"], ';')) {
-      if (item.empty()) continue;
-      size_t colon = item.rfind(':');
-      if (colon == std::string::npos)
-        return ge_fail(ge::GRAPH_PARAM_INVALID, "%s: input_shape entry '%s' is not 'name:d0,d1,...'", api,
-                       item.c_str());
-      std::string name = item.substr(0, colon);
+    std::vector<std::pair<std::string, std::vector<int64_t>>> entries;
+    if (auto st = parse_shape_spec(opts["input_shape"], "input_shape", api, ge::GRAPH_PARAM_INVALID, entries))
+      return st;
+    for (auto &[name, dims] : entries) {
       IOSpec *in = nullptr;
       for (auto &i : impl->inputs) in = i.name == name ? &i : in;
       if (!in) return ge_fail(ge::GRAPH_PARAM_INVALID, "%s: input_shape names '%s', which is not a graph input", api,
                               name.c_str());
-      std::vector<int64_t> dims;
-      std::string dims_text = item.substr(colon + 1);
-      if (!dims_text.empty()) {
-        for (auto &d : split(dims_text, ',')) {
-          int64_t v;
-          if (!parse_int(d, v) || v < -1)
-            return ge_fail(ge::GRAPH_PARAM_INVALID, "%s: input_shape for '%s' has a bad dim '%s'", api, name.c_str(),
-                           d.c_str());
-          dims.push_back(v);
-        }
-      }
       if (dims.size() != in->dims.size())
         return ge_fail(ge::GRAPH_PARAM_INVALID, "%s: input_shape gives '%s' rank %zu but the model says %s (rank %zu)",
                        api, name.c_str(), dims.size(), dims_str(in->dims).c_str(), in->dims.size());

@@ -78,21 +78,6 @@ const char *const kKnownKeys[] = {
     "ge.exec.dynamicGraphExecuteMode", "ge.exec.dataInputsShapeRange", "ge.inputHintShape", "ge.exec.dynamicInput",
     "ge.dynamicBatchSize", "ge.dynamicImageSize"};
 
-std::vector<std::string> split(const std::string &s, char sep) {
-  std::vector<std::string> out;
-  std::string cur;
-  std::istringstream in(s);
-  while (std::getline(in, cur, sep)) out.push_back(cur);
-  return out;
-}
-
-bool parse_i64(const std::string &s, int64_t &v) {
-  if (s.empty()) return false;
-  char *end = nullptr;
-  v = std::strtoll(s.c_str(), &end, 10);
-  return end && *end == '\0';
-}
-
 template <class M>
 std::map<std::string, std::string> to_std(const M &m) {
   std::map<std::string, std::string> out;
@@ -182,26 +167,15 @@ ge::Status apply_graph_options(GraphRecord &r, const char *api) {
   auto it = o.find("ge.inputShape");
   std::vector<std::pair<IOSpec *, size_t>> dyn;  // the -1 dims ge.inputShape leaves, in order
   if (it != o.end() && !it->second.empty()) {
-    for (auto &item : split(it->second, ';')) {
-      if (item.empty()) continue;
-      size_t colon = item.rfind(':');
-      if (colon == std::string::npos)
-        return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: ge.inputShape entry '%s' is not 'name:d0,d1,...'", api,
-                       item.c_str());
-      std::string name = item.substr(0, colon);
+    std::vector<std::pair<std::string, std::vector<int64_t>>> entries;
+    if (ge::Status st = parse_shape_spec(it->second, "ge.inputShape", api, ACL_ERROR_GE_PARAM_INVALID, entries))
+      return st;
+    for (auto &[name, dims] : entries) {
       IOSpec *in = nullptr;
       for (auto &i : r.inputs) in = i.name == name ? &i : in;
       if (!in)
         return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: ge.inputShape names '%s', which is not an input of graph %u",
                        api, name.c_str(), r.id);
-      std::vector<int64_t> dims;
-      for (auto &d : split(item.substr(colon + 1), ',')) {
-        int64_t v;
-        if (!parse_i64(d, v) || v < -1)
-          return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: ge.inputShape for '%s' has a bad dim '%s'", api,
-                         name.c_str(), d.c_str());
-        dims.push_back(v);
-      }
       if (dims.size() != in->dims.size())
         return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: ge.inputShape gives '%s' rank %zu, the graph has %s", api,
                        name.c_str(), dims.size(), dims_str(in->dims).c_str());
@@ -402,11 +376,14 @@ Status GEInitialize(const std::map<AscendString, AscendString> &options) {
   return SUCCESS;
 }
 
-Status GEInitialize(const std::map<std::string, std::string> &options) {
+// The deprecated std::string overloads forward to the AscendString ones.
+static std::map<AscendString, AscendString> to_ascend(const std::map<std::string, std::string> &options) {
   std::map<AscendString, AscendString> o;
   for (auto &kv : options) o[AscendString(kv.first.c_str())] = AscendString(kv.second.c_str());
-  return GEInitialize(o);
+  return o;
 }
+
+Status GEInitialize(const std::map<std::string, std::string> &options) { return GEInitialize(to_ascend(options)); }
 
 Status GEFinalize() {
   auto &g = ge_state();
@@ -447,11 +424,7 @@ Session::Session(const std::map<AscendString, AscendString> &options) {
   sessionId_ = s->id;
 }
 
-Session::Session(const std::map<std::string, std::string> &options) : Session([&] {
-  std::map<AscendString, AscendString> o;
-  for (auto &kv : options) o[AscendString(kv.first.c_str())] = AscendString(kv.second.c_str());
-  return o;
-}()) {}
+Session::Session(const std::map<std::string, std::string> &options) : Session(to_ascend(options)) {}
 
 Session::~Session() {
   auto &g = ge_state();
@@ -472,9 +445,7 @@ Status Session::AddGraph(uint32_t graph_id, const Graph &graph) {
 }
 
 Status Session::AddGraph(uint32_t graph_id, const Graph &graph, const std::map<std::string, std::string> &options) {
-  std::map<AscendString, AscendString> o;
-  for (auto &kv : options) o[AscendString(kv.first.c_str())] = AscendString(kv.second.c_str());
-  return AddGraph(graph_id, graph, o);
+  return AddGraph(graph_id, graph, to_ascend(options));
 }
 
 Status Session::AddGraph(uint32_t graph_id, const Graph &graph, const std::map<AscendString, AscendString> &options) {

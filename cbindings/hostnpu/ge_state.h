@@ -26,6 +26,14 @@ struct IOSpec {
 };
 
 std::string dims_str(const std::vector<int64_t> &dims);
+
+// "a;b;" -> {"a", "b", ""}: a trailing separator leaves an empty last item, so "1,2," has a bad (empty) dim.
+std::vector<std::string> split(const std::string &s, char sep);
+bool parse_i64(const std::string &s, int64_t &v);
+// A shape spec "name:d0,d1,...;name:..." (parser input_shape, option ge.inputShape): dims >= -1, -1 dynamic.
+// Fails with `code`, naming `key` and the bad entry.
+ge::Status parse_shape_spec(const std::string &spec, const char *key, const char *api, ge::Status code,
+                            std::vector<std::pair<std::string, std::vector<int64_t>>> &out);
 ge::DataType dtype_from_onnx(int32_t onnx_type);
 const char *dtype_name(ge::DataType dt);
 
