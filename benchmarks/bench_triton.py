@@ -6,10 +6,11 @@ One server (the tritonserver of the nvidia-pytriton wheel, started by gert_trito
 ports) serves the PP-OCR cls model (needs ``pip install --no-deps rapidocr-onnxruntime==1.4.4``) three ways, each with
 max_batch_size 8, dynamic_batching max_queue_delay 2 ms and one CPU instance:
 
-- ``gert``: the one-line model.py (``from gert_triton import TritonPythonModel``) as `gert repo init` writes it;
-  gert's stream computes with the device's cube cores (2 on the host NPU of a 2-core machine: ONNX Runtime 2 threads).
-- ``gert_2x1``: the same with parameters streams=2, cube_cores=1 (each batch split over two single-thread streams:
-  the same 2 threads in all as the baselines).
+- ``gert``: the one-line model.py (``from gert_triton import TritonPythonModel``) as `gert repo init` writes it, no
+  parameters: the default layout for a batching model, two streams locked to half the device's cube cores each (on
+  the host NPU of a 2-core machine: two single-threaded ONNX Runtime runs), each batch split over them.
+- ``gert_1stream``: the same with parameter streams=1: one stream over all cores (ONNX Runtime with 2 intra-op
+  threads, as the baselines).
 - ``ort_per_request`` (a): ONNX Runtime (intra-op 2 threads) run once per request of the batch Triton hands over.
 - ``ort_batched`` (b): hand-written concatenate, one ONNX Runtime run (intra-op 2 threads), split.
 
@@ -18,7 +19,8 @@ client, sending batch-1 requests (1x3x48x192) back to back for ``--duration`` se
 split into ``--rounds`` windows that rotate through the variants (noise from other work on the machine hits all
 alike). Reported per variant: requests/s, p50 and p99 latency, the average batch the server ran and the server's
 compute time per execution (from its statistics), and the ratios of gert to (a) and (b). Targets (issue 5):
->= 1.8x (a) and >= 1.0x (b) in requests/s, p99 no worse than (b).
+>= 1.8x (a) and >= 1.0x (b) in requests/s, p99 no worse than (b). Then the same with one client (``--low-load``
+seconds per variant, interleaved too): the latency of a lone request, which the default's half-core streams trade.
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ CLS = "ch_ppocr_mobile_v2.0_cls_infer.onnx"
 MAX_BATCH = 8
 QUEUE_DELAY_US = 2000
 ORT_THREADS = 2
-VARIANTS = ("ort_per_request", "ort_batched", "gert", "gert_2x1")
+VARIANTS = ("ort_per_request", "ort_batched", "gert", "gert_1stream")
 
 ORT_MODEL_PY = '''"""Hand-written Python-backend model: ONNX Runtime on the CPU, {what}."""
 import os
@@ -98,8 +100,7 @@ def build_repo(root: str, model_path: str) -> str:
 
     repo = os.path.join(root, "repo")
     init_repo(model_path, repo, name="gert", max_batch_size=MAX_BATCH)
-    init_repo(model_path, repo, name="gert_2x1", max_batch_size=MAX_BATCH,
-              parameters={"streams": "2", "cube_cores": "1"})
+    init_repo(model_path, repo, name="gert_1stream", max_batch_size=MAX_BATCH, parameters={"streams": "1"})
     with open(os.path.join(repo, "gert", "config.pbtxt")) as f:
         assert f"max_queue_delay_microseconds: {QUEUE_DELAY_US}" in f.read()
     out_name = onnx_io(model_path)["outputs"][0][0]
@@ -165,6 +166,42 @@ def load(url: str, model: str, x: np.ndarray, out_name: str, threads: int, secon
     return {"latencies": np.concatenate([np.asarray(v) for v in latencies]) * 1e3, "seconds": elapsed}
 
 
+def interleaved(client, url: str, x: np.ndarray, out_name: str, clients: int, duration: float, rounds: int) -> list:
+    """Every variant under ``clients`` clients for ``duration`` seconds in all, in ``rounds`` windows that rotate
+    through the variants (background noise hits all alike); one row per variant."""
+    windows: dict = {v: [] for v in VARIANTS}
+    deltas: dict = {v: {"inferences": 0, "executions": 0, "compute_infer_ns": 0, "compute_infer_count": 0}
+                    for v in VARIANTS}
+    for r in range(rounds):
+        for v in VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]:
+            before = server_stats(client, v)
+            windows[v].append(load(url, v, x, out_name, clients, duration / rounds))
+            after = server_stats(client, v)
+            for k in deltas[v]:
+                deltas[v][k] += after[k] - before[k]
+        print(f"  {clients} client(s), round {r + 1}/{rounds}: " + ", ".join(
+            f"{v} {windows[v][-1]['latencies'].size / windows[v][-1]['seconds']:.0f}" for v in VARIANTS)
+            + " req/s", file=sys.stderr)
+    rows = []
+    for v in VARIANTS:
+        lat = np.concatenate([w["latencies"] for w in windows[v]])
+        seconds = sum(w["seconds"] for w in windows[v])
+        d = deltas[v]
+        rows.append({"variant": v, "clients": clients, "requests": int(lat.size), "seconds": seconds,
+                     "rps": lat.size / seconds, "round_rps": [w["latencies"].size / w["seconds"] for w in windows[v]],
+                     "p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99)),
+                     "avg_batch": d["inferences"] / max(1, d["executions"]),
+                     "exec_ms": d["compute_infer_ns"] / max(1, d["compute_infer_count"]) / 1e6})
+    return rows
+
+
+def print_rows(rows: list) -> None:
+    print(f"{'variant':<16} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'avg batch':>9} {'exec ms':>8} {'requests':>9}")
+    for r in rows:
+        print(f"{r['variant']:<16} {r['rps']:>8.0f} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} {r['avg_batch']:>9.2f} "
+              f"{r['exec_ms']:>8.2f} {r['requests']:>9}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duration", type=float, default=10.0, help="seconds of load per variant (default 10)")
@@ -172,6 +209,8 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=16, help="client threads (default 16)")
     ap.add_argument("--rounds", type=int, default=10,
                     help="split each variant's --duration into this many windows, interleaved (default 10)")
+    ap.add_argument("--low-load", type=float, default=4.0,
+                    help="seconds per variant with one client, for the latency of a lone request (default 4; 0: skip)")
     ap.add_argument("--json", help="write the rows as JSON to this file")
     args = ap.parse_args()
     model_path = ppocr_model(CLS)
@@ -186,7 +225,8 @@ def main() -> None:
     root = tempfile.mkdtemp(prefix="gert-bench-triton-")
     log = os.path.join(root, "server.log")
     server = TritonServer(build_repo(root, model_path), log_path=log, extra_args=["--exit-timeout-secs=5"])
-    rows = []
+    rows: list = []
+    low: list = []
     x = np.random.default_rng(0).standard_normal((1, 3, 48, 192)).astype(np.float32)
     out_name = None
     try:
@@ -195,7 +235,7 @@ def main() -> None:
         client = grpcclient.InferenceServerClient(server.url("grpc"))
         out_name = client.get_model_metadata("gert", as_json=True)["outputs"][0]["name"]
         reference = None
-        for v in VARIANTS:  # same answer from all three
+        for v in VARIANTS:  # the same answer from every variant
             inp = grpcclient.InferInput("x", list(x.shape), "FP32")
             inp.set_data_from_numpy(x)
             y = client.infer(v, [inp], client_timeout=60).as_numpy(out_name)
@@ -203,30 +243,9 @@ def main() -> None:
             np.testing.assert_allclose(y, reference, rtol=1e-4, atol=1e-5, err_msg=v)
         for v in VARIANTS:
             load(server.url("grpc"), v, x, out_name, args.concurrency, args.warmup)
-        windows: dict = {v: [] for v in VARIANTS}
-        deltas: dict = {v: {"inferences": 0, "executions": 0, "compute_infer_ns": 0, "compute_infer_count": 0}
-                        for v in VARIANTS}
-        for r in range(args.rounds):  # rounds interleaved (rotating order) so background noise hits all alike
-            order = VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]
-            for v in order:
-                before = server_stats(client, v)
-                windows[v].append(load(server.url("grpc"), v, x, out_name, args.concurrency,
-                                       args.duration / args.rounds))
-                after = server_stats(client, v)
-                for k in deltas[v]:
-                    deltas[v][k] += after[k] - before[k]
-            print(f"  round {r + 1}/{args.rounds}: " + ", ".join(
-                f"{v} {windows[v][-1]['latencies'].size / windows[v][-1]['seconds']:.0f}" for v in VARIANTS)
-                + " req/s", file=sys.stderr)
-        for v in VARIANTS:
-            lat = np.concatenate([w["latencies"] for w in windows[v]])
-            seconds = sum(w["seconds"] for w in windows[v])
-            d = deltas[v]
-            rows.append({"variant": v, "requests": int(lat.size), "seconds": seconds, "rps": lat.size / seconds,
-                         "round_rps": [w["latencies"].size / w["seconds"] for w in windows[v]],
-                         "p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99)),
-                         "avg_batch": d["inferences"] / max(1, d["executions"]),
-                         "exec_ms": d["compute_infer_ns"] / max(1, d["compute_infer_count"]) / 1e6})
+        rows = interleaved(client, server.url("grpc"), x, out_name, args.concurrency, args.duration, args.rounds)
+        low = (interleaved(client, server.url("grpc"), x, out_name, 1, args.low_load, max(1, args.rounds // 2))
+               if args.low_load > 0 else [])
         client.close()
     except Exception:
         print(f"server log tail ({log}):", file=sys.stderr)
@@ -242,17 +261,11 @@ def main() -> None:
           f"{os.getloadavg()[0]:.1f}); PP-OCR cls 1x3x48x192, {args.concurrency} gRPC clients, {args.duration:.0f} s "
           f"per variant in {args.rounds} interleaved windows, max_batch_size {MAX_BATCH}, max_queue_delay "
           f"{QUEUE_DELAY_US} us, server exit code {code}")
-    print(f"{'variant':<16} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'avg batch':>9} {'exec ms':>8} {'requests':>9}")
-    for r in rows:
-        print(f"{r['variant']:<16} {r['rps']:>8.0f} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} {r['avg_batch']:>9.2f} "
-              f"{r['exec_ms']:>8.2f} {r['requests']:>9}")
+    print_rows(rows)
     print("(exec ms: the server's compute_infer time of an execution, averaged over requests: the IPC round trip "
           "plus the model's execute)")
-    def round_median(other):  # the same windows' ratios: robust to load that changes between rounds
-        return float(np.median(np.array(g["round_rps"]) / np.array(other["round_rps"])))
-
     ratios = {}
-    for name, row in (("gert", g), ("gert_2x1", by["gert_2x1"])):
+    for name, row in (("gert", g), ("gert_1stream", by["gert_1stream"])):
         def round_median(other, row=row):  # the same windows' ratios: robust to load that changes between rounds
             return float(np.median(np.array(row["round_rps"]) / np.array(other["round_rps"])))
 
@@ -265,9 +278,12 @@ def main() -> None:
         print(f"{name} / (b) ort_batched:     {r['rps_vs_b']:.2f}x req/s (median of per-round ratios "
               f"{r['rps_vs_b_round_median']:.2f}x; target >= 1.0); p99 {row['p99_ms']:.1f} vs {b['p99_ms']:.1f} ms "
               "(target: no worse)")
+    if low:
+        print(f"one client ({args.low_load:.0f} s per variant, interleaved): the latency of a lone request")
+        print_rows(low)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rows": rows, "ratios": ratios, "machine": machine()}, f, indent=2)
+            json.dump({"rows": rows, "low_load_rows": low, "ratios": ratios, "machine": machine()}, f, indent=2)
 
 
 if __name__ == "__main__":

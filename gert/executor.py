@@ -40,6 +40,8 @@ class GraphEntry:
 class WorkerStats:
     device: int
     stream: int
+    cube_cores: int = 0    # the stream's effective core limits (its own, else the device's, else all)
+    vector_cores: int = 0
     requests: int = 0
     busy_seconds: float = 0.0
     compiles: int = 0
@@ -95,7 +97,8 @@ class Worker:
         self.next_graph_id = 1
         self.in_bufs: dict = {}
         self.out_bufs: dict = {}
-        self.stats = WorkerStats(device=device, stream=index)
+        self.stats = WorkerStats(device=device, stream=index, cube_cores=self.stream.cube_cores,
+                                 vector_cores=self.stream.vector_cores)
         self.gear_stats: dict = {}
 
     # ---- graphs -----------------------------------------------------------------------------------------

@@ -383,7 +383,8 @@ class Model:
         return 0  # an exact dim without gears: sizes are only known from requests
 
     def stats(self) -> dict:
-        """Per stream: requests, busy seconds, compiles; per gear: hits and padding ratio; device memory."""
+        """Per stream: effective core limits, requests, busy seconds, compiles; per gear: hits and padding ratio;
+        device memory."""
         streams = [asdict(w.stats) for w in self._workers]
         gears: dict = {}
         for w in self._workers:

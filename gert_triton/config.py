@@ -2,7 +2,8 @@
 
 Keys (all string values, as Triton passes them):
   onnx_file      the ONNX file: default model.onnx in the version dir, then in the model dir; may not leave the model dir
-  streams        streams (executors) per device, default 1
+  streams        streams (executors) per device. Default (with cube_cores / vector_cores unset too): see
+                 stream_layout(): two streams with half the cores each for a batching model, else one
   cube_cores, vector_cores   per-stream core limits (core locking)
   gears          "batch:1,4,8;W:160,320,640"
   shape_policy   "W:pad;H:exact"
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from gert.errors import GertError
 
@@ -34,7 +35,7 @@ class ConfigError(GertError):
 @dataclass
 class GertParams:
     onnx_file: Optional[str] = None
-    streams: int = 1
+    streams: Optional[int] = None   # None: stream_layout() chooses
     cube_cores: Optional[int] = None
     vector_cores: Optional[int] = None
     gears: dict = field(default_factory=dict)
@@ -125,6 +126,32 @@ def parse_parameters(raw: dict) -> GertParams:
                 raise ConfigError(f"parameter 'device_ids': expected '0,1,...', got {value!r}")
             p.device_ids = ids
     return p
+
+
+@dataclass(frozen=True)
+class StreamLayout:
+    streams: int
+    cube_cores: Optional[int]
+    vector_cores: Optional[int]
+    auto: bool  # chosen by stream_layout, not given in the config
+
+
+def stream_layout(p: GertParams, batching: bool, device_cores: Callable[[], tuple]) -> StreamLayout:
+    """Streams and per-stream core limits. Explicit parameters win (streams defaults to 1 once a core limit is
+    given). With none of streams / cube_cores / vector_cores set, a batching model whose device has at least two
+    cube cores gets two streams locked to half the cores each, and every batch is split over them: the cores run
+    rows in parallel instead of one request's operators (on the host NPU: two single-threaded ONNX Runtime runs
+    instead of one run with two intra-op threads, which stall whenever the busy server preempts one of them;
+    benchmarks/bench_triton.py measures both). Otherwise one stream over all cores. ``device_cores()``: the
+    (cube, vector) core counts of the instance's device with the fewest (asked only when needed)."""
+    if p.streams is not None or p.cube_cores is not None or p.vector_cores is not None:
+        return StreamLayout(p.streams or 1, p.cube_cores, p.vector_cores, auto=False)
+    if not batching:
+        return StreamLayout(1, None, None, auto=True)
+    cube, vector = device_cores()
+    if cube < 2:
+        return StreamLayout(1, None, None, auto=True)
+    return StreamLayout(2, cube // 2, vector // 2 if vector >= 2 else None, auto=True)
 
 
 def find_onnx_file(model_dir: str, version: str, onnx_file: Optional[str]) -> str:

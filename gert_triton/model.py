@@ -16,7 +16,7 @@ import numpy as np
 import gert
 from gert import _cann
 from gert.errors import GertError
-from gert_triton.config import ConfigError, find_onnx_file, parse_parameters
+from gert_triton.config import ConfigError, find_onnx_file, parse_parameters, stream_layout
 
 _NUMPY_TO_TRITON = {
     np.dtype(np.bool_): "TYPE_BOOL", np.dtype(np.uint8): "TYPE_UINT8", np.dtype(np.uint16): "TYPE_UINT16",
@@ -38,6 +38,23 @@ def _pb_utils():
     import triton_python_backend_utils as pb_utils  # exists only inside Triton's Python stub (or a test fake)
 
     return pb_utils
+
+
+def _device_cores(devices) -> tuple:
+    """(cube, vector) core counts of the device with the fewest; (1, 1) if none exists (gert.load says which)."""
+    have = [d for d in devices if 0 <= d < _cann.device_count()]
+    if not have:
+        return 1, 1
+    return (min(_cann.get_device_info(d, _cann.DEV_ATTR_CUBE_CORE_NUM) for d in have),
+            min(_cann.get_device_info(d, _cann.DEV_ATTR_VECTOR_CORE_NUM) for d in have))
+
+
+def _log_info(message: str) -> None:
+    """To Triton's log through pb_utils.Logger (absent in old stubs and some fakes: then nowhere)."""
+    try:
+        _pb_utils().Logger.log_info(message)
+    except (ImportError, AttributeError):
+        pass
 
 
 def onnx_io(path: str) -> dict:
@@ -122,12 +139,17 @@ class TritonPythonModel:
                 max_batch = self.max_batch_size
         device = int(args.get("model_instance_device_id", "0") or 0)
         devices = params.device_ids or (device,)
-        self.model = gert.load(path, devices=devices, streams=params.streams, cube_cores=params.cube_cores,
-                               vector_cores=params.vector_cores, gears=gears or None,
-                               shape_policy=params.shape_policy or None, pad_value=params.pad_value,
-                               max_batch=max_batch, options=params.options,
+        batching = self.max_batch_size > 0 and io_config(onnx_io(path))[0]
+        self.layout = stream_layout(params, batching, lambda: _device_cores(devices))
+        self.model = gert.load(path, devices=devices, streams=self.layout.streams,
+                               cube_cores=self.layout.cube_cores, vector_cores=self.layout.vector_cores,
+                               gears=gears or None, shape_policy=params.shape_policy or None,
+                               pad_value=params.pad_value, max_batch=max_batch, options=params.options,
                                split_batch=params.split_batch if params.split_batch is not None
-                               else params.streams * len(devices) > 1)
+                               else self.layout.streams * len(devices) > 1)
+        _log_info(f"gert_triton '{self.name}': {self.layout.streams} stream(s) per device on {list(devices)}, "
+                  f"cube_cores={self.layout.cube_cores or 'all'}, vector_cores={self.layout.vector_cores or 'all'}"
+                  + (" (default layout; set streams / cube_cores to choose)" if self.layout.auto else ""))
         names = [t.name for t in self.model.inputs]
         cfg_names = [i["name"] for i in self.config.get("input", [])]
         if sorted(cfg_names) != sorted(names):
@@ -256,6 +278,7 @@ class TritonPythonModel:
         self._metrics = {}
         self._families = []
         self._last_stats = None
+        self._padding_sent: dict = {}  # gear -> the padding ratio last set
         try:
             pb_utils = _pb_utils()
             fam = pb_utils.MetricFamily
@@ -287,7 +310,9 @@ class TritonPythonModel:
             prev = last["gears"].get(gear, {"hits": 0})
             if g["hits"] > prev["hits"]:  # only gears this batch ran: every metric call is an IPC message
                 self._metric(0, {**base, "gear": gear}).increment(g["hits"] - prev["hits"])
-                self._metric(1, {**base, "gear": gear}).set(g["padding_ratio"])
+                if self._padding_sent.get(gear) != g["padding_ratio"]:  # a gauge: only when it changes
+                    self._metric(1, {**base, "gear": gear}).set(g["padding_ratio"])
+                    self._padding_sent[gear] = g["padding_ratio"]
         prev_busy = {s["stream"]: s["busy_seconds"] for s in last["streams"]}
         for s in stats["streams"]:
             delta = s["busy_seconds"] - prev_busy.get(s["stream"], 0.0)

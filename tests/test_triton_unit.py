@@ -14,7 +14,8 @@ import gert
 import gert_triton.model as gt_model
 from _helpers import RUNTIME
 from gert_triton import TritonPythonModel
-from gert_triton.config import ConfigError, GertParams, find_onnx_file, parse_parameters
+from gert_triton.config import (ConfigError, GertParams, StreamLayout, find_onnx_file, parse_parameters,
+                                stream_layout)
 from models import ort_run
 from triton_models import (SEQ_OUTPUTS, fixed_model, reduce_all_model, seq_expected, seq_inputs, seq_model)
 
@@ -43,6 +44,11 @@ def model_dir(tmp_path, onnx: bytes, name: str = "m", where: str = "1") -> str:
 def params(**kv) -> dict:
     """config.pbtxt parameters as the stub's JSON has them."""
     return {k: {"string_value": v} for k, v in kv.items()}
+
+
+# One stream over all cores: each batch is one run, so gear hits count whole batches (the default layout of a
+# batching model splits batches over two streams; test_default_stream_layout covers it).
+ONE_STREAM = params(streams="1")
 
 
 def autocomplete(pb, mdir: str, cls=TritonPythonModel, **fields) -> dict:
@@ -246,6 +252,46 @@ def test_initialize_passes_parameters_to_gert_load(pb, tmp_path, seq_bytes, monk
     assert seen["split_batch"] is False, "one stream: nothing to split over"
 
 
+@pytest.mark.parametrize("given, batching, cores, want", [
+    ({}, True, (2, 2), StreamLayout(2, 1, 1, auto=True)),           # batching: two streams, half the cores each
+    ({}, True, (24, 48), StreamLayout(2, 12, 24, auto=True)),
+    ({}, True, (3, 1), StreamLayout(2, 1, None, auto=True)),        # one vector core: not split
+    ({}, True, (1, 1), StreamLayout(1, None, None, auto=True)),     # one core: nothing to split
+    ({}, False, (2, 2), StreamLayout(1, None, None, auto=True)),    # no batches to split
+    ({"streams": "3"}, True, (2, 2), StreamLayout(3, None, None, auto=False)),
+    ({"cube_cores": "1"}, True, (2, 2), StreamLayout(1, 1, None, auto=False)),
+    ({"vector_cores": "2"}, True, (2, 2), StreamLayout(1, None, 2, auto=False)),
+    ({"streams": "2", "cube_cores": "2"}, False, (2, 2), StreamLayout(2, 2, None, auto=False)),
+])
+def test_stream_layout(given, batching, cores, want):
+    asked = []
+    got = stream_layout(parse_parameters(params(**given)), batching, lambda: asked.append(1) or cores)
+    assert got == want
+    assert asked == ([1] if want.auto and batching else []), "device cores are read only when the layout needs them"
+
+
+def test_default_stream_layout(pb, loaded, tmp_path, seq_bytes):
+    """Unset streams / cores: a batching model runs on two streams locked to half the device's cube cores each
+    (when it has two or more), and each batch is split over them; a model without batching gets one stream."""
+    cube = gert._cann.get_device_info(0, gert._cann.DEV_ATTR_CUBE_CORE_NUM)
+    m = loaded(model_dir(tmp_path, seq_bytes))
+    streams = m.model.stats()["streams"]
+    if cube >= 2:
+        assert [s["cube_cores"] for s in streams] == [cube // 2] * 2
+        assert any("2 stream(s) per device" in msg and "default layout" in msg for _, msg in pb.Logger.messages)
+        reqs = [seq_inputs(1, 5, uid) for uid in range(1, 5)]
+        before = gear_hits(m)
+        responses = m.execute([request(pb, r) for r in reqs])
+        for i, (resp, r) in enumerate(zip(responses, reqs)):
+            check_seq(outputs_of(resp), r, f"request {i}")
+        assert hit_delta(before, gear_hits(m)) == {"S=5,batch=2": 2}, "4 rows split over the two streams"
+    else:
+        assert [s["cube_cores"] for s in streams] == [cube]
+    nb = loaded(model_dir(tmp_path, fixed_model(), name="fixed"))
+    assert nb.max_batch_size == 0
+    assert [s["cube_cores"] for s in nb.model.stats()["streams"]] == [cube], "no batching: one stream, all cores"
+
+
 def test_initialize_refuses_batch_gear_above_max_batch_size(pb, tmp_path, seq_bytes):
     mdir = model_dir(tmp_path, seq_bytes)
     cfg = autocomplete(pb, mdir, max_batch_size=4, parameters=params(gears="batch:1,8"))
@@ -359,7 +405,7 @@ def test_autocomplete_finds_onnx_file_parameter_and_version_dirs(pb, tmp_path, s
 # ---- execute ------------------------------------------------------------------------------------------------------
 
 def test_execute_batches_same_shape_requests_into_one_run(pb, loaded, tmp_path, seq_bytes):
-    m = loaded(model_dir(tmp_path, seq_bytes))
+    m = loaded(model_dir(tmp_path, seq_bytes), parameters=ONE_STREAM)
     reqs = [seq_inputs(b, 5, uid) for uid, b in enumerate([1, 2, 1], start=1)]
     before = gear_hits(m)
     responses = m.execute([request(pb, r) for r in reqs])
@@ -375,7 +421,7 @@ def test_execute_batches_same_shape_requests_into_one_run(pb, loaded, tmp_path, 
 
 
 def test_execute_groups_different_shapes_separately(pb, loaded, tmp_path, seq_bytes):
-    m = loaded(model_dir(tmp_path, seq_bytes))
+    m = loaded(model_dir(tmp_path, seq_bytes), parameters=ONE_STREAM)
     reqs = [seq_inputs(1, 3, 1), seq_inputs(1, 7, 2), seq_inputs(2, 3, 3), seq_inputs(1, 7, 4), seq_inputs(1, 1, 5)]
     before = gear_hits(m)
     responses = m.execute([request(pb, r) for r in reqs])
@@ -385,7 +431,7 @@ def test_execute_groups_different_shapes_separately(pb, loaded, tmp_path, seq_by
 
 
 def test_execute_bad_requests_get_their_own_errors(pb, loaded, tmp_path, seq_bytes):
-    m = loaded(model_dir(tmp_path, seq_bytes))
+    m = loaded(model_dir(tmp_path, seq_bytes), parameters=ONE_STREAM)
     good = [seq_inputs(1, 4, uid) for uid in range(1, 4)]
     bad_dtype = dict(seq_inputs(1, 4, 10), a=seq_inputs(1, 4, 10)["a"].astype(np.float64))
     bad_shape = dict(seq_inputs(1, 4, 11), a=np.zeros((1, 4, 5), np.float32))
@@ -418,7 +464,7 @@ def test_execute_skips_cancelled_requests(pb, tmp_path, seq_bytes):
     """Without a batcher (max_batch_size > 0, no dynamic_batching: the default scheduler) requests wait in the
     instance's queue unchecked, so execute() asks each one and skips the cancelled ones."""
     mdir = model_dir(tmp_path, seq_bytes)
-    cfg = autocomplete(pb, mdir)
+    cfg = autocomplete(pb, mdir, parameters=ONE_STREAM)
     del cfg["dynamic_batching"]
     m = TritonPythonModel()
     m.initialize(init_args(mdir, cfg))
@@ -495,7 +541,7 @@ class Scaled(TritonPythonModel):
 
 
 def test_preprocess_postprocess_overrides(pb, loaded, tmp_path, seq_bytes):
-    m = loaded(model_dir(tmp_path, seq_bytes), cls=Scaled)
+    m = loaded(model_dir(tmp_path, seq_bytes), cls=Scaled, parameters=ONE_STREAM)
     r1 = seq_inputs(1, 3, 1)
     r2 = dict(seq_inputs(1, 3, 2), a=seq_inputs(1, 3, 2)["a"].astype(np.float64))  # fine after preprocess
     r3 = dict(seq_inputs(1, 3, 3), m=-np.ones((1, 3), np.int64))                  # preprocess refuses it
@@ -514,7 +560,7 @@ def test_preprocess_postprocess_overrides(pb, loaded, tmp_path, seq_bytes):
 
 
 def test_metrics_once_per_batch(pb, loaded, tmp_path, seq_bytes):
-    m = loaded(model_dir(tmp_path, seq_bytes, name="seqm"))
+    m = loaded(model_dir(tmp_path, seq_bytes, name="seqm"), parameters=ONE_STREAM)
     names = {f.name for f in pb.FAMILIES}
     assert {"gert_gear_hits_total", "gert_padding_ratio", "gert_stream_busy_seconds_total"} <= names
     hits, pad, busy = (pb.family(n) for n in ("gert_gear_hits_total", "gert_padding_ratio",
