@@ -21,6 +21,7 @@ from gert import _cann
 from gert._cann import DeviceBuffer, Graph, Session, Stream
 from gert.dtypes import ge_dtype
 from gert.errors import GertError
+from gert.rows import Rows
 from gert.shapes import ShapePlan
 from gert.tensor import DeviceTensor
 
@@ -222,14 +223,19 @@ class Worker:
         return results
 
     @staticmethod
-    def _plan_upload(arr: np.ndarray, shape: tuple, buf: DeviceBuffer, pad_value, uploads: list,
+    def _plan_upload(arr, shape: tuple, buf: DeviceBuffer, pad_value, uploads: list,
                      fills: list) -> None:
-        """The H2D copies (and memsets) that lay ``arr`` out in ``buf`` as ``shape`` (>= arr.shape on every axis)."""
-        if arr.shape == shape:
-            uploads.append((buf.ptr, buf.nbytes, arr))
-            return
-        if arr.shape[1:] == shape[1:]:  # only the batch axis is padded: real rows first, then pad rows
-            uploads.append((buf.ptr, buf.nbytes, arr))
+        """The H2D copies (and memsets) that lay ``arr`` out in ``buf`` as ``shape`` (>= arr.shape on every axis).
+        A Rows (a batch kept in parts) is copied part by part into its place: no host concatenation."""
+        if arr.shape[1:] == shape[1:] and len(shape) > 0:  # real rows first, then pad rows (if the batch is padded)
+            if isinstance(arr, Rows):
+                offset = 0
+                for part in arr.parts:
+                    if part.nbytes:
+                        uploads.append((buf.ptr + offset, buf.nbytes - offset, part))
+                        offset += part.nbytes
+            else:
+                uploads.append((buf.ptr, buf.nbytes, arr))
             pad_bytes = (shape[0] - arr.shape[0]) * math.prod(shape[1:]) * arr.dtype.itemsize
             if pad_bytes:
                 if pad_value == 0:
@@ -238,8 +244,11 @@ class Worker:
                     pad = np.full((shape[0] - arr.shape[0],) + shape[1:], pad_value, arr.dtype)
                     uploads.append((buf.ptr + arr.nbytes, buf.nbytes - arr.nbytes, pad))
             return
+        if arr.shape == shape:  # 0-d
+            uploads.append((buf.ptr, buf.nbytes, arr))
+            return
         staged = np.full(shape, pad_value, arr.dtype)  # a padded non-batch axis: stage on the host
-        staged[tuple(slice(0, s) for s in arr.shape)] = arr
+        staged[tuple(slice(0, s) for s in arr.shape)] = np.asarray(arr)
         uploads.append((buf.ptr, buf.nbytes, staged))
 
     def _plan_download(self, name: str, shape: tuple, dtype: np.dtype, req: Request) -> tuple:

@@ -12,7 +12,6 @@ import concurrent.futures
 import os
 import threading
 import time
-from dataclasses import asdict
 from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
@@ -20,6 +19,7 @@ import numpy as np
 from gert import _cann
 from gert._cann import Graph, ge_initialize
 from gert.errors import GertError
+from gert.rows import Rows
 from gert.executor import GearStats, Request, Worker
 from gert.shapes import ShapePlan, TensorInfo, plan_shapes
 
@@ -198,7 +198,7 @@ class Model:
         arrays, sizes, where = {}, {}, {}
         for t in self.plan.inputs:
             a = inputs[t.name]
-            if not isinstance(a, np.ndarray):
+            if not isinstance(a, (np.ndarray, Rows)):
                 a = np.asarray(a)
             if a.dtype != t.dtype:
                 raise GertError(f"input '{t.name}': expected dtype {t.dtype}, got {a.dtype}")
@@ -216,7 +216,7 @@ class Model:
                     raise GertError(f"dim '{dim}' is {sizes[dim]} in {where[dim]} but {a.shape[axis]} in input "
                                     f"'{t.name}' axis {axis}")
                 sizes[dim], where[dim] = a.shape[axis], f"input '{where.get(dim, t.name)}'"
-            arrays[t.name] = np.require(a, requirements="C")  # keeps 0-d arrays 0-d
+            arrays[t.name] = a if isinstance(a, Rows) else np.require(a, requirements="C")  # keeps 0-d arrays 0-d
         return arrays, sizes
 
     def _resolve(self, sizes: dict) -> tuple:
@@ -322,12 +322,17 @@ class Model:
         return results
 
     def run_batch(self, requests: list) -> list:
-        """Requests sharing their non-batch shapes, as one batch: concatenated on the batch axis, run once (the
-        merged batch is validated, not each request again), and split back into one result per request."""
+        """Requests sharing their non-batch shapes, as one batch on the batch axis, run once (the merged batch is
+        validated, not each request again), and split back into one result per request. The requests are not
+        concatenated on the host: each one's rows are copied straight into the device buffer (gert.rows.Rows)."""
         if len(requests) == 1:
             return [self._run_request(requests[0])]
         names = [t.name for t in self.plan.inputs]
-        merged = {n: np.concatenate([np.asarray(r[n]) for r in requests], axis=0) for n in names}
+        for i, r in enumerate(requests):
+            missing = [n for n in names if n not in r]
+            if missing:
+                raise GertError(f"request {i}: inputs {missing} are missing; the model takes {names}")
+        merged = {n: Rows([r[n] for r in requests], f"input '{n}'") for n in names}
         out = self._run_request(merged)
         results, offset = [], 0
         for r in requests:
@@ -385,7 +390,7 @@ class Model:
     def stats(self) -> dict:
         """Per stream: effective core limits, requests, busy seconds, compiles; per gear: hits and padding ratio;
         device memory."""
-        streams = [asdict(w.stats) for w in self._workers]
+        streams = [dict(vars(w.stats)) for w in self._workers]  # flat dataclasses; asdict() deep-copies (slow)
         gears: dict = {}
         for w in self._workers:
             for k, g in list(w.gear_stats.items()):  # a snapshot: workers add gears while running

@@ -17,6 +17,7 @@ import gert
 from gert import _cann
 from gert.errors import GertError
 from gert_triton.config import ConfigError, find_onnx_file, parse_parameters, stream_layout
+from gert_triton.metrics import GEAR_HITS, PADDING_RATIO, STREAM_BUSY, Publisher
 
 _NUMPY_TO_TRITON = {
     np.dtype(np.bool_): "TYPE_BOOL", np.dtype(np.uint8): "TYPE_UINT8", np.dtype(np.uint16): "TYPE_UINT16",
@@ -196,8 +197,9 @@ class TritonPythonModel:
         model = getattr(self, "model", None)
         if model is not None:
             model.close()
-        self._metrics = {}
-        self._families = []
+        if getattr(self, "metrics", None) is not None:
+            self.metrics.close()
+            self.metrics = None
 
     # ---- hooks for subclasses --------------------------------------------------------------------------------
     def preprocess(self, inputs: dict) -> dict:
@@ -275,47 +277,32 @@ class TritonPythonModel:
 
     # ---- metrics ---------------------------------------------------------------------------------------------
     def _init_metrics(self) -> None:
-        self._metrics = {}
-        self._families = []
         self._last_stats = None
-        self._padding_sent: dict = {}  # gear -> the padding ratio last set
+        self._padding_sent: dict = {}  # gear -> the padding ratio last published
         try:
-            pb_utils = _pb_utils()
-            fam = pb_utils.MetricFamily
-        except (ImportError, AttributeError):
-            return
-        self._families = [
-            fam(name="gert_gear_hits_total", description="Batches run per gear (graph shape)", kind=fam.COUNTER),
-            fam(name="gert_padding_ratio", description="Share of padded elements per gear", kind=fam.GAUGE),
-            fam(name="gert_stream_busy_seconds_total", description="Seconds each stream spent running requests",
-                kind=fam.COUNTER),
-        ]
-
-    def _metric(self, family_index: int, labels: dict):
-        key = (family_index, tuple(sorted(labels.items())))
-        m = self._metrics.get(key)
-        if m is None:
-            m = self._families[family_index].Metric(labels=labels)
-            self._metrics[key] = m
-        return m
+            self.metrics: Optional[Publisher] = Publisher(_pb_utils(), self.name)
+        except (ImportError, AttributeError):  # a stub without custom metrics
+            self.metrics = None
 
     def _update_metrics(self) -> None:
-        """Once per batch: push what gert.Model counted since the last batch."""
-        if not self._families:
+        """Once per batch: hand what gert.Model counted since the last batch to the publisher (no IPC here)."""
+        if self.metrics is None:
             return
         stats = self.model.stats()
         last = self._last_stats or {"gears": {}, "streams": []}
-        base = {"model": self.name}
+        changes = []
         for gear, g in stats["gears"].items():
             prev = last["gears"].get(gear, {"hits": 0})
-            if g["hits"] > prev["hits"]:  # only gears this batch ran: every metric call is an IPC message
-                self._metric(0, {**base, "gear": gear}).increment(g["hits"] - prev["hits"])
+            if g["hits"] > prev["hits"]:  # only gears this batch ran
+                changes.append((GEAR_HITS, {"gear": gear}, "increment", g["hits"] - prev["hits"]))
                 if self._padding_sent.get(gear) != g["padding_ratio"]:  # a gauge: only when it changes
-                    self._metric(1, {**base, "gear": gear}).set(g["padding_ratio"])
+                    changes.append((PADDING_RATIO, {"gear": gear}, "set", g["padding_ratio"]))
                     self._padding_sent[gear] = g["padding_ratio"]
         prev_busy = {s["stream"]: s["busy_seconds"] for s in last["streams"]}
         for s in stats["streams"]:
             delta = s["busy_seconds"] - prev_busy.get(s["stream"], 0.0)
             if delta > 0:
-                self._metric(2, {**base, "stream": str(s["stream"]), "device": str(s["device"])}).increment(delta)
+                changes.append((STREAM_BUSY, {"stream": str(s["stream"]), "device": str(s["device"])},
+                                "increment", delta))
         self._last_stats = stats
+        self.metrics.submit(changes)

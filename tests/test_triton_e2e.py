@@ -524,11 +524,16 @@ def metrics(server) -> dict:
 def test_metrics_endpoint_exposes_gert_metrics(server, grpc):
     for i in range(3):
         check_cls_good(grpc)
-    m = metrics(server)
+    deadline = time.monotonic() + 10  # gert_triton publishes from a thread, just after each batch
+    while True:
+        m = metrics(server)
+        s = stats(grpc, "cls")
+        hits = sum(v for lab, v in m.get("gert_gear_hits_total", []) if lab["model"] == "cls")
+        if hits >= s["execution_count"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     for name in ("gert_gear_hits_total", "gert_padding_ratio", "gert_stream_busy_seconds_total"):
         assert any(lab.get("model") == "cls" for lab, _ in m.get(name, [])), f"{name} has no cls series"
-    hits = sum(v for lab, v in m["gert_gear_hits_total"] if lab["model"] == "cls")
-    s = stats(grpc, "cls")
     # cls has the default layout: two streams when the device has two or more cube cores, each batch split over
     # the idle ones, so an execution runs one gear per stream it used (no bad request reaches a gear)
     busy = {lab["stream"]: v for lab, v in m["gert_stream_busy_seconds_total"] if lab["model"] == "cls"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -567,6 +568,7 @@ def test_metrics_once_per_batch(pb, loaded, tmp_path, seq_bytes):
                                                "gert_stream_busy_seconds_total"))
 
     def calls():
+        assert m.metrics.flush(10), "published"
         return {(f.name, tuple(sorted(x.labels.items()))): list(x.calls) for f in (hits, pad, busy)
                 for x in f.metrics}
 
@@ -597,6 +599,44 @@ def test_metrics_once_per_batch(pb, loaded, tmp_path, seq_bytes):
     # the counters match gert's own statistics
     totals = {dict(x.labels)["gear"]: x.value() for x in hits.metrics}
     assert totals == {k: v for k, v in gear_hits(m).items()}
+
+
+def test_metrics_are_published_off_the_request_path(pb, loaded, tmp_path, seq_bytes, monkeypatch):
+    """Metric calls are blocking IPC round trips in the stub: execute() hands its changes to the publisher thread
+    and returns without waiting; changes queued meanwhile are merged (counters add up); finalize publishes what is
+    left; a failing metric call is logged once and never fails a request."""
+    gate = threading.Event()
+    real_increment = pb.Metric.increment
+
+    def blocked_increment(self, value):
+        assert gate.wait(30), "test gate"
+        real_increment(self, value)
+
+    monkeypatch.setattr(pb.Metric, "increment", blocked_increment)
+    m = loaded(model_dir(tmp_path, seq_bytes), parameters=ONE_STREAM)
+    for uid in range(3):  # each returns while the publisher is stuck in its first metric call
+        check_seq(outputs_of(m.execute([request(pb, seq_inputs(2, 5, uid))])[0]), seq_inputs(2, 5, uid))
+    assert not m.metrics.flush(0.05), "still blocked: execute did not wait for it"
+    gate.set()
+    assert m.metrics.flush(10)
+    hits = pb.family("gert_gear_hits_total").metrics
+    assert [x.value() for x in hits] == [3] and len(hits[0].calls) <= 2, "3 batches, merged into <= 2 calls"
+    # what is pending at finalize is published before the families go
+    m.execute([request(pb, seq_inputs(2, 5, 9))])
+    m.finalize()
+    assert hits[0].value() == 4
+    # a metric call that fails: logged once, requests unaffected
+    m2 = loaded(model_dir(tmp_path, seq_bytes, name="m2"), parameters=ONE_STREAM)
+
+    def broken(self, value):
+        raise pb.TritonModelException("metrics IPC failed")
+
+    monkeypatch.setattr(pb.Metric, "increment", broken)
+    for uid in range(2):
+        check_seq(outputs_of(m2.execute([request(pb, seq_inputs(1, 5, uid))])[0]), seq_inputs(1, 5, uid))
+        assert m2.metrics.flush(10)
+    errors = [msg for level, msg in pb.Logger.messages if level == pb.Logger.ERROR and "metrics" in msg]
+    assert len(errors) == 1 and "metrics IPC failed" in errors[0]
 
 
 def test_metrics_absent_metric_api_is_tolerated(pb, loaded, tmp_path, seq_bytes, monkeypatch):
