@@ -10,6 +10,8 @@ Keys (all string values, as Triton passes them):
   pad_value      a number
   max_batch      largest batch gear (defaults to the config's max_batch_size)
   device_ids     "0,1": spread this instance over several devices (default: the instance's device)
+  metrics_interval_ms   publish the gert_* metrics at most this often (default 100; 0: after every batch). Each
+                 metric call is an IPC round trip to the server, which competes with the requests
   split_batch    "true"/"false": split each batch over the idle streams (default: true when streams > 1, since
                  Triton runs one execute() per instance at a time, this is how one instance uses several streams)
   ge.K           GEInitialize option K;  session.ge.K  Session option;  graph.ge.K  AddGraph option
@@ -25,7 +27,7 @@ from gert.errors import GertError
 
 TRITON_KEYS = {"EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS"}
 KNOWN_KEYS = {"onnx_file", "streams", "cube_cores", "vector_cores", "gears", "shape_policy", "pad_value",
-              "max_batch", "device_ids", "split_batch"}
+              "max_batch", "device_ids", "split_batch", "metrics_interval_ms"}
 
 
 class ConfigError(GertError):
@@ -44,6 +46,7 @@ class GertParams:
     max_batch: Optional[int] = None
     device_ids: Optional[tuple] = None
     split_batch: Optional[bool] = None
+    metrics_interval_ms: int = 100
     options: dict = field(default_factory=dict)   # gert.load(options=...) keys: global./session./graph. prefixes
 
 
@@ -90,6 +93,8 @@ def parse_parameters(raw: dict) -> GertParams:
             p.onnx_file = value.strip()
         elif key in ("streams", "cube_cores", "vector_cores", "max_batch"):
             setattr(p, key, _int(key, value))
+        elif key == "metrics_interval_ms":
+            p.metrics_interval_ms = _int(key, value, minimum=0)
         elif key == "pad_value":
             try:
                 p.pad_value = float(value)

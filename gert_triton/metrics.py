@@ -1,34 +1,29 @@
-"""gert's custom Triton metrics, published off the request path.
+"""gert's custom Triton metrics, published by a thread, at most once per interval.
 
-Every pb_utils Metric call is a blocking IPC round trip to the server process (~40 us idle, measured ~0.3 ms per
-batch of PP-OCR cls under 16 clients: 6% of the execute). execute() therefore only hands each batch's changes to
-the Publisher; its thread merges whatever is pending (increments add up, a gauge keeps its last value) and makes
-the calls, so under load several batches share one round trip per metric, and an idle server publishes each batch
-right away. flush() waits until everything handed over is published; close() flushes, stops the thread and
-deletes the metrics before their families (as Triton requires).
+Every pb_utils Metric call is a blocking IPC round trip to the server process (~40 us when idle). Made by
+execute() after every batch they cost ~0.3 ms of a 5 ms PP-OCR cls batch under 16 clients; made by a thread
+after every batch they still competed with the requests for the server's IPC and cost ~6% of the requests/s
+(benchmarks/bench_triton.py). So execute() only notifies the Publisher; its thread wakes, waits until
+``interval`` has passed since its last publication, asks ``collect()`` for everything counted since then (so any
+number of batches become one call per metric that changed) and makes the calls. flush() publishes at once and
+waits; close() flushes, stops the thread and deletes the metrics before their families (as Triton requires).
 """
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
-from typing import Optional
+import time
+from typing import Callable, Optional
 
 GEAR_HITS, PADDING_RATIO, STREAM_BUSY = range(3)
 
-
-@dataclass
-class _Pending:
-    increments: dict = field(default_factory=dict)  # (family, labels) -> sum
-    sets: dict = field(default_factory=dict)        # (family, labels) -> last value
-
-    def __bool__(self) -> bool:
-        return bool(self.increments or self.sets)
+# (family, labels, "increment" | "set", value)
+Change = tuple
 
 
 class Publisher:
     """The three gert metric families of one model instance and the thread that publishes to them."""
 
-    def __init__(self, pb_utils, model_name: str):
+    def __init__(self, pb_utils, model_name: str, collect: Callable[[], list], interval: float = 0.1):
         fam = pb_utils.MetricFamily
         self._log = getattr(pb_utils, "Logger", None)
         self._families = [
@@ -38,37 +33,42 @@ class Publisher:
                 kind=fam.COUNTER),
         ]
         self._base = (("model", model_name),)
+        self._collect = collect
+        self.interval = interval
         self._metrics: dict = {}
         self._cond = threading.Condition()
-        self._pending = _Pending()
-        self._busy = False      # the thread is publishing a batch of changes it took
+        self._requested = 0   # notify() / flush() calls so far
+        self._done = 0        # the _requested value the last finished publication covered
+        self._urgent = 0      # flushes waiting: publish without waiting for the interval
         self._stop = False
+        self._last = float("-inf")
         self._error_logged = False
         self._thread: Optional[threading.Thread] = None
 
-    # ---- producer side (execute) ----------------------------------------------------------------------------
-    def submit(self, changes: list) -> None:
-        """[(family, labels, "increment" | "set", value)]: queued for the thread; returns at once."""
-        if not changes:
-            return
+    def notify(self) -> None:
+        """Something was counted: publish it within ``interval`` (returns at once)."""
         with self._cond:
             if self._stop:
                 return
-            for family, labels, op, value in changes:
-                key = (family, self._base + tuple(sorted(labels.items())))
-                if op == "increment":
-                    self._pending.increments[key] = self._pending.increments.get(key, 0.0) + value
-                else:
-                    self._pending.sets[key] = value
+            self._requested += 1
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="gert-triton-metrics", daemon=True)
                 self._thread.start()
             self._cond.notify_all()
 
     def flush(self, timeout: float = 10.0) -> bool:
-        """Wait until everything submitted so far is published; False on timeout."""
+        """Publish everything counted so far now, and wait for it; False on timeout."""
+        self.notify()
         with self._cond:
-            return self._cond.wait_for(lambda: not self._pending and not self._busy, timeout)
+            if self._thread is None:
+                return True
+            target = self._requested
+            self._urgent += 1
+            self._cond.notify_all()
+            try:
+                return self._cond.wait_for(lambda: self._done >= target, timeout)
+            finally:
+                self._urgent -= 1
 
     def close(self, timeout: float = 10.0) -> None:
         self.flush(timeout)
@@ -85,29 +85,35 @@ class Publisher:
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._pending or self._stop)
-                if self._stop and not self._pending:
+                self._cond.wait_for(lambda: self._requested > self._done or self._stop)
+                while not (self._stop or self._urgent):
+                    left = self._last + self.interval - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+                if self._stop and self._requested == self._done:
                     return
-                work, self._pending = self._pending, _Pending()
-                self._busy = True
+                covered = self._requested
             try:
-                for key, value in work.increments.items():
-                    self._metric(key).increment(value)
-                for key, value in work.sets.items():
-                    self._metric(key).set(value)
+                self._publish(self._collect())
             except Exception as e:  # noqa: BLE001 - metrics must never take the model down; say it once
                 if not self._error_logged and self._log is not None:
                     self._error_logged = True
                     self._log.log_error(f"gert_triton: publishing metrics failed: {type(e).__name__}: {e}")
             finally:
+                self._last = time.monotonic()
                 with self._cond:
-                    self._busy = False
+                    self._done = covered
                     self._cond.notify_all()
 
-    def _metric(self, key: tuple):
-        m = self._metrics.get(key)
-        if m is None:
-            family, labels = key
-            m = self._families[family].Metric(labels=dict(labels))
-            self._metrics[key] = m
-        return m
+    def _publish(self, changes: list) -> None:
+        for family, labels, op, value in changes:
+            key = (family, self._base + tuple(sorted(labels.items())))
+            m = self._metrics.get(key)
+            if m is None:
+                m = self._families[family].Metric(labels=dict(key[1]))
+                self._metrics[key] = m
+            if op == "increment":
+                m.increment(value)
+            else:
+                m.set(value)

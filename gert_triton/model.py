@@ -161,7 +161,7 @@ class TritonPythonModel:
         # asking again costs one IPC round trip per request (~50 us each, ~8% of a batch-8 PP-OCR cls execute).
         # Without them requests wait in the instance's queue unchecked: ask in execute().
         self.check_cancelled = not ("dynamic_batching" in self.config or "sequence_batching" in self.config)
-        self._init_metrics()
+        self._init_metrics(params.metrics_interval_ms)
 
     def _check_config_io(self) -> None:
         """Config inputs / outputs that contradict the ONNX model fail the load (auto_complete_config keeps what
@@ -194,12 +194,12 @@ class TritonPythonModel:
                                       + f", but the ONNX model's {kind} has shape {list(t.shape)}")
 
     def finalize(self) -> None:
+        if getattr(self, "metrics", None) is not None:  # publishes what is left, from the model's statistics
+            self.metrics.close()
+            self.metrics = None
         model = getattr(self, "model", None)
         if model is not None:
             model.close()
-        if getattr(self, "metrics", None) is not None:
-            self.metrics.close()
-            self.metrics = None
 
     # ---- hooks for subclasses --------------------------------------------------------------------------------
     def preprocess(self, inputs: dict) -> dict:
@@ -276,24 +276,28 @@ class TritonPythonModel:
         return list(groups.values())
 
     # ---- metrics ---------------------------------------------------------------------------------------------
-    def _init_metrics(self) -> None:
+    def _init_metrics(self, interval_ms: int) -> None:
         self._last_stats = None
         self._padding_sent: dict = {}  # gear -> the padding ratio last published
         try:
-            self.metrics: Optional[Publisher] = Publisher(_pb_utils(), self.name)
+            self.metrics: Optional[Publisher] = Publisher(_pb_utils(), self.name, self._metric_changes,
+                                                          interval=interval_ms / 1000)
         except (ImportError, AttributeError):  # a stub without custom metrics
             self.metrics = None
 
     def _update_metrics(self) -> None:
-        """Once per batch: hand what gert.Model counted since the last batch to the publisher (no IPC here)."""
-        if self.metrics is None:
-            return
+        """Once per batch: tell the publisher there is something new (its thread collects and publishes it)."""
+        if self.metrics is not None:
+            self.metrics.notify()
+
+    def _metric_changes(self) -> list:
+        """What gert.Model counted since the last call, as metric changes (called by the publisher's thread)."""
         stats = self.model.stats()
         last = self._last_stats or {"gears": {}, "streams": []}
         changes = []
         for gear, g in stats["gears"].items():
             prev = last["gears"].get(gear, {"hits": 0})
-            if g["hits"] > prev["hits"]:  # only gears this batch ran
+            if g["hits"] > prev["hits"]:  # only gears that ran since
                 changes.append((GEAR_HITS, {"gear": gear}, "increment", g["hits"] - prev["hits"]))
                 if self._padding_sent.get(gear) != g["padding_ratio"]:  # a gauge: only when it changes
                     changes.append((PADDING_RATIO, {"gear": gear}, "set", g["padding_ratio"]))
@@ -305,4 +309,4 @@ class TritonPythonModel:
                 changes.append((STREAM_BUSY, {"stream": str(s["stream"]), "device": str(s["device"])},
                                 "increment", delta))
         self._last_stats = stats
-        self.metrics.submit(changes)
+        return changes

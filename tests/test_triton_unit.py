@@ -162,7 +162,7 @@ def test_dim_names_with_colons():
     ("gears", ""), ("gears", "batch"), ("gears", ":1,2"), ("gears", "batch:1,a"), ("gears", "batch:0,4"),
     ("gears", "batch:"), ("shape_policy", "W:squash"), ("shape_policy", "W"), ("shape_policy", ";"),
     ("pad_value", "abc"), ("pad_value", ""), ("device_ids", "a"), ("device_ids", "-1"), ("device_ids", ""),
-    ("onnx_file", ""), ("onnx_file", "  "),
+    ("onnx_file", ""), ("onnx_file", "  "), ("metrics_interval_ms", "-1"), ("metrics_interval_ms", "1e3"),
 ])
 def test_malformed_parameter_names_key(key, value):
     with pytest.raises(ConfigError, match=f"'{key}'"):
@@ -625,6 +625,14 @@ def test_metrics_are_published_off_the_request_path(pb, loaded, tmp_path, seq_by
     m.execute([request(pb, seq_inputs(2, 5, 9))])
     m.finalize()
     assert hits[0].value() == 4
+    # at most one publication per interval: any number of batches in between become one call per metric
+    m3 = loaded(model_dir(tmp_path, seq_bytes, name="m3"), parameters=params(streams="1",
+                                                                              metrics_interval_ms="600000"))
+    for uid in range(10):
+        m3.execute([request(pb, seq_inputs(1, 5, uid))])
+    assert m3.metrics.flush(10)
+    hits3 = [x for x in pb.family("gert_gear_hits_total").metrics if x.labels["model"] == "m3"]
+    assert [x.value() for x in hits3] == [10] and len(hits3[0].calls) <= 2, hits3[0].calls
     # a metric call that fails: logged once, requests unaffected
     m2 = loaded(model_dir(tmp_path, seq_bytes, name="m2"), parameters=ONE_STREAM)
 
