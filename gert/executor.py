@@ -8,6 +8,7 @@ without the GIL. GE serializes launches inside one Session, hence one Session pe
 """
 from __future__ import annotations
 
+import copy
 import math
 import threading
 import time
@@ -20,7 +21,7 @@ import numpy as np
 from gert import _cann
 from gert._cann import DeviceBuffer, Graph, Session, Stream
 from gert.dtypes import ge_dtype
-from gert.errors import GertError
+from gert.errors import GeError, GertError
 from gert.rows import Rows
 from gert.shapes import ShapePlan
 from gert.tensor import DeviceTensor
@@ -47,6 +48,7 @@ class WorkerStats:
     busy_seconds: float = 0.0
     compiles: int = 0
     compile_seconds: float = 0.0
+    failed_compiles: int = 0   # shapes whose compile failed (later requests of that shape fail without compiling)
 
 
 @dataclass
@@ -94,6 +96,7 @@ class Worker:
             opts["ge.aicoreNum"] = f"{cube_cores}|{vector_cores or ''}"
         self.session = Session(opts)
         self.graphs: "OrderedDict[tuple, GraphEntry]" = OrderedDict()
+        self.failed: "OrderedDict[tuple, GeError]" = OrderedDict()  # shape key -> why its compile failed
         self.max_exact_graphs = max_exact_graphs
         self.next_graph_id = 1
         self.in_bufs: dict = {}
@@ -108,7 +111,18 @@ class Worker:
         if entry is not None:
             self.graphs.move_to_end(req.key)
             return entry
-        return self._compile(req.key, req.run_sizes)
+        failed = self.failed.get(req.key)
+        if failed is not None:  # the same shape failed to compile: fail fast instead of compiling again
+            raise copy.copy(failed).with_traceback(None)
+        try:
+            return self._compile(req.key, req.run_sizes)
+        except GeError as e:
+            if e.code != _GE_MEMORY_ALLOCATION:  # out of device memory may pass later; the rest is the shape's
+                self.stats.failed_compiles += 1
+                self.failed[req.key] = e
+                while len(self.failed) > _FAILED_COMPILES_KEPT:
+                    self.failed.popitem(last=False)
+            raise
 
     def _compile(self, key: tuple, run_sizes: dict) -> GraphEntry:
         plan = self.plan
@@ -292,6 +306,8 @@ def _out_array(dst, shape: tuple, dtype) -> Optional[np.ndarray]:
 
 
 _LABELS: dict = {}  # graph key -> its label in stats()
+_FAILED_COMPILES_KEPT = 64
+_GE_MEMORY_ALLOCATION = 245000  # ACL_ERROR_GE_MEMORY_ALLOCATION
 
 
 def _key_label(key: tuple) -> str:

@@ -358,8 +358,10 @@ class Model:
         return result
 
     # ---- lifecycle and stats -------------------------------------------------------------------------------------
-    def warmup(self) -> int:
-        """Compile every declared gear combination on every stream; returns how many graphs were compiled."""
+    def warmup(self, sizes: Optional[Mapping[str, Sequence[int]]] = None) -> int:
+        """Compile every declared gear combination on every stream; returns how many graphs were compiled.
+        An exact dim without gears takes the sizes ``sizes[dim]`` (e.g. what a server's config fixes); if one has
+        neither, only its requests can tell its sizes and nothing is compiled."""
         import itertools
 
         dims = self.plan.dims
@@ -371,8 +373,10 @@ class Model:
                 choices.append([-1])
             elif d.gears:
                 choices.append(list(d.gears))
+            elif sizes and sizes.get(n):
+                choices.append(sorted({int(v) for v in sizes[n]}))
             else:
-                return self._warm_static_only()
+                return 0
         compiled = 0
         for combo in itertools.product(*choices):
             run_sizes = dict(zip(names, combo))
@@ -383,9 +387,6 @@ class Model:
                         w._compile(key, run_sizes)
                         compiled += 1
         return compiled
-
-    def _warm_static_only(self) -> int:
-        return 0  # an exact dim without gears: sizes are only known from requests
 
     def stats(self) -> dict:
         """Per stream: effective core limits, requests, busy seconds, compiles; per gear: hits and padding ratio;

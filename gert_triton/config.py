@@ -12,6 +12,8 @@ Keys (all string values, as Triton passes them):
   device_ids     "0,1": spread this instance over several devices (default: the instance's device)
   metrics_interval_ms   publish the gert_* metrics at most this often (default 100; 0: after every batch). Each
                  metric call is an IPC round trip to the server, which competes with the requests
+  warmup         "true"/"false": compile every declared gear combination on every stream at load (default true),
+                 so that no request pays a compile; dims without gears are compiled by their first request
   split_batch    "true"/"false": split each batch over the idle streams (default: true when streams > 1, since
                  Triton runs one execute() per instance at a time, this is how one instance uses several streams)
   ge.K           GEInitialize option K;  session.ge.K  Session option;  graph.ge.K  AddGraph option
@@ -27,7 +29,8 @@ from gert.errors import GertError
 
 TRITON_KEYS = {"EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS"}
 KNOWN_KEYS = {"onnx_file", "streams", "cube_cores", "vector_cores", "gears", "shape_policy", "pad_value",
-              "max_batch", "device_ids", "split_batch", "metrics_interval_ms"}
+              "max_batch", "device_ids", "split_batch", "metrics_interval_ms",
+              "warmup"}
 
 
 class ConfigError(GertError):
@@ -47,6 +50,7 @@ class GertParams:
     device_ids: Optional[tuple] = None
     split_batch: Optional[bool] = None
     metrics_interval_ms: int = 100
+    warmup: bool = True
     options: dict = field(default_factory=dict)   # gert.load(options=...) keys: global./session./graph. prefixes
 
 
@@ -117,11 +121,11 @@ def parse_parameters(raw: dict) -> GertParams:
                                       "use pad, exact or dynamic")
                 return text
             p.shape_policy = _dim_map(key, value, policy)
-        elif key == "split_batch":
+        elif key in ("split_batch", "warmup"):
             v = value.strip().lower()
             if v not in ("true", "false", "1", "0", "yes", "no"):
-                raise ConfigError(f"parameter 'split_batch': expected true or false, got {value!r}")
-            p.split_batch = v in ("true", "1", "yes")
+                raise ConfigError(f"parameter '{key}': expected true or false, got {value!r}")
+            setattr(p, key, v in ("true", "1", "yes"))
         elif key == "device_ids":
             try:
                 ids = tuple(int(x) for x in value.split(",") if x.strip())

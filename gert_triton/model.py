@@ -148,20 +148,39 @@ class TritonPythonModel:
                                pad_value=params.pad_value, max_batch=max_batch, options=params.options,
                                split_batch=params.split_batch if params.split_batch is not None
                                else self.layout.streams * len(devices) > 1)
-        _log_info(f"gert_triton '{self.name}': {self.layout.streams} stream(s) per device on {list(devices)}, "
-                  f"cube_cores={self.layout.cube_cores or 'all'}, vector_cores={self.layout.vector_cores or 'all'}"
-                  + (" (default layout; set streams / cube_cores to choose)" if self.layout.auto else ""))
         names = [t.name for t in self.model.inputs]
         cfg_names = [i["name"] for i in self.config.get("input", [])]
         if sorted(cfg_names) != sorted(names):
             raise ConfigError(f"config inputs {cfg_names} do not match the ONNX model's inputs {names}")
         self._check_config_io()
+        compiled = self.model.warmup(self._config_fixed_sizes()) if params.warmup else 0
+        _log_info(f"gert_triton '{self.name}': {self.layout.streams} stream(s) per device on {list(devices)}, "
+                  f"cube_cores={self.layout.cube_cores or 'all'}, vector_cores={self.layout.vector_cores or 'all'}"
+                  + (" (default layout; set streams / cube_cores to choose)" if self.layout.auto else "")
+                  + f"; {compiled} graph(s) compiled at load")
         self.batching = self.max_batch_size > 0 and self.model.plan.has_batch
         # The dynamic and sequence batchers drop requests cancelled in their queue before execute (Triton >= 23.10);
         # asking again costs one IPC round trip per request (~50 us each, ~8% of a batch-8 PP-OCR cls execute).
         # Without them requests wait in the instance's queue unchecked: ask in execute().
         self.check_cancelled = not ("dynamic_batching" in self.config or "sequence_batching" in self.config)
         self._init_metrics(params.metrics_interval_ms)
+
+    def _config_fixed_sizes(self) -> dict:
+        """Sizes of the model's symbolic dims that config.pbtxt fixes (Triton rejects requests with other sizes),
+        so that warmup can compile them too. Skipped when a subclass's preprocess may change the shapes."""
+        if type(self).preprocess is not TritonPythonModel.preprocess:
+            return {}
+        batch_axis = 1 if self.max_batch_size > 0 else 0
+        axes = self.model.plan.input_axes
+        sizes: dict = {}
+        for entry in self.config.get("input", []):
+            if (entry.get("reshape") or {}).get("shape"):
+                continue
+            for i, d in enumerate(entry.get("dims") or []):
+                dim = axes.get((entry.get("name"), i + batch_axis))
+                if dim is not None and int(d) >= 0:
+                    sizes.setdefault(dim, set()).add(int(d))
+        return {k: sorted(v) for k, v in sizes.items()}
 
     def _check_config_io(self) -> None:
         """Config inputs / outputs that contradict the ONNX model fail the load (auto_complete_config keeps what

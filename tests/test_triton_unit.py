@@ -163,6 +163,7 @@ def test_dim_names_with_colons():
     ("gears", "batch:"), ("shape_policy", "W:squash"), ("shape_policy", "W"), ("shape_policy", ";"),
     ("pad_value", "abc"), ("pad_value", ""), ("device_ids", "a"), ("device_ids", "-1"), ("device_ids", ""),
     ("onnx_file", ""), ("onnx_file", "  "), ("metrics_interval_ms", "-1"), ("metrics_interval_ms", "1e3"),
+    ("warmup", "maybe"),
 ])
 def test_malformed_parameter_names_key(key, value):
     with pytest.raises(ConfigError, match=f"'{key}'"):
@@ -291,6 +292,28 @@ def test_default_stream_layout(pb, loaded, tmp_path, seq_bytes):
     nb = loaded(model_dir(tmp_path, fixed_model(), name="fixed"))
     assert nb.max_batch_size == 0
     assert [s["cube_cores"] for s in nb.model.stats()["streams"]] == [cube], "no batching: one stream, all cores"
+
+
+def test_warmup_compiles_declared_gears_at_load(pb, loaded, tmp_path, seq_bytes):
+    """Every declared gear combination is compiled on every stream before the first request (parameter warmup,
+    default true), so no request pays a compile; warmup "false" leaves it to the requests."""
+    gears = dict(gears="batch:1,4;S:4,8", shape_policy="S:pad")
+    m = loaded(model_dir(tmp_path, seq_bytes), parameters=params(streams="2", cube_cores="1", **gears))
+    assert m.model.stats()["compiles"] == 2 * 2 * 2
+    assert any("8 graph(s) compiled at load" in msg for _, msg in pb.Logger.messages)
+    for b, sz in ((1, 3), (3, 8), (4, 5)):
+        check_seq(outputs_of(m.execute([request(pb, seq_inputs(b, sz, b))])[0]), seq_inputs(b, sz, b))
+    assert m.model.stats()["compiles"] == 8, "the requests found their graphs compiled"
+    cold = loaded(model_dir(tmp_path, seq_bytes, name="cold"), parameters=params(warmup="false", **gears))
+    assert cold.model.stats()["compiles"] == 0
+    # dims that config.pbtxt fixes (S = 6 here) are compiled too: Triton only lets those sizes through
+    fixed = loaded(model_dir(tmp_path, seq_bytes, name="fixed"), parameters=ONE_STREAM, max_batch_size=8,
+                   input=[{"name": "a", "data_type": "TYPE_FP32", "dims": [6, 4]},
+                          {"name": "m", "data_type": "TYPE_INT64", "dims": [6]}])
+    assert fixed.max_batch_size == 8
+    assert fixed.model.stats()["compiles"] == 4, "batch gears 1, 2, 4, 8 at S = 6"
+    check_seq(outputs_of(fixed.execute([request(pb, seq_inputs(3, 6, 1))])[0]), seq_inputs(3, 6, 1))
+    assert fixed.model.stats()["compiles"] == 4
 
 
 def test_initialize_refuses_batch_gear_above_max_batch_size(pb, tmp_path, seq_bytes):
