@@ -36,6 +36,9 @@ class GraphEntry:
     output_shapes: list         # per output (static graphs)
     output_dtypes: list
     evictable: bool
+    # static graphs: per input (shape, nbytes, GE dtype), per output (numpy dtype, nbytes, GE dtype), computed once
+    in_meta: dict = field(default_factory=dict)
+    out_meta: list = field(default_factory=list)
 
 
 @dataclass
@@ -158,6 +161,13 @@ class Worker:
         self.stats.compile_seconds += time.perf_counter() - t0
         entry = GraphEntry(gid, key, shapes, summary.is_static, summary.output_shapes, summary.output_dtypes,
                            evictable)
+        if entry.is_static:
+            for t in plan.inputs:
+                shape = shapes[t.name]
+                entry.in_meta[t.name] = (shape, math.prod(shape) * t.dtype.itemsize, ge_dtype(t.dtype))
+            for shape, dtype in zip(entry.output_shapes, entry.output_dtypes):
+                dtype = np.dtype(dtype)
+                entry.out_meta.append((dtype, math.prod(shape) * dtype.itemsize, ge_dtype(dtype)))
         self.graphs[key] = entry
         return entry
 
@@ -185,29 +195,29 @@ class Worker:
         uploads, fills, inputs = [], [], []
         for t in plan.inputs:
             arr = req.arrays[t.name]
-            shape = tuple(req.run_sizes[plan.input_axes[(t.name, a)]] if (t.name, a) in plan.input_axes else d
-                          for a, d in enumerate(t.shape))
-            nbytes = math.prod(shape) * arr.dtype.itemsize
+            if entry.is_static:
+                shape, nbytes, ge_dt = entry.in_meta[t.name]
+            else:
+                shape = tuple(req.run_sizes[plan.input_axes[(t.name, a)]] if (t.name, a) in plan.input_axes else d
+                              for a, d in enumerate(t.shape))
+                nbytes, ge_dt = math.prod(shape) * arr.dtype.itemsize, None
             buf = self._buffer(self.in_bufs, t.name, nbytes)
             self._plan_upload(arr, shape, buf, plan.pad_value[t.name], uploads, fills)
-            inputs.append((buf, shape, arr.dtype))
+            inputs.append((buf, shape, arr.dtype, nbytes, ge_dt))
             real_elements += arr.size
             padded_elements += math.prod(shape)
         results = {}
         if entry.is_static:
             # the whole request in one call without the GIL: uploads, run, downloads, synchronize
             outputs, downloads = [], []
-            for o, shape, dtype in zip(plan.outputs, entry.output_shapes, entry.output_dtypes):
-                dtype = np.dtype(dtype)
-                nbytes = math.prod(shape) * dtype.itemsize
+            for o, shape, (dtype, nbytes, ge_dt) in zip(plan.outputs, entry.output_shapes, entry.out_meta):
                 buf = self._buffer(self.out_bufs, o.name, nbytes)
-                outputs.append((buf.ptr, nbytes, ge_dtype(dtype), shape))
+                outputs.append((buf.ptr, nbytes, ge_dt, shape))
                 host, results[o.name] = self._plan_download(o.name, shape, dtype, req)
                 if host.nbytes:
                     downloads.append((host, buf.ptr))
             self.session.run_fused(entry.graph_id, self.stream, uploads, fills,
-                                   [(b.ptr, math.prod(s) * d.itemsize, ge_dtype(d), s) for b, s, d in inputs],
-                                   outputs, downloads)
+                                   [(b.ptr, n, g, s) for b, s, _, n, g in inputs], outputs, downloads)
         else:
             stream = self.stream
             for dptr, dmax, host in uploads:
@@ -217,7 +227,7 @@ class Worker:
             for dptr, dmax, n, value in fills:
                 _cann.memset_async(dptr, dmax, value, n, stream.handle)
             stream.keep_alive(uploads)
-            tensors = [DeviceTensor(b, s, d) for b, s, d in inputs]
+            tensors = [DeviceTensor(b, s, d) for b, s, d, _, _ in inputs]
             outputs = self.session.execute_async(entry.graph_id, stream, tensors)  # waits: GE sized the outputs
             for o, dev in zip(plan.outputs, outputs):
                 host, results[o.name] = self._plan_download(o.name, dev.shape, dev.dtype, req)

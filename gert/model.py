@@ -72,6 +72,9 @@ class Model:
             self._check_cores(d, vector_cores, _cann.DEV_ATTR_VECTOR_CORE_NUM, "vector_cores")
         self.plan: ShapePlan = plan_shapes(_cann.read_onnx_io(data), gears, shape_policy, pad_value, max_batch,
                                            output_dims)
+        self._input_names = [t.name for t in self.plan.inputs]
+        self._valid_shapes: dict = {}  # ((shape, dtype) per input) -> real dim sizes, for shapes that passed
+        self._resolved: dict = {}      # real dim sizes -> (run sizes, graph key)
         glob, sess, graph_opts = _split_options(options)
         ge_initialize(glob)
         self._graph = Graph.from_onnx(data)
@@ -187,7 +190,24 @@ class Model:
             raise GertError("the model is closed")
 
     def _validate(self, inputs: Mapping[str, np.ndarray]) -> tuple:
-        """Arrays by input name (C-contiguous, exact dtype) and the real size of each dynamic dim."""
+        """Arrays by input name (C-contiguous, exact dtype) and the real size of each dynamic dim. Shapes and
+        dtypes that passed before are looked up instead of checked again (the checks are per call overhead)."""
+        names = self._input_names
+        if type(inputs) is dict and len(inputs) == len(names):
+            arrays = [inputs.get(n) for n in names]
+            if all(type(a) is np.ndarray for a in arrays):
+                sizes = self._valid_shapes.get(tuple((a.shape, a.dtype) for a in arrays))
+                if sizes is not None:
+                    return ({n: a if a.flags.c_contiguous else np.require(a, requirements="C")
+                             for n, a in zip(names, arrays)}, dict(sizes))
+        arrays, sizes = self._check_inputs(inputs)
+        if all(type(a) is np.ndarray for a in arrays.values()):
+            if len(self._valid_shapes) >= _VALID_SHAPES_KEPT:
+                self._valid_shapes.clear()
+            self._valid_shapes[tuple((arrays[n].shape, arrays[n].dtype) for n in names)] = dict(sizes)
+        return arrays, sizes
+
+    def _check_inputs(self, inputs: Mapping[str, np.ndarray]) -> tuple:
         if not (type(inputs) is dict or isinstance(inputs, Mapping)):
             raise GertError(f"inputs must be a dict of input name -> array, got {type(inputs).__name__}")
         names = [t.name for t in self.plan.inputs]
@@ -220,12 +240,19 @@ class Model:
         return arrays, sizes
 
     def _resolve(self, sizes: dict) -> tuple:
+        """(run sizes, graph key) for the real sizes; remembered per sizes (errors are not)."""
+        known = self._resolved.get(tuple(sizes.items()))
+        if known is not None:
+            return dict(known[0]), known[1]
         run_sizes = {}
         for name, value in sizes.items():
             dim = self.plan.dims[name]
             axes = ", ".join(f"{i}:{a}" for i, a in dim.axes)
             run_sizes[name] = dim.resolve(value, f"inputs ({axes})")
         key = tuple(sorted((n, -1 if self.plan.dims[n].policy == "dynamic" else v) for n, v in run_sizes.items()))
+        if len(self._resolved) >= _VALID_SHAPES_KEPT:
+            self._resolved.clear()
+        self._resolved[tuple(sizes.items())] = (dict(run_sizes), key)
         return run_sizes, key
 
     def _run_request(self, inputs: Mapping[str, np.ndarray], out: Optional[Mapping] = None) -> dict:
@@ -444,6 +471,9 @@ class Model:
     def __repr__(self) -> str:
         ins = ", ".join(f"{t.name}{list(t.shape)}" for t in self.plan.inputs)
         return f"<gert.Model ({ins}) on {len(self._workers)} stream(s)>"
+
+
+_VALID_SHAPES_KEPT = 1024  # remembered input signatures per Model (cleared when full)
 
 
 def load(model: ModelSource, **kwargs) -> Model:

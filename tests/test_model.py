@@ -374,6 +374,31 @@ def test_bad_requests_fail_alone():
         assert all(d >= 5 for d in done)
 
 
+def test_checks_hold_for_shapes_seen_before():
+    """Model remembers input signatures that passed validation (per-call overhead); a remembered shape must not let
+    a bad request through: wrong dtype, extra or missing input, non-contiguous data, another batch size."""
+    from onnx import helper
+
+    data = make_model([helper.make_node("Add", ["a", "b"], ["y"])],
+                      [vi("a", np.float32, ["batch", 4]), vi("b", np.float32, ["batch", 4])],
+                      [vi("y", np.float32, ["batch", 4])], name="add")
+    with gert.load(data, max_batch=4) as m:
+        a = np.arange(12, dtype=np.float32).reshape(3, 4)
+        for _ in range(2):  # the second time through the remembered signature
+            assert np.array_equal(m.run({"a": a, "b": a})["y"], a + a)
+        with pytest.raises(gert.GertError, match="'b': expected dtype float32, got float64"):
+            m.run({"a": a, "b": a.astype(np.float64)})
+        with pytest.raises(gert.GertError, match="unexpected"):
+            m.run({"a": a, "b": a, "c": a})
+        with pytest.raises(gert.GertError, match=r"missing \['b'\]"):
+            m.run({"a": a})
+        with pytest.raises(gert.GertError, match="dim 'batch' is 3"):
+            m.run({"a": a, "b": a[:2]})
+        wide = np.arange(24, dtype=np.float32).reshape(3, 8)[:, ::2]  # (3, 4), not contiguous
+        assert np.array_equal(m.run({"a": wide, "b": a})["y"], wide + a)
+        assert np.array_equal(m.run({"a": a[:1], "b": a[:1]})["y"], a[:1] + a[:1])
+
+
 def test_mismatched_batch_between_inputs():
     data = make_model([__import__("onnx").helper.make_node("Add", ["a", "b"], ["y"])],
                       [vi("a", np.float32, ["batch", 4]), vi("b", np.float32, ["batch", 4])],
