@@ -16,6 +16,7 @@ import http.client as httplib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -44,6 +45,7 @@ pytestmark = [
 
 CLS_OUT = "save_infer_model/scale_0.tmp_1"
 MAX_BATCH = 8
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 START_TIMEOUT = 90.0     # server start, models loaded
 CALL_TIMEOUT = 30.0      # any single client call
 RTOL, ATOL = 1e-4, 1e-5  # against ONNX Runtime on the model as shipped (every dim symbolic), as in test_model.py
@@ -76,6 +78,8 @@ def repo(tmp_path_factory, cls_path):
     init_repo(str(seq_file), str(repo), name="seq")
     init_repo(str(seq_file), str(repo), name="reload")
     init_repo(str(seq_file), str(repo), name="bad", parameters={"streams": "zero"})
+    shutil.copytree(os.path.join(EXAMPLES, "model_repository", "tiny_classifier"), repo / "tiny_classifier",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     return str(repo)
 
 
@@ -505,6 +509,20 @@ def test_unload_and_load_while_traffic_runs(server, grpc):
     assert all(NOT_SERVING.search(e) for e in failures), f"unclean failures: {failures}"
     assert all(e == "ok" for e in after), f"failures after the model was loaded again: {set(after) - {'ok'}}"
     check_seq_good(grpc, "reload")
+
+
+# ---- the README's example ----------------------------------------------------------------------------------------
+
+def test_example_repository_and_client(server, http):
+    """examples/model_repository serves, and examples/client.py (HTTP and gRPC, results checked) succeeds on it."""
+    http.load_model("tiny_classifier")  # loaded here, not at server start: a broken example fails this test only
+    try:
+        r = subprocess.run([sys.executable, os.path.join(EXAMPLES, "client.py"), "--http", server.url("http"),
+                            "--grpc", server.url("grpc")], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "HTTP:" in r.stdout and "gRPC:" in r.stdout
+    finally:
+        http.unload_model("tiny_classifier")
 
 
 # ---- metrics ------------------------------------------------------------------------------------------------------
