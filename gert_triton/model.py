@@ -148,12 +148,13 @@ class TritonPythonModel:
                                pad_value=params.pad_value, max_batch=max_batch, options=params.options,
                                split_batch=params.split_batch if params.split_batch is not None
                                else self.layout.streams * len(devices) > 1)
-        names = [t.name for t in self.model.inputs]
-        cfg_names = [i["name"] for i in self.config.get("input", [])]
-        if sorted(cfg_names) != sorted(names):
-            raise ConfigError(f"config inputs {cfg_names} do not match the ONNX model's inputs {names}")
-        self._check_config_io()
-        compiled = self.model.warmup(self._config_fixed_sizes()) if params.warmup else 0
+        try:
+            self._check_config_io()
+            compiled = self.model.warmup(self._config_fixed_sizes()) if params.warmup else 0
+        except BaseException:  # the load fails: release the streams, sessions and device memory it took
+            self.model.close()
+            self.model = None
+            raise
         _log_info(f"gert_triton '{self.name}': {self.layout.streams} stream(s) per device on {list(devices)}, "
                   f"cube_cores={self.layout.cube_cores or 'all'}, vector_cores={self.layout.vector_cores or 'all'}"
                   + (" (default layout; set streams / cube_cores to choose)" if self.layout.auto else "")
@@ -186,6 +187,10 @@ class TritonPythonModel:
         """Config inputs / outputs that contradict the ONNX model fail the load (auto_complete_config keeps what
         the config gives), instead of every request failing later: the same dtype, and the same rank (the batch
         axis added when max_batch_size > 0). Skipped for the side a subclass's preprocess / postprocess converts."""
+        names = [t.name for t in self.model.inputs]
+        cfg_names = [i["name"] for i in self.config.get("input", [])]
+        if sorted(cfg_names) != sorted(names):
+            raise ConfigError(f"config inputs {cfg_names} do not match the ONNX model's inputs {names}")
         batch_axis = 1 if self.max_batch_size > 0 else 0
         sides = []
         if type(self).preprocess is TritonPythonModel.preprocess:

@@ -340,8 +340,11 @@ def test_initialize_refuses_config_that_does_not_match_the_onnx_model(pb, tmp_pa
         TritonPythonModel().initialize(init_args(mdir, bad))
     bad = json.loads(json.dumps(cfg))
     bad["output"][1]["data_type"] = "TYPE_FP32"
+    streams = gert.host_counters()["streams_alive"]
+    failed = TritonPythonModel()  # kept: what it took must be released by initialize itself, not by the GC
     with pytest.raises(ConfigError, match="output 'c'"):
-        TritonPythonModel().initialize(init_args(mdir, bad))
+        failed.initialize(init_args(mdir, bad))
+    assert gert.host_counters()["streams_alive"] == streams, "a failed load releases what it took"
     ok = json.loads(json.dumps(cfg))
     ok["input"][0]["dims"] = [12]
     ok["input"][0]["reshape"] = {"shape": [3, 4]}  # Triton hands the model the reshaped tensor
