@@ -3,7 +3,7 @@ from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTI
                              PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES)
 from cpython.pycapsule cimport PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer
 from libc.stdlib cimport malloc as c_malloc, free as c_free
-from libc.stdint cimport int64_t, uint8_t, uint16_t
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 import dataclasses
 
 
@@ -29,6 +29,17 @@ cdef extern from "dlpack.h" nogil:
         DLTensor dl_tensor
         void* manager_ctx
         void (*deleter)(DLManagedTensor*)
+    ctypedef struct DLPackVersion:
+        uint32_t major
+        uint32_t minor
+    ctypedef struct DLManagedTensorVersioned:
+        DLPackVersion version
+        void* manager_ctx
+        void (*deleter)(DLManagedTensorVersioned*)
+        uint64_t flags
+        DLTensor dl_tensor
+    uint32_t DLPACK_MAJOR_VERSION
+    uint32_t DLPACK_MINOR_VERSION
 
 
 
@@ -256,30 +267,52 @@ cdef class HostBuffer:
         return (kDLCPU, 0)
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        """A DLPack capsule of the buffer as a 1-D uint8 tensor on the CPU (no copy)."""
+        """A DLPack capsule of the buffer as a 1-D uint8 tensor on the CPU (no copy). A consumer that accepts
+        DLPack 1.x (``max_version``) gets a versioned, writable tensor; older ones the legacy capsule (which
+        numpy imports read-only)."""
         if copy:
             raise BufferError("HostBuffer.__dlpack__: copy=True is not supported; the export never copies")
         if dl_device is not None and tuple(dl_device) != (kDLCPU, 0):
             raise BufferError(f"HostBuffer.__dlpack__: cannot export to device {dl_device}; it lives on (kDLCPU, 0)")
-        cdef DLManagedTensor* m = <DLManagedTensor*>c_malloc(sizeof(DLManagedTensor) + sizeof(int64_t))
-        if m == NULL:
-            raise MemoryError()
-        cdef int64_t* shape = <int64_t*>(<char*>m + sizeof(DLManagedTensor))
+        cdef DLManagedTensor* m = NULL
+        cdef DLManagedTensorVersioned* v = NULL
+        cdef int64_t* shape
+        cdef DLTensor* t
+        versioned = max_version is not None and int(max_version[0]) >= DLPACK_MAJOR_VERSION
+        if versioned:
+            v = <DLManagedTensorVersioned*>c_malloc(sizeof(DLManagedTensorVersioned) + sizeof(int64_t))
+            if v == NULL:
+                raise MemoryError()
+            shape = <int64_t*>(<char*>v + sizeof(DLManagedTensorVersioned))
+            v.version.major = DLPACK_MAJOR_VERSION
+            v.version.minor = DLPACK_MINOR_VERSION
+            v.manager_ctx = <void*>self
+            v.deleter = _dlpack_versioned_deleter
+            v.flags = 0  # writable, not a copy
+            t = &v.dl_tensor
+        else:
+            m = <DLManagedTensor*>c_malloc(sizeof(DLManagedTensor) + sizeof(int64_t))
+            if m == NULL:
+                raise MemoryError()
+            shape = <int64_t*>(<char*>m + sizeof(DLManagedTensor))
+            m.manager_ctx = <void*>self
+            m.deleter = _dlpack_deleter
+            t = &m.dl_tensor
         shape[0] = self.nbytes
-        m.dl_tensor.data = <void*>self._ptr if self._ptr else <void*>_empty_host
-        m.dl_tensor.device.device_type = kDLCPU
-        m.dl_tensor.device.device_id = 0
-        m.dl_tensor.ndim = 1
-        m.dl_tensor.dtype.code = 1  # kDLUInt
-        m.dl_tensor.dtype.bits = 8
-        m.dl_tensor.dtype.lanes = 1
-        m.dl_tensor.shape = shape
-        m.dl_tensor.strides = NULL
-        m.dl_tensor.byte_offset = 0
-        m.manager_ctx = <void*>self
-        m.deleter = _dlpack_deleter
+        t.data = <void*>self._ptr if self._ptr else <void*>_empty_host
+        t.device.device_type = kDLCPU
+        t.device.device_id = 0
+        t.ndim = 1
+        t.dtype.code = 1  # kDLUInt
+        t.dtype.bits = 8
+        t.dtype.lanes = 1
+        t.shape = shape
+        t.strides = NULL
+        t.byte_offset = 0
         Py_INCREF(self)
         self._exports += 1
+        if versioned:
+            return PyCapsule_New(v, "dltensor_versioned", _dlpack_versioned_capsule_destructor)
         return PyCapsule_New(m, "dltensor", _dlpack_capsule_destructor)
 
     def free(self):
@@ -319,6 +352,19 @@ cdef void _dlpack_capsule_destructor(object capsule) noexcept:
     if PyCapsule_IsValid(capsule, "dltensor"):  # never consumed
         m = <DLManagedTensor*>PyCapsule_GetPointer(capsule, "dltensor")
         m.deleter(m)
+
+
+cdef void _dlpack_versioned_deleter(DLManagedTensorVersioned* v) noexcept with gil:
+    cdef HostBuffer owner = <HostBuffer>v.manager_ctx
+    owner._exports -= 1
+    Py_DECREF(owner)
+    c_free(v)
+
+
+cdef void _dlpack_versioned_capsule_destructor(object capsule) noexcept:
+    if PyCapsule_IsValid(capsule, "dltensor_versioned"):  # never consumed
+        v = <DLManagedTensorVersioned*>PyCapsule_GetPointer(capsule, "dltensor_versioned")
+        v.deleter(v)
 
 
 @dataclasses.dataclass(frozen=True)

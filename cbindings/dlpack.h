@@ -1,4 +1,5 @@
-/* The DLPack ABI (v0.8 DLManagedTensor), declared for gert's HostBuffer.__dlpack__. */
+/* The DLPack ABI, declared for gert's HostBuffer.__dlpack__: the legacy DLManagedTensor (v0.8, capsule "dltensor")
+   and DLManagedTensorVersioned (v1.0, capsule "dltensor_versioned", which can say the tensor is writable). */
 #ifndef GERT_DLPACK_H_
 #define GERT_DLPACK_H_
 #include <stdint.h>
@@ -21,4 +22,16 @@ typedef struct DLManagedTensor {
   void *manager_ctx;
   void (*deleter)(struct DLManagedTensor *self);
 } DLManagedTensor;
+typedef struct { uint32_t major; uint32_t minor; } DLPackVersion;
+#define DLPACK_MAJOR_VERSION 1
+#define DLPACK_MINOR_VERSION 0
+#define DLPACK_FLAG_BITMASK_READ_ONLY (1UL << 0UL)
+#define DLPACK_FLAG_BITMASK_IS_COPIED (1UL << 1UL)
+typedef struct DLManagedTensorVersioned {
+  DLPackVersion version;
+  void *manager_ctx;
+  void (*deleter)(struct DLManagedTensorVersioned *self);
+  uint64_t flags;
+  DLTensor dl_tensor;
+} DLManagedTensorVersioned;
 #endif

@@ -1,5 +1,6 @@
 """Pinned host memory: numpy views and DLPack without copies, free refused while a view is alive; the host
 NPU's counters count bytes per memcpy kind exactly."""
+import ctypes
 import gc
 
 import numpy as np
@@ -59,11 +60,65 @@ def test_dlpack_export_is_zero_copy():
     assert (d == 9).all()
     hb.numpy()[3] = 1
     assert d[3] == 1
-    # (numpy marks arrays imported from a legacy, unversioned DLPack capsule read-only; gert exports that kind)
+    # (numpy < 2.1 asks for the legacy capsule, whose arrays it marks read-only; see the versioned test below)
     with pytest.raises(BufferError, match="copy=True"):
         hb.__dlpack__(copy=True)
     with pytest.raises(BufferError, match="cannot export to device"):
         hb.__dlpack__(dl_device=(2, 0))
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
+                ("ndim", ctypes.c_int32), ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                ("lanes", ctypes.c_uint16), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensorVersioned(ctypes.Structure):
+    pass
+
+
+_DLManagedTensorVersioned._fields_ = [
+    ("major", ctypes.c_uint32), ("minor", ctypes.c_uint32), ("manager_ctx", ctypes.c_void_p),
+    ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensorVersioned))), ("flags", ctypes.c_uint64),
+    ("dl_tensor", _DLTensor)]
+
+
+def test_dlpack_versioned_export_is_writable():
+    """A consumer asking for DLPack 1.x (max_version, as numpy >= 2.1 does) gets a "dltensor_versioned" capsule:
+    version 1.0, no read-only flag, the buffer's own memory; consuming it (rename, then the deleter) or dropping it
+    releases the export."""
+    api = ctypes.pythonapi
+    api.PyCapsule_GetName.restype = ctypes.c_char_p
+    api.PyCapsule_GetName.argtypes = [ctypes.py_object]
+    api.PyCapsule_GetPointer.restype = ctypes.c_void_p
+    api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    hb = gert.HostBuffer(48)
+    assert api.PyCapsule_GetName(hb.__dlpack__()) == b"dltensor"                      # legacy consumers
+    assert api.PyCapsule_GetName(hb.__dlpack__(max_version=(0, 8))) == b"dltensor"
+    cap = hb.__dlpack__(max_version=(1, 2))
+    assert api.PyCapsule_GetName(cap) == b"dltensor_versioned"
+    mt = _DLManagedTensorVersioned.from_address(api.PyCapsule_GetPointer(cap, b"dltensor_versioned"))
+    t = mt.dl_tensor
+    assert (mt.major, mt.minor, mt.flags) == (1, 0, 0), "DLPack 1.0, writable (no DLPACK_FLAG_BITMASK_READ_ONLY)"
+    assert (t.data, t.device_type, t.device_id, t.ndim, t.shape[0]) == (hb.ptr, 1, 0, 1, 48)
+    assert (t.code, t.bits, t.lanes, bool(t.strides), t.byte_offset) == (1, 8, 1, False, 0)
+    api.PyCapsule_SetName(cap, b"used_dltensor_versioned")                            # consumed, as numpy does
+    with pytest.raises(BufferError, match="still alive"):
+        hb.free()
+    mt.deleter(ctypes.pointer(mt))                                                    # the consumer is done
+    del cap
+    gc.collect()
+    dropped = hb.__dlpack__(max_version=(1, 0))                                       # never consumed
+    del dropped
+    gc.collect()
+    hb.free()
+    if np.lib.NumpyVersion(np.__version__) >= "2.1.0":                                # numpy asks for 1.x itself
+        hb2 = gert.HostBuffer(8)
+        d = np.from_dlpack(hb2)
+        d[:] = 5
+        assert d.flags.writeable and (hb2.numpy() == 5).all()
 
 
 def test_free_is_refused_while_a_view_is_alive():
