@@ -3,10 +3,11 @@
 Every pb_utils Metric call is a blocking IPC round trip to the server process (~40 us when idle). Made by
 execute() after every batch they cost ~0.3 ms of a 5 ms PP-OCR cls batch under 16 clients; made by a thread
 after every batch they still competed with the requests for the server's IPC and cost ~6% of the requests/s
-(benchmarks/bench_triton.py). So execute() only notifies the Publisher; its thread wakes, waits until
-``interval`` has passed since its last publication, asks ``collect()`` for everything counted since then (so any
-number of batches become one call per metric that changed) and makes the calls. flush() publishes at once and
-waits; close() flushes, stops the thread and deletes the metrics before their families (as Triton requires).
+(benchmarks/bench_triton.py). So execute() only notifies the Publisher (a lock and a counter; the thread is
+woken only when idle); its thread waits ``interval`` from the first notification, asks ``collect()`` for
+everything counted since its last publication (so any number of batches become one call per metric that
+changed) and makes the calls. flush() publishes at once and waits; close() flushes, stops the thread and deletes
+the metrics before their families (as Triton requires).
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ class Publisher:
         self._done = 0        # the _requested value the last finished publication covered
         self._urgent = 0      # flushes waiting: publish without waiting for the interval
         self._stop = False
-        self._last = float("-inf")
+        self._idle = False    # the thread waits for a notify (not for the end of an interval)
         self._error_logged = False
         self._thread: Optional[threading.Thread] = None
 
@@ -54,7 +55,8 @@ class Publisher:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="gert-triton-metrics", daemon=True)
                 self._thread.start()
-            self._cond.notify_all()
+            elif self._idle:  # otherwise it is counting down an interval and will see this: no wake-up per batch
+                self._cond.notify_all()
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Publish everything counted so far now, and wait for it; False on timeout."""
@@ -85,9 +87,12 @@ class Publisher:
     def _run(self) -> None:
         while True:
             with self._cond:
+                self._idle = True
                 self._cond.wait_for(lambda: self._requested > self._done or self._stop)
+                self._idle = False
+                deadline = time.monotonic() + self.interval  # what comes in meanwhile joins this publication
                 while not (self._stop or self._urgent):
-                    left = self._last + self.interval - time.monotonic()
+                    left = deadline - time.monotonic()
                     if left <= 0:
                         break
                     self._cond.wait(left)
@@ -101,7 +106,6 @@ class Publisher:
                     self._error_logged = True
                     self._log.log_error(f"gert_triton: publishing metrics failed: {type(e).__name__}: {e}")
             finally:
-                self._last = time.monotonic()
                 with self._cond:
                     self._done = covered
                     self._cond.notify_all()
