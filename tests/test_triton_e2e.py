@@ -656,8 +656,13 @@ def test_gert_serve_runs_the_server_and_exits_on_sigterm(tmp_path):
                 check_seq_good(client)
             finally:
                 client.close()
-        with urllib.request.urlopen(f"http://127.0.0.1:{mp}/metrics", timeout=CALL_TIMEOUT) as r:
-            assert b"gert_gear_hits_total" in r.read()
+        deadline = time.monotonic() + 10  # published by gert_triton's thread within metrics_interval_ms
+        while True:
+            with urllib.request.urlopen(f"http://127.0.0.1:{mp}/metrics", timeout=CALL_TIMEOUT) as r:
+                if b"gert_gear_hits_total" in r.read():
+                    break
+            assert time.monotonic() < deadline, "no gert metrics on the metrics endpoint"
+            time.sleep(0.05)
         t = time.monotonic()
         p.send_signal(signal.SIGTERM)  # to gert serve only: it forwards the signal to the server
         code = p.wait(30)
