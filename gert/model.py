@@ -195,13 +195,13 @@ class Model:
         names = self._input_names
         if type(inputs) is dict and len(inputs) == len(names):
             arrays = [inputs.get(n) for n in names]
-            if all(type(a) is np.ndarray for a in arrays):
+            if all(type(a) is np.ndarray or type(a) is Rows for a in arrays):
                 sizes = self._valid_shapes.get(tuple((a.shape, a.dtype) for a in arrays))
                 if sizes is not None:
-                    return ({n: a if a.flags.c_contiguous else np.require(a, requirements="C")
+                    return ({n: a if type(a) is Rows or a.flags.c_contiguous else np.require(a, requirements="C")
                              for n, a in zip(names, arrays)}, dict(sizes))
         arrays, sizes = self._check_inputs(inputs)
-        if all(type(a) is np.ndarray for a in arrays.values()):
+        if all(type(a) is np.ndarray or type(a) is Rows for a in arrays.values()):
             if len(self._valid_shapes) >= _VALID_SHAPES_KEPT:
                 self._valid_shapes.clear()
             self._valid_shapes[tuple((arrays[n].shape, arrays[n].dtype) for n in names)] = dict(sizes)
