@@ -17,14 +17,13 @@ from typing import Callable, Optional
 
 GEAR_HITS, PADDING_RATIO, STREAM_BUSY = range(3)
 
-# (family, labels, "increment" | "set", value)
-Change = tuple
+Change = tuple  # (family, labels, "increment" | "set", value)
 
 
 class Publisher:
     """The three gert metric families of one model instance and the thread that publishes to them."""
 
-    def __init__(self, pb_utils, model_name: str, collect: Callable[[], list], interval: float = 0.1):
+    def __init__(self, pb_utils, model_name: str, collect: Callable[[], list[Change]], interval: float = 0.1):
         fam = pb_utils.MetricFamily
         self._log = getattr(pb_utils, "Logger", None)
         self._families = [
@@ -110,7 +109,7 @@ class Publisher:
                     self._done = covered
                     self._cond.notify_all()
 
-    def _publish(self, changes: list) -> None:
+    def _publish(self, changes: list[Change]) -> None:
         for family, labels, op, value in changes:
             key = (family, self._base + tuple(sorted(labels.items())))
             m = self._metrics.get(key)
