@@ -151,11 +151,12 @@ def stream_layout(p: GertParams, batching: bool, device_cores: Callable[[], tupl
     cube cores gets two streams locked to half the cores each, and every batch is split over them: the cores run
     rows in parallel instead of one request's operators (on the host NPU: two single-threaded ONNX Runtime runs
     instead of one run with two intra-op threads, which stall whenever the busy server preempts one of them;
-    benchmarks/bench_triton.py measures both). Otherwise one stream over all cores. ``device_cores()``: the
-    (cube, vector) core counts of the instance's device with the fewest (asked only when needed)."""
+    benchmarks/bench_triton.py measures both). Otherwise (also with split_batch "false") one stream over all
+    cores. ``device_cores()``: the (cube, vector) core counts of the instance's device with the fewest (asked only
+    when needed)."""
     if p.streams is not None or p.cube_cores is not None or p.vector_cores is not None:
         return StreamLayout(p.streams or 1, p.cube_cores, p.vector_cores, auto=False)
-    if not batching:
+    if not batching or p.split_batch is False:  # unsplit, one execute() at a time uses one stream
         return StreamLayout(1, None, None, auto=True)
     cube, vector = device_cores()
     if cube < 2:

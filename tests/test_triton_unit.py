@@ -260,6 +260,7 @@ def test_initialize_passes_parameters_to_gert_load(pb, tmp_path, seq_bytes, monk
     ({}, True, (3, 1), StreamLayout(2, 1, None, auto=True)),        # one vector core: not split
     ({}, True, (1, 1), StreamLayout(1, None, None, auto=True)),     # one core: nothing to split
     ({}, False, (2, 2), StreamLayout(1, None, None, auto=True)),    # no batches to split
+    ({"split_batch": "false"}, True, (2, 2), StreamLayout(1, None, None, auto=True)),  # batches not split
     ({"streams": "3"}, True, (2, 2), StreamLayout(3, None, None, auto=False)),
     ({"cube_cores": "1"}, True, (2, 2), StreamLayout(1, 1, None, auto=False)),
     ({"vector_cores": "2"}, True, (2, 2), StreamLayout(1, None, 2, auto=False)),
@@ -269,7 +270,8 @@ def test_stream_layout(given, batching, cores, want):
     asked = []
     got = stream_layout(parse_parameters(params(**given)), batching, lambda: asked.append(1) or cores)
     assert got == want
-    assert asked == ([1] if want.auto and batching else []), "device cores are read only when the layout needs them"
+    needed = want.auto and batching and given.get("split_batch") != "false"
+    assert asked == ([1] if needed else []), "device cores are read only when the layout needs them"
 
 
 def test_default_stream_layout(pb, loaded, tmp_path, seq_bytes):
