@@ -67,9 +67,19 @@ def cmd_serve(args) -> int:
 def cmd_repo_init(args) -> int:
     from gert_triton.repo import init_repo
 
+    from gert_triton.config import parse_parameters
+
     if not os.path.isfile(args.model):
         raise UsageError(f"gert repo init: {args.model!r} is not a file")
-    target = init_repo(args.model, args.repo, args.name, args.max_batch_size, overwrite=args.force)
+    params = {}
+    for item in args.param:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"gert repo init: --param {item!r} is not KEY=VALUE")
+        params[key.strip()] = value
+    parse_parameters(params)  # an unknown key or a bad value fails here, naming the key, not at model load
+    target = init_repo(args.model, args.repo, args.name, args.max_batch_size, parameters=params,
+                       overwrite=args.force, instances=args.instances)
     print(f"wrote {target}/config.pbtxt, {target}/1/model.onnx and {target}/1/model.py; serve it with: "
           f"gert serve {args.repo}")
     return 0
@@ -122,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     ri.add_argument("repo")
     ri.add_argument("--name")
     ri.add_argument("--max-batch-size", type=int)
+    ri.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                    help="a gert_triton config parameter, e.g. streams=1 or gears=batch:1,4,8 (repeatable)")
+    ri.add_argument("--instances", type=int, default=1, help="instance_group count (default 1)")
     ri.add_argument("--force", action="store_true", help="overwrite an existing entry")
     ri.set_defaults(func=cmd_repo_init)
     return p

@@ -1,4 +1,5 @@
-"""`gert repo init MODEL.onnx REPO [--name NAME]`: a model repository entry that serves the model with gert."""
+"""`gert repo init MODEL.onnx REPO [--name NAME] [--param KEY=VALUE]... [--instances N]`: a model repository entry
+that serves the model with gert."""
 from __future__ import annotations
 
 import os
@@ -19,7 +20,12 @@ def _tensor_block(kind: str, entries: list) -> str:
     return f"{kind} [\n" + ",\n".join(items) + "\n]\n"
 
 
-def config_pbtxt(name: str, io: dict, max_batch_size: Optional[int] = None, parameters: Optional[dict] = None) -> str:
+def _pbtxt_string(value: str) -> str:
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def config_pbtxt(name: str, io: dict, max_batch_size: Optional[int] = None, parameters: Optional[dict] = None,
+                 instances: int = 1) -> str:
     batchable, inputs, outputs = io_config(io)
     mbs = (max_batch_size if max_batch_size is not None else DEFAULT_MAX_BATCH) if batchable else 0
     text = f'name: "{name}"\nbackend: "python"\nmax_batch_size: {mbs}\n'
@@ -29,17 +35,19 @@ def config_pbtxt(name: str, io: dict, max_batch_size: Optional[int] = None, para
     text += _tensor_block("input", inputs) + _tensor_block("output", outputs)
     if mbs > 0:
         text += "dynamic_batching {\n  max_queue_delay_microseconds: 2000\n}\n"
-    text += "instance_group [\n  {\n    kind: KIND_CPU\n    count: 1\n  }\n]\n"
+    text += f"instance_group [\n  {{\n    kind: KIND_CPU\n    count: {int(instances)}\n  }}\n]\n"
     for k, v in (parameters or {}).items():
-        text += f'parameters {{\n  key: "{k}"\n  value: {{ string_value: "{v}" }}\n}}\n'
+        text += f"parameters {{\n  key: {_pbtxt_string(k)}\n  value: {{ string_value: {_pbtxt_string(v)} }}\n}}\n"
     return text
 
 
 def init_repo(model_path: str, repo: str, name: Optional[str] = None, max_batch_size: Optional[int] = None,
-              parameters: Optional[dict] = None, overwrite: bool = False) -> str:
+              parameters: Optional[dict] = None, overwrite: bool = False, instances: int = 1) -> str:
     """Write REPO/NAME/config.pbtxt, REPO/NAME/1/model.onnx and the one-line REPO/NAME/1/model.py."""
     if not os.path.isfile(model_path):
         raise GertError(f"{model_path!r} is not a file")
+    if int(instances) < 1:
+        raise GertError(f"instances must be >= 1, got {instances}")
     name = name or os.path.splitext(os.path.basename(model_path))[0]
     if not name or "/" in name or name.startswith("."):
         raise GertError(f"model name {name!r} is not a valid directory name")
@@ -52,5 +60,5 @@ def init_repo(model_path: str, repo: str, name: Optional[str] = None, max_batch_
     with open(os.path.join(target, "1", "model.py"), "w") as f:
         f.write(MODEL_PY)
     with open(os.path.join(target, "config.pbtxt"), "w") as f:
-        f.write(config_pbtxt(name, io, max_batch_size, parameters))
+        f.write(config_pbtxt(name, io, max_batch_size, parameters, instances))
     return target

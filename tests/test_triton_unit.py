@@ -778,6 +778,20 @@ def test_cli_repo_init(tmp_path, seq_bytes, capsys):
     assert "exists" in capsys.readouterr().err
     assert main(["repo", "init", str(src), str(tmp_path / "r"), "--name", "cls", "--force"]) == 0
     assert main(["repo", "init", str(tmp_path / "nope.onnx"), str(tmp_path / "r")]) == 2
+    # parameters (checked before anything is written, as the model load would) and the instance count
+    assert main(["repo", "init", str(src), str(tmp_path / "r"), "--name", "p", "--param", "streams=1",
+                 "--param", "gears=batch:1,4", "--param", 'onnx_file=odd "name".onnx', "--instances", "2"]) == 0
+    cfg = parse_pbtxt(str(tmp_path / "r" / "p" / "config.pbtxt"))
+    assert cfg["parameters"] == {"streams": {"string_value": "1"}, "gears": {"string_value": "batch:1,4"},
+                                 "onnx_file": {"string_value": 'odd "name".onnx'}}
+    assert cfg["instance_group"] == [{"kind": "KIND_CPU", "count": 2}]
+    capsys.readouterr()
+    for bad, says in ((["--param", "colour=red"], "unknown parameter 'colour'"),
+                      (["--param", "streams=zero"], "'streams'"), (["--param", "streams"], "KEY=VALUE"),
+                      (["--instances", "0"], "instances must be >= 1")):
+        assert main(["repo", "init", str(src), str(tmp_path / "r"), "--name", "q", *bad]) == 2, bad
+        assert says in capsys.readouterr().err, bad
+        assert not os.path.exists(tmp_path / "r" / "q" / "config.pbtxt")
 
 
 def test_cli_serve_arguments(tmp_path, monkeypatch, capsys):
