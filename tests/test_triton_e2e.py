@@ -80,6 +80,7 @@ def repo(tmp_path_factory, cls_path):
     init_repo(str(seq_file), str(repo), name="bad", parameters={"streams": "zero"})
     shutil.copytree(os.path.join(EXAMPLES, "model_repository", "tiny_classifier"), repo / "tiny_classifier",
                     ignore=shutil.ignore_patterns("__pycache__"))
+    init_repo(str(seq_file), str(repo), name="seq2", parameters={"streams": "1", "cube_cores": "1"}, instances=2)
     return str(repo)
 
 
@@ -509,6 +510,49 @@ def test_unload_and_load_while_traffic_runs(server, grpc):
     assert all(NOT_SERVING.search(e) for e in failures), f"unclean failures: {failures}"
     assert all(e == "ok" for e in after), f"failures after the model was loaded again: {set(after) - {'ok'}}"
     check_seq_good(grpc, "reload")
+
+
+# ---- several instances --------------------------------------------------------------------------------------------
+
+def stub_processes(server, model: str) -> list:
+    """The Python-backend stub processes the server runs for ``model``."""
+    found = []
+    for pid in children(server.process.pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if any(a.endswith(f"/{model}/1/model.py".encode()) for a in args):
+            found.append(pid)
+    return found
+
+
+def test_two_instances_each_run_their_own_gert_model(server, http):
+    """instance_group count 2 (`gert repo init --instances 2`): two stub processes, each with its own gert.Model on
+    the (host) NPU; concurrent clients get their own results from both."""
+    http.load_model("seq2")
+    try:
+        assert len(stub_processes(server, "seq2")) == 2
+        errors: list = []
+
+        def worker(t: int) -> None:
+            c = grpcclient.InferenceServerClient(server.url("grpc"))
+            try:
+                for i in range(10):
+                    check_seq_good(c, "seq2", uid=100 * t + i)
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append((t, e))
+            finally:
+                c.close()
+
+        threads = [threading.Thread(target=worker, args=(t,), daemon=True) for t in range(8)]
+        for th in threads:
+            th.start()
+        join_all(threads, 90)
+        assert not errors, f"{len(errors)} client(s) failed; first: {errors[0]}"
+    finally:
+        http.unload_model("seq2")
 
 
 # ---- the README's example ----------------------------------------------------------------------------------------
