@@ -278,6 +278,16 @@ def main() -> None:
         print(f"{name} / (b) ort_batched:     {r['rps_vs_b']:.2f}x req/s (median of per-round ratios "
               f"{r['rps_vs_b_round_median']:.2f}x; target >= 1.0); p99 {row['p99_ms']:.1f} vs {b['p99_ms']:.1f} ms "
               "(target: no worse)")
+    # This VM has quiet windows and windows where ONNX Runtime's intra-op threads stall (both baselines drop to
+    # about half): the ratios per kind of window, telling (b)'s windows apart by their own throughput.
+    b_rounds = np.array(b["round_rps"])
+    quiet = b_rounds >= 0.75 * b_rounds.max()
+    for label, sel in (("quiet windows", quiet), ("slow windows", ~quiet)):
+        if sel.any():
+            ga, gb = (float(np.median((np.array(g["round_rps"]) / np.array(o["round_rps"]))[sel])) for o in (a, b))
+            print(f"{label} ((b) at {'>=' if label.startswith('quiet') else '<'} 75% of its best window; "
+                  f"{int(sel.sum())} of {sel.size}): gert / (a) {ga:.2f}x, gert / (b) {gb:.2f}x (medians)")
+            ratios.setdefault("windows", {})[label] = {"count": int(sel.sum()), "rps_vs_a": ga, "rps_vs_b": gb}
     if low:
         print(f"one client ({args.low_load:.0f} s per variant, interleaved): the latency of a lone request")
         print_rows(low)
