@@ -166,7 +166,7 @@ def load(url: str, model: str, x: np.ndarray, out_name: str, threads: int, secon
     return {"latencies": np.concatenate([np.asarray(v) for v in latencies]) * 1e3, "seconds": elapsed}
 
 
-def interleaved(client, url: str, x: np.ndarray, out_name: str, clients: int, duration: float, rounds: int) -> list:
+def run_windows(client, url: str, x: np.ndarray, out_name: str, clients: int, duration: float, rounds: int) -> list:
     """Every variant under ``clients`` clients for ``duration`` seconds in all, in ``rounds`` windows that rotate
     through the variants (background noise hits all alike); one row per variant."""
     windows: dict = {v: [] for v in VARIANTS}
@@ -243,8 +243,8 @@ def main() -> None:
             np.testing.assert_allclose(y, reference, rtol=1e-4, atol=1e-5, err_msg=v)
         for v in VARIANTS:
             load(server.url("grpc"), v, x, out_name, args.concurrency, args.warmup)
-        rows = interleaved(client, server.url("grpc"), x, out_name, args.concurrency, args.duration, args.rounds)
-        low = (interleaved(client, server.url("grpc"), x, out_name, 1, args.low_load, max(1, args.rounds // 2))
+        rows = run_windows(client, server.url("grpc"), x, out_name, args.concurrency, args.duration, args.rounds)
+        low = (run_windows(client, server.url("grpc"), x, out_name, 1, args.low_load, max(1, args.rounds // 2))
                if args.low_load > 0 else [])
         client.close()
     except Exception:

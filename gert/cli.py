@@ -65,9 +65,8 @@ def cmd_serve(args) -> int:
 
 
 def cmd_repo_init(args) -> int:
-    from gert_triton.repo import init_repo
-
     from gert_triton.config import parse_parameters
+    from gert_triton.repo import init_repo
 
     if not os.path.isfile(args.model):
         raise UsageError(f"gert repo init: {args.model!r} is not a file")

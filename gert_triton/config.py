@@ -29,8 +29,7 @@ from gert.errors import GertError
 
 TRITON_KEYS = {"EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS"}
 KNOWN_KEYS = {"onnx_file", "streams", "cube_cores", "vector_cores", "gears", "shape_policy", "pad_value",
-              "max_batch", "device_ids", "split_batch", "metrics_interval_ms",
-              "warmup"}
+              "max_batch", "device_ids", "split_batch", "metrics_interval_ms", "warmup"}
 
 
 class ConfigError(GertError):
