@@ -18,8 +18,10 @@ from gert._cann import (
     Stream,
     backend,
     device_count,
+    clear_faults,
     host_counters,
     host_spin_micros,
+    inject_fault,
     memory_info,
     reset_host_counters,
 )
@@ -36,6 +38,6 @@ __all__ = [
     "Device", "DeviceBuffer", "Event", "HostBuffer", "MemoryInfo", "Stream",
     "Graph", "Session", "ge_initialize", "ge_finalize", "ge_last_warning", "DeviceTensor", "GraphSummary", "dtypes",
     "Model", "load", "TensorInfo",
-    "backend", "device_count", "host_counters", "host_spin_micros", "memory_info", "reset_host_counters",
+    "backend", "clear_faults", "device_count", "host_counters", "inject_fault", "host_spin_micros", "memory_info", "reset_host_counters",
     "__version__",
 ]

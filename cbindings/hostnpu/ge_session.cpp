@@ -666,7 +666,7 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
   done->alloc.device = sp->device();
   r->in_flight.fetch_add(1);
   Stream *raw_stream = sp.get();
-  sp->enqueue(Task{[r, run_in, run_out, held, done, allocate_outputs, raw_stream, d](std::string &msg) -> aclError {
+  Task task{[r, run_in, run_out, held, done, allocate_outputs, raw_stream, d](std::string &msg) -> aclError {
     uint32_t threads = effective_limit(*d, raw_stream, ACL_RT_DEV_RES_CUBE_CORE);
     char err[2048] = {0};
     int rc = r->provider->run(r->exe, static_cast<int32_t>(threads), static_cast<int32_t>(run_in->size()),
@@ -690,7 +690,23 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
       return ACL_SUCCESS;
     }
     return result;
-  }});
+  }};
+  // The task does not run (an injected fault, or an abort dropped it): as a failed run.
+  task.drop = [r, done, allocate_outputs](aclError code, const std::string &msg) -> aclError {
+    r->in_flight.fetch_sub(1);
+    if (!allocate_outputs) return code;
+    std::lock_guard<std::mutex> lk(done->mu);
+    done->done = true;
+    done->status = static_cast<ge::Status>(code);
+    done->msg = msg;
+    done->cv.notify_all();
+    return ACL_SUCCESS;
+  };
+  task.fault = draw_fault(FaultSite::Kernel, sp->device());
+  if (aclError e = sp->launch(std::move(task), api)) {
+    r->in_flight.fetch_sub(1);
+    return ge_fail(static_cast<ge::Status>(e), "%s", aclGetRecentErrMsg());
+  }
   if (!allocate_outputs) return SUCCESS;
 
   // Dynamic graph, outputs left to GE: their shapes are known once the run finished.
@@ -698,7 +714,8 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
     std::unique_lock<std::mutex> lk(done->mu);
     done->cv.wait(lk, [&] { return done->done; });
   }
-  if (done->status != SUCCESS) return ge_fail(FAILED, "%s: %s", api, done->msg.c_str());
+  if (done->status != SUCCESS)  // FAILED for a failed run; a runtime code (a device fault, an abort) passes through
+    return ge_fail(done->status, "%s: %s", api, done->msg.c_str());
   outputs.clear();
   outputs.reserve(run_out->size());
   for (auto &ref : *run_out) {
