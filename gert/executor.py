@@ -74,6 +74,7 @@ class Request:
     run_sizes: dict             # dim name -> size the graph runs at (gear, or real)
     key: tuple = field(default=())
     out: Optional[dict] = None  # output name -> the caller's out= array, written by D2H directly when it fits
+    timeout: Optional[float] = None  # seconds the request may take on its stream (None: no limit)
 
 
 class Worker:
@@ -88,16 +89,13 @@ class Worker:
         self.graph_options = graph_options
         self.lock = threading.Lock()
         self.outstanding = 0  # requests assigned and not finished (guarded by the executor's lock)
-        self.stream = Stream(device)
         self.limited = cube_cores is not None or vector_cores is not None
-        if cube_cores is not None:
-            self.stream.cube_cores = cube_cores
-        if vector_cores is not None:
-            self.stream.vector_cores = vector_cores
+        self.cores = (cube_cores, vector_cores)
         opts = {"ge.session_device_id": str(device), **session_options}
         if cube_cores is not None and "ge.aicoreNum" not in opts:
             opts["ge.aicoreNum"] = f"{cube_cores}|{vector_cores or ''}"
-        self.session = Session(opts)
+        self.session_options = opts
+        self._open()
         self.graphs: "OrderedDict[tuple, GraphEntry]" = OrderedDict()
         self.failed: "OrderedDict[tuple, GeError]" = OrderedDict()  # shape key -> why its compile failed
         self.max_exact_graphs = max_exact_graphs
@@ -107,6 +105,16 @@ class Worker:
         self.stats = WorkerStats(device=device, stream=index, cube_cores=self.stream.cube_cores,
                                  vector_cores=self.stream.vector_cores)
         self.gear_stats: dict = {}
+
+    def _open(self) -> None:
+        """The stream (with its core limits) and the Session; again after a device recovery (gert.recovery)."""
+        self.stream = Stream(self.device)
+        cube_cores, vector_cores = self.cores
+        if cube_cores is not None:
+            self.stream.cube_cores = cube_cores
+        if vector_cores is not None:
+            self.stream.vector_cores = vector_cores
+        self.session = Session(self.session_options)
 
     # ---- graphs -----------------------------------------------------------------------------------------
     def graph_for(self, req: Request) -> GraphEntry:
@@ -217,7 +225,8 @@ class Worker:
                 if host.nbytes:
                     downloads.append((host, buf.ptr))
             self.session.run_fused(entry.graph_id, self.stream, uploads, fills,
-                                   [(b.ptr, n, g, s) for b, s, _, n, g in inputs], outputs, downloads)
+                                   [(b.ptr, n, g, s) for b, s, _, n, g in inputs], outputs, downloads,
+                                   -1 if req.timeout is None else max(1, round(req.timeout * 1000)))
         else:
             stream = self.stream
             for dptr, dmax, host in uploads:
@@ -233,7 +242,7 @@ class Worker:
                 host, results[o.name] = self._plan_download(o.name, dev.shape, dev.dtype, req)
                 if host.nbytes:
                     dev.buffer.copy_to(host, stream)
-            stream.synchronize()
+            stream.synchronize(req.timeout)
         # counted once the request succeeded, so that gear hits add up to the stream's requests
         label = _LABELS.get(req.key)
         if label is None:
@@ -293,15 +302,19 @@ class Worker:
         full = np.empty(shape, dtype)
         return full, full[tuple(slice(0, s) for s in real)]
 
+    def free_buffers(self) -> None:
+        """Free the device I/O buffers (no work may be queued); they grow again on demand."""
+        for b in list(self.in_bufs.values()) + list(self.out_bufs.values()):
+            b.free()
+        self.in_bufs.clear()
+        self.out_bufs.clear()
+
     def close(self) -> None:
         try:
             self.stream.synchronize()
         finally:
             self.session.close()
-            for b in list(self.in_bufs.values()) + list(self.out_bufs.values()):
-                b.free()
-            self.in_bufs.clear()
-            self.out_bufs.clear()
+            self.free_buffers()
             self.stream.destroy()
 
 
