@@ -14,6 +14,8 @@ Keys (all string values, as Triton passes them):
                  metric call is an IPC round trip to the server, which competes with the requests
   warmup         "true"/"false": compile every declared gear combination on every stream at load (default true),
                  so that no request pays a compile; dims without gears are compiled by their first request
+  request_timeout_ms   a request not done on the device in this time fails with UNAVAILABLE; its stream is aborted and
+                 reused (default: no limit)
   split_batch    "true"/"false": split each batch over the idle streams (default: true when streams > 1, since
                  Triton runs one execute() per instance at a time, this is how one instance uses several streams)
   ge.K           GEInitialize option K;  session.ge.K  Session option;  graph.ge.K  AddGraph option
@@ -29,7 +31,7 @@ from gert.errors import GertError
 
 TRITON_KEYS = {"EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS"}
 KNOWN_KEYS = {"onnx_file", "streams", "cube_cores", "vector_cores", "gears", "shape_policy", "pad_value",
-              "max_batch", "device_ids", "split_batch", "metrics_interval_ms", "warmup"}
+              "max_batch", "device_ids", "split_batch", "metrics_interval_ms", "warmup", "request_timeout_ms"}
 
 
 class ConfigError(GertError):
@@ -50,6 +52,7 @@ class GertParams:
     split_batch: Optional[bool] = None
     metrics_interval_ms: int = 100
     warmup: bool = True
+    request_timeout_ms: Optional[int] = None
     options: dict = field(default_factory=dict)   # gert.load(options=...) keys: global./session./graph. prefixes
 
 
@@ -94,7 +97,7 @@ def parse_parameters(raw: dict) -> GertParams:
             if not value.strip():
                 raise ConfigError("parameter 'onnx_file': empty")
             p.onnx_file = value.strip()
-        elif key in ("streams", "cube_cores", "vector_cores", "max_batch"):
+        elif key in ("streams", "cube_cores", "vector_cores", "max_batch", "request_timeout_ms"):
             setattr(p, key, _int(key, value))
         elif key == "metrics_interval_ms":
             p.metrics_interval_ms = _int(key, value, minimum=0)

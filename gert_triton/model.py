@@ -16,6 +16,7 @@ import numpy as np
 import gert
 from gert import _cann
 from gert.errors import GertError
+from gert.recovery import error_class
 from gert_triton.config import ConfigError, find_onnx_file, parse_parameters, stream_layout
 from gert_triton.metrics import GEAR_HITS, PADDING_RATIO, STREAM_BUSY, Publisher
 
@@ -26,6 +27,8 @@ _NUMPY_TO_TRITON = {
     np.dtype(np.float16): "TYPE_FP16", np.dtype(np.float32): "TYPE_FP32", np.dtype(np.float64): "TYPE_FP64",
 }
 DEFAULT_MAX_BATCH = 8
+# gert.recovery.error_class -> TritonError code: clients and load balancers retry UNAVAILABLE, never INVALID_ARG
+_TRITON_CODES = {"invalid": "INVALID_ARG", "internal": "INTERNAL", "unavailable": "UNAVAILABLE"}
 
 
 def triton_dtype(dtype) -> str:
@@ -147,7 +150,8 @@ class TritonPythonModel:
                                gears=gears or None, shape_policy=params.shape_policy or None,
                                pad_value=params.pad_value, max_batch=max_batch, options=params.options,
                                split_batch=params.split_batch if params.split_batch is not None
-                               else self.layout.streams * len(devices) > 1)
+                               else self.layout.streams * len(devices) > 1,
+                               request_timeout_s=params.request_timeout_ms / 1000 if params.request_timeout_ms else None)
         try:
             self._check_config_io()
             compiled = self.model.warmup(self._config_fixed_sizes()) if params.warmup else 0
@@ -266,10 +270,10 @@ class TritonPythonModel:
         for group in self._groups(ready):
             try:
                 results = self.model.run_batch([inputs for _, inputs, _ in group])
-            except GertError as e:
+            except GertError as e:  # bad input INVALID_ARG; device / runtime failure INTERNAL; retry later UNAVAILABLE
+                code = getattr(pb_utils.TritonError, _TRITON_CODES[error_class(e)])
                 for i, _, _ in group:
-                    responses[i] = pb_utils.InferenceResponse(
-                        error=pb_utils.TritonError(str(e), pb_utils.TritonError.INVALID_ARG))
+                    responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(e), code))
                 continue
             except Exception as e:
                 for i, _, _ in group:
