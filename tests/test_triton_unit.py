@@ -232,13 +232,13 @@ def test_initialize_passes_parameters_to_gert_load(pb, tmp_path, seq_bytes, monk
 
     monkeypatch.setattr(gt_model.gert, "load", fake_load)
     cfg = autocomplete(pb, mdir, parameters=params(streams="2", cube_cores="1", vector_cores="1", gears="S:4,8",
-                                                   shape_policy="S:pad", pad_value="3",
+                                                   shape_policy="S:pad", pad_value="3", request_timeout_ms="1500",
                                                    **{"session.ge.x": "1", "ge.y": "2"}))
     with pytest.raises(Stop):
         TritonPythonModel().initialize(init_args(mdir, cfg, device="0"))
     assert seen == dict(path=os.path.realpath(os.path.join(mdir, "1", "model.onnx")), devices=(0,), streams=2,
                         cube_cores=1, vector_cores=1, gears={"S": [4, 8]}, shape_policy={"S": "pad"}, pad_value=3.0,
-                        max_batch=8, options={"session.ge.x": "1", "global.ge.y": "2"},
+                        max_batch=8, options={"session.ge.x": "1", "global.ge.y": "2"}, request_timeout_s=1.5,
                         split_batch=True)  # several streams: one batch is split over the idle ones by default
     seen.clear()
     cfg = autocomplete(pb, mdir, parameters=params(device_ids="0,1", gears="batch:1,2", split_batch="false"))
