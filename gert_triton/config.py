@@ -34,6 +34,9 @@ KNOWN_KEYS = {"onnx_file", "streams", "cube_cores", "vector_cores", "gears", "sh
               "max_batch", "device_ids", "split_batch", "metrics_interval_ms", "warmup", "request_timeout_ms"}
 
 
+MAX_STREAMS = 64  # per device: each stream is a worker thread with its own Session and buffers
+
+
 class ConfigError(GertError):
     """A config.pbtxt parameter is malformed or unknown; the message names the key."""
 
@@ -56,13 +59,13 @@ class GertParams:
     options: dict = field(default_factory=dict)   # gert.load(options=...) keys: global./session./graph. prefixes
 
 
-def _int(key: str, value: str, minimum: int = 1) -> int:
+def _int(key: str, value: str, minimum: int = 1, maximum: int = 2**31 - 1) -> int:
     try:
         v = int(value.strip())
     except ValueError:
         raise ConfigError(f"parameter '{key}': expected an integer, got {value!r}") from None
-    if v < minimum:
-        raise ConfigError(f"parameter '{key}': must be >= {minimum}, got {v}")
+    if not minimum <= v <= maximum:
+        raise ConfigError(f"parameter '{key}': must be in [{minimum}, {maximum}], got {v}")
     return v
 
 
@@ -83,9 +86,11 @@ def parse_parameters(raw: dict) -> GertParams:
     """Parse the ``parameters`` of a model config (``{key: {"string_value": str}}`` or ``{key: str}``)."""
     p = GertParams()
     for key, entry in (raw or {}).items():
-        value = entry.get("string_value", "") if isinstance(entry, dict) else str(entry)
+        value = entry.get("string_value", "") if isinstance(entry, dict) else entry
         if key in TRITON_KEYS:
             continue
+        if not isinstance(value, str):
+            raise ConfigError(f"parameter '{key}': expected a string value, got {type(value).__name__} {value!r}")
         if key.startswith("ge."):
             p.options["global." + key] = value
         elif key.startswith("session.ge.") or key.startswith("graph.ge."):
@@ -97,7 +102,9 @@ def parse_parameters(raw: dict) -> GertParams:
             if not value.strip():
                 raise ConfigError("parameter 'onnx_file': empty")
             p.onnx_file = value.strip()
-        elif key in ("streams", "cube_cores", "vector_cores", "max_batch", "request_timeout_ms"):
+        elif key == "streams":
+            p.streams = _int(key, value, maximum=MAX_STREAMS)
+        elif key in ("cube_cores", "vector_cores", "max_batch", "request_timeout_ms"):
             setattr(p, key, _int(key, value))
         elif key == "metrics_interval_ms":
             p.metrics_interval_ms = _int(key, value, minimum=0)
