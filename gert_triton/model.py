@@ -168,6 +168,7 @@ class TritonPythonModel:
         # asking again costs one IPC round trip per request (~50 us each, ~8% of a batch-8 PP-OCR cls execute).
         # Without them requests wait in the instance's queue unchecked: ask in execute().
         self.check_cancelled = not ("dynamic_batching" in self.config or "sequence_batching" in self.config)
+        self.sequences = "sequence_batching" in self.config
         self._init_metrics(params.metrics_interval_ms)
 
     def _config_fixed_sizes(self) -> dict:
@@ -254,6 +255,8 @@ class TritonPythonModel:
                 except AttributeError:  # a stub without cancellation
                     pass
             try:
+                if not self.sequences:
+                    _check_no_sequence(request, self.name)
                 inputs = {}
                 for t in self.model.inputs:
                     tensor = pb_utils.get_input_tensor_by_name(request, t.name)
@@ -338,3 +341,17 @@ class TritonPythonModel:
                                 "increment", delta))
         self._last_stats = stats
         return changes
+
+
+def _check_no_sequence(request, model: str) -> None:
+    """A model without sequence batching keeps no state: a sequence id or start/end flag means the client expects
+    state that is not there, so the request is refused (Triton itself passes them through)."""
+    cid = getattr(request, "correlation_id", lambda: 0)()
+    flags = getattr(request, "flags", lambda: 0)()
+    if cid not in (0, "", None) or flags & _SEQUENCE_FLAGS:
+        raise GertError(f"model '{model}' has no sequence batching, but the request carries "
+                        f"sequence_id={cid!r}, sequence_start={bool(flags & 1)}, sequence_end={bool(flags & 2)}; "
+                        f"send it without them")
+
+
+_SEQUENCE_FLAGS = 3  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_START | TRITONSERVER_REQUEST_FLAG_SEQUENCE_END

@@ -50,3 +50,14 @@ def test_device_fault_is_internal_timeout_unavailable_bad_input_invalid(pb, load
     check_seq(outputs_of(m.execute([request(pb, good)])[0]), good)  # still serving
     st = m.model.stats()
     assert (st["failed_tasks"], st["timeouts"]) == (1, 1)
+
+
+def test_sequence_fields_on_a_model_without_sequence_batching_are_refused(pb, loaded, tmp_path, seq_bytes):
+    m = loaded(model_dir(tmp_path, seq_bytes), parameters=params(streams="1"))
+    good = seq_inputs(1, 4, 2)
+    reqs = [pb.InferenceRequest([pb.Tensor(k, v) for k, v in good.items()], ["y", "c"], **kw)
+            for kw in ({"correlation_id": 7}, {"correlation_id": "abc"}, {"flags": 1}, {"flags": 2}, {})]
+    out = m.execute(reqs)
+    for r, word in zip(out, ("sequence_id=7", "sequence_id='abc'", "sequence_start=True", "sequence_end=True")):
+        assert_error(pb, r, pb.TritonError.INVALID_ARG, "no sequence batching", word)
+    check_seq(outputs_of(out[4]), good)
