@@ -32,9 +32,10 @@ def host_counters() -> dict:
     }
 
 
-def inject_fault(str kind, *, int device=0, after=0, count=1, duration_ms=0) -> None:
+def inject_fault(str kind, *, int device=0, after=0, count=1, every=0, duration_ms=0) -> None:
     """Arm a fault in the host NPU: it hits the ``count`` launches (allocations for "malloc", copies for "memcpy")
-    on ``device`` that follow the next ``after``. Kinds, as CANN 8.5 reports them:
+    on ``device`` that follow the next ``after`` (with ``every`` > 0: every ``every``-th one from there on, ``count``
+    times). Kinds, as CANN 8.5 reports them:
 
     - "execute": the kernel task fails with ACL_ERROR_RT_AICORE_EXCEPTION (507015), returned once by the next
       synchronize; the stream works again afterwards.
@@ -49,12 +50,12 @@ def inject_fault(str kind, *, int device=0, after=0, count=1, duration_ms=0) -> 
     _require_host_npu("inject_fault()")
     if kind not in FAULT_KINDS:
         raise ValueError(f"inject_fault: kind must be one of {FAULT_KINDS}, got {kind!r}")
-    for name, value in (("after", after), ("count", count), ("duration_ms", duration_ms)):
+    for name, value in (("after", after), ("count", count), ("every", every), ("duration_ms", duration_ms)):
         if int(value) < 0:
             raise ValueError(f"inject_fault: {name} must be >= 0, got {value}")
     if not 0 <= device < device_count():
         raise ValueError(f"inject_fault: device {device} does not exist; there are {device_count()}")
-    if gertHostInjectFault(kind.encode(), device, int(after), int(count), int(duration_ms)) != 0:
+    if gertHostInjectFault(kind.encode(), device, int(after), int(count), int(every), int(duration_ms)) != 0:
         raise ValueError(f"inject_fault: the host NPU does not know fault kind {kind!r}")
 
 

@@ -24,7 +24,8 @@ cdef extern from "gert_backend.h" nogil:
         uint64_t device_task_aborts
 
     void gertHostGetCounters(gertHostCounters* out)
-    int gertHostInjectFault(const char* kind, int32_t device, uint64_t after, uint64_t count, uint32_t duration_ms)
+    int gertHostInjectFault(const char* kind, int32_t device, uint64_t after, uint64_t count, uint64_t every,
+                            uint32_t duration_ms)
     void gertHostClearFaults()
     void gertHostResetCounters()
     void gertHostSetSpinMicros(uint32_t us)

@@ -237,7 +237,7 @@ def test_env_var_arms_faults_and_rejects_a_bad_spec():
                 codes.append(e.code)
         emit({"codes": codes, "fired": gert.host_counters()["faults"]["memcpy"]})
     """
-    r = run_python_result(code, env={"GERT_HOST_FAULTS": "memcpy:after=1:count=2"})
+    r = run_python_result(code, env={"GERT_HOST_FAULTS": "memcpy:after=1:count=2:every=1"})
     assert r == {"codes": [0, DMA, DMA, 0], "fired": 2}
     r = run_python_result("""
         import gert
@@ -262,3 +262,17 @@ def test_inject_fault_checks_its_arguments():
         gert.inject_fault("execute", after=-1)
     with pytest.raises(ValueError, match="device 7 does not exist"):
         gert.inject_fault("execute", device=7)
+
+
+def test_every_nth_launch(device):
+    buf = gert.DeviceBuffer(64, 0)
+    gert.inject_fault("memcpy", after=2, every=3, count=3)
+    codes = []
+    for _ in range(14):
+        try:
+            buf.copy_from(np.zeros(64, np.uint8))
+            codes.append(0)
+        except gert.AclError as e:
+            codes.append(e.code)
+    assert [i for i, c in enumerate(codes) if c] == [2, 5, 8]  # from the 3rd copy on, every 3rd, 3 times
+    buf.free()

@@ -1,6 +1,7 @@
 // Host NPU: fault injection (gert.inject_fault, GERT_HOST_FAULTS) and the runtime's fault reporting and recovery
 // calls, as CANN 8.5 does them (shared/docs/cann-runtime-rules.md, part 2): aclrtStreamAbort, aclrtDeviceTaskAbort,
 // aclrtSetStreamFailureMode, aclrtGetLastError / aclrtPeekAtLastError. A toolkit build has no fault injection.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -16,6 +17,7 @@ struct Armed {
   int32_t device;
   uint64_t after, count;
   uint32_t duration_ms;
+  uint64_t every = 0;  // 0: the `count` launches right after `after`; N: every N-th launch from `after` on
   uint64_t seen = 0, fired = 0;
 };
 
@@ -58,7 +60,7 @@ Fault draw_fault(FaultSite site, int32_t device) {
   const Armed *hit = nullptr;
   for (auto &a : g_armed) {  // every armed fault of this site and device counts the launch
     if (a.device != device || site_of(a.kind) != site || a.fired >= a.count) continue;
-    bool due = a.seen >= a.after;
+    bool due = a.seen >= a.after && (a.every == 0 || (a.seen - a.after) % a.every == 0);
     a.seen++;
     if (due && !hit) {
       a.fired++;
@@ -66,11 +68,16 @@ Fault draw_fault(FaultSite site, int32_t device) {
     }
   }
   if (!hit) return f;
-  counters().faults[static_cast<int>(hit->kind)].fetch_add(1);
-  std::string tag = std::string("injected ") + kKindNames[static_cast<int>(hit->kind)] + " fault " +
-                    std::to_string(hit->fired) + " of " + std::to_string(hit->count) + " on device " +
-                    std::to_string(device);
-  switch (hit->kind) {
+  FaultKind kind = hit->kind;
+  uint32_t duration_ms = hit->duration_ms;
+  uint64_t fired = hit->fired, count = hit->count;
+  g_armed.erase(std::remove_if(g_armed.begin(), g_armed.end(), [](const Armed &a) { return a.fired >= a.count; }),
+                g_armed.end());  // spent faults cost the next launches nothing
+  g_n_armed.store(static_cast<int>(g_armed.size()));
+  counters().faults[static_cast<int>(kind)].fetch_add(1);
+  std::string tag = std::string("injected ") + kKindNames[static_cast<int>(kind)] + " fault " +
+                    std::to_string(fired) + " of " + std::to_string(count) + " on device " + std::to_string(device);
+  switch (kind) {
     case FaultKind::Execute:
       f.code = ACL_ERROR_RT_AICORE_EXCEPTION;
       f.what = "AI Core exception (" + tag + ")";
@@ -81,7 +88,7 @@ Fault draw_fault(FaultSite site, int32_t device) {
       f.what = "AI Core exception, device-wide (" + tag + ")";
       break;
     case FaultKind::Hang:
-      f.hang_ms = hit->duration_ms ? hit->duration_ms : UINT32_MAX;
+      f.hang_ms = duration_ms ? duration_ms : UINT32_MAX;
       f.what = "task hangs (" + tag + ")";
       break;
     case FaultKind::Malloc:
@@ -117,7 +124,7 @@ aclError load_env_faults() {
       fields.push_back(entry.substr(p, q - p));
       p = q + 1;
     }
-    Armed a{FaultKind::Execute, 0, 0, 1, 0};
+    Armed a{FaultKind::Execute, 0, 0, 1, 0, 0};
     if (!kind_of(fields[0], &a.kind))
       return fail(ACL_ERROR_INVALID_PARAM, "aclInit: GERT_HOST_FAULTS entry '%s': unknown kind '%s' (kinds: execute, "
                   "sticky, hang, malloc, memcpy)", entry.c_str(), fields[0].c_str());
@@ -134,9 +141,10 @@ aclError load_env_faults() {
       else if (key == "count") a.count = static_cast<uint64_t>(v);
       else if (key == "duration_ms") a.duration_ms = static_cast<uint32_t>(v);
       else if (key == "device") a.device = static_cast<int32_t>(v);
+      else if (key == "every") a.every = static_cast<uint64_t>(v);
       else
         return fail(ACL_ERROR_INVALID_PARAM, "aclInit: GERT_HOST_FAULTS entry '%s': unknown key '%s' (keys: after, "
-                    "count, duration_ms, device)", entry.c_str(), key.c_str());
+                    "count, every, duration_ms, device)", entry.c_str(), key.c_str());
     }
     arm(a);
   }
@@ -175,10 +183,11 @@ using namespace hostnpu;
 
 extern "C" {
 
-int gertHostInjectFault(const char *kind, int32_t device, uint64_t after, uint64_t count, uint32_t duration_ms) {
+int gertHostInjectFault(const char *kind, int32_t device, uint64_t after, uint64_t count, uint64_t every,
+                        uint32_t duration_ms) {
   FaultKind k;
   if (!kind || !kind_of(kind, &k)) return -1;
-  arm(Armed{k, device, after, count, duration_ms});
+  arm(Armed{k, device, after, count, duration_ms, every});
   return 0;
 }
 

@@ -33,8 +33,10 @@ void gertHostGetCounters(gertHostCounters *out);
  * aclrtDeviceTaskAbort or aclrtResetDeviceForce), "hang" (a kernel task runs only after duration_ms, 0 = until
  * aclrtStreamAbort), "malloc" (a device allocation fails with ACL_ERROR_RT_MEMORY_ALLOCATION), "memcpy" (a copy fails
  * with ACL_ERROR_RT_SYS_DMA). The fault hits the `count` launches (allocations, copies) on `device` that follow the
- * next `after` ones. Returns 0, or -1 for an unknown kind. GERT_HOST_FAULTS arms the same at aclInit. */
-int gertHostInjectFault(const char *kind, int32_t device, uint64_t after, uint64_t count, uint32_t duration_ms);
+ * next `after` ones, or with every > 0 every `every`-th launch from there on, `count` times. Returns 0, or -1 for an
+ * unknown kind. GERT_HOST_FAULTS arms the same at aclInit. */
+int gertHostInjectFault(const char *kind, int32_t device, uint64_t after, uint64_t count, uint64_t every,
+                        uint32_t duration_ms);
 void gertHostClearFaults(void);
 /* Zero the byte, task, fault and abort counters; the peak restarts from the memory in use now. */
 void gertHostResetCounters(void);
