@@ -3,7 +3,7 @@
 The runtime layer (devices, streams, events, device and pinned host memory) comes from the
 compiled bindings in ``gert._cann``; see shared/docs/design.md for the layers.
 """
-from gert.errors import AclError, GeError, GertError, HostFunctionError
+from gert.errors import AclError, DeviceUnavailable, GeError, GertError, HostFunctionError, RequestTimeout
 from gert._cann import (
     Graph,
     Session,
@@ -34,7 +34,7 @@ from gert import dtypes
 __version__ = "0.1.0"
 
 __all__ = [
-    "AclError", "GeError", "GertError", "HostFunctionError",
+    "AclError", "DeviceUnavailable", "GeError", "GertError", "HostFunctionError", "RequestTimeout",
     "Device", "DeviceBuffer", "Event", "HostBuffer", "MemoryInfo", "Stream",
     "Graph", "Session", "ge_initialize", "ge_finalize", "ge_last_warning", "DeviceTensor", "GraphSummary", "dtypes",
     "Model", "load", "TensorInfo",
