@@ -472,7 +472,10 @@ class Model:
             busy = [w for w in self._workers if w.outstanding]
         self._recovery.abort_streams(busy)  # a stuck stream must not keep close() past its timeout
         for w in self._workers:
-            w.close()
+            try:
+                w.close()
+            except GertError:
+                pass  # a failed device's last error: the worker released its resources all the same
         self._workers = []
 
     def __enter__(self) -> "Model":
