@@ -22,6 +22,7 @@ from gert import _cann
 from gert._cann import DeviceBuffer, Graph, Session, Stream
 from gert.dtypes import ge_dtype
 from gert.errors import GeError, GertError
+from gert.recovery import watchdog
 from gert.rows import Rows
 from gert.shapes import ShapePlan
 from gert.tensor import DeviceTensor
@@ -237,7 +238,8 @@ class Worker:
                 _cann.memset_async(dptr, dmax, value, n, stream.handle)
             stream.keep_alive(uploads)
             tensors = [DeviceTensor(b, s, d) for b, s, d, _, _ in inputs]
-            outputs = self.session.execute_async(entry.graph_id, stream, tensors)  # waits: GE sized the outputs
+            with watchdog(stream, req.timeout):  # GE waits here until the run sized the outputs
+                outputs = self.session.execute_async(entry.graph_id, stream, tensors)
             for o, dev in zip(plan.outputs, outputs):
                 host, results[o.name] = self._plan_download(o.name, dev.shape, dev.dtype, req)
                 if host.nbytes:

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -159,6 +160,36 @@ class Recovery:
         finally:
             with self._lock:
                 self._recovering.discard(device)
+
+
+@contextmanager
+def watchdog(stream, timeout: Optional[float]):
+    """For a call that waits for the device without a timeout of its own (GE's run of a dynamic graph waits for it
+    to size the outputs): past ``timeout`` seconds the stream is aborted, which ends the wait, and the call raises
+    ACL_ERROR_RT_STREAM_SYNC_TIMEOUT as a timed-out synchronize would."""
+    if timeout is None:
+        yield
+        return
+    fired = threading.Event()
+
+    def fire() -> None:
+        fired.set()
+        try:
+            stream.abort()
+        except GertError:
+            pass
+
+    timer = threading.Timer(timeout, fire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    except (AclError, GeError) as e:
+        if fired.is_set():
+            raise AclError(SYNC_TIMEOUT, f"the run was still going after {timeout:g} s; the stream was aborted") from e
+        raise
+    finally:
+        timer.cancel()
 
 
 def reopen(w) -> None:

@@ -79,6 +79,24 @@ def test_request_timeout_aborts_and_reuses_the_stream(device):
         m.close()
 
 
+def test_request_timeout_on_a_dynamic_graph(device):
+    """GE's run of a dynamic graph waits inside ExecuteGraphWithStreamAsync (it sizes the outputs): the timeout
+    aborts the stream there too."""
+    m = gert.load(scale_model(2.0, shape=("batch", 4)), shape_policy={"batch": "dynamic"}, request_timeout_s=0.3)
+    try:
+        x = _x(3, 6)
+        np.testing.assert_array_equal(m.run({"x": x})["y"], x * 2)
+        gert.inject_fault("hang", duration_ms=3000)  # without the abort the run would succeed, 3 s late
+        t0 = time.monotonic()
+        with pytest.raises(RequestTimeout, match="0.3 s on device 0"):
+            m.run({"x": x})
+        assert time.monotonic() - t0 < 2.5
+        np.testing.assert_array_equal(m.run({"x": x})["y"], x * 2)
+        assert m.stats()["timeouts"] == 1
+    finally:
+        m.close()
+
+
 def test_close_returns_within_its_timeout_with_a_hung_stream(device):
     m = gert.load(scale_model(2.0, shape=("batch", 4)), gears={"batch": [4]})
     m.warmup()
