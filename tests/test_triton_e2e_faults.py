@@ -3,6 +3,7 @@ GERT_HOST_FAULTS, so each stub process's host NPU arms the faults at aclInit and
 
 - an injected task fault answers that request INTERNAL (HTTP 500 / gRPC INTERNAL) with the runtime's code and message;
 - a hung task past request_timeout_ms answers UNAVAILABLE (HTTP 503 / gRPC UNAVAILABLE), the stream is aborted;
+- a device-wide (sticky) fault answers INTERNAL; the stub's gert.Model recovers the device and serves on;
 - the model stays READY and the following requests are answered correctly;
 - a stub killed with SIGKILL: its requests fail fast (INTERNAL); the bundled Triton 2.51 python backend does not restart
   stubs, so a reload through the repository API brings the model back, and it serves again.
@@ -24,8 +25,9 @@ from triton_models import SEQ_OUTPUTS, seq_expected, seq_inputs, seq_model
 
 pytestmark = [pytest.mark.skipif(pytriton_root() is None, reason="needs nvidia-pytriton (pip install -e '.[triton]')")]
 
-# per stub: kernel launches 1-2 run, 3 fails (execute), 4-6 run, 7 hangs until the request times out and aborts it
-FAULTS = "execute:after=2:count=1,hang:after=6:count=1:duration_ms=0"
+# per stub: kernel launches 1-2 run, 3 fails (execute), 4-6 run, 7 hangs until the request times out and aborts it,
+# 8-12 run, 13 fails device-wide (sticky: gert.Model recovers the device), the rest run
+FAULTS = "execute:after=2:count=1,hang:after=6:count=1:duration_ms=0,sticky:after=12:count=1"
 TIMEOUT_MS = 500
 
 
@@ -85,7 +87,11 @@ def test_task_fault_internal_timeout_unavailable_model_stays_ready(server, proto
         client.close()
     g = client_for(server, "grpc")
     try:
-        assert _outcome(g, "faulty", 50) == "ok"
+        got = [_outcome(g, "faulty", uid) for uid in range(50, 56)]  # launches 10-15
+        assert got[0:3] == ["ok"] * 3, got
+        status, msg = got[3]
+        assert status == "StatusCode.INTERNAL" and "device-wide" in msg, got[3]
+        assert got[4:] == ["ok", "ok"], got  # the device was recovered in the stub
         assert g.is_model_ready("faulty")
     finally:
         g.close()
