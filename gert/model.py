@@ -22,6 +22,7 @@ from gert.errors import GertError
 from gert.rows import Rows
 from gert.executor import GearStats, Request, Worker
 from gert.shapes import ShapePlan, TensorInfo, plan_shapes
+from gert.tiers import HOT_AFTER, HOT_WINDOW, Tiers
 
 ModelSource = Union[str, bytes, os.PathLike]
 
@@ -52,7 +53,7 @@ class Model:
                  pad_value: Union[float, Mapping[str, float]] = 0, max_batch: Optional[int] = None,
                  options: Optional[Mapping[str, str]] = None,
                  output_dims: Optional[Mapping[str, Mapping[int, str]]] = None, max_exact_graphs: int = 16,
-                 split_batch: bool = False):
+                 split_batch: bool = False, hot_after: int = HOT_AFTER, hot_window: int = HOT_WINDOW):
         if isinstance(model, (bytes, bytearray, memoryview)):
             data = bytes(model)
         else:
@@ -90,10 +91,14 @@ class Model:
                 for _ in range(int(streams)):
                     self._workers.append(Worker(len(self._workers), d, self._graph, self.plan, sess, graph_opts,
                                                 cube_cores, vector_cores, max_exact_graphs))
+            # policy auto: requests route through the tiers (dynamic graph now, static graphs once hot)
+            self._tiers = Tiers(self._workers, max_exact_graphs, hot_after, hot_window) if self.plan.tiered else None
         except BaseException:
             for w in self._workers:
                 w.close()
             raise
+        for w in self._workers:
+            w.tiers = self._tiers
         self._futures_lock = threading.Lock()
         self._queued: set = set()  # futures from submit() that no pool thread has started
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(4, 2 * len(self._workers)),
@@ -394,7 +399,9 @@ class Model:
         dims = self.plan.dims
         names = sorted(dims)
         choices = []
-        for n in names:
+        if self._tiers is not None:  # auto: the dynamic-shape graph serves every shape until one is hot
+            choices = [[-1]] * len(names)
+        for n in names[len(choices):]:
             d = dims[n]
             if d.policy == "dynamic":
                 choices.append([-1])
@@ -430,12 +437,16 @@ class Model:
         for d in sorted({w.device for w in self._workers}):
             info = _cann.memory_info(d)
             memory[d] = {"used": info.used, "total": info.total}
-        return {
+        out = {
             "streams": streams,
             "gears": {k: {"hits": g.hits, "padding_ratio": g.padding_ratio} for k, g in gears.items()},
-            "compiles": sum(s["compiles"] for s in streams),
             "device_memory": memory,
         }
+        for k in ("compiles", "static_hits", "dynamic_hits", "background_compiles", "request_path_compiles"):
+            out[k] = sum(s[k] for s in streams)
+        if self._tiers is not None:
+            out["tiers"] = self._tiers.stats()
+        return out
 
     def close(self, timeout: float = 60.0) -> None:
         """Stop taking requests; queued submits are cancelled, running ones complete; then release everything."""
@@ -458,8 +469,11 @@ class Model:
                 if left <= 0:
                     break
                 self._idle.wait(left)
+        # a background compile in flight is not waited for: its thread closes the worker it is using afterwards
+        handed_over = self._tiers.close() if self._tiers is not None else None
         for w in self._workers:
-            w.close()
+            if w is not handed_over:
+                w.close()
         self._workers = []
 
     def __enter__(self) -> "Model":
