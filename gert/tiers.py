@@ -17,7 +17,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Optional
 
 from gert.errors import GertError
 
@@ -125,7 +125,6 @@ class Tiers:
         self._handed_over: Optional["Worker"] = None  # closed by the compiler thread when its call returns
         self.evictions = 0
         self.rejections = 0
-        self.compile_hook: Optional[Callable[[tuple], None]] = None  # tests: called before each background compile
 
     # ---- the request path (the caller holds w.lock) ----------------------------------------------------------
     def route(self, w: "Worker", req: "Request") -> "GraphEntry":
@@ -211,8 +210,6 @@ class Tiers:
             try:
                 t0 = time.perf_counter()
                 try:
-                    if self.compile_hook is not None:
-                        self.compile_hook(key)
                     entry = w._build(key)  # without w.lock: the stream keeps serving on its other graphs
                 except Exception as e:  # noqa: BLE001 - recorded; the shape stays on the dynamic graph
                     with self._lock:
