@@ -22,7 +22,7 @@ from gert.errors import GertError
 from gert.rows import Rows
 from gert.executor import GearStats, Request, Worker
 from gert.shapes import ShapePlan, TensorInfo, plan_shapes
-from gert.tiers import HOT_AFTER, HOT_WINDOW, Tiers
+from gert.tiers import HOT_AFTER, HOT_WINDOW, Tiers, check_settings
 
 ModelSource = Union[str, bytes, os.PathLike]
 
@@ -61,6 +61,7 @@ class Model:
                 data = f.read()
         if int(streams) < 1:
             raise GertError(f"streams must be >= 1, got {streams}")
+        check_settings(hot_after, hot_window, max_exact_graphs)
         devices = tuple(int(d) for d in devices)
         if not devices:
             raise GertError("devices must name at least one device")
@@ -392,16 +393,15 @@ class Model:
     # ---- lifecycle and stats -------------------------------------------------------------------------------------
     def warmup(self, sizes: Optional[Mapping[str, Sequence[int]]] = None) -> int:
         """Compile every declared gear combination on every stream; returns how many graphs were compiled.
-        An exact dim without gears takes the sizes ``sizes[dim]`` (e.g. what a server's config fixes); if one has
-        neither, only its requests can tell its sizes and nothing is compiled."""
+        An exact or auto dim without gears takes the sizes ``sizes[dim]`` (e.g. what a server's config fixes); if
+        one has neither, only its requests can tell its sizes and no static graph is compiled: with the auto
+        policy the stream's dynamic-shape graph is compiled instead, to serve every shape until one is hot."""
         import itertools
 
         dims = self.plan.dims
         names = sorted(dims)
-        choices = []
-        if self._tiers is not None:  # auto: the dynamic-shape graph serves every shape until one is hot
-            choices = [[-1]] * len(names)
-        for n in names[len(choices):]:
+        choices: Optional[list] = []
+        for n in names:
             d = dims[n]
             if d.policy == "dynamic":
                 choices.append([-1])
@@ -410,9 +410,13 @@ class Model:
             elif sizes and sizes.get(n):
                 choices.append(sorted({int(v) for v in sizes[n]}))
             else:
-                return 0
+                choices = None
+                break
+        combos = list(itertools.product(*choices)) if choices is not None else []
+        if self._tiers is not None and choices is None:  # sizes unknown: requests start on the dynamic graph
+            combos.insert(0, tuple(v for _, v in self._tiers.fallback_key))
         compiled = 0
-        for combo in itertools.product(*choices):
+        for combo in combos:
             run_sizes = dict(zip(names, combo))
             key = tuple(sorted((n, v) for n, v in run_sizes.items()))
             for w in self._workers:

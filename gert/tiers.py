@@ -32,6 +32,16 @@ HOT_AFTER = 3
 HOT_WINDOW = 256
 
 
+def check_settings(hot_after: int, hot_window: int, max_exact_graphs: int) -> None:
+    """GertError naming the setting, unless hot_after >= 1, hot_window >= hot_after and max_exact_graphs >= 1."""
+    if int(hot_after) < 1:
+        raise GertError(f"hot_after must be >= 1, got {hot_after}")
+    if int(hot_window) < int(hot_after):
+        raise GertError(f"hot_window must be >= hot_after ({hot_after}), got {hot_window}")
+    if int(max_exact_graphs) < 1:
+        raise GertError(f"max_exact_graphs must be >= 1, got {max_exact_graphs}")
+
+
 class FrequencyWindow:
     """How often each key was seen within the last ``size`` additions (an exact sliding window)."""
 
@@ -102,10 +112,7 @@ class Tiers:
     counts hotness, and compiles static graphs for hot shapes in one background thread."""
 
     def __init__(self, workers: list, max_static: int, hot_after: int = HOT_AFTER, hot_window: int = HOT_WINDOW):
-        if int(hot_after) < 1:
-            raise GertError(f"hot_after must be >= 1, got {hot_after}")
-        if int(hot_window) < int(hot_after):
-            raise GertError(f"hot_window must be >= hot_after ({hot_after}), got {hot_window}")
+        check_settings(hot_after, hot_window, max_static)
         self.workers = workers
         self.max_static = int(max_static)
         self.hot_after = int(hot_after)
@@ -135,7 +142,7 @@ class Tiers:
             if key in self._static:
                 self._static[key] = self._tick
             elif (n >= self.hot_after and key not in self._queued and key not in self._failed
-                  and n > self._rejected.get(key, 0) and not self._stopping):
+                  and n > self._rejected.get(key, 0) and not self._stopping and key not in w.graphs):
                 self._queued.add(key)
                 self._queue.append(key)
                 self._lock.notify()
@@ -149,8 +156,6 @@ class Tiers:
         if entry is None:  # warmup did not run: the dynamic graph is compiled once, here
             entry = w._compile(self.fallback_key, dict(self.fallback_key))
             w.stats.request_path_compiles += 1
-        if "batch" in req.sizes and req.run_sizes["batch"] != req.sizes["batch"]:
-            req.run_sizes = dict(req.run_sizes, batch=req.sizes["batch"])  # a dynamic graph needs no pad rows
         return entry
 
     # ---- the compiler thread -----------------------------------------------------------------------------------
