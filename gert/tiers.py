@@ -14,9 +14,11 @@ evicts only other one-offs.
 """
 from __future__ import annotations
 
+import atexit
 import collections
 import threading
 import time
+import weakref
 from typing import TYPE_CHECKING, Optional
 
 from gert.errors import GertError
@@ -132,6 +134,7 @@ class Tiers:
         self._handed_over: Optional["Worker"] = None  # closed by the compiler thread when its call returns
         self.evictions = 0
         self.rejections = 0
+        _live.add(self)
 
     # ---- the request path (the caller holds w.lock) ----------------------------------------------------------
     def route(self, w: "Worker", req: "Request") -> "GraphEntry":
@@ -282,6 +285,18 @@ class Tiers:
 
 
 _FAILED_KEPT = 64
+_EXIT_WAIT = 120.0  # seconds: at exit, how long a compile in flight may still take
+_live: "weakref.WeakSet[Tiers]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_at_exit() -> None:
+    """Stop every compiler thread and let a compile in flight return while Python still runs: a daemon thread that
+    comes back into Python during finalization is ended by force, inside C++ frames (std::terminate)."""
+    for t in list(_live):
+        t.close()
+    for t in list(_live):
+        t.join(_EXIT_WAIT)
 
 
 def _label(key: tuple) -> str:

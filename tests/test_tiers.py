@@ -19,7 +19,7 @@ import pytest
 import gert
 from gert._ort_provider import OrtGraphProvider
 from gert.tiers import FrequencyWindow, SegmentedLRU
-from _helpers import RUNTIME
+from _helpers import RUNTIME, run_python
 from model_helpers import check_echo, echo_input, echo_model, ort_static
 from models import DET, ort_run, ppocr_model, text_image
 
@@ -309,3 +309,37 @@ def test_exact_one_off_scan_does_not_evict_reused_graphs():
         st = m.stats()
         assert st["compiles"] == compiles == 2 + 26  # the reused sizes were still loaded
         assert st["request_path_compiles"] == st["compiles"] and len(m._workers[0].graphs) == 5
+
+
+@pytest.mark.parametrize("close", [True, False])
+def test_exit_while_a_background_compile_runs(close):
+    """The interpreter exits (with or without close()) while a static compile is in flight: it waits for that
+    compile to return while Python still runs, then exits cleanly (a daemon thread that comes back into Python
+    during finalization is ended by force inside C++ frames: std::terminate)."""
+    out = run_python(f"""
+        import sys, time, threading
+        sys.path.insert(0, "tests")
+        import gert
+        from gert._ort_provider import OrtGraphProvider
+        from model_helpers import check_echo, echo_input, echo_model
+        orig = OrtGraphProvider.compile
+        started = threading.Event()
+        def slow(self, model, inputs, outputs, group=0):
+            if all(d >= 0 for i in inputs for d in i[2]):
+                started.set()
+                time.sleep(1.0)
+                result = orig(self, model, inputs, outputs, group)
+                print("compile returned", flush=True)
+                return result
+            return orig(self, model, inputs, outputs, group)
+        OrtGraphProvider.compile = slow
+        m = gert.load(echo_model(), gears={{"batch": [1]}}, hot_after=1)
+        m.warmup()
+        x = echo_input(1, 1, 5)
+        check_echo(m.run({{"x": x}}), x)
+        assert started.wait(30)
+        if {close}:
+            m.close()
+        print("exiting", flush=True)
+    """)
+    assert out.splitlines()[-2:] == ["exiting", "compile returned"]

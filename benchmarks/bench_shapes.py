@@ -1,0 +1,169 @@
+"""Varying input sizes on gert's defaults (shape policy auto) against ONNX Runtime run directly (issue 12).
+
+    python benchmarks/bench_shapes.py [--model det|rec|both] [--requests N] [--json out.json]
+
+Each model gets a stream of single-image requests whose sizes come from a skewed distribution: a few hot sizes take
+70% of the requests, the rest is a long tail of multiples of 32 (det: H and W in 128..480; rec: W in 64..800 at
+H 48). gert: ``gert.load(model, streams=2)`` with every other setting at its default, warmup() (compiles the
+dynamic-shape graph), then 4 client threads calling ``Model.run``. ONNX Runtime: 2 InferenceSessions with the same
+intra-op thread count as gert's streams (their effective cube cores), the same 4 client threads alternating between
+them, the same request sequence. Two passes each, gert and ORT alternating (gert's first pass includes the
+background compiles of the hot sizes; the second is the steady state). Reported per pass: throughput ratio
+gert/ORT, p99 latency ratio, the share of gert's requests served by static graphs, and the compiles made on the
+request path after load (target 0). About 40-60 s on a 2-core machine with the defaults.
+
+``run(model, requests)`` returns the figures as a dict, for other benchmark suites to call.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+
+import numpy as np
+import onnxruntime as ort
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from _common import machine, ppocr_model  # noqa: E402
+
+import gert  # noqa: E402
+
+MODELS = {"det": "ch_PP-OCRv4_det_infer.onnx", "rec": "ch_PP-OCRv4_rec_infer.onnx"}
+HOT = {"det": [(256, 320), (320, 448), (224, 288)], "rec": [(48, 320), (48, 192), (48, 448)]}
+HOT_SHARE = 0.7
+STREAMS, CLIENTS = 2, 4
+
+
+def sizes(model: str, n: int, seed: int = 12) -> list:
+    """n (H, W) pairs: HOT[model] with 70% of the draws (weights 3:2:1), a uniform tail of multiples of 32."""
+    rng = np.random.default_rng(seed)
+    hot = HOT[model]
+    weights = np.array([3, 2, 1][:len(hot)], float)
+    out = []
+    for _ in range(n):
+        if rng.random() < HOT_SHARE:
+            out.append(hot[rng.choice(len(hot), p=weights / weights.sum())])
+        elif model == "det":
+            out.append((int(rng.integers(4, 16)) * 32, int(rng.integers(4, 16)) * 32))
+        else:
+            out.append((48, int(rng.integers(2, 26)) * 32))
+    return out
+
+
+def images(shapes: list, seed: int = 0) -> list:
+    rng = np.random.default_rng(seed)
+    cache = {}
+    for hw in set(shapes):
+        cache[hw] = rng.standard_normal((1, 3) + hw).astype(np.float32)
+    return [cache[hw] for hw in shapes]
+
+
+def drive(call, inputs: list, clients: int) -> tuple:
+    """``clients`` threads take requests in order from ``inputs``; returns (seconds, per-request latencies)."""
+    lat = [0.0] * len(inputs)
+    nxt = iter(range(len(inputs)))
+    lock = threading.Lock()
+    errors = []
+
+    def client(slot: int):
+        while True:
+            with lock:
+                i = next(nxt, None)
+            if i is None:
+                return
+            t = time.perf_counter()
+            try:
+                call(slot, inputs[i])
+            except Exception as e:  # noqa: BLE001 - reported after the run
+                errors.append(e)
+                return
+            lat[i] = time.perf_counter() - t
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return time.perf_counter() - t0, lat
+
+
+def p99(lat: list) -> float:
+    return float(np.percentile(lat, 99))
+
+
+def run(model: str = "det", requests: int = 300) -> dict:
+    """Two passes of ``requests`` requests, gert defaults against ORT; returns the figures per pass."""
+    path = ppocr_model(MODELS[model])
+    if path is None:
+        raise SystemExit("needs: pip install --no-deps rapidocr-onnxruntime==1.4.4")
+    inputs = images(sizes(model, requests))
+    t0 = time.perf_counter()
+    m = gert.load(path, streams=STREAMS)
+    m.warmup()
+    load_s = time.perf_counter() - t0
+    threads = m.stats()["streams"][0]["cube_cores"]
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    sessions = [ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]) for _ in range(STREAMS)]
+    name = sessions[0].get_inputs()[0].name
+    out = {"model": model, "requests": requests, "streams": STREAMS, "clients": CLIENTS,
+           "threads_per_stream": threads, "distinct_sizes": len({x.shape for x in inputs}),
+           "load_and_warmup_s": round(load_s, 2), "passes": []}
+    try:
+        before = m.stats()
+        for p in range(2):
+            g_s, g_lat = drive(lambda slot, x: m.run({name: x}), inputs, CLIENTS)
+            o_s, o_lat = drive(lambda slot, x: sessions[slot % STREAMS].run(None, {name: x}), inputs, CLIENTS)
+            st = m.stats()
+            served = (st["static_hits"] - before["static_hits"]) + (st["dynamic_hits"] - before["dynamic_hits"])
+            out["passes"].append({
+                "gert_req_s": round(requests / g_s, 1), "ort_req_s": round(requests / o_s, 1),
+                "throughput_ratio": round(o_s / g_s, 3),
+                "gert_p99_ms": round(p99(g_lat) * 1e3, 1), "ort_p99_ms": round(p99(o_lat) * 1e3, 1),
+                "p99_ratio": round(p99(g_lat) / p99(o_lat), 3),
+                "static_share": round((st["static_hits"] - before["static_hits"]) / served, 3),
+                "request_path_compiles": st["request_path_compiles"] - before["request_path_compiles"],
+                "background_compiles": st["background_compiles"] - before["background_compiles"],
+            })
+            before = st
+        out["static_shapes"] = m.stats()["tiers"]["static_shapes"]
+    finally:
+        m.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", choices=["det", "rec", "both"], default="both")
+    ap.add_argument("--requests", type=int, default=0, help="per pass (default: det 240, rec 400)")
+    ap.add_argument("--json", help="write the figures here")
+    args = ap.parse_args()
+    results = []
+    print(f"# gert defaults vs ONNX Runtime, varying sizes ({machine()})")
+    for model in (["det", "rec"] if args.model == "both" else [args.model]):
+        r = run(model, args.requests or {"det": 240, "rec": 400}[model])
+        results.append(r)
+        print(f"\n{model}: {r['requests']} requests/pass, {r['distinct_sizes']} distinct sizes, {r['streams']} streams "
+              f"x {r['threads_per_stream']} threads, {r['clients']} clients; load+warmup {r['load_and_warmup_s']} s; "
+              f"{r['static_shapes']} static shapes at the end")
+        print("| pass | gert req/s | ORT req/s | throughput ratio | gert p99 ms | ORT p99 ms | p99 ratio "
+              "| static share | background compiles | request-path compiles |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for i, p in enumerate(r["passes"], 1):
+            print(f"| {i} | {p['gert_req_s']} | {p['ort_req_s']} | {p['throughput_ratio']} | {p['gert_p99_ms']} | "
+                  f"{p['ort_p99_ms']} | {p['p99_ratio']} | {p['static_share']} | {p['background_compiles']} | "
+                  f"{p['request_path_compiles']} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
