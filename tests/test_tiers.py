@@ -343,3 +343,28 @@ def test_exit_while_a_background_compile_runs(close):
         print("exiting", flush=True)
     """)
     assert out.splitlines()[-2:] == ["exiting", "compile returned"]
+
+
+def test_no_spinning_pools_in_a_session_with_a_dynamic_graph():
+    """Host provider: the ORT sessions of a GE Session that holds a dynamic-shape graph do not spin (auto's dynamic and
+    static graphs take turns on one stream; spinning idle pools would compete with the busy one). A Session of
+    static graphs only keeps ORT's default (spinning)."""
+    from gert import _ort_provider
+    from gert.dtypes import ge_dtype
+
+    if not _ort_provider._SPIN:
+        pytest.skip("GERT_HOST_ORT_SPINNING=0 turns spinning off everywhere")
+    p = OrtGraphProvider()
+    f32 = ge_dtype(np.dtype(np.float32))
+    outs = [("y", f32, (-1, -1, 2)), ("s", f32, (-1,))]
+
+    def spins(exe) -> str:
+        try:
+            return exe.session(2).get_session_options().get_session_config_entry("session.intra_op.allow_spinning")
+        except Exception:  # noqa: BLE001 - not set: ORT's default
+            return "default"
+
+    static_only, _ = p.compile(echo_model(), [("x", f32, (1, 3, 2))], outs, group=1001)
+    dynamic, _ = p.compile(echo_model(), [("x", f32, (-1, -1, 2))], outs, group=1002)
+    static_beside, _ = p.compile(echo_model(), [("x", f32, (1, 3, 2))], outs, group=1002)
+    assert [spins(e) for e in (static_only, dynamic, static_beside)] == ["default", "0", "0"]
