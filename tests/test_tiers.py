@@ -109,6 +109,23 @@ def test_auto_is_the_default_and_warmup_compiles_only_the_dynamic_graph():
         assert m.plan.dims["n"].policy == "exact"
 
 
+def test_warmup_with_known_sizes_compiles_their_static_graphs_and_keeps_them():
+    """auto with the sizes declared (warmup(sizes=...), e.g. fixed by a server's config): their static graphs are
+    compiled at load and serve at once; they are not the tiers' to evict, and no dynamic graph is needed."""
+    with gert.load(echo_model(), gears={"batch": [1]}, max_exact_graphs=1, hot_after=1) as m:
+        assert m.warmup({"n": [3, 4]}) == 2
+        uid = iter(range(1, 1000))
+        for n in (3, 4, 3, 4):
+            x = echo_input(next(uid), 1, n)
+            check_echo(m.run({"x": x}), x)
+        st = m.stats()
+        assert (st["static_hits"], st["dynamic_hits"], st["compiles"]) == (4, 0, 2)
+        x = echo_input(next(uid), 1, 9)  # an undeclared size: the dynamic graph, compiled now (nothing was warm)
+        check_echo(m.run({"x": x}), x)
+        wait_for(lambda: on_all_streams(m, key_of(9)), "the static graph of the new size")
+        assert all(on_all_streams(m, key_of(n)) for n in (3, 4)) and m.stats()["request_path_compiles"] == 1
+
+
 def test_hot_det_shape_moves_to_a_static_graph_equal_to_onnx_runtime():
     """det (H, W auto): the first requests of a size run on the dynamic graph (bitwise = ORT on the model as shipped,
     same thread count); the hot_after-th makes it hot, a background compile follows, and from then on the size runs
