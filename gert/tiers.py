@@ -125,7 +125,7 @@ class Tiers:
         self._static: dict = {}          # admitted keys -> tick of their last request
         self._queue: collections.deque = collections.deque()
         self._queued: set = set()
-        self._rejected: dict = {}        # key -> its count when admission turned it down
+        self._rejected: dict = {}        # key -> (its count, the tick) when admission turned it down
         self._failed: "collections.OrderedDict" = collections.OrderedDict()  # key -> why its compile failed
         self._tick = 0
         self._thread: Optional[threading.Thread] = None
@@ -145,7 +145,7 @@ class Tiers:
             if key in self._static:
                 self._static[key] = self._tick
             elif (n >= self.hot_after and key not in self._queued and key not in self._failed
-                  and n > self._rejected.get(key, 0) and not self._stopping and key not in w.graphs):
+                  and self._may_retry(key, n) and not self._stopping and key not in w.graphs):
                 self._queued.add(key)
                 self._queue.append(key)
                 self._lock.notify()
@@ -160,6 +160,11 @@ class Tiers:
             entry = w._compile(self.fallback_key, dict(self.fallback_key))
             w.stats.request_path_compiles += 1
         return entry
+
+    def _may_retry(self, key, n: int) -> bool:
+        """Turned down before: ask again once it is seen more often, or a window later (the static set cools)."""
+        rejected = self._rejected.get(key)
+        return rejected is None or n > rejected[0] or self._tick - rejected[1] >= self._window.size
 
     # ---- the compiler thread -----------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -188,7 +193,9 @@ class Tiers:
                 return False
             victim = min(self._static, key=lambda k: (self._window.count(k), self._static[k]))
             if self._window.count(key) <= self._window.count(victim):
-                self._rejected[key] = self._window.count(key)
+                if len(self._rejected) >= _REJECTED_KEPT:
+                    self._rejected.clear()
+                self._rejected[key] = (self._window.count(key), self._tick)
                 self.rejections += 1
                 return False
             del self._static[victim]
@@ -285,6 +292,7 @@ class Tiers:
 
 
 _FAILED_KEPT = 64
+_REJECTED_KEPT = 1024
 _EXIT_WAIT = 120.0  # seconds: at exit, how long a compile in flight may still take
 _live: "weakref.WeakSet[Tiers]" = weakref.WeakSet()
 
