@@ -5,8 +5,9 @@ stream's dynamic-shape graph (compiled at load by warmup). gert counts how often
 window; once a shape is hot (``hot_after`` hits within the last ``hot_window`` requests) a background thread compiles
 a static graph for it on every stream, outside the streams' locks (GE compiles one graph of a Session while its other
 graphs execute), loads it, and routes the shape to it. The static set is bounded by ``max_exact_graphs`` with
-TinyLFU-style admission: a hot shape replaces the least frequent static one only if it is seen more often, so a
-scan of one-off sizes (never hot) cannot evict the hot set.
+TinyLFU-style admission: a hot shape replaces the least frequent static one only if it is seen more than twice as
+often, so a scan of one-off sizes (never hot) cannot evict the hot set, and shapes of about equal frequency do not
+keep swapping places.
 
 Policy ``exact`` compiles on the request path (it has no other graph to run on); its bounded set is a segmented LRU
 (SegmentedLRU): new sizes enter a probation segment and only a second hit protects them, so a scan of one-off sizes
@@ -32,6 +33,10 @@ if TYPE_CHECKING:  # pragma: no cover
 # costs seconds on an NPU, so a size must show it recurs before it is paid for.
 HOT_AFTER = 3
 HOT_WINDOW = 256
+# With the static set full, a newly hot shape replaces the least frequent static one only if it was seen more than
+# ADMIT_FACTOR times as often in the window: counts in a window are noisy, and shapes of about equal frequency would
+# otherwise keep swapping places, each swap a compile (seconds on an NPU) that gains nothing.
+ADMIT_FACTOR = 2
 
 
 def check_settings(hot_after: int, hot_window: int, max_exact_graphs: int) -> None:
@@ -192,7 +197,7 @@ class Tiers:
             if not self._static:
                 return False
             victim = min(self._static, key=lambda k: (self._window.count(k), self._static[k]))
-            if self._window.count(key) <= self._window.count(victim):
+            if self._window.count(key) <= ADMIT_FACTOR * self._window.count(victim):
                 if len(self._rejected) >= _REJECTED_KEPT:
                     self._rejected.clear()
                 self._rejected[key] = (self._window.count(key), self._tick)
@@ -286,7 +291,7 @@ class Tiers:
 
     def stats(self) -> dict:
         with self._lock:
-            return {"static_shapes": len(self._static), "max_static": self.max_static, "queued": len(self._queue),
+            return {"static_shapes": len(self._static), "max_static": self.max_static, "pending": len(self._queued),
                     "evictions": self.evictions, "rejections": self.rejections,
                     "failed_background_compiles": {_label(k): str(e) for k, e in self._failed.items()}}
 

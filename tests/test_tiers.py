@@ -191,7 +191,7 @@ def test_one_off_flood_never_compiles_on_the_request_path_nor_evicts_hot_graphs(
 
 def test_a_hotter_shape_replaces_the_least_frequent_static_one():
     """Admission by frequency: with the set full, a shape that just turned hot (3 hits) is turned down against static
-    shapes seen more often; once it is seen more often than the coldest of them, it takes that one's place."""
+    shapes seen more often; once it is seen more than twice as often as the coldest of them, it takes its place."""
     with gert.load(echo_model(), gears={"batch": [1]}, max_exact_graphs=2, hot_after=3, hot_window=64) as m:
         m.warmup()
         uid = iter(range(1, 1000))
@@ -204,10 +204,16 @@ def test_a_hotter_shape_replaces_the_least_frequent_static_one():
         run(2, 6)
         run(3, 4)
         wait_for(lambda: on_all_streams(m, key_of(2)) and on_all_streams(m, key_of(3)), "the static set")
+        idle = (lambda: m.stats()["tiers"]["pending"] == 0)
         run(5, 3)  # hot, but less frequent than 2 (6) and 3 (4): turned down
-        wait_for(lambda: m.stats()["tiers"]["rejections"] == 1, "the admission decision")
+        wait_for(idle, "the admission decision")
+        assert m.stats()["tiers"]["rejections"] == 1
         assert key_of(5) not in m._workers[0].graphs and m.stats()["tiers"]["evictions"] == 0
-        run(5, 2)  # 5 hits now, more than 3's 4: 3 is evicted, 5 admitted
+        run(5, 4)  # 7 hits: more than 3's 4, but not twice as many (shapes of similar frequency do not swap)
+        wait_for(idle, "the admission decisions")
+        assert m.stats()["tiers"]["rejections"] > 1
+        assert key_of(5) not in m._workers[0].graphs and m.stats()["tiers"]["evictions"] == 0
+        run(5, 2)  # 9 hits, more than twice 3's 4: 3 is evicted, 5 admitted
         wait_for(lambda: on_all_streams(m, key_of(5)), "the static graph of the hotter shape")
         assert key_of(3) not in m._workers[0].graphs and on_all_streams(m, key_of(2))
         assert m.stats()["tiers"]["evictions"] == 1 and m.stats()["request_path_compiles"] == 0
@@ -234,7 +240,7 @@ def test_concurrent_requests_while_a_background_compile_is_in_flight():
             assert compiled_on, "a shape became hot"
             assert m.stats()["static_hits"] == 0  # every compile is held: all of it ran on the dynamic graph
             gate.set()
-            wait_for(lambda: m.stats()["tiers"]["queued"] == 0 and m.stats()["background_compiles"]
+            wait_for(lambda: m.stats()["tiers"]["pending"] == 0 and m.stats()["background_compiles"]
                      == len(compiled_on), "the background compiles")
             done = list(pool.map(call, range(201, 401)))
         st = m.stats()
