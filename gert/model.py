@@ -427,8 +427,9 @@ class Model:
         return compiled
 
     def stats(self) -> dict:
-        """Per stream: effective core limits, requests, busy seconds, compiles; per gear: hits and padding ratio;
-        device memory."""
+        """Per stream: effective core limits, requests, busy seconds, compiles, requests served by static / dynamic
+        graphs, background and request-path compiles; per gear: hits and padding ratio; device memory; with the
+        auto policy, ``tiers``: static shapes, pending compiles, evictions, rejections, failed compiles."""
         streams = [dict(vars(w.stats)) for w in self._workers]  # flat dataclasses; asdict() deep-copies (slow)
         gears: dict = {}
         for w in self._workers:
