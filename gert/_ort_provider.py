@@ -23,8 +23,11 @@ from gert.dtypes import DT_BF16, ONNX_BFLOAT16, numpy_dtype
 TensorArg = tuple  # (ptr: int, nbytes: int, ge_dtype: int, dims: tuple[int, ...])
 
 _BIND_CACHE_LIMIT = 64
+_PROBED_LIMIT = 256
 # ONNX Runtime's pool threads spin between runs (its default): best for one busy graph per stream. With many graphs
 # per stream (shape policy "exact" over many sizes) idle pools spin against the busy one; GERT_HOST_ORT_SPINNING=0.
+# A GE Session with a dynamic-shape graph (policies dynamic and auto) gets no spinning pools: with auto its dynamic
+# graph and the static graphs of hot sizes take turns on one stream (measured in benchmarks/bench_shapes.py).
 _SPIN = os.environ.get("GERT_HOST_ORT_SPINNING", "1") != "0"
 
 
@@ -153,6 +156,10 @@ class OrtGraphProvider:
         self._lock = threading.Lock()
         self._meta: dict[bytes, list] = {}  # model digest -> input shapes as ONNX Runtime reports them
         self._shared: "weakref.WeakValueDictionary[tuple, object]" = weakref.WeakValueDictionary()
+        self._dynamic_groups: set = set()  # GE Sessions that compiled a dynamic-shape graph
+        # (model digest, inputs, outputs) -> the compile result: a graph compiled for one stream (GE Session) at
+        # the same shapes is not validated and probed again for the next (auto compiles each hot size per stream)
+        self._probed: dict = {}
 
     def input_shapes(self, model: bytes, digest: bytes) -> list:
         shapes = self._meta.get(digest)
@@ -179,7 +186,7 @@ class OrtGraphProvider:
                 so.intra_op_num_threads = threads
                 so.inter_op_num_threads = 1
                 so.log_severity_level = 3
-                if not _SPIN:
+                if not _SPIN or group in self._dynamic_groups:
                     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
                 for name, value in overrides.items():
                     so.add_free_dimension_override_by_name(name, value)
@@ -190,8 +197,16 @@ class OrtGraphProvider:
     def compile(self, model: bytes, inputs: Sequence[tuple], outputs: Sequence[tuple], group: int = 0):
         """inputs/outputs: (name, ge_dtype, dims) with -1 for dynamic dims; group: the GE Session.
         Returns (executable, [(dtype, dims)])."""
+        if any(d < 0 for i in inputs for d in i[2]):
+            with self._lock:
+                self._dynamic_groups.add(group)
         exe = OrtExecutable(model, [i[0] for i in inputs], [i[2] for i in inputs], [o[0] for o in outputs], self,
                             group)
+        probe_key = (exe.digest, tuple((i[0], i[1], tuple(i[2])) for i in inputs),
+                     tuple((o[0], o[1], tuple(o[2])) for o in outputs))
+        known = self._probed.get(probe_key)
+        if known is not None:  # the same graph at the same shapes, compiled for another stream: validated already
+            return exe, list(known)
         sess = exe.session(1)
         ort_in = [m.name for m in sess.get_inputs()]
         if ort_in != exe.in_names:
@@ -205,4 +220,8 @@ class OrtGraphProvider:
                 io.bind_output(name, "cpu")
             sess.run_with_iobinding(io)
             result = [(o[1], tuple(int(d) for d in v.shape())) for o, v in zip(outputs, io.get_outputs())]
+        with self._lock:
+            if len(self._probed) >= _PROBED_LIMIT:
+                self._probed.clear()
+            self._probed[probe_key] = tuple(result)
         return exe, result

@@ -9,6 +9,7 @@ without the GIL. GE serializes launches inside one Session, hence one Session pe
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import threading
 import time
@@ -26,6 +27,7 @@ from gert.recovery import watchdog
 from gert.rows import Rows
 from gert.shapes import ShapePlan
 from gert.tensor import DeviceTensor
+from gert.tiers import SegmentedLRU
 
 
 @dataclass
@@ -53,6 +55,11 @@ class WorkerStats:
     compiles: int = 0
     compile_seconds: float = 0.0
     failed_compiles: int = 0   # shapes whose compile failed (later requests of that shape fail without compiling)
+    static_hits: int = 0       # requests served by a static graph
+    dynamic_hits: int = 0      # requests served by a dynamic-shape graph
+    background_compiles: int = 0         # static graphs compiled off the request path (policy auto)
+    failed_background_compiles: int = 0  # those that failed: the shape stays on the dynamic graph
+    request_path_compiles: int = 0       # compiles a request waited for (0 once a model is warm, unless exact)
 
 
 @dataclass
@@ -100,7 +107,9 @@ class Worker:
         self.graphs: "OrderedDict[tuple, GraphEntry]" = OrderedDict()
         self.failed: "OrderedDict[tuple, GeError]" = OrderedDict()  # shape key -> why its compile failed
         self.max_exact_graphs = max_exact_graphs
-        self.next_graph_id = 1
+        self.exact = SegmentedLRU(max_exact_graphs)  # the evictable (exact) graphs' keys
+        self.tiers = None  # gert.tiers.Tiers when a dim uses the auto policy (set by the Model)
+        self._graph_ids = itertools.count(1)  # thread-safe: the tiers' thread compiles too
         self.in_bufs: dict = {}
         self.out_bufs: dict = {}
         self.stats = WorkerStats(device=device, stream=index, cube_cores=self.stream.cube_cores,
@@ -119,14 +128,18 @@ class Worker:
 
     # ---- graphs -----------------------------------------------------------------------------------------
     def graph_for(self, req: Request) -> GraphEntry:
+        if self.tiers is not None:
+            return self.tiers.route(self, req)
         entry = self.graphs.get(req.key)
         if entry is not None:
-            self.graphs.move_to_end(req.key)
+            if entry.evictable:
+                self.exact.hit(req.key)
             return entry
         failed = self.failed.get(req.key)
         if failed is not None:  # the same shape failed to compile: fail fast instead of compiling again
             raise copy.copy(failed).with_traceback(None)
         try:
+            self.stats.request_path_compiles += 1
             return self._compile(req.key, req.run_sizes)
         except GeError as e:
             if e.code != _GE_MEMORY_ALLOCATION:  # out of device memory may pass later; the rest is the shape's
@@ -137,27 +150,43 @@ class Worker:
             raise
 
     def _compile(self, key: tuple, run_sizes: dict) -> GraphEntry:
+        """Compile, load and keep the graph for ``key`` (the caller holds self.lock). Exact graphs are bounded by
+        max_exact_graphs: the scan-resistant set picks what to evict."""
         plan = self.plan
+        evictable = self.tiers is None and any(plan.dims[n].policy == "exact" and not plan.dims[n].gears
+                                               for n, _ in key)
+        if evictable:
+            for old_key in self.exact.admit(key):
+                old = self.graphs.pop(old_key, None)
+                if old is not None:
+                    self.session.remove_graph(old.graph_id)
+        t0 = time.perf_counter()
+        try:
+            entry = self._build(key)
+        except BaseException:
+            self.exact.discard(key)
+            raise
+        entry.evictable = evictable
+        self.stats.compiles += 1
+        self.stats.compile_seconds += time.perf_counter() - t0
+        self.graphs[key] = entry
+        return entry
+
+    def _build(self, key: tuple) -> GraphEntry:
+        """Add, compile and load the graph for ``key`` (dim name -> size, -1 for dynamic) in this stream's Session.
+        Needs no lock: GE compiles and loads a graph while the Session's other graphs execute (gert.tiers builds
+        static graphs in the background this way)."""
+        plan = self.plan
+        sizes = dict(key)
         shapes = {}
         for t in plan.inputs:
             dims = []
             for axis, d in enumerate(t.shape):
                 name = plan.input_axes.get((t.name, axis))
-                if name is None:
-                    dims.append(int(d))
-                else:
-                    dims.append(-1 if plan.dims[name].policy == "dynamic" else int(run_sizes[name]))
+                dims.append(int(d) if name is None else int(sizes[name]))
             shapes[t.name] = tuple(dims)
         spec = ";".join(f"{n}:{','.join(str(d) for d in s)}" for n, s in shapes.items())
-        gid = self.next_graph_id
-        self.next_graph_id += 1
-        evictable = any(plan.dims[n].policy == "exact" and not plan.dims[n].gears for n in run_sizes)
-        if evictable:
-            exact = [k for k, e in self.graphs.items() if e.evictable]
-            while len(exact) >= self.max_exact_graphs:
-                old = self.graphs.pop(exact.pop(0))
-                self.session.remove_graph(old.graph_id)
-        t0 = time.perf_counter()
+        gid = next(self._graph_ids)
         self.session.add_graph(gid, self.graph, {"ge.inputShape": spec, **self.graph_options})
         try:
             self.session.compile_graph(gid)
@@ -166,10 +195,8 @@ class Worker:
         except BaseException:
             self.session.remove_graph(gid)
             raise
-        self.stats.compiles += 1
-        self.stats.compile_seconds += time.perf_counter() - t0
         entry = GraphEntry(gid, key, shapes, summary.is_static, summary.output_shapes, summary.output_dtypes,
-                           evictable)
+                           False)
         if entry.is_static:
             for t in plan.inputs:
                 shape = shapes[t.name]
@@ -177,7 +204,6 @@ class Worker:
             for shape, dtype in zip(entry.output_shapes, entry.output_dtypes):
                 dtype = np.dtype(dtype)
                 entry.out_meta.append((dtype, math.prod(shape) * dtype.itemsize, ge_dtype(dtype)))
-        self.graphs[key] = entry
         return entry
 
     # ---- buffers ------------------------------------------------------------------------------------------
@@ -254,6 +280,10 @@ class Worker:
         gear.real_elements += real_elements
         gear.padded_elements += padded_elements
         self.stats.requests += 1
+        if entry.is_static:
+            self.stats.static_hits += 1
+        else:
+            self.stats.dynamic_hits += 1
         self.stats.busy_seconds += time.perf_counter() - t0
         return results
 

@@ -23,6 +23,7 @@ from gert.rows import Rows
 from gert.executor import GearStats, Request, Worker
 from gert.recovery import Recovery
 from gert.shapes import ShapePlan, TensorInfo, plan_shapes
+from gert.tiers import HOT_AFTER, HOT_WINDOW, Tiers, check_settings
 
 ModelSource = Union[str, bytes, os.PathLike]
 
@@ -53,7 +54,8 @@ class Model:
                  pad_value: Union[float, Mapping[str, float]] = 0, max_batch: Optional[int] = None,
                  options: Optional[Mapping[str, str]] = None,
                  output_dims: Optional[Mapping[str, Mapping[int, str]]] = None, max_exact_graphs: int = 16,
-                 split_batch: bool = False, request_timeout_s: Optional[float] = None):
+                 split_batch: bool = False, request_timeout_s: Optional[float] = None,
+                 hot_after: int = HOT_AFTER, hot_window: int = HOT_WINDOW):
         if isinstance(model, (bytes, bytearray, memoryview)):
             data = bytes(model)
         else:
@@ -61,6 +63,7 @@ class Model:
                 data = f.read()
         if int(streams) < 1:
             raise GertError(f"streams must be >= 1, got {streams}")
+        check_settings(hot_after, hot_window, max_exact_graphs)
         devices = tuple(int(d) for d in devices)
         if not devices:
             raise GertError("devices must name at least one device")
@@ -92,10 +95,14 @@ class Model:
                 for _ in range(int(streams)):
                     self._workers.append(Worker(len(self._workers), d, self._graph, self.plan, sess, graph_opts,
                                                 cube_cores, vector_cores, max_exact_graphs))
+            # policy auto: requests route through the tiers (dynamic graph now, static graphs once hot)
+            self._tiers = Tiers(self._workers, max_exact_graphs, hot_after, hot_window) if self.plan.tiered else None
         except BaseException:
             for w in self._workers:
                 w.close()
             raise
+        for w in self._workers:
+            w.tiers = self._tiers
         self._futures_lock = threading.Lock()
         self._queued: set = set()  # futures from submit() that no pool thread has started
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(4, 2 * len(self._workers)),
@@ -397,13 +404,14 @@ class Model:
     # ---- lifecycle and stats -------------------------------------------------------------------------------------
     def warmup(self, sizes: Optional[Mapping[str, Sequence[int]]] = None) -> int:
         """Compile every declared gear combination on every stream; returns how many graphs were compiled.
-        An exact dim without gears takes the sizes ``sizes[dim]`` (e.g. what a server's config fixes); if one has
-        neither, only its requests can tell its sizes and nothing is compiled."""
+        An exact or auto dim without gears takes the sizes ``sizes[dim]`` (e.g. what a server's config fixes); if
+        one has neither, only its requests can tell its sizes and no static graph is compiled: with the auto
+        policy the stream's dynamic-shape graph is compiled instead, to serve every shape until one is hot."""
         import itertools
 
         dims = self.plan.dims
         names = sorted(dims)
-        choices = []
+        choices: Optional[list] = []
         for n in names:
             d = dims[n]
             if d.policy == "dynamic":
@@ -413,9 +421,13 @@ class Model:
             elif sizes and sizes.get(n):
                 choices.append(sorted({int(v) for v in sizes[n]}))
             else:
-                return 0
+                choices = None
+                break
+        combos = list(itertools.product(*choices)) if choices is not None else []
+        if self._tiers is not None and choices is None:  # sizes unknown: requests start on the dynamic graph
+            combos.insert(0, tuple(v for _, v in self._tiers.fallback_key))
         compiled = 0
-        for combo in itertools.product(*choices):
+        for combo in combos:
             run_sizes = dict(zip(names, combo))
             key = tuple(sorted((n, v) for n, v in run_sizes.items()))
             for w in self._workers:
@@ -426,8 +438,9 @@ class Model:
         return compiled
 
     def stats(self) -> dict:
-        """Per stream: effective core limits, requests, busy seconds, compiles; per gear: hits and padding ratio;
-        device memory."""
+        """Per stream: effective core limits, requests, busy seconds, compiles, requests served by static / dynamic
+        graphs, background and request-path compiles; per gear: hits and padding ratio; device memory; with the
+        auto policy, ``tiers``: static shapes, pending compiles, evictions, rejections, failed compiles."""
         streams = [dict(vars(w.stats)) for w in self._workers]  # flat dataclasses; asdict() deep-copies (slow)
         gears: dict = {}
         for w in self._workers:
@@ -440,13 +453,17 @@ class Model:
         for d in sorted({w.device for w in self._workers}):
             info = _cann.memory_info(d)
             memory[d] = {"used": info.used, "total": info.total}
-        return {
+        out = {
             "streams": streams,
             "gears": {k: {"hits": g.hits, "padding_ratio": g.padding_ratio} for k, g in gears.items()},
-            "compiles": sum(s["compiles"] for s in streams),
             "device_memory": memory,
             **vars(self._recovery.stats),  # failed_tasks, timeouts, aborted_streams, recoveries, oom_retries
         }
+        for k in ("compiles", "static_hits", "dynamic_hits", "background_compiles", "request_path_compiles"):
+            out[k] = sum(s[k] for s in streams)
+        if self._tiers is not None:
+            out["tiers"] = self._tiers.stats()
+        return out
 
     def close(self, timeout: float = 60.0) -> None:
         """Stop taking requests; queued submits are cancelled, running ones complete; then release everything."""
@@ -471,7 +488,11 @@ class Model:
                 self._idle.wait(left)
             busy = [w for w in self._workers if w.outstanding]
         self._recovery.abort_streams(busy)  # a stuck stream must not keep close() past its timeout
+        # a background compile in flight is not waited for: its thread closes the worker it is using afterwards
+        handed_over = self._tiers.close() if self._tiers is not None else None
         for w in self._workers:
+            if w is handed_over:
+                continue
             try:
                 w.close()
             except GertError:

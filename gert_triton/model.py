@@ -18,7 +18,8 @@ from gert import _cann
 from gert.errors import GertError
 from gert.recovery import error_class
 from gert_triton.config import ConfigError, find_onnx_file, parse_parameters, stream_layout
-from gert_triton.metrics import GEAR_HITS, PADDING_RATIO, STREAM_BUSY, Publisher
+from gert_triton.metrics import (BACKGROUND_COMPILES, GEAR_HITS, GRAPH_REQUESTS, PADDING_RATIO, REQUEST_PATH_COMPILES,
+                                 STREAM_BUSY, Publisher)
 
 _NUMPY_TO_TRITON = {
     np.dtype(np.bool_): "TYPE_BOOL", np.dtype(np.uint8): "TYPE_UINT8", np.dtype(np.uint16): "TYPE_UINT16",
@@ -149,6 +150,7 @@ class TritonPythonModel:
                                cube_cores=self.layout.cube_cores, vector_cores=self.layout.vector_cores,
                                gears=gears or None, shape_policy=params.shape_policy or None,
                                pad_value=params.pad_value, max_batch=max_batch, options=params.options,
+                               **params.load_kwargs(),
                                split_batch=params.split_batch if params.split_batch is not None
                                else self.layout.streams * len(devices) > 1,
                                request_timeout_s=params.request_timeout_ms / 1000 if params.request_timeout_ms else None)
@@ -333,12 +335,20 @@ class TritonPythonModel:
                 if self._padding_sent.get(gear) != g["padding_ratio"]:  # a gauge: only when it changes
                     changes.append((PADDING_RATIO, {"gear": gear}, "set", g["padding_ratio"]))
                     self._padding_sent[gear] = g["padding_ratio"]
-        prev_busy = {s["stream"]: s["busy_seconds"] for s in last["streams"]}
+        prev = {(s["device"], s["stream"]): s for s in last["streams"]}
         for s in stats["streams"]:
-            delta = s["busy_seconds"] - prev_busy.get(s["stream"], 0.0)
+            where = {"stream": str(s["stream"]), "device": str(s["device"])}
+            before = prev.get((s["device"], s["stream"]), {})
+            delta = s["busy_seconds"] - before.get("busy_seconds", 0.0)
             if delta > 0:
-                changes.append((STREAM_BUSY, {"stream": str(s["stream"]), "device": str(s["device"])},
-                                "increment", delta))
+                changes.append((STREAM_BUSY, where, "increment", delta))
+            for family, field, labels in ((GRAPH_REQUESTS, "static_hits", {"graph": "static"}),
+                                          (GRAPH_REQUESTS, "dynamic_hits", {"graph": "dynamic"}),
+                                          (BACKGROUND_COMPILES, "background_compiles", {}),
+                                          (REQUEST_PATH_COMPILES, "request_path_compiles", {})):
+                n = s[field] - before.get(field, 0)
+                if n > 0:
+                    changes.append((family, {**where, **labels}, "increment", n))
         self._last_stats = stats
         return changes
 

@@ -31,8 +31,11 @@ struct GraphRecord {
   std::vector<IOSpec> outputs;                // compiled dtypes and shapes
   std::shared_ptr<const gertHostGraphProvider> provider;
   void *exe = nullptr;
-  uint64_t loaded_stream = 0;                 // 0: not loaded
+  std::atomic<uint64_t> loaded_stream{0};    // 0: not loaded
   std::atomic<int> in_flight{0};
+  // Compiling and loading one graph. Not the Session's launch lock: GE's CompileGraph and LoadGraph take no
+  // InnerSession::build_run_mutex_, so a graph compiles while other graphs of the Session execute.
+  std::mutex compile_mu;
   ~GraphRecord() {
     if (exe && provider && provider->release) provider->release(exe);
   }
@@ -304,6 +307,7 @@ void *host_alloc_cb(void *ctx, uint64_t nbytes) {
 }
 
 ge::Status compile(SessionState &s, GraphRecord &r, const char *api) {
+  std::lock_guard<std::mutex> lk(r.compile_mu);
   if (r.compiled) return ge::SUCCESS;
   auto provider = graph_provider();
   if (!provider)
@@ -498,8 +502,7 @@ Status Session::CompileGraph(uint32_t graph_id) {
   if (!s) return st;
   auto r = find_graph(*s, graph_id, "CompileGraph", &st);
   if (!r) return st;
-  std::lock_guard<std::mutex> launch(s->launch_mu);
-  return compile(*s, *r, "CompileGraph");
+  return compile(*s, *r, "CompileGraph");  // other graphs of the Session keep launching meanwhile, as in GE
 }
 
 CompiledGraphSummaryPtr Session::GetCompiledGraphSummary(uint32_t graph_id) {
@@ -508,6 +511,7 @@ CompiledGraphSummaryPtr Session::GetCompiledGraphSummary(uint32_t graph_id) {
   if (!s) return nullptr;
   auto r = find_graph(*s, graph_id, "GetCompiledGraphSummary", &st);
   if (!r) return nullptr;
+  std::lock_guard<std::mutex> lk(r->compile_mu);
   if (!r->compiled) {
     ge_fail(ge::FAILED, "GetCompiledGraphSummary: graph %u is not compiled; call CompileGraph first", graph_id);
     return nullptr;
@@ -532,13 +536,13 @@ Status Session::LoadGraph(const uint32_t graph_id, const std::map<AscendString, 
   if (!s) return st;
   auto r = find_graph(*s, graph_id, "LoadGraph", &st);
   if (!r) return st;
+  std::lock_guard<std::mutex> lk(r->compile_mu);  // not the launch lock: loading one graph holds up no other's runs
   if (!r->compiled)
     return ge_fail(ge::FAILED, "LoadGraph: graph %u is not compiled; call CompileGraph first", graph_id);
   StreamPtr sp = find_stream(stream);
   if (!sp) return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "LoadGraph: stream %p is not a live stream", stream);
   auto opts = to_std(options);
   if (Status e = check_options(opts, "LoadGraph", "load", nullptr, nullptr)) return e;
-  std::lock_guard<std::mutex> launch(s->launch_mu);
   if (r->loaded_stream)
     return ge_fail(ge::FAILED, "LoadGraph: graph %u is already loaded; a graph loads once (add it again under another id "
                    "to run it on another stream)", graph_id);
