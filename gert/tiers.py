@@ -149,6 +149,11 @@ class Tiers:
             n = self._window.add(key)
             if key in self._static:
                 self._static[key] = self._tick
+                if key not in w.graphs and key not in self._queued and not self._stopping:
+                    # admitted, yet this stream lost the graph (its Session was rebuilt by a device recovery)
+                    self._queued.add(key)
+                    self._queue.append(key)
+                    self._lock.notify()
             elif (n >= self.hot_after and key not in self._queued and key not in self._failed
                   and self._may_retry(key, n) and not self._stopping and key not in w.graphs):
                 self._queued.add(key)
@@ -180,7 +185,7 @@ class Tiers:
                 if self._stopping:
                     return
                 key = self._queue.popleft()
-                victim = self._admit(key)
+                victim = None if key in self._static else self._admit(key)  # admitted before: rebuild only
                 if victim is False:
                     self._queued.discard(key)
                     continue
@@ -225,6 +230,8 @@ class Tiers:
     def _build(self, key: tuple) -> None:
         """Compile, load and install the static graph for ``key`` on each stream in turn."""
         for w in self.workers:
+            if key in w.graphs:  # built already (a rebuild after a recovery touches only the streams that lost it)
+                continue
             if not self._claim(w):
                 return
             try:

@@ -407,3 +407,29 @@ def test_a_static_graph_compiled_for_a_second_stream_is_not_probed_again():
     assert list(first._sessions) == [1] and second._sessions == {}  # the probe session is the first's only
     other, shapes3 = p.compile(echo_model(), [("x", f32, (2, 5, 2))], outs, group=2002)
     assert shapes3 == [(f32, (2, 5, 2)), (f32, (2,))] and list(other._sessions) == [1]
+
+
+def test_hot_static_graphs_come_back_after_a_device_recovery():
+    """A device-wide failure makes gert.recovery rebuild the streams' Sessions (their graphs are gone); a shape the
+    tiers had admitted is compiled again in the background and served from its static graph once more."""
+    with gert.load(echo_model(), gears={"batch": [1]}, hot_after=2) as m:
+        m.warmup()
+        uid = iter(range(1, 1000))
+        for _ in range(2):
+            x = echo_input(next(uid), 1, 6)
+            check_echo(m.run({"x": x}), x)
+        wait_for(lambda: on_all_streams(m, key_of(6)), "the static graph of the hot size")
+        gert.inject_fault("sticky", device=0)
+        try:
+            with pytest.raises(gert.GertError):
+                m.run({"x": echo_input(next(uid), 1, 6)})
+        finally:
+            gert.clear_faults()
+        assert m.stats()["recoveries"] == 1
+        x = echo_input(next(uid), 1, 6)
+        check_echo(m.run({"x": x}), x)  # served at once (on the dynamic graph) while the static one is rebuilt
+        wait_for(lambda: on_all_streams(m, key_of(6)), "the static graph rebuilt after the recovery")
+        before = m.stats()["static_hits"]
+        x = echo_input(next(uid), 1, 6)
+        check_echo(m.run({"x": x}), x)
+        assert m.stats()["static_hits"] == before + 1
