@@ -47,9 +47,15 @@ GE_ERROR_NAMES: dict[int, str] = {
 
 
 class GeError(_CodedError):
-    """A GE call failed: ``code`` is the ge::Status, ``message`` GEGetErrorMsgV2()'s text."""
+    """A GE call failed: ``code`` is the ge::Status, ``message`` GEGetErrorMsgV2()'s text. A device fault met while
+    GE runs a graph comes back as the runtime's own code (GE passes runtime errors through as its Status), so such
+    codes are named as ACL names them."""
 
     NAMES = GE_ERROR_NAMES
+
+    @property
+    def name(self) -> str:
+        return GE_ERROR_NAMES.get(self.code) or ACL_ERROR_NAMES.get(self.code) or f"GeError code {self.code}"
 
 
 class HostFunctionError(GertError):
