@@ -16,11 +16,12 @@ from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from gert import _cann
+from gert import _cann, display
 from gert._cann import Graph, ge_initialize
 from gert.errors import GertError
 from gert.rows import Rows
 from gert.executor import GearStats, Request, Worker
+from gert.progress import Progress
 from gert.shapes import ShapePlan, TensorInfo, plan_shapes
 
 ModelSource = Union[str, bytes, os.PathLike]
@@ -116,6 +117,15 @@ class Model:
     @property
     def outputs(self) -> list:
         return list(self.plan.outputs)
+
+    @property
+    def num_streams(self) -> int:
+        """Streams over all devices (0 once closed)."""
+        return len(self._workers)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     # ---- running ----------------------------------------------------------------------------------------------
     def __call__(self, **inputs) -> dict:
@@ -385,10 +395,11 @@ class Model:
         return result
 
     # ---- lifecycle and stats -------------------------------------------------------------------------------------
-    def warmup(self, sizes: Optional[Mapping[str, Sequence[int]]] = None) -> int:
+    def warmup(self, sizes: Optional[Mapping[str, Sequence[int]]] = None, progress: bool = False) -> int:
         """Compile every declared gear combination on every stream; returns how many graphs were compiled.
         An exact dim without gears takes the sizes ``sizes[dim]`` (e.g. what a server's config fixes); if one has
-        neither, only its requests can tell its sizes and nothing is compiled."""
+        neither, only its requests can tell its sizes and nothing is compiled. ``progress=True`` shows a bar
+        (tqdm when installed, else one line per graph) on stderr; nothing is printed otherwise."""
         import itertools
 
         dims = self.plan.dims
@@ -404,20 +415,24 @@ class Model:
                 choices.append(sorted({int(v) for v in sizes[n]}))
             else:
                 return 0
+        combos = list(itertools.product(*choices))
         compiled = 0
-        for combo in itertools.product(*choices):
-            run_sizes = dict(zip(names, combo))
-            key = tuple(sorted((n, v) for n, v in run_sizes.items()))
-            for w in self._workers:
-                with w.lock:
-                    if key not in w.graphs:
-                        w._compile(key, run_sizes)
-                        compiled += 1
+        with Progress(len(combos) * len(self._workers), "gert warmup", enabled=progress) as bar:
+            for combo in combos:
+                run_sizes = dict(zip(names, combo))
+                key = tuple(sorted((n, v) for n, v in run_sizes.items()))
+                label = ",".join(f"{n}={v}" for n, v in key) or "static"
+                for w in self._workers:
+                    with w.lock:
+                        if key not in w.graphs:
+                            w._compile(key, run_sizes)
+                            compiled += 1
+                    bar.step(f"stream {w.index}: {label}")
         return compiled
 
-    def stats(self) -> dict:
+    def stats(self) -> display.Stats:
         """Per stream: effective core limits, requests, busy seconds, compiles; per gear: hits and padding ratio;
-        device memory."""
+        device memory. A dict (a gert.display.Stats, which also shows as tables in Jupyter and IPython)."""
         streams = [dict(vars(w.stats)) for w in self._workers]  # flat dataclasses; asdict() deep-copies (slow)
         gears: dict = {}
         for w in self._workers:
@@ -430,12 +445,12 @@ class Model:
         for d in sorted({w.device for w in self._workers}):
             info = _cann.memory_info(d)
             memory[d] = {"used": info.used, "total": info.total}
-        return {
-            "streams": streams,
-            "gears": {k: {"hits": g.hits, "padding_ratio": g.padding_ratio} for k, g in gears.items()},
-            "compiles": sum(s["compiles"] for s in streams),
-            "device_memory": memory,
-        }
+        return display.Stats(
+            streams=streams,
+            gears={k: {"hits": g.hits, "padding_ratio": g.padding_ratio} for k, g in gears.items()},
+            compiles=sum(s["compiles"] for s in streams),
+            device_memory=memory,
+        )
 
     def close(self, timeout: float = 60.0) -> None:
         """Stop taking requests; queued submits are cancelled, running ones complete; then release everything."""
@@ -469,8 +484,13 @@ class Model:
         self.close()
 
     def __repr__(self) -> str:
-        ins = ", ".join(f"{t.name}{list(t.shape)}" for t in self.plan.inputs)
-        return f"<gert.Model ({ins}) on {len(self._workers)} stream(s)>"
+        return display.model_repr(self)
+
+    def _repr_pretty_(self, p, cycle: bool) -> None:  # IPython
+        display.pretty_model(self, p, cycle)
+
+    def _repr_html_(self) -> str:  # Jupyter
+        return display.model_html(self)
 
 
 _VALID_SHAPES_KEPT = 1024  # remembered input signatures per Model (cleared when full)
