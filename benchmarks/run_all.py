@@ -115,6 +115,7 @@ def main() -> int:
     import gert
 
     when = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC"
+    load_before = os.getloadavg()[0]
     parts = [f"# gert benchmark results\n\nMachine: {machine()}; backend: {gert.backend()}; {when}"
              f"{' (quick run)' if args.quick else ''}.\n\nEach group holds gert and its baseline, measured in the "
              "same process; `time gert/baseline` is the ratio of their median times (below 1: gert is faster). "
@@ -136,6 +137,12 @@ def main() -> int:
         section = run_triton(args.quick)
         failed |= "\nFAILED (exit" in section
         parts.append(section)
+    load_after, cpus = os.getloadavg()[0], os.cpu_count() or 1
+    parts[0] = parts[0].replace(f"{when}", f"{when}; load average {load_before:.1f} before, {load_after:.1f} after", 1)
+    if max(load_before, load_after) > cpus:
+        parts[0] += (f"\n**The machine was busy with other work (load average above its {cpus} CPUs): gert and its "
+                     "baseline ran one after the other, so the load hit them unequally; these ratios are not "
+                     "reliable. Run again on a quiet machine.**\n")
     with open(args.out, "w") as f:
         f.write("\n".join(parts))
     print(f"wrote {args.out}", file=sys.stderr)

@@ -22,8 +22,8 @@ def stream():
         yield s
 
 
+@pytest.mark.parametrize("kind", ["numpy_copyto", "gert_async_sync", "gert_sync"])  # a group's runs back to back
 @pytest.mark.parametrize("size", list(SIZES))
-@pytest.mark.parametrize("kind", ["gert_async_sync", "gert_sync", "numpy_copyto"])
 def test_memcpy(benchmark, measuring, stream, size, kind):
     nbytes = SIZES[size]
     src = np.random.default_rng(0).integers(0, 255, nbytes, dtype=np.uint8)

@@ -14,8 +14,8 @@ from _common import ort_session, relu_model, tag, warm
 CASES = {"relu-1x64-static": (1, 1, None), "relu-3rows-to-gear4": ("batch", 3, {"batch": [1, 2, 4]})}
 
 
+@pytest.mark.parametrize("kind", ["ort_run", "gert"])  # a group's runs back to back
 @pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("kind", ["gert", "ort_run"])
 def test_model_run_overhead(benchmark, measuring, case, kind):
     batch, rows, gears = CASES[case]
     model = relu_model(batch)

@@ -19,10 +19,10 @@ MODELS = {"det": (DET, (1, 640, 640), 6), "cls": (CLS, (8, 48, 192), 48)}  # nam
 ROUNDS = 3
 
 
+@pytest.mark.parametrize("kind", ["ort_sessions", "gert"])  # innermost: each pair runs back to back
 @pytest.mark.parametrize("cores", [1, 2])
 @pytest.mark.parametrize("streams", [1, 2, 4])
 @pytest.mark.parametrize("name", list(MODELS))
-@pytest.mark.parametrize("kind", ["gert", "ort_sessions"])
 def test_throughput(benchmark, measuring, name, streams, cores, kind):
     path, (n, h, w), requests = MODELS[name]
     model = read_ppocr(path)
