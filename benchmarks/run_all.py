@@ -1,13 +1,14 @@
 """Run the benchmarks and write benchmarks/RESULTS.md.
 
-    python benchmarks/run_all.py [--quick] [--skip triton] [--json out.json]
-    python benchmarks/run_all.py --from-json out.json [--skip triton]    # a pytest-benchmark JSON you already have
+    python benchmarks/run_all.py [--quick] [--skip triton,rapidocr] [--json out.json]
+    python benchmarks/run_all.py --from-json out.json --skip triton,rapidocr    # a pytest-benchmark JSON you have
 
 The microbenchmarks are pytest-benchmark tests (``benchmarks/test_*.py``): this runs ``pytest benchmarks/
 --benchmark-only --benchmark-enable --benchmark-json=...`` and tabulates the JSON, one table per module with every
 group's gert entries and their baseline (measured in the same process), the ratio and the difference of their
-median times. The Triton serving benchmark is a script (``bench_triton.py``: one real tritonserver, several
-model.py variants) whose output is appended as it is.
+median times. The benchmarks that run several processes stay scripts, and their output is appended as it is:
+``bench_triton.py`` (one real tritonserver, several model.py variants) and ``bench_rapidocr.py`` (RapidOCR on
+ONNX Runtime and on gert, in alternating processes).
 """
 from __future__ import annotations
 
@@ -28,7 +29,11 @@ from _common import machine  # noqa: E402
 
 PYTEST = ["-m", "pytest", "benchmarks/", "--benchmark-only", "--benchmark-enable", "-q", "-p", "no:cacheprovider"]
 QUICK = ["--benchmark-max-time=0.2", "--benchmark-min-rounds=3"]
-TRITON = ("bench_triton.py", [], ["--duration", "4", "--warmup", "1", "--rounds", "2"])
+# benchmarks that stay scripts (several processes each): (name for --skip, script, normal args, quick args)
+SCRIPTS = [
+    ("triton", "bench_triton.py", [], ["--duration", "4", "--warmup", "1", "--rounds", "2"]),
+    ("rapidocr", "bench_rapidocr.py", [], ["--pairs", "1", "--rounds", "2"]),
+]
 
 
 def describe(path: str) -> str:
@@ -89,10 +94,10 @@ def run_pytest(json_path: str, quick: bool) -> int:
     return subprocess.run(cmd, cwd=REPO).returncode
 
 
-def run_triton(quick: bool) -> str:
-    script, normal, quick_args = TRITON
-    cmd = [sys.executable, os.path.join(HERE, script), *(quick_args if quick else normal)]
-    print(f"== triton: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
+def run_script(name: str, script: str, args: list) -> str:
+    """Run a benchmark script; its output as a markdown section."""
+    cmd = [sys.executable, os.path.join(HERE, script), *args]
+    print(f"== {name}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
     r = subprocess.run(cmd, capture_output=True, text=True)
     body = r.stdout.strip() or "(no output)"
     if r.returncode != 0:
@@ -106,7 +111,7 @@ def run_triton(quick: bool) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="shorter runs (for a smoke check, not for figures)")
-    ap.add_argument("--skip", default="", help="comma-separated: pytest, triton")
+    ap.add_argument("--skip", default="", help="comma-separated: pytest, " + ", ".join(s[0] for s in SCRIPTS))
     ap.add_argument("--json", help="keep pytest-benchmark's JSON here (default: a temporary file)")
     ap.add_argument("--from-json", help="tabulate this pytest-benchmark JSON instead of running pytest")
     ap.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"))
@@ -133,10 +138,11 @@ def main() -> int:
             else:
                 failed = True
                 parts.append("## pytest-benchmark\n\nFAILED: no JSON was written.\n")
-    if "triton" not in skip:
-        section = run_triton(args.quick)
-        failed |= "\nFAILED (exit" in section
-        parts.append(section)
+    for name, script, normal, quick in SCRIPTS:
+        if name not in skip:
+            section = run_script(name, script, quick if args.quick else normal)
+            failed |= "\nFAILED (exit" in section
+            parts.append(section)
     load_after, cpus = os.getloadavg()[0], os.cpu_count() or 1
     parts[0] = parts[0].replace(f"{when}", f"{when}; load average {load_before:.1f} before, {load_after:.1f} after", 1)
     if max(load_before, load_after) > cpus:
