@@ -145,7 +145,7 @@ def main() -> int:
             parts.append(section)
     load_after, cpus = os.getloadavg()[0], os.cpu_count() or 1
     parts[0] = parts[0].replace(f"{when}", f"{when}; load average {load_before:.1f} before, {load_after:.1f} after", 1)
-    if max(load_before, load_after) > cpus:
+    if load_before > cpus:  # (the load after counts this run's own threads)
         parts[0] += (f"\n**The machine was busy with other work (load average above its {cpus} CPUs): gert and its "
                      "baseline ran one after the other, so the load hit them unequally; these ratios are not "
                      "reliable. Run again on a quiet machine.**\n")
