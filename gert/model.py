@@ -16,11 +16,12 @@ from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from gert import _cann
+from gert import _cann, display
 from gert._cann import Graph, ge_initialize
 from gert.errors import GertError
 from gert.rows import Rows
 from gert.executor import GearStats, Request, Worker
+from gert.progress import Progress
 from gert.recovery import Recovery
 from gert.shapes import ShapePlan, TensorInfo, plan_shapes
 from gert.tiers import HOT_AFTER, HOT_WINDOW, Tiers, check_settings
@@ -125,6 +126,15 @@ class Model:
     @property
     def outputs(self) -> list:
         return list(self.plan.outputs)
+
+    @property
+    def num_streams(self) -> int:
+        """Streams over all devices (0 once closed)."""
+        return len(self._workers)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     # ---- running ----------------------------------------------------------------------------------------------
     def __call__(self, **inputs) -> dict:
@@ -402,11 +412,13 @@ class Model:
         return result
 
     # ---- lifecycle and stats -------------------------------------------------------------------------------------
-    def warmup(self, sizes: Optional[Mapping[str, Sequence[int]]] = None) -> int:
+    def warmup(self, sizes: Optional[Mapping[str, Sequence[int]]] = None, progress: bool = False) -> int:
         """Compile every declared gear combination on every stream; returns how many graphs were compiled.
         An exact or auto dim without gears takes the sizes ``sizes[dim]`` (e.g. what a server's config fixes); if
         one has neither, only its requests can tell its sizes and no static graph is compiled: with the auto
-        policy the stream's dynamic-shape graph is compiled instead, to serve every shape until one is hot."""
+        policy the stream's dynamic-shape graph is compiled instead, to serve every shape until one is hot.
+        ``progress=True`` shows a bar (tqdm when installed, else one line per graph) on stderr; nothing is printed
+        otherwise."""
         import itertools
 
         dims = self.plan.dims
@@ -427,20 +439,24 @@ class Model:
         if self._tiers is not None and choices is None:  # sizes unknown: requests start on the dynamic graph
             combos.insert(0, tuple(v for _, v in self._tiers.fallback_key))
         compiled = 0
-        for combo in combos:
-            run_sizes = dict(zip(names, combo))
-            key = tuple(sorted((n, v) for n, v in run_sizes.items()))
-            for w in self._workers:
-                with w.lock:
-                    if key not in w.graphs:
-                        w._compile(key, run_sizes)
-                        compiled += 1
+        with Progress(len(combos) * len(self._workers), "gert warmup", enabled=progress) as bar:
+            for combo in combos:
+                run_sizes = dict(zip(names, combo))
+                key = tuple(sorted((n, v) for n, v in run_sizes.items()))
+                label = ",".join(f"{n}={v}" for n, v in key) or "static"
+                for w in self._workers:
+                    with w.lock:
+                        if key not in w.graphs:
+                            w._compile(key, run_sizes)
+                            compiled += 1
+                    bar.step(f"stream {w.index}: {label}")
         return compiled
 
-    def stats(self) -> dict:
+    def stats(self) -> display.Stats:
         """Per stream: effective core limits, requests, busy seconds, compiles, requests served by static / dynamic
         graphs, background and request-path compiles; per gear: hits and padding ratio; device memory; with the
-        auto policy, ``tiers``: static shapes, pending compiles, evictions, rejections, failed compiles."""
+        auto policy, ``tiers``: static shapes, pending compiles, evictions, rejections, failed compiles. A dict (a
+        gert.display.Stats, which also shows as tables in Jupyter and IPython)."""
         streams = [dict(vars(w.stats)) for w in self._workers]  # flat dataclasses; asdict() deep-copies (slow)
         gears: dict = {}
         for w in self._workers:
@@ -453,12 +469,12 @@ class Model:
         for d in sorted({w.device for w in self._workers}):
             info = _cann.memory_info(d)
             memory[d] = {"used": info.used, "total": info.total}
-        out = {
-            "streams": streams,
-            "gears": {k: {"hits": g.hits, "padding_ratio": g.padding_ratio} for k, g in gears.items()},
-            "device_memory": memory,
+        out = display.Stats(
+            streams=streams,
+            gears={k: {"hits": g.hits, "padding_ratio": g.padding_ratio} for k, g in gears.items()},
+            device_memory=memory,
             **vars(self._recovery.stats),  # failed_tasks, timeouts, aborted_streams, recoveries, oom_retries
-        }
+        )
         for k in ("compiles", "static_hits", "dynamic_hits", "background_compiles", "request_path_compiles"):
             out[k] = sum(s[k] for s in streams)
         if self._tiers is not None:
@@ -506,8 +522,13 @@ class Model:
         self.close()
 
     def __repr__(self) -> str:
-        ins = ", ".join(f"{t.name}{list(t.shape)}" for t in self.plan.inputs)
-        return f"<gert.Model ({ins}) on {len(self._workers)} stream(s)>"
+        return display.model_repr(self)
+
+    def _repr_pretty_(self, p, cycle: bool) -> None:  # IPython
+        display.pretty_model(self, p, cycle)
+
+    def _repr_html_(self) -> str:  # Jupyter
+        return display.model_html(self)
 
 
 _VALID_SHAPES_KEPT = 1024  # remembered input signatures per Model (cleared when full)

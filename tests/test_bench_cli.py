@@ -41,6 +41,7 @@ def test_short_sweep_table_json_csv_agree(model_path, tmp_path):
     r = gert_cli("bench", model_path, "--streams", "1,2", "--batch", "1,4", "--iterations", "40",
                  "--concurrency", "2", "--json", str(j), "--csv", str(c), "--latency-budgets", "1000")
     assert r.returncode == 0, r.stderr
+    assert "gert bench" in r.stderr and "4/4" in r.stderr  # progress on stderr (tqdm or plain lines)
     data = json.loads(j.read_text())["results"]
     assert len(data) == 4
     assert {(d["streams"], d["batch"]) for d in data} == {(1, 1), (1, 4), (2, 1), (2, 4)}
