@@ -18,7 +18,8 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from gert.dtypes import DT_BF16, ONNX_BFLOAT16, numpy_dtype
+from gert import _shape_infer
+from gert.dtypes import DT_BF16, ONNX_BFLOAT16, ge_dtype, numpy_dtype, onnx_to_numpy
 
 TensorArg = tuple  # (ptr: int, nbytes: int, ge_dtype: int, dims: tuple[int, ...])
 
@@ -35,8 +36,8 @@ def _elem(ge_dtype: int):
 
 
 def _bind_host_input(io, name: str, ge_dtype: int, dims) -> None:
-    """Bind a zero-filled host array (kept alive with the binding): for size-0 inputs, which have no device address,
-    and for finding a static graph's output shapes at compile time."""
+    """Bind a zero-filled host array (kept alive with the binding): for size-0 inputs, which have no device
+    address."""
     arr = np.zeros(tuple(dims), numpy_dtype(ge_dtype))
     io.bind_input(name, "cpu", 0, _elem(ge_dtype), list(dims), arr.ctypes.data)
     keep = getattr(io, "_gert_keep", None)
@@ -139,7 +140,7 @@ class OrtExecutable:
 
 
 class OrtGraphProvider:
-    """Compiles graphs for the host NPU: validates the model with ONNX Runtime and finds static output shapes."""
+    """Compiles graphs for the host NPU: validates the model with ONNX Runtime and infers output shapes."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -181,20 +182,34 @@ class OrtGraphProvider:
 
     def compile(self, model: bytes, inputs: Sequence[tuple], outputs: Sequence[tuple], group: int = 0):
         """inputs/outputs: (name, ge_dtype, dims) with -1 for dynamic dims; group: the GE Session.
-        Returns (executable, [(dtype, dims)])."""
+        Returns (executable, [(dtype, dims)], unknown_shape). Output dtypes are ONNX Runtime's; shapes come from
+        shape inference over the input shapes (never from a run), -1 where a dim is not known from them and (-2,)
+        where not even the rank is; ``unknown_shape``: some tensor's shape depends on input values."""
         exe = OrtExecutable(model, [i[0] for i in inputs], [i[2] for i in inputs], [o[0] for o in outputs], self,
                             group)
         sess = exe.session(1)
         ort_in = [m.name for m in sess.get_inputs()]
         if ort_in != exe.in_names:
             raise ValueError(f"ONNX Runtime sees inputs {ort_in}, the parser saw {exe.in_names}")
-        result = [(o[1], tuple(o[2])) for o in outputs]
-        if all(d >= 0 for i in inputs for d in i[2]):  # static: every output shape is fixed; find it
-            io = sess.io_binding()
-            for name, dt, dims in inputs:
-                _bind_host_input(io, name, dt, dims)
-            for name in exe.out_names:
-                io.bind_output(name, "cpu")
-            sess.run_with_iobinding(io)
-            result = [(o[1], tuple(int(d) for d in v.shape())) for o, v in zip(outputs, io.get_outputs())]
-        return exe, result
+        ort_out = {m.name: m for m in sess.get_outputs()}
+        dtypes = [_ort_dtype(ort_out[o[0]]) if o[0] in ort_out else o[1] for o in outputs]
+        result = [(dt, tuple(o[2])) for dt, o in zip(dtypes, outputs)]
+        if all(d >= 0 for i in inputs for d in i[2]):
+            inferred = _shape_infer.infer(model, {i[0]: i[2] for i in inputs})
+            result = [(dt, shape if shape is not None else _UNKNOWN_RANK)
+                      for dt, shape in zip(dtypes, inferred.output_shapes)]
+            return exe, result, not inferred.all_known
+        return exe, result, True
+
+
+_UNKNOWN_RANK = (-2,)  # GE's UNKNOWN_DIM_NUM
+
+
+def _ort_dtype(meta) -> int:
+    """The ge::DataType of an ONNX Runtime NodeArg ("tensor(float)")."""
+    t = meta.type
+    if not t.startswith("tensor(") or not t.endswith(")"):
+        raise ValueError(f"output '{meta.name}' is a {t}, not a tensor")
+    from onnx import TensorProto
+
+    return ge_dtype(onnx_to_numpy(getattr(TensorProto, t[len("tensor("):-1].upper(), 0)))

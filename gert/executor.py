@@ -159,8 +159,9 @@ class Worker:
             raise
         self.stats.compiles += 1
         self.stats.compile_seconds += time.perf_counter() - t0
-        entry = GraphEntry(gid, key, shapes, summary.is_static, summary.output_shapes, summary.output_dtypes,
-                           evictable)
+        static = summary.is_static  # an unknown-shape graph's summary has no output shapes (GE's getters fail)
+        entry = GraphEntry(gid, key, shapes, static, summary.output_shapes if static else [],
+                           summary.output_dtypes if static else [], evictable)
         if entry.is_static:
             for t in plan.inputs:
                 shape = shapes[t.name]

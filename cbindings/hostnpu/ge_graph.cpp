@@ -1,6 +1,7 @@
 // Host NPU GE: ge::Graph and the ONNX parser (aclgrphParseONNX / aclgrphParseONNXFromMem).
 // Parsing reads and validates the ONNX model and accepts only the parser_params keys real GE accepts.
 #include <cstdarg>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -158,15 +159,21 @@ static ge::graphStatus parse(std::shared_ptr<const std::string> bytes, const cha
   impl->model = bytes;
   impl->node_count = info.node_count;
   impl->name = opts.count("output") ? opts["output"] : info.graph_name;
+  // Inputs: dim_param or a missing value is -1, no shape at all is [] (onnx_data_parser.cc). Outputs: GE's parser
+  // keeps only their names (ParseOutput); dtype and shape come from shape inference at compile (A5).
   auto to_spec = [&](const onnx::ValueInfo &v, const char *what, IOSpec &s) -> ge::graphStatus {
+    const bool output = std::strcmp(what, "output") == 0;
     s.name = v.name;
     s.onnx_type = v.elem_type;
     s.dtype = dtype_from_onnx(v.elem_type);
+    if (output && v.elem_type == 0) return ge::GRAPH_SUCCESS;  // no type: known after compile
     if (s.dtype == ge::DT_UNDEFINED || s.dtype == ge::DT_STRING)
       return ge_fail(ge::GRAPH_FAILED, "%s: %s '%s' has ONNX element type %s (%d), which the host NPU does not support",
                      api, what, v.name.c_str(), onnx::elem_type_name(v.elem_type), v.elem_type);
-    if (!v.has_shape)
-      return ge_fail(ge::GRAPH_FAILED, "%s: %s '%s' has no shape (rank) in the model", api, what, v.name.c_str());
+    if (output) {
+      s.dims = {-2};  // UNKNOWN_DIM_NUM until CompileGraph infers it
+      return ge::GRAPH_SUCCESS;
+    }
     for (auto &d : v.dims) {
       s.dims.push_back(d.value >= 0 ? d.value : -1);
       s.dim_names.push_back(d.value >= 0 ? std::string() : d.param);
