@@ -1,6 +1,8 @@
 """Exceptions raised by gert: every runtime failure carries CANN's code and the runtime's own message."""
 from __future__ import annotations
 
+import re
+
 ACL_ERROR_NAMES: dict[int, str] = {}  # filled by gert._cann from the headers it was built against
 
 
@@ -50,6 +52,15 @@ class GeError(_CodedError):
     """A GE call failed: ``code`` is the ge::Status, ``message`` GEGetErrorMsgV2()'s text."""
 
     NAMES = GE_ERROR_NAMES
+
+    @property
+    def error_code(self) -> str | None:
+        """GE's error-manager code reported with the failure ("E16001", "E13010", ...), if any."""
+        m = _E_CODE.search(self.message)
+        return m.group(0) if m else None
+
+
+_E_CODE = re.compile(r"\bE[0-9A-Z][0-9]{4}\b")
 
 
 class HostFunctionError(GertError):

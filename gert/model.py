@@ -70,6 +70,7 @@ class Model:
         for d in devices:
             self._check_cores(d, cube_cores, _cann.DEV_ATTR_CUBE_CORE_NUM, "cube_cores")
             self._check_cores(d, vector_cores, _cann.DEV_ATTR_VECTOR_CORE_NUM, "vector_cores")
+        self._graph = Graph.from_onnx(data)  # first: what GE's parser refuses fails here, with GE's code
         self.plan: ShapePlan = plan_shapes(_cann.read_onnx_io(data), gears, shape_policy, pad_value, max_batch,
                                            output_dims)
         self._input_names = [t.name for t in self.plan.inputs]
@@ -77,7 +78,6 @@ class Model:
         self._resolved: dict = {}      # real dim sizes -> (run sizes, graph key)
         glob, sess, graph_opts = _split_options(options)
         ge_initialize(glob)
-        self._graph = Graph.from_onnx(data)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._closed = False

@@ -30,14 +30,25 @@ struct ValueInfo {
   std::vector<Dim> dims;
 };
 
+// A node of the graph or of a subgraph (an If branch, a Loop body): what the GE parser's pre-check looks at.
+struct NodeInfo {
+  std::string op_type, domain, name;
+  int depth = 0;  // 0: the main graph, 1: a subgraph of one of its nodes, ...
+};
+
 struct ModelInfo {
   int64_t ir_version = 0;
   std::vector<std::pair<std::string, int64_t>> opsets;  // (domain, version)
   std::string graph_name;
   std::vector<ValueInfo> inputs;  // graph inputs that are NOT initializers (older IRs list initializers as inputs too)
   std::vector<ValueInfo> outputs;
+  size_t declared_inputs = 0;     // graph.input as written, initializers included (GE's ParseInput counts these)
   size_t node_count = 0;
   std::vector<std::string> initializer_names;
+  std::vector<NodeInfo> nodes;    // every node, subgraphs included, depth first
+  // The first string (DT_STRING) tensor anywhere: a graph input/output/value_info/initializer or constant of
+  // element type STRING, or a Cast to STRING ("" if none). Says where, e.g. "initializer 'vocab'".
+  std::string string_tensor;
 };
 
 // Parses a serialized ONNX ModelProto. On failure returns false and sets err to one clear sentence saying what is wrong
