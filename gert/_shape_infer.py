@@ -38,6 +38,8 @@ class Inferred:
     output_shapes: list
     all_known: bool
     unknown: list = field(default_factory=list)  # names of tensors whose shape is not known
+    output_dims: list = field(default_factory=list)  # per output: dims (int, a dim_param str, or None), or None
+    output_elem: list = field(default_factory=list)  # per output: ONNX element type (0: not known)
 
 
 def _known_shape(t: Optional[onnx.TypeProto]) -> Optional[tuple]:
@@ -47,6 +49,13 @@ def _known_shape(t: Optional[onnx.TypeProto]) -> Optional[tuple]:
     if not all(d.HasField("dim_value") and d.dim_value >= 0 for d in dims):
         return None
     return tuple(int(d.dim_value) for d in dims)
+
+
+def _partial_dims(t: Optional[onnx.TypeProto]) -> Optional[tuple]:
+    if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
+        return None
+    return tuple(int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or None)
+                 for d in t.tensor_type.shape.dim)
 
 
 def _tensor_type(elem: int, shape: Optional[Sequence[int]]) -> onnx.TypeProto:
@@ -232,8 +241,9 @@ def _merge(a: Optional[onnx.TypeProto], b: Optional[onnx.TypeProto]) -> Optional
     return _tensor_type(elem, dims)
 
 
-def infer(model, input_dims: Mapping[str, Sequence[int]]) -> Inferred:
-    """Shapes of ``model`` (serialized bytes or a ModelProto) for inputs fixed at ``input_dims`` (name -> dims).
+def infer(model, input_dims: Mapping[str, Sequence]) -> Inferred:
+    """Shapes of ``model`` (serialized bytes or a ModelProto) for inputs fixed at ``input_dims`` (name -> dims; a
+    str dim is symbolic, a negative or None one unknown).
     Graph outputs' declared shapes and ``value_info`` are ignored, as GE's parser ignores them (A5)."""
     m = model if isinstance(model, onnx.ModelProto) else onnx.load_from_string(bytes(model))
     inf = _Inferer(m)
@@ -244,7 +254,11 @@ def infer(model, input_dims: Mapping[str, Sequence[int]]) -> Inferred:
             continue
         dims = input_dims.get(i.name)
         elem = i.type.tensor_type.elem_type
-        scope.types[i.name] = _tensor_type(elem, None if dims is None else [int(d) if d >= 0 else None for d in dims])
+        scope.types[i.name] = _tensor_type(elem, None if dims is None else [
+            d if isinstance(d, str) else (int(d) if d is not None and d >= 0 else None) for d in dims])
     inf.graph(m.graph, scope)
-    outs = [_known_shape(scope.type(o.name)) for o in m.graph.output]
-    return Inferred(outs, not inf.unknown and all(s is not None for s in outs), inf.unknown)
+    types = [scope.type(o.name) for o in m.graph.output]
+    outs = [_known_shape(t) for t in types]
+    return Inferred(outs, not inf.unknown and all(s is not None for s in outs), inf.unknown,
+                    [_partial_dims(t) for t in types],
+                    [t.tensor_type.elem_type if t is not None and t.HasField("tensor_type") else 0 for t in types])

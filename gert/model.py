@@ -16,7 +16,7 @@ from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from gert import _cann
+from gert import _cann, valuedep
 from gert._cann import Graph, ge_initialize
 from gert.errors import GertError
 from gert.rows import Rows
@@ -71,8 +71,9 @@ class Model:
             self._check_cores(d, cube_cores, _cann.DEV_ATTR_CUBE_CORE_NUM, "cube_cores")
             self._check_cores(d, vector_cores, _cann.DEV_ATTR_VECTOR_CORE_NUM, "vector_cores")
         self._graph = Graph.from_onnx(data)  # first: what GE's parser refuses fails here, with GE's code
-        self.plan: ShapePlan = plan_shapes(_cann.read_onnx_io(data), gears, shape_policy, pad_value, max_batch,
-                                           output_dims)
+        io, self.value_dependent = valuedep.analyze(data, _cann.read_onnx_io(data))
+        self.plan: ShapePlan = plan_shapes(io, gears, shape_policy, pad_value, max_batch, output_dims)
+        valuedep.apply_batch_policy(self.plan, self.value_dependent, shape_policy, gears)
         self._input_names = [t.name for t in self.plan.inputs]
         self._valid_shapes: dict = {}  # ((shape, dtype) per input) -> real dim sizes, for shapes that passed
         self._resolved: dict = {}      # real dim sizes -> (run sizes, graph key)

@@ -273,3 +273,101 @@ def test_incompatible_shapes_fail_the_compile(session):
         session.compile_graph(60_001)
     assert "the_add" in ei.value.message and "failed to compile" in ei.value.message
     session.remove_graph(60_001)
+
+
+# ---- gert.Model on value-dependent models -------------------------------------------------------------------------
+
+def nms_batch_model() -> bytes:
+    """NonMaxSuppression over a batch: boxes f32[N, 8, 4], scores f32[N, 2, 8] -> selected i64[?, 3] (batch index,
+    class, box). The output's first axis is not the batch."""
+    node = helper.make_node("NonMaxSuppression", ["boxes", "scores", "max_out", "iou", "score_th"], ["selected"])
+    return make_model([node], [vi("boxes", np.float32, ["N", 8, 4]), vi("scores", np.float32, ["N", 2, 8])],
+                      [vi("selected", np.int64, ["n_selected", 3])],
+                      [_c("max_out", np.array([3], np.int64)), _c("iou", np.array([0.5], np.float32)),
+                       _c("score_th", np.array([0.3], np.float32))], name="nms_batch")
+
+
+def nms_batch_inputs(n: int, seed: int):
+    rng = np.random.default_rng(seed)
+    xy = rng.uniform(0, 10, (n, 8, 2)).astype(np.float32)
+    boxes = np.concatenate([xy, xy + rng.uniform(1, 4, (n, 8, 2)).astype(np.float32)], axis=2)
+    return {"boxes": boxes, "scores": rng.uniform(0, 1, (n, 2, 8)).astype(np.float32)}
+
+
+def test_model_value_dependent_batch_defaults_to_exact_and_runs():
+    """gert.load on NMS over a batch: the batch policy is exact (no filler rows), each batch size runs as it is and
+    equals ONNX Runtime; the output is allocated per run and copied once into the result (D2H bytes = its size)."""
+    model = nms_batch_model()
+    with gert.load(model) as m:
+        assert m.value_dependent == ["selected"]
+        assert m.plan.batch.policy == "exact" and m.plan.batch.gears == ()
+        assert ("selected", 0) not in m.plan.output_axes  # not split or sliced as a batch axis
+        for n, seed in ((1, 1), (3, 2), (2, 3), (3, 4)):
+            feeds = nms_batch_inputs(n, seed)
+            ref = ort_run(model, [feeds["boxes"], feeds["scores"]])[0]
+            gert.reset_host_counters()
+            got = m.run(feeds)["selected"]
+            c = gert.host_counters()
+            assert got.dtype == ref.dtype and got.shape == ref.shape
+            np.testing.assert_array_equal(got, ref)
+            assert c["bytes_d2h"] == ref.nbytes, (c, ref.nbytes)
+            assert c["bytes_h2d"] == feeds["boxes"].nbytes + feeds["scores"].nbytes, c
+        assert m.stats()["compiles"] == 3  # one graph per batch size seen (1, 3, 2)
+
+
+def test_model_pad_on_value_dependent_model_warns():
+    with pytest.warns(UserWarning, match="depend on input values"):
+        m = gert.load(nms_batch_model(), shape_policy={"batch": "pad"})
+    with m:
+        assert m.plan.batch.policy == "pad"
+
+
+def test_model_static_model_keeps_pad():
+    """A model without value-dependent outputs keeps the batch default (pad), and loads without a warning."""
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", np.float32, ["N", 3])],
+                       [vi("y", np.float32, ["N", 3])], name="relu_b")
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with gert.load(model) as m:
+            assert m.value_dependent == [] and m.plan.batch.policy == "pad"
+
+
+@pytest.mark.parametrize("make, feeds", [
+    (resize_scales_model, [{"x": np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4), "scales": np.array(s, np.float32)}
+                           for s in ([1, 1, 2, 2], [1, 1, 0.5, 1], [1, 1, 3, 0.75])]),
+    (if_model, [{"state": np.arange(6, dtype=np.float32).reshape(2, 3), "mode": np.array(m)}
+                for m in (True, False, False, True)]),
+    (nonzero_model, [{"x": np.random.default_rng(s).standard_normal((3, 4)).astype(np.float32)} for s in (1, 2)]),
+    (nms_model, [dict(zip(("boxes", "scores"), nms_inputs(s))) for s in (1, 2)]),
+], ids=["resize_scales", "if_input", "nonzero", "nms"])
+def test_model_runs_value_dependent_models(make, feeds):
+    """Resize by input scales, If on an input scalar (a mode flag), NonZero and NMS through gert.load: every run
+    equals ONNX Runtime, with that run's values deciding the shape or the branch."""
+    model = make()
+    with gert.load(model, streams=2) as m:
+        assert m.value_dependent
+        for f in feeds:
+            ref = ort_run(model, [f[t.name] for t in m.inputs])
+            got = m.run(f)
+            assert_equal_ort([got[o.name] for o in m.outputs], ref, make.__name__)
+
+
+def test_model_with_shapeless_outputs():
+    """Outputs without a shape in the file get it from shape inference (symbolic input dims carry through), an
+    output without a type gets its dtype; the batch axis is recognized and batching splits it."""
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Relu", ["h"], ["y"]),
+             helper.make_node("ArgMax", ["h"], ["cls"], axis=1, keepdims=0)]
+    model = without_output_shapes(make_model(nodes, [vi("x", np.float32, ["N", 3])],
+                                             [vi("y", np.float32, ["N", 2]), vi("cls", np.int64, ["N"])],
+                                             [_c("w", np.arange(6, dtype=np.float32).reshape(3, 2) - 2)],
+                                             name="shapeless_b"), untyped=("cls",))
+    with gert.load(model) as m:
+        assert [(o.name, o.dtype, o.shape) for o in m.outputs] == [("y", np.dtype(np.float32), ("N", 2)),
+                                                                     ("cls", np.dtype(np.int64), ("N",))]
+        assert m.plan.batch.policy == "pad"
+        rng = np.random.default_rng(7)
+        reqs = [{"x": rng.standard_normal((k, 3)).astype(np.float32)} for k in (1, 3, 2)]
+        for r, got in zip(reqs, m.run(reqs)):
+            ref = ort_run(model, [r["x"]])
+            assert_equal_ort([got["y"], got["cls"]], ref, "shapeless batch")
