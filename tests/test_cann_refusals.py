@@ -4,7 +4,8 @@ code (ge::FAILED, the E-code leading the message) and a message that names what 
 - a root graph with no inputs, or no outputs: E16001 (OnnxModelParser::ParseInput / ParseOutput);
 - ONNX Loop and Scan, in the main graph or inside an If branch: E13010, no operator plugin (the 8.5 parser has no
   Loop/Scan plugin and If is its only subgraph adapter);
-- string tensors (graph I/O, initializers, constants, a Cast to STRING): NPU kernels do not compute strings.
+- string tensors (graph I/O, initializers, constants, a Cast to STRING): NPU kernels do not compute strings;
+- graph inputs or outputs that are not tensors (sequence, optional, map): the parser reads tensor types only.
 The same models without the refused part parse.
 """
 import numpy as np
@@ -92,6 +93,13 @@ def string_initializer_model() -> bytes:
                  [vi("y", np.float32, [2])], [vocab])
 
 
+def sequence_input_model() -> bytes:
+    seq = helper.make_value_info("xs", helper.make_sequence_type_proto(
+        helper.make_tensor_type_proto(TensorProto.FLOAT, [2])))
+    return build([helper.make_node("SequenceAt", ["xs", "i0"], ["y"])], [seq], [vi("y", np.float32, [2])],
+                 [numpy_helper.from_array(np.array(0, np.int64), "i0")])
+
+
 REFUSED = {
     "no_input": (no_input_model, "E16001", ["has no input"]),
     "no_output": (no_output_model, "E16001", ["has no output"]),
@@ -101,6 +109,7 @@ REFUSED = {
     "string_io": (string_io_model, "DT_STRING", ["graph input 's'"]),
     "cast_to_string": (cast_to_string_model, "DT_STRING", ["Cast to STRING", "to_str"]),
     "string_initializer": (string_initializer_model, "DT_STRING", ["initializer 'vocab'"]),
+    "sequence_input": (sequence_input_model, "not a tensor", ["graph input 'xs' is a sequence"]),
 }
 
 

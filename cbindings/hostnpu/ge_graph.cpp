@@ -142,6 +142,12 @@ static ge::graphStatus refuse_like_cann(const onnx::ModelInfo &info, const char 
                    "with at least one input", api, info.graph_name.c_str());
   if (info.outputs.empty())  // OnnxModelParser::ParseOutput
     return ge_fail(ge::GRAPH_FAILED, "%s: E16001: the ONNX graph '%s' has no output", api, info.graph_name.c_str());
+  for (auto *list : {&info.inputs, &info.outputs})
+    for (auto &v : *list)
+      if (!v.kind.empty() && v.kind != "tensor")  // ParseInput / infershape read tensor types only
+        return ge_fail(ge::GRAPH_FAILED, "%s: graph %s '%s' is a%s %s, not a tensor: GE graphs take and give tensors "
+                       "only", api, list == &info.inputs ? "input" : "output", v.name.c_str(),
+                       v.kind == "optional" ? "n" : "", v.kind.c_str());
   for (auto &n : info.nodes) {
     // No Loop / Scan plugin and no subgraph adapter for them in the 8.5 parser: its pre-check refuses the node.
     if ((n.domain.empty() || n.domain == "ai.onnx") && (n.op_type == "Loop" || n.op_type == "Scan")) {

@@ -360,10 +360,13 @@ struct Parser {
           vi.dims.clear();
           is_tensor = true;
         }
+        vi.kind = "tensor";
         const Where tw{w, "tensor_type", -1};
         if (!type_tensor(f, &tw, vi)) return false;
       } else if (f.number == 4 || f.number == 5 || f.number == 7 || f.number == 8 || f.number == 9) {
         is_tensor = false;
+        vi.kind = f.number == 4 ? "sequence" : f.number == 5 ? "map" : f.number == 7 ? "opaque"
+                  : f.number == 8 ? "sparse_tensor" : "optional";
         vi.elem_type = 0;
         vi.has_shape = false;
         vi.dims.clear();

@@ -25,6 +25,7 @@ struct Dim {
 // elem_type = ONNX TensorProto.DataType value; 0 and has_shape false for non-tensor types (sequence, map, ...)
 struct ValueInfo {
   std::string name;
+  std::string kind;  // the TypeProto member: "tensor", "sequence", "map", "optional", ...; "" when there is no type
   int32_t elem_type = 0;
   bool has_shape = false;
   std::vector<Dim> dims;
