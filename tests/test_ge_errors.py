@@ -41,21 +41,6 @@ def check(excinfo, code, *fragments):
 
 
 @pytest.fixture(scope="module")
-def session(device):
-    s = gert.Session()
-    yield s
-    s.close()
-
-
-@pytest.fixture(scope="module")
-def stream(device):
-    st = gert.Stream(device)
-    st.cube_cores = 1
-    yield st
-    st.destroy()
-
-
-@pytest.fixture(scope="module")
 def static_add(session, stream):
     """y = a + b at [2, 4], static, loaded on ``stream``."""
     return load(session, add_model(name="static_add"), stream, {"input_shape": "a:2,4;b:2,4"})

@@ -36,13 +36,6 @@ def assert_unknown_shape(summary) -> None:
             getattr(summary, field)
 
 
-@pytest.fixture(scope="module")
-def session(device):
-    s = gert.Session()
-    yield s
-    s.close()
-
-
 def _stream(device, cores):
     st = gert.Stream(device)
     st.cube_cores = cores

@@ -21,21 +21,6 @@ from models import load, make_model, ort_run, vi
 pytestmark = RUNTIME
 
 
-@pytest.fixture(scope="module")
-def session(device):
-    s = gert.Session()
-    yield s
-    s.close()
-
-
-@pytest.fixture(scope="module")
-def stream(device):
-    st = gert.Stream(device)
-    st.cube_cores = 1
-    yield st
-    st.destroy()
-
-
 def _c(name, arr):
     return numpy_helper.from_array(np.asarray(arr), name)
 
