@@ -14,6 +14,7 @@ import os
 import math
 import threading
 import weakref
+from collections import OrderedDict
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -145,6 +146,10 @@ class OrtGraphProvider:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._meta: dict[bytes, list] = {}  # model digest -> input shapes as ONNX Runtime reports them
+        # Shape inference per (model digest, input dims), and the parsed model it runs on: the same shape compiles
+        # once per stream (and again after an eviction), so it is inferred once.
+        self._inferred: "OrderedDict[tuple, object]" = OrderedDict()
+        self._parsed: "OrderedDict[bytes, object]" = OrderedDict()
         self._shared: "weakref.WeakValueDictionary[tuple, object]" = weakref.WeakValueDictionary()
 
     def input_shapes(self, model: bytes, digest: bytes) -> list:
@@ -180,6 +185,29 @@ class OrtGraphProvider:
                 self._shared[key] = sess
         return sess
 
+    def _infer(self, model: bytes, digest: bytes, dims: dict):
+        key = (digest, tuple(sorted(dims.items())))
+        with self._lock:
+            hit = self._inferred.get(key)
+            proto = self._parsed.get(digest)
+            if proto is not None:
+                self._parsed.move_to_end(digest)
+        if hit is not None:
+            return hit
+        if proto is None:
+            import onnx
+
+            proto = onnx.load_from_string(model)
+        result = _shape_infer.infer(proto, dims)
+        with self._lock:
+            self._parsed[digest] = proto
+            while len(self._parsed) > _PARSED_KEPT:
+                self._parsed.popitem(last=False)
+            self._inferred[key] = result
+            while len(self._inferred) > _INFERRED_KEPT:
+                self._inferred.popitem(last=False)
+        return result
+
     def compile(self, model: bytes, inputs: Sequence[tuple], outputs: Sequence[tuple], group: int = 0):
         """inputs/outputs: (name, ge_dtype, dims) with -1 for dynamic dims; group: the GE Session.
         Returns (executable, [(dtype, dims)], unknown_shape). Output dtypes are ONNX Runtime's; shapes come from
@@ -195,7 +223,7 @@ class OrtGraphProvider:
         dtypes = [_ort_dtype(ort_out[o[0]]) if o[0] in ort_out else o[1] for o in outputs]
         result = [(dt, tuple(o[2])) for dt, o in zip(dtypes, outputs)]
         if all(d >= 0 for i in inputs for d in i[2]):
-            inferred = _shape_infer.infer(model, {i[0]: i[2] for i in inputs})
+            inferred = self._infer(model, exe.digest, {i[0]: tuple(i[2]) for i in inputs})
             result = [(dt, shape if shape is not None else _UNKNOWN_RANK)
                       for dt, shape in zip(dtypes, inferred.output_shapes)]
             return exe, result, not inferred.all_known
@@ -203,6 +231,8 @@ class OrtGraphProvider:
 
 
 _UNKNOWN_RANK = (-2,)  # GE's UNKNOWN_DIM_NUM
+_PARSED_KEPT = 4
+_INFERRED_KEPT = 256
 
 
 def _ort_dtype(meta) -> int:

@@ -12,6 +12,7 @@ unknown: the graph is then an unknown-shape graph, whose outputs GE allocates at
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
@@ -21,7 +22,15 @@ from onnx import defs, helper, numpy_helper, shape_inference
 
 # Constants up to this many elements are folded and handed to shape inference (shape operands are small; weights
 # are never needed to know a shape).
-_FOLD_ELEMENTS = 1 << 16
+_FOLD_ELEMENTS = 4096
+# Constant inputs up to this many elements are handed to an operator's shape inference.
+_OPERAND_ELEMENTS = 16
+# Elementwise operators whose output has the (broadcast) shape and element type of their inputs.
+_UNARY = {"Relu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Selu", "Softplus", "Softsign",
+          "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Round", "Erf", "Sin", "Cos", "Identity",
+          "Softmax", "LogSoftmax", "Mish", "Gelu", "Sign",
+          "Clip", "BatchNormalization", "InstanceNormalization", "LayerNormalization"}  # (X, parameters...) -> X's
+_BROADCAST = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "PRelu"}
 # Never folded: their value is not a function of their inputs.
 _NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 
@@ -42,24 +51,40 @@ class Inferred:
     output_elem: list = field(default_factory=list)  # per output: ONNX element type (0: not known)
 
 
-def _known_shape(t: Optional[onnx.TypeProto]) -> Optional[tuple]:
-    if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
-        return None
-    dims = t.tensor_type.shape.dim
-    if not all(d.HasField("dim_value") and d.dim_value >= 0 for d in dims):
-        return None
-    return tuple(int(d.dim_value) for d in dims)
+@dataclass(frozen=True)
+class _T:
+    """A tensor's type as the pass keeps it: ONNX element type and dims (int, a dim_param str, or None when not
+    known), ``dims`` None for an unknown rank; ``proto`` keeps a non-tensor type (sequence, optional) as ONNX gave
+    it. Plain Python: reading protobuf fields per node would cost more than the inference."""
+
+    elem: int
+    dims: Optional[tuple]
+    proto: Optional[onnx.TypeProto] = None
+
+    @property
+    def known(self) -> Optional[tuple]:
+        """The shape if every dim is a known size."""
+        d = self.dims
+        return d if d is not None and all(type(x) is int for x in d) else None
+
+    def to_proto(self) -> onnx.TypeProto:
+        if self.proto is not None:
+            return self.proto
+        return helper.make_tensor_type_proto(self.elem, None if self.dims is None else list(self.dims))
+
+    @staticmethod
+    def of(t: onnx.TypeProto) -> "_T":
+        if t.WhichOneof("value") != "tensor_type":
+            return _T(0, None, t)
+        tt = t.tensor_type
+        if not tt.HasField("shape"):
+            return _T(tt.elem_type, None)
+        return _T(tt.elem_type, tuple(int(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0
+                                      else (d.dim_param or None) for d in tt.shape.dim))
 
 
-def _partial_dims(t: Optional[onnx.TypeProto]) -> Optional[tuple]:
-    if t is None or not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
-        return None
-    return tuple(int(d.dim_value) if d.HasField("dim_value") else (d.dim_param or None)
-                 for d in t.tensor_type.shape.dim)
-
-
-def _tensor_type(elem: int, shape: Optional[Sequence[int]]) -> onnx.TypeProto:
-    return helper.make_tensor_type_proto(elem, None if shape is None else list(shape))
+def _known(t: Optional[_T]) -> Optional[tuple]:
+    return None if t is None else t.known
 
 
 class _Scope:
@@ -71,23 +96,40 @@ class _Scope:
         self.values: dict = {}       # name -> np.ndarray (folded)
         self.protos: dict = {}       # name -> TensorProto (initializers, converted on demand)
 
-    def type(self, name: str) -> Optional[onnx.TypeProto]:
+    def type(self, name: str) -> Optional[_T]:
         s = self
         while s is not None:
-            if name in s.types:
-                return s.types[name]
+            t = s.types.get(name)
+            if t is not None:
+                return t
+            p = s.protos.get(name)
+            if p is not None:  # a constant's type, built when first asked for
+                t = s.types[name] = _T(p.data_type, tuple(p.dims))
+                return t
             s = s.parent
         return None
 
-    def value(self, name: str) -> Optional[np.ndarray]:
+    def size(self, name: str) -> Optional[int]:
+        """Element count of a constant (folded value or initializer / Constant tensor), None if not a constant."""
         s = self
         while s is not None:
             if name in s.values:
-                return s.values[name]
+                return int(s.values[name].size)
             p = s.protos.get(name)
             if p is not None:
-                n = int(np.prod(p.dims)) if len(p.dims) else 1
-                if n > _FOLD_ELEMENTS:
+                return math.prod(p.dims)
+            s = s.parent
+        return None
+
+    def value(self, name: str, limit: int = _FOLD_ELEMENTS) -> Optional[np.ndarray]:
+        s = self
+        while s is not None:
+            if name in s.values:
+                v = s.values[name]
+                return v if v.size <= limit else None
+            p = s.protos.get(name)
+            if p is not None:
+                if math.prod(p.dims) > limit:
                     return None
                 try:
                     v = numpy_helper.to_array(p)
@@ -100,7 +142,7 @@ class _Scope:
 
     def set_value(self, name: str, v: np.ndarray) -> None:
         self.values[name] = v
-        self.types[name] = _tensor_type(helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+        self.types[name] = _T(helper.np_dtype_to_tensor_dtype(v.dtype), tuple(int(d) for d in v.shape))
 
 
 class _Inferer:
@@ -114,7 +156,6 @@ class _Inferer:
     def graph(self, g: onnx.GraphProto, scope: _Scope) -> None:
         for init in g.initializer:
             scope.protos[init.name] = init
-            scope.types[init.name] = _tensor_type(init.data_type, list(init.dims))
         for node in g.node:
             self.node(node, scope)
 
@@ -122,17 +163,27 @@ class _Inferer:
         op, domain = node.op_type, node.domain or ""
         if domain in ("", "ai.onnx"):
             if op == "Constant":
-                return self._fold(node, scope, [])
+                return self._constant(node, scope)
             if op == "If":
                 return self._if(node, scope)
             if op in ("Shape", "Size") and self._shape_op(node, scope):
                 return None
-        ins = [scope.value(i) if i else None for i in node.input]
-        if op not in _NO_FOLD and all(v is not None or not i for v, i in zip(ins, node.input)) and \
+        sizes = [scope.size(i) if i else 0 for i in node.input]
+        if op not in _NO_FOLD and all(n is not None and n <= _FOLD_ELEMENTS for n in sizes) and \
                 not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
-            if self._fold(node, scope, ins):
+            if self._fold(node, scope, [scope.value(i) if i else None for i in node.input]):
                 return None
         self._infer(node, scope)
+
+    def _constant(self, node: onnx.NodeProto, scope: _Scope) -> None:
+        """A Constant's tensor is kept as it is (converted only if a fold needs it); other forms are evaluated."""
+        name = node.output[0]
+        for a in node.attribute:
+            if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
+                scope.protos[name] = a.t
+                return
+        if not self._fold(node, scope, []):
+            self.unknown.append(name)
 
     def _fold(self, node: onnx.NodeProto, scope: _Scope, ins: list) -> bool:
         from onnx.reference import ReferenceEvaluator
@@ -149,7 +200,7 @@ class _Inferer:
         return all(not n or n in scope.values for n in node.output)
 
     def _shape_op(self, node: onnx.NodeProto, scope: _Scope) -> bool:
-        shape = _known_shape(scope.type(node.input[0]))
+        shape = _known(scope.type(node.input[0]))
         if shape is None:
             return False
         if node.op_type == "Size":
@@ -163,7 +214,31 @@ class _Inferer:
         scope.set_value(node.output[0], np.array(shape[start:end], np.int64))
         return True
 
+    def _elementwise(self, node: onnx.NodeProto, scope: _Scope) -> bool:
+        """The shape rule of the elementwise operators that make up most of a CNN, without a call into ONNX: one
+        output, the first input's element type, the inputs' known shapes broadcast (numpy rules)."""
+        if (node.domain or "") not in ("", "ai.onnx") or len(node.output) != 1 or not node.input:
+            return False
+        unary = node.op_type in _UNARY
+        if not unary and (node.op_type not in _BROADCAST or len(node.input) != 2):
+            return False
+        types = [scope.type(i) for i in (node.input[:1] if unary else node.input)]
+        shapes = [_known(t) for t in types]
+        if any(sh is None for sh in shapes):
+            return False
+        if len(shapes) == 1 or shapes[0] == shapes[1]:
+            shape = shapes[0]
+        else:
+            try:
+                shape = tuple(int(d) for d in np.broadcast_shapes(*shapes))
+            except ValueError:
+                return False  # ONNX's inference reports it
+        scope.types[node.output[0]] = _T(types[0].elem, shape)
+        return True
+
     def _infer(self, node: onnx.NodeProto, scope: _Scope) -> None:
+        if self._elementwise(node, scope):
+            return
         domain = node.domain or ""
         version = self.opsets.get(domain, self.opsets.get("ai.onnx", 1) if domain == "" else 1)
         out: dict = {}
@@ -174,11 +249,11 @@ class _Inferer:
         try:
             if schema is None:
                 raise LookupError
-            types = {i: scope.type(i) for i in node.input if i and scope.type(i) is not None}
+            types = {i: t.to_proto() for i in node.input if i for t in [scope.type(i)] if t is not None}
             data = {}
-            for i in node.input:
+            for i in node.input:  # constant shape operands (shapes, axes, scales, pads: a handful of elements)
                 if i and i not in data:
-                    v = scope.value(i)
+                    v = scope.value(i, _OPERAND_ELEMENTS)
                     if v is not None:
                         data[i] = numpy_helper.from_array(np.asarray(v), i)
             out = shape_inference.infer_node_outputs(schema, node, types, data, opset_imports=self.opset_protos,
@@ -192,9 +267,10 @@ class _Inferer:
             if not name:
                 continue
             t = out.get(name)
+            t = _T.of(t) if t is not None else None
             if t is not None:
                 scope.types[name] = t
-            if _known_shape(t) is None:
+            if _known(t) is None:
                 self.unknown.append(name)
 
     def _if(self, node: onnx.NodeProto, scope: _Scope) -> None:
@@ -210,7 +286,7 @@ class _Inferer:
                 v = scope.values.get(bout.name)
                 if v is not None:
                     scope.values[name] = v
-                if _known_shape(t) is None and name:
+                if _known(t) is None and name:
                     self.unknown.append(name)
             return
         results = []
@@ -222,23 +298,18 @@ class _Inferer:
             t = _merge(a, b)
             if t is not None:
                 scope.types[name] = t
-            if _known_shape(t) is None and name:
+            if _known(t) is None and name:
                 self.unknown.append(name)
 
 
-def _merge(a: Optional[onnx.TypeProto], b: Optional[onnx.TypeProto]) -> Optional[onnx.TypeProto]:
+def _merge(a: Optional[_T], b: Optional[_T]) -> Optional[_T]:
     """The type of an If output from its branches' types: equal dims stay, others become unknown."""
-    if a is None or b is None or not a.HasField("tensor_type") or not b.HasField("tensor_type"):
+    if a is None or b is None or a.proto is not None or b.proto is not None:
         return None
-    elem = a.tensor_type.elem_type or b.tensor_type.elem_type
-    sa, sb = a.tensor_type, b.tensor_type
-    if not sa.HasField("shape") or not sb.HasField("shape") or len(sa.shape.dim) != len(sb.shape.dim):
-        return _tensor_type(elem, None)
-    dims = []
-    for da, db in zip(sa.shape.dim, sb.shape.dim):
-        same = da.HasField("dim_value") and db.HasField("dim_value") and da.dim_value == db.dim_value
-        dims.append(int(da.dim_value) if same else None)
-    return _tensor_type(elem, dims)
+    elem = a.elem or b.elem
+    if a.dims is None or b.dims is None or len(a.dims) != len(b.dims):
+        return _T(elem, None)
+    return _T(elem, tuple(x if x == y and type(x) is int else None for x, y in zip(a.dims, b.dims)))
 
 
 def infer(model, input_dims: Mapping[str, Sequence]) -> Inferred:
@@ -254,11 +325,10 @@ def infer(model, input_dims: Mapping[str, Sequence]) -> Inferred:
             continue
         dims = input_dims.get(i.name)
         elem = i.type.tensor_type.elem_type
-        scope.types[i.name] = _tensor_type(elem, None if dims is None else [
-            d if isinstance(d, str) else (int(d) if d is not None and d >= 0 else None) for d in dims])
+        scope.types[i.name] = _T(elem, None if dims is None else tuple(
+            d if isinstance(d, str) else (int(d) if d is not None and d >= 0 else None) for d in dims))
     inf.graph(m.graph, scope)
     types = [scope.type(o.name) for o in m.graph.output]
-    outs = [_known_shape(t) for t in types]
+    outs = [_known(t) for t in types]
     return Inferred(outs, not inf.unknown and all(s is not None for s in outs), inf.unknown,
-                    [_partial_dims(t) for t in types],
-                    [t.tensor_type.elem_type if t is not None and t.HasField("tensor_type") else 0 for t in types])
+                    [None if t is None else t.dims for t in types], [0 if t is None else t.elem for t in types])
