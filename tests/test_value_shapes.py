@@ -356,3 +356,15 @@ def test_model_with_shapeless_outputs():
         for r, got in zip(reqs, m.run(reqs)):
             ref = ort_run(model, [r["x"]])
             assert_equal_ort([got["y"], got["cls"]], ref, "shapeless batch")
+
+
+def test_triton_config_of_shapeless_outputs(tmp_path):
+    """gert_triton builds config.pbtxt I/O for a model whose outputs carry no shape in the file."""
+    from gert_triton.model import io_config, onnx_io
+
+    model = without_output_shapes(make_model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", np.float32, ["N", 3])],
+                                             [vi("y", np.float32, ["N", 3])], name="relu_triton"))
+    path = tmp_path / "model.onnx"
+    path.write_bytes(model)
+    batchable, inputs, outputs = io_config(onnx_io(str(path)))
+    assert batchable and outputs == [{"name": "y", "data_type": "TYPE_FP32", "dims": [3]}]
