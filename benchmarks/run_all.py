@@ -23,6 +23,7 @@ SUITES = [
     ("memcpy", "bench_memcpy.py", [], ["--repeat", "5"]),
     ("graph", "bench_graph.py", [], ["--repeat", "5"]),
     ("model", "bench_model.py", [], ["--quick"]),
+    ("compile", "bench_compile.py", [], ["--repeat", "2"]),
     ("triton", "bench_triton.py", [], ["--duration", "4", "--warmup", "1", "--rounds", "2"]),
 ]
 
