@@ -31,11 +31,27 @@ from gert import dtypes
 
 __version__ = "0.1.0"
 
+# ONNX Runtime's session API (gert.ort_session, gert.ort_patch): loaded on first use, so `import gert` stays light
+_ORT_FACADE = {"InferenceSession": "gert.ort_session", "SessionOptions": "gert.ort_session",
+               "NodeArg": "gert.ort_session", "ModelMetadata": "gert.ort_session",
+               "patch_onnxruntime": "gert.ort_patch", "unpatch_onnxruntime": "gert.ort_patch"}
+
+
+def __getattr__(name: str):
+    module = _ORT_FACADE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gert' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
 __all__ = [
     "AclError", "GeError", "GertError", "HostFunctionError",
     "Device", "DeviceBuffer", "Event", "HostBuffer", "MemoryInfo", "Stream",
     "Graph", "Session", "ge_initialize", "ge_finalize", "ge_last_warning", "DeviceTensor", "GraphSummary", "dtypes",
     "Model", "load", "TensorInfo",
+    "InferenceSession", "SessionOptions", "NodeArg", "ModelMetadata", "patch_onnxruntime", "unpatch_onnxruntime",
     "backend", "device_count", "host_counters", "host_spin_micros", "memory_info", "reset_host_counters",
     "__version__",
 ]

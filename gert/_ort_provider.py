@@ -47,6 +47,14 @@ def _bind_host_input(io, name: str, ge_dtype: int, dims) -> None:
     keep.append(arr)
 
 
+def _ort_session(*args, **kwargs):
+    """An ONNX Runtime session from its own module: ``onnxruntime.InferenceSession`` may be gert's facade
+    (gert.patch_onnxruntime), and the host NPU must compute with ONNX Runtime itself."""
+    from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession
+
+    return InferenceSession(*args, **kwargs)
+
+
 class OrtExecutable:
     """One compiled graph. Its ONNX Runtime session per compute-thread count comes from the provider, shared with
     the other graphs of the same model, group (GE Session) and shape overrides: one stream's gears then share one
@@ -159,7 +167,7 @@ class OrtGraphProvider:
 
             so = ort.SessionOptions()
             so.log_severity_level = 3
-            probe = ort.InferenceSession(model, sess_options=so, providers=["CPUExecutionProvider"])
+            probe = _ort_session(model, sess_options=so, providers=["CPUExecutionProvider"])
             shapes = [list(m.shape) for m in probe.get_inputs()]
             with self._lock:
                 self._meta[digest] = shapes
@@ -181,7 +189,7 @@ class OrtGraphProvider:
                     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
                 for name, value in overrides.items():
                     so.add_free_dimension_override_by_name(name, value)
-                sess = ort.InferenceSession(model, sess_options=so, providers=["CPUExecutionProvider"])
+                sess = _ort_session(model, sess_options=so, providers=["CPUExecutionProvider"])
                 self._shared[key] = sess
         return sess
 

@@ -61,7 +61,8 @@ def cmd_serve(args) -> int:
 
     if not os.path.isdir(args.repo):
         raise UsageError(f"gert serve: model repository {args.repo!r} is not a directory")
-    return serve(args.repo, args.http_port, args.grpc_port, args.metrics_port, args.tritonserver, args.server_args)
+    return serve(args.repo, args.http_port, args.grpc_port, args.metrics_port, args.tritonserver, args.server_args,
+                 address=args.address)
 
 
 def cmd_repo_init(args) -> int:
@@ -117,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
                        usage="gert serve REPO [options] [-- TRITONSERVER_ARGS...]",
                        description="Run tritonserver for REPO; arguments after -- go to tritonserver as they are.")
     s.add_argument("repo")
+    s.add_argument("--address", default="127.0.0.1",
+                   help="address the HTTP, gRPC and metrics endpoints listen on (default 127.0.0.1, loopback only; "
+                        "0.0.0.0 in a container)")
     s.add_argument("--http-port", type=int, default=8000)
     s.add_argument("--grpc-port", type=int, default=8001)
     s.add_argument("--metrics-port", type=int, default=8002)

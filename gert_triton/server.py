@@ -1,7 +1,8 @@
 """Run the real tritonserver (bundled in the nvidia-pytriton wheel) for a model repository.
 
-The wheel's backends/ folder has no Python stub: a copy of it gets the stub of the running Python, so the
-server's Python models run in this environment (where gert is installed).
+The wheel's backends/ folder has no Python stub: a copy of it gets the stub of the running Python, and the stub gets
+this interpreter's import path (gert_triton.stub_env), so the server's Python models run in the environment gert
+runs in, whether or not it is activated and whatever the working directory.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import urllib.request
 from typing import Optional, Sequence
 
 from gert.errors import GertError
+from gert_triton.stub_env import write_prefix
 
 
 def pytriton_root() -> Optional[str]:
@@ -74,8 +76,9 @@ class TritonServer:
 
     def __init__(self, repo: str, http_port: Optional[int] = None, grpc_port: Optional[int] = None,
                  metrics_port: Optional[int] = None, tritonserver: Optional[str] = None,
-                 extra_args: Sequence[str] = (), log_path: Optional[str] = None):
+                 extra_args: Sequence[str] = (), log_path: Optional[str] = None, address: str = "127.0.0.1"):
         self.repo = os.path.abspath(repo)
+        self.address = address
         if not os.path.isdir(self.repo):
             raise GertError(f"model repository {repo!r} is not a directory")
         self.binary = find_tritonserver(tritonserver)
@@ -85,12 +88,14 @@ class TritonServer:
         self.extra_args = list(extra_args)
         self.log_path = log_path
         self.backends: Optional[str] = None
+        self.stub_env: Optional[str] = None  # the prefix the stub's interpreter starts from (stub_env)
         self.process: Optional[subprocess.Popen] = None
         self._log = None
 
     def command(self) -> list:
         return [self.binary, f"--model-repository={self.repo}", f"--backend-directory={self.backends}",
-                "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1",
+                f"--http-address={self.address}", f"--grpc-address={self.address}",
+                f"--metrics-address={self.address}",
                 f"--http-port={self.http_port}", f"--grpc-port={self.grpc_port}", f"--metrics-port={self.metrics_port}",
                 *([] if any(a.startswith("--exit-timeout-secs") for a in self.extra_args)
                   else ["--exit-timeout-secs=10"]),  # below stop()'s wait, so a stop ends cleanly
@@ -100,6 +105,7 @@ class TritonServer:
         root = os.path.dirname(os.path.dirname(os.path.realpath(self.binary)))
         self.backends = prepare_backends(root)
         self._own_backends = os.path.realpath(self.backends) != os.path.realpath(os.path.join(root, "backends"))
+        self.stub_env = write_prefix()
         out = None
         if self.log_path:
             self._log = open(self.log_path, "wb")
@@ -108,13 +114,16 @@ class TritonServer:
                                         start_new_session=True, env=self.environment(root))
         return self
 
-    @staticmethod
-    def environment(server_root: str) -> dict:
+    def environment(self, server_root: str) -> dict:
         """The server's environment: the copied stub finds the wheel's bundled libraries (its RPATH is relative to
-        where the wheel put it) and this Python's libpython."""
+        where the wheel put it) and this Python's libpython, and its interpreter gets this one's import path (the
+        prefix written by ``stub_env`` comes first on PATH)."""
         import sysconfig
 
         env = dict(os.environ)
+        if self.stub_env:
+            env["PATH"] = os.pathsep.join([os.path.join(self.stub_env, "bin")] +
+                                          ([env["PATH"]] if env.get("PATH") else []))
         dirs = [os.path.join(os.path.dirname(os.path.dirname(server_root)), "nvidia_pytriton.libs"),
                 sysconfig.get_config_var("LIBDIR") or ""]
         dirs = [d for d in dirs if d and os.path.isdir(d)]
@@ -124,7 +133,11 @@ class TritonServer:
         return env
 
     def url(self, kind: str = "http") -> str:
-        return f"127.0.0.1:{self.http_port if kind == 'http' else self.grpc_port}"
+        """host:port a client on this machine reaches the server at (loopback when it listens on every address)."""
+        host = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "[::]": "[::1]"}.get(self.address, self.address)
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return f"{host}:{self.http_port if kind == 'http' else self.grpc_port}"
 
     def wait_ready(self, timeout: float = 120.0, path: str = "/v2/health/ready") -> None:
         """Poll the HTTP health endpoint until it answers 200; raise if the server exits or time runs out."""
@@ -162,6 +175,9 @@ class TritonServer:
         if self.backends and getattr(self, "_own_backends", False):
             shutil.rmtree(self.backends, ignore_errors=True)
         self.backends = None
+        if self.stub_env:
+            shutil.rmtree(self.stub_env, ignore_errors=True)
+            self.stub_env = None
         return p.returncode if p else None
 
     def __enter__(self) -> "TritonServer":
@@ -172,9 +188,9 @@ class TritonServer:
 
 
 def serve(repo: str, http_port: int = 8000, grpc_port: int = 8001, metrics_port: int = 8002,
-          tritonserver: Optional[str] = None, extra_args: Sequence[str] = ()) -> int:
+          tritonserver: Optional[str] = None, extra_args: Sequence[str] = (), address: str = "127.0.0.1") -> int:
     """`gert serve`: run the server in the foreground, forward SIGINT/SIGTERM, return its exit code."""
-    server = TritonServer(repo, http_port, grpc_port, metrics_port, tritonserver, extra_args)
+    server = TritonServer(repo, http_port, grpc_port, metrics_port, tritonserver, extra_args, address=address)
     server.start()
 
     def forward(signum, _frame):

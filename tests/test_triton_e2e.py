@@ -634,12 +634,13 @@ def gone(pid: int) -> bool:
         return True
 
 
-def run_serve(repo: str, log_path: str, *extra: str) -> tuple:
+def run_serve(repo: str, log_path: str, *extra: str, gert_cmd=(sys.executable, "-m", "gert"), options=(),
+              env=None, cwd=None) -> tuple:
     ports = [free_port(), free_port(), free_port()]
-    cmd = [sys.executable, "-m", "gert", "serve", repo, "--http-port", str(ports[0]), "--grpc-port", str(ports[1]),
-           "--metrics-port", str(ports[2]), "--", "--exit-timeout-secs=5", *extra]
+    cmd = [*gert_cmd, "serve", repo, "--http-port", str(ports[0]), "--grpc-port", str(ports[1]),
+           "--metrics-port", str(ports[2]), *options, "--", "--exit-timeout-secs=5", *extra]
     log = open(log_path, "wb")
-    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=cwd)
     log.close()
     return p, ports
 
@@ -656,14 +657,14 @@ def kill_tree(p: subprocess.Popen, extra_pids=()) -> None:
         p.wait(10)
 
 
-def wait_http_ready(p: subprocess.Popen, port: int, timeout: float) -> bool:
+def wait_http_ready(p: subprocess.Popen, port: int, timeout: float, host: str = "127.0.0.1") -> bool:
     """True once the server answers ready; False if gert serve exited first; fails the test on timeout."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if p.poll() is not None:
             return False
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2) as r:
+            with urllib.request.urlopen(f"http://{host}:{port}/v2/health/ready", timeout=2) as r:
                 if r.status == 200:
                     return True
         except OSError:
@@ -672,12 +673,12 @@ def wait_http_ready(p: subprocess.Popen, port: int, timeout: float) -> bool:
     pytest.fail(f"gert serve was not ready within {timeout} s")
 
 
-def start_serve(repo: str, log: str, attempts: int = 3) -> tuple:
+def start_serve(repo: str, log: str, attempts: int = 3, *extra: str, host: str = "127.0.0.1", **run) -> tuple:
     """`gert serve` running and ready (new ports if one was taken meanwhile); killed if it does not get ready."""
     for attempt in range(attempts):
-        p, ports = run_serve(repo, log)
+        p, ports = run_serve(repo, log, *extra, **run)
         try:
-            ready = wait_http_ready(p, ports[0], START_TIMEOUT)
+            ready = wait_http_ready(p, ports[0], START_TIMEOUT, host)
         except BaseException:
             kill_tree(p, children(p.pid))
             raise
@@ -741,3 +742,62 @@ def test_gert_serve_exits_with_the_server_code(tmp_path):
         kill_tree(p, children(p.pid))
     assert code == 1, f"gert serve exited with {code}:\n{log_tail(log)}"
     assert "parameter 'streams'" in log_tail(log, 400)
+
+
+def venv_site_packages() -> str:
+    import site
+
+    return next(d for d in site.getsitepackages() if d.startswith(sys.prefix))
+
+
+@pytest.mark.skipif(sys.prefix == sys.base_prefix, reason="runs gert serve from a virtual environment (CI makes one)")
+def test_gert_serve_from_a_venv_that_is_not_activated(tmp_path):
+    """`<venv>/bin/gert serve` as systemd or a container entrypoint runs it: from /, VIRTUAL_ENV and PYTHONPATH unset,
+    PATH not naming the venv. The model.py imports a module that only this venv has (through a .pth file, as editable
+    installs add theirs), onnxruntime and gert_triton; it loads and serves. Also: --address (a loopback address other
+    than 127.0.0.1, so the test stays on loopback) and tritonserver arguments after `--` (explicit model control loads
+    only the named model)."""
+    gert_bin = os.path.join(sys.prefix, "bin", "gert")
+    assert os.access(gert_bin, os.X_OK), f"{gert_bin}: the venv has no gert script"
+    probe = f"gert_venv_probe_{os.getpid()}"
+    probe_dir = tmp_path / "probe"
+    probe_dir.mkdir()
+    (probe_dir / f"{probe}.py").write_text("SCALE = 1.0\n")
+    pth = os.path.join(venv_site_packages(), f"{probe}.pth")
+    with open(pth, "w") as f:
+        f.write(f"{probe_dir}\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+    env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
+    p, server_pids = None, []
+    try:
+        base = subprocess.run([getattr(sys, "_base_executable", sys.executable), "-c", f"import {probe}"], env=env,
+                              cwd="/", capture_output=True, timeout=60)
+        assert base.returncode != 0, "the base interpreter must not see the venv-only module"
+        seq_file = tmp_path / "seq.onnx"
+        seq_file.write_bytes(seq_model())
+        repo = str(tmp_path / "repo")
+        for name in ("seq", "other"):
+            init_repo(str(seq_file), repo, name=name)
+        model_py = os.path.join(repo, "seq", "1", "model.py")
+        with open(model_py) as f:
+            code = f.read()
+        with open(model_py, "w") as f:
+            f.write(f"import {probe}  # installed only in the venv that runs gert serve\nimport onnxruntime\n" + code)
+        log = str(tmp_path / "serve.log")
+        p, (hp, gp, _) = start_serve(repo, log, 3, "--model-control-mode=explicit", "--load-model=seq",
+                                     host="127.0.0.2", gert_cmd=(gert_bin,), options=("--address", "127.0.0.2"),
+                                     env=env, cwd="/")
+        server_pids = children(p.pid)
+        for client in (httpclient.InferenceServerClient(f"127.0.0.2:{hp}", network_timeout=CALL_TIMEOUT),
+                       grpcclient.InferenceServerClient(f"127.0.0.2:{gp}")):
+            try:
+                check_seq_good(client)
+                assert not client.is_model_ready("other"), "--load-model=seq after -- must load only seq"
+            finally:
+                client.close()
+        with pytest.raises(OSError):  # it listens on the address it was given, not on 127.0.0.1
+            urllib.request.urlopen(f"http://127.0.0.1:{hp}/v2/health/live", timeout=2)
+    finally:
+        os.unlink(pth)
+        if p is not None:
+            kill_tree(p, server_pids)

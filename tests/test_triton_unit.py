@@ -800,14 +800,14 @@ def test_cli_serve_arguments(tmp_path, monkeypatch, capsys):
     from gert.cli import main
 
     seen = []
-    monkeypatch.setattr(server, "serve", lambda *a: seen.append(a) or 7)
+    monkeypatch.setattr(server, "serve", lambda *a, address: seen.append((*a, address)) or 7)
     repo = str(tmp_path)
     assert main(["serve", repo, "--http-port", "1", "--grpc-port", "2", "--metrics-port", "3"]) == 7
-    assert seen[-1] == (repo, 1, 2, 3, None, [])
-    assert main(["serve", "--http-port", "1", repo, "--tritonserver", "/bin/ts", "--", "--log-verbose=1",
-                 "--exit-timeout-secs", "5"]) == 7
-    assert seen[-1] == (repo, 1, 8001, 8002, "/bin/ts", ["--log-verbose=1", "--exit-timeout-secs", "5"])
-    assert main(["serve", repo]) == 7 and seen[-1] == (repo, 8000, 8001, 8002, None, [])
+    assert seen[-1] == (repo, 1, 2, 3, None, [], "127.0.0.1"), "loopback unless told otherwise"
+    assert main(["serve", "--http-port", "1", repo, "--tritonserver", "/bin/ts", "--address", "0.0.0.0", "--",
+                 "--log-verbose=1", "--exit-timeout-secs", "5"]) == 7
+    assert seen[-1] == (repo, 1, 8001, 8002, "/bin/ts", ["--log-verbose=1", "--exit-timeout-secs", "5"], "0.0.0.0")
+    assert main(["serve", repo]) == 7 and seen[-1] == (repo, 8000, 8001, 8002, None, [], "127.0.0.1")
     assert main(["serve", str(tmp_path / "missing")]) == 2
     assert "not a directory" in capsys.readouterr().err
     assert main(["serve", repo, "--bogus"]) == 2
@@ -834,3 +834,8 @@ def test_server_helpers(tmp_path):
     cmd = s.command()
     assert "--http-port=1" in cmd and "--grpc-port=2" in cmd and "--metrics-port=3" in cmd
     assert "--http-address=127.0.0.1" in cmd and f"--backend-directory={dest}" in cmd
+    anywhere = server.TritonServer(str(tmp_path), http_port=1, grpc_port=2, metrics_port=3, address="0.0.0.0")
+    anywhere.backends = dest
+    cmd = anywhere.command()
+    assert all(f"--{k}-address=0.0.0.0" in cmd for k in ("http", "grpc", "metrics")), cmd
+    assert anywhere.url("http") == "127.0.0.1:1" and anywhere.url("grpc") == "127.0.0.1:2"

@@ -1,0 +1,432 @@
+"""gert.InferenceSession: ONNX Runtime's Python session API over gert.Model, so ONNX Runtime applications run on gert.
+
+    sess = gert.InferenceSession("det.onnx", providers=["CANNExecutionProvider"])
+    boxes, = sess.run(None, {"x": image})
+
+What applications touch follows ``onnxruntime.InferenceSession``: ``run`` (outputs as a list, in ``output_names``
+order), ``run_async``, ``get_inputs`` / ``get_outputs`` / ``get_overridable_initializers`` (NodeArgs with ONNX
+Runtime's shapes and type strings), ``get_modelmeta`` (with the model's ``custom_metadata_map``), ``get_providers``,
+``get_provider_options``, ``get_session_options``; the input checks raise ONNX Runtime's own exception classes
+with its messages (a gert subclass of each, so ``except GertError`` works too). Computation is gert.Model's: the
+model compiles through GE (the host NPU off an NPU), on gert's streams, core locks and shape policies.
+
+Options: SessionOptions that map onto gert are honoured (``intra_op_num_threads`` -> the stream's cube cores,
+``add_free_dimension_override_by_name`` -> a fixed dim: other sizes are refused as ONNX Runtime refuses them; it
+is seen on ``gert.SessionOptions``, which ``patch_onnxruntime`` puts in place of onnxruntime's); the others are
+accepted, and those set to something other than ONNX Runtime's default are named once in a warning. gert's own
+options (streams, gears, shape policies, ...) come as keyword arguments or as the provider options of
+``CANNExecutionProvider`` / ``GertExecutionProvider`` (``device_id`` too).
+"""
+from __future__ import annotations
+
+import re
+import threading
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from gert.errors import GertError
+
+GERT_PROVIDER = "GertExecutionProvider"
+CANN_PROVIDER = "CANNExecutionProvider"
+CPU_PROVIDER = "CPUExecutionProvider"
+_OURS = (CANN_PROVIDER, GERT_PROVIDER)
+# CANN EP options that mean nothing to gert's executor (it manages memory and graphs itself)
+_CANN_EP_IGNORED = {"npu_mem_limit", "arena_extend_strategy", "enable_cann_graph", "dump_graphs", "dump_om_model",
+                    "op_select_impl_mode", "optypelist_for_implmode", "enable_cann_subgraph"}
+_LOAD_INT_KEYS = {"streams", "cube_cores", "vector_cores", "max_batch", "max_exact_graphs"}
+# SessionOptions attributes gert accepts and does not apply: warned about once each when not ONNX Runtime's default
+_IGNORED_SESSION_OPTIONS = ("inter_op_num_threads", "graph_optimization_level", "execution_mode", "log_severity_level",
+                            "log_verbosity_level", "enable_profiling", "enable_mem_pattern", "enable_mem_reuse",
+                            "enable_cpu_mem_arena", "use_deterministic_compute", "optimized_model_filepath",
+                            "execution_order", "logid", "profile_file_prefix")
+_ORT_PREFIX = re.compile(r"^\[(ONNXRuntimeError|gert)\] : (\d+ : )?[A-Z_]+ : ")
+_NO_VERSION = 2**63 - 1  # what ONNX Runtime reports as the version of a model that sets none
+_warned: set = set()
+_warned_lock = threading.Lock()
+
+
+def _ort():
+    import onnxruntime
+
+    return onnxruntime
+
+
+def _ort_errors():
+    from onnxruntime.capi import onnxruntime_pybind11_state as state
+
+    return state
+
+
+class InvalidArgument(GertError, _ort_errors().InvalidArgument):
+    """ONNX Runtime's InvalidArgument (bad input name, dtype, rank or dims; unknown output name), from gert."""
+
+
+class MissingInputs(GertError, ValueError):
+    """ONNX Runtime raises ValueError for required inputs missing from the feed."""
+
+
+def _warn_once(name: str, message: str) -> None:
+    with _warned_lock:
+        if name in _warned:
+            return
+        _warned.add(name)
+    warnings.warn(message, UserWarning, stacklevel=4)
+
+
+# ---- metadata --------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class NodeArg:
+    """An input or output as ONNX Runtime describes it: shape dims are ints, symbolic names, or None."""
+
+    name: str
+    type: str
+    shape: list
+
+    def __repr__(self) -> str:
+        return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape!r})"
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    """onnxruntime.ModelMetadata's fields, read from the model file."""
+
+    producer_name: str
+    graph_name: str
+    domain: str
+    description: str
+    graph_description: str
+    version: int
+    custom_metadata_map: dict = field(default_factory=dict)
+
+
+def _type_string(type_proto) -> str:
+    """ONNX Runtime's type string: 'tensor(float)', 'seq(tensor(int64))', 'map(string,tensor(float))', ..."""
+    from onnx import TensorProto
+
+    kind = type_proto.WhichOneof("value")
+    if kind == "tensor_type":
+        return f"tensor({TensorProto.DataType.Name(type_proto.tensor_type.elem_type).lower()})"
+    if kind == "sparse_tensor_type":
+        return f"sparse_tensor({TensorProto.DataType.Name(type_proto.sparse_tensor_type.elem_type).lower()})"
+    if kind == "sequence_type":
+        return f"seq({_type_string(type_proto.sequence_type.elem_type)})"
+    if kind == "optional_type":
+        return f"optional({_type_string(type_proto.optional_type.elem_type)})"
+    if kind == "map_type":
+        key = TensorProto.DataType.Name(type_proto.map_type.key_type).lower()
+        return f"map({key},{_type_string(type_proto.map_type.value_type)})"
+    return "unknown"
+
+
+def _shape(type_proto, overrides: Mapping[str, int]) -> Optional[list]:
+    """Dims as ONNX Runtime reports them (None for an unnamed unknown dim); None when the rank is unknown."""
+    kind = type_proto.WhichOneof("value")
+    if kind != "tensor_type" or not type_proto.tensor_type.HasField("shape"):
+        return None
+    out: list = []
+    for d in type_proto.tensor_type.shape.dim:
+        if d.HasField("dim_value"):
+            out.append(int(d.dim_value) if d.dim_value >= 0 else None)  # exporters write -1 for "unknown"
+        elif d.HasField("dim_param") and d.dim_param:
+            out.append(overrides.get(d.dim_param, d.dim_param))
+        else:
+            out.append(None)
+    return out
+
+
+@dataclass
+class _ModelInfo:
+    inputs: list
+    outputs: list
+    overridable: list
+    meta: ModelMetadata
+
+
+def _read_model(data: bytes, overrides: Mapping[str, int]) -> _ModelInfo:
+    """Inputs, outputs, overridable initializers and metadata, as ONNX Runtime reports them; output shapes the file
+    leaves out come from ONNX shape inference, as ONNX Runtime infers them at load."""
+    import onnx
+
+    model = onnx.load_model_from_string(data)
+    g = model.graph
+    initializers = {t.name for t in g.initializer}
+    missing = {o.name for o in g.output if _shape(o.type, {}) is None and o.type.WhichOneof("value") == "tensor_type"}
+    inferred: dict = {}
+    if missing:
+        try:
+            done = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+            inferred = {o.name: o.type for o in done.graph.output}
+        except Exception:  # noqa: BLE001 - inference is best effort here; ONNX Runtime then reports no shape either
+            inferred = {}
+
+    inputs = [NodeArg(v.name, _type_string(v.type), _shape(v.type, overrides) or [])
+              for v in g.input if v.name not in initializers]
+    overridable = [NodeArg(v.name, _type_string(v.type), _shape(v.type, overrides) or [])
+                   for v in g.input if v.name in initializers]
+    outputs = []
+    for v in g.output:
+        t = inferred.get(v.name, v.type) if v.name in missing else v.type
+        outputs.append(NodeArg(v.name, _type_string(v.type), _shape(t, overrides) or []))
+    meta = ModelMetadata(model.producer_name, g.name, model.domain, model.doc_string, g.doc_string,
+                         int(model.model_version) if model.HasField("model_version") else _NO_VERSION,
+                         {p.key: p.value for p in model.metadata_props})
+    return _ModelInfo(inputs, outputs, overridable, meta)
+
+
+# ---- options ---------------------------------------------------------------------------------------------------
+
+def SessionOptions():  # noqa: N802 - a class in ONNX Runtime's API; built lazily so importing gert imports no ORT
+    """onnxruntime.SessionOptions that remembers its free-dimension overrides, so gert can honour them."""
+    return _session_options_class()()
+
+
+_SO_CLASS = None
+
+
+def _session_options_class():
+    global _SO_CLASS
+    if _SO_CLASS is None:
+        base = _ort().SessionOptions
+
+        class GertSessionOptions(base):
+            __doc__ = SessionOptions.__doc__
+
+            def __init__(self, *a, **kw):
+                super().__init__(*a, **kw)
+                self.gert_free_dimension_overrides: dict = {}
+
+            def add_free_dimension_override_by_name(self, name: str, value: int) -> None:
+                super().add_free_dimension_override_by_name(name, value)
+                self.gert_free_dimension_overrides[str(name)] = int(value)
+
+        GertSessionOptions.__name__ = GertSessionOptions.__qualname__ = "SessionOptions"
+        _SO_CLASS = GertSessionOptions
+    return _SO_CLASS
+
+
+def _session_load_options(so, device_cube_cores: Callable[[], int]) -> dict:
+    """gert.load arguments from SessionOptions; names once the set options gert does not apply."""
+    out: dict = {}
+    if so is None:
+        return out
+    threads = int(getattr(so, "intra_op_num_threads", 0) or 0)
+    if threads > 0:
+        out["cube_cores"] = min(threads, device_cube_cores())
+    default = _ort().SessionOptions()
+    differ = []
+    for name in _IGNORED_SESSION_OPTIONS:
+        try:
+            if getattr(so, name) != getattr(default, name):
+                differ.append(name)
+        except AttributeError:
+            continue
+    for name in differ:
+        _warn_once(f"so.{name}", f"gert.InferenceSession: SessionOptions.{name} is accepted and not applied "
+                                 "(gert's executor and GE decide it)")
+    return out
+
+
+def _provider_load_options(providers, provider_options) -> tuple:
+    """(the providers as ONNX Runtime would report them, gert.load arguments from our providers' options)."""
+    if providers is None:
+        providers = [CANN_PROVIDER]
+    names, opts = [], []
+    for i, p in enumerate(providers):
+        if isinstance(p, (tuple, list)):
+            name, o = p[0], dict(p[1] or {})
+        else:
+            name, o = p, {}
+        if provider_options is not None and i < len(provider_options) and provider_options[i]:
+            o.update(provider_options[i])
+        names.append(str(name))
+        opts.append(o)
+    load: dict = {}
+    reported = {}
+    for name, o in zip(names, opts):
+        if name not in _OURS:
+            continue
+        shown = {}
+        for k, v in o.items():
+            shown[k] = str(v)
+            if k == "device_id":
+                load["devices"] = (int(v),)
+            elif k == "precision_mode":
+                load.setdefault("options", {})["ge.exec.precision_mode"] = str(v)
+            elif k in _CANN_EP_IGNORED:
+                _warn_once(f"ep.{k}", f"gert.InferenceSession: {name} option {k!r} is accepted and not applied")
+            elif k in _LOAD_INT_KEYS:
+                load[k] = int(v)
+            else:
+                load[k] = v
+        reported[name] = shown
+    # gert computes everything on the NPU (or the host NPU); ONNX Runtime lists CPU last as its fallback
+    shown_names = [n for n in (CANN_PROVIDER, GERT_PROVIDER) if n in names] or [CANN_PROVIDER]
+    reported = {n: reported.get(n, {}) for n in shown_names}
+    reported[CPU_PROVIDER] = {}
+    return reported, load
+
+
+# ---- the session -----------------------------------------------------------------------------------------------
+
+class InferenceSession:
+    """onnxruntime.InferenceSession's Python API over a gert.Model (see the module doc)."""
+
+    def __init__(self, path_or_bytes: Union[str, bytes, "os.PathLike"], sess_options=None,
+                 providers: Optional[Sequence] = None, provider_options: Optional[Sequence[dict]] = None,
+                 **load_options: Any):
+        import gert
+        from gert import _cann
+
+        if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
+            data = bytes(path_or_bytes)
+            self._model_path = None
+        else:
+            self._model_path = str(path_or_bytes)
+            with open(path_or_bytes, "rb") as f:
+                data = f.read()
+        self._sess_options = sess_options
+        self._overrides = dict(getattr(sess_options, "gert_free_dimension_overrides", {}) or {})
+        self._info = _read_model(data, self._overrides)
+        self._providers, load = _provider_load_options(providers, provider_options)
+        device = (load.get("devices") or (0,))[0]
+        load.update(_session_load_options(
+            sess_options, lambda: _cann.get_device_info(device, _cann.DEV_ATTR_CUBE_CORE_NUM)))
+        load.update(load_options)
+        self._load_options = load
+        if self._info.overridable:
+            _warn_once("overridable", "gert.InferenceSession: initializers listed as graph inputs are constants in "
+                                      "the compiled graph; feeding them is refused")
+        self._model = gert.load(data, **load)
+        self._input_info = {t.name: t for t in self._model.inputs}
+        self._input_args = {a.name: a for a in self._info.inputs}
+        self._output_names = [a.name for a in self._info.outputs]
+
+    # ---- what applications read ------------------------------------------------------------------------------
+    def get_inputs(self) -> list:
+        return list(self._info.inputs)
+
+    def get_outputs(self) -> list:
+        return list(self._info.outputs)
+
+    def get_overridable_initializers(self) -> list:
+        return list(self._info.overridable)
+
+    def get_modelmeta(self) -> ModelMetadata:
+        return self._info.meta
+
+    def get_providers(self) -> list:
+        return list(self._providers)
+
+    def get_provider_options(self) -> dict:
+        return {k: dict(v) for k, v in self._providers.items()}
+
+    def get_session_options(self):
+        if self._sess_options is None:
+            self._sess_options = SessionOptions()
+        return self._sess_options
+
+    @property
+    def model(self):
+        """The gert.Model underneath (stats(), warmup(), ...)."""
+        return self._model
+
+    # ---- running ---------------------------------------------------------------------------------------------
+    def _feed(self, input_feed: Mapping[str, Any]) -> dict:
+        """The feed checked as ONNX Runtime checks it, with its exception classes and messages."""
+        if not isinstance(input_feed, Mapping):
+            raise InvalidArgument(f"input_feed must be a dict of input name -> array, got {type(input_feed).__name__}")
+        missing = [n for n in self._input_args if n not in input_feed]
+        if missing:
+            raise MissingInputs(f"Required inputs ({missing}) are missing from input feed ({list(input_feed)}).")
+        feed = {}
+        for name, value in input_feed.items():
+            info = self._input_info.get(name)
+            if info is None:
+                if name in {a.name for a in self._info.overridable}:
+                    raise InvalidArgument(f"[gert] : INVALID_ARGUMENT : input '{name}' overrides an initializer; "
+                                          "gert compiles initializers into the graph and cannot override them")
+                raise InvalidArgument(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Invalid input name: {name}")
+            arg = self._input_args[name]
+            a = value if isinstance(value, np.ndarray) else np.asarray(value, dtype=info.dtype)
+            if a.dtype != info.dtype:
+                raise InvalidArgument(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Unexpected input data type. "
+                                      f"Actual: (tensor({_dtype_name(a.dtype)})) , expected: ({arg.type})")
+            if a.ndim != len(arg.shape):
+                raise InvalidArgument(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Invalid rank for input: {name} "
+                                      f"Got: {a.ndim} Expected: {len(arg.shape)} Please fix either the inputs/outputs "
+                                      "or the model.")
+            bad = [(i, a.shape[i], d) for i, d in enumerate(arg.shape) if isinstance(d, int) and a.shape[i] != d]
+            if bad:
+                lines = "".join(f"\n index: {i} Got: {got} Expected: {want}" for i, got, want in bad)
+                raise InvalidArgument(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Got invalid dimensions for input: "
+                                      f"{name} for the following indices{lines}\n Please fix either the "
+                                      "inputs/outputs or the model.")
+            feed[name] = a
+        return feed
+
+    def _outputs(self, output_names: Optional[Sequence[str]]) -> list:
+        if not output_names:
+            return list(self._output_names)
+        for n in output_names:
+            if n not in self._output_names:
+                raise InvalidArgument(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Invalid output name:{n}")
+        return list(output_names)
+
+    def run(self, output_names: Optional[Sequence[str]], input_feed: Mapping[str, Any], run_options=None) -> list:
+        """Run once; the outputs named (all for None or []) as a list of numpy arrays, in that order."""
+        names = self._outputs(output_names)
+        result = self._model.run(self._feed(input_feed))
+        return [result[n] for n in names]
+
+    def run_async(self, output_names: Optional[Sequence[str]], input_feed: Mapping[str, Any],
+                  callback: Callable[[Optional[list], Any, str], None], user_data: Any = None,
+                  run_options=None) -> None:
+        """Run in the background; ``callback(outputs, user_data, err)`` runs when done: the outputs with ``err``
+        empty, or ``[]`` with the error's message, bad input included (as ONNX Runtime calls it)."""
+        try:
+            names = self._outputs(output_names)
+            fut = self._model.submit(self._feed(input_feed))
+        except GertError as e:
+            callback([], user_data, _ORT_PREFIX.sub("", str(e)))
+            return
+
+        def done(f) -> None:
+            try:
+                result = f.result()
+            except BaseException as e:  # noqa: BLE001 - handed to the callback, as ONNX Runtime does
+                callback([], user_data, str(e) or type(e).__name__)
+            else:
+                callback([result[n] for n in names], user_data, "")
+
+        fut.add_done_callback(done)
+
+    # ---- lifecycle -------------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release the model's streams and device memory (ONNX Runtime frees them when the session is collected)."""
+        self._model.close()
+
+    def __enter__(self) -> "InferenceSession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        model = getattr(self, "_model", None)
+        if model is not None:
+            try:
+                model.close()
+            except Exception:  # noqa: BLE001 - interpreter shutdown
+                pass
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    """ONNX Runtime's element type name of a numpy dtype ('float', 'double', 'int64', 'string', ...)."""
+    names = {"float32": "float", "float64": "double", "bool": "bool", "object": "string"}
+    if dtype.kind in "US":
+        return "string"
+    return names.get(str(dtype), str(dtype))

@@ -1,0 +1,286 @@
+"""gert.InferenceSession against ONNX Runtime's own InferenceSession: the same call on both gives the same result or
+the same class of error (ONNX Runtime is the reference). And gert.patch_onnxruntime."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import warnings
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import gert
+from gert.ort_session import InvalidArgument, MissingInputs
+from _helpers import RUNTIME
+from models import CLS, DET, REC, ppocr_model, text_image
+
+pytestmark = RUNTIME
+
+
+def reference(model, sess_options=None):
+    from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession
+
+    return InferenceSession(model, sess_options, providers=["CPUExecutionProvider"])
+
+
+def described(args) -> list:
+    return [(a.name, a.shape, a.type) for a in args]
+
+
+def meta(m) -> tuple:
+    return (m.producer_name, m.graph_name, m.domain, m.description, m.graph_description, m.version,
+            dict(m.custom_metadata_map))
+
+
+def scaled_model(version: bool = True) -> bytes:
+    """y = x * w + b over x f32[N, 3, W] (w an initializer listed as an input: overridable), z = ArgMax(y) with no
+    shape in the file (ONNX Runtime infers it), metadata props, docs, and an int64 input c[N]."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, None])
+    c = helper.make_tensor_value_info("c", TensorProto.INT64, ["N"])
+    w = helper.make_tensor_value_info("w", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3, None])
+    z = helper.make_tensor_value_info("z", TensorProto.INT64, None)
+    c2 = helper.make_tensor_value_info("c2", TensorProto.INT64, ["N"])
+    nodes = [helper.make_node("Mul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "b"], ["y"]),
+             helper.make_node("ArgMax", ["y"], ["z"], axis=1, keepdims=0), helper.make_node("Add", ["c", "c"], ["c2"])]
+    g = helper.make_graph(nodes, "scaled", [x, c, w], [y, z, c2],
+                          [helper.make_tensor("w", TensorProto.FLOAT, [1], [2.0]),
+                           helper.make_tensor("b", TensorProto.FLOAT, [1], [0.5])], doc_string="graph doc")
+    kw = dict(model_version=7) if version else {}
+    m = helper.make_model(g, producer_name="gert-tests", doc_string="model doc", domain="ai.gert.test",
+                          opset_imports=[helper.make_opsetid("", 17)], **kw)
+    m.ir_version = 8
+    helper.set_model_props(m, {"character": "a\nb\nc", "note": "kept"})
+    # (no onnx.checker: it wants a shape on every graph output, which ONNX itself does not require)
+    return m.SerializeToString()
+
+
+def feed(n: int = 2, w: int = 5, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    return {"x": rng.standard_normal((n, 3, w)).astype(np.float32), "c": np.arange(n, dtype=np.int64)}
+
+
+@pytest.fixture(scope="module")
+def scaled():
+    data = scaled_model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sess = gert.InferenceSession(data)
+    yield data, sess, reference(data)
+    sess.close()
+
+
+# ---- metadata --------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", [CLS, DET, REC])
+def test_ppocr_models_describe_themselves_as_in_onnx_runtime(name):
+    path = ppocr_model(name)
+    with gert.InferenceSession(path) as sess:
+        ref = reference(path)
+        assert described(sess.get_inputs()) == described(ref.get_inputs())
+        assert described(sess.get_outputs()) == described(ref.get_outputs())
+        assert described(sess.get_overridable_initializers()) == described(ref.get_overridable_initializers())
+        assert meta(sess.get_modelmeta()) == meta(ref.get_modelmeta())
+
+
+def test_built_model_describes_itself_as_in_onnx_runtime(scaled):
+    data, sess, ref = scaled
+    assert described(sess.get_inputs()) == described(ref.get_inputs()) == [
+        ("x", ["N", 3, None], "tensor(float)"), ("c", ["N"], "tensor(int64)")]
+    assert described(sess.get_outputs()) == described(ref.get_outputs())
+    assert sess.get_outputs()[1].shape == ["N", None], "an output the file leaves unshaped is inferred"
+    assert described(sess.get_overridable_initializers()) == described(ref.get_overridable_initializers())
+    assert meta(sess.get_modelmeta()) == meta(ref.get_modelmeta())
+    assert sess.get_modelmeta().custom_metadata_map["character"] == "a\nb\nc"
+    unversioned = scaled_model(version=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with gert.InferenceSession(unversioned) as s2:
+            assert s2.get_modelmeta().version == reference(unversioned).get_modelmeta().version
+
+
+# ---- running ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("names", [None, [], ["c2", "y"], ["z"]])
+def test_run_returns_outputs_in_the_order_asked(scaled, names):
+    _, sess, ref = scaled
+    f = feed(3, 7)
+    got, want = sess.run(names, f), ref.run(names, f)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+def test_run_takes_lists_as_onnx_runtime_does(scaled):
+    _, sess, ref = scaled
+    f = {"x": [[[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]], "c": [4]}
+    for g, w in zip(sess.run(None, f), ref.run(None, f)):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_ppocr_cls_results_equal_onnx_runtime():
+    path = ppocr_model(CLS)
+    x = text_image(4, 48, 192, seed=3)
+    with gert.InferenceSession(path) as sess:
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], reference(path).run(None, {"x": x})[0],
+                                   rtol=1e-4, atol=1e-5)
+
+
+BAD_FEEDS = {
+    "missing input": lambda f: {"x": f["x"]},
+    "unknown input": lambda f: dict(f, q=np.ones(1, np.float32)),
+    "wrong dtype": lambda f: dict(f, x=f["x"].astype(np.float64)),
+    "wrong rank": lambda f: dict(f, x=f["x"][0]),
+    "wrong fixed dim": lambda f: dict(f, x=np.zeros((2, 4, 5), np.float32)),
+    "int input as float": lambda f: dict(f, c=f["c"].astype(np.float32)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FEEDS))
+def test_bad_feed_raises_onnx_runtimes_error_class(scaled, case):
+    _, sess, ref = scaled
+    bad = BAD_FEEDS[case](feed())
+    with pytest.raises(Exception) as want:
+        ref.run(None, bad)
+    with pytest.raises(Exception) as got:
+        sess.run(None, bad)
+    assert isinstance(got.value, type(want.value)), (type(got.value), type(want.value))
+    assert isinstance(got.value, gert.GertError)
+    assert str(got.value) == str(want.value), "the same message as ONNX Runtime"
+
+
+def test_unknown_output_name_raises_like_onnx_runtime(scaled):
+    _, sess, ref = scaled
+    with pytest.raises(Exception) as want:
+        ref.run(["nope"], feed())
+    with pytest.raises(InvalidArgument) as got:
+        sess.run(["nope"], feed())
+    assert isinstance(got.value, type(want.value)) and "nope" in str(got.value)
+
+
+def test_feeding_an_overridable_initializer_is_refused_by_name(scaled):
+    _, sess, _ = scaled
+    with pytest.raises(InvalidArgument, match="'w' overrides an initializer"):
+        sess.run(None, dict(feed(), w=np.ones(1, np.float32)))
+
+
+def run_async_and_wait(sess, names, f):
+    done, got = threading.Event(), []
+    sess.run_async(names, f, lambda res, ud, err: (got.append((res, ud, err)), done.set()), "user data")
+    assert done.wait(30), "run_async never called back"
+    return got[0]
+
+
+def test_run_async_calls_back_as_onnx_runtime_does(scaled):
+    _, sess, ref = scaled
+    f = feed(2, 4)
+    res, ud, err = run_async_and_wait(sess, ["y", "z"], f)
+    want = run_async_and_wait(ref, ["y", "z"], f)
+    assert (ud, err) == (want[1], want[2]) == ("user data", "")
+    for g, w in zip(res, want[0]):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+    bad = dict(f, x=f["x"].astype(np.float64))
+    res, ud, err = run_async_and_wait(sess, None, bad)
+    want = run_async_and_wait(ref, None, bad)
+    assert (res, ud, err) == (want[0], want[1], want[2]) and "tensor(double)" in err
+
+
+# ---- options ---------------------------------------------------------------------------------------------------
+
+def test_threads_become_the_streams_cube_cores(scaled):
+    data, _, _ = scaled
+    so = gert.SessionOptions()
+    so.intra_op_num_threads = 1
+    with gert.InferenceSession(data, so) as sess:
+        assert sess.get_session_options() is so
+        assert [s["cube_cores"] for s in sess.model.stats()["streams"]] == [1]
+
+
+def test_free_dimension_override_fixes_the_dim_as_in_onnx_runtime(scaled):
+    data, _, _ = scaled
+    so = gert.SessionOptions()
+    so.add_free_dimension_override_by_name("N", 2)
+    with gert.InferenceSession(data, so) as sess:
+        ref = reference(data, so)
+        assert described(sess.get_inputs()) == described(ref.get_inputs())
+        assert sess.get_inputs()[0].shape == [2, 3, None]
+        np.testing.assert_allclose(sess.run(["y"], feed(2))[0], ref.run(["y"], feed(2))[0], rtol=1e-6)
+        with pytest.raises(Exception) as want:
+            ref.run(None, feed(3))
+        with pytest.raises(InvalidArgument) as got:
+            sess.run(None, feed(3))
+        assert isinstance(got.value, type(want.value)) and str(got.value) == str(want.value)
+
+
+def test_options_gert_does_not_apply_are_named_once(scaled):
+    from gert import ort_session
+
+    data, _, _ = scaled
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.enable_profiling = False  # the default: not named
+    ort_session._warned.discard("so.log_severity_level")
+    with pytest.warns(UserWarning, match="log_severity_level") as record:
+        gert.InferenceSession(data, so).close()
+    assert not any("enable_profiling" in str(r.message) for r in record)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        gert.InferenceSession(data, so).close()  # once per process
+
+
+def test_providers_and_provider_options(scaled):
+    data, _, _ = scaled
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sess = gert.InferenceSession(data, providers=[("CANNExecutionProvider", {"device_id": 0, "streams": "2"}),
+                                                      "CPUExecutionProvider"])
+    with sess:
+        assert sess.get_providers() == ["CANNExecutionProvider", "CPUExecutionProvider"]
+        assert sess.get_provider_options()["CANNExecutionProvider"] == {"device_id": "0", "streams": "2"}
+        assert len(sess.model.stats()["streams"]) == 2
+        with pytest.raises(gert.GertError, match="device 5 does not exist"):
+            gert.InferenceSession(data, providers=["CANNExecutionProvider"], provider_options=[{"device_id": 5}])
+
+
+# ---- patching --------------------------------------------------------------------------------------------------
+
+def test_patch_routes_cann_sessions_to_gert_and_unpatch_restores(scaled):
+    data, _, _ = scaled
+    original = ort.InferenceSession
+    with gert.patch_onnxruntime():
+        assert "CANNExecutionProvider" in ort.get_available_providers()
+        with pytest.raises(gert.GertError, match="already patched"):
+            gert.patch_onnxruntime()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ours = ort.InferenceSession(data, providers=["CANNExecutionProvider", "CPUExecutionProvider"])
+        theirs = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+        assert isinstance(ours, gert.InferenceSession) and not isinstance(theirs, gert.InferenceSession)
+        assert isinstance(theirs, original) and theirs.get_providers() == ["CPUExecutionProvider"]
+        np.testing.assert_allclose(ours.run(["y"], feed())[0], theirs.run(["y"], feed())[0], rtol=1e-6)
+        ours.close()
+    assert ort.InferenceSession is original and "CANNExecutionProvider" not in ort.get_available_providers()
+    gert.patch_onnxruntime(when="always")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            s = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+        assert isinstance(s, gert.InferenceSession)
+        s.close()
+    finally:
+        gert.unpatch_onnxruntime()
+    with pytest.raises(gert.GertError, match="when must be one of"):
+        gert.patch_onnxruntime(when="sometimes")
+
+
+def test_importing_gert_patches_nothing():
+    code = ("import gert, onnxruntime as ort; from onnxruntime.capi.onnxruntime_inference_collection import "
+            "InferenceSession; assert ort.InferenceSession is InferenceSession; "
+            "assert 'CANNExecutionProvider' not in ort.get_available_providers(); print('ok')")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
