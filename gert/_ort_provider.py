@@ -232,8 +232,8 @@ class OrtGraphProvider:
         result = [(dt, tuple(o[2])) for dt, o in zip(dtypes, outputs)]
         if all(d >= 0 for i in inputs for d in i[2]):
             inferred = self._infer(model, exe.digest, {i[0]: tuple(i[2]) for i in inputs})
-            result = [(dt, shape if shape is not None else _UNKNOWN_RANK)
-                      for dt, shape in zip(dtypes, inferred.output_shapes)]
+            result = [(dt, _UNKNOWN_RANK if dims is None else tuple(d if type(d) is int else -1 for d in dims))
+                      for dt, dims in zip(dtypes, inferred.output_dims)]
             return exe, result, not inferred.all_known
         return exe, result, True
 
