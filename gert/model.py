@@ -337,7 +337,7 @@ class Model:
         """Group requests by non-batch shape, run each group as one batch, split back in order."""
         if not requests:
             return []
-        if self.plan.batch is None:
+        if self.plan.batch is None or not valuedep.batches_split(self.plan, self.value_dependent):
             return [self._run_request(r) for r in requests]
         groups: dict = {}
         for i, r in enumerate(requests):

@@ -300,6 +300,16 @@ def test_model_value_dependent_batch_defaults_to_exact_and_runs():
         assert m.stats()["compiles"] == 3  # one graph per batch size seen (1, 3, 2)
 
 
+def test_model_requests_with_unsplittable_outputs_run_one_by_one():
+    """A list of requests to a model whose value-dependent output has no batch axis (NMS's [selected, 3]) is not
+    merged into one batch: each request gets exactly its own result."""
+    model = nms_batch_model()
+    reqs = [nms_batch_inputs(n, 10 + n) for n in (1, 2, 1)]
+    with gert.load(model) as m:
+        for r, got in zip(reqs, m.run(reqs)):
+            np.testing.assert_array_equal(got["selected"], ort_run(model, [r["boxes"], r["scores"]])[0])
+
+
 def test_model_pad_on_value_dependent_model_warns():
     with pytest.warns(UserWarning, match="depend on input values"):
         m = gert.load(nms_batch_model(), shape_policy={"batch": "pad"})
