@@ -337,7 +337,7 @@ class Model:
         """Group requests by non-batch shape, run each group as one batch, split back in order."""
         if not requests:
             return []
-        if self.plan.batch is None or not valuedep.batches_split(self.plan, self.value_dependent):
+        if self.plan.batch is None:
             return [self._run_request(r) for r in requests]
         groups: dict = {}
         for i, r in enumerate(requests):
@@ -353,8 +353,8 @@ class Model:
         """Requests sharing their non-batch shapes, as one batch on the batch axis, run once (the merged batch is
         validated, not each request again), and split back into one result per request. The requests are not
         concatenated on the host: each one's rows are copied straight into the device buffer (gert.rows.Rows)."""
-        if len(requests) == 1:
-            return [self._run_request(requests[0])]
+        if len(requests) == 1 or not valuedep.batches_split(self.plan, self.value_dependent):
+            return [self._run_request(r) for r in requests]
         names = [t.name for t in self.plan.inputs]
         for i, r in enumerate(requests):
             missing = [n for n in names if n not in r]

@@ -306,8 +306,9 @@ def test_model_requests_with_unsplittable_outputs_run_one_by_one():
     model = nms_batch_model()
     reqs = [nms_batch_inputs(n, 10 + n) for n in (1, 2, 1)]
     with gert.load(model) as m:
-        for r, got in zip(reqs, m.run(reqs)):
-            np.testing.assert_array_equal(got["selected"], ort_run(model, [r["boxes"], r["scores"]])[0])
+        for results in (m.run(reqs), m.run_batch(reqs)):  # run_batch: what gert_triton calls per batch
+            for r, got in zip(reqs, results):
+                np.testing.assert_array_equal(got["selected"], ort_run(model, [r["boxes"], r["scores"]])[0])
 
 
 def test_model_pad_on_value_dependent_model_warns():
