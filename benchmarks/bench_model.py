@@ -11,7 +11,7 @@
 (b) ``Model.run`` overhead on a one-node graph (Relu, 1x64): median over rounds of the mean per call, minus
     ONNX Runtime ``InferenceSession.run()`` on the same graph (1 thread each); target <= 15 us. A second row uses a
     symbolic batch (3 rows padded to gear 4, sliced back).
-(c) PP-OCR rec 1x3x48xW, widths drawn from 100..1000: policies pad (gears 320/640/1000), exact, dynamic; one
+(c) PP-OCR rec 1x3x48xW, widths drawn from 100..1000: policies pad (gears 320/640/1000), exact, dynamic, auto; one
     stream, 2 cube cores. First pass (includes compiles) and second pass throughput, compiles, padding ratio.
 
 Needs ``pip install --no-deps rapidocr-onnxruntime==1.4.4`` for (a) and (c). On this 2-core machine the default
@@ -150,9 +150,11 @@ def bench_rec(path: str, widths: list) -> list:
         model = f.read()
     xs = [images(1, 48, int(w), seed=int(w)) for w in widths]
     configs = {
-        "pad": dict(gears={"batch": [1], REC_W: [320, 640, 1000]}, shape_policy={REC_W: "pad"}),
-        "exact": dict(gears={"batch": [1]}),
-        "dynamic": dict(gears={"batch": [1]}, shape_policy={REC_W: "dynamic"}),
+        # H ("?", always 48) exact as before auto became the default; "auto" is gert's default for both
+        "pad": dict(gears={"batch": [1], REC_W: [320, 640, 1000]}, shape_policy={REC_W: "pad", "?": "exact"}),
+        "exact": dict(gears={"batch": [1]}, shape_policy={REC_W: "exact", "?": "exact"}),
+        "dynamic": dict(gears={"batch": [1]}, shape_policy={REC_W: "dynamic", "?": "exact"}),
+        "auto": dict(gears={"batch": [1]}),
     }
     rows = []
     for policy, kw in configs.items():

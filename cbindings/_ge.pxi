@@ -273,14 +273,15 @@ cdef class Session:
         return produced
 
     def run_fused(self, uint32_t graph_id, Stream stream, list uploads, list fills, list inputs, list outputs,
-                  list downloads):
+                  list downloads, int32_t timeout_ms=-1):
         """One request of a static graph, enqueued and waited for in a single call without the GIL.
 
         ``uploads``: [(device_ptr, device_max, host_buffer)] H2D copies of the whole host buffer;
         ``fills``: [(device_ptr, device_max, nbytes, value)] memsets; ``inputs``/``outputs``: [(device_ptr, nbytes,
         ge_dtype, shape)] the graph's tensors; ``downloads``: [(host_buffer, device_ptr)] D2H copies filling the
-        whole (writable) host buffer. Then the stream is synchronized. Faster than separate calls: the stream's
-        worker never waits for this thread's GIL.
+        whole (writable) host buffer. Then the stream is synchronized (``timeout_ms`` >= 1: with that timeout; when
+        it expires the stream is aborted and ACL_ERROR_RT_STREAM_SYNC_TIMEOUT raised). Faster than separate calls:
+        the stream's worker never waits for this thread's GIL.
         """
         self._check()
         stream._check()
@@ -331,7 +332,7 @@ cdef class Session:
         cdef int code
         cdef void* sh = stream._h
         with nogil:
-            code = cge.gert_run_fused(self._s, graph_id, sh, cin, cfill, ins, outs, cout, &kind, &msg)
+            code = cge.gert_run_fused(self._s, graph_id, sh, cin, cfill, ins, outs, cout, timeout_ms, &kind, &msg)
         if code != 0:
             text = msg.decode("utf-8", "replace")
             if kind == 2:

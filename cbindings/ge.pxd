@@ -1,5 +1,5 @@
 # Declarations of the GE C++ API subset gert uses, through ge_glue.h (ge/ge_api.h, parser/onnx_parser.h).
-from libc.stdint cimport uint32_t, uint64_t, int64_t
+from libc.stdint cimport uint32_t, uint64_t, int64_t, int32_t
 from libcpp cimport bool as cbool
 from libcpp.string cimport string
 from libcpp.vector cimport vector
@@ -75,6 +75,6 @@ cdef extern from "ge_glue.h" nogil:
         int value
     int gert_run_fused(Session* s, uint32_t graph_id, void* stream, const vector[gert_copy]& inp,
                        const vector[gert_fill]& fills, const gert_tensor_list& inputs, gert_tensor_list& outputs,
-                       const vector[gert_copy]& out, int* kind, string* msg)
+                       const vector[gert_copy]& out, int32_t timeout_ms, int* kind, string* msg)
     vector[int64_t] gert_ge_tensor_dims(const GeTensor& t)
     int gert_ge_tensor_dtype(const GeTensor& t)

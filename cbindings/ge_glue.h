@@ -134,8 +134,8 @@ struct gert_fill {
 };
 static inline int gert_run_fused(ge::Session *s, uint32_t graph_id, void *stream, const std::vector<gert_copy> &in,
                                  const std::vector<gert_fill> &fills, const gert_tensor_list &inputs,
-                                 gert_tensor_list &outputs, const std::vector<gert_copy> &out, int *kind,
-                                 std::string *msg) {
+                                 gert_tensor_list &outputs, const std::vector<gert_copy> &out, int32_t timeout_ms,
+                                 int *kind, std::string *msg) {
   int code = 0;
   *kind = 0;
 #ifdef GERT_HOSTNPU
@@ -173,7 +173,11 @@ static inline int gert_run_fused(ge::Session *s, uint32_t graph_id, void *stream
 #ifdef GERT_HOSTNPU
   if (inline_mode) gertHostStreamEndInline(stream);
 #endif
-  acl_fail(aclrtSynchronizeStream(stream));
+  /* timeout_ms < 0: wait forever. On a timeout the stuck work is aborted before this returns (the copies it
+   * would still do target host memory the caller frees next); the stream is then usable again. */
+  aclError synced = timeout_ms < 0 ? aclrtSynchronizeStream(stream) : aclrtSynchronizeStreamWithTimeout(stream, timeout_ms);
+  acl_fail(synced);
+  if (synced == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT) aclrtStreamAbort(stream);
   return code;
 }
 

@@ -70,3 +70,19 @@ class HostFunctionError(GertError):
         self.errors = list(errors)
         first = self.errors[0] if self.errors else None
         super().__init__(f"{len(self.errors)} host function(s) raised; first: {first!r}")
+
+
+class RequestTimeout(GertError):
+    """A request was not done within its timeout; its stream was aborted (aclrtStreamAbort) and serves again."""
+
+    def __init__(self, message: str, device: int, stream: int, seconds: float) -> None:
+        self.device, self.stream, self.seconds = device, stream, seconds
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.device, self.stream, self.seconds))
+
+
+class DeviceUnavailable(GertError):
+    """No device can take the request now: each one of the model's is being recovered after a device failure.
+    Retrying later succeeds once a device is back."""

@@ -31,8 +31,11 @@ struct GraphRecord {
   std::vector<IOSpec> outputs;                // compiled dtypes and shapes
   std::shared_ptr<const gertHostGraphProvider> provider;
   void *exe = nullptr;
-  uint64_t loaded_stream = 0;                 // 0: not loaded
+  std::atomic<uint64_t> loaded_stream{0};    // 0: not loaded
   std::atomic<int> in_flight{0};
+  // Compiling and loading one graph. Not the Session's launch lock: GE's CompileGraph and LoadGraph take no
+  // InnerSession::build_run_mutex_, so a graph compiles while other graphs of the Session execute.
+  std::mutex compile_mu;
   ~GraphRecord() {
     if (exe && provider && provider->release) provider->release(exe);
   }
@@ -306,6 +309,7 @@ void *host_alloc_cb(void *ctx, uint64_t nbytes) {
 // CompileGraph: shape inference and constant folding by the provider, never a run (ge-shapes-and-cache.md A1). The
 // graph is static when every input dim is fixed, it has no gears and no tensor's shape depends on input values.
 ge::Status compile(SessionState &s, GraphRecord &r, const char *api) {
+  std::lock_guard<std::mutex> lk(r.compile_mu);
   if (r.compiled) return ge::SUCCESS;
   auto provider = graph_provider();
   if (!provider)
@@ -498,8 +502,7 @@ Status Session::CompileGraph(uint32_t graph_id) {
   if (!s) return st;
   auto r = find_graph(*s, graph_id, "CompileGraph", &st);
   if (!r) return st;
-  std::lock_guard<std::mutex> launch(s->launch_mu);
-  return compile(*s, *r, "CompileGraph");
+  return compile(*s, *r, "CompileGraph");  // other graphs of the Session keep launching meanwhile, as in GE
 }
 
 CompiledGraphSummaryPtr Session::GetCompiledGraphSummary(uint32_t graph_id) {
@@ -508,6 +511,7 @@ CompiledGraphSummaryPtr Session::GetCompiledGraphSummary(uint32_t graph_id) {
   if (!s) return nullptr;
   auto r = find_graph(*s, graph_id, "GetCompiledGraphSummary", &st);
   if (!r) return nullptr;
+  std::lock_guard<std::mutex> lk(r->compile_mu);
   if (!r->compiled) {
     ge_fail(ge::FAILED, "GetCompiledGraphSummary: graph %u is not compiled; call CompileGraph first", graph_id);
     return nullptr;
@@ -532,13 +536,13 @@ Status Session::LoadGraph(const uint32_t graph_id, const std::map<AscendString, 
   if (!s) return st;
   auto r = find_graph(*s, graph_id, "LoadGraph", &st);
   if (!r) return st;
+  std::lock_guard<std::mutex> lk(r->compile_mu);  // not the launch lock: loading one graph holds up no other's runs
   if (!r->compiled)
     return ge_fail(ge::FAILED, "LoadGraph: graph %u is not compiled; call CompileGraph first", graph_id);
   StreamPtr sp = find_stream(stream);
   if (!sp) return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "LoadGraph: stream %p is not a live stream", stream);
   auto opts = to_std(options);
   if (Status e = check_options(opts, "LoadGraph", "load", nullptr, nullptr)) return e;
-  std::lock_guard<std::mutex> launch(s->launch_mu);
   if (r->loaded_stream)
     return ge_fail(ge::FAILED, "LoadGraph: graph %u is already loaded; a graph loads once (add it again under another id "
                    "to run it on another stream)", graph_id);
@@ -671,7 +675,7 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
   const bool wait = !r->is_static;
   r->in_flight.fetch_add(1);
   Stream *raw_stream = sp.get();
-  sp->enqueue(Task{[r, run_in, run_out, held, done, wait, raw_stream, d](std::string &msg) -> aclError {
+  Task task{[r, run_in, run_out, held, done, wait, raw_stream, d](std::string &msg) -> aclError {
     uint32_t threads = effective_limit(*d, raw_stream, ACL_RT_DEV_RES_CUBE_CORE);
     char err[2048] = {0};
     int rc = r->provider->run(r->exe, static_cast<int32_t>(threads), static_cast<int32_t>(run_in->size()),
@@ -695,7 +699,23 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
       return ACL_SUCCESS;
     }
     return result;
-  }});
+  }};
+  // The task does not run (an injected fault, or an abort dropped it): as a failed run.
+  task.drop = [r, done, wait](aclError code, const std::string &msg) -> aclError {
+    r->in_flight.fetch_sub(1);
+    if (!wait) return code;
+    std::lock_guard<std::mutex> lk(done->mu);
+    done->done = true;
+    done->status = static_cast<ge::Status>(code);
+    done->msg = msg;
+    done->cv.notify_all();
+    return ACL_SUCCESS;
+  };
+  task.fault = draw_fault(FaultSite::Kernel, sp->device());
+  if (aclError e = sp->launch(std::move(task), api)) {
+    r->in_flight.fetch_sub(1);
+    return ge_fail(static_cast<ge::Status>(e), "%s", aclGetRecentErrMsg());
+  }
   if (!wait) return SUCCESS;
 
   // Unknown-shape graph: the output shapes are known once the run finished.
@@ -703,7 +723,8 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
     std::unique_lock<std::mutex> lk(done->mu);
     done->cv.wait(lk, [&] { return done->done; });
   }
-  if (done->status != SUCCESS) return ge_fail(FAILED, "%s: %s", api, done->msg.c_str());
+  if (done->status != SUCCESS)  // FAILED for a failed run; a runtime code (a device fault, an abort) passes through
+    return ge_fail(done->status, "%s: %s", api, done->msg.c_str());
   if (!allocate_outputs) {
     for (size_t i = 0; i < outputs.size(); ++i) {
       const gertHostTensorRef &ref = (*run_out)[i];

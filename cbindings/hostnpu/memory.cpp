@@ -155,6 +155,8 @@ AllocationPtr find_exact(const void *p, bool host) {
 aclError device_alloc(int32_t dev, size_t size, void **out, const char *api) {
   Device *d = find_device(dev);
   if (!d) return fail(ACL_ERROR_RT_INVALID_DEVICEID, "%s: device %d does not exist", api, dev);
+  Fault f = draw_fault(FaultSite::Alloc, dev);
+  if (f.code) return fail(f.code, "%s: device %d: %s", api, dev, f.what.c_str());
   size_t charged = charge_for(size);
   uint64_t used = d->in_use.load();
   do {
@@ -267,6 +269,10 @@ aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, a
   if (aclError e = current_device(&dev, "aclrtMemcpy")) return e;
   CopyPlan plan;
   if (aclError e = plan_copy(dst, destMax, src, count, kind, "aclrtMemcpy", plan)) return e;
+  std::string why;
+  if (aclError e = find_device(dev)->launch_error(why)) return fail(e, "aclrtMemcpy: %s", why.c_str());
+  Fault f = draw_fault(FaultSite::Copy, dev);
+  if (f.code) return fail(f.code, "aclrtMemcpy: %s", f.what.c_str());
   do_copy(dst, src, count, plan.counter);
   return ACL_SUCCESS;
 }
@@ -277,11 +283,12 @@ aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t cou
   if (!s) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtMemcpyAsync: stream %p is not a live stream", stream);
   CopyPlan plan;
   if (aclError e = plan_copy(dst, destMax, src, count, kind, "aclrtMemcpyAsync", plan)) return e;
-  s->enqueue(Task{[dst, src, count, plan](std::string &) {
+  Task t{[dst, src, count, plan](std::string &) {
     do_copy(dst, src, count, plan.counter);
     return ACL_SUCCESS;
-  }});
-  return ACL_SUCCESS;
+  }};
+  t.fault = draw_fault(FaultSite::Copy, s->device());
+  return s->launch(std::move(t), "aclrtMemcpyAsync");
 }
 
 aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count) {
@@ -298,11 +305,10 @@ aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t c
   if (!s) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtMemsetAsync: stream %p is not a live stream", stream);
   AllocationPtr a;
   if (aclError e = check_memset(devPtr, maxCount, count, "aclrtMemsetAsync", a)) return e;
-  s->enqueue(Task{[devPtr, value, count, a](std::string &) {
+  return s->launch(Task{[devPtr, value, count, a](std::string &) {
     if (count) std::memset(devPtr, value, count);
     return ACL_SUCCESS;
-  }});
-  return ACL_SUCCESS;
+  }}, "aclrtMemsetAsync");
 }
 
 aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total) {
