@@ -54,6 +54,12 @@ class GeError(_CodedError):
     NAMES = GE_ERROR_NAMES
 
     @property
+    def name(self) -> str:
+        """GE's name for the code, else the runtime's: a run that failed on the device (a fault, an abort) passes
+        the runtime's code through (ACL_ERROR_RT_AICORE_EXCEPTION, ...)."""
+        return GE_ERROR_NAMES.get(self.code) or ACL_ERROR_NAMES.get(self.code) or f"GeError code {self.code}"
+
+    @property
     def error_code(self) -> str | None:
         """GE's error-manager code reported with the failure ("E16001", "E13010", ...), if any."""
         m = _E_CODE.search(self.message)
