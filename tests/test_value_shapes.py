@@ -12,7 +12,7 @@ the model; an output whose shape depends on input values makes an unknown-shape 
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 import gert
 from _helpers import RUNTIME
