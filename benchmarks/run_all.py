@@ -33,6 +33,8 @@ QUICK = ["--benchmark-max-time=0.2", "--benchmark-min-rounds=3"]
 SCRIPTS = [
     ("triton", "bench_triton.py", [], ["--duration", "4", "--warmup", "1", "--rounds", "2"]),
     ("rapidocr", "bench_rapidocr.py", [], ["--pairs", "1", "--rounds", "2"]),
+    ("shapes", "bench_shapes.py", [], ["--requests", "40"]),
+    ("compile", "bench_compile.py", [], ["--repeat", "2"]),
 ]
 
 

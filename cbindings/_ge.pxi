@@ -214,8 +214,10 @@ cdef class Session:
         from gert.dtypes import numpy_dtype
         from gert.tensor import GraphSummary
         return GraphSummary(
-            is_static=s.is_static, const_memory_size=s.const_memory, feature_memory_size=s.feature_memory,
-            output_shapes=[tuple(d) for d in s.shapes], output_dtypes=[numpy_dtype(d) for d in s.dtypes])
+            is_static=s.is_static, _const_memory_size=s.const_memory if s.const_st == 0 else None,
+            _feature_memory_size=s.feature_memory if s.feature_st == 0 else None,
+            _output_shapes=[tuple(d) for d in s.shapes] if s.shapes_st == 0 else None,
+            _output_dtypes=[numpy_dtype(d) for d in s.dtypes] if s.dtypes_st == 0 else None, graph_id=graph_id)
 
     def load_graph(self, uint32_t graph_id, Stream stream, options=None):
         """LoadGraph(graph_id, options, stream): binds the compiled graph to the stream (once per graph)."""
@@ -250,6 +252,8 @@ cdef class Session:
         _check_ge(st, f"ExecuteGraphWithStreamAsync({graph_id}) failed")
         stream._keep_alive((in_list, out_list))
         if out_list:
+            for i in range(outs.size()):  # GE writes each output's shape into its tensor (unknown-shape graphs)
+                out_list[i].shape = tuple(cge.gert_tensor_dims(outs[i]))
             return out_list
         cdef list produced = []
         cdef _GeTensorOwner owner
@@ -430,12 +434,14 @@ cdef class _OutputAllocator:
 cdef int _prov_compile_gil(void* ctx, uint64_t group, const void* model, size_t size, int32_t n_in,
                            const char* const* in_names,
                            const gertHostTensorRef* ins, int32_t n_out, const char* const* out_names,
-                           gertHostTensorRef* outs, void** exe, char* err, size_t err_len) noexcept with gil:
+                           gertHostTensorRef* outs, int32_t* unknown_shape, void** exe, char* err,
+                           size_t err_len) noexcept with gil:
     try:
         data = (<const char*>model)[:size]
         inputs = [(in_names[i].decode(), ins[i].dtype, _ref_dims(&ins[i])) for i in range(n_in)]
         outputs = [(out_names[i].decode(), outs[i].dtype, _ref_dims(&outs[i])) for i in range(n_out)]
-        executable, result = (<object>ctx).compile(data, inputs, outputs, group)
+        executable, result, unknown = (<object>ctx).compile(data, inputs, outputs, group)
+        unknown_shape[0] = 1 if unknown else 0
         for i, (dt, dims) in enumerate(result):
             outs[i].dtype = dt
             outs[i].ndim = len(dims)
@@ -452,9 +458,11 @@ cdef int _prov_compile_gil(void* ctx, uint64_t group, const void* model, size_t 
 cdef int _prov_compile(void* ctx, uint64_t group, const void* model, size_t size, int32_t n_in,
                        const char* const* in_names,
                        const gertHostTensorRef* ins, int32_t n_out, const char* const* out_names,
-                       gertHostTensorRef* outs, void** exe, char* err, size_t err_len) noexcept nogil:
+                       gertHostTensorRef* outs, int32_t* unknown_shape, void** exe, char* err,
+                       size_t err_len) noexcept nogil:
     gert_pin_thread_state()
-    return _prov_compile_gil(ctx, group, model, size, n_in, in_names, ins, n_out, out_names, outs, exe, err, err_len)
+    return _prov_compile_gil(ctx, group, model, size, n_in, in_names, ins, n_out, out_names, outs, unknown_shape, exe,
+                             err, err_len)
 
 
 cdef int _prov_prepare_gil(void* exe, int32_t threads, char* err, size_t err_len) noexcept with gil:

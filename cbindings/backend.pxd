@@ -42,7 +42,7 @@ cdef extern from "gert_backend.h" nogil:
     ctypedef struct gertHostGraphProvider:
         void* ctx
         int (*compile)(void*, uint64_t, const void*, size_t, int32_t, const char* const*, const gertHostTensorRef*, int32_t,
-                       const char* const*, gertHostTensorRef*, void**, char*, size_t)
+                       const char* const*, gertHostTensorRef*, int32_t*, void**, char*, size_t)
         int (*prepare)(void*, int32_t, char*, size_t)
         int (*run)(void*, int32_t, int32_t, const gertHostTensorRef*, int32_t, gertHostTensorRef*,
                    gertHostOutputAlloc, void*, char*, size_t)

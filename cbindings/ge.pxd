@@ -37,6 +37,10 @@ cdef extern from "ge_glue.h" nogil:
     cdef struct gert_summary:
         cbool ok
         cbool is_static
+        uint32_t const_st
+        uint32_t feature_st
+        uint32_t shapes_st
+        uint32_t dtypes_st
         size_t const_memory
         size_t feature_memory
         vector[vector[int64_t]] shapes

@@ -1,6 +1,8 @@
 """Exceptions raised by gert: every runtime failure carries CANN's code and the runtime's own message."""
 from __future__ import annotations
 
+import re
+
 ACL_ERROR_NAMES: dict[int, str] = {}  # filled by gert._cann from the headers it was built against
 
 
@@ -55,7 +57,18 @@ class GeError(_CodedError):
 
     @property
     def name(self) -> str:
+        """GE's name for the code, else the runtime's: a run that failed on the device (a fault, an abort) passes
+        the runtime's code through (ACL_ERROR_RT_AICORE_EXCEPTION, ...)."""
         return GE_ERROR_NAMES.get(self.code) or ACL_ERROR_NAMES.get(self.code) or f"GeError code {self.code}"
+
+    @property
+    def error_code(self) -> str | None:
+        """GE's error-manager code reported with the failure ("E16001", "E13010", ...), if any."""
+        m = _E_CODE.search(self.message)
+        return m.group(0) if m else None
+
+
+_E_CODE = re.compile(r"\bE[0-9A-Z][0-9]{4}\b")
 
 
 class HostFunctionError(GertError):

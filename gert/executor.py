@@ -195,8 +195,9 @@ class Worker:
         except BaseException:
             self.session.remove_graph(gid)
             raise
-        entry = GraphEntry(gid, key, shapes, summary.is_static, summary.output_shapes, summary.output_dtypes,
-                           False)
+        static = summary.is_static  # an unknown-shape graph's summary has no output shapes (GE's getters fail)
+        entry = GraphEntry(gid, key, shapes, static, summary.output_shapes if static else [],
+                           summary.output_dtypes if static else [], False)
         if entry.is_static:
             for t in plan.inputs:
                 shape = shapes[t.name]

@@ -16,7 +16,7 @@ from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from gert import _cann, display
+from gert import _cann, display, valuedep
 from gert._cann import Graph, ge_initialize
 from gert.errors import GertError
 from gert.rows import Rows
@@ -75,14 +75,15 @@ class Model:
         for d in devices:
             self._check_cores(d, cube_cores, _cann.DEV_ATTR_CUBE_CORE_NUM, "cube_cores")
             self._check_cores(d, vector_cores, _cann.DEV_ATTR_VECTOR_CORE_NUM, "vector_cores")
-        self.plan: ShapePlan = plan_shapes(_cann.read_onnx_io(data), gears, shape_policy, pad_value, max_batch,
-                                           output_dims)
+        self._graph = Graph.from_onnx(data)  # first: what GE's parser refuses fails here, with GE's code
+        io, self.value_dependent = valuedep.analyze(data, _cann.read_onnx_io(data))
+        self.plan: ShapePlan = plan_shapes(io, gears, shape_policy, pad_value, max_batch, output_dims)
+        valuedep.apply_batch_policy(self.plan, self.value_dependent, shape_policy, gears)
         self._input_names = [t.name for t in self.plan.inputs]
         self._valid_shapes: dict = {}  # ((shape, dtype) per input) -> real dim sizes, for shapes that passed
         self._resolved: dict = {}      # real dim sizes -> (run sizes, graph key)
         glob, sess, graph_opts = _split_options(options)
         ge_initialize(glob)
-        self._graph = Graph.from_onnx(data)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._closed = False
@@ -379,8 +380,8 @@ class Model:
         """Requests sharing their non-batch shapes, as one batch on the batch axis, run once (the merged batch is
         validated, not each request again), and split back into one result per request. The requests are not
         concatenated on the host: each one's rows are copied straight into the device buffer (gert.rows.Rows)."""
-        if len(requests) == 1:
-            return [self._run_request(requests[0], None, timeout)]
+        if len(requests) == 1 or not valuedep.batches_split(self.plan, self.value_dependent):
+            return [self._run_request(r, None, timeout) for r in requests]
         names = [t.name for t in self.plan.inputs]
         for i, r in enumerate(requests):
             missing = [n for n in names if n not in r]

@@ -156,10 +156,12 @@ def _read_model(data: bytes, overrides: Mapping[str, int]) -> _ModelInfo:
     initializers = {t.name for t in g.initializer}
     missing = {o.name for o in g.output if _shape(o.type, {}) is None and o.type.WhichOneof("value") == "tensor_type"}
     inferred: dict = {}
-    if missing:
+    if missing:  # the shapes gert.Model infers for them (an unknown dim is None, as ONNX Runtime reports it)
+        from gert import _shape_infer
+
         try:
-            done = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-            inferred = {o.name: o.type for o in done.graph.output}
+            done = _shape_infer.infer(model, {v.name: _shape(v.type, {}) for v in g.input if v.name not in initializers})
+            inferred = {o.name: dims for o, dims in zip(g.output, done.output_dims) if dims is not None}
         except Exception:  # noqa: BLE001 - inference is best effort here; ONNX Runtime then reports no shape either
             inferred = {}
 
@@ -169,8 +171,11 @@ def _read_model(data: bytes, overrides: Mapping[str, int]) -> _ModelInfo:
                    for v in g.input if v.name in initializers]
     outputs = []
     for v in g.output:
-        t = inferred.get(v.name, v.type) if v.name in missing else v.type
-        outputs.append(NodeArg(v.name, _type_string(v.type), _shape(t, overrides) or []))
+        if v.name in inferred:
+            shape = [overrides.get(d, d) if isinstance(d, str) else d for d in inferred[v.name]]
+        else:
+            shape = _shape(v.type, overrides) or []
+        outputs.append(NodeArg(v.name, _type_string(v.type), shape))
     meta = ModelMetadata(model.producer_name, g.name, model.domain, model.doc_string, g.doc_string,
                          int(model.model_version) if model.HasField("model_version") else _NO_VERSION,
                          {p.key: p.value for p in model.metadata_props})

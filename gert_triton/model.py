@@ -63,8 +63,12 @@ def _log_info(message: str) -> None:
 
 
 def onnx_io(path: str) -> dict:
+    """The model's I/O; outputs with no shape in the file get the one shape inference finds (gert.valuedep)."""
+    from gert import valuedep
+
     with open(path, "rb") as f:
-        return _cann.read_onnx_io(f.read())
+        data = f.read()
+    return valuedep.analyze(data, _cann.read_onnx_io(data))[0]
 
 
 def io_config(io: dict) -> tuple:

@@ -43,3 +43,20 @@ def streams(device):
     yield ss
     for s in ss:
         s.destroy()
+
+
+@pytest.fixture(scope="module")
+def session(device):
+    """A GE Session shared by the tests of a module."""
+    s = gert.Session()
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def stream(device):
+    """A stream locked to one cube core (the host NPU computes its graphs on one thread), shared by a module."""
+    st = gert.Stream(device)
+    st.cube_cores = 1
+    yield st
+    st.destroy()

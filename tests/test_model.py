@@ -108,7 +108,8 @@ def test_rec_width_dynamic_batch_padded(rec_path, rec_inputs):
             ref = ort_static(rec_path, {"x": pad_to(x, (2,) + x.shape[1:], 0)}, 1, {REC_B: 2, REC_H: 48})[0][:b]
             assert y.shape == ref.shape and y.tobytes() == ref.tobytes(), f"b={b} w={w}: not bitwise"
             np.testing.assert_allclose(y, ort_run(rec_path, [x], 1)[0], rtol=RTOL, atol=ATOL)
-        assert m.stats()["compiles"] == 1
+        # H (auto) may also have turned hot and got a static graph in the background by now: not counted here
+        assert m.stats()["request_path_compiles"] == 1
 
 
 def test_rec_pad_equals_ort_on_padded_input(rec_path, rec_inputs):

@@ -387,25 +387,25 @@ def test_no_spinning_pools_in_a_session_with_a_dynamic_graph():
         except Exception:  # noqa: BLE001 - not set: ORT's default
             return "default"
 
-    static_only, _ = p.compile(echo_model(), [("x", f32, (1, 3, 2))], outs, group=1001)
-    dynamic, _ = p.compile(echo_model(), [("x", f32, (-1, -1, 2))], outs, group=1002)
-    static_beside, _ = p.compile(echo_model(), [("x", f32, (1, 3, 2))], outs, group=1002)
+    static_only, _, _ = p.compile(echo_model(), [("x", f32, (1, 3, 2))], outs, group=1001)
+    dynamic, _, _ = p.compile(echo_model(), [("x", f32, (-1, -1, 2))], outs, group=1002)
+    static_beside, _, _ = p.compile(echo_model(), [("x", f32, (1, 3, 2))], outs, group=1002)
     assert [spins(e) for e in (static_only, dynamic, static_beside)] == ["default", "0", "0"]
 
 
 def test_a_static_graph_compiled_for_a_second_stream_is_not_probed_again():
     """Host provider: auto compiles a hot size once per stream (GE Session); the second compile reuses the first's
-    validation and output shapes instead of creating a session and running the graph again."""
+    validation and output shapes instead of creating a session and inferring them again."""
     from gert.dtypes import ge_dtype
 
     p = OrtGraphProvider()
     f32 = ge_dtype(np.dtype(np.float32))
     outs = [("y", f32, (-1, -1, 2)), ("s", f32, (-1,))]
-    first, shapes1 = p.compile(echo_model(), [("x", f32, (2, 3, 2))], outs, group=2001)
-    second, shapes2 = p.compile(echo_model(), [("x", f32, (2, 3, 2))], outs, group=2002)
-    assert shapes1 == shapes2 == [(f32, (2, 3, 2)), (f32, (2,))]
+    first, shapes1, unknown1 = p.compile(echo_model(), [("x", f32, (2, 3, 2))], outs, group=2001)
+    second, shapes2, unknown2 = p.compile(echo_model(), [("x", f32, (2, 3, 2))], outs, group=2002)
+    assert shapes1 == shapes2 == [(f32, (2, 3, 2)), (f32, (2,))] and not unknown1 and not unknown2
     assert list(first._sessions) == [1] and second._sessions == {}  # the probe session is the first's only
-    other, shapes3 = p.compile(echo_model(), [("x", f32, (2, 5, 2))], outs, group=2002)
+    other, shapes3, _ = p.compile(echo_model(), [("x", f32, (2, 5, 2))], outs, group=2002)
     assert shapes3 == [(f32, (2, 5, 2)), (f32, (2,))] and list(other._sessions) == [1]
 
 
