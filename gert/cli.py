@@ -8,8 +8,8 @@ import sys
 from typing import Optional, Sequence
 
 ENV_SETTINGS = ("GERT_BACKEND", "GERT_HOST_DEVICES", "GERT_HOST_DEVICE_MEMORY", "GERT_HOST_CUBE_CORES",
-                "GERT_HOST_VECTOR_CORES", "GERT_HOST_SPIN_US", "GERT_TRITONSERVER", "ASCEND_HOME_PATH",
-                "ASCEND_TOOLKIT_HOME")
+                "GERT_HOST_VECTOR_CORES", "GERT_HOST_SPIN_US", "GERT_TRITONSERVER", "GERT_CACHE_DIR",
+                "ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")
 
 
 class UsageError(Exception):
