@@ -150,11 +150,13 @@ class TritonPythonModel:
         devices = params.device_ids or (device,)
         batching = self.max_batch_size > 0 and io_config(onnx_io(path))[0]
         self.layout = stream_layout(params, batching, lambda: _device_cores(devices))
+        cache = cache_path(params, args["model_repository"])  # else gert.load takes GERT_CACHE_DIR, if set
+        cache_kwargs = {"cache_dir": cache} if cache else {}
         self.model = gert.load(path, devices=devices, streams=self.layout.streams,
                                cube_cores=self.layout.cube_cores, vector_cores=self.layout.vector_cores,
                                gears=gears or None, shape_policy=params.shape_policy or None,
                                pad_value=params.pad_value, max_batch=max_batch, options=params.options,
-                               **params.load_kwargs(), cache_dir=cache_path(params, args["model_repository"]),
+                               **params.load_kwargs(), **cache_kwargs,
                                split_batch=params.split_batch if params.split_batch is not None
                                else self.layout.streams * len(devices) > 1,
                                request_timeout_s=params.request_timeout_ms / 1000 if params.request_timeout_ms else None)

@@ -381,8 +381,8 @@ ge::Status compile(SessionState &s, GraphRecord &r, const char *api) {
     return ge_fail(ge::FAILED, "%s: no compute provider is registered with the host NPU (import gert first)", api);
   // GE's compile cache: the lookup happens before any optimization, and the lock is held to the end of the save.
   ModelCache cache;
-  if (ge::Status e = cache.init(context_option(s, r, "ge.graph_compiler_cache_dir"),
-                                context_option(s, r, "ge.graph_key"), api))
+  if (ge::Status e = cache.init(context_option(s, r, ge::OPTION_GRAPH_COMPILER_CACHE_DIR),
+                                context_option(s, r, ge::OPTION_GRAPH_KEY), api))
     return e;
   if (cache.enabled()) {
     std::string path;
