@@ -18,6 +18,7 @@ import numpy as np
 
 from gert import _cann, display, valuedep
 from gert._cann import Graph, ge_initialize
+from gert.compile_cache import CACHE_DIR_OPTION, CompileCache
 from gert.errors import GertError
 from gert.rows import Rows
 from gert.executor import GearStats, Request, Worker
@@ -56,7 +57,8 @@ class Model:
                  options: Optional[Mapping[str, str]] = None,
                  output_dims: Optional[Mapping[str, Mapping[int, str]]] = None, max_exact_graphs: int = 16,
                  split_batch: bool = False, request_timeout_s: Optional[float] = None,
-                 hot_after: int = HOT_AFTER, hot_window: int = HOT_WINDOW):
+                 hot_after: int = HOT_AFTER, hot_window: int = HOT_WINDOW,
+                 cache_dir: Optional[Union[str, os.PathLike]] = None):
         if isinstance(model, (bytes, bytearray, memoryview)):
             data = bytes(model)
         else:
@@ -84,6 +86,10 @@ class Model:
         self._resolved: dict = {}      # real dim sizes -> (run sizes, graph key)
         glob, sess, graph_opts = _split_options(options)
         ge_initialize(glob)
+        # GE's compile cache (gert/compile_cache.py): cache_dir, else GERT_CACHE_DIR
+        self.compile_cache = CompileCache.open(cache_dir, data, glob)
+        if self.compile_cache is not None:
+            sess = {**sess, CACHE_DIR_OPTION: self.compile_cache.directory}
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._closed = False
@@ -105,6 +111,7 @@ class Model:
             raise
         for w in self._workers:
             w.tiers = self._tiers
+            w.cache = self.compile_cache
         self._futures_lock = threading.Lock()
         self._queued: set = set()  # futures from submit() that no pool thread has started
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(4, 2 * len(self._workers)),
@@ -476,7 +483,8 @@ class Model:
             device_memory=memory,
             **vars(self._recovery.stats),  # failed_tasks, timeouts, aborted_streams, recoveries, oom_retries
         )
-        for k in ("compiles", "static_hits", "dynamic_hits", "background_compiles", "request_path_compiles"):
+        for k in ("compiles", "static_hits", "dynamic_hits", "background_compiles", "request_path_compiles",
+                  "cache_hits", "cache_misses"):
             out[k] = sum(s[k] for s in streams)
         if self._tiers is not None:
             out["tiers"] = self._tiers.stats()
