@@ -110,6 +110,17 @@ static inline ge::Status gert_run_graph(ge::Session *s, uint32_t id, const std::
   }
   return s->RunGraph(id, in, *out);
 }
+/* RunGraphWithStreamAsync's ge::Tensor over device memory the caller owns (a no-op deleter: GE never frees it). */
+static inline void gert_push_ge_device_tensor(std::vector<ge::Tensor> &v, void *addr, size_t nbytes, int dtype,
+                                              const std::vector<int64_t> &dims) {
+  ge::TensorDesc desc(ge::Shape(dims), ge::FORMAT_ND, static_cast<ge::DataType>(dtype));
+  desc.SetPlacement(ge::kPlacementDevice);
+  ge::Tensor t(desc);
+  t.SetData(static_cast<uint8_t *>(addr), nbytes, [](uint8_t *) {});
+  v.push_back(t);
+}
+/* A heap copy of handle i: its owner deletes it; the last handle frees GE's memory. */
+static inline ge::Tensor *gert_take_ge_tensor(std::vector<ge::Tensor> &v, size_t i) { return new ge::Tensor(v[i]); }
 static inline std::vector<int64_t> gert_ge_tensor_dims(const ge::Tensor &t) { return t.GetTensorDesc().GetShape().GetDims(); }
 static inline int gert_ge_tensor_dtype(const ge::Tensor &t) { return static_cast<int>(t.GetTensorDesc().GetDataType()); }
 

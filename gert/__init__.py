@@ -18,11 +18,10 @@ from gert._cann import (
     Stream,
     backend,
     device_count,
-    host_counters,
-    host_spin_micros,
     memory_info,
-    reset_host_counters,
 )
+from gert import hostnpu  # the host NPU's own features (and its compute provider), where the build has them
+from gert.hostnpu import host_counters, host_spin_micros, reset_host_counters
 
 from gert.tensor import DeviceTensor, GraphSummary
 from gert.shapes import TensorInfo

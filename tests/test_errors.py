@@ -125,6 +125,7 @@ def test_size_past_the_end_of_an_allocation(dev_ptr):
     assert_runtime_works()
 
 
+@pytest.mark.hostnpu_only  # reads gert.host_counters()
 def test_allocation_beyond_capacity():
     total = gert.memory_info().total
     in_use = gert.host_counters()["device_memory_in_use"]
@@ -183,6 +184,7 @@ def test_destroyed_stream():
     assert_runtime_works()
 
 
+@pytest.mark.hostnpu_only  # reads gert.host_counters()
 def test_double_free():
     p = _cann.malloc(256)
     in_use = gert.host_counters()["device_memory_in_use"]
@@ -247,6 +249,7 @@ def test_invalid_device_id():
     assert_runtime_works()
 
 
+@pytest.mark.hostnpu_only  # reads gert.host_counters()
 def test_use_after_the_device_closed():
     res = run_python_result('''
         d = gert.Device(0)

@@ -171,6 +171,7 @@ def test_empty_host_buffer():
     hb.free()
 
 
+@pytest.mark.hostnpu_only  # reads gert.host_counters()
 def test_host_counters_count_bytes_per_kind_exactly(streams):
     s = streams[0]
     a, b = gert.DeviceBuffer(1000), gert.DeviceBuffer(1000)
@@ -209,6 +210,7 @@ def test_host_counters_count_bytes_per_kind_exactly(streams):
     np.testing.assert_array_equal(chk, host[100:120])
 
 
+@pytest.mark.hostnpu_only  # reads gert.host_counters()
 def test_device_memory_counters_in_use_and_peak(device):
     gc.collect()
     gert.reset_host_counters()
