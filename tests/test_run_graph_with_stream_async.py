@@ -40,10 +40,8 @@ def session(device):
 
 
 @pytest.fixture(scope="module")
-def stream(device):
-    st = gert.Stream(device)
-    yield st
-    st.destroy()
+def stream(streams):
+    return streams[0]
 
 
 def add(session, model) -> int:
