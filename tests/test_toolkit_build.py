@@ -35,7 +35,7 @@ pytestmark = [
 # which exercise the same bindings through gert.Model.
 SUITE = ["test_memory.py", "test_streams_events.py", "test_host_buffer.py", "test_errors.py", "test_ge_graphs.py",
          "test_ge_errors.py", "test_run_graph_with_stream_async.py", "test_model.py", "test_examples.py",
-         "test_triton_unit.py", "test_bench_cli.py", "test_hostnpu_accessor.py"]
+         "test_triton_unit.py", "test_bench_cli.py", "test_hostnpu_accessor.py", "test_acl_rules.py"]
 # What a process linked against a toolkit may need besides the toolkit's own libraries.
 SYSTEM_LIBS = {"linux-vdso.so.1", "libstdc++.so.6", "libgcc_s.so.1", "libc.so.6", "libm.so.6", "libpthread.so.0",
                "libdl.so.2", "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1"}
