@@ -153,6 +153,56 @@ def test_extension_links_only_the_cann_libraries_and_needs_no_host_npu_symbol(bu
     assert "gertHostSetGraphProvider" in _nm(hostnpu, "--undefined-only")
 
 
+C_CLIENT = r"""
+#include <stdio.h>
+#include <string.h>
+#include "acl/acl.h"
+
+#define CHECK(call, want) do { aclError e_ = (call); if (e_ != (want)) { \
+    printf("FAIL %s: %d, want %d (%s)\n", #call, (int)e_, (int)(want), aclGetRecentErrMsg()); return 1; } } while (0)
+
+int main(void) {
+  aclrtStream s = NULL;
+  void *dev = NULL;
+  char host[64];
+  CHECK(aclInit(NULL), ACL_SUCCESS);
+  CHECK(aclrtSetDevice(0), ACL_SUCCESS);
+  CHECK(aclrtCreateStream(&s), ACL_SUCCESS);
+  if (aclGetRecentErrMsg() != NULL) { printf("FAIL: a message before any error\n"); return 1; }
+  CHECK(aclrtLaunchHostFunc(s, NULL, NULL), ACL_ERROR_RT_PARAM_INVALID);   /* CANN 8.5: a null fn is 107000 */
+  const char *m = aclGetRecentErrMsg();
+  if (m == NULL || strstr(m, "aclrtLaunchHostFunc") == NULL) { printf("FAIL: message %s\n", m); return 1; }
+  if (aclGetRecentErrMsg() != NULL) { printf("FAIL: the message was not cleared on read\n"); return 1; }
+  CHECK(aclrtMalloc(&dev, 64, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+  memset(host, 7, sizeof host);
+  CHECK(aclrtMemcpyAsync(dev, 64, host, 64, ACL_MEMCPY_HOST_TO_DEVICE, s), ACL_SUCCESS);
+  CHECK(aclrtMemcpyAsync(host, 64, host, 64, ACL_MEMCPY_HOST_TO_HOST, s), ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+  memset(host, 0, sizeof host);
+  CHECK(aclrtMemcpy(host, 64, dev, 64, ACL_MEMCPY_DEVICE_TO_HOST), ACL_SUCCESS);
+  CHECK(aclrtSynchronizeStreamWithTimeout(s, 0), ACL_ERROR_RT_PARAM_INVALID);
+  CHECK(aclrtSynchronizeStream(s), ACL_SUCCESS);
+  CHECK(aclrtFree(dev), ACL_SUCCESS);
+  CHECK(aclrtDestroyStream(s), ACL_SUCCESS);
+  CHECK(aclrtResetDevice(0), ACL_SUCCESS);
+  CHECK(aclFinalize(), ACL_SUCCESS);
+  printf("ok %d\n", host[0]);
+  return 0;
+}
+"""
+
+
+def test_a_c_program_builds_and_runs_against_the_toolkit(build, tmp_path):
+    """The toolkit serves a plain ACL client as CANN does (include/, lib64/ and set_env.sh), and the rules that only
+    C can reach hold: aclrtLaunchHostFunc(NULL fn) is 107000, aclGetRecentErrMsg is NULL once read."""
+    src = tmp_path / "client.c"
+    src.write_text(C_CLIENT)
+    exe = str(tmp_path / "client")
+    _run(["gcc", "-std=c11", "-Wall", "-Werror", "-I", f"{build.toolkit}/include", str(src), "-o", exe,
+          "-L", f"{build.toolkit}/lib64", "-lascendcl"])
+    r = _run(["bash", "-c", f"source {build.toolkit}/set_env.sh && {exe}"])
+    assert r.stdout.strip() == "ok 7", r.stdout
+
+
 def test_quickstart_runs_against_the_toolkit_build(build):
     r = _run([build.python, os.path.join(build.run_dir, "examples", "quickstart.py")], env=build.env(),
              cwd=build.run_dir, timeout=300)
