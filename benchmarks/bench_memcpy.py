@@ -3,7 +3,8 @@
     python benchmarks/bench_memcpy.py [--repeat N] [--json out.json]
 
 For each size: median time of ``DeviceBuffer.copy_from(src, stream)`` + ``stream.synchronize()``
-(the stream round trip: enqueue, worker thread copies, waiter wakes), of the synchronous
+(``src`` is pageable numpy memory: as in CANN 8.5, the call synchronizes the stream and copies before it returns,
+so this is no longer a worker-thread round trip; pinned HostBuffer sources are queued), of the synchronous
 ``DeviceBuffer.copy_from(src)``, and of ``numpy.copyto`` into a same-sized host array (the baseline).
 Targets (issue 2): 64 MiB within 1.3x of numpy.copyto; under 10 us per 4 KiB async copy + synchronize.
 """
