@@ -1,32 +1,19 @@
-"""Shared helpers for the benchmark scripts: timing, model lookup, table printing."""
+"""Shared helpers for the benchmarks (pytest-benchmark tests and bench_triton.py): models, inputs, baselines."""
 from __future__ import annotations
 
+import concurrent.futures
 import importlib.util
 import os
 import platform
-import statistics
 import time
 from typing import Callable, Optional
 
+import numpy as np
 
-def median_us(fn: Callable[[], object], inner: int) -> float:
-    """Median-free single sample: mean time of ``inner`` calls, in microseconds."""
-    t = time.perf_counter()
-    for _ in range(inner):
-        fn()
-    return (time.perf_counter() - t) / inner * 1e6
-
-
-def interleaved(fns: dict, repeat: int, inner: int, warmup: int = 3) -> dict:
-    """Median over ``repeat`` rounds of each function's mean time, rounds interleaved so noise hits all alike."""
-    for fn in fns.values():
-        for _ in range(warmup):
-            fn()
-    samples = {k: [] for k in fns}
-    for _ in range(repeat):
-        for k, fn in fns.items():
-            samples[k].append(median_us(fn, inner))
-    return {k: statistics.median(v) for k, v in samples.items()}
+DET = "ch_PP-OCRv4_det_infer.onnx"
+CLS = "ch_ppocr_mobile_v2.0_cls_infer.onnx"
+REC = "ch_PP-OCRv4_rec_infer.onnx"
+NEEDS_PPOCR = "needs the PP-OCR models: pip install --no-deps rapidocr-onnxruntime==1.4.4"
 
 
 def ppocr_model(name: str) -> Optional[str]:
@@ -38,5 +25,90 @@ def ppocr_model(name: str) -> Optional[str]:
     return path if os.path.exists(path) else None
 
 
+def read_ppocr(name: str) -> bytes:
+    """The model's bytes, or skip the calling test (pytest) when the wheel is not installed."""
+    import pytest
+
+    path = ppocr_model(name)
+    if path is None:
+        pytest.skip(NEEDS_PPOCR)
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def tag(benchmark, group: str, role: str, **extra) -> None:
+    """Put a benchmark in ``group`` as ``role`` ("gert" or "baseline"; run_all.py reports each gert entry's ratio to
+    the group's baseline) with ``extra`` (e.g. requests=N: requests per timed call) in its JSON extra_info."""
+    benchmark.group = group
+    benchmark.extra_info.update(role=role, **extra)
+
+
+def warm(fn: Callable[[], object], measuring: bool, seconds: float = 0.2) -> None:
+    """Call ``fn`` for ``seconds`` before a measured benchmark (workers scheduled, caches and pages warm), so that
+    pytest-benchmark's calibration does not size its rounds on a cold first call. Once in the smoke run."""
+    t = time.perf_counter()
+    fn()
+    while measuring and time.perf_counter() - t < seconds:
+        fn()
+
+
 def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+
+
+def relu_model(batch=1) -> bytes:
+    """A one-node graph: y = Relu(x), x of shape [batch, 64] (``batch`` an int or a symbolic name)."""
+    import onnx
+    import onnx.helper as oh
+
+    x = oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [batch, 64])
+    y = oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [batch, 64])
+    m = oh.make_model(oh.make_graph([oh.make_node("Relu", ["x"], ["y"])], "relu", [x], [y]),
+                      opset_imports=[oh.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+def ort_session(model: bytes, threads: int):
+    """The baseline: an ONNX Runtime CPU session with ``threads`` intra-op threads (as gert's stream gets)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+
+
+def images(n: int, h: int, w: int, seed: int) -> np.ndarray:
+    """Synthetic text-like pages (dark boxes on a light page), normalized, NCHW float32."""
+    rng = np.random.default_rng(seed)
+    img = np.full((n, 3, h, w), 0.9, np.float32) + rng.normal(0, 0.02, (n, 3, h, w)).astype(np.float32)
+    for b in range(n):
+        for _ in range(max(1, h * w // 2000)):
+            y, x = int(rng.integers(0, h - 8)), int(rng.integers(0, w - 8))
+            img[b, :, y:y + 8, x:x + int(rng.integers(3, 8))] = 0.1
+    return ((img - 0.5) / 0.5).astype(np.float32)
+
+
+class Clients:
+    """``n`` client threads that run a fixed number of calls between them: ``run(calls, requests)`` gives thread i
+    the callable ``calls[i]`` and its share of ``requests``, and returns when all are done (the timed unit of a
+    throughput benchmark, so requests/s = requests / time)."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self.pool = concurrent.futures.ThreadPoolExecutor(max_workers=n, thread_name_prefix="bench-client")
+
+    def run(self, calls: list, requests: int) -> None:
+        shares = [requests // self.n + (1 if i < requests % self.n else 0) for i in range(self.n)]
+
+        def loop(fn: Callable[[], object], k: int) -> None:
+            for _ in range(k):
+                fn()
+
+        for f in [self.pool.submit(loop, fn, k) for fn, k in zip(calls, shares)]:
+            f.result()
+
+    def close(self) -> None:
+        self.pool.shutdown()

@@ -1,75 +1,156 @@
-"""Run every benchmark suite and write benchmarks/RESULTS.md.
+"""Run the benchmarks and write benchmarks/RESULTS.md.
 
-    python benchmarks/run_all.py [--quick] [--skip triton,model]
+    python benchmarks/run_all.py [--quick] [--skip triton,rapidocr] [--json out.json]
+    python benchmarks/run_all.py --from-json out.json --skip triton,rapidocr    # a pytest-benchmark JSON you have
 
-Each suite measures gert against its baseline in the same process (or, for serving, the same server run) and
-prints a table with gert, the baseline and their ratio; RESULTS.md collects the tables with what each measures,
-the command that reproduces it, and the machine.
+The microbenchmarks are pytest-benchmark tests (``benchmarks/test_*.py``): this runs ``pytest benchmarks/
+--benchmark-only --benchmark-enable --benchmark-json=...`` and tabulates the JSON, one table per module with every
+group's gert entries and their baseline (measured in the same process), the ratio and the difference of their
+median times. The benchmarks that run several processes stay scripts, and their output is appended as it is:
+``bench_triton.py`` (one real tritonserver, several model.py variants) and ``bench_rapidocr.py`` (RapidOCR on
+ONNX Runtime and on gert, in alternating processes).
 """
 from __future__ import annotations
 
 import argparse
+import ast
 import datetime
+import json
 import os
 import subprocess
 import sys
+import tempfile
+from collections import OrderedDict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from _common import machine  # noqa: E402
 
-# (name, script, normal args, quick args)
-SUITES = [
-    ("memcpy", "bench_memcpy.py", [], ["--repeat", "5"]),
-    ("graph", "bench_graph.py", [], ["--repeat", "5"]),
-    ("model", "bench_model.py", [], ["--quick"]),
+PYTEST = ["-m", "pytest", "benchmarks/", "--benchmark-only", "--benchmark-enable", "-q", "-p", "no:cacheprovider"]
+QUICK = ["--benchmark-max-time=0.2", "--benchmark-min-rounds=3"]
+# benchmarks that stay scripts (several processes each): (name for --skip, script, normal args, quick args)
+SCRIPTS = [
     ("triton", "bench_triton.py", [], ["--duration", "4", "--warmup", "1", "--rounds", "2"]),
+    ("rapidocr", "bench_rapidocr.py", [], ["--pairs", "1", "--rounds", "2"]),
+    ("shapes", "bench_shapes.py", [], ["--requests", "40"]),
+    ("compile", "bench_compile.py", [], ["--repeat", "2"]),
 ]
 
 
-def describe(script: str) -> str:
-    """The first paragraph of the script's docstring, after its usage line."""
-    import ast
-
-    with open(os.path.join(HERE, script)) as f:
+def describe(path: str) -> str:
+    """A module's docstring without its usage lines."""
+    with open(path) as f:
         doc = ast.get_docstring(ast.parse(f.read())) or ""
-    paras = [p.strip() for p in doc.split("\n\n") if p.strip()]
-    text = [p for p in paras if not p.startswith("python ")]
-    return "\n\n".join(text[:2])
+    return "\n\n".join(p.strip() for p in doc.split("\n\n") if p.strip() and not p.strip().startswith("python "))
+
+
+def fmt_time(seconds: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.2f} {unit}"
+    return f"{seconds / 1e-9:.0f} ns"
+
+
+def group_rows(benches: list) -> list:
+    """Markdown table rows of one group: each entry's median, IQR, rounds, requests/s where it ran a fixed number
+    of requests, and for gert entries their median time over the baseline's, and the difference."""
+    base = next((b for b in benches if b["extra_info"].get("role") == "baseline"), None)
+    rows = []
+    for b in sorted(benches, key=lambda b: b["extra_info"].get("role") != "baseline"):
+        st, extra = b["stats"], b["extra_info"]
+        rps = f"{extra['requests'] / st['median']:.1f}" if "requests" in extra else ""
+        ratio = diff = ""
+        if base is not None and b is not base:
+            ratio = f"{st['median'] / base['stats']['median']:.3f}"
+            delta = st["median"] - base["stats"]["median"]
+            diff = ("-" if delta < 0 else "+") + fmt_time(abs(delta))
+        notes = ", ".join(f"{k}={v}" for k, v in extra.items() if k not in ("role", "requests", "widths"))
+        rows.append(f"| {b['group']} | `{b['param'] or b['name']}` | {extra.get('role', '')} | "
+                    f"{fmt_time(st['median'])} | {fmt_time(st['iqr'])} | {st['rounds']} | {rps} | {ratio} | {diff} | "
+                    f"{notes} |")
+    return rows
+
+
+def report(data: dict) -> list:
+    """One markdown section per benchmark module, from pytest-benchmark's JSON."""
+    modules: "OrderedDict[str, OrderedDict]" = OrderedDict()
+    for b in data["benchmarks"]:
+        module = b["fullname"].split("::")[0]
+        modules.setdefault(module, OrderedDict()).setdefault(b["group"], []).append(b)
+    parts = []
+    for module, groups in modules.items():
+        lines = [f"## {os.path.basename(module)}\n", describe(os.path.join(REPO, module)), "",
+                 f"`python -m pytest {module} --benchmark-only --benchmark-enable`", "",
+                 "| group | benchmark | role | median | IQR | rounds | req/s | time gert/baseline | gert - baseline "
+                 "| extra |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for benches in groups.values():
+            lines += group_rows(benches)
+        parts.append("\n".join(lines) + "\n")
+    return parts
+
+
+def run_pytest(json_path: str, quick: bool) -> int:
+    cmd = [sys.executable, *PYTEST, f"--benchmark-json={json_path}", *(QUICK if quick else [])]
+    print("== " + " ".join(["python", *cmd[1:]]), file=sys.stderr, flush=True)
+    return subprocess.run(cmd, cwd=REPO).returncode
+
+
+def run_script(name: str, script: str, args: list) -> str:
+    """Run a benchmark script; its output as a markdown section."""
+    cmd = [sys.executable, os.path.join(HERE, script), *args]
+    print(f"== {name}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    body = r.stdout.strip() or "(no output)"
+    if r.returncode != 0:
+        body += f"\n\nFAILED (exit {r.returncode}):\n{r.stderr.strip()[-2000:]}"
+    else:
+        body += "".join("\n" + l for l in r.stderr.splitlines() if "skipped" in l.lower())
+    shown = " ".join(["python", f"benchmarks/{script}", *cmd[2:]])
+    return f"## {script}\n\n{describe(os.path.join(HERE, script))}\n\n`{shown}`\n\n```\n{body}\n```\n"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="shorter runs (for a smoke check, not for figures)")
-    ap.add_argument("--skip", default="", help="comma-separated suites to skip: " + ",".join(s[0] for s in SUITES))
+    ap.add_argument("--skip", default="", help="comma-separated: pytest, " + ", ".join(s[0] for s in SCRIPTS))
+    ap.add_argument("--json", help="keep pytest-benchmark's JSON here (default: a temporary file)")
+    ap.add_argument("--from-json", help="tabulate this pytest-benchmark JSON instead of running pytest")
     ap.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"))
     args = ap.parse_args()
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     import gert
 
-    parts = [f"# gert benchmark results\n\nMachine: {machine()}; backend: {gert.backend()}; "
-             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC"
-             f"{' (quick run)' if args.quick else ''}.\n\nRatios compare gert with a baseline measured in the "
-             "same run; absolute figures vary between machines. Regenerate with "
+    when = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC"
+    load_before = os.getloadavg()[0]
+    parts = [f"# gert benchmark results\n\nMachine: {machine()}; backend: {gert.backend()}; {when}"
+             f"{' (quick run)' if args.quick else ''}.\n\nEach group holds gert and its baseline, measured in the "
+             "same process; `time gert/baseline` is the ratio of their median times (below 1: gert is faster). "
+             "Absolute figures vary between machines. Regenerate with "
              f"`python benchmarks/run_all.py{' --quick' if args.quick else ''}`.\n"]
-    failed = []
-    for name, script, normal, quick in SUITES:
-        if name in skip:
-            continue
-        cmd = [sys.executable, os.path.join(HERE, script), *(quick if args.quick else normal)]
-        print(f"== {name}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        shown = " ".join(["python", f"benchmarks/{script}", *cmd[2:]])
-        body = r.stdout.strip() or "(no output)"
-        if r.returncode != 0:
-            failed.append(name)
-            body += f"\n\nFAILED (exit {r.returncode}):\n{r.stderr.strip()[-2000:]}"
-        elif r.stderr.strip():
-            notes = [l for l in r.stderr.strip().splitlines() if "skipped" in l.lower()]
-            if notes:
-                body += "\n\n" + "\n".join(notes)
-        parts.append(f"## {name}\n\n{describe(script)}\n\n`{shown}`\n\n```\n{body}\n```\n")
-        print(body, file=sys.stderr)
+    failed = False
+    if args.from_json or "pytest" not in skip:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = args.from_json or args.json or os.path.join(tmp, "benchmarks.json")
+            if not args.from_json:
+                failed |= run_pytest(path, args.quick) != 0
+            if os.path.exists(path):
+                with open(path) as f:
+                    parts += report(json.load(f))
+            else:
+                failed = True
+                parts.append("## pytest-benchmark\n\nFAILED: no JSON was written.\n")
+    for name, script, normal, quick in SCRIPTS:
+        if name not in skip:
+            section = run_script(name, script, quick if args.quick else normal)
+            failed |= "\nFAILED (exit" in section
+            parts.append(section)
+    load_after, cpus = os.getloadavg()[0], os.cpu_count() or 1
+    parts[0] = parts[0].replace(f"{when}", f"{when}; load average {load_before:.1f} before, {load_after:.1f} after", 1)
+    if load_before > cpus:  # (the load after counts this run's own threads)
+        parts[0] += (f"\n**The machine was busy with other work (load average above its {cpus} CPUs): gert and its "
+                     "baseline ran one after the other, so the load hit them unequally; these ratios are not "
+                     "reliable. Run again on a quiet machine.**\n")
     with open(args.out, "w") as f:
         f.write("\n".join(parts))
     print(f"wrote {args.out}", file=sys.stderr)

@@ -245,8 +245,10 @@ cdef class Session:
         from gert.dtypes import numpy_dtype
         from gert.tensor import GraphSummary
         return GraphSummary(
-            is_static=s.is_static, const_memory_size=s.const_memory, feature_memory_size=s.feature_memory,
-            output_shapes=[tuple(d) for d in s.shapes], output_dtypes=[numpy_dtype(d) for d in s.dtypes])
+            is_static=s.is_static, _const_memory_size=s.const_memory if s.const_st == 0 else None,
+            _feature_memory_size=s.feature_memory if s.feature_st == 0 else None,
+            _output_shapes=[tuple(d) for d in s.shapes] if s.shapes_st == 0 else None,
+            _output_dtypes=[numpy_dtype(d) for d in s.dtypes] if s.dtypes_st == 0 else None, graph_id=graph_id)
 
     def load_graph(self, uint32_t graph_id, Stream stream, options=None):
         """LoadGraph(graph_id, options, stream): binds the compiled graph to the stream (once per graph)."""
@@ -281,6 +283,8 @@ cdef class Session:
         _check_ge(st, f"ExecuteGraphWithStreamAsync({graph_id}) failed")
         stream._keep_alive((in_list, out_list))
         if out_list:
+            for i in range(outs.size()):  # GE writes each output's shape into its tensor (unknown-shape graphs)
+                out_list[i].shape = tuple(cge.gert_tensor_dims(outs[i]))
             return out_list
         cdef list produced = []
         cdef _GeTensorOwner owner
@@ -322,14 +326,15 @@ cdef class Session:
         return produced
 
     def run_fused(self, uint32_t graph_id, Stream stream, list uploads, list fills, list inputs, list outputs,
-                  list downloads):
+                  list downloads, int32_t timeout_ms=-1):
         """One request of a static graph, enqueued and waited for in a single call without the GIL.
 
         ``uploads``: [(device_ptr, device_max, host_buffer)] H2D copies of the whole host buffer;
         ``fills``: [(device_ptr, device_max, nbytes, value)] memsets; ``inputs``/``outputs``: [(device_ptr, nbytes,
         ge_dtype, shape)] the graph's tensors; ``downloads``: [(host_buffer, device_ptr)] D2H copies filling the
-        whole (writable) host buffer. Then the stream is synchronized. Faster than separate calls: the stream's
-        worker never waits for this thread's GIL.
+        whole (writable) host buffer. Then the stream is synchronized (``timeout_ms`` >= 1: with that timeout; when
+        it expires the stream is aborted and ACL_ERROR_RT_STREAM_SYNC_TIMEOUT raised). Faster than separate calls:
+        the stream's worker never waits for this thread's GIL.
         """
         self._check()
         stream._check()
@@ -380,7 +385,7 @@ cdef class Session:
         cdef int code
         cdef void* sh = stream._h
         with nogil:
-            code = cge.gert_run_fused(self._s, graph_id, sh, cin, cfill, ins, outs, cout, &kind, &msg)
+            code = cge.gert_run_fused(self._s, graph_id, sh, cin, cfill, ins, outs, cout, timeout_ms, &kind, &msg)
         if code != 0:
             text = msg.decode("utf-8", "replace")
             if kind == 2:

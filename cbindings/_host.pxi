@@ -1,8 +1,11 @@
-# The host NPU's own introspection: counters and hand-off spin time (gert_host/host_npu.h). Host NPU only: compiled
-# into gert._cann when the host NPU is built in, into gert._hostnpu against the host NPU packaged as a toolkit.
-# Python reaches these through gert.hostnpu, which says clearly when a build has none.
+# The host NPU's own features: counters, hand-off spin time and fault injection (gert_host/host_npu.h). Host NPU
+# only: compiled into gert._cann when the host NPU is built in, into gert._hostnpu against the host NPU packaged as
+# a toolkit. Python reaches these through gert.hostnpu, which says clearly when a build has none.
 from libc.stdint cimport uint32_t
-from backend cimport gertHostCounters, gertHostGetCounters, gertHostResetCounters, gertHostSetSpinMicros, gertHostGetSpinMicros
+from backend cimport (gertHostCounters, gertHostGetCounters, gertHostResetCounters, gertHostSetSpinMicros,
+                      gertHostGetSpinMicros, gertHostInjectFault, gertHostClearFaults)
+
+FAULT_KINDS = ("execute", "sticky", "hang", "malloc", "memcpy")
 
 
 def host_counters() -> dict:
@@ -13,7 +16,43 @@ def host_counters() -> dict:
         "bytes_h2d": c.bytes_h2d, "bytes_d2h": c.bytes_d2h, "bytes_d2d": c.bytes_d2d, "bytes_h2h": c.bytes_h2h,
         "tasks": c.tasks, "device_memory_in_use": c.device_memory_in_use,
         "device_memory_peak": c.device_memory_peak, "streams_alive": c.streams_alive,
+        "faults": {"execute": c.faults_execute, "sticky": c.faults_sticky, "hang": c.faults_hang,
+                   "malloc": c.faults_malloc, "memcpy": c.faults_memcpy},
+        "stream_aborts": c.stream_aborts, "device_task_aborts": c.device_task_aborts,
     }
+
+
+def inject_fault(str kind, *, int device=0, after=0, count=1, every=0, duration_ms=0) -> None:
+    """Arm a fault in the host NPU: it hits the ``count`` launches (allocations for "malloc", copies for "memcpy")
+    on ``device`` that follow the next ``after`` (with ``every`` > 0: every ``every``-th one from there on, ``count``
+    times). Kinds, as CANN 8.5 reports them:
+
+    - "execute": the kernel task fails with ACL_ERROR_RT_AICORE_EXCEPTION (507015), returned once by the next
+      synchronize; the stream works again afterwards.
+    - "sticky": the same, device-wide: every later launch on the device fails at the call until
+      ``device_task_abort`` (aclrtDeviceTaskAbort) or ``reset_device_force``.
+    - "hang": the kernel task runs only after ``duration_ms`` (0: until aborted); ``Stream.abort()`` ends it.
+    - "malloc": the device allocation fails with ACL_ERROR_RT_MEMORY_ALLOCATION (207001).
+    - "memcpy": the copy fails with ACL_ERROR_RT_SYS_DMA (507013) (at execution for an asynchronous copy).
+
+    GERT_HOST_FAULTS (e.g. ``execute:after=100:count=3,hang:after=50:duration_ms=5000``) arms the same at aclInit.
+    """
+    if kind not in FAULT_KINDS:
+        raise ValueError(f"inject_fault: kind must be one of {FAULT_KINDS}, got {kind!r}")
+    for name, value in (("after", after), ("count", count), ("every", every), ("duration_ms", duration_ms)):
+        if int(value) < 0:
+            raise ValueError(f"inject_fault: {name} must be >= 0, got {value}")
+    import gert
+    n = gert.device_count()
+    if not 0 <= device < n:
+        raise ValueError(f"inject_fault: device {device} does not exist; there are {n}")
+    if gertHostInjectFault(kind.encode(), device, int(after), int(count), int(every), int(duration_ms)) != 0:
+        raise ValueError(f"inject_fault: the host NPU does not know fault kind {kind!r}")
+
+
+def clear_faults() -> None:
+    """Disarm every injected fault (faults already fired stay as they are: recover the device for a sticky one)."""
+    gertHostClearFaults()
 
 
 def reset_host_counters() -> None:

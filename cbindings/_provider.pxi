@@ -36,12 +36,14 @@ cdef class _OutputAllocator:
 cdef int _prov_compile_gil(void* ctx, uint64_t group, const void* model, size_t size, int32_t n_in,
                            const char* const* in_names,
                            const gertHostTensorRef* ins, int32_t n_out, const char* const* out_names,
-                           gertHostTensorRef* outs, void** exe, char* err, size_t err_len) noexcept with gil:
+                           gertHostTensorRef* outs, int32_t* unknown_shape, void** exe, char* err,
+                           size_t err_len) noexcept with gil:
     try:
         data = (<const char*>model)[:size]
         inputs = [(in_names[i].decode(), ins[i].dtype, _ref_dims(&ins[i])) for i in range(n_in)]
         outputs = [(out_names[i].decode(), outs[i].dtype, _ref_dims(&outs[i])) for i in range(n_out)]
-        executable, result = (<object>ctx).compile(data, inputs, outputs, group)
+        executable, result, unknown = (<object>ctx).compile(data, inputs, outputs, group)
+        unknown_shape[0] = 1 if unknown else 0
         for i, (dt, dims) in enumerate(result):
             outs[i].dtype = dt
             outs[i].ndim = len(dims)
@@ -58,9 +60,11 @@ cdef int _prov_compile_gil(void* ctx, uint64_t group, const void* model, size_t 
 cdef int _prov_compile(void* ctx, uint64_t group, const void* model, size_t size, int32_t n_in,
                        const char* const* in_names,
                        const gertHostTensorRef* ins, int32_t n_out, const char* const* out_names,
-                       gertHostTensorRef* outs, void** exe, char* err, size_t err_len) noexcept nogil:
+                       gertHostTensorRef* outs, int32_t* unknown_shape, void** exe, char* err,
+                       size_t err_len) noexcept nogil:
     gert_pin_thread_state()
-    return _prov_compile_gil(ctx, group, model, size, n_in, in_names, ins, n_out, out_names, outs, exe, err, err_len)
+    return _prov_compile_gil(ctx, group, model, size, n_in, in_names, ins, n_out, out_names, outs, unknown_shape, exe,
+                             err, err_len)
 
 
 cdef int _prov_prepare_gil(void* exe, int32_t threads, char* err, size_t err_len) noexcept with gil:

@@ -1,5 +1,5 @@
 # 1:1 wrappers over the ACL C API. Handles and pointers are Python ints; out-params are returned.
-from libc.stdint cimport intptr_t, int32_t, uint32_t, int64_t
+from libc.stdint cimport intptr_t, int32_t, uint32_t, int64_t, uint64_t
 
 
 cpdef init(config_path=None):
@@ -35,6 +35,32 @@ cpdef reset_device(int32_t device_id):
     with nogil:
         st = aclrtResetDevice(device_id)
     check_status(st)
+
+
+cpdef reset_device_force(int32_t device_id):
+    """aclrtResetDeviceForce: releases the device whatever its reference count (clears a device-wide failure)."""
+    cdef aclError st
+    with nogil:
+        st = aclrtResetDeviceForce(device_id)
+    check_status(st)
+
+
+cpdef device_task_abort(int32_t device_id, uint32_t timeout_ms=0):
+    """aclrtDeviceTaskAbort: stop every task on the device and clear its errors (0 waits forever)."""
+    cdef aclError st
+    with nogil:
+        st = aclrtDeviceTaskAbort(device_id, timeout_ms)
+    check_status(st)
+
+
+cpdef int get_last_error(int level=ACL_RT_THREAD_LEVEL):
+    """aclrtGetLastError: the calling thread's last runtime error code, cleared by the call."""
+    return aclrtGetLastError(<aclrtLastErrLevel>level)
+
+
+cpdef int peek_at_last_error(int level=ACL_RT_THREAD_LEVEL):
+    """aclrtPeekAtLastError: the calling thread's last runtime error code, left as it is."""
+    return aclrtPeekAtLastError(<aclrtLastErrLevel>level)
 
 
 cpdef int get_device() except? -1:
@@ -118,6 +144,18 @@ cpdef int stream_query(intptr_t stream) except? -1:
     cdef aclrtStreamStatus s
     check_status(aclrtStreamQuery(<aclrtStream>stream, &s))
     return <int>s
+
+
+cpdef stream_abort(intptr_t stream):
+    """aclrtStreamAbort: drop the queued tasks, end the running one; the stream can be used again."""
+    cdef aclError st
+    with nogil:
+        st = aclrtStreamAbort(<aclrtStream>stream)
+    check_status(st)
+
+
+cpdef set_stream_failure_mode(intptr_t stream, uint64_t mode):
+    check_status(aclrtSetStreamFailureMode(<aclrtStream>stream, mode))
 
 
 cpdef stream_wait_event(intptr_t stream, intptr_t event):
@@ -293,4 +331,6 @@ DEV_ATTR_TOTAL_GLOBAL_MEM_SIZE = ACL_DEV_ATTR_TOTAL_GLOBAL_MEM_SIZE
 EVENT_SYNC = ACL_EVENT_SYNC
 EVENT_TIME_LINE = ACL_EVENT_TIME_LINE
 STREAM_STATUS_COMPLETE = ACL_STREAM_STATUS_COMPLETE
+CONTINUE_ON_FAILURE = ACL_CONTINUE_ON_FAILURE
+STOP_ON_FAILURE = ACL_STOP_ON_FAILURE
 EVENT_RECORDED_STATUS_COMPLETE = ACL_EVENT_RECORDED_STATUS_COMPLETE

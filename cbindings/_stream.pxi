@@ -111,6 +111,21 @@ cdef class Stream:
             errs, self._errors[:] = list(self._errors), []
             raise _errors.HostFunctionError(errs) from errs[0]
 
+    def abort(self):
+        """aclrtStreamAbort: drop the queued work and end the running task; the stream is usable again.
+
+        Objects kept alive for queued copies are released (the copies will not run)."""
+        self._check()
+        stream_abort(<intptr_t>self._h)
+        self._keep.clear()
+        self._errors[:] = []
+
+    def set_failure_mode(self, unsigned long long mode):
+        """aclrtSetStreamFailureMode (once per stream): CONTINUE_ON_FAILURE (0, the default) reports a task fault
+        once; STOP_ON_FAILURE (1) makes every later launch on the device fail until the device is recovered."""
+        self._check()
+        set_stream_failure_mode(<intptr_t>self._h, mode)
+
     def query(self) -> bool:
         """True when all queued work has run (aclrtStreamQuery)."""
         self._check()

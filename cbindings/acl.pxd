@@ -30,6 +30,8 @@ cdef extern from "acl/acl.h" nogil:
     const int ACL_ERROR_RT_THREAD_SUBSCRIBE
     const int ACL_ERROR_RT_STREAM_NO_CB_REG
     const int ACL_ERROR_RT_WAIT_TIMEOUT
+    const int ACL_ERROR_RT_DEVICE_TASK_ABORT
+    const int ACL_ERROR_RT_STREAM_ABORT
     const int ACL_ERROR_RT_FEATURE_NOT_SUPPORT
     const int ACL_ERROR_RT_MEMORY_ALLOCATION
     const int ACL_ERROR_RT_MEMORY_FREE
@@ -39,6 +41,7 @@ cdef extern from "acl/acl.h" nogil:
     const int ACL_ERROR_RT_STREAM_NOT_COMPLETE
     const int ACL_ERROR_RT_EVENT_NOT_COMPLETE
     const int ACL_ERROR_RT_REPORT_TIMEOUT
+    const int ACL_ERROR_RT_SYS_DMA
     const int ACL_ERROR_RT_AICORE_TIMEOUT
     const int ACL_ERROR_RT_AICORE_EXCEPTION
     const int ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
@@ -49,6 +52,8 @@ cdef extern from "acl/acl.h" nogil:
     const unsigned int ACL_EVENT_TIME_LINE
     const unsigned int ACL_STREAM_FAST_LAUNCH
     const unsigned int ACL_STREAM_FAST_SYNC
+    const unsigned int ACL_CONTINUE_ON_FAILURE
+    const unsigned int ACL_STOP_ON_FAILURE
 
     ctypedef enum aclrtMemMallocPolicy:
         ACL_MEM_MALLOC_HUGE_FIRST
@@ -76,6 +81,8 @@ cdef extern from "acl/acl.h" nogil:
         ACL_DEV_ATTR_VECTOR_CORE_NUM
         ACL_DEV_ATTR_TOTAL_GLOBAL_MEM_SIZE
         ACL_DEV_ATTR_L2_CACHE_SIZE
+    ctypedef enum aclrtLastErrLevel:
+        ACL_RT_THREAD_LEVEL
     ctypedef enum aclrtDevResLimitType:
         ACL_RT_DEV_RES_CUBE_CORE
         ACL_RT_DEV_RES_VECTOR_CORE
@@ -89,6 +96,10 @@ cdef extern from "acl/acl.h" nogil:
     aclError aclrtSetDevice(int32_t deviceId)
     aclError aclrtResetDevice(int32_t deviceId)
     aclError aclrtGetDevice(int32_t* deviceId)
+    aclError aclrtResetDeviceForce(int32_t deviceId)
+    aclError aclrtDeviceTaskAbort(int32_t deviceId, uint32_t timeout)
+    aclError aclrtPeekAtLastError(aclrtLastErrLevel level)
+    aclError aclrtGetLastError(aclrtLastErrLevel level)
     aclError aclrtGetDeviceCount(uint32_t* count)
     aclError aclrtGetDeviceInfo(uint32_t deviceId, aclrtDevAttr attr, int64_t* value)
 
@@ -104,6 +115,8 @@ cdef extern from "acl/acl.h" nogil:
     aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout)
     aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus* status)
     aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event)
+    aclError aclrtStreamAbort(aclrtStream stream)
+    aclError aclrtSetStreamFailureMode(aclrtStream stream, uint64_t mode)
 
     aclError aclrtMalloc(void** devPtr, size_t size, aclrtMemMallocPolicy policy)
     aclError aclrtMallocHost(void** hostPtr, size_t size)

@@ -18,8 +18,18 @@ cdef extern from "gert_backend.h" nogil:
         uint64_t device_memory_in_use
         uint64_t device_memory_peak
         uint64_t streams_alive
+        uint64_t faults_execute
+        uint64_t faults_sticky
+        uint64_t faults_hang
+        uint64_t faults_malloc
+        uint64_t faults_memcpy
+        uint64_t stream_aborts
+        uint64_t device_task_aborts
 
     void gertHostGetCounters(gertHostCounters* out)
+    int gertHostInjectFault(const char* kind, int32_t device, uint64_t after, uint64_t count, uint64_t every,
+                            uint32_t duration_ms)
+    void gertHostClearFaults()
     void gertHostResetCounters()
     void gertHostSetSpinMicros(uint32_t us)
     uint32_t gertHostGetSpinMicros()
@@ -35,7 +45,7 @@ cdef extern from "gert_backend.h" nogil:
     ctypedef struct gertHostGraphProvider:
         void* ctx
         int (*compile)(void*, uint64_t, const void*, size_t, int32_t, const char* const*, const gertHostTensorRef*, int32_t,
-                       const char* const*, gertHostTensorRef*, void**, char*, size_t)
+                       const char* const*, gertHostTensorRef*, int32_t*, void**, char*, size_t)
         int (*prepare)(void*, int32_t, char*, size_t)
         int (*run)(void*, int32_t, int32_t, const gertHostTensorRef*, int32_t, gertHostTensorRef*,
                    gertHostOutputAlloc, void*, char*, size_t)

@@ -1,5 +1,5 @@
 # Declarations of the GE C++ API subset gert uses, through ge_glue.h (ge/ge_api.h, parser/onnx_parser.h).
-from libc.stdint cimport uint32_t, uint64_t, int64_t
+from libc.stdint cimport uint32_t, uint64_t, int64_t, int32_t
 from libcpp cimport bool as cbool
 from libcpp.string cimport string
 from libcpp.vector cimport vector
@@ -39,6 +39,10 @@ cdef extern from "ge_glue.h" nogil:
     cdef struct gert_summary:
         cbool ok
         cbool is_static
+        uint32_t const_st
+        uint32_t feature_st
+        uint32_t shapes_st
+        uint32_t dtypes_st
         size_t const_memory
         size_t feature_memory
         vector[vector[int64_t]] shapes
@@ -73,7 +77,7 @@ cdef extern from "ge_glue.h" nogil:
         int value
     int gert_run_fused(Session* s, uint32_t graph_id, void* stream, const vector[gert_copy]& inp,
                        const vector[gert_fill]& fills, const gert_tensor_list& inputs, gert_tensor_list& outputs,
-                       const vector[gert_copy]& out, int* kind, string* msg)
+                       const vector[gert_copy]& out, int32_t timeout_ms, int* kind, string* msg)
     void gert_push_ge_device_tensor(vector[GeTensor]& v, void* addr, size_t nbytes, int dtype,
                                     const vector[int64_t]& dims)
     GeTensor* gert_take_ge_tensor(vector[GeTensor]& v, size_t i)

@@ -49,10 +49,12 @@ static inline ge::Status gert_load_graph(ge::Session *s, uint32_t id, const gert
   return s->LoadGraph(id, gert_to_map(o), stream);
 }
 
-/* The compile summary, flattened. ok == false: GetCompiledGraphSummary returned null. */
+/* The compile summary, flattened. ok == false: GetCompiledGraphSummary returned null. *_st: each getter's status
+ * (GE's getters fail on a graph that is not static). */
 struct gert_summary {
   bool ok = false;
   bool is_static = false;
+  uint32_t const_st = 0, feature_st = 0, shapes_st = 0, dtypes_st = 0;
   size_t const_memory = 0, feature_memory = 0;
   std::vector<std::vector<int64_t>> shapes;
   std::vector<int> dtypes;
@@ -63,13 +65,13 @@ static inline gert_summary gert_get_summary(ge::Session *s, uint32_t id) {
   if (!p) return out;
   out.ok = true;
   out.is_static = p->IsStatic();
-  p->GetConstMemorySize(out.const_memory);
-  p->GetFeatureMemorySize(out.feature_memory);
+  out.const_st = p->GetConstMemorySize(out.const_memory);
+  out.feature_st = p->GetFeatureMemorySize(out.feature_memory);
   std::vector<ge::Shape> shapes;
-  p->GetOutputShapes(shapes);
+  out.shapes_st = p->GetOutputShapes(shapes);
   for (auto &sh : shapes) out.shapes.push_back(sh.GetDims());
   std::vector<ge::DataType> dts;
-  p->GetOutputDtypes(dts);
+  out.dtypes_st = p->GetOutputDtypes(dts);
   for (auto d : dts) out.dtypes.push_back(static_cast<int>(d));
   return out;
 }
@@ -143,8 +145,8 @@ struct gert_fill {
 };
 static inline int gert_run_fused(ge::Session *s, uint32_t graph_id, void *stream, const std::vector<gert_copy> &in,
                                  const std::vector<gert_fill> &fills, const gert_tensor_list &inputs,
-                                 gert_tensor_list &outputs, const std::vector<gert_copy> &out, int *kind,
-                                 std::string *msg) {
+                                 gert_tensor_list &outputs, const std::vector<gert_copy> &out, int32_t timeout_ms,
+                                 int *kind, std::string *msg) {
   int code = 0;
   *kind = 0;
 #ifdef GERT_HOSTNPU
@@ -182,7 +184,11 @@ static inline int gert_run_fused(ge::Session *s, uint32_t graph_id, void *stream
 #ifdef GERT_HOSTNPU
   if (inline_mode) gertHostStreamEndInline(stream);
 #endif
-  acl_fail(aclrtSynchronizeStream(stream));
+  /* timeout_ms < 0: wait forever. On a timeout the stuck work is aborted before this returns (the copies it
+   * would still do target host memory the caller frees next); the stream is then usable again. */
+  aclError synced = timeout_ms < 0 ? aclrtSynchronizeStream(stream) : aclrtSynchronizeStreamWithTimeout(stream, timeout_ms);
+  acl_fail(synced);
+  if (synced == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT) aclrtStreamAbort(stream);
   return code;
 }
 

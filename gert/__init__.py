@@ -3,7 +3,7 @@
 The runtime layer (devices, streams, events, device and pinned host memory) comes from the
 compiled bindings in ``gert._cann``; see shared/docs/design.md for the layers.
 """
-from gert.errors import AclError, GeError, GertError, HostFunctionError
+from gert.errors import AclError, DeviceUnavailable, GeError, GertError, HostFunctionError, RequestTimeout
 from gert._cann import (
     Graph,
     Session,
@@ -21,7 +21,7 @@ from gert._cann import (
     memory_info,
 )
 from gert import hostnpu  # the host NPU's own features (and its compute provider), where the build has them
-from gert.hostnpu import host_counters, host_spin_micros, reset_host_counters
+from gert.hostnpu import clear_faults, host_counters, host_spin_micros, inject_fault, reset_host_counters
 
 from gert.tensor import DeviceTensor, GraphSummary
 from gert.shapes import TensorInfo
@@ -46,11 +46,12 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "AclError", "GeError", "GertError", "HostFunctionError",
+    "AclError", "DeviceUnavailable", "GeError", "GertError", "HostFunctionError", "RequestTimeout",
     "Device", "DeviceBuffer", "Event", "HostBuffer", "MemoryInfo", "Stream",
     "Graph", "Session", "ge_initialize", "ge_finalize", "ge_last_warning", "DeviceTensor", "GraphSummary", "dtypes",
     "Model", "load", "TensorInfo",
     "InferenceSession", "SessionOptions", "NodeArg", "ModelMetadata", "patch_onnxruntime", "unpatch_onnxruntime",
-    "backend", "device_count", "host_counters", "host_spin_micros", "memory_info", "reset_host_counters",
+    "backend", "clear_faults", "device_count", "host_counters", "inject_fault", "host_spin_micros", "memory_info",
+    "reset_host_counters",
     "__version__",
 ]

@@ -14,17 +14,22 @@ import os
 import math
 import threading
 import weakref
+from collections import OrderedDict
 from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from gert.dtypes import DT_BF16, ONNX_BFLOAT16, numpy_dtype
+from gert import _shape_infer
+from gert.dtypes import DT_BF16, ONNX_BFLOAT16, ge_dtype, numpy_dtype, onnx_to_numpy
 
 TensorArg = tuple  # (ptr: int, nbytes: int, ge_dtype: int, dims: tuple[int, ...])
 
 _BIND_CACHE_LIMIT = 64
+_PROBED_LIMIT = 256
 # ONNX Runtime's pool threads spin between runs (its default): best for one busy graph per stream. With many graphs
 # per stream (shape policy "exact" over many sizes) idle pools spin against the busy one; GERT_HOST_ORT_SPINNING=0.
+# A GE Session with a dynamic-shape graph (policies dynamic and auto) gets no spinning pools: with auto its dynamic
+# graph and the static graphs of hot sizes take turns on one stream (measured in benchmarks/bench_shapes.py).
 _SPIN = os.environ.get("GERT_HOST_ORT_SPINNING", "1") != "0"
 
 
@@ -35,8 +40,8 @@ def _elem(ge_dtype: int):
 
 
 def _bind_host_input(io, name: str, ge_dtype: int, dims) -> None:
-    """Bind a zero-filled host array (kept alive with the binding): for size-0 inputs, which have no device address,
-    and for finding a static graph's output shapes at compile time."""
+    """Bind a zero-filled host array (kept alive with the binding): for size-0 inputs, which have no device
+    address."""
     arr = np.zeros(tuple(dims), numpy_dtype(ge_dtype))
     io.bind_input(name, "cpu", 0, _elem(ge_dtype), list(dims), arr.ctypes.data)
     keep = getattr(io, "_gert_keep", None)
@@ -147,12 +152,17 @@ class OrtExecutable:
 
 
 class OrtGraphProvider:
-    """Compiles graphs for the host NPU: validates the model with ONNX Runtime and finds static output shapes."""
+    """Compiles graphs for the host NPU: validates the model with ONNX Runtime and infers output shapes."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._meta: dict[bytes, list] = {}  # model digest -> input shapes as ONNX Runtime reports them
+        self._parsed: "OrderedDict[bytes, object]" = OrderedDict()  # model digest -> ModelProto (shape inference)
         self._shared: "weakref.WeakValueDictionary[tuple, object]" = weakref.WeakValueDictionary()
+        self._dynamic_groups: set = set()  # GE Sessions that compiled a dynamic-shape graph
+        # (model digest, inputs, outputs) -> the compile result: a graph compiled for one stream (GE Session) at
+        # the same shapes is not validated and probed again for the next (auto compiles each hot size per stream)
+        self._probed: dict = {}
 
     def input_shapes(self, model: bytes, digest: bytes) -> list:
         shapes = self._meta.get(digest)
@@ -179,7 +189,7 @@ class OrtGraphProvider:
                 so.intra_op_num_threads = threads
                 so.inter_op_num_threads = 1
                 so.log_severity_level = 3
-                if not _SPIN:
+                if not _SPIN or group in self._dynamic_groups:
                     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
                 for name, value in overrides.items():
                     so.add_free_dimension_override_by_name(name, value)
@@ -187,22 +197,66 @@ class OrtGraphProvider:
                 self._shared[key] = sess
         return sess
 
+    def _parsed_model(self, model: bytes, digest: bytes):
+        """The ModelProto shape inference runs on, parsed once per model (the last few are kept)."""
+        with self._lock:
+            proto = self._parsed.get(digest)
+            if proto is not None:
+                self._parsed.move_to_end(digest)
+                return proto
+        import onnx
+
+        proto = onnx.load_from_string(model)
+        with self._lock:
+            self._parsed[digest] = proto
+            while len(self._parsed) > _PARSED_KEPT:
+                self._parsed.popitem(last=False)
+        return proto
+
     def compile(self, model: bytes, inputs: Sequence[tuple], outputs: Sequence[tuple], group: int = 0):
         """inputs/outputs: (name, ge_dtype, dims) with -1 for dynamic dims; group: the GE Session.
-        Returns (executable, [(dtype, dims)])."""
+        Returns (executable, [(dtype, dims)], unknown_shape). Output dtypes are ONNX Runtime's; shapes come from
+        shape inference over the input shapes (never from a run), -1 where a dim is not known from them and (-2,)
+        where not even the rank is; ``unknown_shape``: some tensor's shape depends on input values."""
+        if any(d < 0 for i in inputs for d in i[2]):
+            with self._lock:
+                self._dynamic_groups.add(group)
         exe = OrtExecutable(model, [i[0] for i in inputs], [i[2] for i in inputs], [o[0] for o in outputs], self,
                             group)
+        probe_key = (exe.digest, tuple((i[0], i[1], tuple(i[2])) for i in inputs),
+                     tuple((o[0], o[1], tuple(o[2])) for o in outputs))
+        known = self._probed.get(probe_key)
+        if known is not None:  # the same graph at the same shapes, compiled for another stream: validated already
+            return exe, list(known[0]), known[1]
         sess = exe.session(1)
         ort_in = [m.name for m in sess.get_inputs()]
         if ort_in != exe.in_names:
             raise ValueError(f"ONNX Runtime sees inputs {ort_in}, the parser saw {exe.in_names}")
-        result = [(o[1], tuple(o[2])) for o in outputs]
-        if all(d >= 0 for i in inputs for d in i[2]):  # static: every output shape is fixed; find it
-            io = sess.io_binding()
-            for name, dt, dims in inputs:
-                _bind_host_input(io, name, dt, dims)
-            for name in exe.out_names:
-                io.bind_output(name, "cpu")
-            sess.run_with_iobinding(io)
-            result = [(o[1], tuple(int(d) for d in v.shape())) for o, v in zip(outputs, io.get_outputs())]
-        return exe, result
+        ort_out = {m.name: m for m in sess.get_outputs()}
+        dtypes = [_ort_dtype(ort_out[o[0]]) if o[0] in ort_out else o[1] for o in outputs]
+        result = [(dt, tuple(o[2])) for dt, o in zip(dtypes, outputs)]
+        unknown = True
+        if all(d >= 0 for i in inputs for d in i[2]):
+            inferred = _shape_infer.infer(self._parsed_model(model, exe.digest), {i[0]: tuple(i[2]) for i in inputs})
+            result = [(dt, _UNKNOWN_RANK if dims is None else tuple(d if type(d) is int else -1 for d in dims))
+                      for dt, dims in zip(dtypes, inferred.output_dims)]
+            unknown = not inferred.all_known
+        with self._lock:
+            if len(self._probed) >= _PROBED_LIMIT:
+                self._probed.clear()
+            self._probed[probe_key] = (tuple(result), unknown)
+        return exe, result, unknown
+
+
+_UNKNOWN_RANK = (-2,)  # GE's UNKNOWN_DIM_NUM
+_PARSED_KEPT = 4
+
+
+def _ort_dtype(meta) -> int:
+    """The ge::DataType of an ONNX Runtime NodeArg ("tensor(float)")."""
+    t = meta.type
+    if not t.startswith("tensor(") or not t.endswith(")"):
+        raise ValueError(f"output '{meta.name}' is a {t}, not a tensor")
+    from onnx import TensorProto
+
+    return ge_dtype(onnx_to_numpy(getattr(TensorProto, t[len("tensor("):-1].upper(), 0)))

@@ -11,7 +11,6 @@ import csv
 import itertools
 import json
 import os
-import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -20,6 +19,8 @@ from typing import Optional
 import numpy as np
 
 from gert.errors import GertError
+from gert.progress import Progress
+from gert.tiers import HOT_AFTER
 
 
 DEFAULT_BUDGETS_MS = "5,10,20,50,100,200,500,1000"
@@ -54,6 +55,7 @@ class BenchResult:
     compile_s: float = 0.0
     memory_peak_mb: float = 0.0
     best_under_ms: list = field(default_factory=list)
+    static_share: float = 0.0   # of the measured requests, the share served by static graphs
 
     def label(self) -> str:
         return (f"streams={self.streams} cube={self.cube_cores or '-'} vector={self.vector_cores or '-'} "
@@ -136,6 +138,14 @@ def make_inputs(model, shapes: dict, files: dict, batch: Optional[int], rng: np.
     return out
 
 
+def settle(model, timeout: float = 120.0) -> None:
+    """Shape policy auto: wait until the static graphs of the shapes just run (hot by now) are compiled, so that the
+    measurement sees the steady state, not the dynamic graph and a compile running beside it."""
+    deadline = time.monotonic() + timeout
+    while model.stats().get("tiers", {}).get("pending") and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def run_config(model_bytes: bytes, cfg: BenchConfig, load_kwargs: dict, shapes: dict, files: dict,
                concurrency: int, duration: Optional[float], iterations: Optional[int], warmup: int) -> BenchResult:
     import gert
@@ -146,8 +156,9 @@ def run_config(model_bytes: bytes, cfg: BenchConfig, load_kwargs: dict, shapes: 
         rng = np.random.default_rng(0)
         inputs = make_inputs(model, shapes, files, cfg.batch, rng)
         batch = next((a.shape[0] for n, a in inputs.items() if model.plan.has_batch), 1)
-        for _ in range(max(warmup, 1) * cfg.streams):
+        for _ in range(max(max(warmup, 1) * cfg.streams, HOT_AFTER)):
             model.run(inputs)
+        settle(model)
         if gert.hostnpu.available():
             gert.reset_host_counters()
         base = model.stats()
@@ -189,10 +200,12 @@ def run_config(model_bytes: bytes, cfg: BenchConfig, load_kwargs: dict, shapes: 
             peak = max((m["used"] for m in stats["device_memory"].values()), default=0) / 2**20
         lat = np.array(latencies) * 1e3 if latencies else np.zeros(1)
         n = len(latencies)
+        static = stats["static_hits"] - base["static_hits"]
+        served = static + stats["dynamic_hits"] - base["dynamic_hits"]
         return BenchResult(cfg.streams, cfg.cube_cores, cfg.vector_cores, cfg.batch, n, wall, n / wall,
                            n * batch / wall, float(np.percentile(lat, 50)), float(np.percentile(lat, 90)),
                            float(np.percentile(lat, 99)), busy, sum(s["compile_seconds"] for s in stats["streams"]),
-                           peak)
+                           peak, static_share=round(static / served, 4) if served else 0.0)
     finally:
         model.close()
 
@@ -228,15 +241,15 @@ def write_csv(path: str, results: list) -> None:
             w.writerow(row)
 
 
-def plot(path: str, results: list) -> None:
+def figure(results: list):
+    """A matplotlib Figure of samples/s against p99 latency, one labelled point per configuration. Built without
+    pyplot, so it neither needs nor changes a GUI backend (in a notebook: ``display(figure(results))``, or save it)."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure
     except ImportError:
-        raise BenchArgError("--plot needs matplotlib: pip install 'gert[plot]'") from None
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+        raise BenchArgError("plotting needs matplotlib: pip install 'gert[plot]'") from None
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.subplots()
     for r in results:
         ax.scatter(r.p99_ms, r.samples_per_s, s=40)
         ax.annotate(r.label().replace(" vector=-", ""), (r.p99_ms, r.samples_per_s), fontsize=7,
@@ -247,53 +260,18 @@ def plot(path: str, results: list) -> None:
     ax.grid(alpha=0.3)
     ax.margins(x=0.25, y=0.15)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
 
 
-class Progress:
-    """Live progress: a rich bar on a terminal, plain lines otherwise."""
-
-    def __init__(self, total: int):
-        self.total = total
-        self.done = 0
-        self._rich = None
-        if sys.stderr.isatty():
-            try:
-                from rich.progress import Progress as RichProgress
-
-                self._rich = RichProgress(transient=True)
-                self._task = self._rich.add_task("gert bench", total=total)
-                self._rich.start()
-            except ImportError:
-                self._rich = None
-
-    def step(self, text: str) -> None:
-        self.done += 1
-        if self._rich is not None:
-            self._rich.update(self._task, advance=1, description=text)
-        else:
-            print(f"[{self.done}/{self.total}] {text}", file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        if self._rich is not None:
-            self._rich.stop()
+def plot(path: str, results: list) -> None:
+    """Save figure(results) as a PNG."""
+    figure(results).savefig(path, dpi=120)
 
 
-def main(args) -> int:
-    """Run the sweep for parsed `gert bench` arguments (see gert.cli)."""
+def _check_cores(devices: tuple, cubes: list, vectors: list) -> None:
     import gert
     from gert import _cann
 
-    if not os.path.isfile(args.model) or not os.access(args.model, os.R_OK):
-        raise BenchArgError(f"cannot read model file {args.model!r}")
-    with open(args.model, "rb") as f:
-        model_bytes = f.read()
-    streams = parse_int_list(args.streams, "streams")
-    cubes = parse_int_list(args.cube_cores, "cube-cores")
-    vectors = parse_int_list(args.vector_cores, "vector-cores")
-    batches = parse_int_list(args.batch, "batch")
-    devices = tuple(parse_int_list(args.devices, "devices")) if args.devices else (0,)
     n_dev = gert.device_count()
     for d in devices:
         if d >= n_dev:
@@ -306,6 +284,78 @@ def main(args) -> int:
             have = _cann.get_device_info(d, _cann.DEV_ATTR_VECTOR_CORE_NUM)
             if v is not None and v > have:
                 raise BenchArgError(f"--vector-cores {v}: device {d} has {have} vector cores")
+
+
+def sweep(model, *, streams=(1,), cube_cores=(None,), vector_cores=(None,), batch=(None,),
+          shapes: Optional[dict] = None, inputs: Optional[dict] = None, gears: Optional[dict] = None,
+          shape_policy: Optional[dict] = None, devices=(0,), concurrency: int = 4, duration: Optional[float] = None,
+          iterations: Optional[int] = None, warmup: int = 3, latency_budgets_ms=DEFAULT_BUDGETS_MS,
+          progress: bool = False) -> list:
+    """`gert bench` from Python: every combination of streams x cube_cores x vector_cores x batch, each run by
+    ``concurrency`` threads for ``duration`` seconds (or ``iterations`` requests); returns BenchResults with
+    ``best_under_ms`` marked. ``model``: a path or the ONNX bytes; ``shapes``: input name -> shape for dynamic
+    dims; ``inputs``: input name -> array to use instead of random data. ``progress=True`` shows a bar (tqdm
+    when installed, else one line per configuration) on stderr; nothing is printed otherwise."""
+    import gert
+
+    if isinstance(model, (bytes, bytearray)):
+        model_bytes = bytes(model)
+    else:
+        if not os.path.isfile(model) or not os.access(model, os.R_OK):
+            raise BenchArgError(f"cannot read model file {model!r}")
+        with open(model, "rb") as f:
+            model_bytes = f.read()
+    streams, cube_cores, vector_cores, batch = (list(x) for x in (streams, cube_cores, vector_cores, batch))
+    devices = tuple(devices)
+    _check_cores(devices, cube_cores, vector_cores)
+    shapes, files = dict(shapes or {}), dict(inputs or {})
+    load_kwargs = {"devices": devices}
+    if gears:
+        load_kwargs["gears"] = dict(gears)
+    if shape_policy:
+        load_kwargs["shape_policy"] = dict(shape_policy)
+    top_batch = max((b for b in batch if b is not None), default=None)
+    if top_batch and "batch" not in (gears or {}):
+        load_kwargs["max_batch"] = top_batch
+    if duration is None and iterations is None:
+        duration = 10.0
+    if isinstance(latency_budgets_ms, str):
+        try:
+            budgets = [float(x) for x in latency_budgets_ms.split(",") if x.strip()]
+        except ValueError:
+            raise BenchArgError(f"--latency-budgets: expected numbers in ms, got {latency_budgets_ms!r}") from None
+    else:
+        budgets = [float(x) for x in latency_budgets_ms]
+    configs = [BenchConfig(s, c, v, b) for s, c, v, b in itertools.product(streams, cube_cores, vector_cores, batch)]
+    # Fail fast on inputs the model cannot take, before the sweep starts.
+    try:
+        probe = gert.load(model_bytes, **load_kwargs)
+    except GertError as e:
+        raise BenchArgError(f"cannot load the model with these settings: {e}") from None
+    try:
+        for b in batch:
+            make_inputs(probe, shapes, files, b, np.random.default_rng(0))
+    finally:
+        probe.close()
+    results = []
+    with Progress(len(configs), "gert bench", enabled=progress) as bar:
+        for cfg in configs:
+            r = run_config(model_bytes, cfg, load_kwargs, shapes, files, concurrency, duration, iterations, warmup)
+            results.append(r)
+            bar.step(f"{r.label()}: {r.samples_per_s:.1f} samples/s, p99 {r.p99_ms:.2f} ms")
+    mark_budgets(results, budgets)
+    return results
+
+
+def main(args) -> int:
+    """Run the sweep for parsed `gert bench` arguments (see gert.cli), with progress on stderr."""
+    import gert
+
+    streams = parse_int_list(args.streams, "streams")
+    cubes = parse_int_list(args.cube_cores, "cube-cores")
+    vectors = parse_int_list(args.vector_cores, "vector-cores")
+    batches = parse_int_list(args.batch, "batch")
+    devices = tuple(parse_int_list(args.devices, "devices")) if args.devices else (0,)
     shapes = dict(_shape_arg(s) for s in args.shape or [])
     files = {}
     for item in args.input or []:
@@ -323,44 +373,13 @@ def main(args) -> int:
         except ValueError:
             raise BenchArgError(f"--gears: sizes for '{dim}' must be integers, got {text!r}") from None
 
-    load_kwargs = {"devices": devices}
     gears = parse_dim_lists(args.gears, "gears", gear_values)
     policy = parse_dim_lists(args.shape_policy, "shape-policy", lambda t, d: t)
-    if gears:
-        load_kwargs["gears"] = gears
-    if policy:
-        load_kwargs["shape_policy"] = policy
-    top_batch = max(b for b in batches if b is not None) if batches != [None] else None
-    if top_batch and "batch" not in gears:
-        load_kwargs["max_batch"] = top_batch
-    if args.duration is None and args.iterations is None:
-        args.duration = 10.0
-    configs = [BenchConfig(s, c, v, b) for s, c, v, b in itertools.product(streams, cubes, vectors, batches)]
-    # Fail fast on inputs the model cannot take, before the sweep starts.
-    try:
-        probe = gert.load(model_bytes, **load_kwargs)
-    except GertError as e:
-        raise BenchArgError(f"cannot load the model with these settings: {e}") from None
-    try:
-        for b in batches:
-            make_inputs(probe, shapes, files, b, np.random.default_rng(0))
-    finally:
-        probe.close()
-    progress = Progress(len(configs))
-    results = []
-    try:
-        for cfg in configs:
-            r = run_config(model_bytes, cfg, load_kwargs, shapes, files, args.concurrency, args.duration,
-                           args.iterations, args.warmup)
-            results.append(r)
-            progress.step(f"{r.label()}: {r.samples_per_s:.1f} samples/s, p99 {r.p99_ms:.2f} ms")
-    finally:
-        progress.close()
-    try:
-        budgets = [float(x) for x in (args.latency_budgets or DEFAULT_BUDGETS_MS).split(",") if x.strip()]
-    except ValueError:
-        raise BenchArgError(f"--latency-budgets: expected numbers in ms, got {args.latency_budgets!r}") from None
-    mark_budgets(results, budgets)
+    results = sweep(args.model, streams=streams, cube_cores=cubes, vector_cores=vectors, batch=batches,
+                    shapes=shapes, inputs=files, gears=gears, shape_policy=policy, devices=devices,
+                    concurrency=args.concurrency, duration=args.duration, iterations=args.iterations,
+                    warmup=args.warmup, latency_budgets_ms=args.latency_budgets or DEFAULT_BUDGETS_MS,
+                    progress=True)
     print(f"gert bench {os.path.basename(args.model)} on {gert.backend()}, concurrency {args.concurrency}")
     print(table(results))
     if args.json:

@@ -1,6 +1,8 @@
 """Exceptions raised by gert: every runtime failure carries CANN's code and the runtime's own message."""
 from __future__ import annotations
 
+import re
+
 ACL_ERROR_NAMES: dict[int, str] = {}  # filled by gert._cann from the headers it was built against
 
 
@@ -47,9 +49,26 @@ GE_ERROR_NAMES: dict[int, str] = {
 
 
 class GeError(_CodedError):
-    """A GE call failed: ``code`` is the ge::Status, ``message`` GEGetErrorMsgV2()'s text."""
+    """A GE call failed: ``code`` is the ge::Status, ``message`` GEGetErrorMsgV2()'s text. A device fault met while
+    GE runs a graph comes back as the runtime's own code (GE passes runtime errors through as its Status), so such
+    codes are named as ACL names them."""
 
     NAMES = GE_ERROR_NAMES
+
+    @property
+    def name(self) -> str:
+        """GE's name for the code, else the runtime's: a run that failed on the device (a fault, an abort) passes
+        the runtime's code through (ACL_ERROR_RT_AICORE_EXCEPTION, ...)."""
+        return GE_ERROR_NAMES.get(self.code) or ACL_ERROR_NAMES.get(self.code) or f"GeError code {self.code}"
+
+    @property
+    def error_code(self) -> str | None:
+        """GE's error-manager code reported with the failure ("E16001", "E13010", ...), if any."""
+        m = _E_CODE.search(self.message)
+        return m.group(0) if m else None
+
+
+_E_CODE = re.compile(r"\bE[0-9A-Z][0-9]{4}\b")
 
 
 class HostFunctionError(GertError):
@@ -59,3 +78,19 @@ class HostFunctionError(GertError):
         self.errors = list(errors)
         first = self.errors[0] if self.errors else None
         super().__init__(f"{len(self.errors)} host function(s) raised; first: {first!r}")
+
+
+class RequestTimeout(GertError):
+    """A request was not done within its timeout; its stream was aborted (aclrtStreamAbort) and serves again."""
+
+    def __init__(self, message: str, device: int, stream: int, seconds: float) -> None:
+        self.device, self.stream, self.seconds = device, stream, seconds
+        super().__init__(message)
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.device, self.stream, self.seconds))
+
+
+class DeviceUnavailable(GertError):
+    """No device can take the request now: each one of the model's is being recovered after a device failure.
+    Retrying later succeeds once a device is back."""

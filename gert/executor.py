@@ -9,6 +9,7 @@ without the GIL. GE serializes launches inside one Session, hence one Session pe
 from __future__ import annotations
 
 import copy
+import itertools
 import math
 import threading
 import time
@@ -22,9 +23,11 @@ from gert import _cann
 from gert._cann import DeviceBuffer, Graph, Session, Stream
 from gert.dtypes import ge_dtype
 from gert.errors import GeError, GertError
+from gert.recovery import watchdog
 from gert.rows import Rows
 from gert.shapes import ShapePlan
 from gert.tensor import DeviceTensor
+from gert.tiers import SegmentedLRU
 
 
 @dataclass
@@ -52,6 +55,11 @@ class WorkerStats:
     compiles: int = 0
     compile_seconds: float = 0.0
     failed_compiles: int = 0   # shapes whose compile failed (later requests of that shape fail without compiling)
+    static_hits: int = 0       # requests served by a static graph
+    dynamic_hits: int = 0      # requests served by a dynamic-shape graph
+    background_compiles: int = 0         # static graphs compiled off the request path (policy auto)
+    failed_background_compiles: int = 0  # those that failed: the shape stays on the dynamic graph
+    request_path_compiles: int = 0       # compiles a request waited for (0 once a model is warm, unless exact)
 
 
 @dataclass
@@ -74,6 +82,7 @@ class Request:
     run_sizes: dict             # dim name -> size the graph runs at (gear, or real)
     key: tuple = field(default=())
     out: Optional[dict] = None  # output name -> the caller's out= array, written by D2H directly when it fits
+    timeout: Optional[float] = None  # seconds the request may take on its stream (None: no limit)
 
 
 class Worker:
@@ -88,36 +97,49 @@ class Worker:
         self.graph_options = graph_options
         self.lock = threading.Lock()
         self.outstanding = 0  # requests assigned and not finished (guarded by the executor's lock)
-        self.stream = Stream(device)
         self.limited = cube_cores is not None or vector_cores is not None
-        if cube_cores is not None:
-            self.stream.cube_cores = cube_cores
-        if vector_cores is not None:
-            self.stream.vector_cores = vector_cores
+        self.cores = (cube_cores, vector_cores)
         opts = {"ge.session_device_id": str(device), **session_options}
         if cube_cores is not None and "ge.aicoreNum" not in opts:
             opts["ge.aicoreNum"] = f"{cube_cores}|{vector_cores or ''}"
-        self.session = Session(opts)
+        self.session_options = opts
+        self._open()
         self.graphs: "OrderedDict[tuple, GraphEntry]" = OrderedDict()
         self.failed: "OrderedDict[tuple, GeError]" = OrderedDict()  # shape key -> why its compile failed
         self.max_exact_graphs = max_exact_graphs
-        self.next_graph_id = 1
+        self.exact = SegmentedLRU(max_exact_graphs)  # the evictable (exact) graphs' keys
+        self.tiers = None  # gert.tiers.Tiers when a dim uses the auto policy (set by the Model)
+        self._graph_ids = itertools.count(1)  # thread-safe: the tiers' thread compiles too
         self.in_bufs: dict = {}
         self.out_bufs: dict = {}
         self.stats = WorkerStats(device=device, stream=index, cube_cores=self.stream.cube_cores,
                                  vector_cores=self.stream.vector_cores)
         self.gear_stats: dict = {}
 
+    def _open(self) -> None:
+        """The stream (with its core limits) and the Session; again after a device recovery (gert.recovery)."""
+        self.stream = Stream(self.device)
+        cube_cores, vector_cores = self.cores
+        if cube_cores is not None:
+            self.stream.cube_cores = cube_cores
+        if vector_cores is not None:
+            self.stream.vector_cores = vector_cores
+        self.session = Session(self.session_options)
+
     # ---- graphs -----------------------------------------------------------------------------------------
     def graph_for(self, req: Request) -> GraphEntry:
+        if self.tiers is not None:
+            return self.tiers.route(self, req)
         entry = self.graphs.get(req.key)
         if entry is not None:
-            self.graphs.move_to_end(req.key)
+            if entry.evictable:
+                self.exact.hit(req.key)
             return entry
         failed = self.failed.get(req.key)
         if failed is not None:  # the same shape failed to compile: fail fast instead of compiling again
             raise copy.copy(failed).with_traceback(None)
         try:
+            self.stats.request_path_compiles += 1
             return self._compile(req.key, req.run_sizes)
         except GeError as e:
             if e.code != _GE_MEMORY_ALLOCATION:  # out of device memory may pass later; the rest is the shape's
@@ -128,27 +150,43 @@ class Worker:
             raise
 
     def _compile(self, key: tuple, run_sizes: dict) -> GraphEntry:
+        """Compile, load and keep the graph for ``key`` (the caller holds self.lock). Exact graphs are bounded by
+        max_exact_graphs: the scan-resistant set picks what to evict."""
         plan = self.plan
+        evictable = self.tiers is None and any(plan.dims[n].policy == "exact" and not plan.dims[n].gears
+                                               for n, _ in key)
+        if evictable:
+            for old_key in self.exact.admit(key):
+                old = self.graphs.pop(old_key, None)
+                if old is not None:
+                    self.session.remove_graph(old.graph_id)
+        t0 = time.perf_counter()
+        try:
+            entry = self._build(key)
+        except BaseException:
+            self.exact.discard(key)
+            raise
+        entry.evictable = evictable
+        self.stats.compiles += 1
+        self.stats.compile_seconds += time.perf_counter() - t0
+        self.graphs[key] = entry
+        return entry
+
+    def _build(self, key: tuple) -> GraphEntry:
+        """Add, compile and load the graph for ``key`` (dim name -> size, -1 for dynamic) in this stream's Session.
+        Needs no lock: GE compiles and loads a graph while the Session's other graphs execute (gert.tiers builds
+        static graphs in the background this way)."""
+        plan = self.plan
+        sizes = dict(key)
         shapes = {}
         for t in plan.inputs:
             dims = []
             for axis, d in enumerate(t.shape):
                 name = plan.input_axes.get((t.name, axis))
-                if name is None:
-                    dims.append(int(d))
-                else:
-                    dims.append(-1 if plan.dims[name].policy == "dynamic" else int(run_sizes[name]))
+                dims.append(int(d) if name is None else int(sizes[name]))
             shapes[t.name] = tuple(dims)
         spec = ";".join(f"{n}:{','.join(str(d) for d in s)}" for n, s in shapes.items())
-        gid = self.next_graph_id
-        self.next_graph_id += 1
-        evictable = any(plan.dims[n].policy == "exact" and not plan.dims[n].gears for n in run_sizes)
-        if evictable:
-            exact = [k for k, e in self.graphs.items() if e.evictable]
-            while len(exact) >= self.max_exact_graphs:
-                old = self.graphs.pop(exact.pop(0))
-                self.session.remove_graph(old.graph_id)
-        t0 = time.perf_counter()
+        gid = next(self._graph_ids)
         self.session.add_graph(gid, self.graph, {"ge.inputShape": spec, **self.graph_options})
         try:
             self.session.compile_graph(gid)
@@ -157,10 +195,9 @@ class Worker:
         except BaseException:
             self.session.remove_graph(gid)
             raise
-        self.stats.compiles += 1
-        self.stats.compile_seconds += time.perf_counter() - t0
-        entry = GraphEntry(gid, key, shapes, summary.is_static, summary.output_shapes, summary.output_dtypes,
-                           evictable)
+        static = summary.is_static  # an unknown-shape graph's summary has no output shapes (GE's getters fail)
+        entry = GraphEntry(gid, key, shapes, static, summary.output_shapes if static else [],
+                           summary.output_dtypes if static else [], False)
         if entry.is_static:
             for t in plan.inputs:
                 shape = shapes[t.name]
@@ -168,7 +205,6 @@ class Worker:
             for shape, dtype in zip(entry.output_shapes, entry.output_dtypes):
                 dtype = np.dtype(dtype)
                 entry.out_meta.append((dtype, math.prod(shape) * dtype.itemsize, ge_dtype(dtype)))
-        self.graphs[key] = entry
         return entry
 
     # ---- buffers ------------------------------------------------------------------------------------------
@@ -217,7 +253,8 @@ class Worker:
                 if host.nbytes:
                     downloads.append((host, buf.ptr))
             self.session.run_fused(entry.graph_id, self.stream, uploads, fills,
-                                   [(b.ptr, n, g, s) for b, s, _, n, g in inputs], outputs, downloads)
+                                   [(b.ptr, n, g, s) for b, s, _, n, g in inputs], outputs, downloads,
+                                   -1 if req.timeout is None else max(1, round(req.timeout * 1000)))
         else:
             stream = self.stream
             for dptr, dmax, host in uploads:
@@ -228,12 +265,13 @@ class Worker:
                 _cann.memset_async(dptr, dmax, value, n, stream.handle)
             stream.keep_alive(uploads)
             tensors = [DeviceTensor(b, s, d) for b, s, d, _, _ in inputs]
-            outputs = self.session.execute_async(entry.graph_id, stream, tensors)  # waits: GE sized the outputs
+            with watchdog(stream, req.timeout):  # GE waits here until the run sized the outputs
+                outputs = self.session.execute_async(entry.graph_id, stream, tensors)
             for o, dev in zip(plan.outputs, outputs):
                 host, results[o.name] = self._plan_download(o.name, dev.shape, dev.dtype, req)
                 if host.nbytes:
                     dev.buffer.copy_to(host, stream)
-            stream.synchronize()
+            stream.synchronize(req.timeout)
         # counted once the request succeeded, so that gear hits add up to the stream's requests
         label = _LABELS.get(req.key)
         if label is None:
@@ -243,6 +281,10 @@ class Worker:
         gear.real_elements += real_elements
         gear.padded_elements += padded_elements
         self.stats.requests += 1
+        if entry.is_static:
+            self.stats.static_hits += 1
+        else:
+            self.stats.dynamic_hits += 1
         self.stats.busy_seconds += time.perf_counter() - t0
         return results
 
@@ -293,15 +335,19 @@ class Worker:
         full = np.empty(shape, dtype)
         return full, full[tuple(slice(0, s) for s in real)]
 
+    def free_buffers(self) -> None:
+        """Free the device I/O buffers (no work may be queued); they grow again on demand."""
+        for b in list(self.in_bufs.values()) + list(self.out_bufs.values()):
+            b.free()
+        self.in_bufs.clear()
+        self.out_bufs.clear()
+
     def close(self) -> None:
         try:
             self.stream.synchronize()
         finally:
             self.session.close()
-            for b in list(self.in_bufs.values()) + list(self.out_bufs.values()):
-                b.free()
-            self.in_bufs.clear()
-            self.out_bufs.clear()
+            self.free_buffers()
             self.stream.destroy()
 
 

@@ -1,4 +1,4 @@
-"""The host NPU's own features, which CANN does not have: counters, hand-off spin time, its compute provider.
+"""The host NPU's own features, which CANN does not have: counters, spin time, fault injection, its provider.
 
 Where they live depends on the build: in ``gert._cann`` when the host NPU is built in (the default build); in
 ``gert._hostnpu`` when gert is built against the host NPU packaged as a toolkit (cbindings/hostnpu/build_toolkit.py);
@@ -56,3 +56,5 @@ host_counters = _host_only("host_counters")
 reset_host_counters = _host_only("reset_host_counters")
 host_spin_micros = _host_only("host_spin_micros")
 host_provider = _host_only("host_provider")
+inject_fault = _host_only("inject_fault")
+clear_faults = _host_only("clear_faults")

@@ -16,12 +16,15 @@ from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from gert import _cann
+from gert import _cann, display, valuedep
 from gert._cann import Graph, ge_initialize
 from gert.errors import GertError
 from gert.rows import Rows
 from gert.executor import GearStats, Request, Worker
+from gert.progress import Progress
+from gert.recovery import Recovery
 from gert.shapes import ShapePlan, TensorInfo, plan_shapes
+from gert.tiers import HOT_AFTER, HOT_WINDOW, Tiers, check_settings
 
 ModelSource = Union[str, bytes, os.PathLike]
 
@@ -52,7 +55,8 @@ class Model:
                  pad_value: Union[float, Mapping[str, float]] = 0, max_batch: Optional[int] = None,
                  options: Optional[Mapping[str, str]] = None,
                  output_dims: Optional[Mapping[str, Mapping[int, str]]] = None, max_exact_graphs: int = 16,
-                 split_batch: bool = False):
+                 split_batch: bool = False, request_timeout_s: Optional[float] = None,
+                 hot_after: int = HOT_AFTER, hot_window: int = HOT_WINDOW):
         if isinstance(model, (bytes, bytearray, memoryview)):
             data = bytes(model)
         else:
@@ -60,6 +64,7 @@ class Model:
                 data = f.read()
         if int(streams) < 1:
             raise GertError(f"streams must be >= 1, got {streams}")
+        check_settings(hot_after, hot_window, max_exact_graphs)
         devices = tuple(int(d) for d in devices)
         if not devices:
             raise GertError("devices must name at least one device")
@@ -70,14 +75,15 @@ class Model:
         for d in devices:
             self._check_cores(d, cube_cores, _cann.DEV_ATTR_CUBE_CORE_NUM, "cube_cores")
             self._check_cores(d, vector_cores, _cann.DEV_ATTR_VECTOR_CORE_NUM, "vector_cores")
-        self.plan: ShapePlan = plan_shapes(_cann.read_onnx_io(data), gears, shape_policy, pad_value, max_batch,
-                                           output_dims)
+        self._graph = Graph.from_onnx(data)  # first: what GE's parser refuses fails here, with GE's code
+        io, self.value_dependent = valuedep.analyze(data, _cann.read_onnx_io(data))
+        self.plan: ShapePlan = plan_shapes(io, gears, shape_policy, pad_value, max_batch, output_dims)
+        valuedep.apply_batch_policy(self.plan, self.value_dependent, shape_policy, gears)
         self._input_names = [t.name for t in self.plan.inputs]
         self._valid_shapes: dict = {}  # ((shape, dtype) per input) -> real dim sizes, for shapes that passed
         self._resolved: dict = {}      # real dim sizes -> (run sizes, graph key)
         glob, sess, graph_opts = _split_options(options)
         ge_initialize(glob)
-        self._graph = Graph.from_onnx(data)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._closed = False
@@ -85,15 +91,20 @@ class Model:
         self._in_flight = 0
         self._rr = 0
         self._workers: list = []
+        self._recovery = Recovery(lambda: self._workers, request_timeout_s)  # device faults: gert/recovery.py
         try:
             for d in devices:
                 for _ in range(int(streams)):
                     self._workers.append(Worker(len(self._workers), d, self._graph, self.plan, sess, graph_opts,
                                                 cube_cores, vector_cores, max_exact_graphs))
+            # policy auto: requests route through the tiers (dynamic graph now, static graphs once hot)
+            self._tiers = Tiers(self._workers, max_exact_graphs, hot_after, hot_window) if self.plan.tiered else None
         except BaseException:
             for w in self._workers:
                 w.close()
             raise
+        for w in self._workers:
+            w.tiers = self._tiers
         self._futures_lock = threading.Lock()
         self._queued: set = set()  # futures from submit() that no pool thread has started
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(4, 2 * len(self._workers)),
@@ -117,33 +128,44 @@ class Model:
     def outputs(self) -> list:
         return list(self.plan.outputs)
 
+    @property
+    def num_streams(self) -> int:
+        """Streams over all devices (0 once closed)."""
+        return len(self._workers)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     # ---- running ----------------------------------------------------------------------------------------------
     def __call__(self, **inputs) -> dict:
         return self.run(inputs)
 
-    def run(self, inputs: Union[Mapping[str, np.ndarray], Sequence[Mapping[str, np.ndarray]]], out=None):
+    def run(self, inputs: Union[Mapping[str, np.ndarray], Sequence[Mapping[str, np.ndarray]]], out=None, *,
+            timeout: Optional[float] = None):
         """Run one request (a dict of input name -> array) and return a dict of output name -> array.
 
         A list of requests (of any non-batch shapes) is grouped by shape, batched, run, and returned as a list in
         the caller's order. ``out``: a dict of output name -> array (or HostBuffer view) to write the results into.
+        ``timeout``: seconds on the device (default: the model's request_timeout_s), else RequestTimeout.
         """
         if (type(inputs) is dict or isinstance(inputs, Mapping)):
             if out is None:
-                return self._run_request(inputs)
+                return self._run_request(inputs, None, timeout)
             names = {o.name for o in self.plan.outputs}
             for name in out:
                 if name not in names:
                     raise GertError(f"out names '{name}', which is not a model output; outputs: "
                                     f"{[o.name for o in self.plan.outputs]}")
-            return self._write_out(self._run_request(inputs, out), out)
+            return self._write_out(self._run_request(inputs, out, timeout), out)
         if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence):
             raise GertError(f"run: inputs must be a dict of input name -> array, or a list of such dicts; got "
                             f"{type(inputs).__name__}")
         if out is not None:
             raise GertError("run: out= is for a single request, not a list")
-        return self._run_many(list(inputs))
+        return self._run_many(list(inputs), timeout)
 
-    def submit(self, inputs: Mapping[str, np.ndarray]) -> concurrent.futures.Future:
+    def submit(self, inputs: Mapping[str, np.ndarray], *, timeout: Optional[float] = None) -> concurrent.futures.Future:
         """Run in the background; the Future resolves to the outputs dict.
 
         The Future is gert's own (not the pool's), so that close() can cancel the queued ones AND notify their
@@ -154,13 +176,14 @@ class Model:
             self._check_open()
             self._queued.add(fut)
             try:
-                self._pool.submit(self._run_future, fut, inputs)
+                self._pool.submit(self._run_future, fut, inputs, timeout)
             except RuntimeError:  # the pool is shut down: the model is closing
                 self._queued.discard(fut)
                 raise GertError("the model is closed") from None
         return fut
 
-    def _run_future(self, fut: concurrent.futures.Future, inputs: Mapping[str, np.ndarray]) -> None:
+    def _run_future(self, fut: concurrent.futures.Future, inputs: Mapping[str, np.ndarray],
+                    timeout: Optional[float] = None) -> None:
         with self._futures_lock:
             if fut not in self._queued:
                 return  # close() cancelled it
@@ -168,7 +191,7 @@ class Model:
         if not fut.set_running_or_notify_cancel():
             return  # the caller cancelled it
         try:
-            result = self.run(inputs)
+            result = self.run(inputs, timeout=timeout)
         except BaseException as e:  # noqa: BLE001 - delivered to the caller through the future
             fut.set_exception(e)
         else:
@@ -255,22 +278,25 @@ class Model:
         self._resolved[tuple(sizes.items())] = (dict(run_sizes), key)
         return run_sizes, key
 
-    def _run_request(self, inputs: Mapping[str, np.ndarray], out: Optional[Mapping] = None) -> dict:
+    def _run_request(self, inputs: Mapping[str, np.ndarray], out: Optional[Mapping] = None,
+                     timeout: Optional[float] = None) -> dict:
         self._check_open()
+        timeout = self._recovery.timeout_for(timeout)
         arrays, sizes = self._validate(inputs)
         batch = self.plan.batch
         if batch is not None and batch.policy == "pad" and sizes["batch"] > batch.gears[-1]:
             chunk = batch.gears[-1]
             total = sizes["batch"]
-            return self._run_chunks(arrays, sizes, [(s, min(chunk, total - s)) for s in range(0, total, chunk)])
+            return self._run_chunks(arrays, sizes, [(s, min(chunk, total - s)) for s in range(0, total, chunk)],
+                                    timeout)
         parts = self._idle_parts(sizes)
         if parts > 1:  # split_batch: spread one batch over the streams that have nothing to do
             total = sizes["batch"]
             counts = [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
             starts = [sum(counts[:i]) for i in range(parts)]
-            return self._run_chunks(arrays, sizes, list(zip(starts, counts)))
+            return self._run_chunks(arrays, sizes, list(zip(starts, counts)), timeout)
         run_sizes, key = self._resolve(sizes)
-        return self._dispatch(Request(arrays, sizes, run_sizes, key, dict(out) if out else None))
+        return self._dispatch(Request(arrays, sizes, run_sizes, key, dict(out) if out else None, timeout))
 
     def _idle_parts(self, sizes: dict) -> int:
         """With split_batch: how many streams are idle (at most the batch size); 1 means run as one request."""
@@ -289,14 +315,14 @@ class Model:
                                                                     thread_name_prefix="gert-model-part")
             return self._parts
 
-    def _run_chunks(self, arrays: dict, sizes: dict, chunks: list) -> dict:
+    def _run_chunks(self, arrays: dict, sizes: dict, chunks: list, timeout: Optional[float] = None) -> dict:
         """Run row ranges [(start, rows)] of a batch as separate requests (concurrently on the pool with
         split_batch) and concatenate the outputs on the batch axis. ``out=`` is filled by a copy afterwards."""
         def one(start: int, rows: int) -> dict:
             sub = {k: v[start:start + rows] for k, v in arrays.items()}
             sub_sizes = dict(sizes, batch=rows)
             run_sizes, key = self._resolve(sub_sizes)
-            return self._dispatch(Request(sub, sub_sizes, run_sizes, key))
+            return self._dispatch(Request(sub, sub_sizes, run_sizes, key, timeout=timeout))
 
         if self.split_batch and len(chunks) > 1:
             futures = [self._parts_pool().submit(one, *c) for c in chunks[1:]]
@@ -317,7 +343,9 @@ class Model:
             # the stream with the least outstanding work; ties go round robin
             n = len(self._workers)
             order = [(self._rr + i) % n for i in range(n)]
-            w = min((self._workers[i] for i in order), key=lambda w: w.outstanding)
+            ok = self._recovery.usable(self._workers)  # not the workers of a device under recovery
+            w = min((self._workers[i] for i in order if ok is self._workers or self._workers[i] in ok),
+                    key=lambda w: w.outstanding)
             self._rr = (w.index + 1) % n
             w.outstanding += 1
             self._in_flight += 1
@@ -325,42 +353,42 @@ class Model:
             with w.lock:
                 if self._closed:
                     raise GertError("the model was closed before this request started")
-                return w.run(req)
+                return self._recovery.run(w, req)
         finally:
             with self._lock:
                 w.outstanding -= 1
                 self._in_flight -= 1
                 self._idle.notify_all()
 
-    def _run_many(self, requests: list) -> list:
+    def _run_many(self, requests: list, timeout: Optional[float] = None) -> list:
         """Group requests by non-batch shape, run each group as one batch, split back in order."""
         if not requests:
             return []
         if self.plan.batch is None:
-            return [self._run_request(r) for r in requests]
+            return [self._run_request(r, None, timeout) for r in requests]
         groups: dict = {}
         for i, r in enumerate(requests):
             arrays, _ = self._validate(r)  # each request's own error names it before anything runs
             groups.setdefault(tuple((n, a.shape[1:]) for n, a in sorted(arrays.items())), []).append(i)
         results: list = [None] * len(requests)
         for idx in groups.values():
-            for i, out in zip(idx, self.run_batch([requests[i] for i in idx])):
+            for i, out in zip(idx, self.run_batch([requests[i] for i in idx], timeout=timeout)):
                 results[i] = out
         return results
 
-    def run_batch(self, requests: list) -> list:
+    def run_batch(self, requests: list, *, timeout: Optional[float] = None) -> list:
         """Requests sharing their non-batch shapes, as one batch on the batch axis, run once (the merged batch is
         validated, not each request again), and split back into one result per request. The requests are not
         concatenated on the host: each one's rows are copied straight into the device buffer (gert.rows.Rows)."""
-        if len(requests) == 1:
-            return [self._run_request(requests[0])]
+        if len(requests) == 1 or not valuedep.batches_split(self.plan, self.value_dependent):
+            return [self._run_request(r, None, timeout) for r in requests]
         names = [t.name for t in self.plan.inputs]
         for i, r in enumerate(requests):
             missing = [n for n in names if n not in r]
             if missing:
                 raise GertError(f"request {i}: inputs {missing} are missing; the model takes {names}")
         merged = {n: Rows([r[n] for r in requests], f"input '{n}'") for n in names}
-        out = self._run_request(merged)
+        out = self._run_request(merged, None, timeout)
         results, offset = [], 0
         for r in requests:
             rows = np.asarray(r[names[0]]).shape[0]
@@ -385,15 +413,18 @@ class Model:
         return result
 
     # ---- lifecycle and stats -------------------------------------------------------------------------------------
-    def warmup(self, sizes: Optional[Mapping[str, Sequence[int]]] = None) -> int:
+    def warmup(self, sizes: Optional[Mapping[str, Sequence[int]]] = None, progress: bool = False) -> int:
         """Compile every declared gear combination on every stream; returns how many graphs were compiled.
-        An exact dim without gears takes the sizes ``sizes[dim]`` (e.g. what a server's config fixes); if one has
-        neither, only its requests can tell its sizes and nothing is compiled."""
+        An exact or auto dim without gears takes the sizes ``sizes[dim]`` (e.g. what a server's config fixes); if
+        one has neither, only its requests can tell its sizes and no static graph is compiled: with the auto
+        policy the stream's dynamic-shape graph is compiled instead, to serve every shape until one is hot.
+        ``progress=True`` shows a bar (tqdm when installed, else one line per graph) on stderr; nothing is printed
+        otherwise."""
         import itertools
 
         dims = self.plan.dims
         names = sorted(dims)
-        choices = []
+        choices: Optional[list] = []
         for n in names:
             d = dims[n]
             if d.policy == "dynamic":
@@ -403,21 +434,30 @@ class Model:
             elif sizes and sizes.get(n):
                 choices.append(sorted({int(v) for v in sizes[n]}))
             else:
-                return 0
+                choices = None
+                break
+        combos = list(itertools.product(*choices)) if choices is not None else []
+        if self._tiers is not None and choices is None:  # sizes unknown: requests start on the dynamic graph
+            combos.insert(0, tuple(v for _, v in self._tiers.fallback_key))
         compiled = 0
-        for combo in itertools.product(*choices):
-            run_sizes = dict(zip(names, combo))
-            key = tuple(sorted((n, v) for n, v in run_sizes.items()))
-            for w in self._workers:
-                with w.lock:
-                    if key not in w.graphs:
-                        w._compile(key, run_sizes)
-                        compiled += 1
+        with Progress(len(combos) * len(self._workers), "gert warmup", enabled=progress) as bar:
+            for combo in combos:
+                run_sizes = dict(zip(names, combo))
+                key = tuple(sorted((n, v) for n, v in run_sizes.items()))
+                label = ",".join(f"{n}={v}" for n, v in key) or "static"
+                for w in self._workers:
+                    with w.lock:
+                        if key not in w.graphs:
+                            w._compile(key, run_sizes)
+                            compiled += 1
+                    bar.step(f"stream {w.index}: {label}")
         return compiled
 
-    def stats(self) -> dict:
-        """Per stream: effective core limits, requests, busy seconds, compiles; per gear: hits and padding ratio;
-        device memory."""
+    def stats(self) -> display.Stats:
+        """Per stream: effective core limits, requests, busy seconds, compiles, requests served by static / dynamic
+        graphs, background and request-path compiles; per gear: hits and padding ratio; device memory; with the
+        auto policy, ``tiers``: static shapes, pending compiles, evictions, rejections, failed compiles. A dict (a
+        gert.display.Stats, which also shows as tables in Jupyter and IPython)."""
         streams = [dict(vars(w.stats)) for w in self._workers]  # flat dataclasses; asdict() deep-copies (slow)
         gears: dict = {}
         for w in self._workers:
@@ -430,12 +470,17 @@ class Model:
         for d in sorted({w.device for w in self._workers}):
             info = _cann.memory_info(d)
             memory[d] = {"used": info.used, "total": info.total}
-        return {
-            "streams": streams,
-            "gears": {k: {"hits": g.hits, "padding_ratio": g.padding_ratio} for k, g in gears.items()},
-            "compiles": sum(s["compiles"] for s in streams),
-            "device_memory": memory,
-        }
+        out = display.Stats(
+            streams=streams,
+            gears={k: {"hits": g.hits, "padding_ratio": g.padding_ratio} for k, g in gears.items()},
+            device_memory=memory,
+            **vars(self._recovery.stats),  # failed_tasks, timeouts, aborted_streams, recoveries, oom_retries
+        )
+        for k in ("compiles", "static_hits", "dynamic_hits", "background_compiles", "request_path_compiles"):
+            out[k] = sum(s[k] for s in streams)
+        if self._tiers is not None:
+            out["tiers"] = self._tiers.stats()
+        return out
 
     def close(self, timeout: float = 60.0) -> None:
         """Stop taking requests; queued submits are cancelled, running ones complete; then release everything."""
@@ -458,8 +503,17 @@ class Model:
                 if left <= 0:
                     break
                 self._idle.wait(left)
+            busy = [w for w in self._workers if w.outstanding]
+        self._recovery.abort_streams(busy)  # a stuck stream must not keep close() past its timeout
+        # a background compile in flight is not waited for: its thread closes the worker it is using afterwards
+        handed_over = self._tiers.close() if self._tiers is not None else None
         for w in self._workers:
-            w.close()
+            if w is handed_over:
+                continue
+            try:
+                w.close()
+            except GertError:
+                pass  # a failed device's last error: the worker released its resources all the same
         self._workers = []
 
     def __enter__(self) -> "Model":
@@ -469,8 +523,13 @@ class Model:
         self.close()
 
     def __repr__(self) -> str:
-        ins = ", ".join(f"{t.name}{list(t.shape)}" for t in self.plan.inputs)
-        return f"<gert.Model ({ins}) on {len(self._workers)} stream(s)>"
+        return display.model_repr(self)
+
+    def _repr_pretty_(self, p, cycle: bool) -> None:  # IPython
+        display.pretty_model(self, p, cycle)
+
+    def _repr_html_(self) -> str:  # Jupyter
+        return display.model_html(self)
 
 
 _VALID_SHAPES_KEPT = 1024  # remembered input signatures per Model (cleared when full)

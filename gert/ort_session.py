@@ -15,7 +15,9 @@ Options: SessionOptions that map onto gert are honoured (``intra_op_num_threads`
 is seen on ``gert.SessionOptions``, which ``patch_onnxruntime`` puts in place of onnxruntime's); the others are
 accepted, and those set to something other than ONNX Runtime's default are named once in a warning. gert's own
 options (streams, gears, shape policies, ...) come as keyword arguments or as the provider options of
-``CANNExecutionProvider`` / ``GertExecutionProvider`` (``device_id`` too).
+``CANNExecutionProvider`` / ``GertExecutionProvider`` (``device_id`` too). Unless told otherwise the batch axis
+uses the ``auto`` policy (any batch size runs unpadded, as in ONNX Runtime; hot sizes get static graphs), and the
+session compiles at creation (``Model.warmup``), as ONNX Runtime does, not on the first run.
 """
 from __future__ import annotations
 
@@ -156,10 +158,12 @@ def _read_model(data: bytes, overrides: Mapping[str, int]) -> _ModelInfo:
     initializers = {t.name for t in g.initializer}
     missing = {o.name for o in g.output if _shape(o.type, {}) is None and o.type.WhichOneof("value") == "tensor_type"}
     inferred: dict = {}
-    if missing:
+    if missing:  # the shapes gert.Model infers for them (an unknown dim is None, as ONNX Runtime reports it)
+        from gert import _shape_infer
+
         try:
-            done = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-            inferred = {o.name: o.type for o in done.graph.output}
+            done = _shape_infer.infer(model, {v.name: _shape(v.type, {}) for v in g.input if v.name not in initializers})
+            inferred = {o.name: dims for o, dims in zip(g.output, done.output_dims) if dims is not None}
         except Exception:  # noqa: BLE001 - inference is best effort here; ONNX Runtime then reports no shape either
             inferred = {}
 
@@ -169,8 +173,11 @@ def _read_model(data: bytes, overrides: Mapping[str, int]) -> _ModelInfo:
                    for v in g.input if v.name in initializers]
     outputs = []
     for v in g.output:
-        t = inferred.get(v.name, v.type) if v.name in missing else v.type
-        outputs.append(NodeArg(v.name, _type_string(v.type), _shape(t, overrides) or []))
+        if v.name in inferred:
+            shape = [overrides.get(d, d) if isinstance(d, str) else d for d in inferred[v.name]]
+        else:
+            shape = _shape(v.type, overrides) or []
+        outputs.append(NodeArg(v.name, _type_string(v.type), shape))
     meta = ModelMetadata(model.producer_name, g.name, model.domain, model.doc_string, g.doc_string,
                          int(model.model_version) if model.HasField("model_version") else _NO_VERSION,
                          {p.key: p.value for p in model.metadata_props})
@@ -270,6 +277,10 @@ def _provider_load_options(providers, provider_options) -> tuple:
     return reported, load
 
 
+def _names_batch(load: dict) -> bool:
+    return "batch" in (load.get("shape_policy") or {}) or "batch" in (load.get("gears") or {})
+
+
 # ---- the session -----------------------------------------------------------------------------------------------
 
 class InferenceSession:
@@ -300,10 +311,23 @@ class InferenceSession:
         if self._info.overridable:
             _warn_once("overridable", "gert.InferenceSession: initializers listed as graph inputs are constants in "
                                       "the compiled graph; feeding them is refused")
+        if self._has_batch() and not _names_batch(load):
+            # ONNX Runtime runs any batch size as it comes: no padding rows; hot sizes get static graphs (gert.tiers)
+            load["shape_policy"] = dict(load.get("shape_policy") or {}, batch="auto")
         self._model = gert.load(data, **load)
+        try:
+            self._model.warmup()  # compile now, as ONNX Runtime does at session creation, not on the first run
+        except BaseException:
+            self._model.close()
+            raise
         self._input_info = {t.name: t for t in self._model.inputs}
         self._input_args = {a.name: a for a in self._info.inputs}
         self._output_names = [a.name for a in self._info.outputs]
+
+    def _has_batch(self) -> bool:
+        """gert's rule for a batch axis: the first dim of every input is symbolic (after the overrides)."""
+        inputs = self._info.inputs
+        return bool(inputs) and all(a.shape and not isinstance(a.shape[0], int) for a in inputs)
 
     # ---- what applications read ------------------------------------------------------------------------------
     def get_inputs(self) -> list:

@@ -5,8 +5,10 @@ Dims are addressed by their ONNX symbolic name, an unnamed (or ambiguous) dynami
 
 - ``pad``: pad up to the nearest gear (``pad_value``), slice outputs back. Always transparent on the batch axis;
   on other axes only for models that mask padding, so it is never the default there.
-- ``exact``: a static graph per size, compiled on first use, kept in a bounded LRU.
+- ``exact``: a static graph per size, compiled on first use, kept in a bounded scan-resistant LRU (gert.tiers).
 - ``dynamic``: one dynamic-shape graph.
+- ``auto``: tiered (gert.tiers): a size runs at once on the stream's dynamic-shape graph; sizes that turn out hot get a
+  static graph compiled in the background. The default for non-batch dims without gears.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import numpy as np
 from gert.dtypes import onnx_to_numpy
 from gert.errors import GertError
 
-POLICIES = ("pad", "exact", "dynamic")
+POLICIES = ("pad", "exact", "dynamic", "auto")
 DEFAULT_BATCH_GEARS = (1, 2, 4, 8, 16, 32)
 
 
@@ -38,7 +40,7 @@ class Dim:
     name: str                       # "batch", an ONNX dim_param, or "input:axis"
     axes: list                      # [(input name, axis)] where it appears
     policy: str = "exact"
-    gears: tuple = ()               # sorted sizes; empty: any size (exact / dynamic only)
+    gears: tuple = ()               # sorted sizes; empty: any size (exact / dynamic / auto only)
 
     def resolve(self, value: int, where: str) -> int:
         """The size the graph is run at for a request of ``value`` along this dim."""
@@ -66,6 +68,11 @@ class ShapePlan:
     output_axes: dict = field(default_factory=dict)   # (output, axis) -> dim name, for slicing
     has_batch: bool = False
     pad_value: dict = field(default_factory=dict)     # input name -> pad value
+
+    @property
+    def tiered(self) -> bool:
+        """Some dim uses the ``auto`` policy: requests fall back to a dynamic-shape graph (gert.tiers)."""
+        return any(d.policy == "auto" for d in self.dims.values())
 
     @property
     def batch(self) -> Optional[Dim]:
@@ -145,7 +152,7 @@ def plan_shapes(io: dict, gears: Optional[Mapping[str, Sequence[int]]] = None,
             raise GertError(f"'{name}' is not a dynamic dim of the model; its dynamic dims are {sorted(plan.dims)}"
                             + ("" if plan.has_batch else " (the model has no batch axis)"))
     for name, dim in plan.dims.items():
-        p = policy.get(name, "pad" if name == "batch" else "exact")
+        p = policy.get(name, "pad" if name == "batch" else "exact" if name in user_gears else "auto")
         if p not in POLICIES:
             raise GertError(f"shape_policy for '{name}' is '{p}'; choose one of {list(POLICIES)}")
         dim.policy = p

@@ -72,12 +72,41 @@ class DeviceTensor:
         return f"DeviceTensor(shape={self.shape}, dtype={self.dtype}, ptr=0x{self.ptr:x})"
 
 
+_NOT_STATIC = ("graph {graph_id} is an unknown-shape graph (an input dim is dynamic, or a shape depends on input "
+               "values): GE's GetCompiledGraphSummary reports {what} only for static graphs; the outputs' shapes "
+               "come with each execution")
+
+
 @dataclass(frozen=True)
 class GraphSummary:
-    """What CompileGraph found (GetCompiledGraphSummary)."""
+    """What CompileGraph found (GetCompiledGraphSummary). On a graph that is not static, GE's output shape, dtype and
+    memory getters fail: reading those fields raises GeError (GE never reports a -1 shape)."""
 
     is_static: bool
-    const_memory_size: int
-    feature_memory_size: int
-    output_shapes: list
-    output_dtypes: list
+    _const_memory_size: Optional[int]
+    _feature_memory_size: Optional[int]
+    _output_shapes: Optional[list]
+    _output_dtypes: Optional[list]
+    graph_id: int = 0
+
+    def _get(self, value, what: str):
+        if value is None:
+            from gert.errors import GeError
+            raise GeError(0xFFFFFFFF, _NOT_STATIC.format(graph_id=self.graph_id, what=what))
+        return value
+
+    @property
+    def const_memory_size(self) -> int:
+        return self._get(self._const_memory_size, "the const memory size")
+
+    @property
+    def feature_memory_size(self) -> int:
+        return self._get(self._feature_memory_size, "the feature memory size")
+
+    @property
+    def output_shapes(self) -> list:
+        return self._get(self._output_shapes, "output shapes")
+
+    @property
+    def output_dtypes(self) -> list:
+        return self._get(self._output_dtypes, "output dtypes")

@@ -6,14 +6,21 @@ Keys (all string values, as Triton passes them):
                  stream_layout(): two streams with half the cores each for a batching model, else one
   cube_cores, vector_cores   per-stream core limits (core locking)
   gears          "batch:1,4,8;W:160,320,640"
-  shape_policy   "W:pad;H:exact"
+  shape_policy   "W:pad;H:exact" (pad, exact, dynamic, auto). Default: pad for the batch axis, exact for dims with
+                 gears, auto for the rest (a new size runs at once on the dynamic-shape graph; hot sizes get static
+                 graphs compiled in the background)
+  hot_after, hot_window   auto: a size is hot once seen hot_after times within the last hot_window requests
+                 (defaults 3 and 256)
+  max_exact_graphs       static graphs kept per stream for exact / auto sizes (default 16)
   pad_value      a number
   max_batch      largest batch gear (defaults to the config's max_batch_size)
   device_ids     "0,1": spread this instance over several devices (default: the instance's device)
   metrics_interval_ms   publish the gert_* metrics at most this often (default 100; 0: after every batch). Each
                  metric call is an IPC round trip to the server, which competes with the requests
   warmup         "true"/"false": compile every declared gear combination on every stream at load (default true),
-                 so that no request pays a compile; dims without gears are compiled by their first request
+                 and for auto dims the dynamic-shape graph, so that no request pays a compile
+  request_timeout_ms   a request not done on the device in this time fails with UNAVAILABLE; its stream is aborted and
+                 reused (default: no limit)
   split_batch    "true"/"false": split each batch over the idle streams (default: true when streams > 1, since
                  Triton runs one execute() per instance at a time, this is how one instance uses several streams)
   ge.K           GEInitialize option K;  session.ge.K  Session option;  graph.ge.K  AddGraph option
@@ -26,10 +33,15 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from gert.errors import GertError
+from gert.shapes import POLICIES
 
 TRITON_KEYS = {"EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS"}
 KNOWN_KEYS = {"onnx_file", "streams", "cube_cores", "vector_cores", "gears", "shape_policy", "pad_value",
-              "max_batch", "device_ids", "split_batch", "metrics_interval_ms", "warmup"}
+              "max_batch", "device_ids", "split_batch", "metrics_interval_ms", "warmup", "request_timeout_ms",
+              "hot_after", "hot_window", "max_exact_graphs"}
+
+
+MAX_STREAMS = 64  # per device: each stream is a worker thread with its own Session and buffers
 
 
 class ConfigError(GertError):
@@ -50,16 +62,25 @@ class GertParams:
     split_batch: Optional[bool] = None
     metrics_interval_ms: int = 100
     warmup: bool = True
+    request_timeout_ms: Optional[int] = None
+    hot_after: Optional[int] = None
+    hot_window: Optional[int] = None
+    max_exact_graphs: Optional[int] = None
     options: dict = field(default_factory=dict)   # gert.load(options=...) keys: global./session./graph. prefixes
 
+    def load_kwargs(self) -> dict:
+        """The gert.load() keyword arguments the config sets that have no default of gert_triton's own."""
+        return {k: getattr(self, k) for k in ("hot_after", "hot_window", "max_exact_graphs")
+                if getattr(self, k) is not None}
 
-def _int(key: str, value: str, minimum: int = 1) -> int:
+
+def _int(key: str, value: str, minimum: int = 1, maximum: int = 2**31 - 1) -> int:
     try:
         v = int(value.strip())
     except ValueError:
         raise ConfigError(f"parameter '{key}': expected an integer, got {value!r}") from None
-    if v < minimum:
-        raise ConfigError(f"parameter '{key}': must be >= {minimum}, got {v}")
+    if not minimum <= v <= maximum:
+        raise ConfigError(f"parameter '{key}': must be in [{minimum}, {maximum}], got {v}")
     return v
 
 
@@ -80,9 +101,11 @@ def parse_parameters(raw: dict) -> GertParams:
     """Parse the ``parameters`` of a model config (``{key: {"string_value": str}}`` or ``{key: str}``)."""
     p = GertParams()
     for key, entry in (raw or {}).items():
-        value = entry.get("string_value", "") if isinstance(entry, dict) else str(entry)
+        value = entry.get("string_value", "") if isinstance(entry, dict) else entry
         if key in TRITON_KEYS:
             continue
+        if not isinstance(value, str):
+            raise ConfigError(f"parameter '{key}': expected a string value, got {type(value).__name__} {value!r}")
         if key.startswith("ge."):
             p.options["global." + key] = value
         elif key.startswith("session.ge.") or key.startswith("graph.ge."):
@@ -94,7 +117,10 @@ def parse_parameters(raw: dict) -> GertParams:
             if not value.strip():
                 raise ConfigError("parameter 'onnx_file': empty")
             p.onnx_file = value.strip()
-        elif key in ("streams", "cube_cores", "vector_cores", "max_batch"):
+        elif key == "streams":
+            p.streams = _int(key, value, maximum=MAX_STREAMS)
+        elif key in ("cube_cores", "vector_cores", "max_batch", "request_timeout_ms", "hot_after", "hot_window",
+                     "max_exact_graphs"):
             setattr(p, key, _int(key, value))
         elif key == "metrics_interval_ms":
             p.metrics_interval_ms = _int(key, value, minimum=0)
@@ -115,9 +141,9 @@ def parse_parameters(raw: dict) -> GertParams:
             p.gears = _dim_map(key, value, sizes)
         elif key == "shape_policy":
             def policy(text, dim):
-                if text not in ("pad", "exact", "dynamic"):
+                if text not in POLICIES:
                     raise ConfigError(f"parameter 'shape_policy': policy for '{dim}' is {text!r}; "
-                                      "use pad, exact or dynamic")
+                                      f"use one of {', '.join(POLICIES)}")
                 return text
             p.shape_policy = _dim_map(key, value, policy)
         elif key in ("split_batch", "warmup"):

@@ -15,13 +15,13 @@ import threading
 import time
 from typing import Callable, Optional
 
-GEAR_HITS, PADDING_RATIO, STREAM_BUSY = range(3)
+GEAR_HITS, PADDING_RATIO, STREAM_BUSY, GRAPH_REQUESTS, BACKGROUND_COMPILES, REQUEST_PATH_COMPILES = range(6)
 
 Change = tuple  # (family, labels, "increment" | "set", value)
 
 
 class Publisher:
-    """The three gert metric families of one model instance and the thread that publishes to them."""
+    """The gert metric families of one model instance and the thread that publishes to them."""
 
     def __init__(self, pb_utils, model_name: str, collect: Callable[[], list[Change]], interval: float = 0.1):
         fam = pb_utils.MetricFamily
@@ -31,6 +31,11 @@ class Publisher:
             fam(name="gert_padding_ratio", description="Share of padded elements per gear", kind=fam.GAUGE),
             fam(name="gert_stream_busy_seconds_total", description="Seconds each stream spent running requests",
                 kind=fam.COUNTER),
+            fam(name="gert_graph_requests_total", description="Requests per stream served by static or dynamic-shape "
+                "graphs", kind=fam.COUNTER),
+            fam(name="gert_background_compiles_total", description="Static graphs compiled off the request path "
+                "for hot shapes (shape policy auto)", kind=fam.COUNTER),
+            fam(name="gert_request_path_compiles_total", description="Compiles a request waited for", kind=fam.COUNTER),
         ]
         self._base = (("model", model_name),)
         self._collect = collect

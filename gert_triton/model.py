@@ -16,8 +16,10 @@ import numpy as np
 import gert
 from gert import _cann
 from gert.errors import GertError
+from gert.recovery import error_class
 from gert_triton.config import ConfigError, find_onnx_file, parse_parameters, stream_layout
-from gert_triton.metrics import GEAR_HITS, PADDING_RATIO, STREAM_BUSY, Publisher
+from gert_triton.metrics import (BACKGROUND_COMPILES, GEAR_HITS, GRAPH_REQUESTS, PADDING_RATIO, REQUEST_PATH_COMPILES,
+                                 STREAM_BUSY, Publisher)
 
 _NUMPY_TO_TRITON = {
     np.dtype(np.bool_): "TYPE_BOOL", np.dtype(np.uint8): "TYPE_UINT8", np.dtype(np.uint16): "TYPE_UINT16",
@@ -26,6 +28,8 @@ _NUMPY_TO_TRITON = {
     np.dtype(np.float16): "TYPE_FP16", np.dtype(np.float32): "TYPE_FP32", np.dtype(np.float64): "TYPE_FP64",
 }
 DEFAULT_MAX_BATCH = 8
+# gert.recovery.error_class -> TritonError code: clients and load balancers retry UNAVAILABLE, never INVALID_ARG
+_TRITON_CODES = {"invalid": "INVALID_ARG", "internal": "INTERNAL", "unavailable": "UNAVAILABLE"}
 
 
 def triton_dtype(dtype) -> str:
@@ -59,8 +63,12 @@ def _log_info(message: str) -> None:
 
 
 def onnx_io(path: str) -> dict:
+    """The model's I/O; outputs with no shape in the file get the one shape inference finds (gert.valuedep)."""
+    from gert import valuedep
+
     with open(path, "rb") as f:
-        return _cann.read_onnx_io(f.read())
+        data = f.read()
+    return valuedep.analyze(data, _cann.read_onnx_io(data))[0]
 
 
 def io_config(io: dict) -> tuple:
@@ -146,8 +154,10 @@ class TritonPythonModel:
                                cube_cores=self.layout.cube_cores, vector_cores=self.layout.vector_cores,
                                gears=gears or None, shape_policy=params.shape_policy or None,
                                pad_value=params.pad_value, max_batch=max_batch, options=params.options,
+                               **params.load_kwargs(),
                                split_batch=params.split_batch if params.split_batch is not None
-                               else self.layout.streams * len(devices) > 1)
+                               else self.layout.streams * len(devices) > 1,
+                               request_timeout_s=params.request_timeout_ms / 1000 if params.request_timeout_ms else None)
         try:
             self._check_config_io()
             compiled = self.model.warmup(self._config_fixed_sizes()) if params.warmup else 0
@@ -164,6 +174,7 @@ class TritonPythonModel:
         # asking again costs one IPC round trip per request (~50 us each, ~8% of a batch-8 PP-OCR cls execute).
         # Without them requests wait in the instance's queue unchecked: ask in execute().
         self.check_cancelled = not ("dynamic_batching" in self.config or "sequence_batching" in self.config)
+        self.sequences = "sequence_batching" in self.config
         self._init_metrics(params.metrics_interval_ms)
 
     def _config_fixed_sizes(self) -> dict:
@@ -250,6 +261,8 @@ class TritonPythonModel:
                 except AttributeError:  # a stub without cancellation
                     pass
             try:
+                if not self.sequences:
+                    _check_no_sequence(request, self.name)
                 inputs = {}
                 for t in self.model.inputs:
                     tensor = pb_utils.get_input_tensor_by_name(request, t.name)
@@ -266,10 +279,10 @@ class TritonPythonModel:
         for group in self._groups(ready):
             try:
                 results = self.model.run_batch([inputs for _, inputs, _ in group])
-            except GertError as e:
+            except GertError as e:  # bad input INVALID_ARG; device / runtime failure INTERNAL; retry later UNAVAILABLE
+                code = getattr(pb_utils.TritonError, _TRITON_CODES[error_class(e)])
                 for i, _, _ in group:
-                    responses[i] = pb_utils.InferenceResponse(
-                        error=pb_utils.TritonError(str(e), pb_utils.TritonError.INVALID_ARG))
+                    responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(e), code))
                 continue
             except Exception as e:
                 for i, _, _ in group:
@@ -326,11 +339,33 @@ class TritonPythonModel:
                 if self._padding_sent.get(gear) != g["padding_ratio"]:  # a gauge: only when it changes
                     changes.append((PADDING_RATIO, {"gear": gear}, "set", g["padding_ratio"]))
                     self._padding_sent[gear] = g["padding_ratio"]
-        prev_busy = {s["stream"]: s["busy_seconds"] for s in last["streams"]}
+        prev = {(s["device"], s["stream"]): s for s in last["streams"]}
         for s in stats["streams"]:
-            delta = s["busy_seconds"] - prev_busy.get(s["stream"], 0.0)
+            where = {"stream": str(s["stream"]), "device": str(s["device"])}
+            before = prev.get((s["device"], s["stream"]), {})
+            delta = s["busy_seconds"] - before.get("busy_seconds", 0.0)
             if delta > 0:
-                changes.append((STREAM_BUSY, {"stream": str(s["stream"]), "device": str(s["device"])},
-                                "increment", delta))
+                changes.append((STREAM_BUSY, where, "increment", delta))
+            for family, field, labels in ((GRAPH_REQUESTS, "static_hits", {"graph": "static"}),
+                                          (GRAPH_REQUESTS, "dynamic_hits", {"graph": "dynamic"}),
+                                          (BACKGROUND_COMPILES, "background_compiles", {}),
+                                          (REQUEST_PATH_COMPILES, "request_path_compiles", {})):
+                n = s[field] - before.get(field, 0)
+                if n > 0:
+                    changes.append((family, {**where, **labels}, "increment", n))
         self._last_stats = stats
         return changes
+
+
+def _check_no_sequence(request, model: str) -> None:
+    """A model without sequence batching keeps no state: a sequence id or start/end flag means the client expects
+    state that is not there, so the request is refused (Triton itself passes them through)."""
+    cid = getattr(request, "correlation_id", lambda: 0)()
+    flags = getattr(request, "flags", lambda: 0)()
+    if cid not in (0, "", None) or flags & _SEQUENCE_FLAGS:
+        raise GertError(f"model '{model}' has no sequence batching, but the request carries "
+                        f"sequence_id={cid!r}, sequence_start={bool(flags & 1)}, sequence_end={bool(flags & 2)}; "
+                        f"send it without them")
+
+
+_SEQUENCE_FLAGS = 3  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_START | TRITONSERVER_REQUEST_FLAG_SEQUENCE_END

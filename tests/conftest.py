@@ -45,6 +45,23 @@ def streams(device):
         s.destroy()
 
 
+@pytest.fixture(scope="module")
+def session(device):
+    """A GE Session shared by the tests of a module."""
+    s = gert.Session()
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def stream(device):
+    """A stream locked to one cube core (the host NPU computes its graphs on one thread), shared by a module."""
+    st = gert.Stream(device)
+    st.cube_cores = 1
+    yield st
+    st.destroy()
+
+
 # ---- host-NPU-only tests ------------------------------------------------------------------------------------------
 # Built against a toolkit (gert.backend() == 'cann'), gert must work as on real CANN, which has none of the host
 # NPU's own features. When that toolkit is the host NPU (tests/test_toolkit_build.py), gert._hostnpu still provides

@@ -103,7 +103,9 @@ class InferenceRequest:
     when the client named none, so tests pass the model's outputs for that case)."""
 
     def __init__(self, inputs, requested_output_names, request_id: str = "", cancelled: bool = False,
-                 parameters: Optional[dict] = None):
+                 parameters: Optional[dict] = None, correlation_id=0, flags: int = 0):
+        self._correlation_id = correlation_id
+        self._flags = flags
         self._inputs = list(inputs)
         self._outputs = set(requested_output_names)
         self._id = request_id
@@ -124,7 +126,10 @@ class InferenceRequest:
         return self._parameters
 
     def flags(self) -> int:
-        return 0
+        return self._flags
+
+    def correlation_id(self):
+        return self._correlation_id
 
     def is_cancelled(self) -> bool:
         self.cancel_checks += 1

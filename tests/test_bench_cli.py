@@ -41,6 +41,7 @@ def test_short_sweep_table_json_csv_agree(model_path, tmp_path):
     r = gert_cli("bench", model_path, "--streams", "1,2", "--batch", "1,4", "--iterations", "40",
                  "--concurrency", "2", "--json", str(j), "--csv", str(c), "--latency-budgets", "1000")
     assert r.returncode == 0, r.stderr
+    assert "gert bench" in r.stderr and "4/4" in r.stderr  # progress on stderr (tqdm or plain lines)
     data = json.loads(j.read_text())["results"]
     assert len(data) == 4
     assert {(d["streams"], d["batch"]) for d in data} == {(1, 1), (1, 4), (2, 1), (2, 4)}
@@ -62,6 +63,38 @@ def test_short_sweep_table_json_csv_agree(model_path, tmp_path):
     assert tps == sorted(tps, reverse=True)
     assert sum(1 for d in data if d["best_under_ms"] == [1000.0]) == 1
     assert "p99<=1000ms" in table_lines[0]
+
+
+@pytest.mark.usefixtures("device")
+def test_a_dynamic_non_batch_dim_is_measured_on_its_static_graph(tmp_path):
+    """x [N, W] with W auto (the default): the hot shape's static graph (its compile made slow here) is compiled
+    before the measurement starts, so every measured request runs on it."""
+    import threading
+    import time
+
+    from gert._ort_provider import OrtGraphProvider
+    from gert.bench import BenchConfig, run_config
+
+    path = str(tmp_path / "affine_w.onnx")
+    _model(path)
+    m = onnx.load(path)
+    for vi in (m.graph.input[0], m.graph.output[0]):
+        vi.type.tensor_type.shape.dim[1].dim_param = "W"
+    orig = OrtGraphProvider.compile
+
+    def slow(self, model, inputs, outputs, group=0):
+        if all(d >= 0 for i in inputs for d in i[2]):
+            time.sleep(0.3)
+        return orig(self, model, inputs, outputs, group)
+
+    OrtGraphProvider.compile = slow
+    try:
+        r = run_config(m.SerializeToString(), BenchConfig(2, None, None, None), {}, {"x": (1, 24)}, {}, 2, None,
+                       30, 1)
+    finally:
+        OrtGraphProvider.compile = orig
+    assert r.requests == 30 and r.static_share == 1.0
+    assert not [t for t in threading.enumerate() if t.name == "gert-tiers" and t.is_alive()]
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -241,3 +241,46 @@ def test_run_graph_from_threads(device):
     finally:
         for s in sessions:
             s.close()
+
+
+def test_compile_and_load_in_a_session_do_not_hold_up_its_other_graphs(device):
+    """GE's Session::CompileGraph and LoadGraph take no InnerSession::build_run_mutex_ (hicann/ge
+    api/session/session/inner_session.cc: only the stream executes take it), so graph B compiles while graph A of
+    the same Session keeps executing. The host NPU's compute provider holds B's compile until A has run 20 times."""
+    from gert._ort_provider import OrtGraphProvider
+    from models import execute
+
+    gate, entered = threading.Event(), threading.Event()
+    orig = OrtGraphProvider.compile
+
+    def held(self, model, inputs, outputs, group=0):
+        if inputs[0][2] == (3, 4):  # graph B's shape
+            entered.set()
+            if not gate.wait(60):
+                raise TimeoutError("never released")
+        return orig(self, model, inputs, outputs, group)
+
+    session, stream = gert.Session(), gert.Stream()
+    OrtGraphProvider.compile = held
+    try:
+        a = load(session, scale_model(2.0), stream, {"input_shape": "x:2,4"})
+        b = 900001
+        session.add_graph(b, gert.Graph.from_onnx(scale_model(3.0), {"input_shape": "x:3,4"}))
+        compiler = threading.Thread(target=session.compile_graph, args=(b,))
+        compiler.start()
+        assert entered.wait(30)
+        x = np.arange(8, dtype=np.float32).reshape(2, 4)
+        for _ in range(20):
+            (y,) = execute(session, a, stream, [x])
+            assert np.array_equal(y, x * 2)
+        assert compiler.is_alive(), "B's compile is still held: A ran beside it"
+        gate.set()
+        compiler.join(30)
+        session.load_graph(b, stream)
+        (y,) = execute(session, b, stream, [np.ones((3, 4), np.float32)])
+        assert np.array_equal(y, np.full((3, 4), 3, np.float32))
+    finally:
+        OrtGraphProvider.compile = orig
+        gate.set()
+        session.close()
+        stream.destroy()

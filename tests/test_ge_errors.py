@@ -17,6 +17,8 @@ import pytest
 import gert
 from gert import _cann
 from _helpers import RUNTIME, acl_code, assert_runtime_works, run_python_result
+from onnx import helper
+
 from models import CLS, add_model, broadcast_model, load, make_model, next_graph_id, ppocr_model, vi
 
 pytestmark = RUNTIME
@@ -36,21 +38,6 @@ def check(excinfo, code, *fragments):
     for f in fragments:
         assert f in e.message, f"{f!r} not in message {e.message!r}"
     assert e.name in str(e)
-
-
-@pytest.fixture(scope="module")
-def session(device):
-    s = gert.Session()
-    yield s
-    s.close()
-
-
-@pytest.fixture(scope="module")
-def stream(device):
-    st = gert.Stream(device)
-    st.cube_cores = 1
-    yield st
-    st.destroy()
 
 
 @pytest.fixture(scope="module")
@@ -329,39 +316,56 @@ def test_outputs(session, stream, static_add, dynamic_add, usable):
     usable()
 
 
-def test_dynamic_output_too_small_fails_in_the_stream(session, stream, dynamic_add, usable):
-    """A dynamic graph's caller-allocated output smaller than the result: GE cannot know before the run, so the
-    run fails on the stream and the next synchronize reports it (AclError), once."""
+def test_unknown_shape_output_buffers(session, stream, dynamic_add, usable):
+    """An unknown-shape graph's caller-allocated outputs (GE rt2 TensorToOut): GE computes the shape, copies into a
+    buffer that is large enough and writes the shape into the tensor; a buffer too small fails the call, naming both
+    sizes. The caller's own shape is not what counts."""
     a = dt((2, 4))
-    small = gert.DeviceTensor.empty((1, 4), np.float32)
-    session.execute_async(dynamic_add, stream, [a, a], [small])
-    with pytest.raises(gert.AclError) as ei:
-        stream.synchronize()
-    check(ei, AICORE_EXCEPTION, f"graph {dynamic_add} (dynamic_add) failed", "{1,4}", "{2,4}")
-    stream.synchronize()  # reported once
+    with pytest.raises(gert.GeError) as ei:
+        session.execute_async(dynamic_add, stream, [a, a], [gert.DeviceTensor.empty((1, 4), np.float32)])
+    check(ei, GE_FAILED, f"graph {dynamic_add} (dynamic_add) failed", "needs 32 bytes", "holds 16")
+    big = gert.DeviceTensor.empty((4, 4), np.float32)
+    (out,) = session.execute_async(dynamic_add, stream, [a, a], [big])
+    assert out is big and out.shape == (2, 4)
+    np.testing.assert_array_equal(out.to_numpy(), np.full((2, 4), 2, np.float32))
     usable()
 
 
+def _mod_model() -> bytes:
+    """y = a mod b, int32[3], static: ONNX Runtime fails the run when b holds a zero."""
+    return make_model([helper.make_node("Mod", ["a", "b"], ["y"])],
+                      [vi("a", np.int32, [3]), vi("b", np.int32, [3])], [vi("y", np.int32, [3])], name="mod")
+
+
 def test_run_failing_inside_onnx_runtime(session, stream, usable):
-    """The parser and GE's checks pass, ONNX Runtime fails (a[3] + b[4] cannot broadcast): with caller outputs the
-    stream reports it at synchronize (ACL_ERROR_RT_AICORE_EXCEPTION, naming the graph); with GE-allocated outputs
-    execute_async waits for the run, so it raises GeError itself. Work queued after the failure still runs."""
-    gid = load(session, broadcast_model(), stream)
-    x3, x4 = dt((3,)), dt((4,))
-    after = gert.DeviceTensor.empty((3,), np.float32)
-    session.execute_async(gid, stream, [x3, x4], [gert.DeviceTensor.empty((4,), np.float32)])
-    session.execute_async(gid, stream, [x3, x3], [after])  # queued behind the failing run
+    """The parser and GE's checks pass, ONNX Runtime fails. A static graph's run fails on the stream: the next
+    synchronize reports it (ACL_ERROR_RT_AICORE_EXCEPTION, naming the graph) once, and work queued after it still
+    runs. An unknown-shape graph's call waits for its run (a[3] + b[4] cannot broadcast), so it raises GeError
+    itself, with caller outputs or GE-allocated ones."""
+    gid = load(session, _mod_model(), stream)
+    a = gert.DeviceTensor.from_numpy(np.array([5, 7, 9], np.int32))
+    zero = gert.DeviceTensor.from_numpy(np.array([2, 0, 4], np.int32))
+    ok = gert.DeviceTensor.from_numpy(np.array([2, 3, 4], np.int32))
+    after = gert.DeviceTensor.empty((3,), np.int32)
+    session.execute_async(gid, stream, [a, zero], [gert.DeviceTensor.empty((3,), np.int32)])
+    session.execute_async(gid, stream, [a, ok], [after])  # queued behind the failing run
     with pytest.raises(gert.AclError) as ei:
         stream.synchronize()
-    check(ei, AICORE_EXCEPTION, f"graph {gid} (broadcast) failed", "broadcast")
-    np.testing.assert_array_equal(after.to_numpy(), np.full(3, 2, np.float32))
+    check(ei, AICORE_EXCEPTION, f"graph {gid} (mod) failed")
+    stream.synchronize()  # reported once
+    np.testing.assert_array_equal(after.to_numpy(), np.array([1, 1, 1], np.int32))
+    bid = load(session, broadcast_model(), stream)
+    x3, x4 = dt((3,)), dt((4,))
     with pytest.raises(gert.GeError) as ei:
-        session.execute_async(gid, stream, [x3, x4])
-    check(ei, GE_FAILED, f"graph {gid} (broadcast) failed")
+        session.execute_async(bid, stream, [x3, x4], [gert.DeviceTensor.empty((4,), np.float32)])
+    check(ei, GE_FAILED, f"graph {bid} (broadcast) failed", "broadcast")
     with pytest.raises(gert.GeError) as ei:
-        session.run_graph(gid, [np.ones(3, np.float32), np.ones(4, np.float32)])
+        session.execute_async(bid, stream, [x3, x4])
+    check(ei, GE_FAILED, f"graph {bid} (broadcast) failed")
+    with pytest.raises(gert.GeError) as ei:
+        session.run_graph(bid, [np.ones(3, np.float32), np.ones(4, np.float32)])
     check(ei, GE_FAILED, "RunGraph", "failed")
-    (y,) = session.execute_async(gid, stream, [x4, dt((1,), value=5)])
+    (y,) = session.execute_async(bid, stream, [x4, dt((1,), value=5)])
     np.testing.assert_array_equal(y.to_numpy(), np.full(4, 6, np.float32))
     usable()
 

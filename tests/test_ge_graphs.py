@@ -28,11 +28,12 @@ CROSS_THREAD_TOL = dict(rtol=1e-5, atol=1e-6)
 SHAPE_INVALID = 145021
 
 
-@pytest.fixture(scope="module")
-def session(device):
-    s = gert.Session()
-    yield s
-    s.close()
+def assert_unknown_shape(summary) -> None:
+    """A graph that is not static: GE's output shape, dtype and memory getters fail (they never report -1)."""
+    assert not summary.is_static
+    for field in ("output_shapes", "output_dtypes", "const_memory_size", "feature_memory_size"):
+        with pytest.raises(gert.GeError, match="unknown-shape graph"):
+            getattr(summary, field)
 
 
 def _stream(device, cores):
@@ -112,7 +113,7 @@ def rec_dynamic(session, s2):
 def test_rec_dynamic_bitwise(session, s2, rec_dynamic, batch, width):
     path, gid = rec_dynamic
     s = session.summary(gid)
-    assert not s.is_static and s.output_shapes == [(-1, -1, REC_CLASSES)] and s.feature_memory_size == 0
+    assert_unknown_shape(s)
     x = text_image(batch, 48, width, width)
     ref = ort_run(path, [x], 2)[0]
     assert ref.shape == (batch, width // 8, REC_CLASSES)
@@ -178,7 +179,7 @@ def det_dynamic(session, s2):
 def test_det_dynamic_bitwise(session, s2, det_dynamic, shape):
     path, gid = det_dynamic
     s = session.summary(gid)
-    assert not s.is_static and s.output_shapes == [(-1, 1, -1, -1)]
+    assert_unknown_shape(s)
     x = text_image(shape[0], shape[2], shape[3], sum(shape))
     ref = ort_run(path, [x], 2)[0]
     assert ref.shape == (shape[0], 1, shape[2], shape[3])
@@ -232,7 +233,7 @@ def test_every_dtype(session, rg_session, s1, dt):
 
     gid = load(session, model, s1)  # dynamic: [n, 3]
     s = session.summary(gid)
-    assert not s.is_static and s.output_shapes == [(-1, 3)] * 4 and s.output_dtypes == out_dtypes
+    assert_unknown_shape(s)
     for rows, seed in ((5, 1), (2, 2)):
         ins = dtype_inputs(dt, rows, seed)
         ref = ort_run(model, ins)
@@ -270,8 +271,7 @@ def test_multi_io_symbolic_axes(session, s1):
     model = multi_io_model()
     gid = load(session, model, s1)
     s = session.summary(gid)
-    assert not s.is_static
-    assert s.output_shapes == [(-1,), (-1,), (-1,), (-1, 8), ()] and s.output_dtypes == MULTI_DTYPES
+    assert_unknown_shape(s)
     for n, m, seed in ((3, 5, 1), (6, 1, 2), (1, 9, 3)):
         ins = multi_io_inputs(n, m, seed)
         ref = ort_run(model, ins)
@@ -301,7 +301,7 @@ def test_output_node_name_selects_outputs(session, s1):
     model = multi_io_model()
     gid = load(session, model, s1, {"ge.outputNodeName": "wide;twice"})
     s = session.summary(gid)
-    assert s.output_shapes == [(-1, 8), (-1,)] and s.output_dtypes == [np.dtype(np.float32), np.dtype(np.int64)]
+    assert_unknown_shape(s)
     ins = multi_io_inputs(4, 2, 5)
     wide, twice = ort_run(model, ins, output_names=["wide", "twice"])
     got = execute(session, gid, s1, ins, outputs="ge")
@@ -314,7 +314,7 @@ def test_attention_symbolic_sequence(session, s1):
     model = attention_model(0)
     gid = load(session, model, s1)
     s = session.summary(gid)
-    assert not s.is_static and s.output_shapes == [(-1, -1, 16), (-1, -1, -1)]
+    assert_unknown_shape(s)
     rng = np.random.default_rng(5)
     for batch, seq in ((2, 5), (1, 17), (3, 1)):
         x = rng.standard_normal((batch, seq, 16)).astype(np.float32)
@@ -377,7 +377,7 @@ def test_static_rejects_other_shape_dynamic_runs_it(session, rg_session, s1):
     sid = load(session, model, s1, {"input_shape": "x:4,16"})
     did = load(session, model, s1)
     assert session.summary(sid).is_static and session.summary(sid).output_shapes == [(4, 8), (4, 8)]
-    assert not session.summary(did).is_static and session.summary(did).output_shapes == [(-1, 8), (-1, 8)]
+    assert_unknown_shape(session.summary(did))
     rng = np.random.default_rng(8)
     x4 = rng.standard_normal((4, 16)).astype(np.float32)
     for g, r in zip(execute(session, sid, s1, [x4]), ort_run(model, [x4], static=True)):
@@ -417,7 +417,7 @@ def test_gears_one_dim(session, rg_session, s1):
     opts = {"ge.inputShape": "x:-1,16", "ge.dynamicDims": "1;4;8"}
     gid = load(session, model, s1, options=opts)
     s = session.summary(gid)
-    assert not s.is_static and s.output_shapes == [(-1, 8), (-1, 8)]
+    assert_unknown_shape(s)
     rng = np.random.default_rng(10)
     for batch in (1, 4, 8):
         x = rng.standard_normal((batch, 16)).astype(np.float32)

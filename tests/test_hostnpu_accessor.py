@@ -26,7 +26,8 @@ def test_features_work_where_present():
         gert.host_spin_micros(-1)
 
 
-@pytest.mark.parametrize("name", ["host_counters", "reset_host_counters", "host_spin_micros", "host_provider"])
+@pytest.mark.parametrize("name", ["host_counters", "reset_host_counters", "host_spin_micros", "host_provider",
+                                  "inject_fault", "clear_faults"])
 def test_without_them_each_raises_a_gert_error_naming_itself_and_the_toolkit(monkeypatch, name):
     monkeypatch.setattr(hostnpu, "_module", None)  # what a build against real CANN has
     assert not hostnpu.available()

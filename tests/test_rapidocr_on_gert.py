@@ -14,7 +14,7 @@ from _helpers import RUNTIME
 from models import CLS, ppocr_model
 
 pytestmark = RUNTIME
-SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "apps", "rapidocr_run.py")
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "rapidocr_on_gert.py")
 
 
 def run_app(mode: str) -> dict:

@@ -32,18 +32,6 @@ def expected(x: np.ndarray) -> np.ndarray:
     return x * np.float32(3) + np.arange(4, dtype=np.float32)
 
 
-@pytest.fixture(scope="module")
-def session(device):
-    s = gert.Session()
-    yield s
-    s.close()
-
-
-@pytest.fixture(scope="module")
-def stream(streams):
-    return streams[0]
-
-
 def add(session, model) -> int:
     gid = next_graph_id()
     session.add_graph(gid, gert.Graph.from_onnx(model))

@@ -612,6 +612,14 @@ def test_metrics_endpoint_exposes_gert_metrics(server, grpc):
     assert any(int(lab["gear"].split("batch=")[1].split(",")[0]) >= MAX_BATCH // len(busy) and v > 0
                for lab, v in m["gert_gear_hits_total"] if lab["model"] == "cls"), "the load test ran full batches"
     assert all(0 <= v < 1 for _, v in m["gert_padding_ratio"])
+    # cls's image axes are auto: every run was served by its static or the dynamic-shape graph, none compiled on
+    # the request path (warmup compiled the dynamic graph at load)
+    graph = {}
+    for lab, v in m.get("gert_graph_requests_total", []):
+        if lab["model"] == "cls":
+            graph[lab["graph"]] = graph.get(lab["graph"], 0) + v
+    assert sum(graph.values()) == hits and set(graph) <= {"static", "dynamic"}, graph
+    assert not any(v for lab, v in m.get("gert_request_path_compiles_total", []) if lab["model"] == "cls")
     nv = {lab["model"]: v for lab, v in m["nv_inference_count"]}
     assert nv["cls"] == s["inference_count"]
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -133,6 +134,39 @@ def test_parameters_every_key():
                            pad_value=-1.5, max_batch=8, device_ids=(0, 1), options={})
 
 
+def test_parameters_shape_tiers():
+    p = parse_parameters(params(shape_policy="W:auto;H:exact", hot_after="2", hot_window="64", max_exact_graphs="4"))
+    assert p.shape_policy == {"W": "auto", "H": "exact"}
+    assert p.load_kwargs() == {"hot_after": 2, "hot_window": 64, "max_exact_graphs": 4}
+    assert GertParams().load_kwargs() == {}  # gert.load's defaults
+
+
+def test_tiers_parameters_reach_the_model_and_its_metrics(pb, loaded, tmp_path, seq_bytes):
+    """seq's S (no gears) is auto: warmup compiles the dynamic graph; a size seen hot_after times gets a static graph
+    in the background; the graph_requests / background_compiles metrics count what the model's stats count."""
+    m = loaded(model_dir(tmp_path, seq_bytes, name="tiered"),
+               parameters={**ONE_STREAM, **params(hot_after="2", hot_window="16", max_exact_graphs="3")})
+    tiers = m.model._tiers
+    assert (tiers.hot_after, tiers._window.size, tiers.max_static) == (2, 16, 3)
+    assert m.model.plan.dims["S"].policy == "auto" and m.model.stats()["compiles"] == 1  # the dynamic graph
+    for uid in range(2):
+        m.execute([request(pb, seq_inputs(1, 3, uid))])
+    deadline = time.monotonic() + 30
+    while m.model.stats()["background_compiles"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    m.execute([request(pb, seq_inputs(1, 3, 7))])
+    st = m.model.stats()
+    assert (st["dynamic_hits"], st["static_hits"], st["background_compiles"]) == (2, 1, 1)
+    assert m.metrics.flush(10)
+    got = {(f.name, tuple(sorted(x.labels.items()))): sum(v for _, v in x.calls)
+           for f in pb.FAMILIES if f.name.startswith(("gert_graph", "gert_background", "gert_request_path"))
+           for x in f.metrics}
+    where = (("device", "0"), ("model", "tiered"), ("stream", "0"))
+    assert got == {("gert_graph_requests_total", tuple(sorted((("graph", "dynamic"),) + where))): 2,
+                   ("gert_graph_requests_total", tuple(sorted((("graph", "static"),) + where))): 1,
+                   ("gert_background_compiles_total", where): 1}
+
+
 def test_parameters_ge_keys_by_level():
     p = parse_parameters(params(**{"ge.exec.precision_mode": "force_fp16", "session.ge.opt": "1",
                                    "graph.ge.inputShape": "x:1,3"}))
@@ -163,7 +197,8 @@ def test_dim_names_with_colons():
     ("gears", "batch:"), ("shape_policy", "W:squash"), ("shape_policy", "W"), ("shape_policy", ";"),
     ("pad_value", "abc"), ("pad_value", ""), ("device_ids", "a"), ("device_ids", "-1"), ("device_ids", ""),
     ("onnx_file", ""), ("onnx_file", "  "), ("metrics_interval_ms", "-1"), ("metrics_interval_ms", "1e3"),
-    ("warmup", "maybe"),
+    ("warmup", "maybe"), ("hot_after", "0"), ("hot_after", "often"), ("hot_window", "0"), ("max_exact_graphs", "0"),
+    ("shape_policy", "W:tiered"),
 ])
 def test_malformed_parameter_names_key(key, value):
     with pytest.raises(ConfigError, match=f"'{key}'"):
@@ -232,13 +267,13 @@ def test_initialize_passes_parameters_to_gert_load(pb, tmp_path, seq_bytes, monk
 
     monkeypatch.setattr(gt_model.gert, "load", fake_load)
     cfg = autocomplete(pb, mdir, parameters=params(streams="2", cube_cores="1", vector_cores="1", gears="S:4,8",
-                                                   shape_policy="S:pad", pad_value="3",
+                                                   shape_policy="S:pad", pad_value="3", request_timeout_ms="1500",
                                                    **{"session.ge.x": "1", "ge.y": "2"}))
     with pytest.raises(Stop):
         TritonPythonModel().initialize(init_args(mdir, cfg, device="0"))
     assert seen == dict(path=os.path.realpath(os.path.join(mdir, "1", "model.onnx")), devices=(0,), streams=2,
                         cube_cores=1, vector_cores=1, gears={"S": [4, 8]}, shape_policy={"S": "pad"}, pad_value=3.0,
-                        max_batch=8, options={"session.ge.x": "1", "global.ge.y": "2"},
+                        max_batch=8, options={"session.ge.x": "1", "global.ge.y": "2"}, request_timeout_s=1.5,
                         split_batch=True)  # several streams: one batch is split over the idle ones by default
     seen.clear()
     cfg = autocomplete(pb, mdir, parameters=params(device_ids="0,1", gears="batch:1,2", split_batch="false"))

@@ -35,7 +35,7 @@ MARKER = "gert_hostnpu.info"
 # library -> (host NPU sources, libraries it links). Empty sources: CANN has the library (gert links it), the host
 # NPU has nothing separate to put in it.
 LIBRARIES: Dict[str, Tuple[List[str], List[str]]] = {
-    "ascendcl": (["device.cpp", "errors.cpp", "memory.cpp", "stream.cpp"], []),
+    "ascendcl": (["device.cpp", "errors.cpp", "faults.cpp", "memory.cpp", "stream.cpp"], []),
     "graph": (["ge_types.cpp", "ge_graph.cpp", "onnx_model.cpp"], []),
     "ge_runner": (["ge_session.cpp"], ["graph", "ascendcl"]),
     "fmk_onnx_parser": (["onnx_parser.cpp"], ["graph"]),

@@ -112,6 +112,7 @@ void release_device_resources(int32_t device) {
       it = it->second.device == device ? r.contexts.erase(it) : std::next(it);
     }
     if (Device *d = find_device(device)) {
+      d->clear_sticky();  // a reset device starts clean
       d->default_ctx = 0;
       d->limit[0] = 0;
       d->limit[1] = 0;
@@ -156,6 +157,7 @@ aclError aclInit(const char *configPath) {
       r.devices.push_back(std::move(d));
     }
   }
+  if (aclError e = load_env_faults()) return e;
   r.initialized = true;
   return ACL_SUCCESS;
 }

@@ -9,6 +9,7 @@ namespace hostnpu {
 
 namespace {
 thread_local std::string tls_msg;
+thread_local aclError tls_last = ACL_SUCCESS;  // aclrtGetLastError: set by every failing runtime call
 std::atomic<uint32_t> g_spin_us{[] {
   const char *v = std::getenv("GERT_HOST_SPIN_US");
   return v ? static_cast<uint32_t>(std::strtoul(v, nullptr, 10)) : 50u;
@@ -26,7 +27,15 @@ aclError fail(aclError code, const char *fmt, ...) {
   std::vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
   set_recent_error(code, buf);
+  // As CANN: the ACL layer's parameter checks (100000) and feature-not-supported returns do not set it.
+  if (code != ACL_ERROR_INVALID_PARAM && code != ACL_ERROR_RT_FEATURE_NOT_SUPPORT) tls_last = code;
   return code;
+}
+
+aclError last_error(bool clear) {
+  aclError e = tls_last;
+  if (clear) tls_last = ACL_SUCCESS;
+  return e;
 }
 
 Counters &counters() {
@@ -64,12 +73,22 @@ void gertHostGetCounters(gertHostCounters *out) {
   out->device_memory_in_use = c.mem_in_use.load();
   out->device_memory_peak = c.mem_peak.load();
   out->streams_alive = c.streams_alive.load();
+  out->faults_execute = c.faults[0].load();
+  out->faults_sticky = c.faults[1].load();
+  out->faults_hang = c.faults[2].load();
+  out->faults_malloc = c.faults[3].load();
+  out->faults_memcpy = c.faults[4].load();
+  out->stream_aborts = c.stream_aborts.load();
+  out->device_task_aborts = c.device_task_aborts.load();
 }
 
 void gertHostResetCounters(void) {
   auto &c = counters();
   for (auto &b : c.bytes) b.store(0);
   c.tasks.store(0);
+  for (auto &f : c.faults) f.store(0);
+  c.stream_aborts.store(0);
+  c.device_task_aborts.store(0);
   c.mem_peak.store(c.mem_in_use.load());
 }
 

@@ -2,6 +2,7 @@
 // Parsing reads and validates the ONNX model and accepts only the parser_params keys real GE accepts.
 // In the toolkit layout (build_toolkit.py) this is libgraph.so; the parser entry points are libfmk_onnx_parser.so.
 #include <cstdarg>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -133,6 +134,39 @@ void ge_warn(const char *fmt, ...) {
 const std::string &ge_error_text() { return tls_ge_error; }
 const std::string &ge_warning_text() { return tls_ge_warning; }
 
+// What CANN 8.5's ONNX parser refuses by design (ge-shapes-and-cache.md A3-A5), with its error codes. aclgrphParseONNX
+// returns ge::FAILED for each; the E-code leads the message, as GE's error manager reports it.
+static ge::graphStatus refuse_like_cann(const onnx::ModelInfo &info, const char *api) {
+  if (info.declared_inputs == 0)  // OnnxModelParser::ParseInput: a root graph with input_size() == 0
+    return ge_fail(ge::GRAPH_FAILED, "%s: E16001: the ONNX graph '%s' has no input; GE's ONNX parser needs a root graph "
+                   "with at least one input", api, info.graph_name.c_str());
+  if (info.outputs.empty())  // OnnxModelParser::ParseOutput
+    return ge_fail(ge::GRAPH_FAILED, "%s: E16001: the ONNX graph '%s' has no output", api, info.graph_name.c_str());
+  for (auto *list : {&info.inputs, &info.outputs})
+    for (auto &v : *list)
+      if (!v.kind.empty() && v.kind != "tensor")  // ParseInput / infershape read tensor types only
+        return ge_fail(ge::GRAPH_FAILED, "%s: graph %s '%s' is a%s %s, not a tensor: GE graphs take and give tensors "
+                       "only", api, list == &info.inputs ? "input" : "output", v.name.c_str(),
+                       v.kind == "optional" ? "n" : "", v.kind.c_str());
+  for (auto &n : info.nodes) {
+    // No Loop / Scan plugin and no subgraph adapter for them in the 8.5 parser: its pre-check refuses the node.
+    if ((n.domain.empty() || n.domain == "ai.onnx") && (n.op_type == "Loop" || n.op_type == "Scan")) {
+      int64_t version = 0;
+      for (auto &o : info.opsets)
+        if (o.first.empty() || o.first == "ai.onnx") version = o.second;
+      return ge_fail(ge::GRAPH_FAILED, "%s: E13010: No operator plugin is registered for Op: %s, optype: "
+                     "ai.onnx::%lld::%s (CANN's ONNX parser has no %s; unroll it or move it out of the model)", api,
+                     n.name.empty() ? n.op_type.c_str() : n.name.c_str(), static_cast<long long>(version),
+                     n.op_type.c_str(), n.op_type.c_str());
+    }
+  }
+  if (!info.string_tensor.empty())
+    return ge_fail(ge::GRAPH_FAILED, "%s: %s is a string (DT_STRING) tensor: NPU kernels do not compute strings, so "
+                   "GE cannot run this graph on the device (keep string processing on the host)", api,
+                   info.string_tensor.c_str());
+  return ge::GRAPH_SUCCESS;
+}
+
 ge::graphStatus parse_onnx(std::shared_ptr<const std::string> bytes, const char *api,
                            const std::map<ge::AscendString, ge::AscendString> &params, ge::Graph &graph) {
   std::map<std::string, std::string> opts;
@@ -152,20 +186,27 @@ ge::graphStatus parse_onnx(std::shared_ptr<const std::string> bytes, const char 
   std::string err;
   if (!onnx::parse_model(reinterpret_cast<const uint8_t *>(bytes->data()), bytes->size(), info, err))
     return ge_fail(ge::GRAPH_FAILED, "%s: %s", api, err.c_str());
+  if (auto st = refuse_like_cann(info, api)) return st;
   if (info.node_count == 0) return ge_fail(ge::GRAPH_FAILED, "%s: the ONNX graph has no nodes", api);
   auto impl = std::make_shared<ge::GraphImpl>();
   impl->model = bytes;
   impl->node_count = info.node_count;
   impl->name = opts.count("output") ? opts["output"] : info.graph_name;
+  // Inputs: dim_param or a missing value is -1, no shape at all is [] (onnx_data_parser.cc). Outputs: GE's parser
+  // keeps only their names (ParseOutput); dtype and shape come from shape inference at compile (A5).
   auto to_spec = [&](const onnx::ValueInfo &v, const char *what, IOSpec &s) -> ge::graphStatus {
+    const bool output = std::strcmp(what, "output") == 0;
     s.name = v.name;
     s.onnx_type = v.elem_type;
     s.dtype = dtype_from_onnx(v.elem_type);
-    if (s.dtype == ge::DT_UNDEFINED || s.dtype == ge::DT_STRING)
+    if (output && v.elem_type == 0) return ge::GRAPH_SUCCESS;  // no type: known after compile
+    if (s.dtype == ge::DT_UNDEFINED)
       return ge_fail(ge::GRAPH_FAILED, "%s: %s '%s' has ONNX element type %s (%d), which the host NPU does not support",
                      api, what, v.name.c_str(), onnx::elem_type_name(v.elem_type), v.elem_type);
-    if (!v.has_shape)
-      return ge_fail(ge::GRAPH_FAILED, "%s: %s '%s' has no shape (rank) in the model", api, what, v.name.c_str());
+    if (output) {
+      s.dims = {-2};  // UNKNOWN_DIM_NUM until CompileGraph infers it
+      return ge::GRAPH_SUCCESS;
+    }
     for (auto &d : v.dims) {
       s.dims.push_back(d.value >= 0 ? d.value : -1);
       s.dim_names.push_back(d.value >= 0 ? std::string() : d.param);

@@ -31,8 +31,11 @@ struct GraphRecord {
   std::vector<IOSpec> outputs;                // compiled dtypes and shapes
   std::shared_ptr<const gertHostGraphProvider> provider;
   void *exe = nullptr;
-  uint64_t loaded_stream = 0;                 // 0: not loaded
+  std::atomic<uint64_t> loaded_stream{0};    // 0: not loaded
   std::atomic<int> in_flight{0};
+  // Compiling and loading one graph. Not the Session's launch lock: GE's CompileGraph and LoadGraph take no
+  // InnerSession::build_run_mutex_, so a graph compiles while other graphs of the Session execute.
+  std::mutex compile_mu;
   ~GraphRecord() {
     if (exe && provider && provider->release) provider->release(exe);
   }
@@ -303,18 +306,21 @@ void *host_alloc_cb(void *ctx, uint64_t nbytes) {
   return c->buffers.back().data();
 }
 
+// CompileGraph: shape inference and constant folding by the provider, never a run (ge-shapes-and-cache.md A1). The
+// graph is static when every input dim is fixed, it has no gears and no tensor's shape depends on input values.
 ge::Status compile(SessionState &s, GraphRecord &r, const char *api) {
+  std::lock_guard<std::mutex> lk(r.compile_mu);
   if (r.compiled) return ge::SUCCESS;
   auto provider = graph_provider();
   if (!provider)
     return ge_fail(ge::FAILED, "%s: no compute provider is registered with the host NPU (import gert first)", api);
   std::vector<const char *> in_names, out_names;
   std::vector<gertHostTensorRef> ins(r.inputs.size()), outs(r.graph->outputs.size());
-  bool is_static = true;
+  bool inputs_fixed = true;
   for (size_t i = 0; i < r.inputs.size(); ++i) {
     in_names.push_back(r.inputs[i].name.c_str());
     fill_ref(ins[i], nullptr, 0, r.inputs[i].dtype, r.inputs[i].dims);
-    for (int64_t d : r.inputs[i].dims) is_static = is_static && d >= 0;
+    for (int64_t d : r.inputs[i].dims) inputs_fixed = inputs_fixed && d >= 0;
   }
   for (size_t i = 0; i < outs.size(); ++i) {
     out_names.push_back(r.graph->outputs[i].name.c_str());
@@ -322,24 +328,22 @@ ge::Status compile(SessionState &s, GraphRecord &r, const char *api) {
   }
   char err[2048] = {0};
   void *exe = nullptr;
+  int32_t unknown_shape = 0;
   int rc = provider->compile(provider->ctx, s.id, r.graph->model->data(), r.graph->model->size(),
                              static_cast<int32_t>(ins.size()), in_names.data(), ins.data(),
-                             static_cast<int32_t>(outs.size()), out_names.data(), outs.data(), &exe, err, sizeof err);
+                             static_cast<int32_t>(outs.size()), out_names.data(), outs.data(), &unknown_shape, &exe,
+                             err, sizeof err);
   if (rc != 0) return ge_fail(ge::FAILED, "%s: graph %u (%s) failed to compile: %s", api, r.id, r.graph->name.c_str(), err);
   r.exe = exe;
   r.provider = provider;
-  r.is_static = is_static && r.gears.empty();
   r.outputs = r.graph->outputs;
+  bool outputs_known = true;
   for (size_t i = 0; i < outs.size(); ++i) {
     r.outputs[i].dtype = static_cast<ge::DataType>(outs[i].dtype);
     r.outputs[i].dims = ref_dims(outs[i]);
-    if (r.is_static) {
-      for (int64_t d : r.outputs[i].dims)
-        if (d < 0)
-          return ge_fail(ge::FAILED, "%s: graph %u: output '%s' of the static graph has no fixed shape (%s)", api, r.id,
-                         r.outputs[i].name.c_str(), dims_str(r.outputs[i].dims).c_str());
-    }
+    for (int64_t d : r.outputs[i].dims) outputs_known = outputs_known && d >= 0;
   }
+  r.is_static = inputs_fixed && r.gears.empty() && outputs_known && !unknown_shape;
   r.compiled = true;
   return ge::SUCCESS;
 }
@@ -498,8 +502,7 @@ Status Session::CompileGraph(uint32_t graph_id) {
   if (!s) return st;
   auto r = find_graph(*s, graph_id, "CompileGraph", &st);
   if (!r) return st;
-  std::lock_guard<std::mutex> launch(s->launch_mu);
-  return compile(*s, *r, "CompileGraph");
+  return compile(*s, *r, "CompileGraph");  // other graphs of the Session keep launching meanwhile, as in GE
 }
 
 CompiledGraphSummaryPtr Session::GetCompiledGraphSummary(uint32_t graph_id) {
@@ -508,6 +511,7 @@ CompiledGraphSummaryPtr Session::GetCompiledGraphSummary(uint32_t graph_id) {
   if (!s) return nullptr;
   auto r = find_graph(*s, graph_id, "GetCompiledGraphSummary", &st);
   if (!r) return nullptr;
+  std::lock_guard<std::mutex> lk(r->compile_mu);
   if (!r->compiled) {
     ge_fail(ge::FAILED, "GetCompiledGraphSummary: graph %u is not compiled; call CompileGraph first", graph_id);
     return nullptr;
@@ -532,13 +536,13 @@ Status Session::LoadGraph(const uint32_t graph_id, const std::map<AscendString, 
   if (!s) return st;
   auto r = find_graph(*s, graph_id, "LoadGraph", &st);
   if (!r) return st;
+  std::lock_guard<std::mutex> lk(r->compile_mu);  // not the launch lock: loading one graph holds up no other's runs
   if (!r->compiled)
     return ge_fail(ge::FAILED, "LoadGraph: graph %u is not compiled; call CompileGraph first", graph_id);
   StreamPtr sp = find_stream(stream);
   if (!sp) return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "LoadGraph: stream %p is not a live stream", stream);
   auto opts = to_std(options);
   if (Status e = check_options(opts, "LoadGraph", "load", nullptr, nullptr)) return e;
-  std::lock_guard<std::mutex> launch(s->launch_mu);
   if (r->loaded_stream)
     return ge_fail(ge::FAILED, "LoadGraph: graph %u is already loaded; a graph loads once (add it again under another id "
                    "to run it on another stream)", graph_id);
@@ -642,7 +646,9 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
       if (have > 0 && !a)
         return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u output %zu '%s' at %p is not %zu bytes of device memory",
                        api, graph_id, i, spec.name.c_str(), addr, have);
-      fill_ref((*run_out)[i], addr, have, spec.dtype, r->is_static ? spec.dims : shape_dims(t.GetStorageShape()));
+      // Unknown-shape graphs: GE computes each output's shape (the caller's is overwritten) and copies into the
+      // caller's buffer, failing if it is too small (rt2 TensorToOut).
+      fill_ref((*run_out)[i], addr, have, spec.dtype, spec.dims);
       held.push_back(a);
     }
   }
@@ -664,9 +670,12 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
   };
   auto done = std::make_shared<Done>();
   done->alloc.device = sp->device();
+  // An unknown-shape graph's output shapes are known once it ran: the call waits for the run (GE syncs the stream
+  // for DEPEND_COMPUTE operators) and writes them into the output tensors.
+  const bool wait = !r->is_static;
   r->in_flight.fetch_add(1);
   Stream *raw_stream = sp.get();
-  sp->enqueue(Task{[r, run_in, run_out, held, done, allocate_outputs, raw_stream, d](std::string &msg) -> aclError {
+  Task task{[r, run_in, run_out, held, done, wait, raw_stream, d](std::string &msg) -> aclError {
     uint32_t threads = effective_limit(*d, raw_stream, ACL_RT_DEV_RES_CUBE_CORE);
     char err[2048] = {0};
     int rc = r->provider->run(r->exe, static_cast<int32_t>(threads), static_cast<int32_t>(run_in->size()),
@@ -681,7 +690,7 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
       done->alloc.allocated.clear();
       result = ACL_ERROR_RT_AICORE_EXCEPTION;
     }
-    if (allocate_outputs) {  // the caller waits for this run: report to it, not to the stream
+    if (wait) {  // the caller waits for this run: report to it, not to the stream
       std::lock_guard<std::mutex> lk(done->mu);
       done->done = true;
       done->status = rc == 0 ? SUCCESS : FAILED;
@@ -690,15 +699,42 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
       return ACL_SUCCESS;
     }
     return result;
-  }});
-  if (!allocate_outputs) return SUCCESS;
+  }};
+  // The task does not run (an injected fault, or an abort dropped it): as a failed run.
+  task.drop = [r, done, wait](aclError code, const std::string &msg) -> aclError {
+    r->in_flight.fetch_sub(1);
+    if (!wait) return code;
+    std::lock_guard<std::mutex> lk(done->mu);
+    done->done = true;
+    done->status = static_cast<ge::Status>(code);
+    done->msg = msg;
+    done->cv.notify_all();
+    return ACL_SUCCESS;
+  };
+  task.fault = draw_fault(FaultSite::Kernel, sp->device());
+  if (aclError e = sp->launch(std::move(task), api)) {
+    r->in_flight.fetch_sub(1);
+    return ge_fail(static_cast<ge::Status>(e), "%s", aclGetRecentErrMsg());
+  }
+  if (!wait) return SUCCESS;
 
-  // Dynamic graph, outputs left to GE: their shapes are known once the run finished.
+  // Unknown-shape graph: the output shapes are known once the run finished.
   {
     std::unique_lock<std::mutex> lk(done->mu);
     done->cv.wait(lk, [&] { return done->done; });
   }
-  if (done->status != SUCCESS) return ge_fail(FAILED, "%s: %s", api, done->msg.c_str());
+  if (done->status != SUCCESS)  // FAILED for a failed run; a runtime code (a device fault, an abort) passes through
+    return ge_fail(done->status, "%s: %s", api, done->msg.c_str());
+  if (!allocate_outputs) {
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const gertHostTensorRef &ref = (*run_out)[i];
+      gert::Shape shape;
+      for (int32_t k = 0; k < ref.ndim; ++k) shape.AppendDim(ref.dims[k]);
+      outputs[i].MutableStorageShape() = shape;
+      outputs[i].MutableOriginShape() = shape;
+    }
+    return SUCCESS;
+  }
   outputs.clear();
   outputs.reserve(run_out->size());
   for (auto &ref : *run_out) {

@@ -292,25 +292,27 @@ class CompiledGraphSummary::Builder {
 };
 
 CompiledGraphSummary::~CompiledGraphSummary() = default;
+// GE (graph_compile_summary_impl.cc): on a graph that is not static these getters fail and report nothing (never a
+// -1 shape); a memory size of 0 is reported as 512.
 bool CompiledGraphSummary::IsStatic() const { return data_ && data_->is_static; }
 Status CompiledGraphSummary::GetConstMemorySize(size_t &size) const {
-  if (!data_) return FAILED;
-  size = data_->const_memory;
+  if (!IsStatic()) return FAILED;
+  size = data_->const_memory ? data_->const_memory : 512;
   return SUCCESS;
 }
 Status CompiledGraphSummary::GetFeatureMemorySize(size_t &size) const {
-  if (!data_) return FAILED;
-  size = data_->feature_memory;
+  if (!IsStatic()) return FAILED;
+  size = data_->feature_memory ? data_->feature_memory : 512;
   return SUCCESS;
 }
 Status CompiledGraphSummary::GetOutputShapes(std::vector<ge::Shape> &shapes) const {
-  if (!data_) return FAILED;
+  if (!IsStatic()) return FAILED;
   shapes.clear();
   for (auto &d : data_->shapes) shapes.emplace_back(d);
   return SUCCESS;
 }
 Status CompiledGraphSummary::GetOutputDtypes(std::vector<ge::DataType> &dtypes) const {
-  if (!data_) return FAILED;
+  if (!IsStatic()) return FAILED;
   dtypes = data_->dtypes;
   return SUCCESS;
 }

@@ -184,6 +184,8 @@ aclError device_alloc(int32_t dev, size_t size, void **out, const char *api) {
 aclError device_alloc_charged(int32_t dev, size_t size, bool pad, void **out, const char *api) {
   Device *d = find_device(dev);
   if (!d) return fail(ACL_ERROR_RT_INVALID_DEVICEID, "%s: device %d does not exist", api, dev);
+  Fault f = draw_fault(FaultSite::Alloc, dev);
+  if (f.code) return fail(f.code, "%s: device %d: %s", api, dev, f.what.c_str());
   size_t charged = charge_for(size, pad);
   uint64_t used = d->in_use.load();
   do {
@@ -297,6 +299,10 @@ aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, a
   if (aclError e = current_device(&dev, "aclrtMemcpy")) return e;
   CopyPlan plan;
   if (aclError e = plan_copy(dst, destMax, src, count, kind, "aclrtMemcpy", false, plan)) return e;
+  std::string why;
+  if (aclError e = find_device(dev)->launch_error(why)) return fail(e, "aclrtMemcpy: %s", why.c_str());
+  Fault f = draw_fault(FaultSite::Copy, dev);
+  if (f.code) return fail(f.code, "aclrtMemcpy: %s", f.what.c_str());
   do_copy(dst, src, count, plan.counter);
   return ACL_SUCCESS;
 }
@@ -308,21 +314,25 @@ aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t cou
   CopyPlan plan;
   if (aclError e = plan_copy(dst, destMax, src, count, kind, "aclrtMemcpyAsync", true, plan)) return e;
   if (plan.noop) return ACL_SUCCESS;
-  if (plan.pageable) {
-    // CANN 8.5 (MemcpyAsyncCheckLocation): with pageable host memory the runtime synchronizes the stream, returning
-    // an earlier task's error, then copies synchronously. Only aclrtMallocHost memory is really enqueued. A thread
-    // running the stream inline has run its earlier tasks already; other threads' tasks wait for it anyway.
-    if (!s->inline_here()) {
-      std::string msg;
-      if (aclError e = s->synchronize(-1, msg)) return fail(e, "aclrtMemcpyAsync: %s", msg.c_str());
-    }
+  Task t{[dst, src, count, plan](std::string &) {
     do_copy(dst, src, count, plan.counter);
     return ACL_SUCCESS;
+  }};
+  t.fault = draw_fault(FaultSite::Copy, s->device());
+  if (!plan.pageable) return s->launch(std::move(t), "aclrtMemcpyAsync");
+  // CANN 8.5 (MemcpyAsyncCheckLocation): with pageable host memory the runtime synchronizes the stream, returning an
+  // earlier task's error, then copies synchronously: the copy is done (or has failed) when the call returns. Only
+  // aclrtMallocHost memory is really enqueued. A thread running the stream inline has run its earlier tasks already
+  // (and other threads' tasks wait for it), so it copies at once.
+  bool inline_mode = s->inline_here();
+  std::string msg;
+  if (!inline_mode) {
+    if (aclError e = s->synchronize(-1, msg)) return fail(e, "aclrtMemcpyAsync: %s", msg.c_str());
   }
-  s->enqueue(Task{[dst, src, count, plan](std::string &) {
-    do_copy(dst, src, count, plan.counter);
-    return ACL_SUCCESS;
-  }});
+  if (aclError e = s->launch(std::move(t), "aclrtMemcpyAsync")) return e;
+  if (!inline_mode) {
+    if (aclError e = s->synchronize(-1, msg)) return fail(e, "aclrtMemcpyAsync: %s", msg.c_str());
+  }
   return ACL_SUCCESS;
 }
 
@@ -340,11 +350,10 @@ aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t c
   if (!s) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtMemsetAsync: stream %p is not a live stream", stream);
   AllocationPtr a;
   if (aclError e = check_memset(devPtr, maxCount, count, "aclrtMemsetAsync", a)) return e;
-  s->enqueue(Task{[devPtr, value, count, a](std::string &) {
+  return s->launch(Task{[devPtr, value, count, a](std::string &) {
     std::memset(devPtr, value, count);
     return ACL_SUCCESS;
-  }});
-  return ACL_SUCCESS;
+  }}, "aclrtMemsetAsync");
 }
 
 aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total) {

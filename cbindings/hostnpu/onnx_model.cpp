@@ -31,7 +31,7 @@ constexpr uint64_t kMaxFieldNumber = (1u << 29) - 1;
 
 enum WireType : uint32_t { kVarint = 0, kFixed64 = 1, kLen = 2, kStartGroup = 3, kEndGroup = 4, kFixed32 = 5 };
 
-enum class Msg { Model, OpsetId, Graph, Tensor, SparseTensor, ValueInfo, Type, TypeTensor, Shape, Dim };
+enum class Msg { Model, OpsetId, Graph, Node, Attribute, Tensor, SparseTensor, ValueInfo, Type, TypeTensor, Shape, Dim };
 
 const char *field_name(Msg m, uint64_t f) {
   switch (m) {
@@ -69,6 +69,26 @@ const char *field_name(Msg m, uint64_t f) {
         case 14: return "quantization_annotation";
         case 15: return "sparse_initializer";
         case 16: return "metadata_props";
+      }
+      break;
+    case Msg::Node:
+      switch (f) {
+        case 1: return "input";
+        case 2: return "output";
+        case 3: return "name";
+        case 4: return "op_type";
+        case 5: return "attribute";
+        case 7: return "domain";
+      }
+      break;
+    case Msg::Attribute:
+      switch (f) {
+        case 1: return "name";
+        case 3: return "i";
+        case 5: return "t";
+        case 6: return "g";
+        case 10: return "tensors";
+        case 11: return "graphs";
       }
       break;
     case Msg::Tensor:
@@ -340,10 +360,13 @@ struct Parser {
           vi.dims.clear();
           is_tensor = true;
         }
+        vi.kind = "tensor";
         const Where tw{w, "tensor_type", -1};
         if (!type_tensor(f, &tw, vi)) return false;
       } else if (f.number == 4 || f.number == 5 || f.number == 7 || f.number == 8 || f.number == 9) {
         is_tensor = false;
+        vi.kind = f.number == 4 ? "sequence" : f.number == 5 ? "map" : f.number == 7 ? "opaque"
+                  : f.number == 8 ? "sparse_tensor" : "optional";
         vi.elem_type = 0;
         vi.has_shape = false;
         vi.dims.clear();
@@ -368,12 +391,108 @@ struct Parser {
     return k == 0;
   }
 
-  bool tensor_name(const Field &in, const Where *w, std::string &name) {
+  bool tensor_name(const Field &in, const Where *w, std::string &name, int64_t *data_type = nullptr) {
     Reader r(d, in.begin, in.end, Msg::Tensor, w, err);
     Field f;
     int k;
-    while ((k = r.next(f)) > 0)
+    while ((k = r.next(f)) > 0) {
       if (f.number == 8 && f.wire == kLen) name = str(f);
+      if (f.number == 2 && f.wire == kVarint && data_type) *data_type = static_cast<int64_t>(f.value);
+    }
+    return k == 0;
+  }
+
+  static constexpr int kMaxSubgraphDepth = 32;
+  static constexpr int64_t kString = 8;  // TensorProto.STRING
+
+  void note_string(ModelInfo &m, const std::string &where) {
+    if (m.string_tensor.empty()) m.string_tensor = where;
+  }
+
+  // AttributeProto: subgraphs (g, graphs) are scanned; tensors (t, tensors) and Cast's "to" are checked for strings.
+  bool attribute(const Field &in, const Where *w, int depth, ModelInfo &m, const NodeInfo &node) {
+    Reader r(d, in.begin, in.end, Msg::Attribute, w, err);
+    Field f;
+    int k;
+    std::string name;
+    int64_t ival = -1;
+    int64_t n_graphs = 0;
+    while ((k = r.next(f)) > 0) {
+      if (f.number == 1 && f.wire == kLen) {
+        name = str(f);
+      } else if (f.number == 3 && f.wire == kVarint) {
+        ival = static_cast<int64_t>(f.value);
+      } else if ((f.number == 5 || f.number == 10) && f.wire == kLen) {
+        const Where tw{w, f.number == 5 ? "t" : "tensors", -1};
+        std::string tname;
+        int64_t dt = 0;
+        if (!tensor_name(f, &tw, tname, &dt)) return false;
+        if (dt == kString) note_string(m, "a STRING constant in node '" + node.name + "' (" + node.op_type + ")");
+      } else if ((f.number == 6 || f.number == 11) && f.wire == kLen) {
+        const Where gw{w, f.number == 6 ? "g" : "graphs", f.number == 11 ? n_graphs++ : -1};
+        if (!subgraph(f, &gw, depth + 1, m)) return false;
+      }
+    }
+    if (k == 0 && name == "to" && ival == kString && node.op_type == "Cast")
+      note_string(m, "a Cast to STRING in node '" + node.name + "'");
+    return k == 0;
+  }
+
+  bool node(const Field &in, const Where *w, int depth, ModelInfo &m) {
+    Reader r(d, in.begin, in.end, Msg::Node, w, err);
+    Field f;
+    int k;
+    NodeInfo n;
+    n.depth = depth;
+    std::vector<Field> attrs;
+    while ((k = r.next(f)) > 0) {
+      if (f.wire != kLen) continue;
+      if (f.number == 3) n.name = str(f);
+      else if (f.number == 4) n.op_type = str(f);
+      else if (f.number == 7) n.domain = str(f);
+      else if (f.number == 5) attrs.push_back(f);
+    }
+    if (k < 0) return false;
+    for (size_t i = 0; i < attrs.size(); ++i) {
+      const Where aw{w, "attribute", static_cast<int64_t>(i)};
+      if (!attribute(attrs[i], &aw, depth, m, n)) return false;
+    }
+    m.nodes.push_back(std::move(n));
+    return true;
+  }
+
+  bool string_value_info(const Field &in, const Where *w, ModelInfo &m, const char *what) {
+    ValueInfo vi;
+    if (!value_info(in, w, vi)) return false;
+    if (vi.elem_type == kString) note_string(m, std::string(what) + " '" + vi.name + "'");
+    return true;
+  }
+
+  // A subgraph (If branch, Loop/Scan body): its nodes are recorded, its tensors checked for strings.
+  bool subgraph(const Field &in, const Where *w, int depth, ModelInfo &m) {
+    if (depth > kMaxSubgraphDepth) {
+      err = "not an ONNX model GE can parse: subgraphs are nested more than " + std::to_string(kMaxSubgraphDepth) +
+            " deep at " + path_of(w);
+      return false;
+    }
+    Reader r(d, in.begin, in.end, Msg::Graph, w, err);
+    Field f;
+    int k;
+    int64_t idx = 0;
+    while ((k = r.next(f)) > 0) {
+      if (f.wire != kLen) continue;
+      const Where ew{w, field_name(Msg::Graph, f.number) ? field_name(Msg::Graph, f.number) : "field", idx++};
+      if (f.number == 1) {
+        if (!node(f, &ew, depth, m)) return false;
+      } else if (f.number == 5) {
+        std::string tname;
+        int64_t dt = 0;
+        if (!tensor_name(f, &ew, tname, &dt)) return false;
+        if (dt == kString) note_string(m, "subgraph initializer '" + tname + "'");
+      } else if (f.number == 11 || f.number == 12 || f.number == 13) {
+        if (!string_value_info(f, &ew, m, "subgraph tensor")) return false;
+      }
+    }
     return k == 0;
   }
 
@@ -399,16 +518,26 @@ struct Parser {
     while ((k = r.next(f)) > 0) {
       if (f.wire != kLen) continue;
       switch (f.number) {
-        case 1:
+        case 1: {
+          const Where nw{w, "node", static_cast<int64_t>(m.node_count)};
           ++m.node_count;
+          if (!node(f, &nw, 0, m)) return false;
           break;
+        }
+        case 13: {
+          const Where vw{w, "value_info", -1};
+          if (!string_value_info(f, &vw, m, "tensor")) return false;
+          break;
+        }
         case 2:
           m.graph_name = str(f);
           break;
         case 5: {
           const Where iw{w, "initializer", static_cast<int64_t>(m.initializer_names.size())};
           std::string name;
-          if (!tensor_name(f, &iw, name)) return false;
+          int64_t dt = 0;
+          if (!tensor_name(f, &iw, name, &dt)) return false;
+          if (dt == kString) note_string(m, "initializer '" + name + "'");
           m.initializer_names.push_back(std::move(name));
           break;
         }
@@ -490,6 +619,13 @@ bool parse_model(const uint8_t *data, size_t size, ModelInfo &out, std::string &
     return false;
   }
   for (auto &n : sparse_names) m.initializer_names.push_back(std::move(n));
+  m.declared_inputs = all_inputs.size();
+  std::string io_string;  // a string graph input or output is named first: it says the most
+  for (auto *list : {&all_inputs, &m.outputs})
+    for (auto &vi : *list)
+      if (vi.elem_type == 8 && io_string.empty())
+        io_string = std::string(list == &all_inputs ? "graph input '" : "graph output '") + vi.name + "'";
+  if (!io_string.empty()) m.string_tensor = io_string;
   const std::unordered_set<std::string> inits(m.initializer_names.begin(), m.initializer_names.end());
   for (auto &vi : all_inputs)
     if (inits.count(vi.name) == 0) m.inputs.push_back(std::move(vi));

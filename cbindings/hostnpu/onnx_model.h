@@ -25,9 +25,16 @@ struct Dim {
 // elem_type = ONNX TensorProto.DataType value; 0 and has_shape false for non-tensor types (sequence, map, ...)
 struct ValueInfo {
   std::string name;
+  std::string kind;  // the TypeProto member: "tensor", "sequence", "map", "optional", ...; "" when there is no type
   int32_t elem_type = 0;
   bool has_shape = false;
   std::vector<Dim> dims;
+};
+
+// A node of the graph or of a subgraph (an If branch, a Loop body): what the GE parser's pre-check looks at.
+struct NodeInfo {
+  std::string op_type, domain, name;
+  int depth = 0;  // 0: the main graph, 1: a subgraph of one of its nodes, ...
 };
 
 struct ModelInfo {
@@ -36,8 +43,13 @@ struct ModelInfo {
   std::string graph_name;
   std::vector<ValueInfo> inputs;  // graph inputs that are NOT initializers (older IRs list initializers as inputs too)
   std::vector<ValueInfo> outputs;
+  size_t declared_inputs = 0;     // graph.input as written, initializers included (GE's ParseInput counts these)
   size_t node_count = 0;
   std::vector<std::string> initializer_names;
+  std::vector<NodeInfo> nodes;    // every node, subgraphs included, depth first
+  // The first string (DT_STRING) tensor anywhere: a graph input/output/value_info/initializer or constant of
+  // element type STRING, or a Cast to STRING ("" if none). Says where, e.g. "initializer 'vocab'".
+  std::string string_tensor;
 };
 
 // Parses a serialized ONNX ModelProto. On failure returns false and sets err to one clear sentence saying what is wrong

@@ -33,6 +33,9 @@ struct Counters {
   std::atomic<uint64_t> mem_in_use{0};
   std::atomic<uint64_t> mem_peak{0};
   std::atomic<uint64_t> streams_alive{0};
+  std::atomic<uint64_t> faults[5]{};  // injected faults fired, indexed by FaultKind
+  std::atomic<uint64_t> stream_aborts{0};
+  std::atomic<uint64_t> device_task_aborts{0};
 };
 Counters &counters();
 uint32_t spin_micros();
@@ -99,10 +102,33 @@ struct Event {
 };
 using EventPtr = std::shared_ptr<Event>;
 
+// ---- fault injection (faults.cpp) ----------------------------------------------------------
+// Kinds as gert.inject_fault names them. Kernel launches can draw execute/sticky/hang, copies memcpy, allocations
+// malloc. A fault is drawn when the work is launched, so a launch that draws a hang is never run inline.
+enum class FaultKind { Execute = 0, Sticky = 1, Hang = 2, Malloc = 3, Memcpy = 4 };
+enum class FaultSite { Kernel, Copy, Alloc };
+struct Fault {
+  aclError code = ACL_SUCCESS;  // the task fails at execution with this code (stored on its stream)
+  bool device_wide = false;     // ... and the device's launches fail from then on (sticky)
+  uint32_t hang_ms = 0;         // the task runs only after this long (aclrtStreamAbort ends it)
+  std::string what;             // the message the failure carries
+};
+// Draws the next fault for one launch at `site` on `device` (none: a Fault with code 0 and hang_ms 0).
+Fault draw_fault(FaultSite site, int32_t device);
+// Parses GERT_HOST_FAULTS once (called by aclInit); returns 0 or fails with a message naming the bad entry.
+aclError load_env_faults();
+
+// ---- last error (aclrtGetLastError / aclrtPeekAtLastError) ----------------------------------
+aclError last_error(bool clear);
+
 // ---- streams ------------------------------------------------------------------------------
 struct Task {
   // Runs on the stream's worker thread; returns ACL_SUCCESS or a code with msg filled.
   std::function<aclError(std::string &msg)> run;
+  // Called instead of run when the task does not run (an injected fault, or an abort dropped it): releases what
+  // run would have released. Optional.
+  std::function<aclError(aclError code, const std::string &msg)> drop;  // returns the code the stream keeps (0: none)
+  Fault fault;  // drawn at launch
 };
 
 class Stream {
@@ -112,6 +138,14 @@ class Stream {
   uint64_t id() const { return id_; }
   int32_t device() const { return device_; }
   void enqueue(Task task);
+  // A launch: fails at the call while the device is aborting (107022), the stream is aborting (107023) or the
+  // device holds a sticky error (its code), as CANN's submits do; otherwise enqueues. api names the caller.
+  aclError launch(Task task, const char *api);
+  // aclrtStreamAbort: drops the queued tasks, ends a hanging one, waits for the running one, clears the error.
+  bool abort(int64_t timeout_ms);  // false: the running task outlived timeout_ms (< 0: forever)
+  // STOP mode (aclrtSetStreamFailureMode): a task fault makes the device's later launches fail (sticky).
+  std::atomic<bool> stop_on_failure{false};
+  bool failure_mode_set = false;  // under rt().mu: CANN allows setting it once per stream
   // timeout_ms < 0: forever. Returns ACL_SUCCESS, the first error a task reported, or the timeout code.
   aclError synchronize(int64_t timeout_ms, std::string &msg);
   bool idle() const { return completed_.load(std::memory_order_acquire) >= enqueued_.load(std::memory_order_acquire); }
@@ -137,7 +171,7 @@ class Stream {
   int32_t device_;
   uint32_t priority_, flags_;
   std::mutex mu_;
-  std::condition_variable work_cv_, done_cv_;
+  std::condition_variable work_cv_, done_cv_, abort_cv_;
   std::deque<Task> queue_;
   std::atomic<uint64_t> enqueued_{0}, completed_{0};
   std::atomic<int> waiters_{0};
@@ -145,6 +179,9 @@ class Stream {
   bool stop_ = false;
   std::thread::id inline_owner_{};
   aclError run_task(Task &task);
+  void record_error(aclError e, const std::string &msg);
+  std::atomic<bool> aborting_{false};
+  std::atomic<uint64_t> abort_gen_{0};  // bumped by every abort: a hang waiting on it ends
   std::shared_ptr<Stream> keep_until_worker_exits_;
   aclError error_ = ACL_SUCCESS;
   std::string error_msg_;
@@ -161,6 +198,16 @@ struct Device {
   std::atomic<uint32_t> limit[2]{};           // device resource limits, 0 = unset
   int refs = 0;                               // aclrtSetDevice count minus resets
   uint64_t default_ctx = 0;
+  // Device-wide failure (a sticky fault, or a task fault on a STOP-mode stream): every launch fails with it
+  // until aclrtDeviceTaskAbort or a reset. 0 = none.
+  std::atomic<aclError> sticky{ACL_SUCCESS};
+  std::mutex sticky_mu;
+  std::string sticky_msg;                     // under sticky_mu
+  std::atomic<bool> aborting{false};          // aclrtDeviceTaskAbort is running
+  void set_sticky(aclError e, const std::string &msg);
+  void clear_sticky();
+  // Non-zero (with msg) when a launch on this device must fail at the call.
+  aclError launch_error(std::string &msg);
 };
 
 struct Context {

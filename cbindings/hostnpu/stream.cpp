@@ -22,6 +22,7 @@ void Stream::drain_and_stop() {
     stop_ = true;
     if (own_thread) keep_until_worker_exits_ = self.lock();  // destroyed from its own host function
     work_cv_.notify_all();
+    abort_cv_.notify_all();  // a hanging task ends: destroying the stream does not wait for an injected hang
   }
   if (!thread_.joinable()) return;
   if (own_thread) {
@@ -35,17 +36,81 @@ void Stream::enqueue(Task task) {
   bool wake;
   {
     std::unique_lock<std::mutex> lk(mu_);
-    if (inline_owner_ == std::this_thread::get_id()) {  // inline mode: run it here, in order
-      lk.unlock();
-      enqueued_.fetch_add(1, std::memory_order_release);
-      run_task(task);
-      return;
+    if (inline_owner_ == std::this_thread::get_id()) {
+      if (task.fault.hang_ms == 0 && queue_.empty()) {  // inline mode: run it here, in order
+        lk.unlock();
+        enqueued_.fetch_add(1, std::memory_order_release);
+        run_task(task);
+        return;
+      }
+      // A task that hangs runs on the worker, as on a device, so that the launching thread can time out: inline
+      // mode ends here (later tasks queue behind it).
+      inline_owner_ = std::thread::id();
+      done_cv_.notify_all();
     }
     queue_.push_back(std::move(task));
     enqueued_.fetch_add(1, std::memory_order_release);
     wake = worker_sleeping_;
   }
   if (wake) work_cv_.notify_one();
+}
+
+aclError Stream::launch(Task task, const char *api) {
+  std::string why;
+  if (Device *d = find_device(device_)) {
+    if (aclError e = d->launch_error(why)) return fail(e, "%s: %s", api, why.c_str());
+  }
+  if (aborting_.load())
+    return fail(ACL_ERROR_RT_STREAM_ABORT, "%s: the stream is being aborted (aclrtStreamAbort)", api);
+  enqueue(std::move(task));
+  return ACL_SUCCESS;
+}
+
+void Stream::record_error(aclError e, const std::string &msg) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (error_ == ACL_SUCCESS) {
+      error_ = e;
+      error_msg_ = msg;
+    }
+  }
+  if (stop_on_failure.load()) {  // STOP mode: the context stops taking work (cann-runtime-rules.md, part 2)
+    if (Device *d = find_device(device_)) d->set_sticky(e, msg);
+  }
+}
+
+bool Stream::abort(int64_t timeout_ms) {
+  std::deque<Task> dropped;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    aborting_.store(true);
+    abort_gen_.fetch_add(1);
+    dropped.swap(queue_);
+  }
+  abort_cv_.notify_all();  // a hanging task ends
+  for (auto &t : dropped) {
+    if (t.drop) t.drop(ACL_ERROR_RT_STREAM_ABORT, "dropped by aclrtStreamAbort");
+  }
+  size_t n = dropped.size();
+  dropped.clear();
+  completed_.fetch_add(n, std::memory_order_seq_cst);
+  bool ok = true;
+  {
+    std::unique_lock<std::mutex> lk(mu_);
+    done_cv_.notify_all();
+    auto idle_now = [&] { return completed_.load(std::memory_order_acquire) >= enqueued_.load(std::memory_order_acquire); };
+    waiters_.fetch_add(1, std::memory_order_seq_cst);
+    if (timeout_ms < 0) {
+      done_cv_.wait(lk, idle_now);
+    } else {
+      ok = done_cv_.wait_for(lk, std::chrono::milliseconds(timeout_ms), idle_now);
+    }
+    waiters_.fetch_sub(1);
+    error_ = ACL_SUCCESS;  // the stream is normal again and can be reused
+    error_msg_.clear();
+    aborting_.store(false);
+  }
+  return ok;
 }
 
 void Stream::worker() {
@@ -74,15 +139,34 @@ void Stream::worker() {
 
 aclError Stream::run_task(Task &task) {
   std::string msg;
-  aclError e = task.run(msg);
-  task.run = nullptr;  // release what the task held before it counts as complete
-  if (e != ACL_SUCCESS) {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (error_ == ACL_SUCCESS) {
-      error_ = e;
-      error_msg_ = msg;
+  aclError e = ACL_SUCCESS;
+  bool dropped = aborting_.load();  // queued before an abort that is dropping them now
+  const Fault &f = task.fault;
+  if (!dropped && f.hang_ms) {  // an injected hang: the task runs late, unless an abort (or destroy) ends it
+    uint64_t gen = abort_gen_.load();
+    std::unique_lock<std::mutex> lk(mu_);
+    auto ended = [&] { return abort_gen_.load() != gen || stop_; };
+    if (f.hang_ms == UINT32_MAX) {
+      abort_cv_.wait(lk, ended);
+      dropped = true;
+    } else {
+      dropped = abort_cv_.wait_for(lk, std::chrono::milliseconds(f.hang_ms), ended);
     }
   }
+  if (dropped) {
+    if (task.drop) task.drop(ACL_ERROR_RT_STREAM_ABORT, "dropped by aclrtStreamAbort");
+  } else if (f.code != ACL_SUCCESS) {  // an injected fault: the task does not run, and fails on the device
+    msg = f.what;
+    e = task.drop ? task.drop(f.code, msg) : f.code;
+    if (f.device_wide) {
+      if (Device *d = find_device(device_)) d->set_sticky(f.code, msg);
+    }
+  } else {
+    e = task.run(msg);
+  }
+  task.run = nullptr;  // release what the task held before it counts as complete
+  task.drop = nullptr;
+  if (e != ACL_SUCCESS) record_error(e, msg);
   counters().tasks.fetch_add(1, std::memory_order_relaxed);
   completed_.fetch_add(1, std::memory_order_seq_cst);
   if (waiters_.load(std::memory_order_seq_cst) > 0) {
@@ -115,6 +199,7 @@ void Stream::end_inline() {
 }
 
 aclError Stream::synchronize(int64_t timeout_ms, std::string &msg) {
+  uint64_t gen = abort_gen_.load();
   uint64_t target = enqueued_.load(std::memory_order_acquire);
   auto done = [&] { return completed_.load(std::memory_order_acquire) >= target; };
   if (!spin_until(done, spin_micros())) {
@@ -134,6 +219,10 @@ aclError Stream::synchronize(int64_t timeout_ms, std::string &msg) {
     }
   }
   std::lock_guard<std::mutex> lk(mu_);
+  if (aborting_.load() || abort_gen_.load() != gen) {  // a sync made during an abort
+    msg = "the stream was aborted (aclrtStreamAbort) while this synchronize waited";
+    return ACL_ERROR_RT_STREAM_ABORT;
+  }
   aclError e = error_;
   if (e != ACL_SUCCESS) {
     msg = error_msg_;
@@ -208,6 +297,9 @@ aclError sync_stream(aclrtStream stream, int64_t ms, const char *api) {
   std::string msg;
   aclError e = s->synchronize(ms, msg);
   if (e != ACL_SUCCESS) return fail(e, "%s: %s", api, msg.c_str());
+  if (Device *d = find_device(s->device())) {  // STOP mode / device-wide: syncs of non-default streams fail too
+    if (aclError sticky = d->launch_error(msg)) return fail(sticky, "%s: %s", api, msg.c_str());
+  }
   return ACL_SUCCESS;
 }
 
@@ -302,11 +394,10 @@ aclError aclrtLaunchHostFunc(aclrtStream stream, aclrtHostFunc fn, void *args) {
   if (!fn) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtLaunchHostFunc: fn is null");
   StreamPtr s = find_stream(stream);
   if (!s) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtLaunchHostFunc: %p is not a live stream", stream);
-  s->enqueue(Task{[fn, args](std::string &) {
+  return s->launch(Task{[fn, args](std::string &) {
     fn(args);
     return ACL_SUCCESS;
-  }});
-  return ACL_SUCCESS;
+  }}, "aclrtLaunchHostFunc");
 }
 
 aclError aclrtCreateEvent(aclrtEvent *event) { return create_event(event, ACL_EVENT_TIME_LINE, true, "aclrtCreateEvent"); }
@@ -334,11 +425,17 @@ aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream) {
   StreamPtr s = find_stream(stream);
   if (!s) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtRecordEvent: %p is not a live stream", stream);
   uint64_t seq = ev->recorded.fetch_add(1) + 1;
-  s->enqueue(Task{[ev, seq](std::string &) {
+  Task t{[ev, seq](std::string &) {
     ev->complete(seq);
     return ACL_SUCCESS;
-  }});
-  return ACL_SUCCESS;
+  }};
+  t.drop = [ev, seq](aclError, const std::string &) {  // dropped by an abort: nobody waits for it forever
+    ev->complete(seq);
+    return ACL_SUCCESS;
+  };
+  aclError e = s->launch(std::move(t), "aclrtRecordEvent");
+  if (e != ACL_SUCCESS) ev->complete(seq);
+  return e;
 }
 
 aclError aclrtResetEvent(aclrtEvent event, aclrtStream stream) {
@@ -356,11 +453,10 @@ aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event) {
   if (!s) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtStreamWaitEvent: %p is not a live stream", stream);
   uint64_t seq = ev->recorded.load();  // the most recent record at the time of the call
   if (seq == 0) return ACL_SUCCESS;    // never recorded: nothing to wait for
-  s->enqueue(Task{[ev, seq](std::string &) {
+  return s->launch(Task{[ev, seq](std::string &) {
     ev->wait(seq, -1);
     return ACL_SUCCESS;
-  }});
-  return ACL_SUCCESS;
+  }}, "aclrtStreamWaitEvent");
 }
 
 static aclError sync_event(aclrtEvent event, int64_t ms, const char *api) {

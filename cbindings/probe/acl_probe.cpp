@@ -86,6 +86,8 @@ GERT_EXPECT_CONST(ACL_ERROR_RT_STREAM_CONTEXT, int, 107003);
 GERT_EXPECT_CONST(ACL_ERROR_RT_THREAD_SUBSCRIBE, int, 107012);
 GERT_EXPECT_CONST(ACL_ERROR_RT_STREAM_NO_CB_REG, int, 107015);
 GERT_EXPECT_CONST(ACL_ERROR_RT_WAIT_TIMEOUT, int, 107019);
+GERT_EXPECT_CONST(ACL_ERROR_RT_DEVICE_TASK_ABORT, int, 107022);
+GERT_EXPECT_CONST(ACL_ERROR_RT_STREAM_ABORT, int, 107023);
 GERT_EXPECT_CONST(ACL_ERROR_RT_FEATURE_NOT_SUPPORT, int, 207000);
 GERT_EXPECT_CONST(ACL_ERROR_RT_MEMORY_ALLOCATION, int, 207001);
 GERT_EXPECT_CONST(ACL_ERROR_RT_MEMORY_FREE, int, 207002);
@@ -95,6 +97,7 @@ GERT_EXPECT_CONST(ACL_ERROR_RT_INTERNAL_ERROR, int, 507000);
 GERT_EXPECT_CONST(ACL_ERROR_RT_STREAM_NOT_COMPLETE, int, 507004);
 GERT_EXPECT_CONST(ACL_ERROR_RT_EVENT_NOT_COMPLETE, int, 507006);
 GERT_EXPECT_CONST(ACL_ERROR_RT_REPORT_TIMEOUT, int, 507012);
+GERT_EXPECT_CONST(ACL_ERROR_RT_SYS_DMA, int, 507013);
 GERT_EXPECT_CONST(ACL_ERROR_RT_AICORE_TIMEOUT, int, 507014);
 GERT_EXPECT_CONST(ACL_ERROR_RT_AICORE_EXCEPTION, int, 507015);
 GERT_EXPECT_CONST(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, int, 507046);
@@ -106,6 +109,8 @@ GERT_EXPECT_CONST(ACL_EVENT_SYNC, unsigned int, 0x1u);
 GERT_EXPECT_CONST(ACL_EVENT_TIME_LINE, unsigned int, 0x8u);
 GERT_EXPECT_CONST(ACL_STREAM_FAST_LAUNCH, unsigned int, 0x1u);
 GERT_EXPECT_CONST(ACL_STREAM_FAST_SYNC, unsigned int, 0x2u);
+GERT_EXPECT_CONST(ACL_CONTINUE_ON_FAILURE, unsigned int, 0x0u);
+GERT_EXPECT_CONST(ACL_STOP_ON_FAILURE, unsigned int, 0x1u);
 
 /* ---- enums ---- */
 GERT_EXPECT_ENUM_TYPE(aclrtMemMallocPolicy);
@@ -140,6 +145,9 @@ GERT_EXPECT_ENUM(aclrtDevAttr, ACL_DEV_ATTR_VECTOR_CORE_NUM, 201);
 GERT_EXPECT_ENUM(aclrtDevAttr, ACL_DEV_ATTR_TOTAL_GLOBAL_MEM_SIZE, 301);
 GERT_EXPECT_ENUM(aclrtDevAttr, ACL_DEV_ATTR_L2_CACHE_SIZE, 302);
 
+GERT_EXPECT_ENUM_TYPE(aclrtLastErrLevel);
+GERT_EXPECT_ENUM(aclrtLastErrLevel, ACL_RT_THREAD_LEVEL, 0);
+
 GERT_EXPECT_ENUM_TYPE(aclrtDevResLimitType);
 GERT_EXPECT_ENUM(aclrtDevResLimitType, ACL_RT_DEV_RES_CUBE_CORE, 0);
 GERT_EXPECT_ENUM(aclrtDevResLimitType, ACL_RT_DEV_RES_VECTOR_CORE, 1);
@@ -153,6 +161,14 @@ GERT_EXPECT_FN(aclGetRecentErrMsg, const char *, ());
 GERT_EXPECT_FN(aclrtSetDevice, aclError, (int32_t));
 GERT_EXPECT_FN(aclrtResetDevice, aclError, (int32_t));
 GERT_EXPECT_FN(aclrtGetDevice, aclError, (int32_t *));
+GERT_EXPECT_FN(aclrtResetDeviceForce, aclError, (int32_t));
+
+/* ---- faults: recovery and the last error (cann-runtime-rules.md, parts 2 and 3) ---- */
+GERT_EXPECT_FN(aclrtDeviceTaskAbort, aclError, (int32_t, uint32_t));
+GERT_EXPECT_FN(aclrtStreamAbort, aclError, (aclrtStream));
+GERT_EXPECT_FN(aclrtSetStreamFailureMode, aclError, (aclrtStream, uint64_t));
+GERT_EXPECT_FN(aclrtPeekAtLastError, aclError, (aclrtLastErrLevel));
+GERT_EXPECT_FN(aclrtGetLastError, aclError, (aclrtLastErrLevel));
 GERT_EXPECT_FN(aclrtGetDeviceCount, aclError, (uint32_t *));
 GERT_EXPECT_FN(aclrtGetDeviceInfo, aclError, (uint32_t, aclrtDevAttr, int64_t *));
 
@@ -285,7 +301,6 @@ GERT_EXPECT_ENUM(aclDataType, ACL_COMPLEX64, 16);
 GERT_EXPECT_ENUM(aclDataType, ACL_COMPLEX128, 17);
 GERT_EXPECT_ENUM(aclDataType, ACL_BF16, 27);
 
-GERT_EXPECT_FN(aclrtResetDeviceForce, aclError, (int32_t));
 GERT_EXPECT_FN(aclrtDestroyStreamForce, aclError, (aclrtStream));
 GERT_EXPECT_FN(aclrtResetEvent, aclError, (aclrtEvent, aclrtStream));
 /* Real CANN marks aclrtQueryEvent deprecated (in favour of aclrtQueryEventStatus); naming it here is no use. */

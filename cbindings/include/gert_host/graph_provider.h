@@ -29,18 +29,22 @@ typedef void *(*gertHostOutputAlloc)(void *alloc_ctx, uint64_t nbytes);
 
 typedef struct gertHostGraphProvider {
   void *ctx;
-  /* Prepares the model for inputs of the given dtypes and shapes (-1 dims are dynamic). Fills outputs' dtype and
-   * shape (-1 where the shape depends on the inputs). ``group`` is the GE Session: graphs of one group are launched
-   * one at a time, so the provider may share compute state (e.g. thread pools) among them. Returns 0, or non-zero
-   * with err filled. */
+  /* Prepares the model for inputs of the given dtypes and shapes (-1 dims are dynamic) by shape inference and
+   * constant folding, never by running it. Fills outputs' dtype and shape: -1 for a dim not known from the input
+   * shapes, a single -2 dim for an unknown rank. Sets *unknown_shape to 1 when any tensor of the graph (outputs or
+   * intermediates) has a dim not known from the input shapes (a value-dependent shape: GE's unknown-shape graph).
+   * ``group`` is the GE Session: graphs of one group are launched one at a time, so the provider may share compute
+   * state (e.g. thread pools) among them. Returns 0, or non-zero with err filled. */
   int (*compile)(void *ctx, uint64_t group, const void *model, size_t model_size, int32_t n_inputs,
                  const char *const *input_names,
                  const gertHostTensorRef *inputs, int32_t n_outputs, const char *const *output_names,
-                 gertHostTensorRef *outputs, void **executable, char *err, size_t err_len);
+                 gertHostTensorRef *outputs, int32_t *unknown_shape, void **executable, char *err, size_t err_len);
   /* Optional: get ready to run with this many compute threads (called by LoadGraph). */
   int (*prepare)(void *executable, int32_t threads, char *err, size_t err_len);
-  /* Runs once. inputs[i].data and outputs[i].data are host-addressable; an output with data == NULL is produced by
-   * the provider into memory from alloc(alloc_ctx, nbytes), and its dims are filled. Returns 0 or non-zero + err. */
+  /* Runs once. inputs[i].data and outputs[i].data are host-addressable. An output whose dims are all known and
+   * whose data is set is written in place; otherwise the provider computes it, copies it into data when it fits in
+   * nbytes (and fails when not), or into memory from alloc(alloc_ctx, nbytes) when data == NULL, and fills its data,
+   * nbytes and dims. Returns 0 or non-zero + err. */
   int (*run)(void *executable, int32_t threads, int32_t n_inputs, const gertHostTensorRef *inputs, int32_t n_outputs,
              gertHostTensorRef *outputs, gertHostOutputAlloc alloc, void *alloc_ctx, char *err, size_t err_len);
   void (*release)(void *executable);

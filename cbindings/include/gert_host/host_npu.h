@@ -18,10 +18,27 @@ typedef struct gertHostCounters {
   uint64_t device_memory_in_use; /* bytes, all devices */
   uint64_t device_memory_peak;   /* bytes, all devices, since the last reset */
   uint64_t streams_alive;
+  uint64_t faults_execute;     /* injected faults fired, per kind (gertHostInjectFault, GERT_HOST_FAULTS) */
+  uint64_t faults_sticky;
+  uint64_t faults_hang;
+  uint64_t faults_malloc;
+  uint64_t faults_memcpy;
+  uint64_t stream_aborts;      /* aclrtStreamAbort calls */
+  uint64_t device_task_aborts; /* aclrtDeviceTaskAbort calls */
 } gertHostCounters;
 
 void gertHostGetCounters(gertHostCounters *out);
-/* Zero the byte and task counters; the peak restarts from the memory in use now. */
+/* Fault injection. kind: "execute" (a kernel task fails with ACL_ERROR_RT_AICORE_EXCEPTION, reported once by the
+ * next synchronize), "sticky" (the same, and every later launch on the device fails at the call until
+ * aclrtDeviceTaskAbort or aclrtResetDeviceForce), "hang" (a kernel task runs only after duration_ms, 0 = until
+ * aclrtStreamAbort), "malloc" (a device allocation fails with ACL_ERROR_RT_MEMORY_ALLOCATION), "memcpy" (a copy fails
+ * with ACL_ERROR_RT_SYS_DMA). The fault hits the `count` launches (allocations, copies) on `device` that follow the
+ * next `after` ones, or with every > 0 every `every`-th launch from there on, `count` times. Returns 0, or -1 for an
+ * unknown kind. GERT_HOST_FAULTS arms the same at aclInit. */
+int gertHostInjectFault(const char *kind, int32_t device, uint64_t after, uint64_t count, uint64_t every,
+                        uint32_t duration_ms);
+void gertHostClearFaults(void);
+/* Zero the byte, task, fault and abort counters; the peak restarts from the memory in use now. */
 void gertHostResetCounters(void);
 /* How long a stream worker and a synchronizing thread spin before they block, in microseconds. */
 void gertHostSetSpinMicros(uint32_t us);

@@ -1,15 +1,16 @@
-"""Run RapidOCR (an unmodified ONNX Runtime application) over rendered images; print its results as JSON.
+"""RapidOCR, an unmodified ONNX Runtime application, on gert: render text images, read them, print JSON.
 
-    python rapidocr_run.py ort|gert|gert-cann
+    python examples/rapidocr_on_gert.py gert [COUNT [ROUNDS]]    # every ONNX Runtime session RapidOCR makes is gert's
+    python examples/rapidocr_on_gert.py ort  [COUNT [ROUNDS]]    # ONNX Runtime itself, for comparison
 
-``gert``: gert.patch_onnxruntime(when="always") before RapidOCR is imported, so every session it makes is gert's;
-``gert-cann``: when="cann", which leaves RapidOCR (it asks for CPUExecutionProvider) on ONNX Runtime. Shared by
-tests/test_rapidocr_on_gert.py and benchmarks/bench_rapidocr.py.
+Needs RapidOCR and what it imports: `pip install --no-deps rapidocr-onnxruntime==1.4.4` plus the test extra
+(opencv-python-headless, pyclipper, shapely, Pillow, PyYAML, six, tqdm). The one line that moves RapidOCR onto gert
+is ``gert.patch_onnxruntime(when="always")``, before RapidOCR is imported. tests/test_rapidocr_on_gert.py and
+benchmarks/bench_rapidocr.py run this script.
 """
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 
@@ -48,10 +49,12 @@ def images(count: int = len(TEXTS)) -> list:
 
 
 def main(mode: str, count: int, rounds: int = 1) -> dict:
-    if mode.startswith("gert"):
+    if mode == "gert":
         import gert
 
-        gert.patch_onnxruntime(when="cann" if mode == "gert-cann" else "always")
+        gert.patch_onnxruntime(when="always")
+    elif mode != "ort":
+        raise SystemExit(f"mode must be gert or ort, got {mode!r}")
     from rapidocr_onnxruntime import RapidOCR
 
     engine = RapidOCR()
@@ -72,7 +75,8 @@ def main(mode: str, count: int, rounds: int = 1) -> dict:
         stats = getattr(getattr(sess, "model", None), "stats", None)
         if stats:
             s = stats()
-            sessions[part + "_stats"] = {"compiles": s["compiles"], "gears": len(s["gears"])}
+            sessions[part + "_stats"] = {"compiles": s["compiles"], "graphs": len(s["gears"]),
+                                         "requests": sum(w["requests"] for w in s["streams"])}
     return {"results": results, "sessions": sessions,
             "images_per_s": (count * (rounds - 1) / took) if rounds > 1 and took > 0 else None}
 
@@ -81,5 +85,4 @@ if __name__ == "__main__":
     mode = sys.argv[1]
     count = int(sys.argv[2]) if len(sys.argv) > 2 else len(TEXTS)
     rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 1
-    os.environ.setdefault("OMP_NUM_THREADS", "2")
     print("RESULT " + json.dumps(main(mode, count, rounds)))

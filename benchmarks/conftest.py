@@ -1,0 +1,22 @@
+"""Benchmarks run by pytest-benchmark. `python -m pytest -q` runs each once with benchmarking disabled (a smoke run,
+small sizes); `python -m pytest benchmarks/ --benchmark-only --benchmark-enable` measures."""
+from __future__ import annotations
+
+import pytest
+
+import gert
+
+
+@pytest.fixture(scope="session", autouse=True)
+def device():
+    """Device(0) held open for the session, as in tests/: no benchmark finalizes the runtime under another."""
+    if gert.backend() != "hostnpu" and gert.device_count() == 0:
+        pytest.skip("no device")
+    with gert.Device(0) as dev:
+        yield dev
+
+
+@pytest.fixture
+def measuring(benchmark) -> bool:
+    """True when pytest-benchmark measures; False in the smoke run (--benchmark-disable), which uses small sizes."""
+    return not benchmark.disabled

@@ -1,0 +1,334 @@
+"""Compile-time shape inference for the host NPU's GE, as GE does it: never by running the model.
+
+GE's ``InferShapeForPreprocess`` repeats InferShape, DimensionCompute (Shape/Size of known shapes), ConstantFolding
+and CondRemove until nothing changes (ge-shapes-and-cache.md, A1/A3). This is the same in one pass in topological
+order: each node either folds (every input is a known constant, or it is Shape/Size of a tensor whose shape is
+known) or has its output types inferred by ONNX's own per-node shape inference, given the constants it reads. An
+``If`` whose condition folds is replaced by its branch; otherwise both branches are inferred and their shapes merged.
+
+The result says, per graph output, whether its shape is known from the input shapes alone. A value-dependent
+operator (NonZero, NonMaxSuppression, ...) or a shape operand that comes from an input's values leaves dims
+unknown: the graph is then an unknown-shape graph, whose outputs GE allocates at execution.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+import onnx
+from onnx import defs, helper, numpy_helper, shape_inference
+
+# Constants up to this many elements are folded and handed to shape inference (shape operands are small; weights
+# are never needed to know a shape).
+_FOLD_ELEMENTS = 4096
+# Constant inputs up to this many elements are handed to an operator's shape inference.
+_OPERAND_ELEMENTS = 16
+# Elementwise operators whose output has the (broadcast) shape and element type of their inputs.
+_UNARY = {"Relu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Selu", "Softplus", "Softsign",
+          "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Round", "Erf", "Sin", "Cos", "Identity",
+          "Softmax", "LogSoftmax", "Mish", "Gelu", "Sign",
+          "Clip", "BatchNormalization", "InstanceNormalization", "LayerNormalization"}  # (X, parameters...) -> X's
+_BROADCAST = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "PRelu"}
+# Never folded: their value is not a function of their inputs.
+_NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+
+
+class ShapeError(ValueError):
+    """The input shapes do not fit the graph (an operator's shape inference refused them)."""
+
+
+@dataclass
+class Inferred:
+    """Per graph output its shape, or None where a dim is not known from the input shapes; ``all_known``: every
+    tensor of the graph (intermediates too) has a known shape, i.e. GE would compile it static."""
+
+    output_shapes: list
+    all_known: bool
+    unknown: list = field(default_factory=list)  # names of tensors whose shape is not known
+    output_dims: list = field(default_factory=list)  # per output: dims (int, a dim_param str, or None), or None
+    output_elem: list = field(default_factory=list)  # per output: ONNX element type (0: not known)
+
+
+@dataclass(frozen=True)
+class _T:
+    """A tensor's type as the pass keeps it: ONNX element type and dims (int, a dim_param str, or None when not
+    known), ``dims`` None for an unknown rank; ``proto`` keeps a non-tensor type (sequence, optional) as ONNX gave
+    it. Plain Python: reading protobuf fields per node would cost more than the inference."""
+
+    elem: int
+    dims: Optional[tuple]
+    proto: Optional[onnx.TypeProto] = None
+
+    @property
+    def known(self) -> Optional[tuple]:
+        """The shape if every dim is a known size."""
+        d = self.dims
+        return d if d is not None and all(type(x) is int for x in d) else None
+
+    def to_proto(self) -> onnx.TypeProto:
+        if self.proto is not None:
+            return self.proto
+        return helper.make_tensor_type_proto(self.elem, None if self.dims is None else list(self.dims))
+
+    @staticmethod
+    def of(t: onnx.TypeProto) -> "_T":
+        if t.WhichOneof("value") != "tensor_type":
+            return _T(0, None, t)
+        tt = t.tensor_type
+        if not tt.HasField("shape"):
+            return _T(tt.elem_type, None)
+        return _T(tt.elem_type, tuple(int(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0
+                                      else (d.dim_param or None) for d in tt.shape.dim))
+
+
+def _known(t: Optional[_T]) -> Optional[tuple]:
+    return None if t is None else t.known
+
+
+class _Scope:
+    """Types and folded values of the names visible in one graph (a branch sees its parents' names)."""
+
+    def __init__(self, parent: Optional["_Scope"] = None) -> None:
+        self.parent = parent
+        self.types: dict = {}
+        self.values: dict = {}       # name -> np.ndarray (folded)
+        self.protos: dict = {}       # name -> TensorProto (initializers, converted on demand)
+
+    def type(self, name: str) -> Optional[_T]:
+        s = self
+        while s is not None:
+            t = s.types.get(name)
+            if t is not None:
+                return t
+            p = s.protos.get(name)
+            if p is not None:  # a constant's type, built when first asked for
+                t = s.types[name] = _T(p.data_type, tuple(p.dims))
+                return t
+            s = s.parent
+        return None
+
+    def size(self, name: str) -> Optional[int]:
+        """Element count of a constant (folded value or initializer / Constant tensor), None if not a constant."""
+        s = self
+        while s is not None:
+            if name in s.values:
+                return int(s.values[name].size)
+            p = s.protos.get(name)
+            if p is not None:
+                return math.prod(p.dims)
+            s = s.parent
+        return None
+
+    def value(self, name: str, limit: int = _FOLD_ELEMENTS) -> Optional[np.ndarray]:
+        s = self
+        while s is not None:
+            if name in s.values:
+                v = s.values[name]
+                return v if v.size <= limit else None
+            p = s.protos.get(name)
+            if p is not None:
+                if math.prod(p.dims) > limit:
+                    return None
+                try:
+                    v = numpy_helper.to_array(p)
+                except Exception:  # noqa: BLE001 - an exotic encoding: just not folded
+                    return None
+                s.values[name] = v
+                return v
+            s = s.parent
+        return None
+
+    def set_value(self, name: str, v: np.ndarray) -> None:
+        self.values[name] = v
+        self.types[name] = _T(helper.np_dtype_to_tensor_dtype(v.dtype), tuple(int(d) for d in v.shape))
+
+
+class _Inferer:
+    def __init__(self, model: onnx.ModelProto) -> None:
+        self.opsets = {(o.domain or ""): o.version for o in model.opset_import}
+        self.opset_protos = list(model.opset_import)
+        self.ir_version = model.ir_version
+        self.unknown: list = []
+
+    # ---- one graph -------------------------------------------------------------------------------------------
+    def graph(self, g: onnx.GraphProto, scope: _Scope) -> None:
+        for init in g.initializer:
+            scope.protos[init.name] = init
+        for node in g.node:
+            self.node(node, scope)
+
+    def node(self, node: onnx.NodeProto, scope: _Scope) -> None:
+        op, domain = node.op_type, node.domain or ""
+        if domain in ("", "ai.onnx"):
+            if op == "Constant":
+                return self._constant(node, scope)
+            if op == "If":
+                return self._if(node, scope)
+            if op in ("Shape", "Size") and self._shape_op(node, scope):
+                return None
+        sizes = [scope.size(i) if i else 0 for i in node.input]
+        if op not in _NO_FOLD and all(n is not None and n <= _FOLD_ELEMENTS for n in sizes) and \
+                not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+            if self._fold(node, scope, [scope.value(i) if i else None for i in node.input]):
+                return None
+        self._infer(node, scope)
+
+    def _constant(self, node: onnx.NodeProto, scope: _Scope) -> None:
+        """A Constant's tensor is kept as it is (converted only if a fold needs it); other forms are evaluated."""
+        name = node.output[0]
+        for a in node.attribute:
+            if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
+                scope.protos[name] = a.t
+                return
+        if not self._fold(node, scope, []):
+            self.unknown.append(name)
+
+    def _fold(self, node: onnx.NodeProto, scope: _Scope, ins: list) -> bool:
+        from onnx.reference import ReferenceEvaluator
+
+        try:
+            ev = ReferenceEvaluator(node, opsets=self.opsets)
+            feeds = {i: v for i, v in zip(node.input, ins) if i}
+            outs = ev.run(None, feeds)
+        except Exception:  # noqa: BLE001 - not evaluable here: fall back to inference
+            return False
+        for name, v in zip(node.output, outs):
+            if name and isinstance(v, np.ndarray):
+                scope.set_value(name, v)
+        return all(not n or n in scope.values for n in node.output)
+
+    def _shape_op(self, node: onnx.NodeProto, scope: _Scope) -> bool:
+        shape = _known(scope.type(node.input[0]))
+        if shape is None:
+            return False
+        if node.op_type == "Size":
+            scope.set_value(node.output[0], np.array(int(np.prod(shape, dtype=np.int64)), np.int64))
+            return True
+        attrs = {a.name: a.i for a in node.attribute}
+        rank = len(shape)
+        start, end = attrs.get("start", 0), attrs.get("end", rank)
+        start = min(max(start + rank if start < 0 else start, 0), rank)
+        end = min(max(end + rank if end < 0 else end, 0), rank)
+        scope.set_value(node.output[0], np.array(shape[start:end], np.int64))
+        return True
+
+    def _elementwise(self, node: onnx.NodeProto, scope: _Scope) -> bool:
+        """The shape rule of the elementwise operators that make up most of a CNN, without a call into ONNX: one
+        output, the first input's element type, the inputs' known shapes broadcast (numpy rules)."""
+        if (node.domain or "") not in ("", "ai.onnx") or len(node.output) != 1 or not node.input:
+            return False
+        unary = node.op_type in _UNARY
+        if not unary and (node.op_type not in _BROADCAST or len(node.input) != 2):
+            return False
+        types = [scope.type(i) for i in (node.input[:1] if unary else node.input)]
+        shapes = [_known(t) for t in types]
+        if any(sh is None for sh in shapes):
+            return False
+        if len(shapes) == 1 or shapes[0] == shapes[1]:
+            shape = shapes[0]
+        else:
+            try:
+                shape = tuple(int(d) for d in np.broadcast_shapes(*shapes))
+            except ValueError:
+                return False  # ONNX's inference reports it
+        scope.types[node.output[0]] = _T(types[0].elem, shape)
+        return True
+
+    def _infer(self, node: onnx.NodeProto, scope: _Scope) -> None:
+        if self._elementwise(node, scope):
+            return
+        domain = node.domain or ""
+        version = self.opsets.get(domain, self.opsets.get("ai.onnx", 1) if domain == "" else 1)
+        out: dict = {}
+        try:
+            schema = defs.get_schema(node.op_type, version, domain)
+        except Exception:  # noqa: BLE001 - an operator ONNX does not define: its outputs stay unknown
+            schema = None
+        try:
+            if schema is None:
+                raise LookupError
+            types = {i: t.to_proto() for i in node.input if i for t in [scope.type(i)] if t is not None}
+            data = {}
+            for i in node.input:  # constant shape operands (shapes, axes, scales, pads: a handful of elements)
+                if i and i not in data:
+                    v = scope.value(i, _OPERAND_ELEMENTS)
+                    if v is not None:
+                        data[i] = numpy_helper.from_array(np.asarray(v), i)
+            out = shape_inference.infer_node_outputs(schema, node, types, data, opset_imports=self.opset_protos,
+                                                     ir_version=self.ir_version)
+        except shape_inference.InferenceError as e:  # GE's InferShape fails the compile
+            raise ShapeError(f"shape inference failed at node '{node.name or node.op_type}' ({node.op_type}): "
+                             f"{e}") from None
+        except Exception:  # noqa: BLE001 - no schema or no inference function: the outputs stay unknown
+            out = {}
+        for name in node.output:
+            if not name:
+                continue
+            t = out.get(name)
+            t = _T.of(t) if t is not None else None
+            if t is not None:
+                scope.types[name] = t
+            if _known(t) is None:
+                self.unknown.append(name)
+
+    def _if(self, node: onnx.NodeProto, scope: _Scope) -> None:
+        branches = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
+        cond = scope.value(node.input[0])
+        if cond is not None and cond.size == 1:  # CondRemovePass: a constant condition keeps one branch
+            branch = branches["then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"]
+            self.graph(branch, scope)
+            for name, bout in zip(node.output, branch.output):
+                t = scope.type(bout.name)
+                if t is not None:
+                    scope.types[name] = t
+                v = scope.values.get(bout.name)
+                if v is not None:
+                    scope.values[name] = v
+                if _known(t) is None and name:
+                    self.unknown.append(name)
+            return
+        results = []
+        for key in ("then_branch", "else_branch"):
+            child = _Scope(scope)
+            self.graph(branches[key], child)
+            results.append([child.type(o.name) for o in branches[key].output])
+        for name, a, b in zip(node.output, *results):
+            t = _merge(a, b)
+            if t is not None:
+                scope.types[name] = t
+            if _known(t) is None and name:
+                self.unknown.append(name)
+
+
+def _merge(a: Optional[_T], b: Optional[_T]) -> Optional[_T]:
+    """The type of an If output from its branches' types: equal dims stay, others become unknown."""
+    if a is None or b is None or a.proto is not None or b.proto is not None:
+        return None
+    elem = a.elem or b.elem
+    if a.dims is None or b.dims is None or len(a.dims) != len(b.dims):
+        return _T(elem, None)
+    return _T(elem, tuple(x if x == y and type(x) is int else None for x, y in zip(a.dims, b.dims)))
+
+
+def infer(model, input_dims: Mapping[str, Sequence]) -> Inferred:
+    """Shapes of ``model`` (serialized bytes or a ModelProto) for inputs fixed at ``input_dims`` (name -> dims; a
+    str dim is symbolic, a negative or None one unknown).
+    Graph outputs' declared shapes and ``value_info`` are ignored, as GE's parser ignores them (A5)."""
+    m = model if isinstance(model, onnx.ModelProto) else onnx.load_from_string(bytes(model))
+    inf = _Inferer(m)
+    scope = _Scope()
+    inits = {i.name for i in m.graph.initializer}
+    for i in m.graph.input:
+        if i.name in inits:
+            continue
+        dims = input_dims.get(i.name)
+        elem = i.type.tensor_type.elem_type
+        scope.types[i.name] = _T(elem, None if dims is None else tuple(
+            d if isinstance(d, str) else (int(d) if d is not None and d >= 0 else None) for d in dims))
+    inf.graph(m.graph, scope)
+    types = [scope.type(o.name) for o in m.graph.output]
+    outs = [_known(t) for t in types]
+    return Inferred(outs, not inf.unknown and all(s is not None for s in outs), inf.unknown,
+                    [None if t is None else t.dims for t in types], [0 if t is None else t.elem for t in types])

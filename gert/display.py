@@ -1,0 +1,143 @@
+"""How a Model and its stats() show in Jupyter (HTML tables) and in IPython or a terminal (text tables).
+
+Both views are built from the same sections (a title, column headers, rows), so they always say the same thing.
+"""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gert.model import Model
+
+
+@dataclass
+class Section:
+    title: str
+    headers: list = field(default_factory=list)
+    rows: list = field(default_factory=list)      # lists of cells (str() of each is shown)
+    note: str = ""                                # shown when there are no rows, or under the table
+
+
+def _fmt_shape(shape) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _mb(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def stats_sections(stats: dict) -> list:
+    """Streams (device, core limits, requests, busy, compiles), gears (hits, padding), device memory."""
+    streams = Section("streams", ["stream", "device", "cube cores", "vector cores", "requests", "busy s",
+                                  "compiles", "compile s"])
+    for s in stats.get("streams", []):
+        streams.rows.append([s["stream"], s["device"], s["cube_cores"], s["vector_cores"], s["requests"],
+                             f"{s['busy_seconds']:.3f}", s["compiles"], f"{s['compile_seconds']:.2f}"])
+    gears = Section("gears", ["gear", "hits", "padding"], note="no requests yet")
+    for label, g in sorted(stats.get("gears", {}).items()):
+        gears.rows.append([label, g["hits"], f"{100 * g['padding_ratio']:.1f}%"])
+    memory = Section("device memory", ["device", "used", "total"])
+    for d, m in sorted(stats.get("device_memory", {}).items()):
+        memory.rows.append([d, _mb(m["used"]), _mb(m["total"])])
+    return [streams, gears, memory]
+
+
+def model_sections(model: "Model") -> list:
+    """Inputs and outputs with their dims, the dynamic dims' policies and gears, then the stats (if open)."""
+    plan = model.plan
+    io = Section("inputs and outputs", ["", "name", "dtype", "shape"])
+    for kind, tensors in (("input", plan.inputs), ("output", plan.outputs)):
+        for t in tensors:
+            io.rows.append([kind, t.name, str(t.dtype), _fmt_shape(t.shape)])
+    dims = Section("dynamic dims", ["dim", "axes", "policy", "gears"], note="none: every shape is fixed")
+    for name, d in sorted(plan.dims.items()):
+        axes = ", ".join(f"{n}:{a}" for n, a in d.axes)
+        dims.rows.append([name, axes, d.policy, ",".join(map(str, d.gears)) or "any size"])
+    if model.closed:
+        return [io, dims, Section("streams", note="the model is closed")]
+    return [io, dims] + stats_sections(model.stats())
+
+
+def model_title(model: "Model") -> str:
+    from gert import backend
+
+    state = "closed" if model.closed else f"{model.num_streams} stream(s)"
+    split = ", split_batch" if model.split_batch and not model.closed else ""
+    return f"gert.Model on {backend()}: {state}{split}"
+
+
+# ---- renderers ---------------------------------------------------------------------------------------------------
+def to_text(title: str, sections: list) -> str:
+    lines = [title]
+    for s in sections:
+        lines.append(f"{s.title}:")
+        if s.rows:
+            cells = [[str(h) for h in s.headers]] + [[str(c) for c in r] for r in s.rows]
+            widths = [max(len(r[i]) for r in cells) for i in range(len(s.headers))]
+            for r in cells:
+                lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+        elif s.note:
+            lines.append(f"  {s.note}")
+    return "\n".join(lines)
+
+
+def to_html(title: str, sections: list) -> str:
+    e = html.escape
+    out = [f"<div class='gert'><b>{e(title)}</b>"]
+    for s in sections:
+        out.append(f"<div><i>{e(s.title)}</i>")
+        if s.rows:
+            out.append("<table><thead><tr>" + "".join(f"<th>{e(str(h))}</th>" for h in s.headers)
+                       + "</tr></thead><tbody>")
+            for r in s.rows:
+                out.append("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in r) + "</tr>")
+            out.append("</tbody></table>")
+        elif s.note:
+            out.append(f"<p>{e(s.note)}</p>")
+        out.append("</div>")
+    out.append("</div>")
+    return "\n".join(out)
+
+
+def _pretty(p, cycle: bool, text: str, short: str) -> None:
+    p.text(short if cycle else text)
+
+
+class Stats(dict):
+    """What Model.stats() returns: a plain dict (index it as before), shown as tables in Jupyter and IPython."""
+
+    TITLE = "gert.Model stats"
+
+    def _repr_html_(self) -> str:
+        return to_html(self.TITLE, stats_sections(self))
+
+    def _repr_pretty_(self, p, cycle: bool) -> None:
+        _pretty(p, cycle, to_text(self.TITLE, stats_sections(self)), "Stats(...)")
+
+    def __str__(self) -> str:
+        return to_text(self.TITLE, stats_sections(self))
+
+
+def model_html(model: "Model") -> str:
+    return to_html(model_title(model), model_sections(model))
+
+
+def model_text(model: "Model") -> str:
+    return to_text(model_title(model), model_sections(model))
+
+
+def model_repr(model: "Model") -> str:
+    """The one-line repr: inputs with their dims, and the streams."""
+    ins = ", ".join(f"{t.name}{_fmt_shape(t.shape)}" for t in model.plan.inputs)
+    state = "closed" if model.closed else f"{model.num_streams} stream(s)"
+    return f"<gert.Model ({ins}) on {state}>"
+
+
+def pretty_model(model: "Model", p, cycle: bool) -> None:
+    _pretty(p, cycle, model_text(model), model_repr(model))
+
+
+__all__ = ["Stats", "Section", "model_html", "model_text", "model_repr", "pretty_model", "stats_sections",
+           "to_html", "to_text"]

@@ -1,0 +1,219 @@
+"""Keeps a gert.Model serving through device faults, the way CANN 8.5 reports and recovers them
+(shared/docs/cann-runtime-rules.md, part 2).
+
+- A failed task (e.g. ACL_ERROR_RT_AICORE_EXCEPTION, reported once by the synchronize) fails only its request, with
+  the runtime's code and message; the stream is probed with one more synchronize, which succeeds in CANN's default
+  continue-on-failure mode.
+- A device-wide failure (the probe fails too: every launch and sync on the device fails until it is recovered): no
+  new request goes to that device, the device is recovered as torch_npu's stop_device does (aclrtDeviceTaskAbort),
+  its workers get new streams and Sessions (graphs recompile on demand), and it serves again. Workers on other
+  devices keep serving meanwhile.
+- A request not done within its timeout (aclrtSynchronizeStreamWithTimeout returned 507046): its stream is aborted
+  (aclrtStreamAbort) and reused; the request raises RequestTimeout naming the stream and the time.
+- Out of device memory (207001) while a worker grows a buffer or compiles a gear: what the worker caches (I/O
+  buffers, the other shapes' graphs) is released and the request retried once, as torch_npu's allocator frees its
+  cache and retries; a second failure fails that request only.
+"""
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from gert import _cann
+from gert.errors import AclError, DeviceUnavailable, GeError, GertError, RequestTimeout
+
+SYNC_TIMEOUT = 507046                 # ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
+OOM_CODES = (207001, 245000)          # ACL_ERROR_RT_MEMORY_ALLOCATION, ACL_ERROR_GE_MEMORY_ALLOCATION
+RECOVERING_CODES = (107022, 107023)   # ACL_ERROR_RT_DEVICE_TASK_ABORT, ACL_ERROR_RT_STREAM_ABORT
+GE_FAILED = 0xFFFFFFFF
+DEVICE_ABORT_TIMEOUT_MS = 10_000      # aclrtDeviceTaskAbort's wait for the tasks running on the device
+
+
+def is_runtime_failure(e: BaseException) -> bool:
+    """A device or runtime failure (not the request's fault): ACL/GE codes of the 5xxxxx classes, out of memory, a
+    failed graph run."""
+    if not isinstance(e, (AclError, GeError)):
+        return False
+    return e.code >= 500000 or e.code in OOM_CODES or e.code in RECOVERING_CODES or e.code == GE_FAILED
+
+
+def error_class(e: BaseException) -> str:
+    """How a server should answer ``e``: "unavailable" (retry later: a timeout, a device under recovery),
+    "internal" (a device or runtime failure) or "invalid" (the request itself is wrong)."""
+    if isinstance(e, (RequestTimeout, DeviceUnavailable)):
+        return "unavailable"
+    if isinstance(e, (AclError, GeError)) and e.code in RECOVERING_CODES:
+        return "unavailable"
+    if is_runtime_failure(e):
+        return "internal"
+    return "invalid" if isinstance(e, GertError) else "internal"
+
+
+@dataclass
+class FaultStats:
+    failed_tasks: int = 0     # requests failed by a device or runtime failure
+    timeouts: int = 0         # requests past their timeout
+    aborted_streams: int = 0  # aclrtStreamAbort calls (after timeouts, and on close)
+    recoveries: int = 0       # devices recovered after a device-wide failure
+    oom_retries: int = 0      # requests retried after out of device memory released the caches
+
+
+class Recovery:
+    """Per Model: which devices are being recovered, and what to do when a worker's request fails."""
+
+    def __init__(self, workers: Callable[[], list], request_timeout_s: Optional[float] = None):
+        if request_timeout_s is not None and not float(request_timeout_s) > 0:
+            raise GertError(f"request_timeout_s must be > 0 seconds, got {request_timeout_s}")
+        self.request_timeout_s = None if request_timeout_s is None else float(request_timeout_s)
+        self._workers = workers
+        self._lock = threading.Lock()
+        self._recovering: set = set()
+        self.stats = FaultStats()
+
+    def timeout_for(self, timeout: Optional[float]) -> Optional[float]:
+        """The request's timeout: its own, else the model's."""
+        if timeout is None:
+            return self.request_timeout_s
+        if not float(timeout) > 0:
+            raise GertError(f"timeout must be > 0 seconds, got {timeout}")
+        return float(timeout)
+
+    def usable(self, workers: list) -> list:
+        """The workers that may take a request now (not on a device under recovery)."""
+        if not self._recovering:
+            return workers
+        with self._lock:
+            ok = [w for w in workers if w.device not in self._recovering]
+            if not ok:
+                raise DeviceUnavailable(f"device(s) {sorted(self._recovering)} are being recovered after a device "
+                                        f"failure; no device of this model can take the request now, retry later")
+        return ok
+
+    def run(self, w, req) -> dict:
+        """w.run(req) (the caller holds w.lock), turning device faults into this request's error and recovering."""
+        try:
+            try:
+                return w.run(req)
+            except (AclError, GeError) as e:
+                if e.code not in OOM_CODES:
+                    raise
+                self.stats.oom_retries += 1
+                release_caches(w, keep=req.key)
+                return w.run(req)
+        except AclError as e:
+            if e.code != SYNC_TIMEOUT:
+                self._failed(w, e)
+                raise
+            self.stats.timeouts += 1
+            self._abort(w)
+            raise RequestTimeout(f"request timed out: not done within {req.timeout:g} s on device {w.device} stream "
+                                 f"{w.index} (aclrtSynchronizeStreamWithTimeout returned {SYNC_TIMEOUT}); the stream "
+                                 f"was aborted (aclrtStreamAbort) and serves again", w.device, w.index,
+                                 req.timeout) from e
+        except GeError as e:
+            self._failed(w, e)
+            raise
+
+    def abort_streams(self, workers: list) -> None:
+        """End whatever the workers' streams still run (Model.close() after its timeout)."""
+        for w in workers:
+            self._abort(w)
+
+    def _abort(self, w) -> None:
+        try:
+            w.stream.abort()
+            self.stats.aborted_streams += 1
+        except GertError:
+            pass  # the stream is gone, or its device is being recovered: nothing left to abort
+
+    def _failed(self, w, e: BaseException) -> None:
+        if not is_runtime_failure(e):
+            return  # the request's own fault (e.g. a shape GE rejects): the device is fine
+        self.stats.failed_tasks += 1
+        try:
+            w.stream.synchronize()  # continue-on-failure: the fault was reported once and the stream works
+            return
+        except GertError:
+            pass
+        self._recover(w.device, w)
+
+    def _recover(self, device: int, current) -> None:
+        """aclrtDeviceTaskAbort, then new streams and Sessions for the device's workers. ``current`` is the worker
+        whose lock the caller holds; the others' locks are taken in turn (their requests fail fast meanwhile)."""
+        with self._lock:
+            if device in self._recovering:
+                return  # another worker leads this device's recovery
+            self._recovering.add(device)
+        try:
+            _cann.device_task_abort(device, DEVICE_ABORT_TIMEOUT_MS)
+            for w in self._workers():
+                if w.device != device:
+                    continue
+                if w is current:
+                    reopen(w)
+                else:
+                    with w.lock:
+                        reopen(w)
+            self.stats.recoveries += 1
+        finally:
+            with self._lock:
+                self._recovering.discard(device)
+
+
+@contextmanager
+def watchdog(stream, timeout: Optional[float]):
+    """For a call that waits for the device without a timeout of its own (GE's run of a dynamic graph waits for it
+    to size the outputs): past ``timeout`` seconds the stream is aborted, which ends the wait, and the call raises
+    ACL_ERROR_RT_STREAM_SYNC_TIMEOUT as a timed-out synchronize would."""
+    if timeout is None:
+        yield
+        return
+    fired = threading.Event()
+
+    def fire() -> None:
+        fired.set()
+        try:
+            stream.abort()
+        except GertError:
+            pass
+
+    timer = threading.Timer(timeout, fire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    except (AclError, GeError) as e:
+        if fired.is_set():
+            raise AclError(SYNC_TIMEOUT, f"the run was still going after {timeout:g} s; the stream was aborted") from e
+        raise
+    finally:
+        timer.cancel()
+
+
+def reopen(w) -> None:
+    """A worker's stream, Session and buffers, anew (graphs recompile on demand)."""
+    try:
+        w.session.close()
+    except GertError:
+        pass
+    try:
+        w.free_buffers()
+    except GertError:
+        w.in_bufs.clear()
+        w.out_bufs.clear()
+    try:
+        w.stream.destroy()
+    except GertError:
+        pass
+    w.graphs.clear()
+    w.failed.clear()
+    w._open()
+
+
+def release_caches(w, keep: tuple) -> None:
+    """Out of device memory: free the worker's I/O buffers and every graph but the one of shape ``keep``."""
+    w.free_buffers()
+    for key in [k for k in w.graphs if k != keep]:
+        w.session.remove_graph(w.graphs.pop(key).graph_id)

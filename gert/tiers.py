@@ -1,0 +1,323 @@
+"""Shape tiers: which graph serves a request's shape, and which static graphs are kept.
+
+Policy ``auto`` (the default for non-batch dims without gears): a shape without a static graph runs at once on the
+stream's dynamic-shape graph (compiled at load by warmup). gert counts how often each shape is seen in a sliding
+window; once a shape is hot (``hot_after`` hits within the last ``hot_window`` requests) a background thread compiles
+a static graph for it on every stream, outside the streams' locks (GE compiles one graph of a Session while its other
+graphs execute), loads it, and routes the shape to it. The static set is bounded by ``max_exact_graphs`` with
+TinyLFU-style admission: a hot shape replaces the least frequent static one only if it is seen more than twice as
+often, so a scan of one-off sizes (never hot) cannot evict the hot set, and shapes of about equal frequency do not
+keep swapping places.
+
+Policy ``exact`` compiles on the request path (it has no other graph to run on); its bounded set is a segmented LRU
+(SegmentedLRU): new sizes enter a probation segment and only a second hit protects them, so a scan of one-off sizes
+evicts only other one-offs.
+"""
+from __future__ import annotations
+
+import atexit
+import collections
+import threading
+import time
+import weakref
+from typing import TYPE_CHECKING, Optional
+
+from gert.errors import GertError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from gert.executor import GraphEntry, Request, Worker
+
+# Defaults: a size seen 3 times within the last 256 requests is hot. Once or twice in 256 is what a long tail of
+# sizes produces by chance (a size with a 0.4% share is seen ~1 time per window and reaches 3 with ~8% chance),
+# while a size with a 2% share is seen ~5 times per window: hot within its first few dozen requests. A compile
+# costs seconds on an NPU, so a size must show it recurs before it is paid for.
+HOT_AFTER = 3
+HOT_WINDOW = 256
+# With the static set full, a newly hot shape replaces the least frequent static one only if it was seen more than
+# ADMIT_FACTOR times as often in the window: counts in a window are noisy, and shapes of about equal frequency would
+# otherwise keep swapping places, each swap a compile (seconds on an NPU) that gains nothing.
+ADMIT_FACTOR = 2
+
+
+def check_settings(hot_after: int, hot_window: int, max_exact_graphs: int) -> None:
+    """GertError naming the setting, unless hot_after >= 1, hot_window >= hot_after and max_exact_graphs >= 1."""
+    if int(hot_after) < 1:
+        raise GertError(f"hot_after must be >= 1, got {hot_after}")
+    if int(hot_window) < int(hot_after):
+        raise GertError(f"hot_window must be >= hot_after ({hot_after}), got {hot_window}")
+    if int(max_exact_graphs) < 1:
+        raise GertError(f"max_exact_graphs must be >= 1, got {max_exact_graphs}")
+
+
+class FrequencyWindow:
+    """How often each key was seen within the last ``size`` additions (an exact sliding window)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._recent: collections.deque = collections.deque()
+        self._counts: dict = {}
+
+    def add(self, key) -> int:
+        self._recent.append(key)
+        n = self._counts[key] = self._counts.get(key, 0) + 1
+        if len(self._recent) > self.size:
+            old = self._recent.popleft()
+            left = self._counts[old] - 1
+            if left:
+                self._counts[old] = left
+            else:
+                del self._counts[old]
+            if old == key:
+                n -= 1
+        return n
+
+    def count(self, key) -> int:
+        return self._counts.get(key, 0)
+
+
+class SegmentedLRU:
+    """A bounded set of keys that resists scans (segmented LRU): a new key enters the probation segment; a hit there
+    promotes it to the protected segment (the protected LRU falls back to probation when it is full). The victim is
+    the oldest probation key, a protected one only when probation is empty."""
+
+    def __init__(self, capacity: int):
+        self.capacity = max(1, int(capacity))
+        self.protected_cap = self.capacity - max(1, self.capacity // 5)
+        self._probation: "collections.OrderedDict" = collections.OrderedDict()
+        self._protected: "collections.OrderedDict" = collections.OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._probation) + len(self._protected)
+
+    def __contains__(self, key) -> bool:
+        return key in self._probation or key in self._protected
+
+    def hit(self, key) -> None:
+        if key in self._protected:
+            self._protected.move_to_end(key)
+        elif key in self._probation:
+            del self._probation[key]
+            self._protected[key] = None
+            if len(self._protected) > self.protected_cap:
+                self._probation[self._protected.popitem(last=False)[0]] = None
+
+    def admit(self, key) -> list:
+        """Add ``key`` (as probation); returns the keys evicted to make room."""
+        victims = []
+        while len(self) >= self.capacity:
+            victims.append((self._probation or self._protected).popitem(last=False)[0])
+        self._probation[key] = None
+        return victims
+
+    def discard(self, key) -> None:
+        self._probation.pop(key, None)
+        self._protected.pop(key, None)
+
+
+class Tiers:
+    """The ``auto`` policy of one Model: routes each request to its static graph or the stream's dynamic-shape graph,
+    counts hotness, and compiles static graphs for hot shapes in one background thread."""
+
+    def __init__(self, workers: list, max_static: int, hot_after: int = HOT_AFTER, hot_window: int = HOT_WINDOW):
+        check_settings(hot_after, hot_window, max_static)
+        self.workers = workers
+        self.max_static = int(max_static)
+        self.hot_after = int(hot_after)
+        names = sorted(workers[0].plan.dims)
+        self.fallback_key = tuple((n, -1) for n in names)  # every dynamic dim dynamic: serves any shape
+        self._window = FrequencyWindow(int(hot_window))
+        self._lock = threading.Condition()
+        self._static: dict = {}          # admitted keys -> tick of their last request
+        self._queue: collections.deque = collections.deque()
+        self._queued: set = set()
+        self._rejected: dict = {}        # key -> (its count, the tick) when admission turned it down
+        self._failed: "collections.OrderedDict" = collections.OrderedDict()  # key -> why its compile failed
+        self._tick = 0
+        self._thread: Optional[threading.Thread] = None
+        self._stopping = False
+        self._busy: Optional["Worker"] = None     # the worker whose Session/stream the compiler thread is using
+        self._handed_over: Optional["Worker"] = None  # closed by the compiler thread when its call returns
+        self.evictions = 0
+        self.rejections = 0
+        _live.add(self)
+
+    # ---- the request path (the caller holds w.lock) ----------------------------------------------------------
+    def route(self, w: "Worker", req: "Request") -> "GraphEntry":
+        key = req.key
+        with self._lock:
+            self._tick += 1
+            n = self._window.add(key)
+            if key in self._static:
+                self._static[key] = self._tick
+                if key not in w.graphs and key not in self._queued and not self._stopping:
+                    # admitted, yet this stream lost the graph (its Session was rebuilt by a device recovery)
+                    self._queued.add(key)
+                    self._queue.append(key)
+                    self._lock.notify()
+            elif (n >= self.hot_after and key not in self._queued and key not in self._failed
+                  and self._may_retry(key, n) and not self._stopping and key not in w.graphs):
+                self._queued.add(key)
+                self._queue.append(key)
+                self._lock.notify()
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name="gert-tiers", daemon=True)
+                    self._thread.start()
+        entry = w.graphs.get(key)
+        if entry is not None:
+            return entry
+        entry = w.graphs.get(self.fallback_key)
+        if entry is None:  # warmup did not run: the dynamic graph is compiled once, here
+            entry = w._compile(self.fallback_key, dict(self.fallback_key))
+            w.stats.request_path_compiles += 1
+        return entry
+
+    def _may_retry(self, key, n: int) -> bool:
+        """Turned down before: ask again once it is seen more often, or a window later (the static set cools)."""
+        rejected = self._rejected.get(key)
+        return rejected is None or n > rejected[0] or self._tick - rejected[1] >= self._window.size
+
+    # ---- the compiler thread -----------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._queue and not self._stopping:
+                    self._lock.wait()
+                if self._stopping:
+                    return
+                key = self._queue.popleft()
+                victim = None if key in self._static else self._admit(key)  # admitted before: rebuild only
+                if victim is False:
+                    self._queued.discard(key)
+                    continue
+            if victim is not None:
+                self._evict(victim)
+            self._build(key)
+            with self._lock:
+                self._queued.discard(key)
+
+    def _admit(self, key):
+        """None: admitted with room to spare; a key: admitted in place of that victim; False: turned down."""
+        victim = None
+        if len(self._static) >= self.max_static:
+            if not self._static:
+                return False
+            victim = min(self._static, key=lambda k: (self._window.count(k), self._static[k]))
+            if self._window.count(key) <= ADMIT_FACTOR * self._window.count(victim):
+                if len(self._rejected) >= _REJECTED_KEPT:
+                    self._rejected.clear()
+                self._rejected[key] = (self._window.count(key), self._tick)
+                self.rejections += 1
+                return False
+            del self._static[victim]
+            self.evictions += 1
+        self._static[key] = self._tick
+        self._rejected.pop(key, None)
+        return victim
+
+    def _evict(self, key: tuple) -> None:
+        for w in self.workers:
+            if not self._claim(w):
+                return
+            try:
+                with w.lock:
+                    entry = w.graphs.pop(key, None)
+                    if entry is not None:  # not in flight: requests synchronize before they release the lock
+                        w.session.remove_graph(entry.graph_id)
+            finally:
+                if self._release(w):
+                    return
+
+    def _build(self, key: tuple) -> None:
+        """Compile, load and install the static graph for ``key`` on each stream in turn."""
+        for w in self.workers:
+            if key in w.graphs:  # built already (a rebuild after a recovery touches only the streams that lost it)
+                continue
+            if not self._claim(w):
+                return
+            try:
+                t0 = time.perf_counter()
+                try:
+                    entry = w._build(key)  # without w.lock: the stream keeps serving on its other graphs
+                except Exception as e:  # noqa: BLE001 - recorded; the shape stays on the dynamic graph
+                    with self._lock:
+                        self._failed[key] = e
+                        while len(self._failed) > _FAILED_KEPT:
+                            self._failed.popitem(last=False)
+                        self._static.pop(key, None)
+                    with w.lock:
+                        w.stats.failed_background_compiles += 1
+                    return
+                seconds = time.perf_counter() - t0
+                with w.lock:
+                    if self._stopping:  # close() ran meanwhile: this worker is ours to release (below)
+                        return
+                    w.graphs[key] = entry  # routing switches here, atomically for this stream
+                    w.stats.compiles += 1
+                    w.stats.background_compiles += 1
+                    w.stats.compile_seconds += seconds
+            finally:
+                if self._release(w):
+                    return
+
+    def _claim(self, w: "Worker") -> bool:
+        """Mark ``w``'s Session and stream as in use by this thread; False once close() was called."""
+        with self._lock:
+            if self._stopping:
+                return False
+            self._busy = w
+            return True
+
+    def _release(self, w: "Worker") -> bool:
+        """Unmark ``w``; if close() ran meanwhile it left ``w`` to this thread, which closes it. True then."""
+        with self._lock:
+            self._busy = None
+            handed_over, self._handed_over = self._handed_over, None
+        if handed_over is not None:
+            handed_over.close()
+            return True
+        return False
+
+    # ---- lifecycle and stats -----------------------------------------------------------------------------------
+    def close(self) -> Optional["Worker"]:
+        """Stop compiling; returns without waiting for a compile in flight. Returns the worker whose Session and stream
+        that compile is using: the compiler thread closes that worker when its call returns (the caller must not)."""
+        with self._lock:
+            self._stopping = True
+            self._queue.clear()
+            self._lock.notify_all()
+            busy = self._handed_over = self._busy
+        return busy
+
+    def join(self, timeout: Optional[float] = None) -> bool:
+        """Wait for the compiler thread to end (after close()); True if it has."""
+        t = self._thread
+        if t is not None:
+            t.join(timeout)
+            return not t.is_alive()
+        return True
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {"static_shapes": len(self._static), "max_static": self.max_static, "pending": len(self._queued),
+                    "evictions": self.evictions, "rejections": self.rejections,
+                    "failed_background_compiles": {_label(k): str(e) for k, e in self._failed.items()}}
+
+
+_FAILED_KEPT = 64
+_REJECTED_KEPT = 1024
+_EXIT_WAIT = 120.0  # seconds: at exit, how long a compile in flight may still take
+_live: "weakref.WeakSet[Tiers]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_at_exit() -> None:
+    """Stop every compiler thread and let a compile in flight return while Python still runs: a daemon thread that
+    comes back into Python during finalization is ended by force, inside C++ frames (std::terminate)."""
+    for t in list(_live):
+        t.close()
+    for t in list(_live):
+        t.join(_EXIT_WAIT)
+
+
+def _label(key: tuple) -> str:
+    return ",".join(f"{k}={v}" for k, v in key)

@@ -1,0 +1,129 @@
+"""Models whose output shapes depend on input values (NonZero, NonMaxSuppression, Resize by input scales, an If on
+an input, ...): what gert.Model does differently for them.
+
+GE compiles such a model as an unknown-shape graph even with every input dim fixed, and allocates those outputs at
+execution (ge-shapes-and-cache.md, A1/A2); the executor's unknown-shape path then copies each one once, from GE's
+buffer into the result. What Model decides up front lives here:
+
+- which outputs are value-dependent, by a taint analysis of the ONNX graph: an output is value-dependent when an
+  operator that decides its shape from data (NonZero, NMS, ...) or a shape operand (Reshape's shape, Resize's
+  scales, Slice's starts, an If's condition, ...) computed from input *values* lies on its path. Shape-derived
+  operands (Shape -> Gather -> Concat -> Reshape, as exporters write) do not count: GE folds them.
+- the batch policy: padding a batch with filler rows changes value-dependent outputs (NMS over padded images adds
+  boxes), so such models default to ``exact`` and asking for ``pad`` warns why.
+- graph outputs without a shape or type in the ONNX file (legal: ONNX leaves them to inference) get them from
+  shape inference, with the input dims' symbolic names where they carry through.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Mapping, Optional
+
+import onnx
+
+from gert.shapes import ShapePlan
+
+# Operators whose output shape is decided by input data.
+_DATA_SHAPED = {"NonZero", "NonMaxSuppression", "Compress", "Unique"}
+# Inputs (by position) whose values decide the output shape.
+_SHAPE_OPERANDS: dict = {
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 3), "Resize": (2, 3),
+    "Upsample": (1,), "Range": (0, 1, 2), "ConstantOfShape": (0,), "OneHot": (1,), "TopK": (1,), "Split": (1,),
+    "Unsqueeze": (1,), "Squeeze": (1,), "CenterCropPad": (1,), "Col2Im": (1, 2), "DFT": (1,), "STFT": (1, 3),
+    "HannWindow": (0,), "HammingWindow": (0,), "BlackmanWindow": (0,), "MelWeightMatrix": (0, 1), "MaxUnpool": (2,),
+    "AffineGrid": (1,), "If": (0,),
+}
+_REDUCE = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+           "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}
+
+
+def _taint(graph: onnx.GraphProto, value: dict, shape: dict) -> None:
+    """Marks, per tensor name, ``value``: its value depends on input values; ``shape``: its shape does."""
+    for init in graph.initializer:
+        value[init.name] = shape[init.name] = False
+    for node in graph.node:
+        op = node.op_type if node.domain in ("", "ai.onnx") else None
+        ins = [i for i in node.input if i]
+        in_shape = any(shape.get(i, False) for i in ins)
+        operands = _SHAPE_OPERANDS.get(op, (1,) if op in _REDUCE else ())
+        from_values = any(value.get(node.input[k], False) for k in operands if k < len(node.input) and node.input[k])
+        sub_value = False
+        for a in node.attribute:  # subgraphs (If branches) see the outer names
+            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                _taint(g, value, shape)
+                in_shape = in_shape or any(shape.get(o.name, False) for o in g.output)
+                sub_value = sub_value or any(value.get(o.name, False) for o in g.output)
+        out_shape = op in _DATA_SHAPED or in_shape or from_values
+        if op in ("Shape", "Size"):
+            out_value = in_shape
+        elif op == "Constant":
+            out_value = False
+        else:
+            out_value = any(value.get(i, False) for i in ins) or out_shape or sub_value
+        for o in node.output:
+            value[o], shape[o] = out_value, out_shape
+
+
+def value_dependent_outputs(model: onnx.ModelProto) -> list:
+    """Names of the graph outputs whose shape depends on input values."""
+    value, shape = {}, {}
+    inits = {i.name for i in model.graph.initializer}
+    for i in model.graph.input:
+        if i.name not in inits:
+            value[i.name], shape[i.name] = True, False
+    _taint(model.graph, value, shape)
+    return [o.name for o in model.graph.output if shape.get(o.name, False)]
+
+
+def complete_outputs(model: onnx.ModelProto, io: dict) -> dict:
+    """``io`` (gert._cann.read_onnx_io) with each output that has no shape or no type in the file given what shape
+    inference finds for the declared inputs: symbolic dims keep their names, unknown dims are None."""
+    todo = [k for k, (_, elem, dims) in enumerate(io["outputs"]) if dims is None or not elem]
+    if not todo:
+        return io
+    from gert import _shape_infer
+
+    inferred = _shape_infer.infer(model, {name: dims for name, _, dims in io["inputs"] if dims is not None})
+    outputs = list(io["outputs"])
+    for k in todo:
+        name, elem, dims = outputs[k]
+        outputs[k] = (name, elem or inferred.output_elem[k], dims if dims is not None else inferred.output_dims[k])
+    return dict(io, outputs=outputs)
+
+
+def analyze(data: bytes, io: dict) -> tuple:
+    """(io with shapeless outputs completed, names of value-dependent outputs) for a serialized model."""
+    model = onnx.load_from_string(data)
+    return complete_outputs(model, io), value_dependent_outputs(model)
+
+
+def apply_batch_policy(plan: ShapePlan, dependent: list, shape_policy: Optional[Mapping[str, str]],
+                       gears: Optional[Mapping]) -> None:
+    """For a model with value-dependent outputs: the batch axis defaults to ``exact`` (a graph per batch size, no
+    filler rows); an explicit ``pad`` is kept, with a warning saying what it changes."""
+    batch = plan.batch
+    if not dependent or batch is None:
+        return
+    # A value-dependent output's first axis is the batch only when it carries an input's batch dim name (NMS's
+    # [selected, 3] does not): others are returned whole, never split per request or sliced.
+    batch_names = {t.shape[0] for t in plan.inputs if t.shape and isinstance(t.shape[0], str)}
+    for o in plan.outputs:
+        if o.name in dependent and plan.output_axes.get((o.name, 0)) == "batch" and o.shape[0] not in batch_names:
+            del plan.output_axes[(o.name, 0)]
+    asked = (shape_policy or {}).get("batch")
+    if asked == "pad":
+        warnings.warn(f"shape_policy batch='pad' on a model whose outputs {dependent} depend on input values: the "
+                      f"filler rows of a padded batch are run too and can change those outputs (e.g. NMS over padded "
+                      f"images adds boxes); 'exact' (the default for such models) runs each batch size as it is",
+                      stacklevel=3)
+        return
+    if asked is None:
+        batch.policy = "exact"
+        if "batch" not in (gears or {}):
+            batch.gears = ()
+
+
+def batches_split(plan: ShapePlan, dependent: list) -> bool:
+    """Whether requests merged into one batch can be split back: every value-dependent output carries the batch
+    axis. NMS's [selected, 3] over a merged batch holds every request's boxes, so such requests run one by one."""
+    return all(plan.output_axes.get((name, 0)) == "batch" for name in dependent)

@@ -1,0 +1,34 @@
+"""The documented benchmark command really measures (pyproject's addopts disable benchmarks for the smoke run in
+`python -m pytest`), its JSON holds gert and baseline in one group, and run_all.py tabulates their ratio."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from _helpers import REPO
+
+
+def test_benchmark_only_measures_and_run_all_reports_ratios(tmp_path):
+    j, md = tmp_path / "b.json", tmp_path / "RESULTS.md"
+    r = subprocess.run([sys.executable, "-m", "pytest", "benchmarks/test_model_run.py", "--benchmark-only",
+                        "--benchmark-enable", f"--benchmark-json={j}", "--benchmark-max-time=0.01",
+                        "--benchmark-min-rounds=3", "-q", "-p", "no:cacheprovider"],
+                       cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    benches = json.loads(j.read_text())["benchmarks"]
+    assert len(benches) == 4 and all(b["stats"]["rounds"] >= 3 for b in benches)
+    groups: dict = {}
+    for b in benches:
+        groups.setdefault(b["group"], {})[b["extra_info"]["role"]] = b["stats"]["median"]
+    assert sorted(groups) == ["Model.run overhead relu-1x64-static", "Model.run overhead relu-3rows-to-gear4"]
+    r = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "run_all.py"), "--from-json", str(j),
+                        "--skip", "triton,rapidocr", "--out", str(md)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    text = md.read_text()
+    assert "## test_model_run.py" in text and "overhead over ONNX Runtime" in text
+    for group, med in groups.items():
+        row = next(l for l in text.splitlines() if l.startswith(f"| {group} |") and "| gert |" in l)
+        cells = [c.strip() for c in row.split("|")]
+        assert float(cells[8]) == round(med["gert"] / med["baseline"], 3), row

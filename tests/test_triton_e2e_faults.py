@@ -1,0 +1,125 @@
+"""gert_triton under device faults through the REAL tritonserver (issue 13). The server's environment carries
+GERT_HOST_FAULTS, so each stub process's host NPU arms the faults at aclInit and counts its own kernel launches.
+
+- an injected task fault answers that request INTERNAL (HTTP 500 / gRPC INTERNAL) with the runtime's code and message;
+- a hung task past request_timeout_ms answers UNAVAILABLE (HTTP 503 / gRPC UNAVAILABLE), the stream is aborted;
+- a device-wide (sticky) fault answers INTERNAL; the stub's gert.Model recovers the device and serves on;
+- the model stays READY and the following requests are answered correctly;
+- a stub killed with SIGKILL: its requests fail fast (INTERNAL); the bundled Triton 2.51 python backend does not restart
+  stubs, so a reload through the repository API brings the model back, and it serves again.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from gert_triton.repo import init_repo
+from gert_triton.server import pytriton_root
+from test_triton_e2e import (CALL_TIMEOUT, InferenceServerException, client_for, gone, infer, start_server,
+                             stub_processes)
+from triton_models import SEQ_OUTPUTS, seq_expected, seq_inputs, seq_model
+
+pytestmark = [pytest.mark.hostnpu_only, pytest.mark.skipif(pytriton_root() is None, reason="needs nvidia-pytriton (pip install -e '.[triton]')")]
+
+# per stub: kernel launches 1-2 run, 3 fails (execute), 4-6 run, 7 hangs until the request times out and aborts it,
+# 8-12 run, 13 fails device-wide (sticky: gert.Model recovers the device), the rest run
+FAULTS = "execute:after=2:count=1,hang:after=6:count=1:duration_ms=0,sticky:after=12:count=1"
+TIMEOUT_MS = 500
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("triton-faults")
+    seq_file = root / "seq.onnx"
+    seq_file.write_bytes(seq_model())
+    repo = root / "repo"
+    # one stream, and the tests send one request at a time: each request is one kernel launch, so the fault
+    # positions are exact
+    for name in ("faulty", "killed"):
+        init_repo(str(seq_file), str(repo), name=name,
+                  parameters={"streams": "1", "request_timeout_ms": str(TIMEOUT_MS)})
+    log = str(root / "server.log")
+    old = os.environ.get("GERT_HOST_FAULTS")
+    os.environ["GERT_HOST_FAULTS"] = FAULTS  # the server (and its stubs) inherit it
+    try:
+        srv = start_server(str(repo), log, ["--model-control-mode=explicit", "--load-model=faulty",
+                                            "--load-model=killed", "--exit-timeout-secs=5"])
+    finally:
+        if old is None:
+            os.environ.pop("GERT_HOST_FAULTS", None)
+        else:
+            os.environ["GERT_HOST_FAULTS"] = old
+    srv.log = log
+    try:
+        yield srv
+    finally:
+        srv.stop(timeout=20)
+
+
+def _outcome(client, model: str, uid: int):
+    r = seq_inputs(1, 4, uid)
+    try:
+        res = infer(client, model, r)
+    except InferenceServerException as e:
+        return str(e.status()), e.message()
+    exp = seq_expected(r)
+    return "ok" if all(np.array_equal(res.as_numpy(k), exp[k]) for k in SEQ_OUTPUTS) else "wrong"
+
+
+@pytest.mark.parametrize("protocol", ["http"])
+def test_task_fault_internal_timeout_unavailable_model_stays_ready(server, protocol):
+    client = client_for(server, protocol)
+    try:
+        got = [_outcome(client, "faulty", uid) for uid in range(1, 10)]
+        assert got[0:2] == ["ok", "ok"], got
+        status, msg = got[2]
+        assert status == "500" and "ACL_ERROR_RT_AICORE_EXCEPTION (507015)" in msg and "injected" in msg, got[2]
+        assert got[3:6] == ["ok"] * 3, got
+        status, msg = got[6]
+        assert status == "503" and "timed out" in msg and f"{TIMEOUT_MS / 1000:g} s" in msg, got[6]
+        assert got[7:] == ["ok", "ok"], got
+        assert client.is_model_ready("faulty")
+    finally:
+        client.close()
+    g = client_for(server, "grpc")
+    try:
+        got = [_outcome(g, "faulty", uid) for uid in range(50, 56)]  # launches 10-15
+        assert got[0:3] == ["ok"] * 3, got
+        status, msg = got[3]
+        assert status == "StatusCode.INTERNAL" and "device-wide" in msg, got[3]
+        assert got[4:] == ["ok", "ok"], got  # the device was recovered in the stub
+        assert g.is_model_ready("faulty")
+    finally:
+        g.close()
+
+
+def test_stub_killed_with_sigkill_fails_fast_and_a_reload_serves_again(server):
+    """The Python backend bundled here (Triton 2.51 in nvidia-pytriton) does not restart a dead stub: its
+    libtriton_python.so has no restart path, so every later request of the instance is answered INTERNAL ("stub
+    process ... is not healthy") at once, never hung. Reloading the model through the repository API starts a new
+    stub, with a fresh gert.Model, and it serves again."""
+    client = client_for(server, "grpc")
+    try:
+        assert _outcome(client, "killed", 1) == "ok"
+        stubs = stub_processes(server, "killed")
+        assert len(stubs) == 1, stubs
+        os.kill(stubs[0], signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while not gone(stubs[0]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        t0 = time.monotonic()
+        status, msg = _outcome(client, "killed", 2)
+        assert status == "StatusCode.INTERNAL" and "not healthy" in msg, (status, msg)
+        assert time.monotonic() - t0 < CALL_TIMEOUT
+        client.load_model("killed")  # a new stub process
+        new = stub_processes(server, "killed")
+        assert len(new) == 1 and new[0] != stubs[0], (stubs, new)
+        assert [_outcome(client, "killed", uid) for uid in (3, 4)] == ["ok", "ok"]
+        assert client.is_model_ready("killed")
+        assert _outcome(client, "faulty", 60) == "ok"  # the other model never noticed
+    finally:
+        client.close()

@@ -1,0 +1,63 @@
+"""gert_triton under device faults (issue 13), with the fake pb_utils: a device or runtime failure is INTERNAL, a
+timeout UNAVAILABLE, bad input still INVALID_ARG; the model keeps serving. The same through the real server is in
+tests/test_triton_e2e_faults.py."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gert
+from _helpers import RUNTIME
+from gert_triton.config import ConfigError, parse_parameters
+from test_triton_unit import assert_error, check_seq, loaded, model_dir, outputs_of, params, pb, request, seq_bytes  # noqa: F401
+from triton_models import seq_inputs
+
+pytestmark = RUNTIME + [pytest.mark.hostnpu_only]  # injects faults into the host NPU
+
+
+@pytest.fixture(autouse=True)
+def _no_faults_left():
+    gert.clear_faults()
+    yield
+    gert.clear_faults()
+
+
+def test_request_timeout_ms_parameter():
+    assert parse_parameters(params(request_timeout_ms="250")).request_timeout_ms == 250
+    for bad in ("0", "-5", "soon", ""):
+        with pytest.raises(ConfigError, match="request_timeout_ms"):
+            parse_parameters(params(request_timeout_ms=bad))
+
+
+def test_device_fault_is_internal_timeout_unavailable_bad_input_invalid(pb, loaded, tmp_path, seq_bytes):
+    m = loaded(model_dir(tmp_path, seq_bytes), parameters=params(streams="1", request_timeout_ms="300"))
+    assert m.model._recovery.request_timeout_s == 0.3
+    good = seq_inputs(1, 4, 1)
+    check_seq(outputs_of(m.execute([request(pb, good)])[0]), good)
+
+    gert.inject_fault("execute")
+    r = m.execute([request(pb, good)])[0]
+    assert_error(pb, r, pb.TritonError.INTERNAL, "ACL_ERROR_RT_AICORE_EXCEPTION", "507015", "injected execute fault")
+
+    gert.inject_fault("hang", duration_ms=0)
+    r = m.execute([request(pb, good)])[0]
+    assert_error(pb, r, pb.TritonError.UNAVAILABLE, "timed out", "0.3 s", "device 0 stream 0")
+
+    bad = dict(good, a=good["a"].astype(np.float64))
+    r = m.execute([request(pb, bad)])[0]
+    assert_error(pb, r, pb.TritonError.INVALID_ARG, "'a'", "float64")
+
+    check_seq(outputs_of(m.execute([request(pb, good)])[0]), good)  # still serving
+    st = m.model.stats()
+    assert (st["failed_tasks"], st["timeouts"]) == (1, 1)
+
+
+def test_sequence_fields_on_a_model_without_sequence_batching_are_refused(pb, loaded, tmp_path, seq_bytes):
+    m = loaded(model_dir(tmp_path, seq_bytes), parameters=params(streams="1"))
+    good = seq_inputs(1, 4, 2)
+    reqs = [pb.InferenceRequest([pb.Tensor(k, v) for k, v in good.items()], ["y", "c"], **kw)
+            for kw in ({"correlation_id": 7}, {"correlation_id": "abc"}, {"flags": 1}, {"flags": 2}, {})]
+    out = m.execute(reqs)
+    for r, word in zip(out, ("sequence_id=7", "sequence_id='abc'", "sequence_start=True", "sequence_end=True")):
+        assert_error(pb, r, pb.TritonError.INVALID_ARG, "no sequence batching", word)
+    check_seq(outputs_of(out[4]), good)
