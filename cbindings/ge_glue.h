@@ -177,6 +177,17 @@ static inline int gert_run_fused(ge::Session *s, uint32_t graph_id, void *stream
       *msg = ge::GEGetErrorMsgV2().GetString();
     }
   }
+  if (code == 0 && timeout_ms >= 0 && !out.empty()) {
+    /* CANN 8.5: a D2H copy into pageable memory first synchronizes the stream with no timeout, so wait for the
+     * graph here, with the caller's timeout (aborting stuck work), before the downloads. */
+#ifdef GERT_HOSTNPU
+    if (inline_mode) gertHostStreamEndInline(stream);
+    inline_mode = false;
+#endif
+    aclError synced = aclrtSynchronizeStreamWithTimeout(stream, timeout_ms);
+    acl_fail(synced);
+    if (synced == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT) aclrtStreamAbort(stream);
+  }
   for (auto &c : out) {
     if (code) break;
     acl_fail(aclrtMemcpyAsync(c.dst, c.dmax, c.src, c.n, static_cast<aclrtMemcpyKind>(c.kind), stream));
