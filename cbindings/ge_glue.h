@@ -163,6 +163,7 @@ static inline int gert_run_fused(ge::Session *s, uint32_t graph_id, void *stream
   };
   for (auto &c : in) {
     if (code) break;
+    if (c.n == 0) continue;  /* an empty tensor: nothing to copy (CANN refuses count 0 with 107000) */
     acl_fail(aclrtMemcpyAsync(c.dst, c.dmax, c.src, c.n, static_cast<aclrtMemcpyKind>(c.kind), stream));
   }
   for (auto &f : fills) {
@@ -190,6 +191,7 @@ static inline int gert_run_fused(ge::Session *s, uint32_t graph_id, void *stream
   }
   for (auto &c : out) {
     if (code) break;
+    if (c.n == 0) continue;
     acl_fail(aclrtMemcpyAsync(c.dst, c.dmax, c.src, c.n, static_cast<aclrtMemcpyKind>(c.kind), stream));
   }
 #ifdef GERT_HOSTNPU

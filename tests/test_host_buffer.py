@@ -185,11 +185,11 @@ def test_host_counters_count_bytes_per_kind_exactly(streams):
     assert {k: c0[k] for k in ("bytes_h2d", "bytes_d2h", "bytes_d2d", "bytes_h2h", "tasks")} == dict.fromkeys(
         ("bytes_h2d", "bytes_d2h", "bytes_d2d", "bytes_h2h", "tasks"), 0)
     a.copy_from(host)                                          # H2D 1000, sync: no task
-    a.copy_from(host[:123], stream=s)                          # H2D 123, pageable: synchronous (CANN 8.5), no task
-    b.copy_from(a, stream=s)                                   # D2D 1000, task 1
-    b.copy_to(hb, stream=s)                                    # D2H 300 into pinned memory, task 2
-    s.launch_host_func(lambda: None)                           # task 3
-    s.record_event()                                           # task 4
+    a.copy_from(host[:123], stream=s)                          # H2D 123, pageable: done when the call returns, task 1
+    b.copy_from(a, stream=s)                                   # D2D 1000, task 2
+    b.copy_to(hb, stream=s)                                    # D2H 300 into pinned memory, task 3
+    s.launch_host_func(lambda: None)                           # task 4
+    s.record_event()                                           # task 5
     s.synchronize()
     b.copy_to(out[:77])                                        # D2H 77
     _cann.memcpy(out.ctypes.data, 50, host.ctypes.data, 50, _cann.MEMCPY_HOST_TO_HOST)       # H2H 50
@@ -200,7 +200,7 @@ def test_host_counters_count_bytes_per_kind_exactly(streams):
     assert c["bytes_d2h"] == 387
     assert c["bytes_d2d"] == 1020
     assert c["bytes_h2h"] == 50
-    assert c["tasks"] == 4
+    assert c["tasks"] == 5
     hbv = hb.numpy()
     np.testing.assert_array_equal(hbv[:300], host[:300])       # 10 bytes re-copied from a: same values
     np.testing.assert_array_equal(out[:77], host[:77])
