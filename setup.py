@@ -2,10 +2,13 @@
 
 Backend selection (shared/docs/design.md):
 - GERT_BACKEND=hostnpu forces the host NPU;
-- otherwise, ASCEND_HOME_PATH or ASCEND_TOOLKIT_HOME pointing at a toolkit links ascendcl;
-- otherwise the host NPU (cbindings/hostnpu/) is compiled into the extension.
+- otherwise, ASCEND_HOME_PATH or ASCEND_TOOLKIT_HOME pointing at a toolkit links CANN's libraries (toolkit mode:
+  _cann.pyx, CANN's API only); when that toolkit is the host NPU packaged as one (cbindings/hostnpu/build_toolkit.py,
+  marker file gert_hostnpu.info), gert._hostnpu is built too: the host NPU's own features, linked to the toolkit;
+- otherwise the host NPU (cbindings/hostnpu/) is compiled into the extension (_cann_hostnpu.pyx).
 """
 import glob
+import json
 import os
 
 from Cython.Build import cythonize
@@ -26,8 +29,12 @@ def toolkit_root():
         # CANN 8.5: <root>/include; older toolkits: <root>/<arch>-linux/include
         for cand in (root, *sorted(glob.glob(os.path.join(root, "*-linux")))):
             if os.path.isdir(os.path.join(cand, "include", "acl")):
-                return cand
+                return os.path.abspath(cand)
     return None
+
+
+# written by cbindings/hostnpu/build_toolkit.py: the toolkit is the host NPU
+HOSTNPU_MARKER = "gert_hostnpu.info"
 
 
 # cann-api.md section 7: GE, the ONNX parser and ACL (as GE's examples/recommendation links them)
@@ -35,39 +42,47 @@ CANN_LIBRARIES = ["ascendcl", "ge_runner", "graph", "graph_base", "ge_common", "
                   "fmk_onnx_parser"]
 
 
-def extension():
+def extensions():
     root = toolkit_root()
     common = dict(
         language="c++",
         extra_compile_args=["-std=c++17", "-O2", "-fvisibility=hidden", "-Wno-unused-function"],
     )
     if root is None:
-        return Extension(
+        return [Extension(
             "gert._cann",
-            sources=[f"{CB}/_cann.pyx"] + sorted(glob.glob(f"{CB}/hostnpu/*.cpp")),
+            sources=[f"{CB}/_cann_hostnpu.pyx"] + sorted(glob.glob(f"{CB}/hostnpu/*.cpp")),
             define_macros=[("GERT_HOSTNPU", "1")],
             include_dirs=[f"{CB}/include", CB],
             extra_link_args=["-pthread"],
             **common,
-        )
+        )]
     inc = os.path.join(root, "include")
     libdirs = [d for d in (os.path.join(root, "lib64"), os.path.join(root, "compiler", "lib64", "stub"))
                if os.path.isdir(d)]
-    return Extension(
-        "gert._cann",
-        sources=[f"{CB}/_cann.pyx", f"{CB}/hostnpu/onnx_model.cpp"],  # the ONNX I/O reader needs no toolkit
-        define_macros=[("_GLIBCXX_USE_CXX11_ABI", "0")],
+    toolkit = dict(
+        define_macros=[("_GLIBCXX_USE_CXX11_ABI", "0"), ("GERT_TOOLKIT_ROOT", json.dumps(root, ensure_ascii=False))],
         include_dirs=[inc] + [os.path.join(inc, d) for d in ("ge", "parser", "acl")] + [CB],
         library_dirs=libdirs,
         runtime_library_dirs=libdirs[:1],
-        libraries=CANN_LIBRARIES,
         **common,
     )
+    exts = [Extension(
+        "gert._cann",
+        sources=[f"{CB}/_cann.pyx", f"{CB}/hostnpu/onnx_model.cpp"],  # the ONNX I/O reader needs no toolkit
+        libraries=CANN_LIBRARIES,
+        **toolkit,
+    )]
+    if os.path.isfile(os.path.join(root, HOSTNPU_MARKER)):
+        toolkit["define_macros"] = toolkit["define_macros"] + [("GERT_HOSTNPU_MODULE", "1")]
+        exts.append(Extension("gert._hostnpu", sources=[f"{CB}/_hostnpu.pyx"], libraries=["ge_runner", "ascendcl"],
+                              **toolkit))
+    return exts
 
 
 setup(
     ext_modules=cythonize(
-        [extension()],
+        extensions(),
         include_path=[CB],
         compiler_directives={"language_level": "3", "embedsignature": True},
         build_dir="build/cython",

@@ -6,14 +6,17 @@ Contract (as CuPy's cupy_backends/cuda/api/runtime.pyx): one Python function per
 ``AclError`` carrying the code and the runtime's own message, values are returned instead of out-params,
 blocking calls release the GIL, callbacks go through a ``with gil`` trampoline that keeps its objects alive.
 The object layer (Device, Stream, Event, DeviceBuffer, HostBuffer) owns every handle it creates.
+
+This file is the module built against a CANN toolkit: only CANN's API. With the host NPU built in, setup.py
+compiles _cann_hostnpu.pyx instead, which adds the host NPU's own features (_host.pxi, _provider.pxi).
 """
 
 include "_errors.pxi"
+include "_build.pxi"
 include "_runtime.pxi"
 include "_device.pxi"
 include "_stream.pxi"
 include "_event.pxi"
 include "_memory.pxi"
-include "_host.pxi"
 include "_ge.pxi"
 include "_onnx.pxi"

@@ -35,7 +35,7 @@ cdef class Event:
         if timeout is None:
             synchronize_event(<intptr_t>self._h)
         else:
-            synchronize_event_with_timeout(<intptr_t>self._h, max(0, int(round(float(timeout) * 1000))))
+            synchronize_event_with_timeout(<intptr_t>self._h, _timeout_ms(timeout))
 
     def query(self) -> bool:
         """True when the latest record completed (or the event was never recorded)."""

@@ -1,13 +1,9 @@
-# GE: initialize/finalize, ONNX parsing, sessions, compile / load / execute on a stream, and the host NPU's
-# compute provider (ONNX Runtime) behind it.
+# GE: initialize/finalize, ONNX parsing, sessions, compile / load / execute on a stream. (The host NPU's compute
+# provider behind it is in _provider.pxi.)
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 from libcpp.pair cimport pair
-from libc.string cimport strncpy, memcpy as c_memcpy
 cimport ge as cge
-from backend cimport gertHostTensorRef, gertHostGraphProvider, gertHostOutputAlloc, gertHostSetGraphProvider
-from cpython.bytes cimport PyBytes_FromStringAndSize
-from cpython.pythread cimport PyThread_get_thread_ident
 
 import os as _os
 
@@ -116,13 +112,17 @@ cdef class Graph:
 
 
 cdef class _GeTensorOwner:
-    """Owns a gert::Tensor whose memory GE allocated; deleting it frees that memory."""
+    """Owns a gert::Tensor (or a ge::Tensor handle, ``gt``) whose memory GE allocated; deleting it frees that memory."""
     cdef cge.Tensor* t
+    cdef cge.GeTensor* gt
 
     def __dealloc__(self):
         if self.t != NULL:
             del self.t
             self.t = NULL
+        if self.gt != NULL:
+            del self.gt
+            self.gt = NULL
 
 
 cdef object _device_tensor_cls = None
@@ -136,25 +136,56 @@ cdef object _DeviceTensor():
     return _device_tensor_cls
 
 
+cdef DeviceBuffer _device_buffer_of(t, int i, str what, str api):
+    """The live DeviceBuffer behind DeviceTensor ``t`` (``what``[i] of ``api``'s arguments)."""
+    cdef DeviceBuffer buf
+    b = t.buffer
+    if not isinstance(b, DeviceBuffer):  # e.g. a HostBuffer: GE takes device memory only
+        raise _errors.GeError(145000, f"{api}: {what}[{i}] is backed by a "
+                              f"{type(b).__name__}, not device memory; GE takes device memory only: copy it to "
+                              f"a DeviceBuffer first (DeviceTensor.from_numpy / DeviceBuffer.copy_from)")
+    buf = b
+    if buf._ptr == 0 and buf.nbytes:
+        raise _errors.AclError(ACL_ERROR_RT_PARAM_INVALID, f"{api}: {what}[{i}]: the DeviceBuffer was freed")
+    buf._check()
+    return buf
+
+
 cdef int _push_tensors(cge.gert_tensor_list& v, list tensors, str what) except -1:
     cdef DeviceBuffer buf
     cdef vector[int64_t] dims
     for i, t in enumerate(tensors):
-        b = t.buffer
-        if not isinstance(b, DeviceBuffer):  # e.g. a HostBuffer: GE takes device memory only
-            raise _errors.GeError(145000, f"ExecuteGraphWithStreamAsync: {what}[{i}] is backed by a "
-                                  f"{type(b).__name__}, not device memory; GE takes device memory only: copy it to "
-                                  f"a DeviceBuffer first (DeviceTensor.from_numpy / DeviceBuffer.copy_from)")
-        buf = b
-        if buf._ptr == 0 and buf.nbytes:
-            raise _errors.AclError(ACL_ERROR_RT_PARAM_INVALID,
-                                   f"ExecuteGraphWithStreamAsync: {what}[{i}]: the DeviceBuffer was freed")
-        buf._check()
+        buf = _device_buffer_of(t, i, what, "ExecuteGraphWithStreamAsync")
         dims.clear()
         for d in t.shape:
             dims.push_back(d)
         cge.gert_push_device_tensor(v, <void*>buf._ptr, buf.nbytes, t.ge_dtype, dims)
     return 0
+
+
+cdef int _push_ge_tensors(vector[cge.GeTensor]& v, list tensors, str what) except -1:
+    cdef DeviceBuffer buf
+    cdef vector[int64_t] dims
+    for i, t in enumerate(tensors):
+        buf = _device_buffer_of(t, i, what, "RunGraphWithStreamAsync")
+        dims.clear()
+        for d in t.shape:
+            dims.push_back(d)
+        cge.gert_push_ge_device_tensor(v, <void*>buf._ptr, buf.nbytes, t.ge_dtype, dims)
+    return 0
+
+
+cdef object _ge_owned_tensor(_GeTensorOwner owner, void* ptr, size_t nbytes, tuple shape, int ge_dtype,
+                             Stream stream):
+    """A DeviceTensor over memory GE allocated for an output, freed when ``owner`` goes."""
+    from gert.dtypes import numpy_dtype
+    cdef DeviceBuffer buf = DeviceBuffer.__new__(DeviceBuffer)
+    buf._ptr = <intptr_t>ptr
+    buf.nbytes = nbytes
+    buf.device_id = stream.device_id
+    buf._epoch = stream._epoch
+    buf._owner = owner
+    return _DeviceTensor()(buf, shape, numpy_dtype(ge_dtype))
 
 
 cdef class Session:
@@ -257,19 +288,41 @@ cdef class Session:
             return out_list
         cdef list produced = []
         cdef _GeTensorOwner owner
-        cdef DeviceBuffer buf
-        from gert.dtypes import numpy_dtype
         for i in range(outs.size()):
             owner = _GeTensorOwner.__new__(_GeTensorOwner)
             owner.t = cge.gert_take_tensor(outs, i)
-            buf = DeviceBuffer.__new__(DeviceBuffer)
-            buf._ptr = <intptr_t>owner.t.GetAddr()
-            buf.nbytes = owner.t.GetSize()
-            buf.device_id = stream.device_id
-            buf._epoch = stream._epoch
-            buf._owner = owner
-            produced.append(_DeviceTensor()(buf, tuple(cge.gert_tensor_dims(owner.t[0])),
-                                            numpy_dtype(cge.gert_tensor_dtype(owner.t[0]))))
+            produced.append(_ge_owned_tensor(owner, owner.t.GetAddr(), owner.t.GetSize(),
+                                             tuple(cge.gert_tensor_dims(owner.t[0])),
+                                             cge.gert_tensor_dtype(owner.t[0]), stream))
+        return produced
+
+    def run_async(self, uint32_t graph_id, Stream stream, inputs, outputs=None):
+        """RunGraphWithStreamAsync (ge::Tensor handles over device memory): compiles and loads the graph on this
+        stream on first use, then queues one run, as execute_async does (same arguments and results)."""
+        self._check()
+        stream._check()
+        cdef vector[cge.GeTensor] ins, outs
+        cdef list in_list = list(inputs)
+        cdef list out_list = [] if outputs is None else list(outputs)
+        _push_ge_tensors(ins, in_list, "inputs")
+        _push_ge_tensors(outs, out_list, "outputs")
+        cdef cge.Status st
+        cdef void* h = stream._h
+        with nogil:
+            st = self._s.RunGraphWithStreamAsync(graph_id, h, ins, outs)
+        _check_ge(st, f"RunGraphWithStreamAsync({graph_id}) failed")
+        self._loaded.setdefault(graph_id, stream)
+        stream._keep_alive((in_list, out_list))
+        if out_list:
+            return out_list
+        cdef list produced = []
+        cdef _GeTensorOwner owner
+        for i in range(outs.size()):
+            owner = _GeTensorOwner.__new__(_GeTensorOwner)
+            owner.gt = cge.gert_take_ge_tensor(outs, i)
+            produced.append(_ge_owned_tensor(owner, <void*>owner.gt.GetData(), owner.gt.GetSize(),
+                                             tuple(cge.gert_ge_tensor_dims(owner.gt[0])),
+                                             cge.gert_ge_tensor_dtype(owner.gt[0]), stream))
         return produced
 
     def run_fused(self, uint32_t graph_id, Stream stream, list uploads, list fills, list inputs, list outputs,
@@ -403,200 +456,3 @@ cdef class Session:
         if s != NULL:
             with nogil:
                 del s
-
-
-# ---- the host NPU's compute provider --------------------------------------------------------------------
-
-cdef object _provider = None
-
-
-cdef void _write_err(char* err, size_t n, str text) noexcept:
-    cdef bytes b = text.encode("utf-8", "replace")[: n - 1]
-    strncpy(err, b, n - 1)
-    err[n - 1] = 0
-
-
-cdef tuple _ref_dims(const gertHostTensorRef* r):
-    return tuple([r.dims[k] for k in range(r.ndim)])
-
-
-cdef class _OutputAllocator:
-    cdef gertHostOutputAlloc fn
-    cdef void* ctx
-
-    def __call__(self, uint64_t nbytes):
-        cdef void* p = self.fn(self.ctx, nbytes)
-        if p == NULL:
-            raise MemoryError(f"the device could not allocate an output of {nbytes} bytes")
-        return <intptr_t>p
-
-
-cdef int _prov_compile_gil(void* ctx, uint64_t group, const void* model, size_t size, int32_t n_in,
-                           const char* const* in_names,
-                           const gertHostTensorRef* ins, int32_t n_out, const char* const* out_names,
-                           gertHostTensorRef* outs, int32_t* unknown_shape, void** exe, char* err,
-                           size_t err_len) noexcept with gil:
-    try:
-        data = (<const char*>model)[:size]
-        inputs = [(in_names[i].decode(), ins[i].dtype, _ref_dims(&ins[i])) for i in range(n_in)]
-        outputs = [(out_names[i].decode(), outs[i].dtype, _ref_dims(&outs[i])) for i in range(n_out)]
-        executable, result, unknown = (<object>ctx).compile(data, inputs, outputs, group)
-        unknown_shape[0] = 1 if unknown else 0
-        for i, (dt, dims) in enumerate(result):
-            outs[i].dtype = dt
-            outs[i].ndim = len(dims)
-            for k, d in enumerate(dims):
-                outs[i].dims[k] = d
-        Py_INCREF(executable)
-        exe[0] = <void*>executable
-        return 0
-    except BaseException as e:
-        _write_err(err, err_len, f"{type(e).__name__}: {e}")
-        return 1
-
-
-cdef int _prov_compile(void* ctx, uint64_t group, const void* model, size_t size, int32_t n_in,
-                       const char* const* in_names,
-                       const gertHostTensorRef* ins, int32_t n_out, const char* const* out_names,
-                       gertHostTensorRef* outs, int32_t* unknown_shape, void** exe, char* err,
-                       size_t err_len) noexcept nogil:
-    gert_pin_thread_state()
-    return _prov_compile_gil(ctx, group, model, size, n_in, in_names, ins, n_out, out_names, outs, unknown_shape, exe,
-                             err, err_len)
-
-
-cdef int _prov_prepare_gil(void* exe, int32_t threads, char* err, size_t err_len) noexcept with gil:
-    try:
-        (<object>exe).session(threads)
-        return 0
-    except BaseException as e:
-        _write_err(err, err_len, f"{type(e).__name__}: {e}")
-        return 1
-
-
-cdef int _prov_prepare(void* exe, int32_t threads, char* err, size_t err_len) noexcept nogil:
-    gert_pin_thread_state()
-    return _prov_prepare_gil(exe, threads, err, err_len)
-
-
-cdef int _prov_run_gil(void* exe, int32_t threads, int32_t n_in, const gertHostTensorRef* ins, int32_t n_out,
-                       gertHostTensorRef* outs, gertHostOutputAlloc alloc, void* alloc_ctx, char* err,
-                       size_t err_len) noexcept with gil:
-    cdef _OutputAllocator a
-    cdef object executable = <object>exe
-    try:
-        # Fast path: the same buffers, shapes and thread count as a run before (the executor's steady state):
-        # reuse that run's IOBinding, keyed by the raw tensor descriptions.
-        key = (threads, PyThread_get_thread_ident(),
-               PyBytes_FromStringAndSize(<const char*>ins, n_in * sizeof(gertHostTensorRef)),
-               PyBytes_FromStringAndSize(<const char*>outs, n_out * sizeof(gertHostTensorRef)))
-        bound = executable.fast.get(key)
-        if bound is not None:
-            bound()
-            return 0
-        a = _OutputAllocator.__new__(_OutputAllocator)
-        a.fn = alloc
-        a.ctx = alloc_ctx
-        inputs = [(<intptr_t>ins[i].data, ins[i].nbytes, ins[i].dtype, _ref_dims(&ins[i])) for i in range(n_in)]
-        outputs = [(<intptr_t>outs[i].data, outs[i].nbytes, outs[i].dtype, _ref_dims(&outs[i])) for i in range(n_out)]
-        results = executable.run(threads, inputs, outputs, a)
-        executable.remember(key)
-        for i, r in enumerate(results):
-            if r is None:
-                continue
-            ptr, nbytes, dims = r
-            outs[i].data = <void*><intptr_t>ptr
-            outs[i].nbytes = nbytes
-            outs[i].ndim = len(dims)
-            for k, d in enumerate(dims):
-                outs[i].dims[k] = d
-        return 0
-    except BaseException as e:
-        _write_err(err, err_len, f"{type(e).__name__}: {e}")
-        return 1
-
-
-cdef int _prov_run(void* exe, int32_t threads, int32_t n_in, const gertHostTensorRef* ins, int32_t n_out,
-                   gertHostTensorRef* outs, gertHostOutputAlloc alloc, void* alloc_ctx, char* err,
-                   size_t err_len) noexcept nogil:
-    gert_pin_thread_state()
-    return _prov_run_gil(exe, threads, n_in, ins, n_out, outs, alloc, alloc_ctx, err, err_len)
-
-
-cdef void _prov_release_gil(void* exe) noexcept with gil:
-    Py_DECREF(<object>exe)
-
-
-cdef void _prov_release(void* exe) noexcept nogil:
-    gert_pin_thread_state()
-    _prov_release_gil(exe)
-
-
-cdef int _prov_save_gil(void* exe, gertHostOutputAlloc alloc, void* alloc_ctx, void** data, uint64_t* nbytes,
-                        char* err, size_t err_len) noexcept with gil:
-    cdef bytes blob
-    cdef void* p
-    try:
-        blob = bytes((<object>exe).save())
-        p = alloc(alloc_ctx, len(blob))
-        if p == NULL:
-            raise MemoryError(f"cannot allocate {len(blob)} bytes for the serialized model")
-        c_memcpy(p, <const char*>blob, len(blob))
-        data[0] = p
-        nbytes[0] = len(blob)
-        return 0
-    except BaseException as e:
-        _write_err(err, err_len, f"{type(e).__name__}: {e}")
-        return 1
-
-
-cdef int _prov_save(void* exe, gertHostOutputAlloc alloc, void* alloc_ctx, void** data, uint64_t* nbytes, char* err,
-                    size_t err_len) noexcept nogil:
-    gert_pin_thread_state()
-    return _prov_save_gil(exe, alloc, alloc_ctx, data, nbytes, err, err_len)
-
-
-cdef int _prov_load_gil(void* ctx, uint64_t group, const void* data, size_t size, void** exe, char* err,
-                        size_t err_len) noexcept with gil:
-    try:
-        executable = (<object>ctx).load((<const char*>data)[:size], group)
-        Py_INCREF(executable)
-        exe[0] = <void*>executable
-        return 0
-    except BaseException as e:
-        _write_err(err, err_len, f"{type(e).__name__}: {e}")
-        return 1
-
-
-cdef int _prov_load(void* ctx, uint64_t group, const void* data, size_t size, void** exe, char* err,
-                    size_t err_len) noexcept nogil:
-    gert_pin_thread_state()
-    return _prov_load_gil(ctx, group, data, size, exe, err, err_len)
-
-
-cdef gertHostGraphProvider _provider_table
-
-
-def host_provider():
-    """The compute provider registered with the host NPU (gert._ort_provider.OrtGraphProvider), or None."""
-    return _provider
-
-
-def _install_host_provider():
-    """Register ONNX Runtime as the host NPU's compute provider (done at import on the host NPU)."""
-    global _provider
-    if not GERT_HAS_HOST_NPU:
-        return
-    from gert._ort_provider import OrtGraphProvider
-    _provider = OrtGraphProvider()
-    _provider_table.ctx = <void*>_provider
-    _provider_table.compile = _prov_compile
-    _provider_table.prepare = _prov_prepare
-    _provider_table.run = _prov_run
-    _provider_table.release = _prov_release
-    _provider_table.save = _prov_save
-    _provider_table.load = _prov_load
-    gertHostSetGraphProvider(&_provider_table)
-
-
-_install_host_provider()

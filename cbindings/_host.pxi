@@ -1,25 +1,16 @@
-# Backend identity and the host NPU's counters.
-from backend cimport (GERT_BACKEND_NAME, GERT_HAS_HOST_NPU, gertHostCounters, gertHostGetCounters,
-                      gertHostResetCounters, gertHostSetSpinMicros, gertHostLastCompileCache, gertHostGetSpinMicros, gertHostInjectFault,
-                      gertHostClearFaults)
+# The host NPU's own features: counters, hand-off spin time and fault injection (gert_host/host_npu.h). Host NPU
+# only: compiled into gert._cann when the host NPU is built in, into gert._hostnpu against the host NPU packaged as
+# a toolkit. Python reaches these through gert.hostnpu, which says clearly when a build has none.
+from libc.stdint cimport uint32_t
+from backend cimport (gertHostCounters, gertHostGetCounters, gertHostResetCounters, gertHostSetSpinMicros,
+                      gertHostGetSpinMicros, gertHostInjectFault, gertHostClearFaults,
+                      gertHostLastCompileCache)
 
 FAULT_KINDS = ("execute", "sticky", "hang", "malloc", "memcpy")
 
 
-def backend() -> str:
-    """'hostnpu' (the CPU implementation built in) or 'cann' (linked against a real toolkit)."""
-    return GERT_BACKEND_NAME.decode()
-
-
-cdef int _require_host_npu(str what) except -1:
-    if not GERT_HAS_HOST_NPU:
-        raise _errors.GertError(f"{what} exists only on the host NPU backend; this build uses '{backend()}'")
-    return 0
-
-
 def host_counters() -> dict:
     """Host NPU counters: bytes copied per memcpy kind, stream tasks run, device memory in use and peak."""
-    _require_host_npu("host_counters()")
     cdef gertHostCounters c
     gertHostGetCounters(&c)
     return {
@@ -47,33 +38,31 @@ def inject_fault(str kind, *, int device=0, after=0, count=1, every=0, duration_
 
     GERT_HOST_FAULTS (e.g. ``execute:after=100:count=3,hang:after=50:duration_ms=5000``) arms the same at aclInit.
     """
-    _require_host_npu("inject_fault()")
     if kind not in FAULT_KINDS:
         raise ValueError(f"inject_fault: kind must be one of {FAULT_KINDS}, got {kind!r}")
     for name, value in (("after", after), ("count", count), ("every", every), ("duration_ms", duration_ms)):
         if int(value) < 0:
             raise ValueError(f"inject_fault: {name} must be >= 0, got {value}")
-    if not 0 <= device < device_count():
-        raise ValueError(f"inject_fault: device {device} does not exist; there are {device_count()}")
+    import gert
+    n = gert.device_count()
+    if not 0 <= device < n:
+        raise ValueError(f"inject_fault: device {device} does not exist; there are {n}")
     if gertHostInjectFault(kind.encode(), device, int(after), int(count), int(every), int(duration_ms)) != 0:
         raise ValueError(f"inject_fault: the host NPU does not know fault kind {kind!r}")
 
 
 def clear_faults() -> None:
     """Disarm every injected fault (faults already fired stay as they are: recover the device for a sticky one)."""
-    _require_host_npu("clear_faults()")
     gertHostClearFaults()
 
 
 def reset_host_counters() -> None:
     """Zero the byte and task counters; the memory peak restarts from what is in use now."""
-    _require_host_npu("reset_host_counters()")
     gertHostResetCounters()
 
 
 def host_spin_micros(value=None) -> int:
     """Get (and with ``value``, set) how long host NPU hand-offs spin before blocking, in microseconds."""
-    _require_host_npu("host_spin_micros()")
     if value is not None:
         if int(value) < 0:
             raise ValueError(f"host_spin_micros: value must be >= 0, got {value}")
@@ -83,7 +72,5 @@ def host_spin_micros(value=None) -> int:
 
 def last_compile_cache():
     """Host NPU: how this thread's last CompileGraph used GE's compile cache: "hit" (loaded), "miss" (compiled and
-    saved), or None (no cache, or a failed compile). Real GE only logs it: None on the CANN backend."""
-    if not GERT_HAS_HOST_NPU:
-        return None
+    saved), or None (no cache, or a failed compile). Real GE only logs it: gert.hostnpu has none on real CANN."""
     return {1: "hit", 2: "miss"}.get(gertHostLastCompileCache())

@@ -128,6 +128,11 @@ cpdef synchronize_stream(intptr_t stream):
     check_status(st)
 
 
+cdef int32_t _timeout_ms(timeout) except? -2:
+    """A timeout in seconds as the milliseconds CANN takes: at least 1 (0 is refused there, with 107000)."""
+    return max(1, int(round(float(timeout) * 1000)))
+
+
 cpdef synchronize_stream_with_timeout(intptr_t stream, int32_t timeout_ms):
     cdef aclError st
     with nogil:

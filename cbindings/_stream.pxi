@@ -98,7 +98,7 @@ cdef class Stream:
             if timeout is None:
                 synchronize_stream(<intptr_t>self._h)
             else:
-                synchronize_stream_with_timeout(<intptr_t>self._h, max(0, int(round(float(timeout) * 1000))))
+                synchronize_stream_with_timeout(<intptr_t>self._h, _timeout_ms(timeout))
         except _errors.AclError as e:
             if e.code != ACL_ERROR_RT_STREAM_SYNC_TIMEOUT:
                 self._keep.clear()

@@ -1,10 +1,13 @@
-# Which runtime the extension was built against, and the host NPU's introspection API (gert_backend.h).
+# Which runtime the extension was built against, the host NPU's own API, per-thread helpers (gert_backend.h).
 from libc.stdint cimport uint32_t, uint64_t, int32_t, int64_t
 
 
 cdef extern from "gert_backend.h" nogil:
     const char* GERT_BACKEND_NAME
-    const bint GERT_HAS_HOST_NPU
+    const char* GERT_TOOLKIT_ROOT
+
+    # The host NPU's own API (gert_host/): declared for _host.pxi and _provider.pxi, which only the host NPU
+    # builds compile; the header provides it only there (GERT_HOSTNPU or GERT_HOSTNPU_MODULE).
 
     ctypedef struct gertHostCounters:
         uint64_t bytes_h2d

@@ -19,6 +19,8 @@ cdef extern from "ge_glue.h" nogil:
         Status CompileGraph(uint32_t graph_id)
         Status ExecuteGraphWithStreamAsync(uint32_t graph_id, void* stream, const vector[Tensor]& inputs,
                                            vector[Tensor]& outputs)
+        Status RunGraphWithStreamAsync(uint32_t graph_id, void* stream, const vector[GeTensor]& inputs,
+                                       vector[GeTensor]& outputs)
         uint64_t GetSessionId()
 
     cdef cppclass Tensor "gert::Tensor":
@@ -76,5 +78,8 @@ cdef extern from "ge_glue.h" nogil:
     int gert_run_fused(Session* s, uint32_t graph_id, void* stream, const vector[gert_copy]& inp,
                        const vector[gert_fill]& fills, const gert_tensor_list& inputs, gert_tensor_list& outputs,
                        const vector[gert_copy]& out, int32_t timeout_ms, int* kind, string* msg)
+    void gert_push_ge_device_tensor(vector[GeTensor]& v, void* addr, size_t nbytes, int dtype,
+                                    const vector[int64_t]& dims)
+    GeTensor* gert_take_ge_tensor(vector[GeTensor]& v, size_t i)
     vector[int64_t] gert_ge_tensor_dims(const GeTensor& t)
     int gert_ge_tensor_dtype(const GeTensor& t)

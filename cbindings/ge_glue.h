@@ -112,6 +112,17 @@ static inline ge::Status gert_run_graph(ge::Session *s, uint32_t id, const std::
   }
   return s->RunGraph(id, in, *out);
 }
+/* RunGraphWithStreamAsync's ge::Tensor over device memory the caller owns (a no-op deleter: GE never frees it). */
+static inline void gert_push_ge_device_tensor(std::vector<ge::Tensor> &v, void *addr, size_t nbytes, int dtype,
+                                              const std::vector<int64_t> &dims) {
+  ge::TensorDesc desc(ge::Shape(dims), ge::FORMAT_ND, static_cast<ge::DataType>(dtype));
+  desc.SetPlacement(ge::kPlacementDevice);
+  ge::Tensor t(desc);
+  t.SetData(static_cast<uint8_t *>(addr), nbytes, [](uint8_t *) {});
+  v.push_back(t);
+}
+/* A heap copy of handle i: its owner deletes it; the last handle frees GE's memory. */
+static inline ge::Tensor *gert_take_ge_tensor(std::vector<ge::Tensor> &v, size_t i) { return new ge::Tensor(v[i]); }
 static inline std::vector<int64_t> gert_ge_tensor_dims(const ge::Tensor &t) { return t.GetTensorDesc().GetShape().GetDims(); }
 static inline int gert_ge_tensor_dtype(const ge::Tensor &t) { return static_cast<int>(t.GetTensorDesc().GetDataType()); }
 
@@ -152,6 +163,7 @@ static inline int gert_run_fused(ge::Session *s, uint32_t graph_id, void *stream
   };
   for (auto &c : in) {
     if (code) break;
+    if (c.n == 0) continue;  /* an empty tensor: nothing to copy (CANN refuses count 0 with 107000) */
     acl_fail(aclrtMemcpyAsync(c.dst, c.dmax, c.src, c.n, static_cast<aclrtMemcpyKind>(c.kind), stream));
   }
   for (auto &f : fills) {
@@ -166,8 +178,20 @@ static inline int gert_run_fused(ge::Session *s, uint32_t graph_id, void *stream
       *msg = ge::GEGetErrorMsgV2().GetString();
     }
   }
+  if (code == 0 && timeout_ms >= 0 && !out.empty()) {
+    /* CANN 8.5: a D2H copy into pageable memory first synchronizes the stream with no timeout, so wait for the
+     * graph here, with the caller's timeout (aborting stuck work), before the downloads. */
+#ifdef GERT_HOSTNPU
+    if (inline_mode) gertHostStreamEndInline(stream);
+    inline_mode = false;
+#endif
+    aclError synced = aclrtSynchronizeStreamWithTimeout(stream, timeout_ms);
+    acl_fail(synced);
+    if (synced == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT) aclrtStreamAbort(stream);
+  }
   for (auto &c : out) {
     if (code) break;
+    if (c.n == 0) continue;
     acl_fail(aclrtMemcpyAsync(c.dst, c.dmax, c.src, c.n, static_cast<aclrtMemcpyKind>(c.kind), stream));
   }
 #ifdef GERT_HOSTNPU

@@ -5,28 +5,23 @@
 #include <Python.h>
 #include <stdint.h>
 
-#ifdef GERT_HOSTNPU
+/* GERT_HOSTNPU: the host NPU is compiled into gert._cann (setup.py's default build).
+ * GERT_HOSTNPU_MODULE: gert._hostnpu, built against the host NPU packaged as a toolkit.
+ * Neither: gert._cann built against a CANN toolkit, which knows nothing of the host NPU's own API (gert_host/). */
+#if defined(GERT_HOSTNPU) || defined(GERT_HOSTNPU_MODULE)
 #include "gert_host/host_npu.h"
 #include "gert_host/graph_provider.h"
+#endif
+
+#ifdef GERT_HOSTNPU
 #define GERT_BACKEND_NAME "hostnpu"
-#define GERT_HAS_HOST_NPU 1
 #else
-/* Built against a real CANN toolkit: the host NPU's introspection and provider APIs do not exist there. Their
- * types come from the same headers; the calls become no-ops. */
-#include "include/gert_host/host_npu.h"
-#include "include/gert_host/graph_provider.h"
 #define GERT_BACKEND_NAME "cann"
-#define GERT_HAS_HOST_NPU 0
-#define gertHostGetCounters(out) ((void)(out))
-#define gertHostResetCounters() ((void)0)
-#define gertHostSetSpinMicros(us) ((void)(us))
-#define gertHostGetSpinMicros() ((uint32_t)0)
-#define gertHostSetGraphProvider(p) ((void)(p))
-#define gertHostStreamBeginInline(s) ((void)(s), -1)
-#define gertHostStreamEndInline(s) ((void)(s))
-#define gertHostInjectFault(k, d, a, c, e, ms) ((void)(k), (void)(d), (void)(a), (void)(c), (void)(e), (void)(ms), -1)
-#define gertHostClearFaults() ((void)0)
-#define gertHostLastCompileCache() 0
+#endif
+
+/* The toolkit's root at build time (setup.py defines it in toolkit mode). */
+#ifndef GERT_TOOLKIT_ROOT
+#define GERT_TOOLKIT_ROOT ""
 #endif
 
 static thread_local void *gert_tls_ctx_ = nullptr;

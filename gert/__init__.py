@@ -18,13 +18,10 @@ from gert._cann import (
     Stream,
     backend,
     device_count,
-    clear_faults,
-    host_counters,
-    host_spin_micros,
-    inject_fault,
     memory_info,
-    reset_host_counters,
 )
+from gert import hostnpu  # the host NPU's own features (and its compute provider), where the build has them
+from gert.hostnpu import clear_faults, host_counters, host_spin_micros, inject_fault, reset_host_counters
 
 from gert.tensor import DeviceTensor, GraphSummary
 from gert.shapes import TensorInfo

@@ -195,7 +195,7 @@ def run_config(model_bytes: bytes, cfg: BenchConfig, load_kwargs: dict, shapes: 
         raise
     try:
         batch = next((a.shape[0] for n, a in inputs.items() if model.plan.has_batch), 1)
-        if gert.backend() == "hostnpu":
+        if gert.hostnpu.available():
             gert.reset_host_counters()
         base = model.stats()
         latencies: list = []
@@ -230,7 +230,7 @@ def run_config(model_bytes: bytes, cfg: BenchConfig, load_kwargs: dict, shapes: 
         stats = model.stats()
         busy = [round((s["busy_seconds"] - b["busy_seconds"]) / wall, 3)
                 for s, b in zip(stats["streams"], base["streams"])]
-        if gert.backend() == "hostnpu":
+        if gert.hostnpu.available():
             peak = gert.host_counters()["device_memory_peak"] / 2**20
         else:
             peak = max((m["used"] for m in stats["device_memory"].values()), default=0) / 2**20

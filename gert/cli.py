@@ -25,14 +25,43 @@ def _version(pkg: str) -> Optional[str]:
         return None
 
 
+# What a toolkit says about its version (CANN 8.5: version.info; older ones: <arch>-linux/ascend_toolkit_install.info)
+_VERSION_FILES = ("version.info", "version.cfg", "ascend_toolkit_install.info")
+_HOSTNPU_MARKER = "gert_hostnpu.info"  # written by cbindings/hostnpu/build_toolkit.py (setup.py reads it too)
+
+
+def _toolkit_version(root: str) -> Optional[str]:
+    for name in _VERSION_FILES:
+        path = os.path.join(root, name)
+        if os.path.isfile(path):
+            with open(path, errors="replace") as f:
+                for line in f:
+                    key, sep, value = line.strip().partition("=")
+                    if sep and key.strip().lower() == "version":
+                        return f"{value.strip()} ({path})"
+            return f"? ({path} has no Version= line)"
+    return None
+
+
+def _toolkit_line(root: str, host_features: bool) -> str:
+    """Which toolkit gert was built against: its path, its version file, and whether it is the host NPU."""
+    if not root:
+        return "none: the host NPU is built into gert._cann"
+    version = _toolkit_version(root) or "no version file"
+    if os.path.isfile(os.path.join(root, _HOSTNPU_MARKER)):
+        kind = "the host NPU packaged as a toolkit" + ("" if host_features else " (gert._hostnpu missing)")
+    else:
+        kind = "CANN" + (" (host NPU features present)" if host_features else "")
+    return f"{root}, version {version}; {kind}"
+
+
 def cmd_info(args) -> int:
     import gert
     from gert import _cann
 
     print(f"gert {gert.__version__}  backend: {gert.backend()}")
+    print("toolkit: " + _toolkit_line(_cann.toolkit_root(), gert.hostnpu.available()))
     versions = {"python": platform.python_version(), "numpy": _version("numpy"), "onnxruntime": _version("onnxruntime")}
-    if gert.backend() == "cann":
-        versions["CANN"] = os.environ.get("ASCEND_HOME_PATH") or os.environ.get("ASCEND_TOOLKIT_HOME") or "?"
     print("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items() if v))
     n = gert.device_count()
     print(f"devices: {n}")

@@ -25,7 +25,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from gert import _cann
+from gert import _cann, hostnpu
 from gert.errors import GeError, GertError
 
 ENV = "GERT_CACHE_DIR"
@@ -136,7 +136,7 @@ class CompileCache:
         is compiled again (once). On failure nothing stays added."""
         key = self.graph_key(session_options, graph_options)
         options = {**graph_options, GRAPH_KEY_OPTION: key}
-        reported = _cann.backend() == "hostnpu"  # the host NPU reports hit / miss; real GE only logs it
+        reported = hostnpu.available()  # the host NPU reports hit / miss; real GE only logs it
         for attempt in (0, 1):
             listed = None if reported else self._listed(key)
             session.add_graph(graph_id, graph, options)
@@ -151,7 +151,7 @@ class CompileCache:
                               f"{len(removed)} file(s) and compiling again", CacheWarning, stacklevel=3)
                 continue
             if reported:
-                return _cann.last_compile_cache() or "miss"
+                return hostnpu.last_compile_cache() or "miss"
             # approximate: an entry another process saved while this one waited for the lock counts as a miss
             return "hit" if listed else "miss"
         raise AssertionError("unreachable")

@@ -141,3 +141,16 @@ def test_info_reports_backend_devices_and_settings():
     assert "devices: 2" in r.stdout and "device 1: 6 cube cores" in r.stdout
     assert "onnxruntime" in r.stdout and "numpy" in r.stdout
     assert "GERT_HOST_DEVICES=2" in r.stdout
+    root = gert._cann.toolkit_root()
+    assert f"toolkit: {root}," in r.stdout if root else "toolkit: none: the host NPU is built into" in r.stdout
+
+
+def test_info_names_the_toolkit_its_version_and_whether_it_is_the_host_npu(tmp_path):
+    from gert.cli import _toolkit_line
+
+    (tmp_path / "version.info").write_text("Version=8.5.0\ntimestamp=x\n")
+    assert _toolkit_line(str(tmp_path), False) == f"{tmp_path}, version 8.5.0 ({tmp_path}/version.info); CANN"
+    (tmp_path / "gert_hostnpu.info").write_text("toolkit=gert host NPU\n")
+    assert _toolkit_line(str(tmp_path), True).endswith("; the host NPU packaged as a toolkit")
+    (tmp_path / "version.info").unlink()
+    assert "version no version file" in _toolkit_line(str(tmp_path), True)

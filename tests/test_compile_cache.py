@@ -48,7 +48,7 @@ def _compile_scale(tmp, stream, factor: float, key: str = "k1", shape=(3, 4), se
     """A scale graph compiled through the cache; (session, graph id, outcome)."""
     s = _session(tmp, **({"ge.graph_key": key} if session_key else {}))
     gid = load(s, scale_model(factor, shape=shape), stream, options=None if session_key else {"ge.graph_key": key})
-    return s, gid, gert._cann.last_compile_cache()
+    return s, gid, gert.hostnpu.last_compile_cache()
 
 
 # ---- the host NPU's GE ------------------------------------------------------------------------------------------------
@@ -56,10 +56,10 @@ def _compile_scale(tmp, stream, factor: float, key: str = "k1", shape=(3, 4), se
 def test_cache_is_on_only_with_both_options(tmp_path, stream):
     s = _session(tmp_path)  # a directory, no key
     load(s, scale_model(2.0, shape=(3, 4)), stream)
-    assert gert._cann.last_compile_cache() is None
+    assert gert.hostnpu.last_compile_cache() is None
     s = _session()  # a key, no directory
     load(s, scale_model(2.0, shape=(3, 4)), stream, options={"ge.graph_key": "k1"})
-    assert gert._cann.last_compile_cache() is None
+    assert gert.hostnpu.last_compile_cache() is None
     s = _session(tmp_path)  # an empty key: off, silently
     load(s, scale_model(2.0, shape=(3, 4)), stream, options={"ge.graph_key": ""})
     assert os.listdir(tmp_path) == []
@@ -89,7 +89,7 @@ def test_longest_key_and_session_level_key(tmp_path, stream):
     s, gid, outcome = _compile_scale(tmp_path, stream, 3.0, key="shared", session_key=True)
     assert outcome == "miss"
     gid2 = load(s, scale_model(7.0, shape=(3, 4)), stream)
-    assert gert._cann.last_compile_cache() == "hit"
+    assert gert.hostnpu.last_compile_cache() == "hit"
     np.testing.assert_array_equal(_run(s, gid2, stream), X * 3)
 
 

@@ -117,7 +117,7 @@ def test_size_past_the_end_of_an_allocation(dev_ptr):
             _cann.memset_async(dev_ptr, 101, 1, 101, s.handle)
         s.synchronize()
     # count larger than destMax is its own error
-    with raises_acl(100000, "ACL_ERROR_INVALID_PARAM", "count 60 is larger than destMax 10"):
+    with raises_acl(107000, "ACL_ERROR_RT_PARAM_INVALID", "count 60 is larger than destMax 10"):
         _cann.memcpy(dev_ptr, 10, host.ctypes.data, 60, H2D)
     # exactly to the end is fine
     _cann.memcpy(dev_ptr + 50, 50, host.ctypes.data, 50, H2D)
@@ -125,6 +125,7 @@ def test_size_past_the_end_of_an_allocation(dev_ptr):
     assert_runtime_works()
 
 
+@pytest.mark.hostnpu_only  # reads gert.host_counters()
 def test_allocation_beyond_capacity():
     total = gert.memory_info().total
     in_use = gert.host_counters()["device_memory_in_use"]
@@ -183,6 +184,7 @@ def test_destroyed_stream():
     assert_runtime_works()
 
 
+@pytest.mark.hostnpu_only  # reads gert.host_counters()
 def test_double_free():
     p = _cann.malloc(256)
     in_use = gert.host_counters()["device_memory_in_use"]
@@ -223,7 +225,8 @@ def test_sync_timeout_keeps_async_sources_alive():
         gate = threading.Event()
         buf = gert.DeviceBuffer(1 << 16)
         s.launch_host_func(lambda: gate.wait(10))
-        src = np.full(1 << 16, 42, np.uint8)
+        src = gert.HostBuffer(1 << 16).numpy()  # pinned: the copy is queued (pageable memory would sync first)
+        src[:] = 42
         ref = weakref.ref(src)
         buf.copy_from(src, stream=s)
         del src
@@ -247,6 +250,7 @@ def test_invalid_device_id():
     assert_runtime_works()
 
 
+@pytest.mark.hostnpu_only  # reads gert.host_counters()
 def test_use_after_the_device_closed():
     res = run_python_result('''
         d = gert.Device(0)
@@ -318,12 +322,14 @@ def test_device_reference_counting_and_second_device():
     assert res["dev1_ok"] and res["dev1_buf_ok"] is None
 
 
-def test_recent_error_message_is_thread_local():
-    """aclGetRecentErrMsg is per thread: an error in one thread does not overwrite another's message."""
-    with pytest.raises(gert.AclError):
+def test_recent_error_message_is_per_thread_and_cleared_on_read():
+    """aclGetRecentErrMsg (CANN 8.5): the calling thread's message, cleared by reading it (None, read as '', once
+    there is none); an error in another thread does not touch this thread's."""
+    assert _cann.get_recent_err_msg() == ""
+    with pytest.raises(gert.AclError) as ei:
         _cann.free(8)                              # a bogus pointer in this thread
-    mine = _cann.get_recent_err_msg()
-    assert "aclrtFree" in mine
+    assert "aclrtFree" in ei.value.message        # the AclError read it...
+    assert _cann.get_recent_err_msg() == ""      # ...so it is gone: a later error cannot show a stale message
     other = []
 
     def worker():
@@ -336,5 +342,8 @@ def test_recent_error_message_is_thread_local():
     t = threading.Thread(target=worker)
     t.start()
     t.join()
-    assert "aclrtMalloc" in other[0] and other[0] == other[1]
-    assert _cann.get_recent_err_msg() == mine
+    assert "aclrtMalloc" in other[0] and other[1] == ""
+    assert _cann.get_recent_err_msg() == ""
+    with pytest.raises(gert.AclError) as ei:       # the next error carries its own message only
+        _cann.malloc(0)
+    assert "aclrtMalloc" in ei.value.message and "aclrtFree" not in ei.value.message

@@ -14,7 +14,7 @@ from gert import _cann
 from _helpers import RUNTIME, acl_code, assert_runtime_works, run_python_result
 from models import execute, load, scale_model
 
-pytestmark = RUNTIME
+pytestmark = RUNTIME + [pytest.mark.hostnpu_only]  # injects faults into the host NPU
 
 AICORE = 507015        # ACL_ERROR_RT_AICORE_EXCEPTION
 SYNC_TIMEOUT = 507046  # ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
@@ -174,7 +174,8 @@ def test_malloc_fault_returns_207001_then_allocations_work(device):
 
 def test_memcpy_fault_async_at_the_sync_and_sync_at_the_call(device):
     buf = gert.DeviceBuffer(64, 0)
-    src = np.arange(64, dtype=np.uint8)
+    src = gert.HostBuffer(64).numpy()  # pinned: the copy is really queued (a pageable one would copy at the call)
+    src[:] = np.arange(64, dtype=np.uint8)
     gert.inject_fault("memcpy", count=2)
     with gert.Stream(0) as s:
         buf.copy_from(src, stream=s)  # enqueued without error

@@ -489,6 +489,7 @@ def _counted_runs(session, gid, stream, feeds, iterations):
     return c, results, before
 
 
+@pytest.mark.hostnpu_only  # reads gert.host_counters()
 @pytest.mark.parametrize("which", ["multi_io", "cls"])
 def test_host_counters_prove_data_path(session, s1, which):
     iterations = 4

@@ -171,6 +171,7 @@ def test_empty_host_buffer():
     hb.free()
 
 
+@pytest.mark.hostnpu_only  # reads gert.host_counters()
 def test_host_counters_count_bytes_per_kind_exactly(streams):
     s = streams[0]
     a, b = gert.DeviceBuffer(1000), gert.DeviceBuffer(1000)
@@ -184,9 +185,9 @@ def test_host_counters_count_bytes_per_kind_exactly(streams):
     assert {k: c0[k] for k in ("bytes_h2d", "bytes_d2h", "bytes_d2d", "bytes_h2h", "tasks")} == dict.fromkeys(
         ("bytes_h2d", "bytes_d2h", "bytes_d2d", "bytes_h2h", "tasks"), 0)
     a.copy_from(host)                                          # H2D 1000, sync: no task
-    a.copy_from(host[:123], stream=s)                          # H2D 123, task 1
+    a.copy_from(host[:123], stream=s)                          # H2D 123, pageable: done when the call returns, task 1
     b.copy_from(a, stream=s)                                   # D2D 1000, task 2
-    b.copy_to(hb, stream=s)                                    # D2H 300, task 3
+    b.copy_to(hb, stream=s)                                    # D2H 300 into pinned memory, task 3
     s.launch_host_func(lambda: None)                           # task 4
     s.record_event()                                           # task 5
     s.synchronize()
@@ -209,6 +210,7 @@ def test_host_counters_count_bytes_per_kind_exactly(streams):
     np.testing.assert_array_equal(chk, host[100:120])
 
 
+@pytest.mark.hostnpu_only  # reads gert.host_counters()
 def test_device_memory_counters_in_use_and_peak(device):
     gc.collect()
     gert.reset_host_counters()

@@ -8,10 +8,9 @@ import onnx.helper as oh
 import pytest
 
 import gert
-from gert import _cann
 from _helpers import RUNTIME
 
-pytestmark = RUNTIME
+pytestmark = RUNTIME + [pytest.mark.hostnpu_only]  # inspects the host NPU's compute provider
 
 
 def _double(batch_dim):
@@ -28,7 +27,7 @@ def _double(batch_dim):
 def _sessions_of(group, threads):
     """The ONNX Runtime sessions the provider keeps for one GE Session at one thread count (compiling also makes a
     1-thread session per model and overrides, to validate the model and find static output shapes)."""
-    provider = _cann.host_provider()
+    provider = gert.hostnpu.host_provider()
     return {id(s) for k, s in list(provider._shared.items()) if k[0] == group and k[2] == threads}
 
 

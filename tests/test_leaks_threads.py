@@ -4,12 +4,13 @@ import gc
 import threading
 
 import numpy as np
+import pytest
 
 import gert
 from gert import _cann
 from _helpers import RUNTIME, quiet_thread_count, settled_thread_count
 
-pytestmark = RUNTIME
+pytestmark = RUNTIME + [pytest.mark.hostnpu_only]  # reads gert.host_counters()
 
 
 def baseline(expect_threads=None):

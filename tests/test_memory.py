@@ -43,6 +43,7 @@ def read_device(buf: gert.DeviceBuffer) -> np.ndarray:
 @settings(max_examples=300)
 @given(a=hnp.arrays(DTYPES, SHAPES), mode=st.sampled_from(["sync", "async"]), si=st.integers(0, 2),
        offset=st.integers(0, 3))
+@pytest.mark.hostnpu_only  # reads gert.host_counters()
 def test_h2d_d2h_round_trip(streams, a, mode, si, offset):
     if offset and a.ndim >= 1 and a.shape[0] > offset:
         a = a[offset:]   # contiguous, but not at the start of its allocation
@@ -130,6 +131,7 @@ def non_contiguous(draw):
     return v
 
 
+@pytest.mark.hostnpu_only  # reads gert.host_counters()
 @settings(max_examples=60)
 @given(v=non_contiguous(), use_stream=st.booleans())
 def test_non_contiguous_source_is_rejected_not_copied_wrong(streams, v, use_stream):
@@ -156,6 +158,7 @@ def test_non_contiguous_source_is_rejected_not_copied_wrong(streams, v, use_stre
     np.testing.assert_array_equal(out, v)
 
 
+@pytest.mark.hostnpu_only  # reads gert.host_counters()
 @settings(max_examples=30)
 @given(v=non_contiguous(), use_stream=st.booleans())
 def test_non_contiguous_destination_is_rejected(streams, v, use_stream):
@@ -209,6 +212,7 @@ def test_not_a_buffer_is_rejected():
         buf.copy_to([0] * 8)
 
 
+@pytest.mark.hostnpu_only  # reads gert.host_counters()
 def test_copy_larger_than_the_buffer_is_rejected(streams):
     buf = gert.DeviceBuffer(80)
     buf.memset(0x22)
@@ -231,6 +235,7 @@ def test_copy_larger_than_the_buffer_is_rejected(streams):
 @settings(max_examples=60)
 @given(src_n=st.integers(1, 5000), extra=st.integers(0, 300), mode=st.sampled_from(["sync", "async"]),
        direction=st.sampled_from(["copy_from", "copy_to"]), seed=st.integers(0, 2**32 - 1))
+@pytest.mark.hostnpu_only  # reads gert.host_counters()
 def test_d2d_copies(streams, src_n, extra, mode, direction, seed):
     rng = np.random.default_rng(seed)
     s = streams[2] if mode == "async" else None
@@ -291,6 +296,7 @@ def test_memset_is_ordered_with_copies_on_a_stream(streams):
     assert (out2[: n // 2] == 9).all() and (out2[n // 2:] == 1).all()
 
 
+@pytest.mark.hostnpu_only  # reads gert.host_counters()
 def test_memory_info_tracks_allocations(device):
     total = _cann.get_device_info(0, _cann.DEV_ATTR_TOTAL_GLOBAL_MEM_SIZE)
     info0 = gert.memory_info(device)

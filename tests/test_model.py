@@ -234,6 +234,7 @@ def test_run_list_groups_by_shape_in_order():
 
 # ---- core limits and stats -----------------------------------------------------------------------------------------
 
+@pytest.mark.hostnpu_only  # reads gert.host_counters()
 def test_core_limit_validation():
     cube, vec = hw_cores(), hw_cores(_cann.DEV_ATTR_VECTOR_CORE_NUM)
     alive = gert.host_counters()["streams_alive"]
@@ -456,6 +457,7 @@ def _chain_inputs(k: int = 4):
     return [np.random.default_rng(i).standard_normal((32, 256)).astype(np.float32) for i in range(k)]
 
 
+@pytest.mark.hostnpu_only  # reads gert.host_counters()
 def test_close_with_submits_in_flight():
     """submit() many, then close(): every future completes with the right result or is cancelled / fails with a
     clear GertError; close() returns promptly and nothing hangs."""
@@ -546,6 +548,7 @@ def _moved(fn):
     return c["bytes_h2d"], c["bytes_d2h"], c["bytes_d2d"], c["bytes_h2h"]
 
 
+@pytest.mark.hostnpu_only  # reads gert.host_counters()
 def test_data_path_bytes():
     """One H2D per input of exactly its bytes, one D2H per output of exactly the real rows; batch padding is
     written on the device (never copied); an out= array receives the D2H directly (no host copy)."""
@@ -581,6 +584,7 @@ def test_data_path_bytes():
             m.run({"x": x3}, out={"y": np.empty((4, 3, 2), np.float32)})
 
 
+@pytest.mark.hostnpu_only  # reads gert.host_counters()
 def test_data_path_non_batch_padding_is_staged():
     """Padding a non-batch axis stages the padded input on the host: one H2D of the padded bytes; an output sliced
     on that axis comes back whole and is sliced on the host (outputs padded only on the batch axis stay exact)."""

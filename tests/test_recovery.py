@@ -15,7 +15,7 @@ from gert.recovery import error_class
 from _helpers import REPO, RUNTIME, run_python_result
 from models import scale_model
 
-pytestmark = RUNTIME
+pytestmark = RUNTIME + [pytest.mark.hostnpu_only]  # injects faults into the host NPU
 
 AICORE = 507015
 

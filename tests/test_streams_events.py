@@ -93,17 +93,26 @@ def sequential_model(ops):
     return bufs, slots, log
 
 
+def pinned(n: int) -> np.ndarray:
+    """n zero bytes of page-locked host memory (aclrtMallocHost), as a numpy array that keeps it alive."""
+    a = gert.HostBuffer(n).numpy()
+    a[:] = 0
+    return a
+
+
 def run_on_streams(device, n_streams, ops, with_waits=True):
     """Issue the program on real streams. Every op first waits for the event recorded after the previous op
     that touched any of its resources (buffers, host slots, the log), so its result is fully determined by
     stream order plus those cross-stream waits. All streams start behind a gate, so nothing runs until the
-    whole program is queued: only the waits can order work across streams."""
+    whole program is queued: only the waits can order work across streams. Host memory is pinned (HostBuffer):
+    CANN 8.5 queues copies only from and to aclrtMallocHost memory (pageable ones synchronize the stream first,
+    which here would wait for the gate)."""
     streams = [gert.Stream(device) for _ in range(n_streams)]
     gate = threading.Event()
     bufs = [gert.DeviceBuffer(NBYTES, device) for _ in range(N_BUFS)]
     for b in bufs:
         b.memset(0)
-    slots = [np.zeros(NBYTES, np.uint8) for _ in range(N_SLOTS)]
+    slots = [pinned(NBYTES) for _ in range(N_SLOTS)]
     log = []
     last = {}
     try:
@@ -117,7 +126,9 @@ def run_on_streams(device, n_streams, ops, with_waits=True):
                     s.wait_event(ev)
             kind = op[0]
             if kind == "h2d":
-                bufs[op[2]].copy_from(np.full(NBYTES, op[3], np.uint8), stream=s)
+                src = pinned(NBYTES)
+                src[:] = op[3]
+                bufs[op[2]].copy_from(src, stream=s)
             elif kind == "h2d_slot":
                 bufs[op[2]].copy_from(slots[op[3]], stream=s)
             elif kind == "d2h":
@@ -355,7 +366,8 @@ def test_destroy_drains_pending_work(device):
     log = []
     s = gert.Stream(device)
     buf = gert.DeviceBuffer(1 << 20, device)
-    src = np.full(1 << 20, 3, np.uint8)
+    src = pinned(1 << 20)  # pinned: the copy is queued behind the sleep
+    src[:] = 3
     s.launch_host_func(lambda: time.sleep(0.05))
     buf.copy_from(src, stream=s)
     s.launch_host_func(lambda: log.append("last"))

@@ -409,6 +409,7 @@ def test_a_static_graph_compiled_for_a_second_stream_is_not_probed_again():
     assert shapes3 == [(f32, (2, 5, 2)), (f32, (2,))] and list(other._sessions) == [1]
 
 
+@pytest.mark.hostnpu_only  # injects a fault
 def test_hot_static_graphs_come_back_after_a_device_recovery():
     """A device-wide failure makes gert.recovery rebuild the streams' Sessions (their graphs are gone); a shape the
     tiers had admitted is compiled again in the background and served from its static graph once more."""

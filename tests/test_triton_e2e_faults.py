@@ -23,7 +23,7 @@ from test_triton_e2e import (CALL_TIMEOUT, InferenceServerException, client_for,
                              stub_processes)
 from triton_models import SEQ_OUTPUTS, seq_expected, seq_inputs, seq_model
 
-pytestmark = [pytest.mark.skipif(pytriton_root() is None, reason="needs nvidia-pytriton (pip install -e '.[triton]')")]
+pytestmark = [pytest.mark.hostnpu_only, pytest.mark.skipif(pytriton_root() is None, reason="needs nvidia-pytriton (pip install -e '.[triton]')")]
 
 # per stub: kernel launches 1-2 run, 3 fails (execute), 4-6 run, 7 hangs until the request times out and aborts it,
 # 8-12 run, 13 fails device-wide (sticky: gert.Model recovers the device), the rest run

@@ -12,7 +12,7 @@ from gert_triton.config import ConfigError, parse_parameters
 from test_triton_unit import assert_error, check_seq, loaded, model_dir, outputs_of, params, pb, request, seq_bytes  # noqa: F401
 from triton_models import seq_inputs
 
-pytestmark = RUNTIME
+pytestmark = RUNTIME + [pytest.mark.hostnpu_only]  # injects faults into the host NPU
 
 
 @pytest.fixture(autouse=True)

@@ -360,6 +360,7 @@ def test_initialize_refuses_batch_gear_above_max_batch_size(pb, tmp_path, seq_by
         TritonPythonModel().initialize(init_args(mdir, cfg))
 
 
+@pytest.mark.hostnpu_only  # reads gert.host_counters()
 def test_initialize_refuses_config_that_does_not_match_the_onnx_model(pb, tmp_path, seq_bytes):
     mdir = model_dir(tmp_path, seq_bytes)
     cfg = autocomplete(pb, mdir)

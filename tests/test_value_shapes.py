@@ -279,6 +279,7 @@ def nms_batch_inputs(n: int, seed: int):
     return {"boxes": boxes, "scores": rng.uniform(0, 1, (n, 2, 8)).astype(np.float32)}
 
 
+@pytest.mark.hostnpu_only  # reads gert.host_counters()
 def test_model_value_dependent_batch_defaults_to_exact_and_runs():
     """gert.load on NMS over a batch: the batch policy is exact (no filler rows), each batch size runs as it is and
     equals ONNX Runtime; the output is allocated per run and copied once into the result (D2H bytes = its size)."""

@@ -306,7 +306,7 @@ aclError aclrtGetCurrentContext(aclrtContext *context) {
 
 static aclError check_type(aclrtDevResLimitType type, const char *api) {
   if (type != ACL_RT_DEV_RES_CUBE_CORE && type != ACL_RT_DEV_RES_VECTOR_CORE)
-    return fail(ACL_ERROR_INVALID_PARAM, "%s: type %d is not a aclrtDevResLimitType", api, static_cast<int>(type));
+    return fail(ACL_ERROR_RT_PARAM_INVALID, "%s: type %d is not an aclrtDevResLimitType", api, static_cast<int>(type));
   return ACL_SUCCESS;
 }
 

@@ -45,7 +45,15 @@ Counters &counters() {
 
 uint32_t spin_micros() { return g_spin_us.load(std::memory_order_relaxed); }
 
-const char *recent_error_message() { return tls_msg.c_str(); }
+// CANN 8.5 (acl.cpp, API reference 0133): aclGetRecentErrMsg returns the thread's message and clears it; nullptr
+// when there is none; the pointer stays valid until the thread's next call.
+const char *take_recent_error_message() {
+  thread_local std::string returned;
+  if (tls_msg.empty()) return nullptr;
+  returned = std::move(tls_msg);
+  tls_msg.clear();
+  return returned.c_str();
+}
 
 }  // namespace hostnpu
 
@@ -53,10 +61,7 @@ using namespace hostnpu;
 
 extern "C" {
 
-const char *aclGetRecentErrMsg() {
-  // As in CANN: the thread's most recent error text, or an empty string when there is none.
-  return recent_error_message();
-}
+const char *aclGetRecentErrMsg() { return take_recent_error_message(); }
 
 void gertHostGetCounters(gertHostCounters *out) {
   auto &c = counters();

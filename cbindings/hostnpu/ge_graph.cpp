@@ -1,5 +1,6 @@
-// Host NPU GE: ge::Graph and the ONNX parser (aclgrphParseONNX / aclgrphParseONNXFromMem).
+// Host NPU GE: ge::Graph, GE's error texts and the ONNX parsing behind aclgrphParseONNX (onnx_parser.cpp).
 // Parsing reads and validates the ONNX model and accepts only the parser_params keys real GE accepts.
+// In the toolkit layout (build_toolkit.py) this is libgraph.so; the parser entry points are libfmk_onnx_parser.so.
 #include <cstdarg>
 #include <cstring>
 #include <cstdio>
@@ -8,7 +9,6 @@
 #include <sstream>
 
 #include "ge_state.h"
-#include "parser/onnx_parser.h"
 
 namespace hostnpu {
 
@@ -167,9 +167,8 @@ static ge::graphStatus refuse_like_cann(const onnx::ModelInfo &info, const char 
   return ge::GRAPH_SUCCESS;
 }
 
-// Builds a GraphImpl from a serialized model and parser_params.
-static ge::graphStatus parse(std::shared_ptr<const std::string> bytes, const char *api,
-                             const std::map<ge::AscendString, ge::AscendString> &params, ge::Graph &graph) {
+ge::graphStatus parse_onnx(std::shared_ptr<const std::string> bytes, const char *api,
+                           const std::map<ge::AscendString, ge::AscendString> &params, ge::Graph &graph) {
   std::map<std::string, std::string> opts;
   for (auto &kv : params) {
     std::string k = kv.first.GetString();
@@ -267,6 +266,15 @@ static ge::graphStatus parse(std::shared_ptr<const std::string> bytes, const cha
   return ge::GRAPH_SUCCESS;
 }
 
+ge::graphStatus parse_onnx_file(const char *path, const char *api,
+                                const std::map<ge::AscendString, ge::AscendString> &params, ge::Graph &graph) {
+  if (!path) return ge_fail(ge::GRAPH_PARAM_INVALID, "%s: model_file is null", api);
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return ge_fail(ge::GRAPH_FAILED, "%s: cannot open '%s'", api, path);
+  auto bytes = std::make_shared<std::string>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  return parse_onnx(bytes, api, params, graph);
+}
+
 }  // namespace hostnpu
 
 namespace ge {
@@ -281,28 +289,11 @@ graphStatus Graph::SaveToFile(const char_t *file_name) const {
   return f ? GRAPH_SUCCESS : GRAPH_FAILED;
 }
 graphStatus Graph::LoadFromFile(const char_t *file_name) {
-  return aclgrphParseONNX(file_name, {}, *this);
+  return hostnpu::parse_onnx_file(file_name, "Graph::LoadFromFile", {}, *this);
 }
 graphStatus Graph::GetName(AscendString &name) const {
   name = AscendString(impl_ ? impl_->name.c_str() : "");
   return GRAPH_SUCCESS;
-}
-
-graphStatus aclgrphParseONNX(const char *model_file, const std::map<AscendString, AscendString> &parser_params,
-                             Graph &graph) {
-  if (!model_file) return hostnpu::ge_fail(GRAPH_PARAM_INVALID, "aclgrphParseONNX: model_file is null");
-  std::ifstream f(model_file, std::ios::binary);
-  if (!f) return hostnpu::ge_fail(GRAPH_FAILED, "aclgrphParseONNX: cannot open '%s'", model_file);
-  auto bytes = std::make_shared<std::string>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  return hostnpu::parse(bytes, "aclgrphParseONNX", parser_params, graph);
-}
-
-graphStatus aclgrphParseONNXFromMem(const char *buffer, size_t size,
-                                    const std::map<AscendString, AscendString> &parser_params, Graph &graph) {
-  if (!buffer || size == 0)
-    return hostnpu::ge_fail(GRAPH_PARAM_INVALID, "aclgrphParseONNXFromMem: the buffer is empty");
-  auto bytes = std::make_shared<std::string>(buffer, size);
-  return hostnpu::parse(bytes, "aclgrphParseONNXFromMem", parser_params, graph);
 }
 
 }  // namespace ge

@@ -45,6 +45,12 @@ ge::CompiledGraphSummaryPtr make_summary(bool is_static, size_t const_memory, si
                                          const std::vector<std::vector<int64_t>> &shapes,
                                          const std::vector<ge::DataType> &dtypes);
 
+// Builds a Graph from a serialized ONNX model (or a model file) and parser_params; `api` names the caller in errors.
+ge::graphStatus parse_onnx(std::shared_ptr<const std::string> bytes, const char *api,
+                           const std::map<ge::AscendString, ge::AscendString> &params, ge::Graph &graph);
+ge::graphStatus parse_onnx_file(const char *path, const char *api,
+                                const std::map<ge::AscendString, ge::AscendString> &params, ge::Graph &graph);
+
 // The provider registered by gertHostSetGraphProvider (a copy), or null.
 std::shared_ptr<const gertHostGraphProvider> graph_provider();
 

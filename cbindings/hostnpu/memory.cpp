@@ -10,7 +10,8 @@ namespace hostnpu {
 namespace {
 constexpr size_t kAlign = 64;
 
-size_t charge_for(size_t size) { return (size + 31) / 32 * 32 + 32; }  // CANN rounds up to 32 and adds 32
+// CANN 8.5 (GetAlignedAndPaddingSize): ALIGN_UP(size, 32) + 32; the HUGE1G_ONLY policies skip the +32.
+size_t charge_for(size_t size, bool pad) { return (size + 31) / 32 * 32 + (pad ? 32 : 0); }
 
 void *aligned_block(size_t size) {
   size_t rounded = (size + kAlign - 1) / kAlign * kAlign;
@@ -43,6 +44,8 @@ AllocationPtr lookup(std::map<uintptr_t, AllocationPtr> &m, uintptr_t p) {
 struct CopyPlan {
   AllocationPtr dst_alloc, src_alloc;
   int counter = 0;  // index into Counters::bytes
+  bool noop = false;  // dst == src: CANN returns success and copies nothing
+  bool pageable = false;  // H2D or D2H whose host side is not aclrtMallocHost memory
 };
 
 // Explains why [p, p+n) is not device memory; returns the error code.
@@ -66,16 +69,34 @@ bool is_device(const void *p) {
   return lookup(r.device_mem, reinterpret_cast<uintptr_t>(p)) != nullptr;
 }
 
+// The kinds aclrtMemcpyAsync accepts (CANN 8.5 runtime, api_error.cc MemcpyAsync).
+bool async_kind(aclrtMemcpyKind k) {
+  return k == ACL_MEMCPY_HOST_TO_HOST || k == ACL_MEMCPY_HOST_TO_DEVICE || k == ACL_MEMCPY_DEVICE_TO_HOST ||
+         k == ACL_MEMCPY_DEVICE_TO_DEVICE || k == ACL_MEMCPY_DEFAULT || k == ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE;
+}
+
+// Checks a copy in CANN 8.5's order (shared/docs/cann-runtime-rules.md section 1): null pointers and (async) the
+// kind: 100000; count 0 or above destMax: 107000; async host-to-host: 207000 at the call; async dst == src: nothing
+// to do (plan.noop). Then what the host NPU can prove beyond CANN: each pointer is what the kind says.
 aclError plan_copy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind, const char *api,
-                   CopyPlan &plan) {
-  if (count > destMax)
-    return fail(ACL_ERROR_INVALID_PARAM, "%s: count %zu is larger than destMax %zu", api, count, destMax);
-  if (count == 0) return ACL_SUCCESS;
+                   bool async, CopyPlan &plan) {
   if (!dst || !src) return fail(ACL_ERROR_INVALID_PARAM, "%s: %s is null", api, dst ? "src" : "dst");
+  if (async && !async_kind(kind))
+    return fail(ACL_ERROR_INVALID_PARAM, "%s: %d is not an aclrtMemcpyKind it accepts", api, static_cast<int>(kind));
+  if (count == 0) return fail(ACL_ERROR_RT_PARAM_INVALID, "%s: count must be greater than 0", api);
+  if (count > destMax)
+    return fail(ACL_ERROR_RT_PARAM_INVALID, "%s: count %zu is larger than destMax %zu", api, count, destMax);
   if (kind == ACL_MEMCPY_DEFAULT) {
     bool d = is_device(dst), s = is_device(src);
     kind = d ? (s ? ACL_MEMCPY_DEVICE_TO_DEVICE : ACL_MEMCPY_HOST_TO_DEVICE)
              : (s ? ACL_MEMCPY_DEVICE_TO_HOST : ACL_MEMCPY_HOST_TO_HOST);
+  }
+  if (async && kind == ACL_MEMCPY_HOST_TO_HOST)
+    return fail(ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "%s: ACL_MEMCPY_HOST_TO_HOST is not supported asynchronously; "
+                "use aclrtMemcpy (or memcpy) for host-to-host copies", api);
+  if (async && dst == src) {
+    plan.noop = true;
+    return ACL_SUCCESS;
   }
   bool dst_dev, src_dev;
   switch (kind) {
@@ -102,6 +123,9 @@ aclError plan_copy(void *dst, size_t destMax, const void *src, size_t count, acl
     return fail(ACL_ERROR_RT_PARAM_INVALID, "%s: src %p is device memory, but %s needs a host source", api, src,
                 kind_name(kind));
   }
+  // H2D / D2H from or to memory aclrtMallocHost did not give (HOST_TO_BUF_TO_DEVICE stages pageable memory itself)
+  if (kind == ACL_MEMCPY_HOST_TO_DEVICE) plan.pageable = !find_allocation(src, count, true);
+  if (kind == ACL_MEMCPY_DEVICE_TO_HOST) plan.pageable = !find_allocation(dst, count, true);
   lk.unlock();
   if (dst_dev && !plan.dst_alloc) return not_device(api, "dst", dst, count);
   if (src_dev && !plan.src_alloc) return not_device(api, "src", src, count);
@@ -113,11 +137,12 @@ void do_copy(void *dst, const void *src, size_t count, int counter) {
   counters().bytes[counter].fetch_add(count, std::memory_order_relaxed);
 }
 
+// CANN 8.5: a null devPtr gives 100000; count 0, or count above maxCount, gives 107000.
 aclError check_memset(void *devPtr, size_t maxCount, size_t count, const char *api, AllocationPtr &alloc) {
-  if (count > maxCount)
-    return fail(ACL_ERROR_INVALID_PARAM, "%s: count %zu is larger than maxCount %zu", api, count, maxCount);
-  if (count == 0) return ACL_SUCCESS;
   if (!devPtr) return fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr is null", api);
+  if (count == 0) return fail(ACL_ERROR_RT_PARAM_INVALID, "%s: count must be greater than 0", api);
+  if (count > maxCount)
+    return fail(ACL_ERROR_RT_PARAM_INVALID, "%s: count %zu is larger than maxCount %zu", api, count, maxCount);
   {
     std::lock_guard<std::mutex> lk(rt().mem_mu);
     alloc = find_allocation(devPtr, count, false);
@@ -153,11 +178,15 @@ AllocationPtr find_exact(const void *p, bool host) {
 }
 
 aclError device_alloc(int32_t dev, size_t size, void **out, const char *api) {
+  return device_alloc_charged(dev, size, true, out, api);
+}
+
+aclError device_alloc_charged(int32_t dev, size_t size, bool pad, void **out, const char *api) {
   Device *d = find_device(dev);
   if (!d) return fail(ACL_ERROR_RT_INVALID_DEVICEID, "%s: device %d does not exist", api, dev);
   Fault f = draw_fault(FaultSite::Alloc, dev);
   if (f.code) return fail(f.code, "%s: device %d: %s", api, dev, f.what.c_str());
-  size_t charged = charge_for(size);
+  size_t charged = charge_for(size, pad);
   uint64_t used = d->in_use.load();
   do {
     if (used + charged > d->capacity || charged < size)
@@ -206,7 +235,8 @@ aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy) {
                 static_cast<unsigned>(policy));
   int32_t dev;
   if (aclError e = current_device(&dev, "aclrtMalloc")) return e;
-  return device_alloc(dev, size, devPtr, "aclrtMalloc");
+  bool huge1g = base_policy == ACL_MEM_MALLOC_HUGE1G_ONLY || base_policy == ACL_MEM_MALLOC_HUGE1G_ONLY_P2P;
+  return device_alloc_charged(dev, size, !huge1g, devPtr, "aclrtMalloc");
 }
 
 aclError aclrtFree(void *devPtr) {
@@ -268,7 +298,7 @@ aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, a
   int32_t dev;
   if (aclError e = current_device(&dev, "aclrtMemcpy")) return e;
   CopyPlan plan;
-  if (aclError e = plan_copy(dst, destMax, src, count, kind, "aclrtMemcpy", plan)) return e;
+  if (aclError e = plan_copy(dst, destMax, src, count, kind, "aclrtMemcpy", false, plan)) return e;
   std::string why;
   if (aclError e = find_device(dev)->launch_error(why)) return fail(e, "aclrtMemcpy: %s", why.c_str());
   Fault f = draw_fault(FaultSite::Copy, dev);
@@ -282,13 +312,28 @@ aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t cou
   StreamPtr s = find_stream(stream);
   if (!s) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtMemcpyAsync: stream %p is not a live stream", stream);
   CopyPlan plan;
-  if (aclError e = plan_copy(dst, destMax, src, count, kind, "aclrtMemcpyAsync", plan)) return e;
+  if (aclError e = plan_copy(dst, destMax, src, count, kind, "aclrtMemcpyAsync", true, plan)) return e;
+  if (plan.noop) return ACL_SUCCESS;
   Task t{[dst, src, count, plan](std::string &) {
     do_copy(dst, src, count, plan.counter);
     return ACL_SUCCESS;
   }};
   t.fault = draw_fault(FaultSite::Copy, s->device());
-  return s->launch(std::move(t), "aclrtMemcpyAsync");
+  if (!plan.pageable) return s->launch(std::move(t), "aclrtMemcpyAsync");
+  // CANN 8.5 (MemcpyAsyncCheckLocation): with pageable host memory the runtime synchronizes the stream, returning an
+  // earlier task's error, then copies synchronously: the copy is done (or has failed) when the call returns. Only
+  // aclrtMallocHost memory is really enqueued. A thread running the stream inline has run its earlier tasks already
+  // (and other threads' tasks wait for it), so it copies at once.
+  bool inline_mode = s->inline_here();
+  std::string msg;
+  if (!inline_mode) {
+    if (aclError e = s->synchronize(-1, msg)) return fail(e, "aclrtMemcpyAsync: %s", msg.c_str());
+  }
+  if (aclError e = s->launch(std::move(t), "aclrtMemcpyAsync")) return e;
+  if (!inline_mode) {
+    if (aclError e = s->synchronize(-1, msg)) return fail(e, "aclrtMemcpyAsync: %s", msg.c_str());
+  }
+  return ACL_SUCCESS;
 }
 
 aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count) {
@@ -296,7 +341,7 @@ aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count)
   if (aclError e = current_device(&dev, "aclrtMemset")) return e;
   AllocationPtr a;
   if (aclError e = check_memset(devPtr, maxCount, count, "aclrtMemset", a)) return e;
-  if (count) std::memset(devPtr, value, count);
+  std::memset(devPtr, value, count);
   return ACL_SUCCESS;
 }
 
@@ -306,7 +351,7 @@ aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t c
   AllocationPtr a;
   if (aclError e = check_memset(devPtr, maxCount, count, "aclrtMemsetAsync", a)) return e;
   return s->launch(Task{[devPtr, value, count, a](std::string &) {
-    if (count) std::memset(devPtr, value, count);
+    std::memset(devPtr, value, count);
     return ACL_SUCCESS;
   }}, "aclrtMemsetAsync");
 }

@@ -76,6 +76,8 @@ using AllocationPtr = std::shared_ptr<Allocation>;
 AllocationPtr find_allocation(const void *p, size_t n, bool host);
 // Finds the live allocation that starts exactly at p.
 AllocationPtr find_exact(const void *p, bool host);
+// Charges the device for aclrtMalloc(size): ALIGN_UP(size, 32), plus 32 bytes when pad (not the HUGE1G policies).
+aclError device_alloc_charged(int32_t dev, size_t size, bool pad, void **out, const char *api);
 
 // ---- events -------------------------------------------------------------------------------
 struct Event {
@@ -153,6 +155,11 @@ class Stream {
   // caller that would only wait for the work anyway (enqueue, then synchronize): no hand-offs at all.
   void begin_inline();
   void end_inline();
+  // Whether the calling thread holds this stream in inline mode (its tasks run as it enqueues them).
+  bool inline_here() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return inline_owner_ == std::this_thread::get_id();
+  }
   std::weak_ptr<Stream> self;  // set by its creator: lets a worker that destroys its own stream keep it alive
 
   // core limits; 0 = unset

@@ -283,8 +283,10 @@ using namespace hostnpu;
 
 namespace {
 
+// CANN 8.5: -1 waits forever, > 0 is milliseconds; 0 or < -1 gives 107000.
 aclError timeout_arg(int32_t timeout, const char *api, int64_t *ms) {
-  if (timeout < -1) return fail(ACL_ERROR_INVALID_PARAM, "%s: timeout %d must be -1 (forever) or >= 0 ms", api, timeout);
+  if (timeout == 0 || timeout < -1)
+    return fail(ACL_ERROR_RT_PARAM_INVALID, "%s: timeout %d must be -1 (forever) or > 0 ms", api, timeout);
   *ms = timeout;
   return ACL_SUCCESS;
 }
@@ -389,7 +391,7 @@ aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus *status) {
 }
 
 aclError aclrtLaunchHostFunc(aclrtStream stream, aclrtHostFunc fn, void *args) {
-  if (!fn) return fail(ACL_ERROR_INVALID_PARAM, "aclrtLaunchHostFunc: fn is null");
+  if (!fn) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtLaunchHostFunc: fn is null");
   StreamPtr s = find_stream(stream);
   if (!s) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtLaunchHostFunc: %p is not a live stream", stream);
   return s->launch(Task{[fn, args](std::string &) {

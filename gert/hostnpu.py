@@ -1,0 +1,61 @@
+"""The host NPU's own features, which CANN does not have: counters, spin time, fault injection, its provider.
+
+Where they live depends on the build: in ``gert._cann`` when the host NPU is built in (the default build); in
+``gert._hostnpu`` when gert is built against the host NPU packaged as a toolkit (cbindings/hostnpu/build_toolkit.py);
+nowhere when gert is built against a real CANN toolkit, where calling one raises GertError saying so. Importing this
+module (``import gert`` does) loads gert._hostnpu, which registers ONNX Runtime as the host NPU's compute provider.
+
+To add one: implement it in cbindings/_host.pxi, then add one ``name = _host_only("name")`` line below.
+"""
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+from typing import Callable, Optional
+
+from gert import _cann
+from gert.errors import GertError
+
+
+def _find() -> Optional[ModuleType]:
+    if _cann.backend() == "hostnpu":  # built in: _cann_hostnpu.pyx
+        return _cann
+    try:
+        return importlib.import_module("gert._hostnpu")
+    except ModuleNotFoundError as e:
+        if e.name != "gert._hostnpu":
+            raise
+        return None  # a real toolkit: gert works without it
+
+
+_module: Optional[ModuleType] = _find()
+
+
+def available() -> bool:
+    """Whether this build has the host NPU's own features (False on a real CANN toolkit)."""
+    return _module is not None
+
+
+def _host_only(name: str) -> Callable:
+    """A function that calls ``name`` of the module that has the host NPU's features, or explains it has none."""
+
+    def call(*args, **kwargs):
+        impl = getattr(_module, name, None) if _module is not None else None
+        if impl is None:
+            raise GertError(f"gert.{name}() is a host NPU feature; this gert is built against the CANN toolkit at "
+                            f"{_cann.toolkit_root() or '?'}, which has none (gert.hostnpu.available() is False)")
+        return impl(*args, **kwargs)
+
+    impl = getattr(_module, name, None) if _module is not None else None
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = impl.__doc__ if impl is not None else f"{name}: host NPU only (absent from this build)."
+    return call
+
+
+host_counters = _host_only("host_counters")
+reset_host_counters = _host_only("reset_host_counters")
+host_spin_micros = _host_only("host_spin_micros")
+host_provider = _host_only("host_provider")
+inject_fault = _host_only("inject_fault")
+clear_faults = _host_only("clear_faults")
+last_compile_cache = _host_only("last_compile_cache")
