@@ -328,12 +328,13 @@ class Sequences:
             if not ok:
                 continue
             try:
-                results = self.step([(s, i) for s, i, _ in ok])
+                results = self.step([(s, i) for s, i, _ in ok], return_exceptions=True)
             except BaseException as e:  # noqa: BLE001 - the batch failed: each caller gets the error
-                for _, _, fut in ok:
-                    fut.set_exception(e)
-            else:
-                for (_, _, fut), r in zip(ok, results):
+                results = [e] * len(ok)
+            for (_, _, fut), r in zip(ok, results):
+                if isinstance(r, BaseException):
+                    fut.set_exception(r)
+                else:
                     fut.set_result(r)
 
     def _check_item(self, index: int, seq, inputs) -> dict:
@@ -353,13 +354,23 @@ class Sequences:
             raise GertError(f"sequence {seq.id}: inputs missing {missing}, unexpected {extra}; a step takes "
                             f"{self.step_inputs}")
         arrays = {}
-        for n in self.step_inputs:
-            a = inputs[n]
-            arrays[n] = a if type(a) is np.ndarray else np.asarray(a)
+        for t in self.plan.inputs:
+            if t.name in self.state_inputs:
+                continue
+            a = inputs[t.name]
+            a = a if type(a) is np.ndarray else np.asarray(a)
+            if a.dtype != t.dtype or a.ndim != len(t.shape) or any(
+                    isinstance(d, int) and d != s for d, s in zip(t.shape, a.shape)):
+                raise GertError(f"sequence {seq.id}: input '{t.name}': expected {t.dtype} of shape {t.shape}, got "
+                                f"{a.dtype} of shape {a.shape}")
+            arrays[t.name] = a
         return arrays
 
-    def step(self, items: list) -> list:
-        """One step of each (seq, inputs): grouped into batches, each run once; outputs in the items' order."""
+    def step(self, items: list, return_exceptions: bool = False) -> list:
+        """One step of each (seq, inputs): grouped into batches, each run once; outputs in the items' order. Every
+        item is checked before anything runs. A group whose run fails leaves its sequences' states as they were;
+        the other groups still run, then the first error is raised (``return_exceptions``: each failed item's
+        result is its error instead)."""
         checked = []
         for i, (seq, inputs) in enumerate(items):
             checked.append((i, seq, self._check_item(i, seq, inputs)))
@@ -367,9 +378,17 @@ class Sequences:
         if len(set(ids)) != len(ids):
             raise GertError("step: a sequence appears twice; its steps are ordered, run them in separate calls")
         results: list = [None] * len(items)
+        first = None
         for group in self._groups(checked):
-            for i, out in zip([g[0] for g in group], self._run_group([(s, a) for _, s, a in group])):
+            try:
+                outs = self._run_group([(s, a) for _, s, a in group])
+            except Exception as e:  # noqa: BLE001 - the group's error, raised or returned below
+                first = first or e
+                outs = [e] * len(group)
+            for i, out in zip([g[0] for g in group], outs):
                 results[i] = out
+        if first is not None and not return_exceptions:
+            raise first
         return results
 
     def _groups(self, checked: list) -> list:

@@ -171,7 +171,8 @@ class TritonPythonModel:
             if params.state:
                 from gert_triton.sequences import SequenceServer
 
-                self.stateful = SequenceServer(self.model, self.config, self.name, self.triton_layout)
+                self.stateful = SequenceServer(self.model, self.config, self.name, self.triton_layout,
+                                               on_change=self._update_metrics)
             self._check_config_io()
             compiled = self.model.warmup(self._config_fixed_sizes()) if params.warmup else 0
         except BaseException:  # the load fails: release the streams, sessions and device memory it took
@@ -352,7 +353,7 @@ class TritonPythonModel:
 
     def _update_metrics(self) -> None:
         """Once per batch: tell the publisher there is something new (its thread collects and publishes it)."""
-        if self.metrics is not None:
+        if getattr(self, "metrics", None) is not None:
             self.metrics.notify()
 
     def _metric_changes(self) -> list:

@@ -76,7 +76,7 @@ class _Live:
 class SequenceServer:
     """The live sequences of one model instance and how a batch of sequence requests runs."""
 
-    def __init__(self, model, config: dict, name: str, layout: Layout):
+    def __init__(self, model, config: dict, name: str, layout: Layout, on_change=None):
         if "sequence_batching" not in config:
             raise ConfigError("parameter 'state' needs a sequence_batching block in config.pbtxt (the sequence "
                               "batcher sends each correlation id's requests to the instance that holds its state); "
@@ -92,6 +92,7 @@ class SequenceServer:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.expired = 0  # sequences dropped by the idle timer
+        self._on_change = on_change  # called when the timer dropped some (the active-sequences metric)
         self._reaper = threading.Thread(target=self._reap, name="gert-triton-sequences", daemon=True)
         self._reaper.start()
 
@@ -110,6 +111,8 @@ class SequenceServer:
             for v in dropped:
                 v.seq.close()
             self.expired += len(dropped)
+            if dropped and self._on_change is not None:
+                self._on_change()
 
     def close(self) -> None:
         self._stop.set()
@@ -198,31 +201,44 @@ class SequenceServer:
         return bool(self._control_value(request, kind, pb_utils))
 
     def _run(self, items: list, responses: list, pb_utils) -> None:
+        """Checked items (a bad one is answered alone, before anything runs), then one model.step for the rest: a
+        group that fails answers its own requests with the error and leaves their states as they were."""
+        sequences = self.model._sequences
+        good = []
+        for item in items:
+            i, key, live, inputs, _, end = item
+            try:
+                sequences._check_item(i, live.seq, inputs)
+                good.append(item)
+            except GertError as e:
+                responses[i] = pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError(str(e), pb_utils.TritonError.INVALID_ARG))
+                self._finish(key, live, end)
         try:
-            results = self.model.step([(live.seq, inputs) for _, _, live, inputs, _, _ in items])
-        except GertError as e:
-            if len(items) > 1:  # a failed step changes no state: run each alone so that only the bad one fails
-                for item in items:
-                    self._run([item], responses, pb_utils)
-                return
-            code = getattr(pb_utils.TritonError, _CODES[error_class(e)])
-            results = [pb_utils.TritonError(str(e), code)]
-        except Exception as e:  # noqa: BLE001 - answered as the request's error
-            results = [pb_utils.TritonError(f"{type(e).__name__}: {e}", pb_utils.TritonError.INTERNAL)] * len(items)
+            results = sequences.step([(live.seq, inputs) for _, _, live, inputs, _, _ in good], return_exceptions=True)
+        except Exception as e:  # noqa: BLE001 - answered as the requests' error
+            results = [e] * len(good)
         now = time.monotonic()
-        for (i, key, live, _, wanted, end), out in zip(items, results):
-            if isinstance(out, pb_utils.TritonError):
-                responses[i] = pb_utils.InferenceResponse(error=out)
+        for (i, key, live, _, wanted, end), out in zip(good, results):
+            if isinstance(out, BaseException):
+                kind = _CODES[error_class(out)] if isinstance(out, GertError) else "INTERNAL"
+                text = str(out) if isinstance(out, GertError) else f"{type(out).__name__}: {out}"
+                responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(text, getattr(
+                    pb_utils.TritonError, kind)))
             else:
                 tensors = [pb_utils.Tensor(n, np.require(self.layout.to_triton(n, a), requirements="C"))
                            for n, a in out.items() if not wanted or n in wanted]
                 responses[i] = pb_utils.InferenceResponse(output_tensors=tensors)
             live.last_used = now
-            if end:
-                with self._lock:
-                    if self._live.get(key) is live:
-                        del self._live[key]
-                live.seq.close()
+            self._finish(key, live, end)
+
+    def _finish(self, key, live: _Live, end: bool) -> None:
+        """After a sequence's last request (END): free its state."""
+        if end:
+            with self._lock:
+                if self._live.get(key) is live:
+                    del self._live[key]
+            live.seq.close()
 
 
 def sequence_io(io: dict, state: dict, batch_dim) -> tuple:
