@@ -75,8 +75,11 @@ class GertParams:
 
     def load_kwargs(self) -> dict:
         """The gert.load() keyword arguments the config sets that have no default of gert_triton's own."""
-        return {k: getattr(self, k) for k in ("hot_after", "hot_window", "max_exact_graphs")
-                if getattr(self, k) is not None}
+        out = {k: getattr(self, k) for k in ("hot_after", "hot_window", "max_exact_graphs", "batch_dim")
+               if getattr(self, k) is not None}
+        if self.state:
+            out["state"] = dict(self.state)
+        return out
 
 
 def _int(key: str, value: str, minimum: int = 1, maximum: int = 2**31 - 1) -> int:

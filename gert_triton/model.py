@@ -163,7 +163,6 @@ class TritonPythonModel:
                                **params.load_kwargs(),
                                split_batch=params.split_batch if params.split_batch is not None
                                else self.layout.streams * len(devices) > 1,
-                               state=params.state or None, batch_dim=params.batch_dim,
                                request_timeout_s=params.request_timeout_ms / 1000 if params.request_timeout_ms else None)
         self.triton_layout = Layout(self.model.plan, self.max_batch_size > 0)
         self.stateful = None

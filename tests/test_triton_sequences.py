@@ -350,3 +350,32 @@ def gear_hits(server) -> int:
     text = metrics_text(server)
     return int(sum(float(v) for v in re.findall(r'^gert_gear_hits_total{[^}]*model="gru"[^}]*} ([0-9.e+-]+)$', text,
                                                 re.MULTILINE)))
+
+
+def test_state_and_batch_dim_parameters():
+    from gert_triton.config import ConfigError, parse_parameters
+
+    p = parse_parameters({"state": {"string_value": "h:h_out;c:c_out"}, "batch_dim": {"string_value": "x:1,h:1"}})
+    assert p.state == {"h": "h_out", "c": "c_out"} and p.batch_dim == ["x:1", "h:1"]
+    assert p.load_kwargs() == {"state": {"h": "h_out", "c": "c_out"}, "batch_dim": ["x:1", "h:1"]}
+    assert parse_parameters({"batch_dim": "N"}).batch_dim == "N"
+    with pytest.raises(ConfigError, match="parameter 'batch_dim'"):
+        parse_parameters({"batch_dim": "x:one"})
+    with pytest.raises(ConfigError, match="parameter 'state'"):
+        parse_parameters({"state": "h"})
+
+
+def test_cli_repo_init_writes_the_sequence_batcher(tmp_path, capsys):
+    from gert.cli import main
+
+    (tmp_path / "gru.onnx").write_bytes(GRU)
+    repo = tmp_path / "repo"
+    assert main(["repo", "init", str(tmp_path / "gru.onnx"), str(repo), "--state", "h=h_out", "--batch-dim", "N",
+                 "--sequence-strategy", "direct", "--max-sequence-idle-us", "700000"]) == 0
+    text = (repo / "gru" / "config.pbtxt").read_text()
+    assert "sequence_batching" in text and "direct {" in text and "700000" in text and "dynamic_batching" not in text
+    assert 'string_value: "h:h_out"' in text and 'string_value: "N"' in text
+    assert main(["repo", "init", str(tmp_path / "gru.onnx"), str(repo), "--name", "g2", "--state", "h"]) == 2
+    assert "INPUT=OUTPUT" in capsys.readouterr().err
+    assert main(["repo", "init", str(tmp_path / "gru.onnx"), str(repo), "--name", "g3", "--state", "h=h_out"]) == 2
+    assert "batch_dim" in capsys.readouterr().err and not (repo / "g3").exists()
