@@ -187,6 +187,8 @@ class Sequences:
         self.state_inputs = {p.input.name for p in self.pairs}
         self.step_inputs = [t.name for t in self.plan.inputs if t.name not in self.state_inputs]
         self.dtypes = {p.input.name: p.input.dtype for p in self.pairs}
+        self._step_specs = [t for t in self.plan.inputs if t.name not in self.state_inputs]
+        self._axes = {t.name: self.plan.batch_axis(t.name) for t in self.plan.inputs}  # batch axis per input
         if float(wait_s) < 0:
             raise GertError(f"sequence_wait_s must be >= 0, got {wait_s}")
         self.wait_s = float(wait_s)
@@ -341,22 +343,21 @@ class Sequences:
         if not isinstance(seq, Sequence) or seq._owner is not self:
             raise GertError(f"step item {index}: {seq!r} is not a sequence of this model")
         seq._check_open()
-        if not isinstance(inputs, Mapping):
+        if type(inputs) is not dict and not isinstance(inputs, Mapping):
             raise GertError(f"step item {index}: inputs must be a dict of input name -> array, got "
                             f"{type(inputs).__name__}")
-        state = [n for n in inputs if n in self.state_inputs]
+        state = [n for n in inputs if n in self.state_inputs] if len(inputs) != len(self.step_inputs) else ()
         if state:
             raise GertError(f"sequence {seq.id}: input(s) {state} are the sequence's state, kept on the device; give "
                             f"only the step inputs {self.step_inputs}")
         missing = [n for n in self.step_inputs if n not in inputs]
-        extra = [n for n in inputs if n not in self.step_inputs]
+        extra = [n for n in inputs if n not in self.step_inputs] if missing or len(inputs) != len(self.step_inputs) \
+            else ()
         if missing or extra:
             raise GertError(f"sequence {seq.id}: inputs missing {missing}, unexpected {extra}; a step takes "
                             f"{self.step_inputs}")
         arrays = {}
-        for t in self.plan.inputs:
-            if t.name in self.state_inputs:
-                continue
+        for t in self._step_specs:
             a = inputs[t.name]
             a = a if type(a) is np.ndarray else np.asarray(a)
             if a.dtype != t.dtype or a.ndim != len(t.shape) or any(
@@ -374,10 +375,15 @@ class Sequences:
         checked = []
         for i, (seq, inputs) in enumerate(items):
             checked.append((i, seq, self._check_item(i, seq, inputs)))
+        return self.step_checked(checked, return_exceptions)
+
+    def step_checked(self, checked: list, return_exceptions: bool = False) -> list:
+        """step() of items [(index, seq, arrays)] that passed _check_item; results in the items' order."""
         ids = [seq.id for _, seq, _ in checked]
         if len(set(ids)) != len(ids):
             raise GertError("step: a sequence appears twice; its steps are ordered, run them in separate calls")
-        results: list = [None] * len(items)
+        results: list = [None] * len(checked)
+        positions = {id(item): k for k, item in enumerate(checked)}
         first = None
         for group in self._groups(checked):
             try:
@@ -385,8 +391,8 @@ class Sequences:
             except Exception as e:  # noqa: BLE001 - the group's error, raised or returned below
                 first = first or e
                 outs = [e] * len(group)
-            for i, out in zip([g[0] for g in group], outs):
-                results[i] = out
+            for item, out in zip(group, outs):
+                results[positions[id(item)]] = out
         if first is not None and not return_exceptions:
             raise first
         return results
@@ -402,7 +408,7 @@ class Sequences:
             _, seq, arrays = item
             key = [seq.device]
             for n in self.step_inputs:
-                a, ax = arrays[n], plan.batch_axis(n)
+                a, ax = arrays[n], self._axes[n]
                 if ax is None:
                     key.append((n, a.dtype.str, a.shape, a.tobytes()))
                 else:
@@ -452,7 +458,7 @@ class Sequences:
         direct = len(members) == 1 and g == n
         arrays: dict = {}
         for name in self.step_inputs:
-            ax = plan.batch_axis(name) if self.batchable else None
+            ax = self._axes[name] if self.batchable else None
             parts = [a[name] for _, a in members]
             if ax is None or (len(parts) == 1 and g == n):
                 arrays[name] = parts[0]

@@ -204,18 +204,18 @@ class SequenceServer:
         """Checked items (a bad one is answered alone, before anything runs), then one model.step for the rest: a
         group that fails answers its own requests with the error and leaves their states as they were."""
         sequences = self.model._sequences
-        good = []
+        good, checked = [], []
         for item in items:
             i, key, live, inputs, _, end = item
             try:
-                sequences._check_item(i, live.seq, inputs)
+                checked.append((i, live.seq, sequences._check_item(i, live.seq, inputs)))
                 good.append(item)
             except GertError as e:
                 responses[i] = pb_utils.InferenceResponse(
                     error=pb_utils.TritonError(str(e), pb_utils.TritonError.INVALID_ARG))
                 self._finish(key, live, end)
         try:
-            results = sequences.step([(live.seq, inputs) for _, _, live, inputs, _, _ in good], return_exceptions=True)
+            results = sequences.step_checked(checked, return_exceptions=True)
         except Exception as e:  # noqa: BLE001 - answered as the requests' error
             results = [e] * len(good)
         now = time.monotonic()
