@@ -45,7 +45,8 @@ CONTROLS = '''  control_input [
     { name: "END", control [ { kind: CONTROL_SEQUENCE_END, int32_false_true: [ 0, 1 ] } ] }
   ]'''
 
-ORT_DICT_CONFIG = f'''name: "ort_dict"
+def ort_dict_config() -> str:
+    return f'''name: "ort_dict"
 backend: "python"
 max_batch_size: {MAX_BATCH}
 input [ {{ name: "x" data_type: TYPE_FP32 dims: [ 1, {INPUT} ] }} ]
@@ -58,7 +59,8 @@ sequence_batching {{
 instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 '''
 
-CLIENT_STATE_CONFIG = f'''name: "client_state"
+def client_state_config() -> str:
+    return f'''name: "client_state"
 backend: "python"
 max_batch_size: {MAX_BATCH}
 input [ {{ name: "x" data_type: TYPE_FP32 dims: [ 1, {INPUT} ] }}, {{ name: "h" data_type: TYPE_FP32 dims: [ 1, {HIDDEN} ] }} ]
@@ -67,7 +69,8 @@ dynamic_batching {{ max_queue_delay_microseconds: 1000 }}
 instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 '''
 
-ORT_DICT_PY = f'''"""Hand-written: each sequence's state in a dict of numpy arrays, ONNX Runtime once per request."""
+def ort_dict_py() -> str:
+    return f'''"""Hand-written: each sequence's state in a dict of numpy arrays, ONNX Runtime once per request."""
 import os
 
 import numpy as np
@@ -100,7 +103,8 @@ class TritonPythonModel:
         return out
 '''
 
-CLIENT_STATE_PY = f'''"""Hand-written stateless serving: the client sends h, gets h_out; one ONNX Runtime run per batch (axis 1)."""
+def client_state_py() -> str:
+    return f'''"""Hand-written stateless serving: the client sends h, gets h_out; one ONNX Runtime run per batch (axis 1)."""
 import os
 
 import numpy as np
@@ -161,8 +165,8 @@ def build_repo(root: str) -> str:
     repo = os.path.join(root, "repo")
     init_repo(path, repo, name="gert", max_batch_size=MAX_BATCH, parameters={"streams": "1", "cube_cores": "1", "gears": f"batch:{MAX_BATCH}"},
               sequence={"state": {"h": "h_out"}, "batch_dim": "N", "strategy": "oldest", "idle_us": 5_000_000})
-    for name, config, code in (("ort_dict", ORT_DICT_CONFIG, ORT_DICT_PY),
-                               ("client_state", CLIENT_STATE_CONFIG, CLIENT_STATE_PY)):
+    for name, config, code in (("ort_dict", ort_dict_config(), ort_dict_py()),
+                               ("client_state", client_state_config(), client_state_py())):
         os.makedirs(os.path.join(repo, name, "1"))
         shutil.copyfile(path, os.path.join(repo, name, "1", "model.onnx"))
         with open(os.path.join(repo, name, "1", "model.py"), "w") as f:
@@ -244,12 +248,16 @@ def copy_counters(sequences: int) -> dict:
 
 
 def main() -> int:
+    global INPUT, HIDDEN
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--duration", type=float, default=12.0, help="seconds of load per variant, in all")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--sequences", type=int, default=32)
+    ap.add_argument("--input", type=int, default=64, help="GRU input size")
+    ap.add_argument("--hidden", type=int, default=256, help="GRU hidden (state) size")
     ap.add_argument("--json")
     args = ap.parse_args()
+    INPUT, HIDDEN = args.input, args.hidden
     from gert_triton.server import TritonServer, pytriton_root
 
     if pytriton_root() is None:

@@ -24,7 +24,11 @@ class Layout:
         axis = self.inputs.get(name)
         if axis is None:
             return arr[0]
-        return np.moveaxis(arr, 0, axis) if axis else arr
+        if not axis:
+            return arr
+        if arr.shape[0] == 1:  # one row (every sequence request): a reshape, cheaper than moveaxis
+            return arr.reshape(arr.shape[1:axis + 1] + (1,) + arr.shape[axis + 1:])
+        return np.moveaxis(arr, 0, axis)
 
     def to_triton(self, name: str, arr: np.ndarray) -> np.ndarray:
         if self.identity:
@@ -32,7 +36,11 @@ class Layout:
         axis = self.outputs.get(name)
         if axis is None:
             return arr[None]
-        return np.moveaxis(arr, axis, 0) if axis else arr
+        if not axis:
+            return arr
+        if arr.shape[axis] == 1:
+            return arr.reshape((1,) + arr.shape[:axis] + arr.shape[axis + 1:])
+        return np.moveaxis(arr, axis, 0)
 
     def model_axis(self, name: str, config_axis: int) -> Optional[int]:
         """The model axis of dim ``config_axis`` of a config input entry (whose dims leave Triton's batch out)."""

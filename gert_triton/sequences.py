@@ -6,8 +6,9 @@ releases an idle sequence's slot without any END reaching the model. Clients sen
 execute() runs every live request as one gert ``model.step`` (states gathered and scattered on the device).
 
 Controls arrive as ordinary inputs (START / END / READY / CORRID, shape [1, 1] with max_batch_size > 0); the
-request's own ``flags()`` and ``correlation_id()`` say the same and are used when a control is not configured.
-Direct's null requests (READY false, id 0) get an empty response and never touch a state.
+request's own ``flags()`` and ``correlation_id()`` say the same (Triton >= 22.02) and are what is read; the controls
+only when the request carries no correlation id: Direct's null requests (READY false, id 0) get an empty response and
+never touch a state.
 """
 from __future__ import annotations
 
@@ -151,14 +152,15 @@ class SequenceServer:
         """(key, live, model inputs, requested outputs, end) of one request; None for a null request."""
         flags = request.flags()
         key = request.correlation_id()
-        start = bool(flags & START) or self._control(request, "start", pb_utils)
-        end = bool(flags & END) or self._control(request, "end", pb_utils)
-        if key in (0, "", None):
+        start, end = bool(flags & START), bool(flags & END)
+        if key in (0, "", None):  # a null request, unless the controls carry the sequence
+            ready = self._control_value(request, "ready", pb_utils)
             corrid = self._control_value(request, "corrid", pb_utils)
-            key = corrid if corrid not in (None, 0, "") else None
-        ready = self._control_value(request, "ready", pb_utils)
-        if key is None or (ready is not None and not ready):
-            return None
+            if not ready or corrid in (None, 0, ""):
+                return None
+            key = corrid
+            start = start or self._control(request, "start", pb_utils)
+            end = end or self._control(request, "end", pb_utils)
         inputs = {}
         for name in self.step_inputs:
             tensor = pb_utils.get_input_tensor_by_name(request, name)
