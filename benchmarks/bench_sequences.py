@@ -39,6 +39,7 @@ INPUT, HIDDEN = 64, 256
 MAX_BATCH = 32
 ORT_THREADS = 1  # per run, in every variant (gert: cube_cores=1): the 2 cores are shared with the clients
 VARIANTS = ("ort_dict", "client_state", "gert")
+GEARS = "batch:8,16,24,32"  # gert's batch gears (--gears)
 
 CONTROLS = '''  control_input [
     { name: "START", control [ { kind: CONTROL_SEQUENCE_START, int32_false_true: [ 0, 1 ] } ] },
@@ -163,7 +164,7 @@ def build_repo(root: str) -> str:
     with open(path, "wb") as f:
         f.write(gru_bytes())
     repo = os.path.join(root, "repo")
-    init_repo(path, repo, name="gert", max_batch_size=MAX_BATCH, parameters={"streams": "1", "cube_cores": "1", "gears": f"batch:{MAX_BATCH}"},
+    init_repo(path, repo, name="gert", max_batch_size=MAX_BATCH, parameters={"streams": "1", "cube_cores": "1", "gears": GEARS},
               sequence={"state": {"h": "h_out"}, "batch_dim": "N", "strategy": "oldest", "idle_us": 5_000_000})
     for name, config, code in (("ort_dict", ort_dict_config(), ort_dict_py()),
                                ("client_state", client_state_config(), client_state_py())):
@@ -248,16 +249,17 @@ def copy_counters(sequences: int) -> dict:
 
 
 def main() -> int:
-    global INPUT, HIDDEN
+    global INPUT, HIDDEN, GEARS
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--duration", type=float, default=12.0, help="seconds of load per variant, in all")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--sequences", type=int, default=32)
     ap.add_argument("--input", type=int, default=64, help="GRU input size")
     ap.add_argument("--hidden", type=int, default=256, help="GRU hidden (state) size")
+    ap.add_argument("--gears", default=GEARS, help="gert's gears parameter (default %(default)s)")
     ap.add_argument("--json")
     args = ap.parse_args()
-    INPUT, HIDDEN = args.input, args.hidden
+    INPUT, HIDDEN, GEARS = args.input, args.hidden, args.gears
     from gert_triton.server import TritonServer, pytriton_root
 
     if pytriton_root() is None:
