@@ -27,13 +27,11 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import machine  # noqa: E402
+from _common import closed_loop, machine  # noqa: E402
 
 INPUT, HIDDEN = 64, 256
 MAX_BATCH = 32
@@ -70,8 +68,9 @@ dynamic_batching {{ max_queue_delay_microseconds: 1000 }}
 instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 '''
 
-def ort_dict_py() -> str:
-    return f'''"""Hand-written: each sequence's state in a dict of numpy arrays, ONNX Runtime once per request."""
+def _model_py(doc: str) -> str:
+    """The start of a hand-written model.py: ONNX Runtime on the CPU with ORT_THREADS intra-op threads."""
+    return f'''"""{doc}"""
 import os
 
 import numpy as np
@@ -87,6 +86,11 @@ class TritonPythonModel:
         path = os.path.join(args["model_repository"], args["model_version"], "model.onnx")
         self.sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
         self.state = {{}}
+'''
+
+
+def ort_dict_py() -> str:
+    return _model_py("Hand-written: each sequence's state in a dict of numpy arrays, ONNX Runtime once per request.") + f'''
 
     def execute(self, requests):
         out = []
@@ -105,21 +109,8 @@ class TritonPythonModel:
 '''
 
 def client_state_py() -> str:
-    return f'''"""Hand-written stateless serving: the client sends h, gets h_out; one ONNX Runtime run per batch (axis 1)."""
-import os
-
-import numpy as np
-import onnxruntime as ort
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = {ORT_THREADS}
-        so.inter_op_num_threads = 1
-        path = os.path.join(args["model_repository"], args["model_version"], "model.onnx")
-        self.sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    return _model_py("Hand-written stateless serving: the client sends h, gets h_out; one ONNX Runtime run per batch "
+                     "(axis 1).") + f'''
 
     def execute(self, requests):
         xs = [pb_utils.get_input_tensor_by_name(r, "x").as_numpy() for r in requests]
@@ -178,57 +169,35 @@ def build_repo(root: str) -> str:
 
 
 def load(url: str, model: str, sequences: int, seconds: float, first_id: int) -> dict:
-    """``sequences`` clients, one sequence each, steps back to back for ``seconds``."""
+    """``sequences`` clients, one sequence each, steps back to back for ``seconds`` (then each sends its END)."""
     import tritonclient.grpc as grpcclient
 
-    latencies: list = [[] for _ in range(sequences)]
-    errors: list = []
-    barrier = threading.Barrier(sequences + 1)
-    stop_at = [time.perf_counter() + 3600]
-
-    def worker(t: int) -> None:
+    def setup(t: int) -> tuple:
         client = grpcclient.InferenceServerClient(url)
-        rng = np.random.default_rng(t)
         x = grpcclient.InferInput("x", [1, 1, INPUT], "FP32")
-        x.set_data_from_numpy(rng.standard_normal((1, 1, INPUT)).astype(np.float32))
+        x.set_data_from_numpy(np.random.default_rng(t).standard_normal((1, 1, INPUT)).astype(np.float32))
         h_in = grpcclient.InferInput("h", [1, 1, HIDDEN], "FP32")
-        h = np.zeros((1, 1, HIDDEN), np.float32)
+        state = {"h": np.zeros((1, 1, HIDDEN), np.float32), "step": 0}
         key = first_id + t
-        mine = latencies[t]
-        try:
-            barrier.wait(60)
-            step = 0
-            while True:
-                t0 = time.perf_counter()
-                last = t0 >= stop_at[0]
-                if model == "client_state":
-                    h_in.set_data_from_numpy(h)
-                    res = client.infer(model, [x, h_in], client_timeout=30)
-                    h = res.as_numpy("h_out")
-                else:
-                    client.infer(model, [x], sequence_id=key, sequence_start=step == 0, sequence_end=last,
-                                 client_timeout=30)
-                if last:
-                    break
-                mine.append(time.perf_counter() - t0)
-                step += 1
-        except Exception as e:  # noqa: BLE001 - reported by the caller
-            errors.append(e)
-        finally:
-            client.close()
 
-    pool = [threading.Thread(target=worker, args=(t,), daemon=True) for t in range(sequences)]
-    for th in pool:
-        th.start()
-    barrier.wait(60)
-    start = time.perf_counter()
-    stop_at[0] = start + seconds
-    for th in pool:
-        th.join(seconds + 60)
-    elapsed = time.perf_counter() - start
-    if errors or any(th.is_alive() for th in pool):
-        raise RuntimeError(f"{model}: {len(errors)} client error(s), first: {errors[:1]}")
-    return {"latencies": np.concatenate([np.asarray(v) for v in latencies]) * 1e3, "seconds": elapsed}
+        def step(last: bool = False) -> None:
+            if model == "client_state":
+                h_in.set_data_from_numpy(state["h"])
+                state["h"] = client.infer(model, [x, h_in], client_timeout=30).as_numpy("h_out")
+            else:
+                client.infer(model, [x], sequence_id=key, sequence_start=state["step"] == 0, sequence_end=last,
+                             client_timeout=30)
+            state["step"] += 1
+
+        def finish() -> None:
+            try:
+                step(last=True)
+            finally:
+                client.close()
+
+        return step, finish
+
+    return closed_loop(sequences, setup, seconds, model)
 
 
 def copy_counters(sequences: int) -> dict:

@@ -111,7 +111,7 @@ class TritonPythonModel:
         versions = _version_dirs(model_dir) or ["1"]
         path = find_onnx_file(model_dir, versions[0], params.onnx_file)
         batchable, inputs, outputs = io_config(onnx_io(path))
-        if params.state:  # a stateful model: only the step inputs and non-state outputs, batch axis first
+        if params.state or params.batch_dim is not None:  # step inputs / non-state outputs, Triton's batch axis first
             from gert_triton.sequences import sequence_io
 
             batchable = True

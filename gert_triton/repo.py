@@ -45,6 +45,12 @@ def config_pbtxt(name: str, io: dict, max_batch_size: Optional[int] = None, para
         text += sequence_block(sequence.get("strategy", "oldest"), sequence.get("idle_us", 5_000_000), mbs)
         return text + _instances_and_parameters(instances, parameters)
     batchable, inputs, outputs = io_config(io)
+    if (parameters or {}).get("batch_dim"):  # the batch elsewhere than axis 0: Triton's batch axis maps onto it
+        from gert_triton.config import parse_batch_dim
+        from gert_triton.sequences import sequence_io
+
+        batchable = True
+        inputs, outputs = sequence_io(io, {}, parse_batch_dim(parameters["batch_dim"]))
     mbs = (max_batch_size if max_batch_size is not None else DEFAULT_MAX_BATCH) if batchable else 0
     text = f'name: "{name}"\nbackend: "python"\nmax_batch_size: {mbs}\n'
     if not batchable or mbs == 0:

@@ -244,8 +244,9 @@ class SequenceServer:
 
 
 def sequence_io(io: dict, state: dict, batch_dim) -> tuple:
-    """(inputs, outputs) config entries of a stateful model for max_batch_size > 0: the step inputs and the
-    non-state outputs, each without its batch axis (Triton adds it first); a 0-d input is [1] reshaped to []."""
+    """(inputs, outputs) config entries for max_batch_size > 0 of a model whose batch axis ``batch_dim`` names (with
+    a ``state``: its step inputs and non-state outputs), each without its batch axis (Triton adds its own first,
+    gert_triton.layout moves it); an input without the batch axis is [1] reshaped to [] when 0-d."""
     from gert.dtypes import onnx_to_numpy
     from gert.sequence import pair_states
     from gert.shapes import plan_shapes
@@ -254,7 +255,7 @@ def sequence_io(io: dict, state: dict, batch_dim) -> tuple:
     plan = plan_shapes(io, batch_dim=batch_dim, state=state)
     pairs = pair_states(plan, state)
     if plan.batch is None or any(p.axis is None for p in pairs):
-        raise ConfigError(f"the state {state} has no batch axis: name it with batch_dim (e.g. 'N', or 'x:1,h:1') so "
+        raise ConfigError(f"the state {state or {}} has no batch axis: name it with batch_dim (e.g. 'N', or 'x:1,h:1') so "
                           "that sequences can share a batch")
     states = {p.input.name for p in pairs} | {p.output.name for p in pairs}
     out = ([], [])

@@ -10,12 +10,17 @@ from models import _const, make_model, ort_session, vi
 INPUT, HIDDEN = 4, 8
 
 
+def _weights(seed: int, gates: int, hidden: int) -> list:
+    """W, R, B initializers of a one-direction RNN with ``gates`` gates (GRU 3, LSTM 4)."""
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((1, gates * hidden, INPUT)).astype(np.float32) * 0.5
+    r = rng.standard_normal((1, gates * hidden, hidden)).astype(np.float32) * 0.5
+    b = rng.standard_normal((1, 2 * gates * hidden)).astype(np.float32) * 0.1
+    return [_const("W", w), _const("R", r), _const("B", b)]
+
+
 def gru_model(seed: int = 0, batch="N", hidden: int = HIDDEN) -> bytes:
     """x [1, N, 4], h [1, N, H] -> y [1, N, H] (= 2*tanh(h_out)), h_out [1, N, H]: one GRU step."""
-    rng = np.random.default_rng(seed)
-    w = rng.standard_normal((1, 3 * hidden, INPUT)).astype(np.float32) * 0.5
-    r = rng.standard_normal((1, 3 * hidden, hidden)).astype(np.float32) * 0.5
-    b = rng.standard_normal((1, 6 * hidden)).astype(np.float32) * 0.1
     nodes = [
         helper.make_node("GRU", ["x", "W", "R", "B", "", "h"], ["Y", "h_out"], hidden_size=hidden),
         helper.make_node("Tanh", ["h_out"], ["t"]),
@@ -23,15 +28,11 @@ def gru_model(seed: int = 0, batch="N", hidden: int = HIDDEN) -> bytes:
     ]
     return make_model(nodes, [vi("x", np.float32, [1, batch, INPUT]), vi("h", np.float32, [1, batch, hidden])],
                       [vi("y", np.float32, [1, batch, hidden]), vi("h_out", np.float32, [1, batch, hidden])],
-                      [_const("W", w), _const("R", r), _const("B", b)], name="gru_step")
+                      _weights(seed, 3, hidden), name="gru_step")
 
 
 def lstm_model(seed: int = 1, batch="N", hidden: int = HIDDEN) -> bytes:
     """x [1, N, 4], h [1, N, H], c [1, N, H] -> y [1, N, H], h_out, c_out: one LSTM step (two states)."""
-    rng = np.random.default_rng(seed)
-    w = rng.standard_normal((1, 4 * hidden, INPUT)).astype(np.float32) * 0.5
-    r = rng.standard_normal((1, 4 * hidden, hidden)).astype(np.float32) * 0.5
-    b = rng.standard_normal((1, 8 * hidden)).astype(np.float32) * 0.1
     nodes = [
         helper.make_node("LSTM", ["x", "W", "R", "B", "", "h", "c"], ["Y", "h_out", "c_out"], hidden_size=hidden),
         helper.make_node("Squeeze", ["Y", "one"], ["y"]),
@@ -40,7 +41,7 @@ def lstm_model(seed: int = 1, batch="N", hidden: int = HIDDEN) -> bytes:
                               vi("c", np.float32, [1, batch, hidden])],
                       [vi("y", np.float32, [1, batch, hidden]), vi("h_out", np.float32, [1, batch, hidden]),
                        vi("c_out", np.float32, [1, batch, hidden])],
-                      [_const("W", w), _const("R", r), _const("B", b), _const("one", np.array([1], np.int64))],
+                      _weights(seed, 4, hidden) + [_const("one", np.array([1], np.int64))],
                       name="lstm_step")
 
 
@@ -74,3 +75,23 @@ def reference(model: bytes, steps: list, state: dict, pairs: dict) -> list:
             state[i] = got[o]
         outs.append({k: v for k, v in got.items() if k not in pairs.values()})
     return outs
+
+
+def run_threads(target, n: int, timeout: float = 120.0) -> list:
+    """target(i) in n threads at once; the exceptions they raised."""
+    import threading
+
+    errors: list = []
+
+    def run(i: int) -> None:
+        try:
+            target(i)
+        except BaseException as e:  # noqa: BLE001 - returned to the test
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    return errors + [TimeoutError(f"{t.name} still running")] * sum(t.is_alive() for t in threads)

@@ -3,8 +3,6 @@ batch_dim puts the batch on any axis. Every result is checked against ONNX Runti
 fed back by hand; the host NPU's copy counters prove that the state never crosses to the host during a step."""
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -15,7 +13,7 @@ from _helpers import RUNTIME, run_python_result
 from gert.errors import GertError
 from models import make_model, ort_session, vi
 from onnx import helper
-from recurrent_models import HIDDEN, INPUT, gated_model, gru_model, lstm_model, reference
+from recurrent_models import HIDDEN, INPUT, gated_model, gru_model, lstm_model, reference, run_threads
 
 pytestmark = RUNTIME
 
@@ -192,20 +190,12 @@ def test_concurrent_runs_from_threads_are_batched():
                    sequence_wait_s=0.005) as model:
         seqs = [model.sequence() for _ in range(n)]
         got: list = [[] for _ in range(n)]
-        errors = []
 
         def worker(i):
-            try:
-                for x in feeds[i]:
-                    got[i].append(seqs[i].run({"x": x})["y"])
-            except BaseException as e:  # noqa: BLE001
-                errors.append(e)
+            for x in feeds[i]:
+                got[i].append(seqs[i].run({"x": x})["y"])
 
-        threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        errors = run_threads(worker, n)
         assert not errors, errors
         hits = model.stats()["gears"]
         runs = sum(g["hits"] for g in hits.values())

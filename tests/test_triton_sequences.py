@@ -9,10 +9,7 @@ timeout, an END inside a batch, and the active-sequences metric.
 from __future__ import annotations
 
 import json
-import os
 import re
-import sys
-import threading
 import time
 import urllib.request
 
@@ -25,7 +22,9 @@ from gert_triton import TritonPythonModel
 from gert_triton.repo import config_pbtxt, init_repo
 from gert_triton.model import onnx_io
 from gert_triton.server import TritonServer, pytriton_root
-from recurrent_models import HIDDEN, INPUT, gru_model, reference
+from recurrent_models import HIDDEN, INPUT, gru_model, reference, run_threads
+
+pytestmark = RUNTIME
 
 GRU = gru_model()
 STATE = {"h": "h_out"}
@@ -281,28 +280,21 @@ def test_e2e_concurrent_sequences_batch_and_end_inside_a_batch(server):
     step, inside batches with the others, and every output equals its own ONNX Runtime run."""
     n, steps = 16, 12
     ref = Reference()
-    errors, results = [], {}
+    results = {}
     clients = [grpcclient.InferenceServerClient(server.url("grpc")) for _ in range(n)]
     before = gear_hits(server)
 
     def run(i):
         key = 5000 + i
-        try:
-            got = []
-            for s in range(steps - (i % 4)):
-                x = step_x(key * 1000 + s)
-                y = infer_step(grpcclient, clients[i], "gru", key, x, sequence_start=s == 0,
-                               sequence_end=s == steps - (i % 4) - 1)
-                got.append((x, y))
-            results[key] = got
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
+        got = []
+        for s in range(steps - (i % 4)):
+            x = step_x(key * 1000 + s)
+            y = infer_step(grpcclient, clients[i], "gru", key, x, sequence_start=s == 0,
+                           sequence_end=s == steps - (i % 4) - 1)
+            got.append((x, y))
+        results[key] = got
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    errors = run_threads(run, n)
     assert not errors, errors
     for key, got in results.items():
         ref.start(key)
@@ -385,3 +377,46 @@ def test_cli_repo_init_writes_the_sequence_batcher(tmp_path, capsys):
     assert "INPUT=OUTPUT" in capsys.readouterr().err
     assert main(["repo", "init", str(tmp_path / "gru.onnx"), str(repo), "--name", "g3", "--state", "h=h_out"]) == 2
     assert "batch_dim" in capsys.readouterr().err and not (repo / "g3").exists()
+
+
+def test_batch_dim_model_without_state_batches_on_axis_1(monkeypatch, tmp_path):
+    """A stateless model whose batch is axis 1 (batch_dim N): `gert repo init --batch-dim` config, requests in
+    Triton's layout [1, ...] batched on the model's axis 1 and split back."""
+    from gert_triton.config import parse_parameters
+    from models import ort_session
+
+    pb = fake_pb_utils.install(monkeypatch)
+    d = tmp_path / "gru"
+    (d / "1").mkdir(parents=True)
+    (d / "1" / "model.onnx").write_bytes(GRU)
+    text = config_pbtxt("gru", onnx_io_of(tmp_path), 8, {"batch_dim": "N", "streams": "1"})
+    assert "dynamic_batching" in text and "max_batch_size: 8" in text and "dims: [ 1, 4 ]" in text
+    fields = {"max_batch_size": 8, "dynamic_batching": {},
+              "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [1, INPUT]},
+                        {"name": "h", "data_type": "TYPE_FP32", "dims": [1, HIDDEN]}],
+              "output": [{"name": "y", "data_type": "TYPE_FP32", "dims": [1, HIDDEN]},
+                         {"name": "h_out", "data_type": "TYPE_FP32", "dims": [1, HIDDEN]}],
+              "parameters": {"batch_dim": {"string_value": "N"}, "streams": {"string_value": "1"}}}
+    assert parse_parameters(fields["parameters"]).batch_dim == "N"
+    pb.set_model_dir(str(d))
+    cfg = TritonPythonModel.auto_complete_config(pb.ModelConfig(pb.default_config("gru", **fields))).as_dict()
+    m = TritonPythonModel()
+    m.initialize({"model_config": json.dumps(cfg), "model_instance_kind": "CPU", "model_instance_name": "gru_0_0",
+                  "model_instance_device_id": "0", "model_repository": str(d), "model_version": "1",
+                  "model_name": "gru"})
+    try:
+        rng = np.random.default_rng(0)
+        feeds = [{"x": rng.standard_normal((b, 1, INPUT)).astype(np.float32),
+                  "h": rng.standard_normal((b, 1, HIDDEN)).astype(np.float32)} for b in (1, 2, 1)]
+        reqs = [pb.InferenceRequest([pb.Tensor(k, v) for k, v in f.items()], ["y", "h_out"]) for f in feeds]
+        before = sum(g["hits"] for g in m.model.stats()["gears"].values())
+        rs = m.execute(reqs)
+        assert sum(g["hits"] for g in m.model.stats()["gears"].values()) - before == 1  # one batch of 4 rows
+        sess = ort_session(GRU)
+        for f, r in zip(feeds, rs):
+            got = {t.name(): t.as_numpy() for t in r.output_tensors()}
+            y, h = sess.run(None, {k: np.moveaxis(v, 0, 1) for k, v in f.items()})
+            np.testing.assert_allclose(got["y"], np.moveaxis(y, 1, 0), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(got["h_out"], np.moveaxis(h, 1, 0), rtol=1e-5, atol=1e-6)
+    finally:
+        m.finalize()
