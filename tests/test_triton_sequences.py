@@ -56,6 +56,17 @@ class Reference:
 
 # ---- unit: execute() as the sequence batcher calls it ---------------------------------------------------------------
 
+def load_model(pb, model_dir, fields: dict) -> tuple:
+    """(model, config): auto_complete_config and initialize, as Triton runs them."""
+    pb.set_model_dir(str(model_dir))
+    cfg = TritonPythonModel.auto_complete_config(pb.ModelConfig(pb.default_config("gru", **fields))).as_dict()
+    m = TritonPythonModel()
+    m.initialize({"model_config": json.dumps(cfg), "model_instance_kind": "CPU", "model_instance_name": "gru_0_0",
+                  "model_instance_device_id": "0", "model_repository": str(model_dir), "model_version": "1",
+                  "model_name": "gru"})
+    return m, cfg
+
+
 @pytest.fixture
 def seqmodel(monkeypatch, tmp_path):
     pb = fake_pb_utils.install(monkeypatch)
@@ -66,12 +77,7 @@ def seqmodel(monkeypatch, tmp_path):
                                                          "control_input": CONTROLS},
               "parameters": {"state": {"string_value": "h:h_out"}, "batch_dim": {"string_value": "N"},
                              "streams": {"string_value": "1"}}}
-    pb.set_model_dir(str(d))
-    cfg = TritonPythonModel.auto_complete_config(pb.ModelConfig(pb.default_config("gru", **fields))).as_dict()
-    m = TritonPythonModel()
-    m.initialize({"model_config": json.dumps(cfg), "model_instance_kind": "CPU", "model_instance_name": "gru_0_0",
-                  "model_instance_device_id": "0", "model_repository": str(d), "model_version": "1",
-                  "model_name": "gru"})
+    m, cfg = load_model(pb, d, fields)
     yield pb, m, cfg
     m.finalize()
 
@@ -398,12 +404,7 @@ def test_batch_dim_model_without_state_batches_on_axis_1(monkeypatch, tmp_path):
                          {"name": "h_out", "data_type": "TYPE_FP32", "dims": [1, HIDDEN]}],
               "parameters": {"batch_dim": {"string_value": "N"}, "streams": {"string_value": "1"}}}
     assert parse_parameters(fields["parameters"]).batch_dim == "N"
-    pb.set_model_dir(str(d))
-    cfg = TritonPythonModel.auto_complete_config(pb.ModelConfig(pb.default_config("gru", **fields))).as_dict()
-    m = TritonPythonModel()
-    m.initialize({"model_config": json.dumps(cfg), "model_instance_kind": "CPU", "model_instance_name": "gru_0_0",
-                  "model_instance_device_id": "0", "model_repository": str(d), "model_version": "1",
-                  "model_name": "gru"})
+    m, _ = load_model(pb, d, fields)
     try:
         rng = np.random.default_rng(0)
         feeds = [{"x": rng.standard_normal((b, 1, INPUT)).astype(np.float32),
