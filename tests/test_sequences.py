@@ -354,3 +354,30 @@ def test_requests_batch_only_across_equal_values_of_unbatched_inputs():
             np.testing.assert_allclose(out["h_out"], h, rtol=1e-6)
         hits = model.stats()["gears"]
         assert sum(g["hits"] for g in hits.values()) == 2, hits  # one run per mode value
+
+
+def test_sequences_spread_over_two_devices_step_on_their_own():
+    """Sequences go round robin over the model's devices; a step batches each device's sequences on that device."""
+    res = run_python_result("""
+        import sys
+        sys.path.insert(0, "tests")
+        from recurrent_models import gru_model, reference
+        mb = gru_model()
+        model = gert.load(mb, devices=(0, 1), state={"h": "h_out"}, batch_dim="N", gears={"batch": [1, 2, 4]})
+        seqs = [model.sequence() for _ in range(5)]
+        refs = [{"h": np.zeros((1, 1, 8), np.float32)} for _ in seqs]
+        rng = np.random.default_rng(0)
+        worst = 0.0
+        for _ in range(6):
+            xs = [rng.standard_normal((1, 1, 4)).astype(np.float32) for _ in seqs]
+            outs = model.step([(s, {"x": x}) for s, x in zip(seqs, xs)])
+            for x, o, r in zip(xs, outs, refs):
+                worst = max(worst, float(np.abs(o["y"] - reference(mb, [{"x": x}], r, {"h": "h_out"})[0]["y"]).max()))
+        per_device = {}
+        for s in model.stats()["streams"]:
+            per_device[s["device"]] = per_device.get(s["device"], 0) + s["requests"]
+        emit({"devices": [s.device for s in seqs], "worst": worst, "runs": per_device})
+    """, env={"GERT_HOST_DEVICES": "2"}, timeout=120)
+    assert res["devices"] == [0, 1, 0, 1, 0]
+    assert res["worst"] < 1e-5
+    assert res["runs"] == {"0": 6, "1": 6}  # one batched run per device per step
