@@ -88,6 +88,7 @@ class Request:
     # device from one step to the next (gert.sequence)
     device_out: Optional[dict] = None
     device: Optional[int] = None    # run on a stream of this device (where the request's device tensors live)
+    real_batch: Optional[int] = None  # rows that are real when the caller padded the batch itself (gear stats)
 
 
 class Worker:
@@ -238,7 +239,7 @@ class Worker:
             arr = req.arrays[t.name]
             if type(arr) is DeviceTensor:  # device-resident: bound as the graph's input, nothing copied
                 inputs.append(self._bind_device_input(t.name, arr, entry, req))
-                real_elements += arr.size
+                real_elements += self._real_elements(t.name, arr, req)
                 padded_elements += arr.size
                 continue
             if entry.is_static:
@@ -250,7 +251,7 @@ class Worker:
             buf = self._buffer(self.in_bufs, t.name, nbytes)
             self._plan_upload(arr, shape, buf, plan.pad_value[t.name], uploads, fills)
             inputs.append((buf, shape, arr.dtype, nbytes, ge_dt))
-            real_elements += arr.size
+            real_elements += arr.size if req.real_batch is None else self._real_elements(t.name, arr, req)
             padded_elements += math.prod(shape)
         results = {}
         if entry.is_static:
@@ -310,6 +311,12 @@ class Worker:
             self.stats.dynamic_hits += 1
         self.stats.busy_seconds += time.perf_counter() - t0
         return results
+
+    def _real_elements(self, name: str, arr, req: Request) -> int:
+        """Elements of ``arr`` that are not padding the caller added on the batch axis (req.real_batch rows)."""
+        if req.real_batch is None or self.plan.batch_axis(name) is None:
+            return arr.size
+        return arr.size * req.real_batch // max(1, req.run_sizes.get("batch", req.real_batch))
 
     def _bind_device_input(self, name: str, arr: DeviceTensor, entry: GraphEntry, req: Request) -> tuple:
         """(buffer, shape, dtype, nbytes, GE dtype) of a device-resident input: it must already have the shape the

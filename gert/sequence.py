@@ -490,7 +490,8 @@ class Sequences:
             checked, sizes = model._validate(arrays)
             run_sizes, key = model._resolve(sizes)
             out = model._dispatch(Request(checked, sizes, run_sizes, key, device_out=device_out, device=device,
-                                          timeout=model._recovery.timeout_for(None)))
+                                          timeout=model._recovery.timeout_for(None),
+                                          real_batch=n if g != n else None))
             # the step succeeded: the new states replace the old ones
             for p in self.pairs:
                 name, dst = p.input.name, device_out[p.output.name]

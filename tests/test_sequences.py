@@ -161,6 +161,7 @@ def test_64_interleaved_sequences_stepped_in_batches_with_gears_and_padding():
             np.testing.assert_allclose(s.state["c"], ref["c"], rtol=1e-5, atol=1e-6)
         gears = model.stats()["gears"]
         assert set(gears) <= {"batch=1", "batch=8", "batch=16"} and "batch=16" in gears
+        assert 0 < gears["batch=16"]["padding_ratio"] < 1  # the rows padded up to a gear are counted as padding
 
 
 def test_branching_on_a_scalar_groups_steps_by_its_value():
