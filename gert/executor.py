@@ -89,6 +89,11 @@ class Request:
     device_out: Optional[dict] = None
     device: Optional[int] = None    # run on a stream of this device (where the request's device tensors live)
     real_batch: Optional[int] = None  # rows that are real when the caller padded the batch itself (gear stats)
+    # device-side work queued on the request's stream: before the run (D2D copies (dst, dmax, src, n) and zero fills
+    # (ptr, dmax, n): a batch of sequences gathers its states), and after a successful run (D2D copies: scattered
+    # back). On the stream, so ordered with the run without the calling thread needing the device's context.
+    before: Optional[list] = None
+    after: Optional[list] = None
 
 
 class Worker:
@@ -254,6 +259,8 @@ class Worker:
             real_elements += arr.size if req.real_batch is None else self._real_elements(t.name, arr, req)
             padded_elements += math.prod(shape)
         results = {}
+        if req.before:
+            self._enqueue(req.before)
         if entry.is_static:
             # the whole request in one call without the GIL: uploads, run, downloads, synchronize
             outputs, downloads = [], []
@@ -271,6 +278,9 @@ class Worker:
             self.session.run_fused(entry.graph_id, self.stream, uploads, fills,
                                    [(b.ptr, n, g, s) for b, s, _, n, g in inputs], outputs, downloads,
                                    -1 if req.timeout is None else max(1, round(req.timeout * 1000)))
+            if req.after:
+                self._enqueue(req.after)
+                self.stream.synchronize(req.timeout)
         else:
             stream = self.stream
             for dptr, dmax, host in uploads:
@@ -295,6 +305,8 @@ class Worker:
                 host, results[o.name] = self._plan_download(o.name, dev.shape, dev.dtype, req)
                 if host.nbytes:
                     dev.buffer.copy_to(host, stream)
+            if req.after:
+                self._enqueue(req.after)
             stream.synchronize(req.timeout)
         # counted once the request succeeded, so that gear hits add up to the stream's requests
         label = _LABELS.get(req.key)
@@ -311,6 +323,15 @@ class Worker:
             self.stats.dynamic_hits += 1
         self.stats.busy_seconds += time.perf_counter() - t0
         return results
+
+    def _enqueue(self, ops: list) -> None:
+        """Queue device-side copies (dst, dmax, src, n) and zero fills (ptr, dmax, n) on this stream."""
+        handle = self.stream.handle
+        for op in ops:
+            if len(op) == 3:
+                _cann.memset_async(op[0], op[1], 0, op[2], handle)
+            else:
+                _cann.memcpy_async(op[0], op[1], op[2], op[3], _cann.MEMCPY_DEVICE_TO_DEVICE, handle)
 
     def _real_elements(self, name: str, arr, req: Request) -> int:
         """Elements of ``arr`` that are not padding the caller added on the batch axis (req.real_batch rows)."""

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Mapping, Optional
 
 import numpy as np
 
-from gert import _cann
 from gert._cann import DeviceBuffer
 from gert.errors import AclError, GertError
 from gert.executor import Request
@@ -255,11 +254,12 @@ class Sequences:
                 buf = old.pop(name) if name in old and old[name].nbytes == max(nbytes, 1) else self._alloc(seq, name,
                                                                                                            nbytes)
                 new[name] = buf
+                # DeviceBuffer's own calls: they make the device's context current in this thread (any thread)
                 if name in arrays:
                     if nbytes:
                         buf.copy_from(arrays[name].reshape(-1).view(np.uint8))
                 else:
-                    _cann.memset(buf.ptr, buf.nbytes, 0, buf.nbytes)
+                    buf.memset(0)
         except BaseException:
             for name, buf in new.items():
                 if seq._bufs.get(name) is not buf:
@@ -468,7 +468,7 @@ class Sequences:
                 shape[ax] = g - n
                 parts.append(np.full(shape, plan.pad_value[name], parts[0].dtype))
             arrays[name] = np.concatenate(parts, axis=ax)
-        taken, device_out = [], {}
+        taken, device_out, before, after = [], {}, [], []
         try:
             for p in self.pairs:
                 name = p.input.name
@@ -482,26 +482,26 @@ class Sequences:
                 else:
                     src = self._pool.get(device, nbytes)
                     taken.append(src)
-                    self._gather(p, members, src, shape, rows)
+                    before += self._gather(p, members, src, shape, rows)
                 arrays[name] = DeviceTensor(src, shape, p.input.dtype)
                 dst = self._pool.get(device, nbytes)
                 taken.append(dst)
                 device_out[p.output.name] = dst
+                if not direct:
+                    after += self._scatter(p, members, dst, rows, g)
             checked, sizes = model._validate(arrays)
             run_sizes, key = model._resolve(sizes)
             out = model._dispatch(Request(checked, sizes, run_sizes, key, device_out=device_out, device=device,
                                           timeout=model._recovery.timeout_for(None),
-                                          real_batch=n if g != n else None))
-            # the step succeeded: the new states replace the old ones
-            for p in self.pairs:
-                name, dst = p.input.name, device_out[p.output.name]
-                if direct:
-                    seq = members[0][0]
+                                          real_batch=n if g != n else None, before=before, after=after))
+            # the step succeeded: the new states replace the old ones (a batch's were scattered back on the stream)
+            if direct:
+                seq = members[0][0]
+                for p in self.pairs:
+                    name, dst = p.input.name, device_out[p.output.name]
                     taken.remove(dst)
                     taken.append(seq._bufs[name])  # the old state goes back to the pool
                     seq._bufs[name] = dst
-                else:
-                    self._scatter(p, members, dst, rows, g)
         finally:
             for b in taken:
                 self._pool.put(b)
@@ -513,32 +513,33 @@ class Sequences:
         """(blocks before the batch axis, bytes per batch row within a block) of a state of ``shape``."""
         return math.prod(shape[:p.axis]), math.prod(shape[p.axis + 1:]) * p.input.dtype.itemsize
 
-    def _gather(self, p: StatePair, members: list, dst: DeviceBuffer, shape: tuple, rows: list) -> None:
-        """Copy each member's state into its rows of the batch (device to device); pad rows are zeros."""
+    def _gather(self, p: StatePair, members: list, dst: DeviceBuffer, shape: tuple, rows: list) -> list:
+        """The device-to-device copies (dst, dmax, src, n) that put each member's state into its rows of the batch,
+        after a zero fill when pad rows remain."""
         g = shape[p.axis]
         outer, inner = self._layout(p, shape)
-        if g > sum(rows):
-            _cann.memset(dst.ptr, dst.nbytes, 0, dst.nbytes)
+        ops: list = [(dst.ptr, dst.nbytes, dst.nbytes)] if g > sum(rows) else []
         offset = 0
         for (seq, _), r in zip(members, rows):
             src = seq._bufs[p.input.name]
             for j in range(outer):
                 at = (j * g + offset) * inner
-                _cann.memcpy(dst.ptr + at, dst.nbytes - at, src.ptr + j * r * inner, r * inner,
-                             _cann.MEMCPY_DEVICE_TO_DEVICE)
+                ops.append((dst.ptr + at, dst.nbytes - at, src.ptr + j * r * inner, r * inner))
             offset += r
+        return ops
 
-    def _scatter(self, p: StatePair, members: list, src: DeviceBuffer, rows: list, g: int) -> None:
-        """Copy each member's rows of the batch's new state back into the member's state (device to device)."""
+    def _scatter(self, p: StatePair, members: list, src: DeviceBuffer, rows: list, g: int) -> list:
+        """The device-to-device copies that put each member's rows of the batch's new state back into its state."""
         shape = members[0][0]._shapes[p.input.name]
         outer, inner = self._layout(p, shape)
-        offset = 0
+        ops, offset = [], 0
         for (seq, _), r in zip(members, rows):
             dst = seq._bufs[p.input.name]
             for j in range(outer):
-                _cann.memcpy(dst.ptr + j * r * inner, dst.nbytes - j * r * inner, src.ptr + (j * g + offset) * inner,
-                             r * inner, _cann.MEMCPY_DEVICE_TO_DEVICE)
+                ops.append((dst.ptr + j * r * inner, dst.nbytes - j * r * inner, src.ptr + (j * g + offset) * inner,
+                            r * inner))
             offset += r
+        return ops
 
     def _split(self, out: dict, members: list, rows: list, g: int, n: int) -> list:
         """Each member's rows of the outputs that carry the batch axis; the others as they are."""

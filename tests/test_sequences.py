@@ -382,3 +382,29 @@ def test_sequences_spread_over_two_devices_step_on_their_own():
     assert res["devices"] == [0, 1, 0, 1, 0]
     assert res["worst"] < 1e-5
     assert res["runs"] == {"0": 6, "1": 6}  # one batched run per device per step
+
+
+def test_steps_reset_and_state_from_a_thread_without_the_device_context():
+    """Threads the runtime never bound to the device (Triton's, a pool's) step batches, reset and read states: the
+    gather and scatter run on the stream, the rest through DeviceBuffer calls that bind the context themselves."""
+    rng = np.random.default_rng(8)
+    with gert.load(GRU, state=GRU_STATE, batch_dim="N", gears={"batch": [1, 4]}) as model:
+        seqs = [model.sequence() for _ in range(3)]
+        model.step([(s, {"x": xs(rng)}) for s in seqs])  # buffers pooled by this thread
+        for s in seqs:
+            s.reset()
+        refs = [{"h": zeros()} for _ in seqs]
+        got = {}
+
+        def in_thread(_):
+            x = xs(rng)
+            outs = model.step([(s, {"x": x}) for s in seqs])
+            seqs[0].reset()
+            got["y"], got["x"], got["h1"] = [o["y"] for o in outs], x, seqs[1].state["h"]
+
+        assert run_threads(in_thread, 1) == []
+        for y, ref in zip(got["y"], refs):
+            np.testing.assert_allclose(y, reference(GRU, [{"x": got["x"]}], ref, GRU_STATE)[0]["y"], rtol=1e-5,
+                                       atol=1e-6)
+        np.testing.assert_allclose(got["h1"], refs[1]["h"], rtol=1e-5, atol=1e-6)
+        assert not seqs[0].state["h"].any()
