@@ -35,6 +35,7 @@ SCRIPTS = [
     ("rapidocr", "bench_rapidocr.py", [], ["--pairs", "1", "--rounds", "2"]),
     ("shapes", "bench_shapes.py", [], ["--requests", "40"]),
     ("compile", "bench_compile.py", [], ["--repeat", "2"]),
+    ("cache", "bench_cache.py", [], ["--rounds", "1"]),
     ("sequences", "bench_sequences.py", [], ["--duration", "3", "--rounds", "1"]),
 ]
 

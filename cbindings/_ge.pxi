@@ -3,7 +3,7 @@
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 from libcpp.pair cimport pair
-from libc.string cimport strncpy
+from libc.string cimport strncpy, memcpy as c_memcpy
 cimport ge as cge
 from backend cimport gertHostTensorRef, gertHostGraphProvider, gertHostOutputAlloc, gertHostSetGraphProvider
 from cpython.bytes cimport PyBytes_FromStringAndSize
@@ -532,6 +532,48 @@ cdef void _prov_release(void* exe) noexcept nogil:
     _prov_release_gil(exe)
 
 
+cdef int _prov_save_gil(void* exe, gertHostOutputAlloc alloc, void* alloc_ctx, void** data, uint64_t* nbytes,
+                        char* err, size_t err_len) noexcept with gil:
+    cdef bytes blob
+    cdef void* p
+    try:
+        blob = bytes((<object>exe).save())
+        p = alloc(alloc_ctx, len(blob))
+        if p == NULL:
+            raise MemoryError(f"cannot allocate {len(blob)} bytes for the serialized model")
+        c_memcpy(p, <const char*>blob, len(blob))
+        data[0] = p
+        nbytes[0] = len(blob)
+        return 0
+    except BaseException as e:
+        _write_err(err, err_len, f"{type(e).__name__}: {e}")
+        return 1
+
+
+cdef int _prov_save(void* exe, gertHostOutputAlloc alloc, void* alloc_ctx, void** data, uint64_t* nbytes, char* err,
+                    size_t err_len) noexcept nogil:
+    gert_pin_thread_state()
+    return _prov_save_gil(exe, alloc, alloc_ctx, data, nbytes, err, err_len)
+
+
+cdef int _prov_load_gil(void* ctx, uint64_t group, const void* data, size_t size, void** exe, char* err,
+                        size_t err_len) noexcept with gil:
+    try:
+        executable = (<object>ctx).load((<const char*>data)[:size], group)
+        Py_INCREF(executable)
+        exe[0] = <void*>executable
+        return 0
+    except BaseException as e:
+        _write_err(err, err_len, f"{type(e).__name__}: {e}")
+        return 1
+
+
+cdef int _prov_load(void* ctx, uint64_t group, const void* data, size_t size, void** exe, char* err,
+                    size_t err_len) noexcept nogil:
+    gert_pin_thread_state()
+    return _prov_load_gil(ctx, group, data, size, exe, err, err_len)
+
+
 cdef gertHostGraphProvider _provider_table
 
 
@@ -552,6 +594,8 @@ def _install_host_provider():
     _provider_table.prepare = _prov_prepare
     _provider_table.run = _prov_run
     _provider_table.release = _prov_release
+    _provider_table.save = _prov_save
+    _provider_table.load = _prov_load
     gertHostSetGraphProvider(&_provider_table)
 
 

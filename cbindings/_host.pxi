@@ -1,6 +1,6 @@
 # Backend identity and the host NPU's counters.
 from backend cimport (GERT_BACKEND_NAME, GERT_HAS_HOST_NPU, gertHostCounters, gertHostGetCounters,
-                      gertHostResetCounters, gertHostSetSpinMicros, gertHostGetSpinMicros, gertHostInjectFault,
+                      gertHostResetCounters, gertHostSetSpinMicros, gertHostLastCompileCache, gertHostGetSpinMicros, gertHostInjectFault,
                       gertHostClearFaults)
 
 FAULT_KINDS = ("execute", "sticky", "hang", "malloc", "memcpy")
@@ -79,3 +79,11 @@ def host_spin_micros(value=None) -> int:
             raise ValueError(f"host_spin_micros: value must be >= 0, got {value}")
         gertHostSetSpinMicros(int(value))
     return gertHostGetSpinMicros()
+
+
+def last_compile_cache():
+    """Host NPU: how this thread's last CompileGraph used GE's compile cache: "hit" (loaded), "miss" (compiled and
+    saved), or None (no cache, or a failed compile). Real GE only logs it: None on the CANN backend."""
+    if not GERT_HAS_HOST_NPU:
+        return None
+    return {1: "hit", 2: "miss"}.get(gertHostLastCompileCache())

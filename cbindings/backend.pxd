@@ -30,6 +30,7 @@ cdef extern from "gert_backend.h" nogil:
     void gertHostResetCounters()
     void gertHostSetSpinMicros(uint32_t us)
     uint32_t gertHostGetSpinMicros()
+    int gertHostLastCompileCache()
 
     const int GERT_HOST_MAX_DIMS
     ctypedef struct gertHostTensorRef:
@@ -47,6 +48,8 @@ cdef extern from "gert_backend.h" nogil:
         int (*run)(void*, int32_t, int32_t, const gertHostTensorRef*, int32_t, gertHostTensorRef*,
                    gertHostOutputAlloc, void*, char*, size_t)
         void (*release)(void*)
+        int (*save)(void*, gertHostOutputAlloc, void*, void**, uint64_t*, char*, size_t)
+        int (*load)(void*, uint64_t, const void*, size_t, void**, char*, size_t)
     void gertHostSetGraphProvider(const gertHostGraphProvider* provider)
 
     # Per-thread cache of the context gert last made current (see gert_backend.h).

@@ -26,6 +26,7 @@
 #define gertHostStreamEndInline(s) ((void)(s))
 #define gertHostInjectFault(k, d, a, c, e, ms) ((void)(k), (void)(d), (void)(a), (void)(c), (void)(e), (void)(ms), -1)
 #define gertHostClearFaults() ((void)0)
+#define gertHostLastCompileCache() 0
 #endif
 
 static thread_local void *gert_tls_ctx_ = nullptr;

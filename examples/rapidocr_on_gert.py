@@ -75,8 +75,8 @@ def main(mode: str, count: int, rounds: int = 1) -> dict:
         stats = getattr(getattr(sess, "model", None), "stats", None)
         if stats:
             s = stats()
-            sessions[part + "_stats"] = {"compiles": s["compiles"], "graphs": len(s["gears"]),
-                                         "requests": sum(w["requests"] for w in s["streams"])}
+            sessions[part + "_stats"] = {k: s[k] for k in ("compiles", "request_path_compiles", "static_hits",
+                                                           "dynamic_hits")}
     return {"results": results, "sessions": sessions,
             "images_per_s": (count * (rounds - 1) / took) if rounds > 1 and took > 0 else None}
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import json
 import os
 import math
 import threading
@@ -64,8 +65,12 @@ class OrtExecutable:
     session and one thread pool, instead of one spinning pool per gear."""
 
     def __init__(self, model: bytes, in_names: Sequence[str], in_dims: Sequence[tuple], out_names: Sequence[str],
-                 provider: "OrtGraphProvider", group: int = 0):
+                 provider: "OrtGraphProvider", group: int = 0, overrides: Optional[dict] = None):
         self.model = model
+        # Set for an executable loaded from GE's compile cache: its model is ONNX Runtime's optimized one (sessions
+        # skip graph optimization) and its free-dimension overrides were saved with it.
+        self.optimized = overrides is not None
+        self._fixed_overrides = overrides
         self.digest = hashlib.blake2b(model, digest_size=16).digest()
         self.group = group
         self.in_names = list(in_names)
@@ -79,6 +84,8 @@ class OrtExecutable:
 
     def _overrides(self) -> dict[str, int]:
         """Free-dimension overrides for dims the graph fixes (ge.inputShape / input_shape) but ONNX names."""
+        if self._fixed_overrides is not None:
+            return dict(self._fixed_overrides)
         fixed: dict[str, int] = {}
         clash: set[str] = set()
         for shape, dims in zip(self._provider.input_shapes(self.model, self.digest), self.in_dims):
@@ -93,7 +100,8 @@ class OrtExecutable:
         threads = max(1, int(threads))
         sess = self._sessions.get(threads)
         if sess is None:
-            sess = self._provider.shared_session(self.model, self.digest, self.group, threads, self._overrides())
+            sess = self._provider.shared_session(self.model, self.digest, self.group, threads, self._overrides(),
+                                                 self.optimized)
             self._sessions[threads] = sess
         return sess
 
@@ -141,6 +149,28 @@ class OrtExecutable:
         return results
 
 
+    def save(self) -> bytes:
+        """What GE's compile cache keeps of this graph (gertHostGraphProvider.save): ONNX Runtime's optimized model
+        (graph optimization is most of a host NPU compile) with the I/O names, dims and dim overrides."""
+        if self.optimized:
+            model = self.model
+        else:
+            import tempfile
+
+            fd, path = tempfile.mkstemp(suffix=".onnx", prefix="gert-opt-")
+            os.close(fd)
+            try:
+                so = _session_options(1, self._overrides())
+                so.optimized_model_filepath = path
+                _ort_session(self.model, sess_options=so, providers=["CPUExecutionProvider"])
+                with open(path, "rb") as f:
+                    model = f.read()
+            finally:
+                os.unlink(path)
+        head = json.dumps({"format": _CACHE_FORMAT, "in_names": self.in_names, "in_dims": self.in_dims,
+                           "out_names": self.out_names, "overrides": self._overrides()}).encode()
+        return len(head).to_bytes(4, "little") + head + model
+
     def remember(self, key) -> None:
         """Let the run just made (if it wrote every output in place) be repeated by ``fast[key]()``."""
         last: Optional[Callable[[], object]] = getattr(self._tls, "last_run", None)
@@ -177,22 +207,21 @@ class OrtGraphProvider:
                 self._meta[digest] = shapes
         return shapes
 
-    def shared_session(self, model: bytes, digest: bytes, group: int, threads: int, overrides: dict):
-        """The session for (group, model, threads, overrides), created on first use; it lives while a graph uses it."""
-        import onnxruntime as ort
-
+    def shared_session(self, model: bytes, digest: bytes, group: int, threads: int, overrides: dict,
+                       optimized: bool = False):
+        """The session for (group, model, threads, overrides), created on first use; it lives while a graph uses it.
+        ``optimized``: the model is ONNX Runtime's optimized one (from GE's compile cache), not optimized again."""
         key = (group, digest, threads, tuple(sorted(overrides.items())))
         with self._lock:
             sess = self._shared.get(key)
             if sess is None:
-                so = ort.SessionOptions()
-                so.intra_op_num_threads = threads
-                so.inter_op_num_threads = 1
-                so.log_severity_level = 3
+                so = _session_options(threads, overrides)
+                if optimized:
+                    import onnxruntime as ort
+
+                    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
                 if not _SPIN or group in self._dynamic_groups:
                     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-                for name, value in overrides.items():
-                    so.add_free_dimension_override_by_name(name, value)
                 sess = _ort_session(model, sess_options=so, providers=["CPUExecutionProvider"])
                 self._shared[key] = sess
         return sess
@@ -248,6 +277,39 @@ class OrtGraphProvider:
         return exe, result, unknown
 
 
+    def load(self, data: bytes, group: int = 0) -> OrtExecutable:
+        """An executable from OrtExecutable.save's bytes (gertHostGraphProvider.load: a GE compile cache hit), with
+        no validation, shape inference or graph optimization; ValueError for bytes it cannot read."""
+        try:
+            n = int.from_bytes(data[:4], "little")
+            head = json.loads(data[4:4 + n])
+            if head.get("format") != _CACHE_FORMAT:
+                raise ValueError(f"format {head.get('format')!r}, expected {_CACHE_FORMAT!r}")
+            model = data[4 + n:]
+            in_dims = [tuple(int(d) for d in dims) for dims in head["in_dims"]]
+            exe = OrtExecutable(model, head["in_names"], in_dims, head["out_names"], self, group,
+                                {str(k): int(v) for k, v in head["overrides"].items()})
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"not a cached ONNX Runtime executable: {e}") from None
+        if any(d < 0 for dims in in_dims for d in dims):
+            with self._lock:
+                self._dynamic_groups.add(group)
+        return exe
+
+
+def _session_options(threads: int, overrides: dict):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    for name, value in overrides.items():
+        so.add_free_dimension_override_by_name(name, value)
+    return so
+
+
+_CACHE_FORMAT = "gert-ort-1"
 _UNKNOWN_RANK = (-2,)  # GE's UNKNOWN_DIM_NUM
 _PARSED_KEPT = 4
 

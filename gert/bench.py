@@ -11,6 +11,8 @@ import csv
 import itertools
 import json
 import os
+import shutil
+import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -56,6 +58,8 @@ class BenchResult:
     memory_peak_mb: float = 0.0
     best_under_ms: list = field(default_factory=list)
     static_share: float = 0.0   # of the measured requests, the share served by static graphs
+    compile_s_cold: Optional[float] = None  # with a cache dir: compile seconds of a first load into an empty cache
+    cache_hits: int = 0         # with a cache dir: compiles of the measured (warm) load served by the cache
 
     def label(self) -> str:
         return (f"streams={self.streams} cube={self.cube_cores or '-'} vector={self.vector_cores or '-'} "
@@ -146,19 +150,51 @@ def settle(model, timeout: float = 120.0) -> None:
         time.sleep(0.02)
 
 
-def run_config(model_bytes: bytes, cfg: BenchConfig, load_kwargs: dict, shapes: dict, files: dict,
-               concurrency: int, duration: Optional[float], iterations: Optional[int], warmup: int) -> BenchResult:
+def _load_and_prime(model_bytes: bytes, cfg: BenchConfig, load_kwargs: dict, shapes: dict, files: dict,
+                    warmup: int) -> tuple:
+    """Load, then the warm-up requests that compile what the configuration runs; (model, inputs)."""
     import gert
 
     model = gert.load(model_bytes, streams=cfg.streams, cube_cores=cfg.cube_cores, vector_cores=cfg.vector_cores,
                       **load_kwargs)
     try:
-        rng = np.random.default_rng(0)
-        inputs = make_inputs(model, shapes, files, cfg.batch, rng)
-        batch = next((a.shape[0] for n, a in inputs.items() if model.plan.has_batch), 1)
+        inputs = make_inputs(model, shapes, files, cfg.batch, np.random.default_rng(0))
         for _ in range(max(max(warmup, 1) * cfg.streams, HOT_AFTER)):
             model.run(inputs)
         settle(model)
+    except BaseException:
+        model.close()
+        raise
+    return model, inputs
+
+
+def _compile_seconds(model) -> float:
+    return sum(s["compile_seconds"] for s in model.stats()["streams"])
+
+
+def run_config(model_bytes: bytes, cfg: BenchConfig, load_kwargs: dict, shapes: dict, files: dict,
+               concurrency: int, duration: Optional[float], iterations: Optional[int], warmup: int,
+               cache_dir: Optional[str] = None) -> BenchResult:
+    """One configuration. With ``cache_dir``: first a cold load (and its warm-up) into an empty subdirectory of it
+    (removed afterwards), then the measured load, warm from that cache: compile seconds cold vs warm."""
+    import gert
+
+    cold_s, fresh = None, None
+    if cache_dir is not None:
+        os.makedirs(cache_dir, exist_ok=True)
+        fresh = tempfile.mkdtemp(prefix="gert-bench-", dir=cache_dir)
+        load_kwargs = {**load_kwargs, "cache_dir": fresh}
+        cold, _ = _load_and_prime(model_bytes, cfg, load_kwargs, shapes, files, warmup)
+        cold_s = _compile_seconds(cold)
+        cold.close()
+    try:
+        model, inputs = _load_and_prime(model_bytes, cfg, load_kwargs, shapes, files, warmup)
+    except BaseException:
+        if fresh:
+            shutil.rmtree(fresh, ignore_errors=True)
+        raise
+    try:
+        batch = next((a.shape[0] for n, a in inputs.items() if model.plan.has_batch), 1)
         if gert.backend() == "hostnpu":
             gert.reset_host_counters()
         base = model.stats()
@@ -205,9 +241,12 @@ def run_config(model_bytes: bytes, cfg: BenchConfig, load_kwargs: dict, shapes: 
         return BenchResult(cfg.streams, cfg.cube_cores, cfg.vector_cores, cfg.batch, n, wall, n / wall,
                            n * batch / wall, float(np.percentile(lat, 50)), float(np.percentile(lat, 90)),
                            float(np.percentile(lat, 99)), busy, sum(s["compile_seconds"] for s in stats["streams"]),
-                           peak, static_share=round(static / served, 4) if served else 0.0)
+                           peak, static_share=round(static / served, 4) if served else 0.0,
+                           compile_s_cold=cold_s, cache_hits=stats["cache_hits"])
     finally:
         model.close()
+        if fresh:
+            shutil.rmtree(fresh, ignore_errors=True)
 
 
 def mark_budgets(results: list, budgets_ms: list) -> None:
@@ -220,13 +259,20 @@ def mark_budgets(results: list, budgets_ms: list) -> None:
 def table(results: list) -> str:
     head = (f"{'streams':>7} {'cube':>5} {'vector':>6} {'batch':>5} {'infer/s':>9} {'samples/s':>10} {'p50 ms':>8} "
             f"{'p90 ms':>8} {'p99 ms':>8} {'busy':>14} {'compile s':>9} {'mem MB':>8}  best under")
+    cached = any(r.compile_s_cold is not None for r in results)
+    if cached:  # compile seconds of a load into an empty cache / of the measured load from that cache
+        head = head.replace(f"{'compile s':>9}", f"{'compile s cold/warm':>19}")
     lines = [head]
     for r in sorted(results, key=lambda r: -r.samples_per_s):
         busy = "/".join(f"{b:.2f}" for b in r.stream_busy)
         best = " ".join(f"p99<={b:g}ms" for b in r.best_under_ms)
+        comp = f"{r.compile_s:>9.2f}"
+        if cached:
+            cold = "-" if r.compile_s_cold is None else f"{r.compile_s_cold:.2f}"
+            comp = f"{cold + '/' + f'{r.compile_s:.2f}':>19}"
         lines.append(f"{r.streams:>7} {r.cube_cores or '-':>5} {r.vector_cores or '-':>6} {r.batch or '-':>5} "
                      f"{r.inferences_per_s:>9.1f} {r.samples_per_s:>10.1f} {r.p50_ms:>8.2f} {r.p90_ms:>8.2f} "
-                     f"{r.p99_ms:>8.2f} {busy:>14} {r.compile_s:>9.2f} {r.memory_peak_mb:>8.1f}  {best}")
+                     f"{r.p99_ms:>8.2f} {busy:>14} {comp} {r.memory_peak_mb:>8.1f}  {best}")
     return "\n".join(lines)
 
 
@@ -290,12 +336,13 @@ def sweep(model, *, streams=(1,), cube_cores=(None,), vector_cores=(None,), batc
           shapes: Optional[dict] = None, inputs: Optional[dict] = None, gears: Optional[dict] = None,
           shape_policy: Optional[dict] = None, devices=(0,), concurrency: int = 4, duration: Optional[float] = None,
           iterations: Optional[int] = None, warmup: int = 3, latency_budgets_ms=DEFAULT_BUDGETS_MS,
-          progress: bool = False) -> list:
+          progress: bool = False, cache_dir: Optional[str] = None) -> list:
     """`gert bench` from Python: every combination of streams x cube_cores x vector_cores x batch, each run by
     ``concurrency`` threads for ``duration`` seconds (or ``iterations`` requests); returns BenchResults with
     ``best_under_ms`` marked. ``model``: a path or the ONNX bytes; ``shapes``: input name -> shape for dynamic
     dims; ``inputs``: input name -> array to use instead of random data. ``progress=True`` shows a bar (tqdm
-    when installed, else one line per configuration) on stderr; nothing is printed otherwise."""
+    when installed, else one line per configuration) on stderr; nothing is printed otherwise. ``cache_dir``: measure
+    compile seconds cold vs warm through GE's compile cache (``compile_s_cold`` / ``compile_s``)."""
     import gert
 
     if isinstance(model, (bytes, bytearray)):
@@ -340,7 +387,8 @@ def sweep(model, *, streams=(1,), cube_cores=(None,), vector_cores=(None,), batc
     results = []
     with Progress(len(configs), "gert bench", enabled=progress) as bar:
         for cfg in configs:
-            r = run_config(model_bytes, cfg, load_kwargs, shapes, files, concurrency, duration, iterations, warmup)
+            r = run_config(model_bytes, cfg, load_kwargs, shapes, files, concurrency, duration, iterations, warmup,
+                           cache_dir)
             results.append(r)
             bar.step(f"{r.label()}: {r.samples_per_s:.1f} samples/s, p99 {r.p99_ms:.2f} ms")
     mark_budgets(results, budgets)
@@ -379,7 +427,7 @@ def main(args) -> int:
                     shapes=shapes, inputs=files, gears=gears, shape_policy=policy, devices=devices,
                     concurrency=args.concurrency, duration=args.duration, iterations=args.iterations,
                     warmup=args.warmup, latency_budgets_ms=args.latency_budgets or DEFAULT_BUDGETS_MS,
-                    progress=True)
+                    progress=True, cache_dir=args.cache_dir)
     print(f"gert bench {os.path.basename(args.model)} on {gert.backend()}, concurrency {args.concurrency}")
     print(table(results))
     if args.json:

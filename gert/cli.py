@@ -8,8 +8,8 @@ import sys
 from typing import Optional, Sequence
 
 ENV_SETTINGS = ("GERT_BACKEND", "GERT_HOST_DEVICES", "GERT_HOST_DEVICE_MEMORY", "GERT_HOST_CUBE_CORES",
-                "GERT_HOST_VECTOR_CORES", "GERT_HOST_SPIN_US", "GERT_TRITONSERVER", "ASCEND_HOME_PATH",
-                "ASCEND_TOOLKIT_HOME")
+                "GERT_HOST_VECTOR_CORES", "GERT_HOST_SPIN_US", "GERT_TRITONSERVER", "GERT_CACHE_DIR",
+                "ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")
 
 
 class UsageError(Exception):
@@ -123,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--iterations", type=int, help="requests per configuration, instead of --duration")
     b.add_argument("--warmup", type=int, default=3, help="warm-up requests per stream")
     b.add_argument("--input", action="append", help="NAME=file.npy: use this array instead of random data")
+    b.add_argument("--cache-dir", help="GE compile cache: per configuration a cold load into an empty subdirectory "
+                   "of this, then the measured load warm from it; reports compile seconds cold/warm")
     b.add_argument("--latency-budgets", help="p99 budgets in ms to mark the best configuration under, e.g. 10,50")
     b.add_argument("--json")
     b.add_argument("--csv")

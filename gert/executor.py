@@ -21,6 +21,7 @@ import numpy as np
 
 from gert import _cann
 from gert._cann import DeviceBuffer, Graph, Session, Stream
+from gert.compile_cache import compile_graph
 from gert.dtypes import ge_dtype
 from gert.errors import GeError, GertError
 from gert.recovery import watchdog
@@ -60,6 +61,8 @@ class WorkerStats:
     background_compiles: int = 0         # static graphs compiled off the request path (policy auto)
     failed_background_compiles: int = 0  # those that failed: the shape stays on the dynamic graph
     request_path_compiles: int = 0       # compiles a request waited for (0 once a model is warm, unless exact)
+    cache_hits: int = 0        # compiles GE's compile cache served (gert.compile_cache)
+    cache_misses: int = 0      # compiles that compiled afresh and filled the cache
 
 
 @dataclass
@@ -120,6 +123,7 @@ class Worker:
         self.max_exact_graphs = max_exact_graphs
         self.exact = SegmentedLRU(max_exact_graphs)  # the evictable (exact) graphs' keys
         self.tiers = None  # gert.tiers.Tiers when a dim uses the auto policy (set by the Model)
+        self.cache = None  # gert.compile_cache.CompileCache when the model has a cache directory (set by the Model)
         self._graph_ids = itertools.count(1)  # thread-safe: the tiers' thread compiles too
         self.in_bufs: dict = {}
         self.out_bufs: dict = {}
@@ -198,9 +202,13 @@ class Worker:
             shapes[t.name] = tuple(dims)
         spec = ";".join(f"{n}:{','.join(str(d) for d in s)}" for n, s in shapes.items())
         gid = next(self._graph_ids)
-        self.session.add_graph(gid, self.graph, {"ge.inputShape": spec, **self.graph_options})
+        outcome = compile_graph(self.session, gid, self.graph, self.session_options,
+                                {"ge.inputShape": spec, **self.graph_options}, self.cache)
+        if outcome == "hit":
+            self.stats.cache_hits += 1
+        elif outcome == "miss":
+            self.stats.cache_misses += 1
         try:
-            self.session.compile_graph(gid)
             summary = self.session.summary(gid)
             self.session.load_graph(gid, self.stream)
         except BaseException:

@@ -18,6 +18,7 @@ import numpy as np
 
 from gert import _cann, display, valuedep
 from gert._cann import Graph, ge_initialize
+from gert.compile_cache import CACHE_DIR_OPTION, CompileCache
 from gert.errors import GertError
 from gert.rows import Rows
 from gert.executor import GearStats, Request, Worker
@@ -61,7 +62,7 @@ class Model:
                  split_batch: bool = False, request_timeout_s: Optional[float] = None,
                  hot_after: int = HOT_AFTER, hot_window: int = HOT_WINDOW,
                  state: Optional[Mapping[str, str]] = None, batch_dim: Union[str, Sequence[str], None] = None,
-                 sequence_wait_s: float = 0.0):
+                 sequence_wait_s: float = 0.0, cache_dir: Optional[Union[str, os.PathLike]] = None):
         if isinstance(model, (bytes, bytearray, memoryview)):
             data = bytes(model)
         else:
@@ -92,6 +93,10 @@ class Model:
         self._resolved: dict = {}      # real dim sizes -> (run sizes, graph key)
         glob, sess, graph_opts = _split_options(options)
         ge_initialize(glob)
+        # GE's compile cache (gert/compile_cache.py): cache_dir, else GERT_CACHE_DIR
+        self.compile_cache = CompileCache.open(cache_dir, data, glob)
+        if self.compile_cache is not None:
+            sess = {**sess, CACHE_DIR_OPTION: self.compile_cache.directory}
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._closed = False
@@ -113,6 +118,7 @@ class Model:
             raise
         for w in self._workers:
             w.tiers = self._tiers
+            w.cache = self.compile_cache
         self._futures_lock = threading.Lock()
         self._queued: set = set()  # futures from submit() that no pool thread has started
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(4, 2 * len(self._workers)),
@@ -533,7 +539,8 @@ class Model:
             device_memory=memory,
             **vars(self._recovery.stats),  # failed_tasks, timeouts, aborted_streams, recoveries, oom_retries
         )
-        for k in ("compiles", "static_hits", "dynamic_hits", "background_compiles", "request_path_compiles"):
+        for k in ("compiles", "static_hits", "dynamic_hits", "background_compiles", "request_path_compiles",
+                  "cache_hits", "cache_misses"):
             out[k] = sum(s[k] for s in streams)
         if self._tiers is not None:
             out["tiers"] = self._tiers.stats()

@@ -15,7 +15,9 @@ Options: SessionOptions that map onto gert are honoured (``intra_op_num_threads`
 is seen on ``gert.SessionOptions``, which ``patch_onnxruntime`` puts in place of onnxruntime's); the others are
 accepted, and those set to something other than ONNX Runtime's default are named once in a warning. gert's own
 options (streams, gears, shape policies, ...) come as keyword arguments or as the provider options of
-``CANNExecutionProvider`` / ``GertExecutionProvider`` (``device_id`` too).
+``CANNExecutionProvider`` / ``GertExecutionProvider`` (``device_id`` too). Unless told otherwise the batch axis
+uses the ``auto`` policy (any batch size runs unpadded, as in ONNX Runtime; hot sizes get static graphs), and the
+session compiles at creation (``Model.warmup``), as ONNX Runtime does, not on the first run.
 """
 from __future__ import annotations
 
@@ -275,6 +277,10 @@ def _provider_load_options(providers, provider_options) -> tuple:
     return reported, load
 
 
+def _names_batch(load: dict) -> bool:
+    return "batch" in (load.get("shape_policy") or {}) or "batch" in (load.get("gears") or {})
+
+
 # ---- the session -----------------------------------------------------------------------------------------------
 
 class InferenceSession:
@@ -305,10 +311,23 @@ class InferenceSession:
         if self._info.overridable:
             _warn_once("overridable", "gert.InferenceSession: initializers listed as graph inputs are constants in "
                                       "the compiled graph; feeding them is refused")
+        if self._has_batch() and not _names_batch(load):
+            # ONNX Runtime runs any batch size as it comes: no padding rows; hot sizes get static graphs (gert.tiers)
+            load["shape_policy"] = dict(load.get("shape_policy") or {}, batch="auto")
         self._model = gert.load(data, **load)
+        try:
+            self._model.warmup()  # compile now, as ONNX Runtime does at session creation, not on the first run
+        except BaseException:
+            self._model.close()
+            raise
         self._input_info = {t.name: t for t in self._model.inputs}
         self._input_args = {a.name: a for a in self._info.inputs}
         self._output_names = [a.name for a in self._info.outputs]
+
+    def _has_batch(self) -> bool:
+        """gert's rule for a batch axis: the first dim of every input is symbolic (after the overrides)."""
+        inputs = self._info.inputs
+        return bool(inputs) and all(a.shape and not isinstance(a.shape[0], int) for a in inputs)
 
     # ---- what applications read ------------------------------------------------------------------------------
     def get_inputs(self) -> list:

@@ -26,6 +26,8 @@ Keys (all string values, as Triton passes them):
   state          "h:h_out;c:c_out": a stateful model served with Triton's sequence batcher; each state input is kept
                  on the device per correlation id (gert_triton.sequences) and clients send only the step inputs
   batch_dim      the batch axis where it is not axis 0: an ONNX dim name ("N") or axes ("x:1,h:1")
+  cache_dir      GE's compile cache directory (absolute, or relative to the model dir; created if missing): graphs
+                 compiled once are loaded by later loads, restarts and other instances (default: GERT_CACHE_DIR)
   ge.K           GEInitialize option K;  session.ge.K  Session option;  graph.ge.K  AddGraph option
 Triton's own keys (EXECUTION_ENV_PATH, FORCE_CPU_ONLY_INPUT_TENSORS) are left to Triton.
 """
@@ -41,7 +43,7 @@ from gert.shapes import POLICIES
 TRITON_KEYS = {"EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS"}
 KNOWN_KEYS = {"onnx_file", "streams", "cube_cores", "vector_cores", "gears", "shape_policy", "pad_value",
               "max_batch", "device_ids", "split_batch", "metrics_interval_ms", "warmup", "request_timeout_ms",
-              "hot_after", "hot_window", "max_exact_graphs", "state", "batch_dim"}
+              "hot_after", "hot_window", "max_exact_graphs", "state", "batch_dim", "cache_dir"}
 
 
 MAX_STREAMS = 64  # per device: each stream is a worker thread with its own Session and buffers
@@ -69,6 +71,7 @@ class GertParams:
     hot_after: Optional[int] = None
     hot_window: Optional[int] = None
     max_exact_graphs: Optional[int] = None
+    cache_dir: Optional[str] = None  # as given: absolute, or relative to the model dir (see cache_path)
     options: dict = field(default_factory=dict)   # gert.load(options=...) keys: global./session./graph. prefixes
     state: dict = field(default_factory=dict)     # state input -> output (stateful models)
     batch_dim: object = None                      # str (a dim name) or list of "tensor:axis"
@@ -121,6 +124,10 @@ def parse_parameters(raw: dict) -> GertParams:
         elif key not in KNOWN_KEYS:
             raise ConfigError(f"unknown parameter '{key}'; gert_triton takes {sorted(KNOWN_KEYS)} and ge.*, "
                               "session.ge.*, graph.ge.* keys")
+        elif key == "cache_dir":
+            if not value.strip():
+                raise ConfigError("parameter 'cache_dir': empty (leave it out for no cache)")
+            p.cache_dir = value.strip()
         elif key == "onnx_file":
             if not value.strip():
                 raise ConfigError("parameter 'onnx_file': empty")
@@ -236,3 +243,11 @@ def find_onnx_file(model_dir: str, version: str, onnx_file: Optional[str]) -> st
         if os.path.isfile(real):
             return real
     raise ConfigError(f"parameter 'onnx_file': no {onnx_file or 'model.onnx'} in {candidates[0]} or {candidates[1]}")
+
+
+def cache_path(p: GertParams, model_dir: str) -> Optional[str]:
+    """The compile cache directory for gert.load(cache_dir=...): the parameter made absolute against the model dir,
+    or None (gert then takes GERT_CACHE_DIR, if set)."""
+    if p.cache_dir is None:
+        return None
+    return os.path.normpath(os.path.join(os.path.realpath(model_dir), os.path.expanduser(p.cache_dir)))

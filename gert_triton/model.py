@@ -17,7 +17,7 @@ import gert
 from gert import _cann
 from gert.errors import GertError
 from gert.recovery import error_class
-from gert_triton.config import ConfigError, find_onnx_file, parse_parameters, stream_layout
+from gert_triton.config import ConfigError, cache_path, find_onnx_file, parse_parameters, stream_layout
 from gert_triton.layout import Layout
 from gert_triton.metrics import (ACTIVE_SEQUENCES, BACKGROUND_COMPILES, GEAR_HITS, GRAPH_REQUESTS, PADDING_RATIO,
                                  REQUEST_PATH_COMPILES, STREAM_BUSY, Publisher)
@@ -156,11 +156,13 @@ class TritonPythonModel:
         devices = params.device_ids or (device,)
         batching = self.max_batch_size > 0 and (io_config(onnx_io(path))[0] or params.batch_dim is not None)
         self.layout = stream_layout(params, batching, lambda: _device_cores(devices))
+        cache = cache_path(params, args["model_repository"])  # else gert.load takes GERT_CACHE_DIR, if set
+        cache_kwargs = {"cache_dir": cache} if cache else {}
         self.model = gert.load(path, devices=devices, streams=self.layout.streams,
                                cube_cores=self.layout.cube_cores, vector_cores=self.layout.vector_cores,
                                gears=gears or None, shape_policy=params.shape_policy or None,
                                pad_value=params.pad_value, max_batch=max_batch, options=params.options,
-                               **params.load_kwargs(),
+                               **params.load_kwargs(), **cache_kwargs,
                                split_batch=params.split_batch if params.split_batch is not None
                                else self.layout.streams * len(devices) > 1,
                                request_timeout_s=params.request_timeout_ms / 1000 if params.request_timeout_ms else None)
@@ -183,7 +185,9 @@ class TritonPythonModel:
         _log_info(f"gert_triton '{self.name}': {self.layout.streams} stream(s) per device on {list(devices)}, "
                   f"cube_cores={self.layout.cube_cores or 'all'}, vector_cores={self.layout.vector_cores or 'all'}"
                   + (" (default layout; set streams / cube_cores to choose)" if self.layout.auto else "")
-                  + f"; {compiled} graph(s) compiled at load")
+                  + f"; {compiled} graph(s) compiled at load"
+                  + (f" ({self.model.stats()['cache_hits']} from the compile cache "
+                     f"{self.model.compile_cache.directory})" if self.model.compile_cache else ""))
         self.batching = self.max_batch_size > 0 and self.model.plan.has_batch
         # The dynamic and sequence batchers drop requests cancelled in their queue before execute (Triton >= 23.10);
         # asking again costs one IPC round trip per request (~50 us each, ~8% of a batch-8 PP-OCR cls execute).

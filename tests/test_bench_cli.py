@@ -65,6 +65,21 @@ def test_short_sweep_table_json_csv_agree(model_path, tmp_path):
     assert "p99<=1000ms" in table_lines[0]
 
 
+def test_cache_dir_reports_compile_seconds_cold_and_warm(model_path, tmp_path):
+    j = tmp_path / "out.json"
+    cache = tmp_path / "cache"
+    r = gert_cli("bench", model_path, "--streams", "2", "--batch", "4", "--iterations", "10", "--cache-dir",
+                 str(cache), "--json", str(j))
+    assert r.returncode == 0, r.stderr
+    (d,) = json.loads(j.read_text())["results"]
+    # the warm load compiled nothing afresh: its compiles (one per stream) were all cache hits
+    assert d["cache_hits"] == 2 and d["compile_s_cold"] > 0 and d["compile_s"] >= 0
+    assert "compile s cold/warm" in r.stdout
+    line = next(l for l in r.stdout.splitlines() if l.split() and l.split()[0] == "2")
+    assert f"{d['compile_s_cold']:.2f}/{d['compile_s']:.2f}" in line
+    assert os.listdir(cache) == []  # the cold run's subdirectory is removed
+
+
 @pytest.mark.usefixtures("device")
 def test_a_dynamic_non_batch_dim_is_measured_on_its_static_graph(tmp_path):
     """x [N, W] with W auto (the default): the hot shape's static graph (its compile made slow here) is compiled

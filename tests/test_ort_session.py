@@ -284,3 +284,27 @@ def test_importing_gert_patches_nothing():
             "assert 'CANNExecutionProvider' not in ort.get_available_providers(); print('ok')")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_session_compiles_at_creation_and_runs_any_batch_unpadded(scaled):
+    """As ONNX Runtime: the compile happens when the session is made, and any batch size runs as it comes."""
+    data, _, ref = scaled
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sess = gert.InferenceSession(data)
+    with sess:
+        assert sess.model.plan.dims["batch"].policy == "auto"
+        assert sess.model.stats()["compiles"] >= 1, "compiled at creation"
+        for n in (1, 3, 5, 3):
+            f = feed(n, 4, seed=n)
+            for g, w in zip(sess.run(None, f), ref.run(None, f)):
+                np.testing.assert_allclose(g, w, rtol=1e-6)
+        st = sess.model.stats()
+        assert st["request_path_compiles"] == 0
+        assert all(g["padding_ratio"] == 0 for g in st["gears"].values()), st["gears"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with gert.InferenceSession(data, shape_policy={"batch": "pad"}, gears={"batch": [4]}) as padded:
+            padded.run(None, feed(3))
+            assert padded.model.stats()["gears"], "the caller's own batch policy wins"
+            assert any(g["padding_ratio"] > 0 for g in padded.model.stats()["gears"].values())

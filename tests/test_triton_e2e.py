@@ -81,6 +81,9 @@ def repo(tmp_path_factory, cls_path):
     shutil.copytree(os.path.join(EXAMPLES, "model_repository", "tiny_classifier"), repo / "tiny_classifier",
                     ignore=shutil.ignore_patterns("__pycache__"))
     init_repo(str(seq_file), str(repo), name="seq2", parameters={"streams": "1", "cube_cores": "1"}, instances=2)
+    init_repo(cls_path, str(repo), name="cached", parameters={"streams": "1", "cube_cores": "1", "cache_dir": "gcache",
+                                                         "gears": "batch:1,2,4,8;x:2:48;x:3:192"},
+              instances=2)
     return str(repo)
 
 
@@ -560,6 +563,36 @@ def test_two_instances_each_run_their_own_gert_model(server, http):
         assert not errors, f"{len(errors)} client(s) failed; first: {errors[0]}"
     finally:
         http.unload_model("seq2")
+
+
+def test_two_instances_share_one_compile_cache(server, http, repo, cls_path):
+    """cache_dir (relative to the model dir) with two instances warming up at once: each graph is compiled once over
+    both stub processes (GE's {key}.lock) and the cache stays consistent; a reload takes every graph from it."""
+    cache = os.path.join(repo, "cached", "gcache")
+    x = text_image(3, 48, 192, seed=11)
+
+    def entries() -> dict:
+        out = {}
+        for name in (f for f in os.listdir(cache) if f.endswith(".idx")):
+            with open(os.path.join(cache, name)) as f:
+                out[name] = [e["cache_file_name"] for e in json.load(f)["cache_file_list"]]
+        return out
+
+    http.load_model("cached")
+    try:
+        first = infer(http, "cached", {"x": x}).as_numpy(CLS_OUT)
+        oms = sorted(f for f in os.listdir(cache) if f.endswith(".om"))
+        assert len(oms) == 4, oms  # batch gears 1, 2, 4, 8: one .om each, though two instances compiled them
+        assert sorted(om for files in entries().values() for om in files) == oms
+        http.unload_model("cached")
+        http.load_model("cached")
+        np.testing.assert_array_equal(infer(http, "cached", {"x": x}).as_numpy(CLS_OUT), first)
+        assert sorted(f for f in os.listdir(cache) if f.endswith(".om")) == oms  # nothing compiled again
+        with open(server.log_path, errors="replace") as f:
+            hits = [int(n) for n in re.findall(r"\(([0-9]+) from the compile cache", f.read())]
+        assert len(hits) == 4 and sum(hits[:2]) == 4 and hits[2:] == [4, 4], hits
+    finally:
+        http.unload_model("cached")
 
 
 # ---- the README's example ----------------------------------------------------------------------------------------

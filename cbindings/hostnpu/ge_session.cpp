@@ -7,6 +7,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "ge_cache.h"
 #include "ge_state.h"
 #include "runtime.h"
 
@@ -29,6 +30,7 @@ struct GraphRecord {
   std::map<std::string, std::string> options;
   bool compiled = false, is_static = false;
   std::vector<IOSpec> outputs;                // compiled dtypes and shapes
+  size_t const_memory = 0;                    // the summary's: the provider keeps the weights (the model's size)
   std::shared_ptr<const gertHostGraphProvider> provider;
   void *exe = nullptr;
   std::atomic<uint64_t> loaded_stream{0};    // 0: not loaded
@@ -79,7 +81,7 @@ const char *const kKnownKeys[] = {
     "ge.constLifecycle", "ge.streamNum", "ge.streamMaxParallelNum", "ge.outputDatatype", "ge.oo.level",
     "ge.jit_compile", "ge.exec.enableDump", "ge.exec.dumpPath", "ge.exec.dumpMode",
     "ge.exec.dynamicGraphExecuteMode", "ge.exec.dataInputsShapeRange", "ge.inputHintShape", "ge.exec.dynamicInput",
-    "ge.dynamicBatchSize", "ge.dynamicImageSize"};
+    "ge.dynamicBatchSize", "ge.dynamicImageSize", "ge.graph_compiler_cache_dir", "ge.graph_key"};
 
 template <class M>
 std::map<std::string, std::string> to_std(const M &m) {
@@ -306,14 +308,92 @@ void *host_alloc_cb(void *ctx, uint64_t nbytes) {
   return c->buffers.back().data();
 }
 
+// An option as GE's thread-local context sees it during a compile: the graph's, else the session's, else global.
+std::string context_option(const SessionState &s, const GraphRecord &r, const char *key) {
+  auto it = r.options.find(key);
+  if (it != r.options.end()) return it->second;
+  it = s.options.find(key);
+  if (it != s.options.end()) return it->second;
+  auto &g = ge_state();
+  std::lock_guard<std::mutex> lk(g.mu);
+  it = g.options.find(key);
+  return it != g.options.end() ? it->second : std::string();
+}
+
+// A cache hit: GE loads the .om and replaces the user's graph with the cached one (graph_node->SetGraph) with its
+// gears; nothing is compared with the graph that was added.
+ge::Status load_cached(SessionState &s, GraphRecord &r, const gertHostGraphProvider &provider, const std::string &path,
+                       const char *api) {
+  CachedModel m;
+  if (ge::Status e = ModelCache::read(path, m, api)) return e;
+  if (!provider.load)
+    return ge_fail(ge::FAILED, "%s: the compute provider cannot load cached models", api);
+  char err[2048] = {0};
+  void *exe = nullptr;
+  if (provider.load(provider.ctx, s.id, m.provider_blob.data(), m.provider_blob.size(), &exe, err, sizeof err) != 0)
+    return ge_fail(ge::FAILED, "%s: failed to load the cached model '%s': %s", api, path.c_str(), err);
+  auto impl = std::make_shared<ge::GraphImpl>();
+  impl->name = m.graph_name;
+  impl->model = std::make_shared<const std::string>();  // the compiled graph needs no ONNX bytes any more
+  impl->inputs = std::move(m.graph_inputs);
+  impl->outputs = std::move(m.graph_outputs);
+  r.graph = impl;
+  r.inputs = std::move(m.inputs);
+  r.gears = std::move(m.gears);
+  r.outputs = std::move(m.outputs);
+  r.is_static = m.is_static;
+  r.const_memory = static_cast<size_t>(m.const_memory);
+  r.exe = exe;
+  r.compiled = true;
+  return ge::SUCCESS;
+}
+
+ge::Status save_cached(const ModelCache &cache, const GraphRecord &r, const gertHostGraphProvider &provider,
+                       const char *api) {
+  if (!provider.save) return ge_fail(ge::FAILED, "%s: the compute provider cannot save compiled models", api);
+  HostAllocCtx alloc;
+  void *data = nullptr;
+  uint64_t nbytes = 0;
+  char err[2048] = {0};
+  if (provider.save(r.exe, host_alloc_cb, &alloc, &data, &nbytes, err, sizeof err) != 0)
+    return ge_fail(ge::FAILED, "%s: graph %u: failed to serialize the compiled model for the cache: %s", api, r.id, err);
+  CachedModel m;
+  m.graph_name = r.graph->name;
+  m.const_memory = r.const_memory;
+  m.graph_inputs = r.graph->inputs;
+  m.graph_outputs = r.graph->outputs;
+  m.inputs = r.inputs;
+  m.gears = r.gears;
+  m.outputs = r.outputs;
+  m.is_static = r.is_static;
+  m.provider_blob.assign(static_cast<const char *>(data), static_cast<size_t>(nbytes));
+  return cache.save(m, api);
+}
+
 // CompileGraph: shape inference and constant folding by the provider, never a run (ge-shapes-and-cache.md A1). The
 // graph is static when every input dim is fixed, it has no gears and no tensor's shape depends on input values.
 ge::Status compile(SessionState &s, GraphRecord &r, const char *api) {
   std::lock_guard<std::mutex> lk(r.compile_mu);
+  set_last_compile_cache(0);
   if (r.compiled) return ge::SUCCESS;
   auto provider = graph_provider();
   if (!provider)
     return ge_fail(ge::FAILED, "%s: no compute provider is registered with the host NPU (import gert first)", api);
+  // GE's compile cache: the lookup happens before any optimization, and the lock is held to the end of the save.
+  ModelCache cache;
+  if (ge::Status e = cache.init(context_option(s, r, ge::OPTION_GRAPH_COMPILER_CACHE_DIR),
+                                context_option(s, r, ge::OPTION_GRAPH_KEY), api))
+    return e;
+  if (cache.enabled()) {
+    std::string path;
+    if (ge::Status e = cache.lookup(path, api)) return e;
+    if (!path.empty()) {
+      if (ge::Status e = load_cached(s, r, *provider, path, api)) return e;
+      r.provider = provider;
+      set_last_compile_cache(1);
+      return ge::SUCCESS;
+    }
+  }
   std::vector<const char *> in_names, out_names;
   std::vector<gertHostTensorRef> ins(r.inputs.size()), outs(r.graph->outputs.size());
   bool inputs_fixed = true;
@@ -344,6 +424,15 @@ ge::Status compile(SessionState &s, GraphRecord &r, const char *api) {
     for (int64_t d : r.outputs[i].dims) outputs_known = outputs_known && d >= 0;
   }
   r.is_static = inputs_fixed && r.gears.empty() && outputs_known && !unknown_shape;
+  r.const_memory = r.graph->model->size();
+  if (cache.enabled()) {
+    if (ge::Status e = save_cached(cache, r, *provider, api)) {
+      provider->release(exe);
+      r.exe = nullptr;
+      return e;
+    }
+    set_last_compile_cache(2);
+  }
   r.compiled = true;
   return ge::SUCCESS;
 }
@@ -526,7 +615,7 @@ CompiledGraphSummaryPtr Session::GetCompiledGraphSummary(uint32_t graph_id) {
     if (n > 0) io_bytes += static_cast<size_t>(GetSizeInBytes(n, o.dtype));
   }
   // The host NPU keeps weights inside the provider: the const memory is the model's size.
-  return make_summary(r->is_static, r->graph->model->size(), r->is_static ? io_bytes : 0, shapes, dtypes);
+  return make_summary(r->is_static, r->const_memory, r->is_static ? io_bytes : 0, shapes, dtypes);
 }
 
 Status Session::LoadGraph(const uint32_t graph_id, const std::map<AscendString, AscendString> &options,

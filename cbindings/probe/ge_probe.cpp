@@ -500,6 +500,10 @@ GERT_EXPECT_KEY(ge::OPTION_EXEC_DEVICE_ID, const char *const, "ge.exec.deviceID"
  * ================================================================================================ */
 #ifndef GERT_PROBE_REAL_SUBSET
 
+/* ---- option keys (ge/ge_api_types.h): GE's compile cache ---- */
+GERT_EXPECT_KEY(ge::OPTION_GRAPH_COMPILER_CACHE_DIR, const char *const, "ge.graph_compiler_cache_dir");
+GERT_EXPECT_KEY(ge::OPTION_GRAPH_KEY, const char *const, "ge.graph_key");
+
 /* ---- ge/ge_api.h ---- */
 GERT_EXPECT_FN(ge::GEGetErrorMsgV2, ge::AscendString, ());
 GERT_EXPECT_FN(ge::GEGetWarningMsgV2, ge::AscendString, ());

@@ -67,6 +67,9 @@ const std::string AICORE_NUM = "ge.aicoreNum";  /* "cube|vector", e.g. "12|10" *
 const std::string INPUT_FP16_NODES = "ge.INPUT_NODES_SET_FP16";
 const std::string JIT_COMPILE = "ge.jit_compile";
 const char_t *const OO_LEVEL = "ge.oo.level";
+/* GE's graph compile cache: the directory (a Session option; it must exist) and the graph's key (graph or Session) */
+const char_t *const OPTION_GRAPH_COMPILER_CACHE_DIR = "ge.graph_compiler_cache_dir";
+const char_t *const OPTION_GRAPH_KEY = "ge.graph_key";
 
 enum GraphRunMode : std::int32_t { PREDICTION = 0, TRAIN };
 

@@ -48,6 +48,13 @@ typedef struct gertHostGraphProvider {
   int (*run)(void *executable, int32_t threads, int32_t n_inputs, const gertHostTensorRef *inputs, int32_t n_outputs,
              gertHostTensorRef *outputs, gertHostOutputAlloc alloc, void *alloc_ctx, char *err, size_t err_len);
   void (*release)(void *executable);
+  /* Optional, for GE's compile cache (ge.graph_compiler_cache_dir): save serializes a compiled executable (what
+   * makes its compile slow, e.g. the optimized model) into memory from alloc(alloc_ctx, n), setting *data and
+   * *nbytes; load rebuilds an executable from those bytes for the given group without compiling again. Both return
+   * 0, or non-zero with err filled (a load fails on bytes it cannot read). */
+  int (*save)(void *executable, gertHostOutputAlloc alloc, void *alloc_ctx, void **data, uint64_t *nbytes, char *err,
+              size_t err_len);
+  int (*load)(void *ctx, uint64_t group, const void *data, size_t size, void **executable, char *err, size_t err_len);
 } gertHostGraphProvider;
 
 /* Registers the provider used by graphs compiled from now on (NULL unregisters). */

@@ -48,6 +48,10 @@ uint32_t gertHostGetSpinMicros(void);
  * argument is an aclrtStream. Begin returns 0, or -1 for an unknown stream. */
 int gertHostStreamBeginInline(void *stream);
 void gertHostStreamEndInline(void *stream);
+/* The calling thread's last CompileGraph (or RunGraph compile) with GE's compile cache: 0 the cache was not used
+ * (ge.graph_compiler_cache_dir or ge.graph_key unset, or the compile failed), 1 a hit (loaded from the cache),
+ * 2 a miss (compiled and saved). Real GE only logs this; gert counts it per stream. */
+int gertHostLastCompileCache(void);
 
 #ifdef __cplusplus
 }
