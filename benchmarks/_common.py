@@ -112,3 +112,52 @@ class Clients:
 
     def close(self) -> None:
         self.pool.shutdown()
+
+
+def closed_loop(workers: int, setup: Callable[[int], tuple], seconds: float, what: str) -> dict:
+    """``workers`` client threads, each ``step, finish = setup(t)``, then ``step()`` back to back for ``seconds``
+    (timed), then ``finish()``. Returns {"latencies": ms per step (all threads), "seconds": the window}."""
+    import threading
+
+    latencies: list = [[] for _ in range(workers)]
+    errors: list = []
+    barrier = threading.Barrier(workers + 1)
+    stop_at = [time.perf_counter() + 3600]  # until everyone is connected
+
+    def worker(t: int) -> None:
+        finish = None
+        try:
+            step, finish = setup(t)
+            mine = latencies[t]
+            barrier.wait(60)
+            while True:
+                t0 = time.perf_counter()
+                if t0 >= stop_at[0]:
+                    break
+                step()
+                mine.append(time.perf_counter() - t0)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+            barrier.abort()
+        finally:
+            if finish is not None:
+                try:
+                    finish()
+                except Exception as e:  # noqa: BLE001
+                    errors.append(e)
+
+    pool = [threading.Thread(target=worker, args=(t,), daemon=True) for t in range(workers)]
+    for th in pool:
+        th.start()
+    try:
+        barrier.wait(60)
+    except threading.BrokenBarrierError:
+        pass
+    start = time.perf_counter()
+    stop_at[0] = start + seconds
+    for th in pool:
+        th.join(seconds + 60)
+    elapsed = time.perf_counter() - start
+    if errors or any(th.is_alive() for th in pool):
+        raise RuntimeError(f"{what}: {len(errors)} client error(s), first: {errors[:1]}")
+    return {"latencies": np.concatenate([np.asarray(v) for v in latencies]) * 1e3, "seconds": elapsed}

@@ -30,13 +30,11 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
-import time
 
 import numpy as np
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _common import machine, ppocr_model  # noqa: E402
+from _common import closed_loop, machine, ppocr_model  # noqa: E402
 
 CLS = "ch_ppocr_mobile_v2.0_cls_infer.onnx"
 MAX_BATCH = 8
@@ -127,43 +125,14 @@ def load(url: str, model: str, x: np.ndarray, out_name: str, threads: int, secon
     """``threads`` clients, one gRPC client each, batch-1 requests back to back for ``seconds``."""
     import tritonclient.grpc as grpcclient
 
-    latencies: list = [[] for _ in range(threads)]
-    errors: list = []
-    barrier = threading.Barrier(threads + 1)
-    stop_at = [0.0]
-
-    def worker(t: int) -> None:
+    def setup(t: int) -> tuple:
         client = grpcclient.InferenceServerClient(url)
         inp = grpcclient.InferInput("x", list(x.shape), "FP32")
         inp.set_data_from_numpy(x)
         outs = [grpcclient.InferRequestedOutput(out_name)]
-        mine = latencies[t]
-        try:
-            barrier.wait(60)
-            while True:
-                t0 = time.perf_counter()
-                if t0 >= stop_at[0]:
-                    break
-                client.infer(model, [inp], outputs=outs, client_timeout=30)
-                mine.append(time.perf_counter() - t0)
-        except Exception as e:  # noqa: BLE001 - reported by the caller
-            errors.append(e)
-        finally:
-            client.close()
+        return (lambda: client.infer(model, [inp], outputs=outs, client_timeout=30)), client.close
 
-    pool = [threading.Thread(target=worker, args=(t,), daemon=True) for t in range(threads)]
-    stop_at[0] = time.perf_counter() + 3600  # until everyone is connected
-    for th in pool:
-        th.start()
-    barrier.wait(60)
-    start = time.perf_counter()
-    stop_at[0] = start + seconds
-    for th in pool:
-        th.join(seconds + 60)
-    elapsed = time.perf_counter() - start
-    if errors or any(th.is_alive() for th in pool):
-        raise RuntimeError(f"{model}: {len(errors)} client error(s), first: {errors[:1]}")
-    return {"latencies": np.concatenate([np.asarray(v) for v in latencies]) * 1e3, "seconds": elapsed}
+    return closed_loop(threads, setup, seconds, model)
 
 
 def run_windows(client, url: str, x: np.ndarray, out_name: str, clients: int, duration: float, rounds: int) -> list:

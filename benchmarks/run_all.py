@@ -36,6 +36,7 @@ SCRIPTS = [
     ("shapes", "bench_shapes.py", [], ["--requests", "40"]),
     ("compile", "bench_compile.py", [], ["--repeat", "2"]),
     ("cache", "bench_cache.py", [], ["--rounds", "1"]),
+    ("sequences", "bench_sequences.py", [], ["--duration", "3", "--rounds", "1"]),
 ]
 
 

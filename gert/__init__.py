@@ -26,6 +26,7 @@ from gert.hostnpu import clear_faults, host_counters, host_spin_micros, inject_f
 from gert.tensor import DeviceTensor, GraphSummary
 from gert.shapes import TensorInfo
 from gert.model import Model, load
+from gert.sequence import Sequence
 from gert import dtypes
 
 __version__ = "0.1.0"
@@ -49,7 +50,7 @@ __all__ = [
     "AclError", "DeviceUnavailable", "GeError", "GertError", "HostFunctionError", "RequestTimeout",
     "Device", "DeviceBuffer", "Event", "HostBuffer", "MemoryInfo", "Stream",
     "Graph", "Session", "ge_initialize", "ge_finalize", "ge_last_warning", "DeviceTensor", "GraphSummary", "dtypes",
-    "Model", "load", "TensorInfo",
+    "Model", "load", "Sequence", "TensorInfo",
     "InferenceSession", "SessionOptions", "NodeArg", "ModelMetadata", "patch_onnxruntime", "unpatch_onnxruntime",
     "backend", "clear_faults", "device_count", "host_counters", "inject_fault", "host_spin_micros", "memory_info",
     "reset_host_counters",

@@ -107,8 +107,22 @@ def cmd_repo_init(args) -> int:
             raise UsageError(f"gert repo init: --param {item!r} is not KEY=VALUE")
         params[key.strip()] = value
     parse_parameters(params)  # an unknown key or a bad value fails here, naming the key, not at model load
+    sequence = None
+    if args.state:
+        state = {}
+        for item in args.state:
+            i, sep, o = item.partition("=")
+            if not sep or not i.strip() or not o.strip():
+                raise UsageError(f"gert repo init: --state {item!r} is not INPUT=OUTPUT (e.g. h=h_out)")
+            state[i.strip()] = o.strip()
+        from gert_triton.config import parse_batch_dim
+
+        sequence = {"state": state, "strategy": args.sequence_strategy, "idle_us": args.max_sequence_idle_us,
+                    "batch_dim": parse_batch_dim(args.batch_dim) if args.batch_dim else None}
+    elif args.batch_dim:
+        params["batch_dim"] = args.batch_dim
     target = init_repo(args.model, args.repo, args.name, args.max_batch_size, parameters=params,
-                       overwrite=args.force, instances=args.instances)
+                       overwrite=args.force, instances=args.instances, sequence=sequence)
     print(f"wrote {target}/config.pbtxt, {target}/1/model.onnx and {target}/1/model.py; serve it with: "
           f"gert serve {args.repo}")
     return 0
@@ -170,6 +184,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a gert_triton config parameter, e.g. streams=1 or gears=batch:1,4,8 (repeatable)")
     ri.add_argument("--instances", type=int, default=1, help="instance_group count (default 1)")
     ri.add_argument("--force", action="store_true", help="overwrite an existing entry")
+    ri.add_argument("--state", action="append", default=[], metavar="INPUT=OUTPUT",
+                    help="a stateful model: the state input fed by OUTPUT at the next step, kept on the device per "
+                         "sequence (repeatable); writes a sequence_batching block")
+    ri.add_argument("--batch-dim", help="the batch axis where it is not axis 0: a dim name (N) or axes (x:1,h:1)")
+    ri.add_argument("--sequence-strategy", choices=("oldest", "direct"), default="oldest")
+    ri.add_argument("--max-sequence-idle-us", type=int, default=5_000_000,
+                    help="an idle sequence's state is dropped after this long (default 5 s)")
     ri.set_defaults(func=cmd_repo_init)
     return p
 

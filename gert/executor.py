@@ -86,6 +86,17 @@ class Request:
     key: tuple = field(default=())
     out: Optional[dict] = None  # output name -> the caller's out= array, written by D2H directly when it fits
     timeout: Optional[float] = None  # seconds the request may take on its stream (None: no limit)
+    # output name -> DeviceBuffer the output is written into on the device (no D2H; absent from the results).
+    # Inputs given as a gert.DeviceTensor are bound as they are (no H2D): together, a recurrent state stays on the
+    # device from one step to the next (gert.sequence)
+    device_out: Optional[dict] = None
+    device: Optional[int] = None    # run on a stream of this device (where the request's device tensors live)
+    real_batch: Optional[int] = None  # rows that are real when the caller padded the batch itself (gear stats)
+    # device-side work queued on the request's stream: before the run (D2D copies (dst, dmax, src, n) and zero fills
+    # (ptr, dmax, n): a batch of sequences gathers its states), and after a successful run (D2D copies: scattered
+    # back). On the stream, so ordered with the run without the calling thread needing the device's context.
+    before: Optional[list] = None
+    after: Optional[list] = None
 
 
 class Worker:
@@ -239,6 +250,11 @@ class Worker:
         uploads, fills, inputs = [], [], []
         for t in plan.inputs:
             arr = req.arrays[t.name]
+            if type(arr) is DeviceTensor:  # device-resident: bound as the graph's input, nothing copied
+                inputs.append(self._bind_device_input(t.name, arr, entry, req))
+                real_elements += self._real_elements(t.name, arr, req)
+                padded_elements += arr.size
+                continue
             if entry.is_static:
                 shape, nbytes, ge_dt = entry.in_meta[t.name]
             else:
@@ -248,13 +264,20 @@ class Worker:
             buf = self._buffer(self.in_bufs, t.name, nbytes)
             self._plan_upload(arr, shape, buf, plan.pad_value[t.name], uploads, fills)
             inputs.append((buf, shape, arr.dtype, nbytes, ge_dt))
-            real_elements += arr.size
+            real_elements += arr.size if req.real_batch is None else self._real_elements(t.name, arr, req)
             padded_elements += math.prod(shape)
         results = {}
+        if req.before:
+            self._enqueue(req.before)
         if entry.is_static:
             # the whole request in one call without the GIL: uploads, run, downloads, synchronize
             outputs, downloads = [], []
             for o, shape, (dtype, nbytes, ge_dt) in zip(plan.outputs, entry.output_shapes, entry.out_meta):
+                target = req.device_out.get(o.name) if req.device_out else None
+                if target is not None:  # written into the caller's device buffer: no D2H
+                    _check_device_out(o.name, target, nbytes, self.device)
+                    outputs.append((target.ptr, nbytes, ge_dt, shape))
+                    continue
                 buf = self._buffer(self.out_bufs, o.name, nbytes)
                 outputs.append((buf.ptr, nbytes, ge_dt, shape))
                 host, results[o.name] = self._plan_download(o.name, shape, dtype, req)
@@ -263,6 +286,9 @@ class Worker:
             self.session.run_fused(entry.graph_id, self.stream, uploads, fills,
                                    [(b.ptr, n, g, s) for b, s, _, n, g in inputs], outputs, downloads,
                                    -1 if req.timeout is None else max(1, round(req.timeout * 1000)))
+            if req.after:
+                self._enqueue(req.after)
+                self.stream.synchronize(req.timeout)
         else:
             stream = self.stream
             for dptr, dmax, host in uploads:
@@ -276,9 +302,19 @@ class Worker:
             with watchdog(stream, req.timeout):  # GE waits here until the run sized the outputs
                 outputs = self.session.execute_async(entry.graph_id, stream, tensors)
             for o, dev in zip(plan.outputs, outputs):
+                target = req.device_out.get(o.name) if req.device_out else None
+                if target is not None:  # GE allocated it: one D2D copy into the caller's device buffer
+                    n = math.prod(dev.shape) * np.dtype(dev.dtype).itemsize
+                    _check_device_out(o.name, target, n, self.device)
+                    if n:
+                        _cann.memcpy_async(target.ptr, target.nbytes, dev.buffer.ptr, n,
+                                           _cann.MEMCPY_DEVICE_TO_DEVICE, stream.handle)
+                    continue
                 host, results[o.name] = self._plan_download(o.name, dev.shape, dev.dtype, req)
                 if host.nbytes:
                     dev.buffer.copy_to(host, stream)
+            if req.after:
+                self._enqueue(req.after)
             stream.synchronize(req.timeout)
         # counted once the request succeeded, so that gear hits add up to the stream's requests
         label = _LABELS.get(req.key)
@@ -295,6 +331,38 @@ class Worker:
             self.stats.dynamic_hits += 1
         self.stats.busy_seconds += time.perf_counter() - t0
         return results
+
+    def _enqueue(self, ops: list) -> None:
+        """Queue device-side copies (dst, dmax, src, n) and zero fills (ptr, dmax, n) on this stream."""
+        handle = self.stream.handle
+        for op in ops:
+            if len(op) == 3:
+                _cann.memset_async(op[0], op[1], 0, op[2], handle)
+            else:
+                _cann.memcpy_async(op[0], op[1], op[2], op[3], _cann.MEMCPY_DEVICE_TO_DEVICE, handle)
+
+    def _real_elements(self, name: str, arr, req: Request) -> int:
+        """Elements of ``arr`` that are not padding the caller added on the batch axis (req.real_batch rows)."""
+        if req.real_batch is None or self.plan.batch_axis(name) is None:
+            return arr.size
+        return arr.size * req.real_batch // max(1, req.run_sizes.get("batch", req.real_batch))
+
+    def _bind_device_input(self, name: str, arr: DeviceTensor, entry: GraphEntry, req: Request) -> tuple:
+        """(buffer, shape, dtype, nbytes, GE dtype) of a device-resident input: it must already have the shape the
+        graph runs at (no padding on the device) and live on this stream's device."""
+        if arr.buffer.device_id != self.device:
+            raise GertError(f"input '{name}' lives on device {arr.buffer.device_id}; this stream is on device "
+                            f"{self.device}")
+        if entry.is_static:
+            shape = entry.in_meta[name][0]
+        else:
+            t = next(t for t in self.plan.inputs if t.name == name)
+            shape = tuple(req.run_sizes[self.plan.input_axes[(name, a)]] if (name, a) in self.plan.input_axes
+                          else d for a, d in enumerate(t.shape))
+        if tuple(shape) != arr.shape:
+            raise GertError(f"input '{name}': a device tensor is bound as it is, so it must have the shape the graph "
+                            f"runs at {tuple(shape)}; got {arr.shape}")
+        return arr.buffer, arr.shape, arr.dtype, arr.nbytes, arr.ge_dtype
 
     @staticmethod
     def _plan_upload(arr, shape: tuple, buf: DeviceBuffer, pad_value, uploads: list,
@@ -357,6 +425,13 @@ class Worker:
             self.session.close()
             self.free_buffers()
             self.stream.destroy()
+
+
+def _check_device_out(name: str, target: DeviceBuffer, nbytes: int, device: int) -> None:
+    if target.device_id != device:
+        raise GertError(f"output '{name}': its device buffer is on device {target.device_id}, the stream on {device}")
+    if target.nbytes < nbytes:
+        raise GertError(f"output '{name}' needs {nbytes} bytes; its device buffer holds {target.nbytes}")
 
 
 def _out_array(dst, shape: tuple, dtype) -> Optional[np.ndarray]:

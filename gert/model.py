@@ -24,7 +24,10 @@ from gert.rows import Rows
 from gert.executor import GearStats, Request, Worker
 from gert.progress import Progress
 from gert.recovery import Recovery
+from gert import sequence as _sequence
+from gert.sequence import Sequences
 from gert.shapes import ShapePlan, TensorInfo, plan_shapes
+from gert.tensor import DeviceTensor
 from gert.tiers import HOT_AFTER, HOT_WINDOW, Tiers, check_settings
 
 ModelSource = Union[str, bytes, os.PathLike]
@@ -58,7 +61,8 @@ class Model:
                  output_dims: Optional[Mapping[str, Mapping[int, str]]] = None, max_exact_graphs: int = 16,
                  split_batch: bool = False, request_timeout_s: Optional[float] = None,
                  hot_after: int = HOT_AFTER, hot_window: int = HOT_WINDOW,
-                 cache_dir: Optional[Union[str, os.PathLike]] = None):
+                 state: Optional[Mapping[str, str]] = None, batch_dim: Union[str, Sequence[str], None] = None,
+                 sequence_wait_s: float = 0.0, cache_dir: Optional[Union[str, os.PathLike]] = None):
         if isinstance(model, (bytes, bytearray, memoryview)):
             data = bytes(model)
         else:
@@ -79,9 +83,12 @@ class Model:
             self._check_cores(d, vector_cores, _cann.DEV_ATTR_VECTOR_CORE_NUM, "vector_cores")
         self._graph = Graph.from_onnx(data)  # first: what GE's parser refuses fails here, with GE's code
         io, self.value_dependent = valuedep.analyze(data, _cann.read_onnx_io(data))
-        self.plan: ShapePlan = plan_shapes(io, gears, shape_policy, pad_value, max_batch, output_dims)
+        self.plan: ShapePlan = plan_shapes(io, gears, shape_policy, pad_value, max_batch, output_dims, batch_dim,
+                                           state)
         valuedep.apply_batch_policy(self.plan, self.value_dependent, shape_policy, gears)
         self._input_names = [t.name for t in self.plan.inputs]
+        # stateful models: state input -> output pairs, and the device-resident sequences (gert/sequence.py)
+        self._sequences = Sequences(self, state, sequence_wait_s, devices) if state else None
         self._valid_shapes: dict = {}  # ((shape, dtype) per input) -> real dim sizes, for shapes that passed
         self._resolved: dict = {}      # real dim sizes -> (run sizes, graph key)
         glob, sess, graph_opts = _split_options(options)
@@ -225,13 +232,14 @@ class Model:
         names = self._input_names
         if type(inputs) is dict and len(inputs) == len(names):
             arrays = [inputs.get(n) for n in names]
-            if all(type(a) is np.ndarray or type(a) is Rows for a in arrays):
+            if all(type(a) is np.ndarray or type(a) is Rows or type(a) is DeviceTensor for a in arrays):
                 sizes = self._valid_shapes.get(tuple((a.shape, a.dtype) for a in arrays))
                 if sizes is not None:
-                    return ({n: a if type(a) is Rows or a.flags.c_contiguous else np.require(a, requirements="C")
+                    return ({n: a if type(a) is not np.ndarray or a.flags.c_contiguous
+                             else np.require(a, requirements="C")
                              for n, a in zip(names, arrays)}, dict(sizes))
         arrays, sizes = self._check_inputs(inputs)
-        if all(type(a) is np.ndarray or type(a) is Rows for a in arrays.values()):
+        if all(type(a) is np.ndarray or type(a) is Rows or type(a) is DeviceTensor for a in arrays.values()):
             if len(self._valid_shapes) >= _VALID_SHAPES_KEPT:
                 self._valid_shapes.clear()
             self._valid_shapes[tuple((arrays[n].shape, arrays[n].dtype) for n in names)] = dict(sizes)
@@ -248,7 +256,7 @@ class Model:
         arrays, sizes, where = {}, {}, {}
         for t in self.plan.inputs:
             a = inputs[t.name]
-            if not isinstance(a, (np.ndarray, Rows)):
+            if not isinstance(a, (np.ndarray, Rows, DeviceTensor)):
                 a = np.asarray(a)
             if a.dtype != t.dtype:
                 raise GertError(f"input '{t.name}': expected dtype {t.dtype}, got {a.dtype}")
@@ -266,7 +274,8 @@ class Model:
                     raise GertError(f"dim '{dim}' is {sizes[dim]} in {where[dim]} but {a.shape[axis]} in input "
                                     f"'{t.name}' axis {axis}")
                 sizes[dim], where[dim] = a.shape[axis], f"input '{where.get(dim, t.name)}'"
-            arrays[t.name] = a if isinstance(a, Rows) else np.require(a, requirements="C")  # keeps 0-d arrays 0-d
+            # np.require keeps 0-d arrays 0-d; Rows and device tensors are laid out by the executor
+            arrays[t.name] = a if isinstance(a, (Rows, DeviceTensor)) else np.require(a, requirements="C")
         return arrays, sizes
 
     def _resolve(self, sizes: dict) -> tuple:
@@ -325,8 +334,10 @@ class Model:
     def _run_chunks(self, arrays: dict, sizes: dict, chunks: list, timeout: Optional[float] = None) -> dict:
         """Run row ranges [(start, rows)] of a batch as separate requests (concurrently on the pool with
         split_batch) and concatenate the outputs on the batch axis. ``out=`` is filled by a copy afterwards."""
+        plan = self.plan
+
         def one(start: int, rows: int) -> dict:
-            sub = {k: v[start:start + rows] for k, v in arrays.items()}
+            sub = {k: _rows(v, plan.batch_axis(k), start, rows) for k, v in arrays.items()}
             sub_sizes = dict(sizes, batch=rows)
             run_sizes, key = self._resolve(sub_sizes)
             return self._dispatch(Request(sub, sub_sizes, run_sizes, key, timeout=timeout))
@@ -338,8 +349,9 @@ class Model:
             parts = [one(*c) for c in chunks]
         out = {}
         for o in self.plan.outputs:
-            if self.plan.output_axes.get((o.name, 0)) == "batch":
-                out[o.name] = np.concatenate([p[o.name] for p in parts], axis=0)
+            axis = plan.batch_axis(o.name, output=True)
+            if axis is not None:
+                out[o.name] = np.concatenate([p[o.name] for p in parts], axis=axis)
             else:
                 out[o.name] = parts[-1][o.name]
         return out
@@ -351,8 +363,12 @@ class Model:
             n = len(self._workers)
             order = [(self._rr + i) % n for i in range(n)]
             ok = self._recovery.usable(self._workers)  # not the workers of a device under recovery
-            w = min((self._workers[i] for i in order if ok is self._workers or self._workers[i] in ok),
-                    key=lambda w: w.outstanding)
+            candidates = [self._workers[i] for i in order if ok is self._workers or self._workers[i] in ok]
+            if req.device is not None:  # the request's device tensors live there
+                candidates = [w for w in candidates if w.device == req.device]
+                if not candidates:
+                    raise GertError(f"device {req.device} has no usable stream (under recovery)")
+            w = min(candidates, key=lambda w: w.outstanding)
             self._rr = (w.index + 1) % n
             w.outstanding += 1
             self._in_flight += 1
@@ -376,7 +392,7 @@ class Model:
         groups: dict = {}
         for i, r in enumerate(requests):
             arrays, _ = self._validate(r)  # each request's own error names it before anything runs
-            groups.setdefault(tuple((n, a.shape[1:]) for n, a in sorted(arrays.items())), []).append(i)
+            groups.setdefault(self._batch_key(arrays), []).append(i)
         results: list = [None] * len(requests)
         for idx in groups.values():
             for i, out in zip(idx, self.run_batch([requests[i] for i in idx], timeout=timeout)):
@@ -389,20 +405,60 @@ class Model:
         concatenated on the host: each one's rows are copied straight into the device buffer (gert.rows.Rows)."""
         if len(requests) == 1 or not valuedep.batches_split(self.plan, self.value_dependent):
             return [self._run_request(r, None, timeout) for r in requests]
-        names = [t.name for t in self.plan.inputs]
+        plan = self.plan
+        names = [t.name for t in plan.inputs]
         for i, r in enumerate(requests):
             missing = [n for n in names if n not in r]
             if missing:
                 raise GertError(f"request {i}: inputs {missing} are missing; the model takes {names}")
-        merged = {n: Rows([r[n] for r in requests], f"input '{n}'") for n in names}
+        axes = {n: plan.batch_axis(n) for n in names}
+        unbatched = [n for n in names if axes[n] is None]  # batched only across requests whose values are equal
+        if any(not np.array_equal(np.asarray(r[n]), np.asarray(requests[0][n])) for r in requests for n in unbatched):
+            return self._run_many(list(requests), timeout)
+        # axis 0: each request's rows copied straight into the device buffer (Rows); another axis: joined on the host
+        merged = {n: (np.asarray(requests[0][n]) if axes[n] is None
+                      else Rows([r[n] for r in requests], f"input '{n}'") if axes[n] == 0
+                      else np.concatenate([np.asarray(r[n]) for r in requests], axis=axes[n])) for n in names}
         out = self._run_request(merged, None, timeout)
+        first = next(n for n in names if axes[n] is not None)
         results, offset = [], 0
         for r in requests:
-            rows = np.asarray(r[names[0]]).shape[0]
-            results.append({k: (v[offset:offset + rows] if self.plan.output_axes.get((k, 0)) == "batch" else v)
-                            for k, v in out.items()})
+            rows = np.asarray(r[first]).shape[axes[first]]
+            results.append({k: _rows(v, plan.batch_axis(k, output=True), offset, rows) for k, v in out.items()})
             offset += rows
         return results
+
+    def _batch_key(self, arrays: dict) -> tuple:
+        """Requests with equal keys form one batch: the same non-batch shapes, and equal values of the inputs
+        without the batch axis (a 0-d sample rate)."""
+        key = []
+        for n, a in sorted(arrays.items()):
+            axis = self.plan.batch_axis(n)
+            if axis is None:
+                a = np.asarray(a)
+                key.append((n, a.shape, a.dtype.str, a.tobytes()))
+            else:
+                key.append((n, a.shape[:axis] + a.shape[axis + 1:]))
+        return tuple(key)
+
+    # ---- stateful models (gert/sequence.py) ------------------------------------------------------------------------
+    def sequence(self, initial_state: Optional[Mapping[str, np.ndarray]] = None) -> _sequence.Sequence:
+        """A new sequence of a stateful model (loaded with ``state={...}``): its state lives in device memory between
+        steps, zeros unless ``initial_state`` (state input name -> array) is given."""
+        return self._stateful().create(initial_state)
+
+    def step(self, items: Sequence) -> list:
+        """One step of many sequences as one batch: ``[(seq, inputs), ...]`` -> their outputs, in order. States are
+        gathered into the batch and scattered back on the device; one graph run per group of equal non-batch
+        shapes (and equal values of inputs without the batch axis)."""
+        return self._stateful().step(list(items))
+
+    def _stateful(self) -> Sequences:
+        self._check_open()
+        if self._sequences is None:
+            raise GertError("this model was loaded without state=...: give gert.load(..., state={'h': 'h_out'}) "
+                            "to run sequences")
+        return self._sequences
 
     @staticmethod
     def _write_out(result: dict, out: Mapping[str, np.ndarray]) -> dict:
@@ -496,6 +552,8 @@ class Model:
             if self._closed:
                 return
             self._closed = True
+        if self._sequences is not None:
+            self._sequences.close()
         with self._futures_lock:
             queued, self._queued = list(self._queued), set()
         for fut in queued:  # not started: cancel, and wake whoever waits on them
@@ -541,6 +599,17 @@ class Model:
 
 
 _VALID_SHAPES_KEPT = 1024  # remembered input signatures per Model (cleared when full)
+
+
+def _rows(value, axis: Optional[int], start: int, rows: int):
+    """Rows start:start+rows of ``value`` along its batch ``axis`` (a view); all of it when it has no batch axis."""
+    if axis is None:
+        return value
+    if axis == 0:
+        return value[start:start + rows]
+    index = [slice(None)] * len(value.shape)
+    index[axis] = slice(start, start + rows)
+    return value[tuple(index)]
 
 
 def load(model: ModelSource, **kwargs) -> Model:

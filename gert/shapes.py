@@ -1,7 +1,9 @@
 """Shape policy: which dims of a model are dynamic, how each is served (gears), and how a request maps to a graph.
 
 Dims are addressed by their ONNX symbolic name, an unnamed (or ambiguous) dynamic dim as ``"input:axis"``, and
-``"batch"`` always means the batch axis (the first axis, when it is symbolic in every input). Policies per dim:
+``"batch"`` always means the batch axis: the first axis when it is symbolic in every input, or the one ``batch_dim``
+names (an ONNX dim name such as ``"N"``, or the axes that carry it, ``["x:1", "h:1"]``: a recurrent state laid out
+[layers, batch, hidden] has its batch on axis 1). Policies per dim:
 
 - ``pad``: pad up to the nearest gear (``pad_value``), slice outputs back. Always transparent on the batch axis;
   on other axes only for models that mask padding, so it is never the default there.
@@ -78,6 +80,14 @@ class ShapePlan:
     def batch(self) -> Optional[Dim]:
         return self.dims.get("batch")
 
+    def batch_axis(self, name: str, output: bool = False) -> Optional[int]:
+        """The axis of input (or output) ``name`` that carries the batch, or None."""
+        axes = self.output_axes if output else self.input_axes
+        t = next((t for t in (self.outputs if output else self.inputs) if t.name == name), None)
+        if t is None:
+            return None
+        return next((a for a in range(len(t.shape)) if axes.get((name, a)) == "batch"), None)
+
     def max_batch(self) -> Optional[int]:
         b = self.batch
         return b.gears[-1] if b and b.gears else None
@@ -106,10 +116,45 @@ def _dim_keys(info: TensorInfo) -> list:
     return keys
 
 
+def _batch_axes(batch_dim, inputs: list, outputs: list, keys: dict) -> tuple:
+    """({(input, axis)}, {(output, axis)}, {symbolic names}) that ``batch_dim`` names as the batch axis; an output dim
+    with one of those names carries the batch too."""
+    if batch_dim is None:
+        return set(), set(), set()
+    if isinstance(batch_dim, str) and ":" not in batch_dim:
+        found = {(t.name, a) for t in inputs for a, k in enumerate(keys[t.name]) if k == batch_dim}
+        if not found:
+            names = sorted({k for t in inputs for k in keys[t.name] if isinstance(k, str)})
+            raise GertError(f"batch_dim '{batch_dim}' is not a dynamic dim name of the model's inputs; they have "
+                            f"{names}")
+        return found, set(), {batch_dim}
+    specs = [batch_dim] if isinstance(batch_dim, str) else list(batch_dim)
+    ins, outs = set(), set()
+    by_name = {t.name: ("output", t) for t in outputs}
+    by_name.update({t.name: ("input", t) for t in inputs})
+    for spec in specs:
+        name, _, axis = str(spec).rpartition(":")
+        kind, t = by_name.get(name, (None, None))
+        if t is None or not axis.lstrip("-").isdigit() or not -len(t.shape) <= int(axis) < len(t.shape):
+            raise GertError(f"batch_dim '{spec}' must be 'tensor:axis' naming an axis of an input or output; inputs "
+                            f"{[(i.name, i.shape) for i in inputs]}")
+        a = int(axis) % len(t.shape)
+        if isinstance(t.shape[a], int):
+            raise GertError(f"batch_dim '{spec}': axis {a} of {kind} '{name}' is fixed ({t.shape[a]}), not dynamic "
+                            f"(shape {t.shape})")
+        (ins if kind == "input" else outs).add((name, a))
+    if not ins:
+        raise GertError(f"batch_dim {specs} names no input axis")
+    shapes = {t.name: t.shape for t in inputs}
+    return ins, outs, {shapes[n][a] for n, a in ins if isinstance(shapes[n][a], str)}
+
+
 def plan_shapes(io: dict, gears: Optional[Mapping[str, Sequence[int]]] = None,
                 shape_policy: Optional[Mapping[str, str]] = None, pad_value: Union[float, Mapping[str, float]] = 0,
                 max_batch: Optional[int] = None,
-                output_dims: Optional[Mapping[str, Mapping[int, str]]] = None) -> ShapePlan:
+                output_dims: Optional[Mapping[str, Mapping[int, str]]] = None,
+                batch_dim: Union[str, Sequence[str], None] = None,
+                state: Optional[Mapping[str, str]] = None) -> ShapePlan:
     """Build the shape plan from ONNX I/O metadata (``gert._cann.read_onnx_io``) and the user's settings."""
     inputs = _tensor_infos(io["inputs"], "input")
     outputs = _tensor_infos(io["outputs"], "output")
@@ -117,13 +162,19 @@ def plan_shapes(io: dict, gears: Optional[Mapping[str, Sequence[int]]] = None,
         raise GertError("the model has no inputs")
     plan = ShapePlan(inputs=inputs, outputs=outputs)
     keys = {t.name: _dim_keys(t) for t in inputs}
-    first = [keys[t.name][0] if t.shape else 1 for t in inputs]
-    plan.has_batch = all(not isinstance(k, int) for k in first)
+    batch_in, batch_out, batch_names = _batch_axes(batch_dim, inputs, outputs, keys)
+    if batch_dim is None:
+        first = [keys[t.name][0] if t.shape else 1 for t in inputs]
+        plan.has_batch = all(not isinstance(k, int) for k in first)
+        if plan.has_batch:
+            batch_in = {(t.name, 0) for t in inputs}
+    else:
+        plan.has_batch = True
     for t in inputs:
         for axis, k in enumerate(keys[t.name]):
             if isinstance(k, int):
                 continue
-            name = "batch" if plan.has_batch and axis == 0 else k
+            name = "batch" if (t.name, axis) in batch_in else k
             dim = plan.dims.setdefault(name, Dim(name=name, axes=[]))
             dim.axes.append((t.name, axis))
             plan.input_axes[(t.name, axis)] = name
@@ -131,10 +182,19 @@ def plan_shapes(io: dict, gears: Optional[Mapping[str, Sequence[int]]] = None,
     in_names = {k for t in inputs for k in keys[t.name] if isinstance(k, str)}
     for t in outputs:
         for axis, d in enumerate(t.shape):
-            if axis == 0 and plan.has_batch and not isinstance(d, int):
-                plan.output_axes[(t.name, 0)] = "batch"
+            if isinstance(d, int):
+                continue
+            if (batch_dim is None and axis == 0 and plan.has_batch) or (t.name, axis) in batch_out \
+                    or d in batch_names:
+                plan.output_axes[(t.name, axis)] = "batch"
             elif isinstance(d, str) and d in in_names and d in plan.dims:
                 plan.output_axes[(t.name, axis)] = d
+    for in_name, out_name in (state.items() if isinstance(state, Mapping) else ()):  # a state output carries its state input's dims
+        t = next((t for t in inputs if t.name == in_name), None)
+        if t is not None and out_name in {o.name for o in outputs}:
+            for axis in range(len(t.shape)):
+                if (in_name, axis) in plan.input_axes:
+                    plan.output_axes[(out_name, axis)] = plan.input_axes[(in_name, axis)]
     for out_name, mapping in (output_dims or {}).items():
         if out_name not in {t.name for t in outputs}:
             raise GertError(f"output_dims names '{out_name}', which is not a model output; outputs: "

@@ -39,6 +39,14 @@ class DeviceTensor:
     def ptr(self) -> int:
         return self.buffer.ptr
 
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
     @classmethod
     def empty(cls, shape: Sequence[int], dtype, device=None) -> "DeviceTensor":
         """Uninitialized device memory for ``shape`` x ``dtype``."""

@@ -126,4 +126,4 @@ def apply_batch_policy(plan: ShapePlan, dependent: list, shape_policy: Optional[
 def batches_split(plan: ShapePlan, dependent: list) -> bool:
     """Whether requests merged into one batch can be split back: every value-dependent output carries the batch
     axis. NMS's [selected, 3] over a merged batch holds every request's boxes, so such requests run one by one."""
-    return all(plan.output_axes.get((name, 0)) == "batch" for name in dependent)
+    return all(plan.batch_axis(name, output=True) is not None for name in dependent)

@@ -23,6 +23,9 @@ Keys (all string values, as Triton passes them):
                  reused (default: no limit)
   split_batch    "true"/"false": split each batch over the idle streams (default: true when streams > 1, since
                  Triton runs one execute() per instance at a time, this is how one instance uses several streams)
+  state          "h:h_out;c:c_out": a stateful model served with Triton's sequence batcher; each state input is kept
+                 on the device per correlation id (gert_triton.sequences) and clients send only the step inputs
+  batch_dim      the batch axis where it is not axis 0: an ONNX dim name ("N") or axes ("x:1,h:1")
   cache_dir      GE's compile cache directory (absolute, or relative to the model dir; created if missing): graphs
                  compiled once are loaded by later loads, restarts and other instances (default: GERT_CACHE_DIR)
   ge.K           GEInitialize option K;  session.ge.K  Session option;  graph.ge.K  AddGraph option
@@ -40,7 +43,7 @@ from gert.shapes import POLICIES
 TRITON_KEYS = {"EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS"}
 KNOWN_KEYS = {"onnx_file", "streams", "cube_cores", "vector_cores", "gears", "shape_policy", "pad_value",
               "max_batch", "device_ids", "split_batch", "metrics_interval_ms", "warmup", "request_timeout_ms",
-              "hot_after", "hot_window", "max_exact_graphs", "cache_dir"}
+              "hot_after", "hot_window", "max_exact_graphs", "state", "batch_dim", "cache_dir"}
 
 
 MAX_STREAMS = 64  # per device: each stream is a worker thread with its own Session and buffers
@@ -70,11 +73,16 @@ class GertParams:
     max_exact_graphs: Optional[int] = None
     cache_dir: Optional[str] = None  # as given: absolute, or relative to the model dir (see cache_path)
     options: dict = field(default_factory=dict)   # gert.load(options=...) keys: global./session./graph. prefixes
+    state: dict = field(default_factory=dict)     # state input -> output (stateful models)
+    batch_dim: object = None                      # str (a dim name) or list of "tensor:axis"
 
     def load_kwargs(self) -> dict:
         """The gert.load() keyword arguments the config sets that have no default of gert_triton's own."""
-        return {k: getattr(self, k) for k in ("hot_after", "hot_window", "max_exact_graphs")
-                if getattr(self, k) is not None}
+        out = {k: getattr(self, k) for k in ("hot_after", "hot_window", "max_exact_graphs", "batch_dim")
+               if getattr(self, k) is not None}
+        if self.state:
+            out["state"] = dict(self.state)
+        return out
 
 
 def _int(key: str, value: str, minimum: int = 1, maximum: int = 2**31 - 1) -> int:
@@ -158,6 +166,14 @@ def parse_parameters(raw: dict) -> GertParams:
             if v not in ("true", "false", "1", "0", "yes", "no"):
                 raise ConfigError(f"parameter '{key}': expected true or false, got {value!r}")
             setattr(p, key, v in ("true", "1", "yes"))
+        elif key == "state":
+            def output(text, name):
+                if not text or "," in text:
+                    raise ConfigError(f"parameter 'state': input '{name}' needs one output name, got {text!r}")
+                return text
+            p.state = _dim_map(key, value, output)
+        elif key == "batch_dim":
+            p.batch_dim = parse_batch_dim(value)
         elif key == "device_ids":
             try:
                 ids = tuple(int(x) for x in value.split(",") if x.strip())
@@ -167,6 +183,21 @@ def parse_parameters(raw: dict) -> GertParams:
                 raise ConfigError(f"parameter 'device_ids': expected '0,1,...', got {value!r}")
             p.device_ids = ids
     return p
+
+
+def parse_batch_dim(value: str):
+    """'N' -> 'N'; 'x:1,h:1' -> ['x:1', 'h:1'] (gert.load's batch_dim)."""
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    if not items:
+        raise ConfigError("parameter 'batch_dim': empty")
+    if len(items) == 1 and ":" not in items[0]:
+        return items[0]
+    for item in items:
+        name, sep, axis = item.rpartition(":")
+        if not sep or not name or not axis.isdigit():
+            raise ConfigError(f"parameter 'batch_dim': {item!r} is not 'tensor:axis'; give a dim name ('N') or "
+                              "axes ('x:1,h:1')")
+    return items
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ import threading
 import time
 from typing import Callable, Optional
 
-GEAR_HITS, PADDING_RATIO, STREAM_BUSY, GRAPH_REQUESTS, BACKGROUND_COMPILES, REQUEST_PATH_COMPILES = range(6)
+(GEAR_HITS, PADDING_RATIO, STREAM_BUSY, GRAPH_REQUESTS, BACKGROUND_COMPILES, REQUEST_PATH_COMPILES,
+ ACTIVE_SEQUENCES) = range(7)
 
 Change = tuple  # (family, labels, "increment" | "set", value)
 
@@ -36,6 +37,8 @@ class Publisher:
             fam(name="gert_background_compiles_total", description="Static graphs compiled off the request path "
                 "for hot shapes (shape policy auto)", kind=fam.COUNTER),
             fam(name="gert_request_path_compiles_total", description="Compiles a request waited for", kind=fam.COUNTER),
+            fam(name="gert_active_sequences", description="Sequences whose state is held on the device (stateful "
+                "models)", kind=fam.GAUGE),
         ]
         self._base = (("model", model_name),)
         self._collect = collect

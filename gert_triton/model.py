@@ -18,8 +18,9 @@ from gert import _cann
 from gert.errors import GertError
 from gert.recovery import error_class
 from gert_triton.config import ConfigError, cache_path, find_onnx_file, parse_parameters, stream_layout
-from gert_triton.metrics import (BACKGROUND_COMPILES, GEAR_HITS, GRAPH_REQUESTS, PADDING_RATIO, REQUEST_PATH_COMPILES,
-                                 STREAM_BUSY, Publisher)
+from gert_triton.layout import Layout
+from gert_triton.metrics import (ACTIVE_SEQUENCES, BACKGROUND_COMPILES, GEAR_HITS, GRAPH_REQUESTS, PADDING_RATIO,
+                                 REQUEST_PATH_COMPILES, STREAM_BUSY, Publisher)
 
 _NUMPY_TO_TRITON = {
     np.dtype(np.bool_): "TYPE_BOOL", np.dtype(np.uint8): "TYPE_UINT8", np.dtype(np.uint16): "TYPE_UINT16",
@@ -110,6 +111,11 @@ class TritonPythonModel:
         versions = _version_dirs(model_dir) or ["1"]
         path = find_onnx_file(model_dir, versions[0], params.onnx_file)
         batchable, inputs, outputs = io_config(onnx_io(path))
+        if params.state or params.batch_dim is not None:  # step inputs / non-state outputs, Triton's batch axis first
+            from gert_triton.sequences import sequence_io
+
+            batchable = True
+            inputs, outputs = sequence_io(onnx_io(path), params.state, params.batch_dim)
         have_in = {i["name"] for i in cfg.get("input", [])}
         have_out = {o["name"] for o in cfg.get("output", [])}
         if batchable and cfg.get("max_batch_size", 0) == 0 and not cfg.get("input"):
@@ -148,7 +154,7 @@ class TritonPythonModel:
                 max_batch = self.max_batch_size
         device = int(args.get("model_instance_device_id", "0") or 0)
         devices = params.device_ids or (device,)
-        batching = self.max_batch_size > 0 and io_config(onnx_io(path))[0]
+        batching = self.max_batch_size > 0 and (io_config(onnx_io(path))[0] or params.batch_dim is not None)
         self.layout = stream_layout(params, batching, lambda: _device_cores(devices))
         cache = cache_path(params, args["model_repository"])  # else gert.load takes GERT_CACHE_DIR, if set
         cache_kwargs = {"cache_dir": cache} if cache else {}
@@ -160,10 +166,19 @@ class TritonPythonModel:
                                split_batch=params.split_batch if params.split_batch is not None
                                else self.layout.streams * len(devices) > 1,
                                request_timeout_s=params.request_timeout_ms / 1000 if params.request_timeout_ms else None)
+        self.triton_layout = Layout(self.model.plan, self.max_batch_size > 0)
+        self.stateful = None
         try:
+            if params.state:
+                from gert_triton.sequences import SequenceServer
+
+                self.stateful = SequenceServer(self.model, self.config, self.name, self.triton_layout,
+                                               on_change=self._update_metrics)
             self._check_config_io()
             compiled = self.model.warmup(self._config_fixed_sizes()) if params.warmup else 0
         except BaseException:  # the load fails: release the streams, sessions and device memory it took
+            if self.stateful is not None:
+                self.stateful.close()
             self.model.close()
             self.model = None
             raise
@@ -186,14 +201,13 @@ class TritonPythonModel:
         so that warmup can compile them too. Skipped when a subclass's preprocess may change the shapes."""
         if type(self).preprocess is not TritonPythonModel.preprocess:
             return {}
-        batch_axis = 1 if self.max_batch_size > 0 else 0
         axes = self.model.plan.input_axes
         sizes: dict = {}
         for entry in self.config.get("input", []):
             if (entry.get("reshape") or {}).get("shape"):
                 continue
             for i, d in enumerate(entry.get("dims") or []):
-                dim = axes.get((entry.get("name"), i + batch_axis))
+                dim = axes.get((entry.get("name"), self.triton_layout.model_axis(entry.get("name"), i)))
                 if dim is not None and int(d) >= 0:
                     sizes.setdefault(dim, set()).add(int(d))
         return {k: sorted(v) for k, v in sizes.items()}
@@ -202,7 +216,8 @@ class TritonPythonModel:
         """Config inputs / outputs that contradict the ONNX model fail the load (auto_complete_config keeps what
         the config gives), instead of every request failing later: the same dtype, and the same rank (the batch
         axis added when max_batch_size > 0). Skipped for the side a subclass's preprocess / postprocess converts."""
-        names = [t.name for t in self.model.inputs]
+        state = self.stateful.model._sequences.state_inputs if self.stateful is not None else ()
+        names = [t.name for t in self.model.inputs if t.name not in state]  # a state stays on the device
         cfg_names = [i["name"] for i in self.config.get("input", [])]
         if sorted(cfg_names) != sorted(names):
             raise ConfigError(f"config inputs {cfg_names} do not match the ONNX model's inputs {names}")
@@ -227,12 +242,17 @@ class TritonPythonModel:
                     raise ConfigError(f"config {kind} '{t.name}' has data_type {have}, but the ONNX model's "
                                       f"{kind} is {want}")
                 dims = list((entry.get("reshape") or {}).get("shape") or entry.get("dims") or [])  # what we get
-                if dims and len(dims) + batch_axis != len(t.shape):
+                carries = self.triton_layout.inputs.get(t.name, 0) if kind == "input" else \
+                    self.triton_layout.outputs.get(t.name, 0)
+                if dims and len(dims) + (batch_axis if carries is not None else 0) != len(t.shape):
                     raise ConfigError(f"config {kind} '{t.name}' has dims {dims}"
                                       + (" (plus the batch axis, max_batch_size > 0)" if batch_axis else "")
                                       + f", but the ONNX model's {kind} has shape {list(t.shape)}")
 
     def finalize(self) -> None:
+        if getattr(self, "stateful", None) is not None:
+            self.stateful.close()
+            self.stateful = None
         if getattr(self, "metrics", None) is not None:  # publishes what is left, from the model's statistics
             self.metrics.close()
             self.metrics = None
@@ -252,6 +272,10 @@ class TritonPythonModel:
     # ---- execute ---------------------------------------------------------------------------------------------
     def execute(self, requests: list) -> list:
         pb_utils = _pb_utils()
+        if self.stateful is not None:  # one device-resident gert.Sequence per correlation id
+            responses = self.stateful.execute(requests, pb_utils)
+            self._update_metrics()
+            return responses
         responses: list = [None] * len(requests)
         ready = []  # (index, inputs, requested output names)
         check_cancelled = self.check_cancelled
@@ -273,7 +297,7 @@ class TritonPythonModel:
                     if tensor is None:
                         raise GertError(f"input '{t.name}' is missing; the model takes "
                                         f"{[x.name for x in self.model.inputs]}")
-                    inputs[t.name] = tensor.as_numpy()
+                    inputs[t.name] = self.triton_layout.to_model(t.name, tensor.as_numpy())
                 inputs = self.preprocess(inputs)
                 self.model.validate(inputs)
                 ready.append((i, inputs, request.requested_output_names()))
@@ -296,8 +320,9 @@ class TritonPythonModel:
             for (i, _, wanted), out in zip(group, results):
                 try:
                     out = self.postprocess(out)
-                    tensors = [pb_utils.Tensor(name, np.require(arr, requirements="C")) for name, arr in out.items()
-                               if not wanted or name in wanted]
+                    tensors = [pb_utils.Tensor(name, np.require(self.triton_layout.to_triton(name, arr),
+                                                                requirements="C"))
+                               for name, arr in out.items() if not wanted or name in wanted]
                     responses[i] = pb_utils.InferenceResponse(output_tensors=tensors)
                 except Exception as e:
                     responses[i] = pb_utils.InferenceResponse(
@@ -312,6 +337,9 @@ class TritonPythonModel:
             return [[r] for r in ready]
         groups: dict = {}
         for r in ready:
+            if not self.triton_layout.identity:  # the batch on another axis, inputs without it by value
+                groups.setdefault(self.model._batch_key(r[1]), []).append(r)
+                continue
             sig = tuple((n, a.shape[1:], a.dtype.str) for n, a in sorted(r[1].items()))
             groups.setdefault(sig, []).append(r)
         return list(groups.values())
@@ -328,7 +356,7 @@ class TritonPythonModel:
 
     def _update_metrics(self) -> None:
         """Once per batch: tell the publisher there is something new (its thread collects and publishes it)."""
-        if self.metrics is not None:
+        if getattr(self, "metrics", None) is not None:
             self.metrics.notify()
 
     def _metric_changes(self) -> list:
@@ -357,6 +385,9 @@ class TritonPythonModel:
                 n = s[field] - before.get(field, 0)
                 if n > 0:
                     changes.append((family, {**where, **labels}, "increment", n))
+        if self.stateful is not None and self.stateful.active != getattr(self, "_active_sent", None):
+            self._active_sent = self.stateful.active
+            changes.append((ACTIVE_SEQUENCES, {}, "set", self._active_sent))
         self._last_stats = stats
         return changes
 

@@ -1,5 +1,6 @@
-"""`gert repo init MODEL.onnx REPO [--name NAME] [--param KEY=VALUE]... [--instances N]`: a model repository entry
-that serves the model with gert."""
+"""`gert repo init MODEL.onnx REPO [--name NAME] [--param KEY=VALUE]... [--instances N] [--state IN=OUT]...
+[--batch-dim DIM]`: a model repository entry that serves the model with gert (a stateful model with Triton's
+sequence batcher)."""
 from __future__ import annotations
 
 import os
@@ -16,7 +17,10 @@ def _tensor_block(kind: str, entries: list) -> str:
     items = []
     for e in entries:
         dims = ", ".join(str(d) for d in e["dims"])
-        items.append(f'  {{\n    name: "{e["name"]}"\n    data_type: {e["data_type"]}\n    dims: [ {dims} ]\n  }}')
+        reshape = ""
+        if "reshape" in e:
+            reshape = f'\n    reshape: {{ shape: [ {", ".join(str(d) for d in e["reshape"]["shape"])} ] }}'
+        items.append(f'  {{\n    name: "{e["name"]}"\n    data_type: {e["data_type"]}\n    dims: [ {dims} ]{reshape}\n  }}')
     return f"{kind} [\n" + ",\n".join(items) + "\n]\n"
 
 
@@ -25,8 +29,28 @@ def _pbtxt_string(value: str) -> str:
 
 
 def config_pbtxt(name: str, io: dict, max_batch_size: Optional[int] = None, parameters: Optional[dict] = None,
-                 instances: int = 1) -> str:
+                 instances: int = 1, sequence: Optional[dict] = None) -> str:
+    """``sequence``: a stateful model's {"state": {in: out}, "batch_dim": ..., "strategy": "oldest"|"direct",
+    "idle_us": int}: only the step inputs and non-state outputs, and a sequence_batching block instead of
+    dynamic_batching (Triton takes one of the two)."""
+    if sequence:
+        from gert_triton.sequences import sequence_block, sequence_io
+
+        inputs, outputs = sequence_io(io, sequence["state"], sequence.get("batch_dim"))
+        mbs = max_batch_size if max_batch_size is not None else DEFAULT_MAX_BATCH
+        if mbs < 1:
+            raise GertError(f"a stateful model batches its sequences: max_batch_size must be >= 1, got {mbs}")
+        text = f'name: "{name}"\nbackend: "python"\nmax_batch_size: {mbs}\n'
+        text += _tensor_block("input", inputs) + _tensor_block("output", outputs)
+        text += sequence_block(sequence.get("strategy", "oldest"), sequence.get("idle_us", 5_000_000), mbs)
+        return text + _instances_and_parameters(instances, parameters)
     batchable, inputs, outputs = io_config(io)
+    if (parameters or {}).get("batch_dim"):  # the batch elsewhere than axis 0: Triton's batch axis maps onto it
+        from gert_triton.config import parse_batch_dim
+        from gert_triton.sequences import sequence_io
+
+        batchable = True
+        inputs, outputs = sequence_io(io, {}, parse_batch_dim(parameters["batch_dim"]))
     mbs = (max_batch_size if max_batch_size is not None else DEFAULT_MAX_BATCH) if batchable else 0
     text = f'name: "{name}"\nbackend: "python"\nmax_batch_size: {mbs}\n'
     if not batchable or mbs == 0:
@@ -35,14 +59,19 @@ def config_pbtxt(name: str, io: dict, max_batch_size: Optional[int] = None, para
     text += _tensor_block("input", inputs) + _tensor_block("output", outputs)
     if mbs > 0:
         text += "dynamic_batching {\n  max_queue_delay_microseconds: 2000\n}\n"
-    text += f"instance_group [\n  {{\n    kind: KIND_CPU\n    count: {int(instances)}\n  }}\n]\n"
+    return text + _instances_and_parameters(instances, parameters)
+
+
+def _instances_and_parameters(instances: int, parameters: Optional[dict]) -> str:
+    text = f"instance_group [\n  {{\n    kind: KIND_CPU\n    count: {int(instances)}\n  }}\n]\n"
     for k, v in (parameters or {}).items():
         text += f"parameters {{\n  key: {_pbtxt_string(k)}\n  value: {{ string_value: {_pbtxt_string(v)} }}\n}}\n"
     return text
 
 
 def init_repo(model_path: str, repo: str, name: Optional[str] = None, max_batch_size: Optional[int] = None,
-              parameters: Optional[dict] = None, overwrite: bool = False, instances: int = 1) -> str:
+              parameters: Optional[dict] = None, overwrite: bool = False, instances: int = 1,
+              sequence: Optional[dict] = None) -> str:
     """Write REPO/NAME/config.pbtxt, REPO/NAME/1/model.onnx and the one-line REPO/NAME/1/model.py."""
     if not os.path.isfile(model_path):
         raise GertError(f"{model_path!r} is not a file")
@@ -52,6 +81,12 @@ def init_repo(model_path: str, repo: str, name: Optional[str] = None, max_batch_
     if not name or "/" in name or name.startswith("."):
         raise GertError(f"model name {name!r} is not a valid directory name")
     io = onnx_io(model_path)
+    if sequence:  # the state and batch axis go to the parameters the model loads with
+        parameters = {**(parameters or {}), "state": ";".join(f"{i}:{o}" for i, o in sequence["state"].items())}
+        if sequence.get("batch_dim") is not None:
+            bd = sequence["batch_dim"]
+            parameters["batch_dim"] = bd if isinstance(bd, str) else ",".join(bd)
+    config = config_pbtxt(name, io, max_batch_size, parameters, instances, sequence)  # fails before writing
     target = os.path.join(repo, name)
     if os.path.exists(target) and not overwrite:
         raise GertError(f"{target} exists; choose another --name or remove it")
@@ -60,5 +95,5 @@ def init_repo(model_path: str, repo: str, name: Optional[str] = None, max_batch_
     with open(os.path.join(target, "1", "model.py"), "w") as f:
         f.write(MODEL_PY)
     with open(os.path.join(target, "config.pbtxt"), "w") as f:
-        f.write(config_pbtxt(name, io, max_batch_size, parameters, instances))
+        f.write(config)
     return target

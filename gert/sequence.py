@@ -1,0 +1,560 @@
+"""Stateful models: sequences whose recurrent state stays in device memory between steps.
+
+    model = gert.load("gru.onnx", state={"h": "h_out"}, batch_dim="N")
+    with model.sequence() as seq:            # state: zeros (or initial_state={...})
+        y = seq.run({"x": x})["y"]           # only the step inputs in, only the non-state outputs out
+    model.step([(s1, {"x": x1}), (s2, {"x": x2})])   # one graph run for both
+
+A step binds the sequence's state buffer as the graph's input (a gert.DeviceTensor: no H2D) and has the executor
+write the state output into another device buffer (Request.device_out: no D2H); the two are then swapped. Steps of
+several sequences run as one batch: their states are gathered into the batch and scattered back with device-to-device
+copies. The spare buffers come from a small pool, so N sequences hold about N states, not 2N.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Mapping, Optional
+
+import numpy as np
+
+from gert._cann import DeviceBuffer
+from gert.errors import AclError, GertError
+from gert.executor import Request
+from gert.shapes import ShapePlan, TensorInfo
+from gert.tensor import DeviceTensor
+
+if TYPE_CHECKING:
+    from gert.model import Model
+
+
+@dataclass(frozen=True)
+class StatePair:
+    """A state input and the output that feeds it at the next step; ``axis``: the state's batch axis (or None)."""
+
+    input: TensorInfo
+    output: TensorInfo
+    axis: Optional[int]
+
+
+def pair_states(plan: ShapePlan, state: Mapping[str, str]) -> list:
+    """Check ``state`` (state input -> output) against the model: names exist, dtypes and shapes agree."""
+    if not isinstance(state, Mapping):
+        raise GertError(f"state must be a dict of state input -> output name, got {type(state).__name__}")
+    ins = {t.name: t for t in plan.inputs}
+    outs = {t.name: t for t in plan.outputs}
+    pairs = []
+    for i, o in state.items():
+        if i not in ins:
+            raise GertError(f"state names input '{i}', which is not a model input; inputs: {list(ins)}")
+        if o not in outs:
+            raise GertError(f"state pairs input '{i}' with output '{o}', which is not a model output; outputs: "
+                            f"{list(outs)}")
+        ti, to = ins[i], outs[o]
+        if ti.dtype != to.dtype:
+            raise GertError(f"state input '{i}' is {ti.dtype} but its output '{o}' is {to.dtype}: the output feeds "
+                            "the input at the next step, so they must agree")
+        if len(ti.shape) != len(to.shape) or any(isinstance(a, int) and isinstance(b, int) and a != b
+                                                 for a, b in zip(ti.shape, to.shape)):
+            raise GertError(f"state input '{i}' has shape {ti.shape} but its output '{o}' has {to.shape}: the output "
+                            "feeds the input at the next step, so they must agree")
+        pairs.append(StatePair(ti, to, plan.batch_axis(i)))
+    if len({p.output.name for p in pairs}) != len(pairs):
+        raise GertError(f"state {dict(state)} feeds two inputs from one output")
+    if len(pairs) == len(plan.inputs):
+        raise GertError(f"state {dict(state)} covers every input: a step needs at least one non-state input")
+    return pairs
+
+
+class _Pool:
+    """Free device buffers by (device, nbytes): a step's new state and a batch's gathered states reuse them."""
+
+    def __init__(self, keep: int = 8):
+        self._free: dict = {}
+        self._lock = threading.Lock()
+        self._keep = keep
+
+    def get(self, device: int, nbytes: int) -> DeviceBuffer:
+        with self._lock:
+            free = self._free.get((device, nbytes))
+            if free:
+                return free.pop()
+        return DeviceBuffer(max(nbytes, 1), device)
+
+    def put(self, buf: DeviceBuffer) -> None:
+        with self._lock:
+            free = self._free.setdefault((buf.device_id, buf.nbytes), [])
+            if len(free) < self._keep:
+                free.append(buf)
+                return
+        buf.free()
+
+    def clear(self) -> None:
+        with self._lock:
+            bufs = [b for free in self._free.values() for b in free]
+            self._free.clear()
+        for b in bufs:
+            b.free()
+
+
+class Sequence:
+    """One sequence of a stateful model: its state in device memory, one step per run(). Not for two threads at once
+    (steps of one sequence are ordered); many sequences may run from many threads."""
+
+    def __init__(self, owner: "Sequences", seq_id: int, device: int):
+        self._owner = owner
+        self.id = seq_id
+        self.device = device
+        self._bufs: dict = {}     # state input name -> DeviceBuffer
+        self._shapes: dict = {}   # state input name -> shape
+        self._lock = threading.Lock()
+        self._closed = False
+        self.steps = 0
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def rows(self) -> int:
+        """Rows along the batch axis (1 unless the initial state had more)."""
+        p = self._owner.pairs[0]
+        return self._shapes[p.input.name][p.axis] if p.axis is not None else 1
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict:
+        """One step: the non-state inputs in, the non-state outputs out; the state advances on the device."""
+        return self._owner.run_one(self, inputs)
+
+    @property
+    def state(self) -> dict:
+        """A host copy of the state (state input name -> array), read from the device."""
+        with self._lock:
+            self._check_open()
+            out = {}
+            for name, buf in self._bufs.items():
+                a = np.empty(self._shapes[name], self._owner.dtypes[name])
+                if a.nbytes:
+                    buf.copy_to(a.reshape(-1).view(np.uint8))
+                out[name] = a
+            return out
+
+    def reset(self, state: Optional[Mapping[str, np.ndarray]] = None) -> None:
+        """Start over: zeros, or ``state`` (state input name -> array)."""
+        with self._lock:
+            self._check_open()
+            self._owner.write_state(self, state)
+            self.steps = 0
+
+    def close(self) -> None:
+        """Free the state's device memory (waits for a step in flight)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            bufs, self._bufs = list(self._bufs.values()), {}
+        for b in bufs:
+            b.free()
+        self._owner.forget(self)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise GertError(f"sequence {self.id} is closed")
+
+    def __enter__(self) -> "Sequence":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(f"{n}{list(s)}" for n, s in self._shapes.items())
+        return (f"<gert.Sequence {self.id} {'closed' if self._closed else 'open'}, device {self.device}, "
+                f"{self.steps} steps, state {shapes}>")
+
+
+class Sequences:
+    """The sequences of one stateful Model: creates them, runs their steps (alone or batched), tracks them."""
+
+    def __init__(self, model: "Model", state: Mapping[str, str], wait_s: float, devices: tuple):
+        self.model = model
+        self.plan: ShapePlan = model.plan
+        self.pairs = pair_states(self.plan, state)
+        self.state_inputs = {p.input.name for p in self.pairs}
+        self.step_inputs = [t.name for t in self.plan.inputs if t.name not in self.state_inputs]
+        self.dtypes = {p.input.name: p.input.dtype for p in self.pairs}
+        self._step_specs = [t for t in self.plan.inputs if t.name not in self.state_inputs]
+        self._axes = {t.name: self.plan.batch_axis(t.name) for t in self.plan.inputs}  # batch axis per input
+        if float(wait_s) < 0:
+            raise GertError(f"sequence_wait_s must be >= 0, got {wait_s}")
+        self.wait_s = float(wait_s)
+        # batched steps need every state to carry the batch axis; else sequences step one by one
+        self.batchable = self.plan.batch is not None and all(p.axis is not None for p in self.pairs)
+        self._ids = itertools.count(1)
+        self._live: dict = {}
+        self._lock = threading.Lock()
+        self._pool = _Pool()
+        self._devices = itertools.cycle(devices)  # new sequences go round robin over the model's devices
+        self._pending: list = []  # (seq, inputs, future) waiting to be batched (wait_s > 0)
+        self._leading = False
+
+    @property
+    def active(self) -> int:
+        return len(self._live)
+
+    # ---- lifecycle --------------------------------------------------------------------------------------------
+    def create(self, initial_state: Optional[Mapping[str, np.ndarray]] = None) -> Sequence:
+        with self._lock:
+            seq = Sequence(self, next(self._ids), next(self._devices))
+        self.write_state(seq, initial_state)
+        with self._lock:
+            if self.model.closed:
+                seq.close()
+                raise GertError("the model is closed")
+            self._live[seq.id] = seq
+        return seq
+
+    def forget(self, seq: Sequence) -> None:
+        with self._lock:
+            self._live.pop(seq.id, None)
+
+    def write_state(self, seq: Sequence, state: Optional[Mapping[str, np.ndarray]]) -> None:
+        """Lay out ``seq``'s state on its device: zeros, or copies of ``state`` (checked against the model)."""
+        state = dict(state or {})
+        unknown = [n for n in state if n not in self.state_inputs]
+        if unknown:
+            raise GertError(f"initial state names {unknown}, which are not state inputs; state inputs: "
+                            f"{sorted(self.state_inputs)}")
+        arrays, shapes = {}, {}
+        for p in self.pairs:
+            t = p.input
+            if t.name in state:
+                a = np.require(np.asarray(state[t.name]), requirements="C")
+                if a.dtype != t.dtype or a.ndim != len(t.shape) or any(
+                        isinstance(d, int) and d != s for d, s in zip(t.shape, a.shape)):
+                    raise GertError(f"initial state '{t.name}': expected {t.dtype} of shape {t.shape}, got {a.dtype} "
+                                    f"of shape {a.shape}")
+                arrays[t.name], shapes[t.name] = a, a.shape
+            else:
+                shapes[t.name] = tuple(d if isinstance(d, int) else self._default_size(t, axis)
+                                       for axis, d in enumerate(t.shape))
+        if self.batchable:
+            rows = {s[p.axis] for p, s in ((p, shapes[p.input.name]) for p in self.pairs)}
+            if len(rows) > 1:
+                raise GertError(f"initial state: the states have different sizes on the batch axis ({sorted(rows)})")
+        old = dict(seq._bufs)
+        new = {}
+        try:
+            for p in self.pairs:
+                name = p.input.name
+                nbytes = math.prod(shapes[name]) * p.input.dtype.itemsize
+                buf = old.pop(name) if name in old and old[name].nbytes == max(nbytes, 1) else self._alloc(seq, name,
+                                                                                                           nbytes)
+                new[name] = buf
+                # DeviceBuffer's own calls: they make the device's context current in this thread (any thread)
+                if name in arrays:
+                    if nbytes:
+                        buf.copy_from(arrays[name].reshape(-1).view(np.uint8))
+                else:
+                    buf.memset(0)
+        except BaseException:
+            for name, buf in new.items():
+                if seq._bufs.get(name) is not buf:
+                    buf.free()
+            raise
+        for buf in old.values():
+            buf.free()
+        seq._bufs, seq._shapes = new, shapes
+
+    def _default_size(self, t: TensorInfo, axis: int) -> int:
+        """A symbolic state dim without an initial state: 1 on the batch axis (or a dim the step inputs share)."""
+        dim = self.plan.input_axes.get((t.name, axis))
+        if dim == "batch" or any(n in self.step_inputs for n, _ in self.plan.dims[dim].axes):
+            return 1
+        raise GertError(f"state input '{t.name}' axis {axis} is dynamic ('{dim}') and not a batch axis: give "
+                        f"initial_state={{'{t.name}': ...}} to set its size")
+
+    def _alloc(self, seq: Sequence, name: str, nbytes: int) -> DeviceBuffer:
+        try:
+            return DeviceBuffer(max(nbytes, 1), seq.device)
+        except AclError as first:
+            self._pool.clear()  # spare buffers first, then give up
+            try:
+                return DeviceBuffer(max(nbytes, 1), seq.device)
+            except AclError:
+                raise GertError(f"sequence {seq.id}: out of device memory for state '{name}' ({nbytes} bytes on "
+                                f"device {seq.device}, {self.active} sequences open): {first}") from first
+
+    def close(self) -> None:
+        with self._lock:
+            live = list(self._live.values())
+        for seq in live:
+            seq.close()
+        self._pool.clear()
+
+    # ---- steps ------------------------------------------------------------------------------------------------
+    def run_one(self, seq: Sequence, inputs: Mapping[str, np.ndarray]) -> dict:
+        """seq.run(): alone, or (wait_s > 0) batched with the steps other threads start within wait_s."""
+        if self.wait_s <= 0 or not self.batchable:
+            return self.step([(seq, inputs)])[0]
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        with self._lock:
+            self._pending.append((seq, inputs, fut))
+            lead = not self._leading
+            self._leading = True
+        if lead:  # the first caller waits for others to join, then runs them all as one step
+            time.sleep(self.wait_s)
+            with self._lock:
+                batch, self._pending, self._leading = self._pending, [], False
+            self._run_pending(batch)
+        return fut.result()
+
+    def _run_pending(self, batch: list) -> None:
+        """Run gathered (seq, inputs, future)s: in rounds when a sequence has several; bad inputs fail alone."""
+        while batch:
+            seen, now, later = set(), [], []
+            for item in batch:
+                (later if item[0].id in seen else now).append(item)
+                seen.add(item[0].id)
+            batch = later
+            ok = []
+            for seq, inputs, fut in now:
+                try:
+                    self._check_item(0, seq, inputs)
+                    ok.append((seq, inputs, fut))
+                except BaseException as e:  # noqa: BLE001 - delivered to that caller
+                    fut.set_exception(e)
+            if not ok:
+                continue
+            try:
+                results = self.step([(s, i) for s, i, _ in ok], return_exceptions=True)
+            except BaseException as e:  # noqa: BLE001 - the batch failed: each caller gets the error
+                results = [e] * len(ok)
+            for (_, _, fut), r in zip(ok, results):
+                if isinstance(r, BaseException):
+                    fut.set_exception(r)
+                else:
+                    fut.set_result(r)
+
+    def _check_item(self, index: int, seq, inputs) -> dict:
+        if not isinstance(seq, Sequence) or seq._owner is not self:
+            raise GertError(f"step item {index}: {seq!r} is not a sequence of this model")
+        seq._check_open()
+        if type(inputs) is not dict and not isinstance(inputs, Mapping):
+            raise GertError(f"step item {index}: inputs must be a dict of input name -> array, got "
+                            f"{type(inputs).__name__}")
+        state = [n for n in inputs if n in self.state_inputs] if len(inputs) != len(self.step_inputs) else ()
+        if state:
+            raise GertError(f"sequence {seq.id}: input(s) {state} are the sequence's state, kept on the device; give "
+                            f"only the step inputs {self.step_inputs}")
+        missing = [n for n in self.step_inputs if n not in inputs]
+        extra = [n for n in inputs if n not in self.step_inputs] if missing or len(inputs) != len(self.step_inputs) \
+            else ()
+        if missing or extra:
+            raise GertError(f"sequence {seq.id}: inputs missing {missing}, unexpected {extra}; a step takes "
+                            f"{self.step_inputs}")
+        arrays = {}
+        for t in self._step_specs:
+            a = inputs[t.name]
+            a = a if type(a) is np.ndarray else np.asarray(a)
+            if a.dtype != t.dtype or a.ndim != len(t.shape) or any(
+                    isinstance(d, int) and d != s for d, s in zip(t.shape, a.shape)):
+                raise GertError(f"sequence {seq.id}: input '{t.name}': expected {t.dtype} of shape {t.shape}, got "
+                                f"{a.dtype} of shape {a.shape}")
+            arrays[t.name] = a
+        return arrays
+
+    def step(self, items: list, return_exceptions: bool = False) -> list:
+        """One step of each (seq, inputs): grouped into batches, each run once; outputs in the items' order. Every
+        item is checked before anything runs. A group whose run fails leaves its sequences' states as they were;
+        the other groups still run, then the first error is raised (``return_exceptions``: each failed item's
+        result is its error instead)."""
+        checked = []
+        for i, (seq, inputs) in enumerate(items):
+            checked.append((i, seq, self._check_item(i, seq, inputs)))
+        return self.step_checked(checked, return_exceptions)
+
+    def step_checked(self, checked: list, return_exceptions: bool = False) -> list:
+        """step() of items [(index, seq, arrays)] that passed _check_item; results in the items' order."""
+        ids = [seq.id for _, seq, _ in checked]
+        if len(set(ids)) != len(ids):
+            raise GertError("step: a sequence appears twice; its steps are ordered, run them in separate calls")
+        results: list = [None] * len(checked)
+        positions = {id(item): k for k, item in enumerate(checked)}
+        first = None
+        for group in self._groups(checked):
+            try:
+                outs = self._run_group([(s, a) for _, s, a in group])
+            except Exception as e:  # noqa: BLE001 - the group's error, raised or returned below
+                first = first or e
+                outs = [e] * len(group)
+            for item, out in zip(group, outs):
+                results[positions[id(item)]] = out
+        if first is not None and not return_exceptions:
+            raise first
+        return results
+
+    def _groups(self, checked: list) -> list:
+        """Items that can share one graph run: same device, same non-batch shapes and dtypes, equal values of the
+        inputs without the batch axis; at most the batch's largest gear of rows."""
+        if not self.batchable:
+            return [[c] for c in checked]
+        plan = self.plan
+        groups: dict = {}
+        for item in checked:
+            _, seq, arrays = item
+            key = [seq.device]
+            for n in self.step_inputs:
+                a, ax = arrays[n], self._axes[n]
+                if ax is None:
+                    key.append((n, a.dtype.str, a.shape, a.tobytes()))
+                else:
+                    key.append((n, a.dtype.str, a.shape[:ax] + a.shape[ax + 1:] if a.ndim > ax else a.shape))
+            for p in self.pairs:
+                s = seq._shapes[p.input.name]
+                key.append(s[:p.axis] + s[p.axis + 1:])
+            groups.setdefault(tuple(key), []).append(item)
+        top = plan.batch.gears[-1] if plan.batch.policy == "pad" and plan.batch.gears else None
+        out = []
+        for members in groups.values():
+            chunk, rows = [], 0
+            for item in members:
+                r = item[1].rows
+                if chunk and top is not None and rows + r > top:
+                    out.append(chunk)
+                    chunk, rows = [], 0
+                chunk.append(item)
+                rows += r
+            out.append(chunk)
+        return out
+
+    def _run_group(self, members: list) -> list:
+        """One graph run for ``members`` [(seq, arrays)]: their states bound (one member whose rows fill the run) or
+        gathered on the device, the state outputs written on the device and swapped (or scattered) back."""
+        seqs = sorted({s.id: s for s, _ in members}.values(), key=lambda s: s.id)
+        for s in seqs:  # in id order: concurrent steps over overlapping sequences cannot deadlock
+            s._lock.acquire()
+        try:
+            for s in seqs:
+                s._check_open()
+            return self._run_locked(members)
+        finally:
+            for s in seqs:
+                s._lock.release()
+
+    def _run_locked(self, members: list) -> list:
+        plan, model = self.plan, self.model
+        device = members[0][0].device
+        rows = [s.rows for s, _ in members]
+        n = sum(rows)
+        g = n
+        if self.batchable:
+            g = plan.batch.resolve(n, f"sequences step of {n} rows")
+            if g < n:  # _groups keeps a batch within the largest gear
+                raise GertError(f"a step of {n} rows is larger than the largest batch gear {g}")
+        direct = len(members) == 1 and g == n
+        arrays: dict = {}
+        for name in self.step_inputs:
+            ax = self._axes[name] if self.batchable else None
+            parts = [a[name] for _, a in members]
+            if ax is None or (len(parts) == 1 and g == n):
+                arrays[name] = parts[0]
+                continue
+            if g > n:
+                shape = list(parts[0].shape)
+                shape[ax] = g - n
+                parts.append(np.full(shape, plan.pad_value[name], parts[0].dtype))
+            arrays[name] = np.concatenate(parts, axis=ax)
+        taken, device_out, before, after = [], {}, [], []
+        try:
+            for p in self.pairs:
+                name = p.input.name
+                shape = list(members[0][0]._shapes[name])
+                if p.axis is not None:
+                    shape[p.axis] = g
+                shape = tuple(shape)
+                nbytes = math.prod(shape) * p.input.dtype.itemsize
+                if direct:
+                    src = members[0][0]._bufs[name]
+                else:
+                    src = self._pool.get(device, nbytes)
+                    taken.append(src)
+                    before += self._gather(p, members, src, shape, rows)
+                arrays[name] = DeviceTensor(src, shape, p.input.dtype)
+                dst = self._pool.get(device, nbytes)
+                taken.append(dst)
+                device_out[p.output.name] = dst
+                if not direct:
+                    after += self._scatter(p, members, dst, rows, g)
+            checked, sizes = model._validate(arrays)
+            run_sizes, key = model._resolve(sizes)
+            out = model._dispatch(Request(checked, sizes, run_sizes, key, device_out=device_out, device=device,
+                                          timeout=model._recovery.timeout_for(None),
+                                          real_batch=n if g != n else None, before=before, after=after))
+            # the step succeeded: the new states replace the old ones (a batch's were scattered back on the stream)
+            if direct:
+                seq = members[0][0]
+                for p in self.pairs:
+                    name, dst = p.input.name, device_out[p.output.name]
+                    taken.remove(dst)
+                    taken.append(seq._bufs[name])  # the old state goes back to the pool
+                    seq._bufs[name] = dst
+        finally:
+            for b in taken:
+                self._pool.put(b)
+        for s, _ in members:
+            s.steps += 1
+        return self._split(out, members, rows, g, n)
+
+    def _layout(self, p: StatePair, shape: tuple) -> tuple:
+        """(blocks before the batch axis, bytes per batch row within a block) of a state of ``shape``."""
+        return math.prod(shape[:p.axis]), math.prod(shape[p.axis + 1:]) * p.input.dtype.itemsize
+
+    def _gather(self, p: StatePair, members: list, dst: DeviceBuffer, shape: tuple, rows: list) -> list:
+        """The device-to-device copies (dst, dmax, src, n) that put each member's state into its rows of the batch,
+        after a zero fill when pad rows remain."""
+        g = shape[p.axis]
+        outer, inner = self._layout(p, shape)
+        ops: list = [(dst.ptr, dst.nbytes, dst.nbytes)] if g > sum(rows) else []
+        offset = 0
+        for (seq, _), r in zip(members, rows):
+            src = seq._bufs[p.input.name]
+            for j in range(outer):
+                at = (j * g + offset) * inner
+                ops.append((dst.ptr + at, dst.nbytes - at, src.ptr + j * r * inner, r * inner))
+            offset += r
+        return ops
+
+    def _scatter(self, p: StatePair, members: list, src: DeviceBuffer, rows: list, g: int) -> list:
+        """The device-to-device copies that put each member's rows of the batch's new state back into its state."""
+        shape = members[0][0]._shapes[p.input.name]
+        outer, inner = self._layout(p, shape)
+        ops, offset = [], 0
+        for (seq, _), r in zip(members, rows):
+            dst = seq._bufs[p.input.name]
+            for j in range(outer):
+                ops.append((dst.ptr + j * r * inner, dst.nbytes - j * r * inner, src.ptr + (j * g + offset) * inner,
+                            r * inner))
+            offset += r
+        return ops
+
+    def _split(self, out: dict, members: list, rows: list, g: int, n: int) -> list:
+        """Each member's rows of the outputs that carry the batch axis; the others as they are."""
+        if len(members) == 1 and g == n:
+            return [out]
+        results = [dict() for _ in members]
+        for name, value in out.items():
+            ax = self.plan.batch_axis(name, output=True)
+            offset = 0
+            for res, r in zip(results, rows):
+                if ax is None or value.ndim <= ax:
+                    res[name] = value
+                else:
+                    index = [slice(None)] * value.ndim
+                    index[ax] = slice(offset, offset + r)
+                    res[name] = value[tuple(index)]
+                offset += r
+        return results

@@ -1,0 +1,272 @@
+"""Stateful models under Triton's sequence batcher (shared/docs/triton-sequence-batching.md, Triton 2.51).
+
+The Python backend has no implicit state, so the adapter keeps one device-resident gert.Sequence per correlation id:
+created on START (a START on a live id resets it), freed on END, or by its own idle timer, since Triton's reaper
+releases an idle sequence's slot without any END reaching the model. Clients send only the step inputs; one
+execute() runs every live request as one gert ``model.step`` (states gathered and scattered on the device).
+
+Controls arrive as ordinary inputs (START / END / READY / CORRID, shape [1, 1] with max_batch_size > 0); the
+request's own ``flags()`` and ``correlation_id()`` say the same (Triton >= 22.02) and are what is read; the controls
+only when the request carries no correlation id: Direct's null requests (READY false, id 0) get an empty response and
+never touch a state.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from gert.errors import GertError
+from gert.recovery import error_class
+from gert_triton.config import ConfigError
+from gert_triton.layout import Layout
+
+START, END = 1, 2  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END
+DEFAULT_IDLE_US = 1_000_000  # max_sequence_idle_microseconds 0 or unset (model_config.proto)
+CONTROL_KINDS = {"CONTROL_SEQUENCE_START": "start", "CONTROL_SEQUENCE_END": "end",
+                 "CONTROL_SEQUENCE_READY": "ready", "CONTROL_SEQUENCE_CORRID": "corrid"}
+_CODES = {"invalid": "INVALID_ARG", "internal": "INTERNAL", "unavailable": "UNAVAILABLE"}
+
+
+def control_names(config: dict) -> dict:
+    """{"start"|"end"|"ready"|"corrid": input name} from sequence_batching.control_input."""
+    out = {}
+    for entry in (config.get("sequence_batching") or {}).get("control_input", []) or []:
+        for c in entry.get("control", []) or []:
+            kind = CONTROL_KINDS.get(c.get("kind"))
+            if kind is not None:
+                out[kind] = entry.get("name")
+    return out
+
+
+def idle_seconds(config: dict) -> float:
+    us = int((config.get("sequence_batching") or {}).get("max_sequence_idle_microseconds") or 0)
+    return (us or DEFAULT_IDLE_US) / 1e6
+
+
+def sequence_block(strategy: str = "oldest", idle_us: int = 5_000_000, max_batch_size: int = 8,
+                   queue_delay_us: int = 1000) -> str:
+    """config.pbtxt's sequence_batching block with the four controls (int32 flags, uint64 correlation id)."""
+    if strategy == "oldest":
+        strat = (f"  oldest {{\n    max_candidate_sequences: {max(1, 4 * max_batch_size)}\n"
+                 f"    preferred_batch_size: [ {max_batch_size} ]\n    max_queue_delay_microseconds: {queue_delay_us}\n"
+                 "  }\n")
+    elif strategy == "direct":
+        strat = (f"  direct {{\n    max_queue_delay_microseconds: {queue_delay_us}\n"
+                 "    minimum_slot_utilization: 0.5\n  }\n")
+    else:
+        raise GertError(f"sequence strategy must be 'oldest' or 'direct', got {strategy!r}")
+    controls = []
+    for name, kind in (("START", "START"), ("END", "END"), ("READY", "READY")):
+        controls.append(f'    {{ name: "{name}", control [ {{ kind: CONTROL_SEQUENCE_{kind}, '
+                        f'int32_false_true: [ 0, 1 ] }} ] }}')
+    controls.append('    { name: "CORRID", control [ { kind: CONTROL_SEQUENCE_CORRID, data_type: TYPE_UINT64 } ] }')
+    return (f"sequence_batching {{\n  max_sequence_idle_microseconds: {int(idle_us)}\n{strat}"
+            "  control_input [\n" + ",\n".join(controls) + "\n  ]\n}\n")
+
+
+@dataclass
+class _Live:
+    seq: object            # gert.Sequence
+    last_used: float       # time.monotonic() of its last request
+
+
+class SequenceServer:
+    """The live sequences of one model instance and how a batch of sequence requests runs."""
+
+    def __init__(self, model, config: dict, name: str, layout: Layout, on_change=None):
+        if "sequence_batching" not in config:
+            raise ConfigError("parameter 'state' needs a sequence_batching block in config.pbtxt (the sequence "
+                              "batcher sends each correlation id's requests to the instance that holds its state); "
+                              "`gert repo init MODEL REPO --state h=h_out` writes one")
+        self.model = model
+        self.name = name
+        self.layout = layout
+        self.controls = control_names(config)
+        self.idle = idle_seconds(config)
+        self.step_inputs = list(model._sequences.step_inputs)
+        self.state_outputs = {p.output.name for p in model._sequences.pairs}
+        self._live: dict = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.expired = 0  # sequences dropped by the idle timer
+        self._on_change = on_change  # called when the timer dropped some (the active-sequences metric)
+        self._reaper = threading.Thread(target=self._reap, name="gert-triton-sequences", daemon=True)
+        self._reaper.start()
+
+    @property
+    def active(self) -> int:
+        return len(self._live)
+
+    # ---- idle timer ---------------------------------------------------------------------------------------------
+    def _reap(self) -> None:
+        period = min(max(self.idle / 4, 0.005), 1.0)
+        while not self._stop.wait(period):
+            now = time.monotonic()
+            with self._lock:
+                gone = [k for k, v in self._live.items() if now - v.last_used > self.idle]
+                dropped = [self._live.pop(k) for k in gone]
+            for v in dropped:
+                v.seq.close()
+            self.expired += len(dropped)
+            if dropped and self._on_change is not None:
+                self._on_change()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._reaper.join(5)
+        with self._lock:
+            live, self._live = list(self._live.values()), {}
+        for v in live:
+            v.seq.close()
+
+    # ---- execute --------------------------------------------------------------------------------------------------
+    def execute(self, requests: list, pb_utils) -> list:
+        responses: list = [None] * len(requests)
+        ready = []  # (index, key, live, inputs, wanted, end)
+        for i, request in enumerate(requests):
+            try:
+                item = self._prepare(request, pb_utils)
+            except GertError as e:
+                code = "UNAVAILABLE" if "out of device memory" in str(e) else "INVALID_ARG"
+                responses[i] = pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError(str(e), getattr(pb_utils.TritonError, code)))
+                continue
+            if item is None:  # a Direct null request: answered, never run
+                responses[i] = pb_utils.InferenceResponse(output_tensors=[])
+                continue
+            ready.append((i,) + item)
+        while ready:  # never two steps of one sequence in a batch (Triton does not send them; be safe)
+            seen, now, later = set(), [], []
+            for r in ready:
+                (later if r[1] in seen else now).append(r)
+                seen.add(r[1])
+            ready = later
+            self._run(now, responses, pb_utils)
+        return responses
+
+    def _prepare(self, request, pb_utils) -> Optional[tuple]:
+        """(key, live, model inputs, requested outputs, end) of one request; None for a null request."""
+        flags = request.flags()
+        key = request.correlation_id()
+        start, end = bool(flags & START), bool(flags & END)
+        if key in (0, "", None):  # a null request, unless the controls carry the sequence
+            ready = self._control_value(request, "ready", pb_utils)
+            corrid = self._control_value(request, "corrid", pb_utils)
+            if not ready or corrid in (None, 0, ""):
+                return None
+            key = corrid
+            start = start or self._control(request, "start", pb_utils)
+            end = end or self._control(request, "end", pb_utils)
+        inputs = {}
+        for name in self.step_inputs:
+            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            if tensor is None:
+                raise GertError(f"input '{name}' is missing; a step of this stateful model takes {self.step_inputs} "
+                                "(the state stays on the server)")
+            inputs[name] = self.layout.to_model(name, tensor.as_numpy())
+        with self._lock:
+            live = self._live.get(key)
+            if live is not None:
+                live.last_used = time.monotonic()
+        if start:
+            if live is not None:
+                live.seq.reset()  # a START on a live id: Triton ended the previous sequence early
+            else:
+                live = _Live(self.model.sequence(), time.monotonic())
+                with self._lock:
+                    self._live[key] = live
+        elif live is None:
+            raise GertError(f"sequence {key!r} of model '{self.name}' is not active (never started, ended, or idle "
+                            f"for more than {self.idle:g} s): send its first request with sequence_start=True")
+        return key, live, inputs, request.requested_output_names(), end
+
+    def _control_value(self, request, kind: str, pb_utils):
+        name = self.controls.get(kind)
+        if name is None:
+            return None
+        tensor = pb_utils.get_input_tensor_by_name(request, name)
+        if tensor is None:
+            return None
+        value = np.asarray(tensor.as_numpy()).reshape(-1)
+        if not value.size:
+            return None
+        v = value[0]
+        if isinstance(v, bytes):
+            return v.decode("utf-8", "replace")
+        return v.item() if hasattr(v, "item") else v
+
+    def _control(self, request, kind: str, pb_utils) -> bool:
+        return bool(self._control_value(request, kind, pb_utils))
+
+    def _run(self, items: list, responses: list, pb_utils) -> None:
+        """Checked items (a bad one is answered alone, before anything runs), then one model.step for the rest: a
+        group that fails answers its own requests with the error and leaves their states as they were."""
+        sequences = self.model._sequences
+        good, checked = [], []
+        for item in items:
+            i, key, live, inputs, _, end = item
+            try:
+                checked.append((i, live.seq, sequences._check_item(i, live.seq, inputs)))
+                good.append(item)
+            except GertError as e:
+                responses[i] = pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError(str(e), pb_utils.TritonError.INVALID_ARG))
+                self._finish(key, live, end)
+        try:
+            results = sequences.step_checked(checked, return_exceptions=True)
+        except Exception as e:  # noqa: BLE001 - answered as the requests' error
+            results = [e] * len(good)
+        now = time.monotonic()
+        for (i, key, live, _, wanted, end), out in zip(good, results):
+            if isinstance(out, BaseException):
+                kind = _CODES[error_class(out)] if isinstance(out, GertError) else "INTERNAL"
+                text = str(out) if isinstance(out, GertError) else f"{type(out).__name__}: {out}"
+                responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(text, getattr(
+                    pb_utils.TritonError, kind)))
+            else:
+                tensors = [pb_utils.Tensor(n, np.require(self.layout.to_triton(n, a), requirements="C"))
+                           for n, a in out.items() if not wanted or n in wanted]
+                responses[i] = pb_utils.InferenceResponse(output_tensors=tensors)
+            live.last_used = now
+            self._finish(key, live, end)
+
+    def _finish(self, key, live: _Live, end: bool) -> None:
+        """After a sequence's last request (END): free its state."""
+        if end:
+            with self._lock:
+                if self._live.get(key) is live:
+                    del self._live[key]
+            live.seq.close()
+
+
+def sequence_io(io: dict, state: dict, batch_dim) -> tuple:
+    """(inputs, outputs) config entries for max_batch_size > 0 of a model whose batch axis ``batch_dim`` names (with
+    a ``state``: its step inputs and non-state outputs), each without its batch axis (Triton adds its own first,
+    gert_triton.layout moves it); an input without the batch axis is [1] reshaped to [] when 0-d."""
+    from gert.dtypes import onnx_to_numpy
+    from gert.sequence import pair_states
+    from gert.shapes import plan_shapes
+    from gert_triton.model import triton_dtype
+
+    plan = plan_shapes(io, batch_dim=batch_dim, state=state)
+    pairs = pair_states(plan, state)
+    if plan.batch is None or any(p.axis is None for p in pairs):
+        raise ConfigError(f"the state {state or {}} has no batch axis: name it with batch_dim (e.g. 'N', or 'x:1,h:1') so "
+                          "that sequences can share a batch")
+    states = {p.input.name for p in pairs} | {p.output.name for p in pairs}
+    out = ([], [])
+    for side, (entries, output) in enumerate(((io["inputs"], False), (io["outputs"], True))):
+        for name, elem, dims in entries:
+            if name in states:
+                continue
+            axis = plan.batch_axis(name, output=output)
+            kept = [d if isinstance(d, int) else -1 for a, d in enumerate(dims) if a != axis]
+            entry = {"name": name, "data_type": triton_dtype(onnx_to_numpy(elem)), "dims": kept or [1]}
+            if not kept:
+                entry["reshape"] = {"shape": []}
+            out[side].append(entry)
+    return out
