@@ -29,19 +29,26 @@ def _mb(n: int) -> str:
 
 
 def stats_sections(stats: dict) -> list:
-    """Streams (device, core limits, requests, busy, compiles), gears (hits, padding), device memory."""
+    """Streams (device, core limits, requests, busy, compiles, static / dynamic hits, compile cache), gears (hits,
+    padding), faults and recovery, device memory."""
     streams = Section("streams", ["stream", "device", "cube cores", "vector cores", "requests", "busy s",
-                                  "compiles", "compile s"])
+                                  "compiles", "compile s", "static / dynamic", "cache hit / miss"])
     for s in stats.get("streams", []):
         streams.rows.append([s["stream"], s["device"], s["cube_cores"], s["vector_cores"], s["requests"],
-                             f"{s['busy_seconds']:.3f}", s["compiles"], f"{s['compile_seconds']:.2f}"])
+                             f"{s['busy_seconds']:.3f}", s["compiles"], f"{s['compile_seconds']:.2f}",
+                             f"{s.get('static_hits', 0)} / {s.get('dynamic_hits', 0)}",
+                             f"{s.get('cache_hits', 0)} / {s.get('cache_misses', 0)}"])
+    faults = Section("faults and recovery", ["failed tasks", "timeouts", "aborted streams", "recoveries",
+                                             "OOM retries"])
+    faults.rows.append([stats.get(k, 0) for k in ("failed_tasks", "timeouts", "aborted_streams", "recoveries",
+                                                  "oom_retries")])
     gears = Section("gears", ["gear", "hits", "padding"], note="no requests yet")
     for label, g in sorted(stats.get("gears", {}).items()):
         gears.rows.append([label, g["hits"], f"{100 * g['padding_ratio']:.1f}%"])
     memory = Section("device memory", ["device", "used", "total"])
     for d, m in sorted(stats.get("device_memory", {}).items()):
         memory.rows.append([d, _mb(m["used"]), _mb(m["total"])])
-    return [streams, gears, memory]
+    return [streams, gears, faults, memory]
 
 
 def model_sections(model: "Model") -> list:

@@ -129,3 +129,18 @@ def test_bench_figure_without_pyplot(tmp_path):
     assert len(fig.axes[0].collections) == 2  # one point per configuration
     bench.plot(str(tmp_path / "s.png"), results)
     assert (tmp_path / "s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_stats_tables_show_graph_kinds_cache_and_faults(model):
+    """The counters issues 12, 13 and 16 added show in the tables too, not only in the dict."""
+    _run_five_rows(model)
+    st = model.stats()
+    h = st._repr_html_()
+    for needle in ["static / dynamic", "cache hit / miss", "<i>faults and recovery</i>", "recoveries"]:
+        assert needle in h, needle
+    s0 = st["streams"][0]
+    row = (f"<td>{s0['static_hits']} / {s0['dynamic_hits']}</td><td>{s0.get('cache_hits', 0)} / "
+           f"{s0.get('cache_misses', 0)}</td>")
+    assert row in h, h
+    faults = h.split("<i>faults and recovery</i>")[1].split("</table>")[0]
+    assert f"<tr><td>{st['failed_tasks']}</td><td>{st['timeouts']}</td>" in faults, faults
