@@ -840,21 +840,30 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
   return SUCCESS;
 }
 
+namespace {
+// The session and graph of a call that compiles on first use (RunGraph, RunGraphWithStreamAsync), compiled under the
+// Session's launch lock as GE's PreRun is.
+Status find_compiled(uint64_t session_id, uint32_t graph_id, const char *api, SessionPtr *s, GraphRecordPtr *r) {
+  Status st = SUCCESS;
+  *s = find_session(session_id, api, &st);
+  if (!*s) return st;
+  *r = find_graph(**s, graph_id, api, &st);
+  if (!*r) return st;
+  std::lock_guard<std::mutex> launch((*s)->launch_mu);
+  return compile(**s, **r, api);
+}
+}  // namespace
+
 // GE: "used to compile, load, and run graphs": compiles and loads (on this stream) on first use, then runs as
 // ExecuteGraphWithStreamAsync does, with ge::Tensor handles over device memory. Outputs left empty on a dynamic graph
 // are allocated by GE; each returned ge::Tensor owns its memory (freed when the last handle goes).
 Status Session::RunGraphWithStreamAsync(uint32_t graph_id, void *stream, const std::vector<Tensor> &inputs,
                                         std::vector<Tensor> &outputs) {
   const char *api = "RunGraphWithStreamAsync";
+  SessionPtr s;
+  GraphRecordPtr r;
+  if (Status st = find_compiled(sessionId_, graph_id, api, &s, &r)) return st;
   Status st = SUCCESS;
-  auto s = find_session(sessionId_, api, &st);
-  if (!s) return st;
-  auto r = find_graph(*s, graph_id, api, &st);
-  if (!r) return st;
-  {
-    std::lock_guard<std::mutex> launch(s->launch_mu);
-    if (Status e = compile(*s, *r, api)) return e;
-  }
   if (!r->loaded_stream) {
     if (Status e = LoadGraph(graph_id, {}, stream)) return e;
   }
@@ -899,15 +908,9 @@ Status Session::RunGraphWithStreamAsync(uint32_t graph_id, void *stream, const s
 
 Status Session::RunGraph(uint32_t graph_id, const std::vector<Tensor> &inputs, std::vector<Tensor> &outputs) {
   const char *api = "RunGraph";
-  Status st = SUCCESS;
-  auto s = find_session(sessionId_, api, &st);
-  if (!s) return st;
-  auto r = find_graph(*s, graph_id, api, &st);
-  if (!r) return st;
-  {
-    std::lock_guard<std::mutex> launch(s->launch_mu);
-    if (Status e = compile(*s, *r, api)) return e;  // RunGraph compiles on first use, as GE does
-  }
+  SessionPtr s;
+  GraphRecordPtr r;
+  if (Status st = find_compiled(sessionId_, graph_id, api, &s, &r)) return st;  // compiles on first use, as GE
   if (inputs.size() != r->inputs.size())
     return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u takes %zu input(s), got %zu", api, graph_id,
                    r->inputs.size(), inputs.size());
