@@ -32,6 +32,14 @@ _PROBED_LIMIT = 256
 # A GE Session with a dynamic-shape graph (policies dynamic and auto) gets no spinning pools: with auto its dynamic
 # graph and the static graphs of hot sizes take turns on one stream (measured in benchmarks/bench_shapes.py).
 _SPIN = os.environ.get("GERT_HOST_ORT_SPINNING", "1") != "0"
+# The device's workspace: every session of the host NPU allocates its intermediate tensors from one arena that ONNX
+# Runtime's environment holds (as GE's graphs share one feature-memory pool), not from an arena of its own. With an
+# arena per session, a model with many static graphs (policy auto over many sizes) ran each request in memory last
+# touched many requests ago: det over 87 sizes held 2 GB and ran at 0.77x one session's speed; with the shared arena
+# 0.9 GB and 1.01x (benchmarks/bench_shapes.py shows it end to end). Sessions a user makes are not affected:
+# only sessions that ask for it ("session.use_env_allocators") use the environment's arena.
+_ENV_ARENA_LOCK = threading.Lock()
+_env_arena: Optional[bool] = None  # registered (or registered before, by someone else): True; failed: False
 
 
 def _elem(ge_dtype: int):
@@ -61,8 +69,9 @@ def _ort_session(*args, **kwargs):
 
 class OrtExecutable:
     """One compiled graph. Its ONNX Runtime session per compute-thread count comes from the provider, shared with
-    the other graphs of the same model, group (GE Session) and shape overrides: one stream's gears then share one
-    session and one thread pool, instead of one spinning pool per gear."""
+    the other graphs of the same model and shape overrides (OrtGraphProvider.shared_session): one stream's gears
+    share one session and one thread pool instead of one spinning pool per gear, and the static graphs of a hot size
+    that auto compiles for each stream share one session."""
 
     def __init__(self, model: bytes, in_names: Sequence[str], in_dims: Sequence[tuple], out_names: Sequence[str],
                  provider: "OrtGraphProvider", group: int = 0, overrides: Optional[dict] = None):
@@ -209,9 +218,15 @@ class OrtGraphProvider:
 
     def shared_session(self, model: bytes, digest: bytes, group: int, threads: int, overrides: dict,
                        optimized: bool = False):
-        """The session for (group, model, threads, overrides), created on first use; it lives while a graph uses it.
-        ``optimized``: the model is ONNX Runtime's optimized one (from GE's compile cache), not optimized again."""
-        key = (group, digest, threads, tuple(sorted(overrides.items())))
+        """The session for (model, threads, overrides), created on first use; it lives while a graph uses it.
+        ``optimized``: the model is ONNX Runtime's optimized one (from GE's compile cache), not optimized again.
+
+        Sessions whose pools spin belong to one group (GE Session, i.e. one stream): two streams' runs on one spinning
+        pool would spin against each other. Sessions without spinning (every session of a group with a dynamic-shape
+        graph) are shared by all groups: a hot size that auto compiles for each stream costs one ONNX Runtime
+        session, not one per stream, and the streams' runs of it read one copy of its weights."""
+        spin = _SPIN and group not in self._dynamic_groups
+        key = (group if spin else None, digest, threads, tuple(sorted(overrides.items())))
         with self._lock:
             sess = self._shared.get(key)
             if sess is None:
@@ -220,7 +235,7 @@ class OrtGraphProvider:
                     import onnxruntime as ort
 
                     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-                if not _SPIN or group in self._dynamic_groups:
+                if not spin:
                     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
                 sess = _ort_session(model, sess_options=so, providers=["CPUExecutionProvider"])
                 self._shared[key] = sess
@@ -257,7 +272,7 @@ class OrtGraphProvider:
         known = self._probed.get(probe_key)
         if known is not None:  # the same graph at the same shapes, compiled for another stream: validated already
             return exe, list(known[0]), known[1]
-        sess = exe.session(1)
+        sess = exe.session(_device_threads())  # the session LoadGraph then takes on a stream without core limits
         ort_in = [m.name for m in sess.get_inputs()]
         if ort_in != exe.in_names:
             raise ValueError(f"ONNX Runtime sees inputs {ort_in}, the parser saw {exe.in_names}")
@@ -297,10 +312,38 @@ class OrtGraphProvider:
         return exe
 
 
+def _device_threads() -> int:
+    """The host NPU device's cube cores (GERT_HOST_CUBE_CORES, else the host's CPUs): the compute threads of a graph
+    on a stream without core limits."""
+    try:
+        return max(1, int(os.environ.get("GERT_HOST_CUBE_CORES", "") or os.cpu_count() or 1))
+    except ValueError:
+        return os.cpu_count() or 1
+
+
+def _shared_arena() -> bool:
+    """Register ONNX Runtime's environment-wide CPU arena once per process; False if this ONNX Runtime cannot."""
+    global _env_arena
+    if _env_arena is None:
+        with _ENV_ARENA_LOCK:
+            if _env_arena is None:
+                import onnxruntime as ort
+
+                info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
+                try:  # registered already (by the application): no error, and sessions that opt in use that one
+                    ort.create_and_register_allocator(info, None)
+                    _env_arena = True
+                except Exception:  # noqa: BLE001 - an ONNX Runtime without it: sessions keep arenas of their own
+                    _env_arena = False
+    return bool(_env_arena)
+
+
 def _session_options(threads: int, overrides: dict):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
+    if _shared_arena():
+        so.add_session_config_entry("session.use_env_allocators", "1")
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.log_severity_level = 3

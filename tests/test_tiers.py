@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import gert
-from gert._ort_provider import OrtGraphProvider
+from gert._ort_provider import OrtGraphProvider, _device_threads
 from gert.tiers import FrequencyWindow, SegmentedLRU
 from _helpers import RUNTIME, run_python
 from model_helpers import check_echo, echo_input, echo_model, ort_static
@@ -404,9 +404,10 @@ def test_a_static_graph_compiled_for_a_second_stream_is_not_probed_again():
     first, shapes1, unknown1 = p.compile(echo_model(), [("x", f32, (2, 3, 2))], outs, group=2001)
     second, shapes2, unknown2 = p.compile(echo_model(), [("x", f32, (2, 3, 2))], outs, group=2002)
     assert shapes1 == shapes2 == [(f32, (2, 3, 2)), (f32, (2,))] and not unknown1 and not unknown2
-    assert list(first._sessions) == [1] and second._sessions == {}  # the probe session is the first's only
+    probe = _device_threads()  # the probe session: the one a stream without core limits then runs on
+    assert list(first._sessions) == [probe] and second._sessions == {}  # the probe session is the first's only
     other, shapes3, _ = p.compile(echo_model(), [("x", f32, (2, 5, 2))], outs, group=2002)
-    assert shapes3 == [(f32, (2, 5, 2)), (f32, (2,))] and list(other._sessions) == [1]
+    assert shapes3 == [(f32, (2, 5, 2)), (f32, (2,))] and list(other._sessions) == [probe]
 
 
 @pytest.mark.hostnpu_only  # injects a fault
