@@ -1,10 +1,10 @@
 # The host NPU's own features: counters, hand-off spin time and fault injection (gert_host/host_npu.h). Host NPU
 # only: compiled into gert._cann when the host NPU is built in, into gert._hostnpu against the host NPU packaged as
 # a toolkit. Python reaches these through gert.hostnpu, which says clearly when a build has none.
-from libc.stdint cimport uint32_t
+from libc.stdint cimport uint32_t, intptr_t
 from backend cimport (gertHostCounters, gertHostGetCounters, gertHostResetCounters, gertHostSetSpinMicros,
                       gertHostGetSpinMicros, gertHostInjectFault, gertHostClearFaults,
-                      gertHostLastCompileCache)
+                      gertHostLastCompileCache, gertHostStreamBeginInline, gertHostStreamEndInline)
 
 FAULT_KINDS = ("execute", "sticky", "hang", "malloc", "memcpy")
 
@@ -74,3 +74,21 @@ def last_compile_cache():
     """Host NPU: how this thread's last CompileGraph used GE's compile cache: "hit" (loaded), "miss" (compiled and
     saved), or None (no cache, or a failed compile). Real GE only logs it: gert.hostnpu has none on real CANN."""
     return {1: "hit", 2: "miss"}.get(gertHostLastCompileCache())
+
+
+def stream_begin_inline(handle) -> None:
+    """Once the stream (an aclrtStream handle) is idle, run the work this thread enqueues on it here, in order, until
+    stream_end_inline: for a caller that would only wait for that work (no hand-offs to the stream's worker)."""
+    cdef void* h = <void*><intptr_t>handle
+    cdef int rc
+    with nogil:
+        rc = gertHostStreamBeginInline(h)
+    if rc != 0:
+        raise ValueError(f"stream_begin_inline: {handle:#x} is not a live stream")
+
+
+def stream_end_inline(handle) -> None:
+    """End stream_begin_inline: the stream's worker takes the work other threads queued meanwhile."""
+    cdef void* h = <void*><intptr_t>handle
+    with nogil:
+        gertHostStreamEndInline(h)

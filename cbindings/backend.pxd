@@ -33,6 +33,8 @@ cdef extern from "gert_backend.h" nogil:
     void gertHostResetCounters()
     void gertHostSetSpinMicros(uint32_t us)
     uint32_t gertHostGetSpinMicros()
+    int gertHostStreamBeginInline(void* stream) nogil
+    void gertHostStreamEndInline(void* stream) nogil
     int gertHostLastCompileCache()
 
     const int GERT_HOST_MAX_DIMS

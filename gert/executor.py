@@ -19,7 +19,7 @@ from typing import Optional
 
 import numpy as np
 
-from gert import _cann
+from gert import _cann, hostnpu
 from gert._cann import DeviceBuffer, Graph, Session, Stream
 from gert.compile_cache import compile_graph
 from gert.dtypes import ge_dtype
@@ -110,7 +110,6 @@ class Worker:
         self.graph = graph
         self.graph_options = graph_options
         self.lock = threading.Lock()
-        self.outstanding = 0  # requests assigned and not finished (guarded by the executor's lock)
         self.limited = cube_cores is not None or vector_cores is not None
         self.cores = (cube_cores, vector_cores)
         opts = {"ge.session_device_id": str(device), **session_options}
@@ -290,32 +289,11 @@ class Worker:
                 self._enqueue(req.after)
                 self.stream.synchronize(req.timeout)
         else:
-            stream = self.stream
-            for dptr, dmax, host in uploads:
-                if host.nbytes:
-                    _cann.memcpy_async(dptr, dmax, host.ctypes.data, host.nbytes, _cann.MEMCPY_HOST_TO_DEVICE,
-                                       stream.handle)
-            for dptr, dmax, n, value in fills:
-                _cann.memset_async(dptr, dmax, value, n, stream.handle)
-            stream.keep_alive(uploads)
-            tensors = [DeviceTensor(b, s, d) for b, s, d, _, _ in inputs]
-            with watchdog(stream, req.timeout):  # GE waits here until the run sized the outputs
-                outputs = self.session.execute_async(entry.graph_id, stream, tensors)
-            for o, dev in zip(plan.outputs, outputs):
-                target = req.device_out.get(o.name) if req.device_out else None
-                if target is not None:  # GE allocated it: one D2D copy into the caller's device buffer
-                    n = math.prod(dev.shape) * np.dtype(dev.dtype).itemsize
-                    _check_device_out(o.name, target, n, self.device)
-                    if n:
-                        _cann.memcpy_async(target.ptr, target.nbytes, dev.buffer.ptr, n,
-                                           _cann.MEMCPY_DEVICE_TO_DEVICE, stream.handle)
-                    continue
-                host, results[o.name] = self._plan_download(o.name, dev.shape, dev.dtype, req)
-                if host.nbytes:
-                    dev.buffer.copy_to(host, stream)
-            if req.after:
-                self._enqueue(req.after)
-            stream.synchronize(req.timeout)
+            if req.timeout is None:  # the host NPU runs it on this thread (a timeout needs the worker to abort)
+                with hostnpu.inline(self.stream.handle):
+                    self._run_dynamic(entry, req, uploads, fills, inputs, results)
+            else:
+                self._run_dynamic(entry, req, uploads, fills, inputs, results)
         # counted once the request succeeded, so that gear hits add up to the stream's requests
         label = _LABELS.get(req.key)
         if label is None:
@@ -331,6 +309,37 @@ class Worker:
             self.stats.dynamic_hits += 1
         self.stats.busy_seconds += time.perf_counter() - t0
         return results
+
+    def _run_dynamic(self, entry: GraphEntry, req: Request, uploads: list, fills: list, inputs: list,
+                     results: dict) -> None:
+        """A request on a dynamic-shape graph: uploads, the run (GE sizes the outputs), downloads, synchronize."""
+        plan = self.plan
+        stream = self.stream
+        for dptr, dmax, host in uploads:
+            if host.nbytes:
+                _cann.memcpy_async(dptr, dmax, host.ctypes.data, host.nbytes, _cann.MEMCPY_HOST_TO_DEVICE,
+                                   stream.handle)
+        for dptr, dmax, n, value in fills:
+            _cann.memset_async(dptr, dmax, value, n, stream.handle)
+        stream.keep_alive(uploads)
+        tensors = [DeviceTensor(b, s, d) for b, s, d, _, _ in inputs]
+        with watchdog(stream, req.timeout):  # GE waits here until the run sized the outputs
+            outputs = self.session.execute_async(entry.graph_id, stream, tensors)
+        for o, dev in zip(plan.outputs, outputs):
+            target = req.device_out.get(o.name) if req.device_out else None
+            if target is not None:  # GE allocated it: one D2D copy into the caller's device buffer
+                n = math.prod(dev.shape) * np.dtype(dev.dtype).itemsize
+                _check_device_out(o.name, target, n, self.device)
+                if n:
+                    _cann.memcpy_async(target.ptr, target.nbytes, dev.buffer.ptr, n,
+                                       _cann.MEMCPY_DEVICE_TO_DEVICE, stream.handle)
+                continue
+            host, results[o.name] = self._plan_download(o.name, dev.shape, dev.dtype, req)
+            if host.nbytes:
+                dev.buffer.copy_to(host, stream)
+        if req.after:
+            self._enqueue(req.after)
+        stream.synchronize(req.timeout)
 
     def _enqueue(self, ops: list) -> None:
         """Queue device-side copies (dst, dmax, src, n) and zero fills (ptr, dmax, n) on this stream."""

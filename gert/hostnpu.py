@@ -9,9 +9,10 @@ To add one: implement it in cbindings/_host.pxi, then add one ``name = _host_onl
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 from types import ModuleType
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional
 
 from gert import _cann
 from gert.errors import GertError
@@ -59,3 +60,19 @@ host_provider = _host_only("host_provider")
 inject_fault = _host_only("inject_fault")
 clear_faults = _host_only("clear_faults")
 last_compile_cache = _host_only("last_compile_cache")
+
+
+@contextlib.contextmanager
+def inline(stream_handle: int) -> Iterator[None]:
+    """Within the block, once the stream is idle, the host NPU runs the work this thread enqueues on it here, in
+    order, instead of handing it to the stream's worker thread: for a thread that enqueues a request's work and then
+    only waits for it. Nothing on a real CANN toolkit (a device runs the work whatever the thread does)."""
+    begin = getattr(_module, "stream_begin_inline", None) if _module is not None else None
+    if begin is None:
+        yield
+        return
+    begin(stream_handle)
+    try:
+        yield
+    finally:
+        _module.stream_end_inline(stream_handle)

@@ -19,6 +19,7 @@ import numpy as np
 from gert import _cann, display, valuedep
 from gert._cann import Graph, ge_initialize
 from gert.compile_cache import CACHE_DIR_OPTION, CompileCache
+from gert.dispatch import StreamQueue
 from gert.errors import GertError
 from gert.rows import Rows
 from gert.executor import GearStats, Request, Worker
@@ -102,7 +103,6 @@ class Model:
         self._closed = False
         self.split_batch = bool(split_batch)
         self._in_flight = 0
-        self._rr = 0
         self._workers: list = []
         self._recovery = Recovery(lambda: self._workers, request_timeout_s)  # device faults: gert/recovery.py
         try:
@@ -119,6 +119,7 @@ class Model:
         for w in self._workers:
             w.tiers = self._tiers
             w.cache = self.compile_cache
+        self._queue: StreamQueue = StreamQueue(self._workers)
         self._futures_lock = threading.Lock()
         self._queued: set = set()  # futures from submit() that no pool thread has started
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(4, 2 * len(self._workers)),
@@ -318,9 +319,7 @@ class Model:
         """With split_batch: how many streams are idle (at most the batch size); 1 means run as one request."""
         if not self.split_batch or self.plan.batch is None or len(self._workers) < 2 or sizes.get("batch", 0) < 2:
             return 1
-        with self._lock:
-            idle = sum(1 for w in self._workers if w.outstanding == 0)
-        return max(1, min(idle, sizes["batch"]))
+        return max(1, min(self._queue.idle(), sizes["batch"]))
 
     def _parts_pool(self) -> concurrent.futures.ThreadPoolExecutor:
         """Threads for the parts of split batches: apart from submit()'s pool, whose threads may be the ones
@@ -359,27 +358,23 @@ class Model:
     def _dispatch(self, req: Request) -> dict:
         with self._lock:
             self._check_open()
-            # the stream with the least outstanding work; ties go round robin
-            n = len(self._workers)
-            order = [(self._rr + i) % n for i in range(n)]
-            ok = self._recovery.usable(self._workers)  # not the workers of a device under recovery
-            candidates = [self._workers[i] for i in order if ok is self._workers or self._workers[i] in ok]
-            if req.device is not None:  # the request's device tensors live there
-                candidates = [w for w in candidates if w.device == req.device]
-                if not candidates:
-                    raise GertError(f"device {req.device} has no usable stream (under recovery)")
-            w = min(candidates, key=lambda w: w.outstanding)
-            self._rr = (w.index + 1) % n
-            w.outstanding += 1
             self._in_flight += 1
         try:
-            with w.lock:
-                if self._closed:
-                    raise GertError("the model was closed before this request started")
-                return self._recovery.run(w, req)
+            usable = self._recovery.usable(self._workers)  # not the workers of a device under recovery
+            if req.device is not None:  # the request's device tensors live there
+                usable = [w for w in usable if w.device == req.device]
+                if not usable:
+                    raise GertError(f"device {req.device} has no usable stream (under recovery)")
+            w = self._queue.acquire(usable)  # the first stream to come free, in arrival order (gert/dispatch.py)
+            try:
+                with w.lock:
+                    if self._closed:
+                        raise GertError("the model was closed before this request started")
+                    return self._recovery.run(w, req)
+            finally:
+                self._queue.release(w)
         finally:
             with self._lock:
-                w.outstanding -= 1
                 self._in_flight -= 1
                 self._idle.notify_all()
 
@@ -554,6 +549,7 @@ class Model:
             self._closed = True
         if self._sequences is not None:
             self._sequences.close()
+        self._queue.close()  # requests waiting for a stream fail; running ones complete
         with self._futures_lock:
             queued, self._queued = list(self._queued), set()
         for fut in queued:  # not started: cancel, and wake whoever waits on them
@@ -569,7 +565,7 @@ class Model:
                 if left <= 0:
                     break
                 self._idle.wait(left)
-            busy = [w for w in self._workers if w.outstanding]
+            busy = self._queue.busy()
         self._recovery.abort_streams(busy)  # a stuck stream must not keep close() past its timeout
         # a background compile in flight is not waited for: its thread closes the worker it is using afterwards
         handed_over = self._tiers.close() if self._tiers is not None else None

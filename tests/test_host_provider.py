@@ -1,6 +1,8 @@
-"""The host NPU's compute provider: ONNX Runtime sessions shared per GE Session, and fused requests that run inline
-on the waiting thread while other threads queue work on the same stream."""
+"""The host NPU's compute provider: ONNX Runtime sessions shared per GE Session (spinning pools) or by all streams
+(no spinning), one environment arena, and requests (fused static ones, dynamic-shape ones) that run inline on the
+waiting thread while other threads queue work on the same stream."""
 import threading
+import time
 
 import numpy as np
 import onnx
@@ -9,6 +11,7 @@ import pytest
 
 import gert
 from _helpers import RUNTIME
+from model_helpers import check_echo, echo_input, echo_model
 
 pytestmark = RUNTIME + [pytest.mark.hostnpu_only]  # inspects the host NPU's compute provider
 
@@ -74,6 +77,80 @@ def test_fused_runs_inline_while_other_threads_queue_on_the_same_stream():
         rng = np.random.default_rng(0)
         for _ in range(200):
             x = rng.standard_normal((4, 4)).astype(np.float32)
+            np.testing.assert_array_equal(model.run({"x": x})["y"], 2 * x)
+        stop.set()
+        t.join(30)
+        stream.synchronize(timeout=30)
+        assert log == list(range(sent[0])), "host functions ran out of order, twice, or not at all"
+
+
+def _session_config(sess, key: str) -> str:
+    return sess.get_session_options().get_session_config_entry(key)
+
+
+def test_streams_share_the_static_sessions_of_a_model_with_a_dynamic_graph():
+    """Policy auto compiles a hot size for every stream; those graphs (no spinning pools: their Sessions hold a
+    dynamic-shape graph) run on one ONNX Runtime session, so the second stream's compile creates none. Every
+    session the host NPU makes allocates from ONNX Runtime's environment arena (one device workspace)."""
+    with gert.load(echo_model(), streams=2, gears={"batch": [1]}, hot_after=1) as model:
+        model.warmup()
+        x = echo_input(7, 1, 3)
+        for _ in range(3):
+            check_echo(model.run({"x": x}), x)
+        deadline = time.monotonic() + 30
+        while model.stats()["tiers"]["pending"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        workers = model._workers
+        static = [w.graphs[k] for w in workers for k in w.graphs if k != model._tiers.fallback_key]
+        assert len(static) == 2, "the hot size was not compiled for both streams"
+        provider = gert.hostnpu.host_provider()
+        threads = workers[0].stream.cube_cores
+        shared = [s for k, s in list(provider._shared.items()) if k[0] is None and k[2] == threads
+                  and dict(k[3]).get("n") == 3]
+        assert len(shared) == 1, "each stream made its own session for the hot size"
+        for s in shared:
+            assert _session_config(s, "session.intra_op.allow_spinning") == "0"
+            assert _session_config(s, "session.use_env_allocators") == "1"
+        for _ in range(2):
+            check_echo(model.run({"x": x}), x)
+        assert model.stats()["static_hits"] >= 2
+
+
+def test_dynamic_graph_runs_on_the_calling_thread_and_keeps_other_threads_work_in_order(monkeypatch):
+    """A request on a dynamic-shape graph (no timeout) runs its work on the calling thread once the stream is idle
+    (host NPU inline mode: no hand-offs to the stream's worker); host functions that another thread queues on the
+    same stream meanwhile run after it, in order, once each."""
+    from gert._ort_provider import OrtExecutable
+
+    ran_on = []
+    real_run = OrtExecutable.run
+
+    def recording_run(self, *args, **kwargs):
+        ran_on.append(threading.get_ident())
+        return real_run(self, *args, **kwargs)
+
+    monkeypatch.setattr(OrtExecutable, "run", recording_run)
+    with gert.load(_double(None), streams=1, shape_policy={"batch": "dynamic"}) as model:
+        model.warmup()
+        stream = model._workers[0].stream
+        ran_on.clear()
+        x = np.arange(12, dtype=np.float32).reshape(3, 4)
+        np.testing.assert_array_equal(model.run({"x": x})["y"], 2 * x)
+        assert ran_on == [threading.get_ident()], "the dynamic graph's run was handed to the stream's worker"
+        log, stop, sent = [], threading.Event(), []
+
+        def flood():
+            i = 0
+            while not stop.is_set() and i < 400:
+                stream.launch_host_func(lambda i=i: log.append(i))
+                i += 1
+            sent.append(i)
+
+        t = threading.Thread(target=flood)
+        t.start()
+        rng = np.random.default_rng(1)
+        for n in range(1, 80):
+            x = rng.standard_normal((n % 7 + 1, 4)).astype(np.float32)
             np.testing.assert_array_equal(model.run({"x": x})["y"], 2 * x)
         stop.set()
         t.join(30)
