@@ -156,3 +156,42 @@ def test_dynamic_graph_runs_on_the_calling_thread_and_keeps_other_threads_work_i
         t.join(30)
         stream.synchronize(timeout=30)
         assert log == list(range(sent[0])), "host functions ran out of order, twice, or not at all"
+
+
+def test_runs_on_two_streams_at_once_share_the_devices_cube_cores():
+    """A device's cube cores are shared by the graph runs in progress on it (as a device's AI cores are by its
+    streams' kernels): a run alone computes with its stream's limit (all the cores), two at once with half each."""
+    import gc
+
+    from gert import _cann
+    from gert._ort_provider import OrtExecutable
+    from model_helpers import matmul_chain_model
+
+    cores = _cann.get_device_info(0, _cann.DEV_ATTR_CUBE_CORE_NUM)
+    if cores < 2:
+        pytest.skip("needs a device with 2 cube cores")
+    data = matmul_chain_model(384, 8, seed=4242)  # bytes unique to this test
+
+    def thread_counts() -> set:
+        exes = [o for o in gc.get_objects() if isinstance(o, OrtExecutable) and o.model == data]
+        return {k[0] for e in exes for k in e.fast}  # the provider replays a run keyed by its thread count
+
+    with gert.load(data, streams=2, gears={"batch": [32]}) as model:
+        model.warmup()
+        x = np.random.default_rng(0).standard_normal((32, 384)).astype(np.float32)
+        expected = model.run({"x": x})["y"]
+        assert thread_counts() == {cores}, "a run alone on the device did not get all its cube cores"
+        go = threading.Barrier(2)
+        results = []
+
+        def client():
+            go.wait()
+            results.extend(model.run({"x": x})["y"] for _ in range(40))
+
+        threads = [threading.Thread(target=client) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert len(results) == 80 and all(np.array_equal(r, expected) for r in results)
+        assert cores // 2 in thread_counts(), "runs on both streams at once each computed with all the cores"

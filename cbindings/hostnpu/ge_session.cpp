@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <sstream>
 
 #include "ge_cache.h"
@@ -638,9 +639,14 @@ Status Session::LoadGraph(const uint32_t graph_id, const std::map<AscendString, 
   Device *d = find_device(sp->device());
   uint32_t threads = s->aicore_cube ? s->aicore_cube : effective_limit(*d, sp.get(), ACL_RT_DEV_RES_CUBE_CORE);
   if (r->provider->prepare) {
-    char err[2048] = {0};
-    if (r->provider->prepare(r->exe, static_cast<int32_t>(threads), err, sizeof err) != 0)
-      return ge_fail(ACL_ERROR_GE_LOAD_MODEL, "LoadGraph: graph %u: %s", graph_id, err);
+    // The thread counts its runs take (ComputeShare): alone on the device, and beside one other run.
+    uint32_t shared = std::max<uint32_t>(1, std::min(threads, d->cube_cores / 2));
+    for (uint32_t t : {threads, shared}) {
+      char err[2048] = {0};
+      if (r->provider->prepare(r->exe, static_cast<int32_t>(t), err, sizeof err) != 0)
+        return ge_fail(ACL_ERROR_GE_LOAD_MODEL, "LoadGraph: graph %u: %s", graph_id, err);
+      if (shared == threads) break;
+    }
   }
   r->loaded_stream = sp->id();
   return SUCCESS;
@@ -765,9 +771,9 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
   r->in_flight.fetch_add(1);
   Stream *raw_stream = sp.get();
   Task task{[r, run_in, run_out, held, done, wait, raw_stream, d](std::string &msg) -> aclError {
-    uint32_t threads = effective_limit(*d, raw_stream, ACL_RT_DEV_RES_CUBE_CORE);
+    ComputeShare share(*d, effective_limit(*d, raw_stream, ACL_RT_DEV_RES_CUBE_CORE));
     char err[2048] = {0};
-    int rc = r->provider->run(r->exe, static_cast<int32_t>(threads), static_cast<int32_t>(run_in->size()),
+    int rc = r->provider->run(r->exe, static_cast<int32_t>(share.threads()), static_cast<int32_t>(run_in->size()),
                               run_in->data(), static_cast<int32_t>(run_out->size()), run_out->data(),
                               device_alloc_cb, &done->alloc, err, sizeof err);
     r->in_flight.fetch_sub(1);
@@ -936,6 +942,9 @@ Status Session::RunGraph(uint32_t graph_id, const std::vector<Tensor> &inputs, s
   for (size_t i = 0; i < outs.size(); ++i) fill_ref(outs[i], nullptr, 0, r->outputs[i].dtype, r->outputs[i].dims);
   HostAllocCtx alloc;
   uint32_t threads = s->aicore_cube ? s->aicore_cube : hw_cube_cores(s->device);
+  Device *dev = find_device(s->device);
+  std::optional<ComputeShare> share;
+  if (dev) threads = share.emplace(*dev, threads).threads();
   char err[2048] = {0};
   r->in_flight.fetch_add(1);
   int rc = r->provider->run(r->exe, static_cast<int32_t>(threads), static_cast<int32_t>(ins.size()), ins.data(),

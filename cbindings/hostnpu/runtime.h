@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <algorithm>
 #include <condition_variable>
 #include <cstdarg>
 #include <cstdint>
@@ -196,6 +197,11 @@ struct Device {
   uint64_t capacity = 0;
   std::atomic<uint64_t> in_use{0};
   std::atomic<uint32_t> limit[2]{};           // device resource limits, 0 = unset
+  // Graph runs computing on the device now. Its cube cores are shared among them, as a device's AI cores are
+  // shared by the kernels of its streams: a run gets its stream's limit, at most the device's cores divided by the
+  // runs in progress (ComputeShare). Without that, two streams with all the cores each oversubscribe the host: two
+  // ONNX Runtime pools of 2 threads on 2 CPUs, whose non-spinning workers wait at every parallel section.
+  std::atomic<uint32_t> running_graphs{0};
   int refs = 0;                               // aclrtSetDevice count minus resets
   uint64_t default_ctx = 0;
   // Device-wide failure (a sticky fault, or a task fault on a STOP-mode stream): every launch fails with it
@@ -250,5 +256,23 @@ extern thread_local uint64_t tls_res_stream;
 void release_device_resources(int32_t device);
 
 uint32_t effective_limit(const Device &d, const Stream *s, int type);
+
+// One graph run's share of its device's cube cores, for as long as it lives: its stream's limit, at most the device's
+// cube cores divided by the runs in progress (this one included), at least 1 (Device::running_graphs).
+class ComputeShare {
+ public:
+  ComputeShare(Device &d, uint32_t limit) : d_(d) {
+    uint32_t running = d.running_graphs.fetch_add(1) + 1;
+    threads_ = std::max<uint32_t>(1, std::min(limit, d.cube_cores / running));
+  }
+  ~ComputeShare() { d_.running_graphs.fetch_sub(1); }
+  ComputeShare(const ComputeShare &) = delete;
+  ComputeShare &operator=(const ComputeShare &) = delete;
+  uint32_t threads() const { return threads_; }
+
+ private:
+  Device &d_;
+  uint32_t threads_ = 1;
+};
 
 }  // namespace hostnpu
