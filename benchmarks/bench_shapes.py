@@ -1,26 +1,33 @@
 """Varying input sizes on gert's defaults (shape policy auto) against ONNX Runtime run directly (issue 12).
 
-    python benchmarks/bench_shapes.py [--model det|rec|both] [--requests N] [--json out.json]
+    python benchmarks/bench_shapes.py [--model det|rec|both] [--requests N] [--repeats K] [--json out.json]
 
 Each model gets a stream of single-image requests whose sizes come from a skewed distribution: a few hot sizes take
 70% of the requests, the rest is a long tail of multiples of 32 (det: H and W in 128..480; rec: W in 64..800 at
 H 48). gert: ``gert.load(model, streams=2)`` with every other setting at its default, warmup() (compiles the
-dynamic-shape graph), then 4 client threads calling ``Model.run``. ONNX Runtime: 2 InferenceSessions with the same
-intra-op thread count as gert's streams (their effective cube cores) and the same pool setting as the host NPU's
-sessions for these models (no spinning: with ORT's default spinning pools, 2 sessions x 2 threads on 2 cores ran the
-baseline at a third of this speed), the same 4 client threads alternating between them, the same requests.
-Three passes, each with the same hot sizes and a new tail. The first (gert's whole pass, then ORT's) includes the
-background compiles of the hot sizes; the later ones start once gert's compile queue is empty and alternate gert
-and ORT in 8 windows, so that other load on the machine hits both alike (tail sizes that turn hot still compile in
-the background meanwhile). Reported per pass: throughput ratio gert/ORT, p99 latency ratio, the share of gert's
-requests served by static graphs, background compiles, and the compiles made on the request path after load
-(target 0). About 60 s on a 2-core machine with the defaults.
+dynamic-shape graph), then 4 client threads calling ``Model.run``.
 
-``run(model, requests)`` returns the figures as a dict, for other benchmark suites to call.
+Two ONNX Runtime baselines get the same 4 client threads and the same requests:
+- the target's: 2 InferenceSessions with the same intra-op thread count as gert's streams (their effective cube
+  cores) and no spinning pools (with ORT's default spinning, 2 sessions x 2 threads on 2 cores ran at a third of
+  this speed), the clients alternating between them;
+- ORT's defaults: one InferenceSession with default options shared by the clients, as applications (RapidOCR) run it.
+
+Three passes, each with the same hot sizes and a new tail. The first (gert's whole pass, then each baseline's)
+includes the background compiles of the hot sizes; the later ones start once gert's compile queue is empty and
+interleave gert and the baselines in 12 windows, each window in another order (every order twice), so that other
+load on the machine hits all alike (tail sizes that turn hot still compile in the background meanwhile). Each
+model is run ``--repeats`` times (3), each time with a new Model; reported per pass: the median and range of the
+throughput ratio gert/ORT and the p99 latency ratio (against both baselines), the share of gert's requests served
+by static graphs, background compiles, and compiles made on the request path after load (target 0). About 2-3
+minutes on a 2-core machine with the defaults.
+
+``run(model, requests)`` returns one run's figures as a dict, for other benchmark suites to call.
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import threading
@@ -38,7 +45,7 @@ MODELS = {"det": "ch_PP-OCRv4_det_infer.onnx", "rec": "ch_PP-OCRv4_rec_infer.onn
 HOT = {"det": [(256, 320), (320, 448), (224, 288)], "rec": [(48, 320), (48, 192), (48, 448)]}
 HOT_SHARE = 0.7
 STREAMS, CLIENTS = 2, 4
-WINDOWS = 8  # interleaved gert / ORT windows in the passes after the first
+WINDOWS = 12  # interleaved windows in the passes after the first: each order of the 3 calls twice
 PASSES = 3
 
 
@@ -98,20 +105,19 @@ def drive(call, inputs: list, clients: int) -> tuple:
     return time.perf_counter() - t0, lat
 
 
-def interleaved(a, b, inputs: list, clients: int, windows: int) -> tuple:
-    """drive() a and b over the same requests in ``windows`` alternating slices; (a seconds, a latencies, b ...)."""
-    a_s = b_s = 0.0
-    a_lat, b_lat = [], []
+def interleaved(calls: list, inputs: list, clients: int, windows: int) -> list:
+    """drive() each of ``calls`` over the same requests in ``windows`` slices, in a new order each slice (every order
+    of the calls in turn, so that each call follows each other one equally often: what one leaves behind, such as
+    spinning threads, hits the others alike); returns per call (seconds, latencies)."""
+    orders = list(itertools.permutations(range(len(calls))))
+    out = [(0.0, []) for _ in calls]
     step = -(-len(inputs) // windows)
     for k, i in enumerate(range(0, len(inputs), step)):
         part = inputs[i:i + step]
-        for fn, first in ((a, True), (b, False)) if k % 2 == 0 else ((b, False), (a, True)):
-            secs, lat = drive(fn, part, clients)
-            if first:
-                a_s, a_lat = a_s + secs, a_lat + lat
-            else:
-                b_s, b_lat = b_s + secs, b_lat + lat
-    return a_s, a_lat, b_s, b_lat
+        for c in orders[k % len(orders)]:
+            secs, lat = drive(calls[c], part, clients)
+            out[c] = (out[c][0] + secs, out[c][1] + lat)
+    return out
 
 
 def wait_idle(m, timeout: float = 60.0) -> None:
@@ -125,6 +131,21 @@ def p99(lat: list) -> float:
     return float(np.percentile(lat, 99))
 
 
+def _ort_sessions(path: str, threads: int) -> tuple:
+    """The baselines: STREAMS sessions with the streams' thread count and no spinning (the target's baseline), and
+    one session with ONNX Runtime's defaults shared by all clients (what applications such as RapidOCR do)."""
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    same = [ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]) for _ in range(STREAMS)]
+    plain = ort.SessionOptions()
+    plain.log_severity_level = 3
+    default = ort.InferenceSession(path, plain, providers=["CPUExecutionProvider"])
+    return same, default
+
+
 def run(model: str = "det", requests: int = 300) -> dict:
     """PASSES passes of ``requests`` requests, gert defaults against ORT; returns the figures per pass."""
     path = ppocr_model(MODELS[model])
@@ -136,31 +157,30 @@ def run(model: str = "det", requests: int = 300) -> dict:
     m.warmup()
     load_s = time.perf_counter() - t0
     threads = m.stats()["streams"][0]["cube_cores"]
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.log_severity_level = 3
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    sessions = [ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]) for _ in range(STREAMS)]
+    sessions, default = _ort_sessions(path, threads)
     name = sessions[0].get_inputs()[0].name
     out = {"model": model, "requests": requests, "streams": STREAMS, "clients": CLIENTS,
            "threads_per_stream": threads, "distinct_sizes": len({x.shape for xs in passes for x in xs}),
            "load_and_warmup_s": round(load_s, 2), "passes": []}
+
     def gert_call(slot, x):
         m.run({name: x})
 
     def ort_call(slot, x):
         sessions[slot % STREAMS].run(None, {name: x})
 
+    def default_call(slot, x):
+        default.run(None, {name: x})
+
+    calls = [gert_call, ort_call, default_call]
     try:
         before = m.stats()
         for p, inputs in enumerate(passes):
-            if p == 0:  # with the background compiles: gert's whole pass, then ORT's
-                g_s, g_lat = drive(gert_call, inputs, CLIENTS)
-                o_s, o_lat = drive(ort_call, inputs, CLIENTS)
-            else:  # compiles done: short interleaved windows, so that other load on the machine hits both alike
+            if p == 0:  # with the background compiles: gert's whole pass, then the baselines'
+                (g_s, g_lat), (o_s, o_lat), (d_s, d_lat) = [drive(c, inputs, CLIENTS) for c in calls]
+            else:  # compiles done: short interleaved windows, so that other load on the machine hits all alike
                 wait_idle(m)
-                g_s, g_lat, o_s, o_lat = interleaved(gert_call, ort_call, inputs, CLIENTS, WINDOWS)
+                (g_s, g_lat), (o_s, o_lat), (d_s, d_lat) = interleaved(calls, inputs, CLIENTS, WINDOWS)
             st = m.stats()
             served = (st["static_hits"] - before["static_hits"]) + (st["dynamic_hits"] - before["dynamic_hits"])
             out["passes"].append({
@@ -168,6 +188,8 @@ def run(model: str = "det", requests: int = 300) -> dict:
                 "throughput_ratio": round(o_s / g_s, 3),
                 "gert_p99_ms": round(p99(g_lat) * 1e3, 1), "ort_p99_ms": round(p99(o_lat) * 1e3, 1),
                 "p99_ratio": round(p99(g_lat) / p99(o_lat), 3),
+                "ort_default_req_s": round(requests / d_s, 1), "throughput_ratio_ort_default": round(d_s / g_s, 3),
+                "p99_ratio_ort_default": round(p99(g_lat) / p99(d_lat), 3),
                 "static_share": round((st["static_hits"] - before["static_hits"]) / served, 3),
                 "request_path_compiles": st["request_path_compiles"] - before["request_path_compiles"],
                 "background_compiles": st["background_compiles"] - before["background_compiles"],
@@ -179,27 +201,49 @@ def run(model: str = "det", requests: int = 300) -> dict:
     return out
 
 
+def summary(runs: list) -> dict:
+    """Per pass, over repeated runs: the median and the range of each ratio, the sum of the compile counts."""
+    out = {"runs": len(runs), "passes": []}
+    for p in range(PASSES):
+        row = {}
+        for k in ("throughput_ratio", "p99_ratio", "throughput_ratio_ort_default", "p99_ratio_ort_default",
+                  "static_share"):
+            vals = [r["passes"][p][k] for r in runs]
+            row[k] = {"median": round(float(np.median(vals)), 3), "min": min(vals), "max": max(vals)}
+        for k in ("background_compiles", "request_path_compiles"):
+            row[k] = sum(r["passes"][p][k] for r in runs)
+        out["passes"].append(row)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", choices=["det", "rec", "both"], default="both")
-    ap.add_argument("--requests", type=int, default=0, help="per pass (default: det 120, rec 160)")
+    ap.add_argument("--requests", type=int, default=0, help="per pass (default: det 240, rec 240)")
+    ap.add_argument("--repeats", type=int, default=3, help="whole runs per model, each with a new Model (default 3)")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
     results = []
     print(f"# gert defaults vs ONNX Runtime, varying sizes ({machine()})")
     for model in (["det", "rec"] if args.model == "both" else [args.model]):
-        r = run(model, args.requests or {"det": 120, "rec": 160}[model])
-        results.append(r)
+        runs = [run(model, args.requests or 240) for _ in range(max(1, args.repeats))]
+        s = summary(runs)
+        r = runs[0]
+        results.append({"model": model, "summary": s, "runs": runs})
         print(f"\n{model}: {r['requests']} requests/pass, {r['distinct_sizes']} distinct sizes, {r['streams']} streams "
               f"x {r['threads_per_stream']} threads, {r['clients']} clients; load+warmup {r['load_and_warmup_s']} s; "
-              f"{r['static_shapes']} static shapes at the end")
-        print("| pass | gert req/s | ORT req/s | throughput ratio | gert p99 ms | ORT p99 ms | p99 ratio "
-              "| static share | background compiles | request-path compiles |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
-        for i, p in enumerate(r["passes"], 1):
-            print(f"| {i} | {p['gert_req_s']} | {p['ort_req_s']} | {p['throughput_ratio']} | {p['gert_p99_ms']} | "
-                  f"{p['ort_p99_ms']} | {p['p99_ratio']} | {p['static_share']} | {p['background_compiles']} | "
-                  f"{p['request_path_compiles']} |")
+              f"{r['static_shapes']} static shapes at the end; median [min, max] of {s['runs']} runs")
+        print("| pass | throughput ratio | p99 ratio | vs ORT defaults: throughput | p99 | static share "
+              "| background compiles | request-path compiles |")
+        print("|---|---|---|---|---|---|---|---|")
+
+        def cell(d: dict) -> str:
+            return f"{d['median']} [{d['min']}, {d['max']}]"
+
+        for i, p in enumerate(s["passes"], 1):
+            print(f"| {i} | {cell(p['throughput_ratio'])} | {cell(p['p99_ratio'])} | "
+                  f"{cell(p['throughput_ratio_ort_default'])} | {cell(p['p99_ratio_ort_default'])} | "
+                  f"{p['static_share']['median']} | {p['background_compiles']} | {p['request_path_compiles']} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -33,7 +33,7 @@ QUICK = ["--benchmark-max-time=0.2", "--benchmark-min-rounds=3"]
 SCRIPTS = [
     ("triton", "bench_triton.py", [], ["--duration", "4", "--warmup", "1", "--rounds", "2"]),
     ("rapidocr", "bench_rapidocr.py", [], ["--pairs", "1", "--rounds", "2"]),
-    ("shapes", "bench_shapes.py", [], ["--requests", "40"]),
+    ("shapes", "bench_shapes.py", [], ["--requests", "40", "--repeats", "1"]),
     ("compile", "bench_compile.py", [], ["--repeat", "2"]),
     ("cache", "bench_cache.py", [], ["--rounds", "1"]),
     ("sequences", "bench_sequences.py", [], ["--duration", "3", "--rounds", "1"]),

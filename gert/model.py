@@ -29,7 +29,7 @@ from gert import sequence as _sequence
 from gert.sequence import Sequences
 from gert.shapes import ShapePlan, TensorInfo, plan_shapes
 from gert.tensor import DeviceTensor
-from gert.tiers import HOT_AFTER, HOT_WINDOW, Tiers, check_settings
+from gert.tiers import COMPILE_SHARE, HOT_AFTER, HOT_WINDOW, Tiers, check_settings
 
 ModelSource = Union[str, bytes, os.PathLike]
 
@@ -61,7 +61,7 @@ class Model:
                  options: Optional[Mapping[str, str]] = None,
                  output_dims: Optional[Mapping[str, Mapping[int, str]]] = None, max_exact_graphs: int = 16,
                  split_batch: bool = False, request_timeout_s: Optional[float] = None,
-                 hot_after: int = HOT_AFTER, hot_window: int = HOT_WINDOW,
+                 hot_after: int = HOT_AFTER, hot_window: int = HOT_WINDOW, compile_share: float = COMPILE_SHARE,
                  state: Optional[Mapping[str, str]] = None, batch_dim: Union[str, Sequence[str], None] = None,
                  sequence_wait_s: float = 0.0, cache_dir: Optional[Union[str, os.PathLike]] = None):
         if isinstance(model, (bytes, bytearray, memoryview)):
@@ -71,7 +71,7 @@ class Model:
                 data = f.read()
         if int(streams) < 1:
             raise GertError(f"streams must be >= 1, got {streams}")
-        check_settings(hot_after, hot_window, max_exact_graphs)
+        check_settings(hot_after, hot_window, max_exact_graphs, compile_share)
         devices = tuple(int(d) for d in devices)
         if not devices:
             raise GertError("devices must name at least one device")
@@ -111,7 +111,8 @@ class Model:
                     self._workers.append(Worker(len(self._workers), d, self._graph, self.plan, sess, graph_opts,
                                                 cube_cores, vector_cores, max_exact_graphs))
             # policy auto: requests route through the tiers (dynamic graph now, static graphs once hot)
-            self._tiers = Tiers(self._workers, max_exact_graphs, hot_after, hot_window) if self.plan.tiered else None
+            self._tiers = (Tiers(self._workers, max_exact_graphs, hot_after, hot_window, compile_share)
+                           if self.plan.tiered else None)
         except BaseException:
             for w in self._workers:
                 w.close()

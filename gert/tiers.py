@@ -5,9 +5,10 @@ stream's dynamic-shape graph (compiled at load by warmup). gert counts how often
 window; once a shape is hot (``hot_after`` hits within the last ``hot_window`` requests) a background thread compiles
 a static graph for it on every stream, outside the streams' locks (GE compiles one graph of a Session while its other
 graphs execute), loads it, and routes the shape to it. The static set is bounded by ``max_exact_graphs`` with
-TinyLFU-style admission: a hot shape replaces the least frequent static one only if it is seen more than twice as
-often, so a scan of one-off sizes (never hot) cannot evict the hot set, and shapes of about equal frequency do not
-keep swapping places.
+TinyLFU-style admission: a hot shape replaces the least frequent static one only if it was seen more than twice as
+often over a longer horizon (ADMIT_HORIZON windows), so a scan of one-off sizes (never hot) cannot evict the hot
+set, and shapes of about equal frequency do not keep swapping places. The compiler thread keeps to a share of one
+CPU (``compile_share``), resting between compiles.
 
 Policy ``exact`` compiles on the request path (it has no other graph to run on); its bounded set is a segmented LRU
 (SegmentedLRU): new sizes enter a probation segment and only a second hit protects them, so a scan of one-off sizes
@@ -27,20 +28,38 @@ from gert.errors import GertError
 if TYPE_CHECKING:  # pragma: no cover
     from gert.executor import GraphEntry, Request, Worker
 
-# Defaults: a size seen 3 times within the last 256 requests is hot. Once or twice in 256 is what a long tail of
-# sizes produces by chance (a size with a 0.4% share is seen ~1 time per window and reaches 3 with ~8% chance),
-# while a size with a 2% share is seen ~5 times per window: hot within its first few dozen requests. A compile
-# costs seconds on an NPU, so a size must show it recurs before it is paid for.
-HOT_AFTER = 3
+# Defaults: a size seen 4 times within the last 256 requests is hot. A long tail of sizes reaches that rarely by
+# chance (a size with a 0.2% share, as one of PP-OCR det's 144 tail sizes, reaches 4 in a window with 0.2% chance,
+# 3 with 1.7%: at 3, det's tail made a false start, a compile, every ~100 requests), while a size with a 2% share
+# is seen ~5 times per window. A compile costs seconds on an NPU, so a size must show it recurs before it is paid
+# for.
+HOT_AFTER = 4
 HOT_WINDOW = 256
 # With the static set full, a newly hot shape replaces the least frequent static one only if it was seen more than
 # ADMIT_FACTOR times as often in the window: counts in a window are noisy, and shapes of about equal frequency would
 # otherwise keep swapping places, each swap a compile (seconds on an NPU) that gains nothing.
 ADMIT_FACTOR = 2
+# The compiler thread's duty cycle: after a compile that took d seconds it rests d * (1 - share) / share seconds, so
+# that background compiles take at most this share of one CPU on average. A compile is CPU work on the host (GE's,
+# seconds to minutes; on the host NPU, ONNX Runtime's session creation) and a burst of them, when many sizes turn hot
+# at once, would take that CPU from serving: request handling on a real device, the compute itself on the host NPU
+# (PP-OCR rec in benchmarks/bench_shapes.py, 16 sizes hot within its first 240 requests: 0.74x ONNX Runtime's
+# throughput in that pass without the rest, 0.93-0.96x with it).
+# Under load a compile takes longer and the rest grows with it. The sizes that turn hot first (the most frequent)
+# compile first.
+COMPILE_SHARE = 0.25
+# Admission (ADMIT_FACTOR) counts over the last ADMIT_HORIZON windows: a size's share over a window is too noisy to
+# rank sizes of about equal frequency (PP-OCR rec over 24 widths, 16 static graphs: 11 sizes swapped in per 240
+# requests when ranked by one window).
+ADMIT_HORIZON = 4
 
 
-def check_settings(hot_after: int, hot_window: int, max_exact_graphs: int) -> None:
-    """GertError naming the setting, unless hot_after >= 1, hot_window >= hot_after and max_exact_graphs >= 1."""
+def check_settings(hot_after: int, hot_window: int, max_exact_graphs: int,
+                   compile_share: float = COMPILE_SHARE) -> None:
+    """GertError naming the setting, unless hot_after >= 1, hot_window >= hot_after, max_exact_graphs >= 1 and
+    0 < compile_share <= 1."""
+    if not 0 < float(compile_share) <= 1:
+        raise GertError(f"compile_share must be in (0, 1], got {compile_share}")
     if int(hot_after) < 1:
         raise GertError(f"hot_after must be >= 1, got {hot_after}")
     if int(hot_window) < int(hot_after):
@@ -118,14 +137,19 @@ class Tiers:
     """The ``auto`` policy of one Model: routes each request to its static graph or the stream's dynamic-shape graph,
     counts hotness, and compiles static graphs for hot shapes in one background thread."""
 
-    def __init__(self, workers: list, max_static: int, hot_after: int = HOT_AFTER, hot_window: int = HOT_WINDOW):
-        check_settings(hot_after, hot_window, max_static)
+    def __init__(self, workers: list, max_static: int, hot_after: int = HOT_AFTER, hot_window: int = HOT_WINDOW,
+                 compile_share: float = COMPILE_SHARE):
+        check_settings(hot_after, hot_window, max_static, compile_share)
+        self.compile_share = float(compile_share)
         self.workers = workers
         self.max_static = int(max_static)
         self.hot_after = int(hot_after)
         names = sorted(workers[0].plan.dims)
         self.fallback_key = tuple((n, -1) for n in names)  # every dynamic dim dynamic: serves any shape
         self._window = FrequencyWindow(int(hot_window))
+        # admission compares frequencies over a longer horizon: within one window, sizes of about equal share
+        # (a tail of a few dozen sizes, each a percent or so) swap places by chance, each swap a compile
+        self._long = FrequencyWindow(ADMIT_HORIZON * int(hot_window))
         self._lock = threading.Condition()
         self._static: dict = {}          # admitted keys -> tick of their last request
         self._queue: collections.deque = collections.deque()
@@ -139,6 +163,8 @@ class Tiers:
         self._handed_over: Optional["Worker"] = None  # closed by the compiler thread when its call returns
         self.evictions = 0
         self.rejections = 0
+        self.resting = 0.0  # seconds the compiler thread rested between compiles (COMPILE_SHARE)
+        self._rest_until = 0.0  # time.monotonic() before which the compiler thread starts no compile
         _live.add(self)
 
     # ---- the request path (the caller holds w.lock) ----------------------------------------------------------
@@ -147,6 +173,7 @@ class Tiers:
         with self._lock:
             self._tick += 1
             n = self._window.add(key)
+            self._long.add(key)
             if key in self._static:
                 self._static[key] = self._tick
                 if key not in w.graphs and key not in self._queued and not self._stopping:
@@ -182,6 +209,10 @@ class Tiers:
             with self._lock:
                 while not self._queue and not self._stopping:
                     self._lock.wait()
+                rest = self._rest_until - time.monotonic()  # the duty cycle (COMPILE_SHARE) after the last compile
+                if rest > 0 and not self._stopping:
+                    self.resting += rest
+                    self._lock.wait_for(lambda: self._stopping, timeout=rest)
                 if self._stopping:
                     return
                 key = self._queue.popleft()
@@ -191,9 +222,12 @@ class Tiers:
                     continue
             if victim is not None:
                 self._evict(victim)
+            t0 = time.monotonic()
             self._build(key)
+            t1 = time.monotonic()
             with self._lock:
                 self._queued.discard(key)
+                self._rest_until = t1 + (t1 - t0) * (1 - self.compile_share) / self.compile_share
 
     def _admit(self, key):
         """None: admitted with room to spare; a key: admitted in place of that victim; False: turned down."""
@@ -201,8 +235,8 @@ class Tiers:
         if len(self._static) >= self.max_static:
             if not self._static:
                 return False
-            victim = min(self._static, key=lambda k: (self._window.count(k), self._static[k]))
-            if self._window.count(key) <= ADMIT_FACTOR * self._window.count(victim):
+            victim = min(self._static, key=lambda k: (self._long.count(k), self._static[k]))
+            if self._long.count(key) <= ADMIT_FACTOR * self._long.count(victim):
                 if len(self._rejected) >= _REJECTED_KEPT:
                     self._rejected.clear()
                 self._rejected[key] = (self._window.count(key), self._tick)
@@ -300,6 +334,7 @@ class Tiers:
         with self._lock:
             return {"static_shapes": len(self._static), "max_static": self.max_static, "pending": len(self._queued),
                     "evictions": self.evictions, "rejections": self.rejections,
+                    "compile_share": self.compile_share, "resting_s": round(self.resting, 3),
                     "failed_background_compiles": {_label(k): str(e) for k, e in self._failed.items()}}
 
 

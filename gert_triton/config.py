@@ -10,8 +10,10 @@ Keys (all string values, as Triton passes them):
                  gears, auto for the rest (a new size runs at once on the dynamic-shape graph; hot sizes get static
                  graphs compiled in the background)
   hot_after, hot_window   auto: a size is hot once seen hot_after times within the last hot_window requests
-                 (defaults 3 and 256)
+                 (defaults 4 and 256)
   max_exact_graphs       static graphs kept per stream for exact / auto sizes (default 16)
+  compile_share  auto: the share of one CPU that background compiles may take on average, in (0, 1] (default 0.25):
+                 after a compile of d seconds the compiler rests d * (1 - share) / share seconds
   pad_value      a number
   max_batch      largest batch gear (defaults to the config's max_batch_size)
   device_ids     "0,1": spread this instance over several devices (default: the instance's device)
@@ -43,7 +45,8 @@ from gert.shapes import POLICIES
 TRITON_KEYS = {"EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS"}
 KNOWN_KEYS = {"onnx_file", "streams", "cube_cores", "vector_cores", "gears", "shape_policy", "pad_value",
               "max_batch", "device_ids", "split_batch", "metrics_interval_ms", "warmup", "request_timeout_ms",
-              "hot_after", "hot_window", "max_exact_graphs", "state", "batch_dim", "cache_dir"}
+              "hot_after", "hot_window", "max_exact_graphs", "compile_share", "state", "batch_dim",
+              "cache_dir"}
 
 
 MAX_STREAMS = 64  # per device: each stream is a worker thread with its own Session and buffers
@@ -71,6 +74,7 @@ class GertParams:
     hot_after: Optional[int] = None
     hot_window: Optional[int] = None
     max_exact_graphs: Optional[int] = None
+    compile_share: Optional[float] = None
     cache_dir: Optional[str] = None  # as given: absolute, or relative to the model dir (see cache_path)
     options: dict = field(default_factory=dict)   # gert.load(options=...) keys: global./session./graph. prefixes
     state: dict = field(default_factory=dict)     # state input -> output (stateful models)
@@ -78,7 +82,8 @@ class GertParams:
 
     def load_kwargs(self) -> dict:
         """The gert.load() keyword arguments the config sets that have no default of gert_triton's own."""
-        out = {k: getattr(self, k) for k in ("hot_after", "hot_window", "max_exact_graphs", "batch_dim")
+        out = {k: getattr(self, k) for k in ("hot_after", "hot_window", "max_exact_graphs", "compile_share",
+                                             "batch_dim")
                if getattr(self, k) is not None}
         if self.state:
             out["state"] = dict(self.state)
@@ -144,6 +149,14 @@ def parse_parameters(raw: dict) -> GertParams:
                 p.pad_value = float(value)
             except ValueError:
                 raise ConfigError(f"parameter 'pad_value': expected a number, got {value!r}") from None
+        elif key == "compile_share":
+            try:
+                share = float(value)
+            except ValueError:
+                raise ConfigError(f"parameter 'compile_share': expected a number in (0, 1], got {value!r}") from None
+            if not 0 < share <= 1:
+                raise ConfigError(f"parameter 'compile_share': must be in (0, 1], got {share}")
+            p.compile_share = share
         elif key == "gears":
             def sizes(text, dim):
                 try:

@@ -435,3 +435,69 @@ def test_hot_static_graphs_come_back_after_a_device_recovery():
         x = echo_input(next(uid), 1, 6)
         check_echo(m.run({"x": x}), x)
         assert m.stats()["static_hits"] == before + 1
+
+
+def test_admission_ranks_sizes_over_a_longer_horizon_than_the_hot_window():
+    """A static size that was frequent over the last ADMIT_HORIZON windows keeps its graph against a size that is
+    frequent only in the last window: counted over one window, a burst of one-off sizes would have made it look
+    cold (sizes of about equal share would swap places by chance, each swap a compile)."""
+    from gert.tiers import ADMIT_HORIZON
+
+    window = 16
+    with gert.load(echo_model(), gears={"batch": [1]}, max_exact_graphs=1, hot_after=3, hot_window=window) as m:
+        m.warmup()
+        uid = iter(range(1, 1000))
+
+        def run(n, times=1):
+            for _ in range(times):
+                x = echo_input(next(uid), 1, n)
+                check_echo(m.run({"x": x}), x)
+
+        idle = (lambda: m.stats()["tiers"]["pending"] == 0)
+        run(2, 12)
+        wait_for(lambda: on_all_streams(m, key_of(2)), "the static graph of size 2")
+        for n in range(100, 100 + window):  # one-offs: size 2 leaves the hot window, not the longer horizon
+            run(n)
+        assert 12 + window + 7 <= ADMIT_HORIZON * window
+        run(3, 7)  # hot, 7 hits in the window against 2's 0 there; over the horizon 7 against 12: turned down
+        wait_for(idle, "the admission decision")
+        st = m.stats()["tiers"]
+        assert st["rejections"] >= 1 and st["evictions"] == 0
+        assert on_all_streams(m, key_of(2)) and key_of(3) not in m._workers[0].graphs
+
+
+def test_background_compiles_rest_between_compiles_to_keep_their_cpu_share():
+    """compile_share: after a compile of d seconds the compiler thread rests d * (1 - share) / share seconds before
+    the next one, so that a burst of sizes turning hot does not take the CPU that serves requests."""
+    share, delay = 0.5, 0.2
+    orig = OrtGraphProvider.compile
+    started = []
+
+    def slow_compile(self, model, inputs, outputs, group=0):
+        if all(d >= 0 for i in inputs for d in i[2]):
+            started.append(time.monotonic())
+            time.sleep(delay)
+        return orig(self, model, inputs, outputs, group)
+
+    OrtGraphProvider.compile = slow_compile
+    try:
+        with gert.load(echo_model(), gears={"batch": [1]}, hot_after=1, compile_share=share) as m:
+            m.warmup()
+            for n in (2, 3, 4):  # three sizes hot at once
+                x = echo_input(n, 1, n)
+                check_echo(m.run({"x": x}), x)
+            wait_for(lambda: all(on_all_streams(m, key_of(n)) for n in (2, 3, 4)), "the three static graphs")
+            st = m.stats()["tiers"]
+    finally:
+        OrtGraphProvider.compile = orig
+    gaps = [b - a for a, b in zip(started, started[1:])]
+    # each compile took >= delay; the next started >= delay / share after the previous one started
+    assert len(started) == 3 and all(g >= delay / share * 0.95 for g in gaps), gaps
+    assert st["compile_share"] == share and st["resting_s"] >= 2 * delay * 0.95
+
+
+def test_compile_share_is_checked():
+    with pytest.raises(gert.GertError, match="compile_share must be in"):
+        gert.load(echo_model(), compile_share=0)
+    with pytest.raises(gert.GertError, match="compile_share must be in"):
+        gert.load(echo_model(), compile_share=1.5)
