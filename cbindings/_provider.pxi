@@ -2,7 +2,7 @@
 # gertHostSetGraphProvider's table. Host NPU only: compiled into gert._cann when the host NPU is built in, into
 # gert._hostnpu when gert is built against the host NPU packaged as a toolkit; never in a build against real CANN.
 from libc.stdint cimport intptr_t, int32_t, uint64_t
-from libc.string cimport strncpy, memcpy as c_memcpy
+from libc.string cimport strncpy, memcmp, memcpy as c_memcpy
 from cpython.ref cimport Py_INCREF, Py_DECREF
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.pythread cimport PyThread_get_thread_ident
@@ -10,6 +10,23 @@ from backend cimport (gertHostTensorRef, gertHostGraphProvider, gertHostOutputAl
                       gert_pin_thread_state)
 
 cdef object _provider = None
+# (address, size) of the ONNX bytes a GE graph holds -> the bytes object made of them: a model compiled at many sizes
+# and for several streams (policy auto) is copied once, and the provider finds its digest by the same object.
+# Checked byte for byte before reuse (memory freed and reused for another model at that address must not match).
+cdef dict _model_copies = {}
+cdef int _MODEL_COPIES_KEPT = 4
+
+
+cdef bytes _model_bytes(const void* model, size_t size):
+    key = (<intptr_t>model, size)
+    cdef bytes b = _model_copies.get(key)
+    if b is not None and memcmp(<const char*>b, model, size) == 0:
+        return b
+    b = PyBytes_FromStringAndSize(<const char*>model, size)
+    if len(_model_copies) >= _MODEL_COPIES_KEPT:
+        _model_copies.clear()
+    _model_copies[key] = b
+    return b
 
 
 cdef void _write_err(char* err, size_t n, str text) noexcept:
@@ -39,7 +56,7 @@ cdef int _prov_compile_gil(void* ctx, uint64_t group, const void* model, size_t 
                            gertHostTensorRef* outs, int32_t* unknown_shape, void** exe, char* err,
                            size_t err_len) noexcept with gil:
     try:
-        data = (<const char*>model)[:size]
+        data = _model_bytes(model, size)
         inputs = [(in_names[i].decode(), ins[i].dtype, _ref_dims(&ins[i])) for i in range(n_in)]
         outputs = [(out_names[i].decode(), outs[i].dtype, _ref_dims(&outs[i])) for i in range(n_out)]
         executable, result, unknown = (<object>ctx).compile(data, inputs, outputs, group)

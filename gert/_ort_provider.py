@@ -80,7 +80,7 @@ class OrtExecutable:
         # skip graph optimization) and its free-dimension overrides were saved with it.
         self.optimized = overrides is not None
         self._fixed_overrides = overrides
-        self.digest = hashlib.blake2b(model, digest_size=16).digest()
+        self.digest = provider.digest(model)
         self.group = group
         self.in_names = list(in_names)
         self.in_dims = [tuple(d) for d in in_dims]
@@ -202,6 +202,21 @@ class OrtGraphProvider:
         # (model digest, inputs, outputs) -> the compile result: a graph compiled for one stream (GE Session) at
         # the same shapes is not validated and probed again for the next (auto compiles each hot size per stream)
         self._probed: dict = {}
+        self._digests: dict = {}  # id(model bytes) -> (the bytes, their digest)
+
+    def digest(self, model: bytes) -> bytes:
+        """The model's digest (the key of its sessions), computed once per bytes object: the host NPU hands the
+        provider the same object for every compile of one GE graph's model."""
+        with self._lock:
+            known = self._digests.get(id(model))
+            if known is not None and known[0] is model:
+                return known[1]
+        digest = hashlib.blake2b(model, digest_size=16).digest()
+        with self._lock:
+            if len(self._digests) >= _PARSED_KEPT:
+                self._digests.clear()
+            self._digests[id(model)] = (model, digest)  # holds the object, so its id stays its own
+        return digest
 
     def input_shapes(self, model: bytes, digest: bytes) -> list:
         shapes = self._meta.get(digest)

@@ -195,3 +195,26 @@ def test_runs_on_two_streams_at_once_share_the_devices_cube_cores():
             t.join(60)
         assert len(results) == 80 and all(np.array_equal(r, expected) for r in results)
         assert cores // 2 in thread_counts(), "runs on both streams at once each computed with all the cores"
+
+
+def test_a_model_compiled_at_many_sizes_is_copied_and_hashed_once():
+    """Every compile of one GE graph's model (the dynamic graph and each hot size, on every stream) hands the provider
+    the same bytes object, so the model is copied out of the graph and hashed once, not per compile."""
+    import gc
+
+    from gert._ort_provider import OrtExecutable
+
+    data = echo_model()
+    with gert.load(data, streams=2, gears={"batch": [1]}, hot_after=1) as model:
+        model.warmup()
+        for n in (2, 3):
+            x = echo_input(n, 1, n)
+            check_echo(model.run({"x": x}), x)
+        deadline = time.monotonic() + 30
+        while model.stats()["background_compiles"] < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        gc.collect()
+        groups = {w.session.session_id for w in model._workers}
+        exes = [o for o in gc.get_objects() if isinstance(o, OrtExecutable) and o.group in groups]
+        assert len(exes) == 6  # the dynamic graph and 2 sizes, on 2 streams
+        assert len({id(e.model) for e in exes}) == 1 and len({e.digest for e in exes}) == 1
