@@ -81,6 +81,9 @@ def repo(tmp_path_factory, cls_path):
     shutil.copytree(os.path.join(EXAMPLES, "model_repository", "tiny_classifier"), repo / "tiny_classifier",
                     ignore=shutil.ignore_patterns("__pycache__"))
     init_repo(str(seq_file), str(repo), name="seq2", parameters={"streams": "1", "cube_cores": "1"}, instances=2)
+    init_repo(str(seq_file), str(repo), name="tiered", parameters={"streams": "2", "split_batch": "false",
+                                                                    "hot_after": "2", "hot_window": "16",
+                                                                    "compile_share": "0.9", "metrics_interval_ms": "0"})
     init_repo(cls_path, str(repo), name="cached", parameters={"streams": "1", "cube_cores": "1", "cache_dir": "gcache",
                                                          "gears": "batch:1,2,4,8;x:2:48;x:3:192"},
               instances=2)
@@ -593,6 +596,41 @@ def test_two_instances_share_one_compile_cache(server, http, repo, cls_path):
         assert len(hits) == 4 and sum(hits[:2]) == 4 and hits[2:] == [4, 4], hits
     finally:
         http.unload_model("cached")
+
+
+def test_auto_tier_parameters_move_a_hot_size_to_a_static_graph(server, http, grpc):
+    """seq's S axis is auto; with hot_after 2 (hot_window 16, compile_share 0.9 in config.pbtxt) a size sent twice is
+    compiled in the background on both streams and later requests of it run on a static graph, with the same
+    results; the metrics count it and no request waited for a compile."""
+    http.load_model("tiered")
+    try:
+        for i in range(2):
+            check_seq_good(grpc, "tiered", uid=40 + i)  # B 2, S 5 (check_seq_good's sizes): hot at the second
+        deadline = time.monotonic() + 30
+        while True:
+            m = metrics(server)
+            bg = sum(v for lab, v in m.get("gert_background_compiles_total", []) if lab["model"] == "tiered")
+            if bg >= 2 or time.monotonic() > deadline:
+                break
+            check_seq_good(grpc, "tiered", uid=50)
+            time.sleep(0.05)
+        assert bg == 2, f"background compiles: {bg} (one per stream expected)"
+        for i in range(4):
+            check_seq_good(grpc, "tiered", uid=60 + i)
+        deadline = time.monotonic() + 10
+        while True:  # metrics are published just after each batch
+            graph: dict = {}
+            for lab, v in metrics(server).get("gert_graph_requests_total", []):  # a series per stream
+                if lab["model"] == "tiered":
+                    graph[lab["graph"]] = graph.get(lab["graph"], 0) + v
+            if graph.get("static", 0) >= 4 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert graph.get("static", 0) >= 4 and graph.get("dynamic", 0) >= 2, graph
+        assert not any(v for lab, v in metrics(server).get("gert_request_path_compiles_total", [])
+                       if lab["model"] == "tiered")
+    finally:
+        http.unload_model("tiered")
 
 
 # ---- the README's example ----------------------------------------------------------------------------------------
