@@ -84,29 +84,30 @@ cdef int _prov_compile(void* ctx, uint64_t group, const void* model, size_t size
                              err, err_len)
 
 
-cdef int _prov_prepare_gil(void* exe, int32_t threads, char* err, size_t err_len) noexcept with gil:
+cdef int _prov_prepare_gil(void* exe, int32_t threads, int32_t alone, char* err, size_t err_len) noexcept with gil:
     try:
-        (<object>exe).session(threads)
+        (<object>exe).session(threads, alone != 0)
         return 0
     except BaseException as e:
         _write_err(err, err_len, f"{type(e).__name__}: {e}")
         return 1
 
 
-cdef int _prov_prepare(void* exe, int32_t threads, char* err, size_t err_len) noexcept nogil:
+cdef int _prov_prepare(void* exe, int32_t threads, int32_t alone, char* err, size_t err_len) noexcept nogil:
     gert_pin_thread_state()
-    return _prov_prepare_gil(exe, threads, err, err_len)
+    return _prov_prepare_gil(exe, threads, alone, err, err_len)
 
 
-cdef int _prov_run_gil(void* exe, int32_t threads, int32_t n_in, const gertHostTensorRef* ins, int32_t n_out,
+cdef int _prov_run_gil(void* exe, int32_t threads, int32_t alone, int32_t n_in, const gertHostTensorRef* ins,
+                       int32_t n_out,
                        gertHostTensorRef* outs, gertHostOutputAlloc alloc, void* alloc_ctx, char* err,
                        size_t err_len) noexcept with gil:
     cdef _OutputAllocator a
     cdef object executable = <object>exe
     try:
-        # Fast path: the same buffers, shapes and thread count as a run before (the executor's steady state):
+        # Fast path: the same buffers, shapes and share of the device as a run before (the executor's steady state):
         # reuse that run's IOBinding, keyed by the raw tensor descriptions.
-        key = (threads, PyThread_get_thread_ident(),
+        key = (threads, alone != 0, PyThread_get_thread_ident(),
                PyBytes_FromStringAndSize(<const char*>ins, n_in * sizeof(gertHostTensorRef)),
                PyBytes_FromStringAndSize(<const char*>outs, n_out * sizeof(gertHostTensorRef)))
         bound = executable.fast.get(key)
@@ -118,7 +119,7 @@ cdef int _prov_run_gil(void* exe, int32_t threads, int32_t n_in, const gertHostT
         a.ctx = alloc_ctx
         inputs = [(<intptr_t>ins[i].data, ins[i].nbytes, ins[i].dtype, _ref_dims(&ins[i])) for i in range(n_in)]
         outputs = [(<intptr_t>outs[i].data, outs[i].nbytes, outs[i].dtype, _ref_dims(&outs[i])) for i in range(n_out)]
-        results = executable.run(threads, inputs, outputs, a)
+        results = executable.run(threads, alone != 0, inputs, outputs, a)
         executable.remember(key)
         for i, r in enumerate(results):
             if r is None:
@@ -135,11 +136,11 @@ cdef int _prov_run_gil(void* exe, int32_t threads, int32_t n_in, const gertHostT
         return 1
 
 
-cdef int _prov_run(void* exe, int32_t threads, int32_t n_in, const gertHostTensorRef* ins, int32_t n_out,
-                   gertHostTensorRef* outs, gertHostOutputAlloc alloc, void* alloc_ctx, char* err,
+cdef int _prov_run(void* exe, int32_t threads, int32_t alone, int32_t n_in, const gertHostTensorRef* ins,
+                   int32_t n_out, gertHostTensorRef* outs, gertHostOutputAlloc alloc, void* alloc_ctx, char* err,
                    size_t err_len) noexcept nogil:
     gert_pin_thread_state()
-    return _prov_run_gil(exe, threads, n_in, ins, n_out, outs, alloc, alloc_ctx, err, err_len)
+    return _prov_run_gil(exe, threads, alone, n_in, ins, n_out, outs, alloc, alloc_ctx, err, err_len)
 
 
 cdef void _prov_release_gil(void* exe) noexcept with gil:

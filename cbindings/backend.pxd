@@ -49,8 +49,8 @@ cdef extern from "gert_backend.h" nogil:
         void* ctx
         int (*compile)(void*, uint64_t, const void*, size_t, int32_t, const char* const*, const gertHostTensorRef*, int32_t,
                        const char* const*, gertHostTensorRef*, int32_t*, void**, char*, size_t)
-        int (*prepare)(void*, int32_t, char*, size_t)
-        int (*run)(void*, int32_t, int32_t, const gertHostTensorRef*, int32_t, gertHostTensorRef*,
+        int (*prepare)(void*, int32_t, int32_t, char*, size_t)
+        int (*run)(void*, int32_t, int32_t, int32_t, const gertHostTensorRef*, int32_t, gertHostTensorRef*,
                    gertHostOutputAlloc, void*, char*, size_t)
         void (*release)(void*)
         int (*save)(void*, gertHostOutputAlloc, void*, void**, uint64_t*, char*, size_t)

@@ -27,10 +27,13 @@ TensorArg = tuple  # (ptr: int, nbytes: int, ge_dtype: int, dims: tuple[int, ...
 
 _BIND_CACHE_LIMIT = 64
 _PROBED_LIMIT = 256
-# ONNX Runtime's pool threads spin between runs (its default): best for one busy graph per stream. With many graphs
-# per stream (shape policy "exact" over many sizes) idle pools spin against the busy one; GERT_HOST_ORT_SPINNING=0.
-# A GE Session with a dynamic-shape graph (policies dynamic and auto) gets no spinning pools: with auto its dynamic
-# graph and the static graphs of hot sizes take turns on one stream (measured in benchmarks/bench_shapes.py).
+# Spinning: ONNX Runtime's pool threads can busy-wait for work between the parallel sections of a run (its default)
+# instead of sleeping. That makes a run faster when it has the cores to itself (PP-OCR det, one client: 1.28x ONNX
+# Runtime's time per image without spinning, 1.0-1.1x with it) and slower when another run needs those cores (the
+# spinning threads take them: det, 2 streams, 4 clients, 0.71-0.88x ONNX Runtime's throughput with spinning pools
+# against 0.95-1.0x without). So a run spins only when the host NPU reports it alone on its device (no other run
+# lately: ComputeShare in cbindings/hostnpu/runtime.h), and its threads stop spinning when it ends
+# (session.force_spinning_stop): an idle pool never spins against the next run. GERT_HOST_ORT_SPINNING=0: never.
 _SPIN = os.environ.get("GERT_HOST_ORT_SPINNING", "1") != "0"
 # The device's workspace: every session of the host NPU allocates its intermediate tensors from one arena that ONNX
 # Runtime's environment holds (as GE's graphs share one feature-memory pool), not from an arena of its own. With an
@@ -69,10 +72,10 @@ def _ort_session(*args, **kwargs):
 
 
 class OrtExecutable:
-    """One compiled graph. Its ONNX Runtime session per compute-thread count comes from the provider, shared with
-    the other graphs of the same model and shape overrides (OrtGraphProvider.shared_session): one stream's gears
-    share one session and one thread pool instead of one spinning pool per gear, and the static graphs of a hot size
-    that auto compiles for each stream share one session."""
+    """One compiled graph. Its ONNX Runtime session per (compute-thread count, spinning) comes from the provider,
+    shared with the other graphs of the same model and shape overrides (OrtGraphProvider.shared_session): one
+    stream's gears share one session and thread pool, and the graphs of a size compiled for each stream (policy auto's
+    hot sizes, every stream's gears) share one session and one copy of its weights."""
 
     def __init__(self, model: bytes, in_names: Sequence[str], in_dims: Sequence[tuple], out_names: Sequence[str],
                  provider: "OrtGraphProvider", group: int = 0, overrides: Optional[dict] = None):
@@ -87,7 +90,7 @@ class OrtExecutable:
         self.in_dims = [tuple(d) for d in in_dims]
         self.out_names = list(out_names)
         self._provider = provider
-        self._sessions: dict[int, object] = {}
+        self._sessions: dict[tuple, object] = {}  # (threads, spin) -> ONNX Runtime session
         # key of a run's raw tensor descriptions -> a callable that repeats it (see _cann's provider trampoline)
         self.fast: dict[object, Callable[[], object]] = {}
         self._tls = threading.local()  # .last_run: the run this thread just made, for remember()
@@ -106,19 +109,22 @@ class OrtExecutable:
                     fixed[name] = value
         return {k: v for k, v in fixed.items() if k not in clash}
 
-    def session(self, threads: int):
+    def session(self, threads: int, alone: bool = False):
+        """The session a run with ``threads`` compute threads takes; it spins when the run is ``alone`` on its device
+        (and has threads to spin)."""
         threads = max(1, int(threads))
-        sess = self._sessions.get(threads)
+        spin = _SPIN and alone and threads > 1
+        sess = self._sessions.get((threads, spin))
         if sess is None:
-            sess = self._provider.shared_session(self.model, self.digest, self.group, threads, self._overrides(),
-                                                 self.optimized)
-            self._sessions[threads] = sess
+            sess = self._provider.shared_session(self.model, self.digest, threads, self._overrides(), self.optimized,
+                                                 spin)
+            self._sessions[(threads, spin)] = sess
         return sess
 
-    def run(self, threads: int, inputs: Sequence[TensorArg], outputs: Sequence[TensorArg],
+    def run(self, threads: int, alone: bool, inputs: Sequence[TensorArg], outputs: Sequence[TensorArg],
             alloc: Callable[[int], int]) -> list:
         """Runs once; returns per output None (written in place) or (ptr, nbytes, dims) of what it produced."""
-        sess = self.session(threads)
+        sess = self.session(threads, alone)
         bound_all = all(o[0] and all(d >= 0 for d in o[3]) for o in outputs)
         # A repeat of a run whose outputs were all bound never gets here: the trampoline's `fast` cache replays it.
         io = sess.io_binding()
@@ -199,7 +205,6 @@ class OrtGraphProvider:
         self._meta: dict[bytes, list] = {}  # model digest -> input shapes as ONNX Runtime reports them
         self._parsed: "OrderedDict[bytes, object]" = OrderedDict()  # model digest -> ModelProto (shape inference)
         self._shared: "weakref.WeakValueDictionary[tuple, object]" = weakref.WeakValueDictionary()
-        self._dynamic_groups: set = set()  # GE Sessions that compiled a dynamic-shape graph
         # (model digest, inputs, outputs) -> the compile result: a graph compiled for one stream (GE Session) at
         # the same shapes is not validated and probed again for the next (auto compiles each hot size per stream)
         self._probed: dict = {}
@@ -232,17 +237,13 @@ class OrtGraphProvider:
                 self._meta[digest] = shapes
         return shapes
 
-    def shared_session(self, model: bytes, digest: bytes, group: int, threads: int, overrides: dict,
-                       optimized: bool = False):
-        """The session for (model, threads, overrides), created on first use; it lives while a graph uses it.
+    def shared_session(self, model: bytes, digest: bytes, threads: int, overrides: dict, optimized: bool = False,
+                       spin: bool = False):
+        """The session for (model, threads, overrides, spin), created on first use; it lives while a graph uses it.
         ``optimized``: the model is ONNX Runtime's optimized one (from GE's compile cache), not optimized again.
-
-        Sessions whose pools spin belong to one group (GE Session, i.e. one stream): two streams' runs on one spinning
-        pool would spin against each other. Sessions without spinning (every session of a group with a dynamic-shape
-        graph) are shared by all groups: a hot size that auto compiles for each stream costs one ONNX Runtime
-        session, not one per stream, and the streams' runs of it read one copy of its weights."""
-        spin = _SPIN and group not in self._dynamic_groups
-        key = (group if spin else None, digest, threads, tuple(sorted(overrides.items())))
+        Shared by every GE Session (stream): a size compiled for each stream costs one ONNX Runtime session, and the
+        streams' runs of it read one copy of its weights. A spinning session stops spinning when a run ends."""
+        key = (digest, threads, tuple(sorted(overrides.items())), spin)
         with self._lock:
             sess = self._shared.get(key)
             if sess is None:
@@ -251,7 +252,9 @@ class OrtGraphProvider:
                     import onnxruntime as ort
 
                     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-                if not spin:
+                if spin:
+                    so.add_session_config_entry("session.force_spinning_stop", "1")
+                else:
                     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
                 sess = _ort_session(model, sess_options=so, providers=["CPUExecutionProvider"])
                 self._shared[key] = sess
@@ -278,9 +281,6 @@ class OrtGraphProvider:
         Returns (executable, [(dtype, dims)], unknown_shape). Output dtypes are ONNX Runtime's; shapes come from
         shape inference over the input shapes (never from a run), -1 where a dim is not known from them and (-2,)
         where not even the rank is; ``unknown_shape``: some tensor's shape depends on input values."""
-        if any(d < 0 for i in inputs for d in i[2]):
-            with self._lock:
-                self._dynamic_groups.add(group)
         exe = OrtExecutable(model, [i[0] for i in inputs], [i[2] for i in inputs], [o[0] for o in outputs], self,
                             group)
         probe_key = (exe.digest, tuple((i[0], i[1], tuple(i[2])) for i in inputs),
@@ -288,7 +288,7 @@ class OrtGraphProvider:
         known = self._probed.get(probe_key)
         if known is not None:  # the same graph at the same shapes, compiled for another stream: validated already
             return exe, list(known[0]), known[1]
-        sess = exe.session(_device_threads())  # the session LoadGraph then takes on a stream without core limits
+        sess = exe.session(_device_threads(), True)  # the session LoadGraph prepares for a stream without limits
         ort_in = [m.name for m in sess.get_inputs()]
         if ort_in != exe.in_names:
             raise ValueError(f"ONNX Runtime sees inputs {ort_in}, the parser saw {exe.in_names}")
@@ -322,9 +322,6 @@ class OrtGraphProvider:
                                 {str(k): int(v) for k, v in head["overrides"].items()})
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"not a cached ONNX Runtime executable: {e}") from None
-        if any(d < 0 for dims in in_dims for d in dims):
-            with self._lock:
-                self._dynamic_groups.add(group)
         return exe
 
 

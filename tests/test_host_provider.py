@@ -27,22 +27,31 @@ def _double(batch_dim):
     return m.SerializeToString()
 
 
-def _sessions_of(group, threads):
-    """The ONNX Runtime sessions the provider keeps for one GE Session at one thread count (compiling also makes a
-    1-thread session per model and overrides, to validate the model and find static output shapes)."""
-    provider = gert.hostnpu.host_provider()
-    return {id(s) for k, s in list(provider._shared.items()) if k[0] == group and k[2] == threads}
+def _sessions_of(model) -> dict:
+    """The ONNX Runtime sessions the host provider keeps for a gert.Model's graphs: {(threads, spin): {id, ...}}."""
+    import gc
+
+    from gert._ort_provider import OrtExecutable
+
+    gc.collect()
+    groups = {w.session.session_id for w in model._workers}
+    out: dict = {}
+    for e in gc.get_objects():
+        if isinstance(e, OrtExecutable) and e.group in groups:
+            for key, sess in e._sessions.items():
+                out.setdefault(key, set()).add(id(sess))
+    return out
 
 
-def test_gears_of_one_stream_share_one_onnxruntime_session():
+def test_gears_of_all_streams_share_one_onnxruntime_session_per_share_of_the_device():
+    """Gears without named dims (no overrides) of both streams run on one ONNX Runtime session per share of the
+    device a run gets: all its cube cores, spinning, when alone on it; one core beside another run."""
     with gert.load(_double(None), streams=2, gears={"batch": [1, 2, 4, 8]}) as model:
         assert model.warmup() == 8  # 4 gears x 2 streams
-        groups = [w.session.session_id for w in model._workers]
-        threads = model._workers[0].stream.cube_cores
-        per_stream = [_sessions_of(g, threads) for g in groups]
-        # one thread count (the device's cube cores) and no named dims to override: one session per stream
-        assert [len(s) for s in per_stream] == [1, 1]
-        assert per_stream[0].isdisjoint(per_stream[1]), "streams must not share a session (or its thread pool)"
+        cores = model._workers[0].stream.cube_cores
+        sessions = _sessions_of(model)
+        expected = {(cores, cores > 1), (max(1, cores // 2), False)}
+        assert set(sessions) == expected and all(len(ids) == 1 for ids in sessions.values()), sessions
         x = np.arange(20, dtype=np.float32).reshape(5, 4)
         np.testing.assert_array_equal(model.run({"x": x})["y"], 2 * x)
 
@@ -51,8 +60,32 @@ def test_named_batch_dims_keep_a_session_per_override():
     """A named batch dim gets free-dimension overrides per gear (static graphs), so those sessions differ."""
     with gert.load(_double("N"), streams=1, gears={"batch": [1, 2]}) as model:
         model.warmup()
-        w = model._workers[0]
-        assert len(_sessions_of(w.session.session_id, w.stream.cube_cores)) == 2
+        cores = model._workers[0].stream.cube_cores
+        assert len(_sessions_of(model)[(cores, cores > 1)]) == 2
+
+
+def test_a_run_spins_only_when_alone_on_the_device_and_stops_when_it_ends():
+    """The session a run alone on its device takes lets its pool threads spin (busy-wait between parallel sections)
+    and stops them when the run ends (an idle pool never spins against the next run); a run that shares the device
+    takes a session that never spins."""
+    from gert import _ort_provider
+    from gert.dtypes import ge_dtype
+
+    if not _ort_provider._SPIN:
+        pytest.skip("GERT_HOST_ORT_SPINNING=0 turns spinning off everywhere")
+    p = _ort_provider.OrtGraphProvider()
+    f32 = ge_dtype(np.dtype(np.float32))
+    exe, _, _ = p.compile(echo_model(), [("x", f32, (1, 3, 2))], [("y", f32, (-1, -1, 2)), ("s", f32, (-1,))])
+
+    def entry(sess, key: str) -> str:
+        return sess.get_session_options().get_session_config_entry(key)
+
+    alone, shared = exe.session(2, True), exe.session(2, False)
+    assert alone is not shared
+    assert entry(alone, "session.force_spinning_stop") == "1"
+    assert entry(shared, "session.intra_op.allow_spinning") == "0"
+    assert exe.session(1, True) is exe.session(1, False)  # one thread: nothing to spin
+    assert entry(exe.session(1, True), "session.intra_op.allow_spinning") == "0"
 
 
 def test_fused_runs_inline_while_other_threads_queue_on_the_same_stream():
@@ -88,10 +121,10 @@ def _session_config(sess, key: str) -> str:
     return sess.get_session_options().get_session_config_entry(key)
 
 
-def test_streams_share_the_static_sessions_of_a_model_with_a_dynamic_graph():
-    """Policy auto compiles a hot size for every stream; those graphs (no spinning pools: their Sessions hold a
-    dynamic-shape graph) run on one ONNX Runtime session, so the second stream's compile creates none. Every
-    session the host NPU makes allocates from ONNX Runtime's environment arena (one device workspace)."""
+def test_streams_share_the_static_sessions_of_a_hot_size():
+    """Policy auto compiles a hot size for every stream; those graphs run on the same ONNX Runtime sessions, so the
+    second stream's compile creates none. Every session the host NPU makes allocates from ONNX Runtime's environment
+    arena (one device workspace)."""
     with gert.load(echo_model(), streams=2, gears={"batch": [1]}, hot_after=1) as model:
         model.warmup()
         x = echo_input(7, 1, 3)
@@ -104,13 +137,12 @@ def test_streams_share_the_static_sessions_of_a_model_with_a_dynamic_graph():
         static = [w.graphs[k] for w in workers for k in w.graphs if k != model._tiers.fallback_key]
         assert len(static) == 2, "the hot size was not compiled for both streams"
         provider = gert.hostnpu.host_provider()
-        threads = workers[0].stream.cube_cores
-        shared = [s for k, s in list(provider._shared.items()) if k[0] is None and k[2] == threads
-                  and dict(k[3]).get("n") == 3]
-        assert len(shared) == 1, "each stream made its own session for the hot size"
-        for s in shared:
-            assert _session_config(s, "session.intra_op.allow_spinning") == "0"
-            assert _session_config(s, "session.use_env_allocators") == "1"
+        shared = [s for k, s in list(provider._shared.items()) if dict(k[2]).get("n") == 3]
+        # one session per share of the device (alone, beside another run), not one per stream
+        cores = workers[0].stream.cube_cores
+        assert len(shared) == len({(cores, cores > 1), (max(1, cores // 2), False)}), \
+            "each stream made its own session for the hot size"
+        assert all(_session_config(s, "session.use_env_allocators") == "1" for s in shared)
         for _ in range(2):
             check_echo(model.run({"x": x}), x)
         assert model.stats()["static_hits"] >= 2

@@ -284,7 +284,7 @@ def test_core_limit_effect(cores):
         assert {k[0] for e in _executables(data) for k in e.fast} == {cores}
         # sessions: the compile-time probe (the device's cube cores), and what LoadGraph prepares: the limit, and the
         # share a run gets beside another run on the device
-        prepared = set().union(*(set(e._sessions) for e in _executables(data)))
+        prepared = {threads for e in _executables(data) for threads, _ in e._sessions}
         assert cores in prepared and prepared <= {cores, max(1, min(cores, hw_cores() // 2)), _device_threads()}
 
 

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <optional>
 #include <sstream>
+#include <utility>
 
 #include "ge_cache.h"
 #include "ge_state.h"
@@ -639,13 +640,13 @@ Status Session::LoadGraph(const uint32_t graph_id, const std::map<AscendString, 
   Device *d = find_device(sp->device());
   uint32_t threads = s->aicore_cube ? s->aicore_cube : effective_limit(*d, sp.get(), ACL_RT_DEV_RES_CUBE_CORE);
   if (r->provider->prepare) {
-    // The thread counts its runs take (ComputeShare): alone on the device, and beside one other run.
+    // What its runs get (ComputeShare): the whole limit alone on the device, a share beside one other run.
     uint32_t shared = std::max<uint32_t>(1, std::min(threads, d->cube_cores / 2));
-    for (uint32_t t : {threads, shared}) {
+    const std::pair<uint32_t, int32_t> shares[] = {{threads, 1}, {shared, 0}};
+    for (const auto &[t, alone] : shares) {
       char err[2048] = {0};
-      if (r->provider->prepare(r->exe, static_cast<int32_t>(t), err, sizeof err) != 0)
+      if (r->provider->prepare(r->exe, static_cast<int32_t>(t), alone, err, sizeof err) != 0)
         return ge_fail(ACL_ERROR_GE_LOAD_MODEL, "LoadGraph: graph %u: %s", graph_id, err);
-      if (shared == threads) break;
     }
   }
   r->loaded_stream = sp->id();
@@ -773,7 +774,8 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
   Task task{[r, run_in, run_out, held, done, wait, raw_stream, d](std::string &msg) -> aclError {
     ComputeShare share(*d, effective_limit(*d, raw_stream, ACL_RT_DEV_RES_CUBE_CORE));
     char err[2048] = {0};
-    int rc = r->provider->run(r->exe, static_cast<int32_t>(share.threads()), static_cast<int32_t>(run_in->size()),
+    int rc = r->provider->run(r->exe, static_cast<int32_t>(share.threads()), share.alone() ? 1 : 0,
+                              static_cast<int32_t>(run_in->size()),
                               run_in->data(), static_cast<int32_t>(run_out->size()), run_out->data(),
                               device_alloc_cb, &done->alloc, err, sizeof err);
     r->in_flight.fetch_sub(1);
@@ -945,9 +947,10 @@ Status Session::RunGraph(uint32_t graph_id, const std::vector<Tensor> &inputs, s
   Device *dev = find_device(s->device);
   std::optional<ComputeShare> share;
   if (dev) threads = share.emplace(*dev, threads).threads();
+  int32_t alone = share && share->alone() ? 1 : 0;
   char err[2048] = {0};
   r->in_flight.fetch_add(1);
-  int rc = r->provider->run(r->exe, static_cast<int32_t>(threads), static_cast<int32_t>(ins.size()), ins.data(),
+  int rc = r->provider->run(r->exe, static_cast<int32_t>(threads), alone, static_cast<int32_t>(ins.size()), ins.data(),
                             static_cast<int32_t>(outs.size()), outs.data(), host_alloc_cb, &alloc, err, sizeof err);
   r->in_flight.fetch_sub(1);
   if (rc != 0) return ge_fail(FAILED, "%s: graph %u (%s) failed: %s", api, graph_id, r->graph->name.c_str(), err);

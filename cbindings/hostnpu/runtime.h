@@ -202,6 +202,10 @@ struct Device {
   // runs in progress (ComputeShare). Without that, two streams with all the cores each oversubscribe the host: two
   // ONNX Runtime pools of 2 threads on 2 CPUs, whose non-spinning workers wait at every parallel section.
   std::atomic<uint32_t> running_graphs{0};
+  // The most runs seen at once lately, and until when (steady_clock ns) that counts: a run that starts alone while
+  // other streams were busy a moment ago (they are between requests) takes their share too, not the whole device.
+  std::atomic<uint32_t> recent_peak{1};
+  std::atomic<int64_t> peak_until_ns{0};
   int refs = 0;                               // aclrtSetDevice count minus resets
   uint64_t default_ctx = 0;
   // Device-wide failure (a sticky fault, or a task fault on a STOP-mode stream): every launch fails with it
@@ -258,21 +262,42 @@ void release_device_resources(int32_t device);
 uint32_t effective_limit(const Device &d, const Stream *s, int type);
 
 // One graph run's share of its device's cube cores, for as long as it lives: its stream's limit, at most the device's
-// cube cores divided by the runs in progress (this one included), at least 1 (Device::running_graphs).
+// cube cores divided by the runs in progress (this one included) or by the most runs seen at once within the last
+// kShareHoldNs, at least 1 (Device::running_graphs, Device::recent_peak). alone() tells a run that has the device to
+// itself and had it for that long: the host NPU lets its compute threads spin (gert._ort_provider).
 class ComputeShare {
  public:
+  static constexpr int64_t kShareHoldNs = 50'000'000;  // 50 ms: a few requests' worth of PP-OCR det on 2 cores
+
   ComputeShare(Device &d, uint32_t limit) : d_(d) {
     uint32_t running = d.running_graphs.fetch_add(1) + 1;
-    threads_ = std::max<uint32_t>(1, std::min(limit, d.cube_cores / running));
+    int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now().time_since_epoch()).count();
+    uint32_t peak = running;
+    if (running > 1) {
+      uint32_t seen = d.recent_peak.load();
+      while (seen < running && !d.recent_peak.compare_exchange_weak(seen, running)) {
+      }
+      d.peak_until_ns.store(now + kShareHoldNs);
+      peak = std::max(running, d.recent_peak.load());
+    } else if (now < d.peak_until_ns.load()) {
+      peak = d.recent_peak.load();
+    } else {
+      d.recent_peak.store(1);  // quiet for kShareHoldNs: the device is this run's
+    }
+    alone_ = peak == 1;
+    threads_ = std::max<uint32_t>(1, std::min(limit, d.cube_cores / peak));
   }
   ~ComputeShare() { d_.running_graphs.fetch_sub(1); }
   ComputeShare(const ComputeShare &) = delete;
   ComputeShare &operator=(const ComputeShare &) = delete;
   uint32_t threads() const { return threads_; }
+  bool alone() const { return alone_; }
 
  private:
   Device &d_;
   uint32_t threads_ = 1;
+  bool alone_ = false;
 };
 
 }  // namespace hostnpu

@@ -39,14 +39,17 @@ typedef struct gertHostGraphProvider {
                  const char *const *input_names,
                  const gertHostTensorRef *inputs, int32_t n_outputs, const char *const *output_names,
                  gertHostTensorRef *outputs, int32_t *unknown_shape, void **executable, char *err, size_t err_len);
-  /* Optional: get ready to run with this many compute threads (called by LoadGraph). */
-  int (*prepare)(void *executable, int32_t threads, char *err, size_t err_len);
+  /* Optional: get ready to run with this many compute threads, alone on the device or not (called by LoadGraph). */
+  int (*prepare)(void *executable, int32_t threads, int32_t alone, char *err, size_t err_len);
   /* Runs once. inputs[i].data and outputs[i].data are host-addressable. An output whose dims are all known and
    * whose data is set is written in place; otherwise the provider computes it, copies it into data when it fits in
    * nbytes (and fails when not), or into memory from alloc(alloc_ctx, nbytes) when data == NULL, and fills its data,
-   * nbytes and dims. Returns 0 or non-zero + err. */
-  int (*run)(void *executable, int32_t threads, int32_t n_inputs, const gertHostTensorRef *inputs, int32_t n_outputs,
-             gertHostTensorRef *outputs, gertHostOutputAlloc alloc, void *alloc_ctx, char *err, size_t err_len);
+   * nbytes and dims. ``threads``: the compute threads the run gets (its share of the device's cube cores);
+   * ``alone``: 1 when no other run has used the device lately, so the run's threads may spin (busy-wait) between
+   * its parallel sections without taking a core from another run. Returns 0 or non-zero + err. */
+  int (*run)(void *executable, int32_t threads, int32_t alone, int32_t n_inputs, const gertHostTensorRef *inputs,
+             int32_t n_outputs, gertHostTensorRef *outputs, gertHostOutputAlloc alloc, void *alloc_ctx, char *err,
+             size_t err_len);
   void (*release)(void *executable);
   /* Optional, for GE's compile cache (ge.graph_compiler_cache_dir): save serializes a compiled executable (what
    * makes its compile slow, e.g. the optimized model) into memory from alloc(alloc_ctx, n), setting *data and
