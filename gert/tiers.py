@@ -36,8 +36,8 @@ if TYPE_CHECKING:  # pragma: no cover
 HOT_AFTER = 4
 HOT_WINDOW = 256
 # With the static set full, a newly hot shape replaces the least frequent static one only if it was seen more than
-# ADMIT_FACTOR times as often in the window: counts in a window are noisy, and shapes of about equal frequency would
-# otherwise keep swapping places, each swap a compile (seconds on an NPU) that gains nothing.
+# ADMIT_FACTOR times as often (over ADMIT_HORIZON windows): counts are noisy, and shapes of about equal frequency
+# would otherwise keep swapping places, each swap a compile (seconds on an NPU) that gains nothing.
 ADMIT_FACTOR = 2
 # The compiler thread's duty cycle: after a compile that took d seconds it rests d * (1 - share) / share seconds, so
 # that background compiles take at most this share of one CPU on average. A compile is CPU work on the host (GE's,
