@@ -28,13 +28,14 @@ TensorArg = tuple  # (ptr: int, nbytes: int, ge_dtype: int, dims: tuple[int, ...
 _BIND_CACHE_LIMIT = 64
 _PROBED_LIMIT = 256
 # Spinning: ONNX Runtime's pool threads can busy-wait for work between the parallel sections of a run (its default)
-# instead of sleeping. That makes a run faster when it has the cores to itself, and slower when another run needs
-# those cores (the spinning threads take them: PP-OCR det, 2 streams, 4 clients, 0.71-0.88x ONNX Runtime's
-# throughput with spinning pools against 0.95-1.0x without). So a run spins only when the host NPU reports it alone
-# on its device (no other run lately: ComputeShare in cbindings/hostnpu/runtime.h), and its threads stop spinning
-# when it ends (session.force_spinning_stop): an idle pool never spins against the next run (without the stop both
-# workloads were slower). GERT_HOST_ORT_SPINNING=0: never.
-_SPIN = os.environ.get("GERT_HOST_ORT_SPINNING", "1") != "0"
+# instead of sleeping. Off by default on the host NPU: spinning threads take the cores that other runs need
+# (PP-OCR det, 2 streams, 4 clients, bench_shapes: 0.71-0.88x ONNX Runtime's throughput with spinning pools
+# everywhere; spinning only for a run alone on its device still cost the first pass 0.85-0.88x against 0.95-1.0x,
+# and p99 1.1x against 0.8x, in back-to-back A/B runs), while a lone client gained little (det over 30 sizes:
+# 1.15x ONNX Runtime's time per image against 1.19x). GERT_HOST_ORT_SPINNING=1: a run alone on its device (no
+# other run lately: ComputeShare in cbindings/hostnpu/runtime.h) spins, and stops when it ends
+# (session.force_spinning_stop), so an idle pool never spins against the next run.
+_SPIN = os.environ.get("GERT_HOST_ORT_SPINNING", "0") == "1"
 # The device's workspace: every session of the host NPU allocates its intermediate tensors from one arena that ONNX
 # Runtime's environment holds (as GE's graphs share one feature-memory pool), not from an arena of its own. With an
 # arena per session, a model with many static graphs (policy auto over many sizes) ran each request in memory last

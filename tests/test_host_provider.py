@@ -11,6 +11,7 @@ import pytest
 
 import gert
 from _helpers import RUNTIME
+from gert import _ort_provider
 from model_helpers import check_echo, echo_input, echo_model
 
 pytestmark = RUNTIME + [pytest.mark.hostnpu_only]  # inspects the host NPU's compute provider
@@ -50,7 +51,7 @@ def test_gears_of_all_streams_share_one_onnxruntime_session_per_share_of_the_dev
         assert model.warmup() == 8  # 4 gears x 2 streams
         cores = model._workers[0].stream.cube_cores
         sessions = _sessions_of(model)
-        expected = {(cores, cores > 1), (max(1, cores // 2), False)}
+        expected = {(cores, _ort_provider._SPIN and cores > 1), (max(1, cores // 2), False)}
         assert set(sessions) == expected and all(len(ids) == 1 for ids in sessions.values()), sessions
         x = np.arange(20, dtype=np.float32).reshape(5, 4)
         np.testing.assert_array_equal(model.run({"x": x})["y"], 2 * x)
@@ -61,18 +62,18 @@ def test_named_batch_dims_keep_a_session_per_override():
     with gert.load(_double("N"), streams=1, gears={"batch": [1, 2]}) as model:
         model.warmup()
         cores = model._workers[0].stream.cube_cores
-        assert len(_sessions_of(model)[(cores, cores > 1)]) == 2
+        assert len(_sessions_of(model)[(cores, _ort_provider._SPIN and cores > 1)]) == 2
 
 
-def test_a_run_spins_only_when_alone_on_the_device_and_stops_when_it_ends():
-    """The session a run alone on its device takes lets its pool threads spin (busy-wait between parallel sections)
-    and stops them when the run ends (an idle pool never spins against the next run); a run that shares the device
-    takes a session that never spins."""
+@pytest.mark.parametrize("spinning", [False, True])
+def test_a_run_spins_only_when_alone_on_the_device_and_asked_to(monkeypatch, spinning):
+    """By default no session spins. With GERT_HOST_ORT_SPINNING=1 (the provider's _SPIN) the session a run alone on
+    its device takes lets its pool threads spin (busy-wait between parallel sections) and stops them when the run
+    ends (an idle pool never spins against the next run); a run that shares the device never spins."""
     from gert import _ort_provider
     from gert.dtypes import ge_dtype
 
-    if not _ort_provider._SPIN:
-        pytest.skip("GERT_HOST_ORT_SPINNING=0 turns spinning off everywhere")
+    monkeypatch.setattr(_ort_provider, "_SPIN", spinning)
     p = _ort_provider.OrtGraphProvider()
     f32 = ge_dtype(np.dtype(np.float32))
     exe, _, _ = p.compile(echo_model(), [("x", f32, (1, 3, 2))], [("y", f32, (-1, -1, 2)), ("s", f32, (-1,))])
@@ -81,9 +82,11 @@ def test_a_run_spins_only_when_alone_on_the_device_and_stops_when_it_ends():
         return sess.get_session_options().get_session_config_entry(key)
 
     alone, shared = exe.session(2, True), exe.session(2, False)
-    assert alone is not shared
-    assert entry(alone, "session.force_spinning_stop") == "1"
     assert entry(shared, "session.intra_op.allow_spinning") == "0"
+    if spinning:
+        assert alone is not shared and entry(alone, "session.force_spinning_stop") == "1"
+    else:
+        assert alone is shared
     assert exe.session(1, True) is exe.session(1, False)  # one thread: nothing to spin
     assert entry(exe.session(1, True), "session.intra_op.allow_spinning") == "0"
 
@@ -140,7 +143,7 @@ def test_streams_share_the_static_sessions_of_a_hot_size():
         shared = [s for k, s in list(provider._shared.items()) if dict(k[2]).get("n") == 3]
         # one session per share of the device (alone, beside another run), not one per stream
         cores = workers[0].stream.cube_cores
-        assert len(shared) == len({(cores, cores > 1), (max(1, cores // 2), False)}), \
+        assert len(shared) == len({(cores, _ort_provider._SPIN and cores > 1), (max(1, cores // 2), False)}), \
             "each stream made its own session for the hot size"
         assert all(_session_config(s, "session.use_env_allocators") == "1" for s in shared)
         for _ in range(2):
