@@ -1,7 +1,9 @@
 """config.pbtxt ``parameters`` -> gert.load() arguments, validated key by key.
 
 Keys (all string values, as Triton passes them):
-  onnx_file      the ONNX file: default model.onnx in the version dir, then in the model dir; may not leave the model dir
+  onnx_file      the ONNX file, relative to the version dir, then to the model dir; may not name a path outside the
+                 model dir (absolute, or '..' past it). Default: model.onnx there, which may be a symlink to anywhere
+                 (a shared model store), as Triton's own backends read <model dir>/<version>/<default_model_filename>
   streams        streams (executors) per device. Default (with cube_cores / vector_cores unset too): see
                  stream_layout(): two streams with half the cores each for a batching model, else one
   cube_cores, vector_cores   per-stream core limits (core locking)
@@ -25,7 +27,7 @@ Keys (all string values, as Triton passes them):
                  reused (default: no limit)
   split_batch    "true"/"false": split each batch over the idle streams (default: true when streams > 1, since
                  Triton runs one execute() per instance at a time, this is how one instance uses several streams)
-  state          "h:h_out;c:c_out": a stateful model served with Triton's sequence batcher; each state input is kept
+  state          "h=h_out;c=c_out" (also "h:h_out" when no name has a ':'): a stateful model served with Triton's sequence batcher; each state input is kept
                  on the device per correlation id (gert_triton.sequences) and clients send only the step inputs
   batch_dim      the batch axis where it is not axis 0: an ONNX dim name ("N") or axes ("x:1,h:1")
   cache_dir      GE's compile cache directory (absolute, or relative to the model dir; created if missing): graphs
@@ -180,11 +182,7 @@ def parse_parameters(raw: dict) -> GertParams:
                 raise ConfigError(f"parameter '{key}': expected true or false, got {value!r}")
             setattr(p, key, v in ("true", "1", "yes"))
         elif key == "state":
-            def output(text, name):
-                if not text or "," in text:
-                    raise ConfigError(f"parameter 'state': input '{name}' needs one output name, got {text!r}")
-                return text
-            p.state = _dim_map(key, value, output)
+            p.state = parse_state(value)
         elif key == "batch_dim":
             p.batch_dim = parse_batch_dim(value)
         elif key == "device_ids":
@@ -196,6 +194,32 @@ def parse_parameters(raw: dict) -> GertParams:
                 raise ConfigError(f"parameter 'device_ids': expected '0,1,...', got {value!r}")
             p.device_ids = ids
     return p
+
+
+def parse_state(value: str) -> dict:
+    """'h=h_out;c=c_out' -> {'h': 'h_out', 'c': 'c_out'}. Names may contain ':' (tf2onnx's 'h:0=h_out:0'); the older
+    'h:h_out' form (split at the last ':') is read when an entry has no '='."""
+    out = {}
+    for item in filter(None, (s.strip() for s in value.split(";"))):
+        name, sep, output = item.partition("=") if "=" in item else item.rpartition(":")
+        name, output = name.strip(), output.strip()
+        if not sep or not name:
+            raise ConfigError(f"parameter 'state': entry {item!r} is not 'input=output'")
+        if not output or "," in output or "=" in output:
+            raise ConfigError(f"parameter 'state': input '{name}' needs one output name, got {output!r}")
+        out[name] = output
+    if not out:
+        raise ConfigError("parameter 'state': empty")
+    return out
+
+
+def state_parameter(state: dict) -> str:
+    """The ``state`` parameter's value for {input: output} (parse_state reads it back)."""
+    for name in list(state) + list(state.values()):
+        if not name or any(c in name for c in ";="):
+            raise ConfigError(f"state tensor name {name!r} cannot be written in parameter 'state' (';' and '=' "
+                              "separate its entries)")
+    return ";".join(f"{i}={o}" for i, o in state.items())
 
 
 def parse_batch_dim(value: str):
@@ -240,22 +264,50 @@ def stream_layout(p: GertParams, batching: bool, device_cores: Callable[[], tupl
     return StreamLayout(2, cube // 2, vector // 2 if vector >= 2 else None, auto=True)
 
 
+def served_version(model_dir: str, version_policy: Optional[dict]) -> tuple:
+    """(model dir, version) whose ONNX file auto-complete reads. The Python backend runs auto_complete_config for
+    one model version, and its stub reports that version's dir (<model dir>/<version>): that version. A stub that
+    reports the model dir: the highest version the config's ``version_policy`` serves (Triton's rule: ``latest``
+    (default, num_versions 1) the highest-numbered version dirs, ``all`` every one, ``specific`` those listed),
+    the way onnxruntime_backend reads <model dir>/<version being loaded>/model.onnx."""
+    norm = os.path.normpath(model_dir)
+    if os.path.basename(norm).isdigit():
+        return os.path.dirname(norm), os.path.basename(norm)
+    have = sorted((int(d) for d in os.listdir(norm) if d.isdigit() and os.path.isdir(os.path.join(norm, d))),
+                  reverse=True) if os.path.isdir(norm) else []
+    policy = version_policy or {}
+    if "specific" in policy:
+        listed = {int(v) for v in (policy["specific"] or {}).get("versions", [])}
+        have = [v for v in have if v in listed]
+    elif "all" not in policy:
+        n = int(((policy.get("latest") or {}).get("num_versions")) or 1)
+        have = have[:n]
+    return norm, str(have[0]) if have else "1"
+
+
+def _inside(path: str, root: str) -> bool:
+    return os.path.commonpath([path, root]) == root
+
+
 def find_onnx_file(model_dir: str, version: str, onnx_file: Optional[str]) -> str:
-    """The ONNX file to serve; a path that leaves the model dir is refused."""
-    model_dir = os.path.realpath(model_dir)
-    if onnx_file is None:
-        candidates = [os.path.join(model_dir, str(version), "model.onnx"), os.path.join(model_dir, "model.onnx")]
-    else:
-        if os.path.isabs(onnx_file):
-            raise ConfigError(f"parameter 'onnx_file': {onnx_file!r} must be relative to the model directory")
-        candidates = [os.path.join(model_dir, str(version), onnx_file), os.path.join(model_dir, onnx_file)]
+    """The ONNX file to serve: ``onnx_file`` (default model.onnx) in the version dir, else in the model dir. As in
+    Triton's own backends, the default file may be a symlink to anywhere (a shared model store); a path given in
+    ``onnx_file`` may not point outside the model dir (absolute, '..' past it, or a link out of it)."""
+    model_dir = os.path.abspath(model_dir)
+    real_dir = os.path.realpath(model_dir)
+    name = onnx_file or "model.onnx"
+    if onnx_file is not None and os.path.isabs(onnx_file):
+        raise ConfigError(f"parameter 'onnx_file': {onnx_file!r} must be relative to the model directory")
+    candidates = [os.path.join(model_dir, str(version), name), os.path.join(model_dir, name)]
     for c in candidates:
-        real = os.path.realpath(c)
-        if os.path.commonpath([real, model_dir]) != model_dir:
+        if onnx_file is not None and not (_inside(os.path.normpath(c), model_dir)
+                                          and _inside(os.path.realpath(c), real_dir)):
             raise ConfigError(f"parameter 'onnx_file': {onnx_file!r} leaves the model directory {model_dir}")
-        if os.path.isfile(real):
-            return real
-    raise ConfigError(f"parameter 'onnx_file': no {onnx_file or 'model.onnx'} in {candidates[0]} or {candidates[1]}")
+        if os.path.isfile(c):
+            return os.path.realpath(c)
+    what = f"parameter 'onnx_file': no {onnx_file}" if onnx_file is not None else "no model.onnx"
+    raise ConfigError(f"{what} in {candidates[0]} or {candidates[1]}"
+                      + ("" if onnx_file is not None else " (parameter 'onnx_file' names another file)"))
 
 
 def cache_path(p: GertParams, model_dir: str) -> Optional[str]:

@@ -8,12 +8,17 @@ woken only when idle); its thread waits ``interval`` from the first notification
 everything counted since its last publication (so any number of batches become one call per metric that
 changed) and makes the calls. flush() publishes at once and waits; close() flushes, stops the thread and deletes
 the metrics before their families (as Triton requires).
+
+Every series carries ``model``, ``version`` and ``instance`` labels (one stub per instance: without ``instance``
+two instances would overwrite each other's gauges and share counters), and the ``gear`` label is bounded: a dim at
+one of its declared gears shows its size, any other size shows as ``dynamic`` (``batch=4,S=dynamic``), so a model
+serving thousands of sizes still has at most one series per gear combination (StatsChanges).
 """
 from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional
 
 (GEAR_HITS, PADDING_RATIO, STREAM_BUSY, GRAPH_REQUESTS, BACKGROUND_COMPILES, REQUEST_PATH_COMPILES,
  ACTIVE_SEQUENCES) = range(7)
@@ -24,7 +29,8 @@ Change = tuple  # (family, labels, "increment" | "set", value)
 class Publisher:
     """The gert metric families of one model instance and the thread that publishes to them."""
 
-    def __init__(self, pb_utils, model_name: str, collect: Callable[[], list[Change]], interval: float = 0.1):
+    def __init__(self, pb_utils, model_name: str, collect: Callable[[], list[Change]], interval: float = 0.1,
+                 version: str = "", instance: str = ""):
         fam = pb_utils.MetricFamily
         self._log = getattr(pb_utils, "Logger", None)
         self._families = [
@@ -40,7 +46,7 @@ class Publisher:
             fam(name="gert_active_sequences", description="Sequences whose state is held on the device (stateful "
                 "models)", kind=fam.GAUGE),
         ]
-        self._base = (("model", model_name),)
+        self._base = (("model", model_name), ("version", str(version)), ("instance", instance or model_name))
         self._collect = collect
         self.interval = interval
         self._metrics: dict = {}
@@ -128,3 +134,63 @@ class Publisher:
                 m.increment(value)
             else:
                 m.set(value)
+
+
+def gear_label(key: str, gears: Mapping[str, frozenset]) -> str:
+    """The bounded ``gear`` label of a graph key label ("S=37,batch=1"): each dim's size where it is one of the dim's
+    declared ``gears`` (sizes as strings), else ``dynamic``; "static" (a model without dynamic dims) stays."""
+    if key == "static":
+        return key
+    parts = []
+    for item in key.split(","):
+        dim, _, size = item.rpartition("=")
+        parts.append(f"{dim}={size if size in gears.get(dim, ()) else 'dynamic'}")
+    return ",".join(parts)
+
+
+class StatsChanges:
+    """gert.Model.stats() snapshots -> the metric changes since the previous snapshot, with bounded gear labels.
+    The padding ratio of a gear label that several graph shapes share is their hits-weighted mean."""
+
+    def __init__(self, gears: Mapping[str, frozenset]):
+        self.gears = dict(gears)
+        self._hits: dict = {}      # gear label -> hits published
+        self._padding: dict = {}   # gear label -> padding ratio published
+        self._streams: dict = {}   # (device, stream) -> the stream's last stats
+        self._active: Optional[int] = None
+
+    def __call__(self, stats: Mapping, active: Optional[int] = None) -> list:
+        changes = []
+        hits: dict = {}
+        padded: dict = {}
+        for key, g in stats["gears"].items():
+            label = gear_label(key, self.gears)
+            hits[label] = hits.get(label, 0) + g["hits"]
+            padded[label] = padded.get(label, 0.0) + g["hits"] * g["padding_ratio"]
+        for label, n in hits.items():
+            delta = n - self._hits.get(label, 0)
+            if delta > 0:  # only gears that ran since
+                changes.append((GEAR_HITS, {"gear": label}, "increment", delta))
+                ratio = padded[label] / n
+                if self._padding.get(label) != ratio:  # a gauge: only when it changes
+                    changes.append((PADDING_RATIO, {"gear": label}, "set", ratio))
+                    self._padding[label] = ratio
+            self._hits[label] = n
+        for s in stats["streams"]:
+            where = {"stream": str(s["stream"]), "device": str(s["device"])}
+            before = self._streams.get((s["device"], s["stream"]), {})
+            delta = s["busy_seconds"] - before.get("busy_seconds", 0.0)
+            if delta > 0:
+                changes.append((STREAM_BUSY, where, "increment", delta))
+            for family, name, labels in ((GRAPH_REQUESTS, "static_hits", {"graph": "static"}),
+                                         (GRAPH_REQUESTS, "dynamic_hits", {"graph": "dynamic"}),
+                                         (BACKGROUND_COMPILES, "background_compiles", {}),
+                                         (REQUEST_PATH_COMPILES, "request_path_compiles", {})):
+                n = s[name] - before.get(name, 0)
+                if n > 0:
+                    changes.append((family, {**where, **labels}, "increment", n))
+            self._streams[(s["device"], s["stream"])] = s
+        if active is not None and active != self._active:
+            self._active = active
+            changes.append((ACTIVE_SEQUENCES, {}, "set", active))
+        return changes

@@ -8,37 +8,20 @@ request with the outputs it asked for.
 from __future__ import annotations
 
 import json
-import os
 from typing import Optional
-
-import numpy as np
 
 import gert
 from gert import _cann
 from gert.errors import GertError
-from gert.recovery import error_class
-from gert_triton.config import ConfigError, cache_path, find_onnx_file, parse_parameters, stream_layout
+from gert_triton.config import (ConfigError, cache_path, find_onnx_file, parse_parameters, served_version,
+                                stream_layout)
+from gert_triton.error_codes import error_response
+from gert_triton.gears import GearSplitter
 from gert_triton.layout import Layout
-from gert_triton.metrics import (ACTIVE_SEQUENCES, BACKGROUND_COMPILES, GEAR_HITS, GRAPH_REQUESTS, PADDING_RATIO,
-                                 REQUEST_PATH_COMPILES, STREAM_BUSY, Publisher)
-
-_NUMPY_TO_TRITON = {
-    np.dtype(np.bool_): "TYPE_BOOL", np.dtype(np.uint8): "TYPE_UINT8", np.dtype(np.uint16): "TYPE_UINT16",
-    np.dtype(np.uint32): "TYPE_UINT32", np.dtype(np.uint64): "TYPE_UINT64", np.dtype(np.int8): "TYPE_INT8",
-    np.dtype(np.int16): "TYPE_INT16", np.dtype(np.int32): "TYPE_INT32", np.dtype(np.int64): "TYPE_INT64",
-    np.dtype(np.float16): "TYPE_FP16", np.dtype(np.float32): "TYPE_FP32", np.dtype(np.float64): "TYPE_FP64",
-}
-DEFAULT_MAX_BATCH = 8
-# gert.recovery.error_class -> TritonError code: clients and load balancers retry UNAVAILABLE, never INVALID_ARG
-_TRITON_CODES = {"invalid": "INVALID_ARG", "internal": "INTERNAL", "unavailable": "UNAVAILABLE"}
-
-
-def triton_dtype(dtype) -> str:
-    try:
-        return _NUMPY_TO_TRITON[np.dtype(dtype)]
-    except KeyError:
-        raise GertError(f"dtype {np.dtype(dtype)} has no Triton config type") from None
-
+from gert_triton.metrics import Publisher, StatsChanges
+from gert_triton.model_config import (DEFAULT_MAX_BATCH, auto_complete, check_config, describe, io_config,  # noqa: F401
+                                      onnx_io, squeezed_inputs, triton_dtype)
+from gert_triton.tensors import as_array, to_tensor
 
 def _pb_utils():
     import triton_python_backend_utils as pb_utils  # exists only inside Triton's Python stub (or a test fake)
@@ -63,77 +46,21 @@ def _log_info(message: str) -> None:
         pass
 
 
-def onnx_io(path: str) -> dict:
-    """The model's I/O; outputs with no shape in the file get the one shape inference finds (gert.valuedep)."""
-    from gert import valuedep
-
-    with open(path, "rb") as f:
-        data = f.read()
-    return valuedep.analyze(data, _cann.read_onnx_io(data))[0]
-
-
-def io_config(io: dict) -> tuple:
-    """(batchable, inputs, outputs) in Triton config form, as onnxruntime_backend's autocomplete builds them:
-    batchable when the first dim of every input and output is symbolic; dims then exclude it."""
-    from gert.dtypes import onnx_to_numpy
-
-    tensors = io["inputs"] + io["outputs"]
-    batchable = all(dims and not isinstance(dims[0], int) for _, _, dims in tensors)
-
-    def conv(entries):
-        out = []
-        for name, elem, dims in entries:
-            if dims is None:
-                raise GertError(f"ONNX tensor '{name}' has no shape; gert_triton needs its rank")
-            d = [x if isinstance(x, int) else -1 for x in dims]
-            out.append({"name": name, "data_type": triton_dtype(onnx_to_numpy(elem)),
-                        "dims": d[1:] if batchable else d})
-        return out
-
-    return batchable, conv(io["inputs"]), conv(io["outputs"])
-
-
-def _version_dirs(model_dir: str) -> list:
-    return sorted((d for d in os.listdir(model_dir) if d.isdigit()), key=int, reverse=True)
-
-
 class TritonPythonModel:
     """Serve an ONNX model on gert. Subclasses may override preprocess() and postprocess()."""
 
     @staticmethod
     def auto_complete_config(auto_complete_model_config):
+        """Fill what config.pbtxt leaves out from the ONNX file of the version Triton serves (gert_triton.model_config
+        decides the entries, as `gert repo init` and the load-time check do)."""
         pb_utils = _pb_utils()
         cfg = auto_complete_model_config.as_dict()
         params = parse_parameters(cfg.get("parameters", {}))
-        model_dir = pb_utils.get_model_dir()
-        if os.path.basename(os.path.normpath(model_dir)).isdigit():  # some stubs report the version dir
-            model_dir = os.path.dirname(os.path.normpath(model_dir))
-        versions = _version_dirs(model_dir) or ["1"]
-        path = find_onnx_file(model_dir, versions[0], params.onnx_file)
-        batchable, inputs, outputs = io_config(onnx_io(path))
-        if params.state or params.batch_dim is not None:  # step inputs / non-state outputs, Triton's batch axis first
-            from gert_triton.sequences import sequence_io
-
-            batchable = True
-            inputs, outputs = sequence_io(onnx_io(path), params.state, params.batch_dim)
-        have_in = {i["name"] for i in cfg.get("input", [])}
-        have_out = {o["name"] for o in cfg.get("output", [])}
-        if batchable and cfg.get("max_batch_size", 0) == 0 and not cfg.get("input"):
-            top = params.max_batch or max(params.gears.get("batch", [DEFAULT_MAX_BATCH]))
-            auto_complete_model_config.set_max_batch_size(top)
-        batching = batchable and (auto_complete_model_config.as_dict().get("max_batch_size", 0) > 0)
-        for i in inputs:
-            if i["name"] not in have_in:
-                auto_complete_model_config.add_input(i if batching or not batchable else
-                                                     {**i, "dims": [-1] + i["dims"]})
-        for o in outputs:
-            if o["name"] not in have_out:
-                auto_complete_model_config.add_output(o if batching or not batchable else
-                                                      {**o, "dims": [-1] + o["dims"]})
-        if batching:
-            cfg = auto_complete_model_config.as_dict()
-            if "sequence_batching" not in cfg and "ensemble_scheduling" not in cfg:  # as set_dynamic_batching checks
-                auto_complete_model_config.set_dynamic_batching()
+        model_dir, version = served_version(pb_utils.get_model_dir(), cfg.get("version_policy"))
+        path = find_onnx_file(model_dir, version, params.onnx_file)
+        spec = describe(onnx_io(path), params.state, params.batch_dim)
+        top = params.max_batch or max(params.gears.get("batch", [DEFAULT_MAX_BATCH]))
+        auto_complete(auto_complete_model_config, spec, top)
         return auto_complete_model_config
 
     # ---- lifecycle ---------------------------------------------------------------------------------------
@@ -152,9 +79,12 @@ class TritonPythonModel:
                                   f"{self.max_batch_size}")
             if max_batch is None and "batch" not in gears:
                 max_batch = self.max_batch_size
+        spec = describe(onnx_io(path), params.state, params.batch_dim)
+        check_config(self.config, spec, inputs=type(self).preprocess is TritonPythonModel.preprocess,
+                     outputs=type(self).postprocess is TritonPythonModel.postprocess)
         device = int(args.get("model_instance_device_id", "0") or 0)
         devices = params.device_ids or (device,)
-        batching = self.max_batch_size > 0 and (io_config(onnx_io(path))[0] or params.batch_dim is not None)
+        batching = self.max_batch_size > 0 and spec.batchable
         self.layout = stream_layout(params, batching, lambda: _device_cores(devices))
         cache = cache_path(params, args["model_repository"])  # else gert.load takes GERT_CACHE_DIR, if set
         cache_kwargs = {"cache_dir": cache} if cache else {}
@@ -166,15 +96,17 @@ class TritonPythonModel:
                                split_batch=params.split_batch if params.split_batch is not None
                                else self.layout.streams * len(devices) > 1,
                                request_timeout_s=params.request_timeout_ms / 1000 if params.request_timeout_ms else None)
-        self.triton_layout = Layout(self.model.plan, self.max_batch_size > 0)
+        self.triton_layout = Layout(self.model.plan, self.max_batch_size > 0, squeezed_inputs(self.config, spec))
         self.stateful = None
         try:
+            # a merged batch of a size that is not a batch gear runs as gear-sized pieces (gert_triton.gears)
+            self._gears = GearSplitter.for_plan(self.model.plan) if self.max_batch_size > 0 else GearSplitter()
+            self._gears.check(self.max_batch_size)
             if params.state:
                 from gert_triton.sequences import SequenceServer
 
                 self.stateful = SequenceServer(self.model, self.config, self.name, self.triton_layout,
                                                on_change=self._update_metrics)
-            self._check_config_io()
             compiled = self.model.warmup(self._config_fixed_sizes()) if params.warmup else 0
         except BaseException:  # the load fails: release the streams, sessions and device memory it took
             if self.stateful is not None:
@@ -194,7 +126,7 @@ class TritonPythonModel:
         # Without them requests wait in the instance's queue unchecked: ask in execute().
         self.check_cancelled = not ("dynamic_batching" in self.config or "sequence_batching" in self.config)
         self.sequences = "sequence_batching" in self.config
-        self._init_metrics(params.metrics_interval_ms)
+        self._init_metrics(params.metrics_interval_ms, args.get("model_version", ""), args.get("model_instance_name", ""))
 
     def _config_fixed_sizes(self) -> dict:
         """Sizes of the model's symbolic dims that config.pbtxt fixes (Triton rejects requests with other sizes),
@@ -211,43 +143,6 @@ class TritonPythonModel:
                 if dim is not None and int(d) >= 0:
                     sizes.setdefault(dim, set()).add(int(d))
         return {k: sorted(v) for k, v in sizes.items()}
-
-    def _check_config_io(self) -> None:
-        """Config inputs / outputs that contradict the ONNX model fail the load (auto_complete_config keeps what
-        the config gives), instead of every request failing later: the same dtype, and the same rank (the batch
-        axis added when max_batch_size > 0). Skipped for the side a subclass's preprocess / postprocess converts."""
-        state = self.stateful.model._sequences.state_inputs if self.stateful is not None else ()
-        names = [t.name for t in self.model.inputs if t.name not in state]  # a state stays on the device
-        cfg_names = [i["name"] for i in self.config.get("input", [])]
-        if sorted(cfg_names) != sorted(names):
-            raise ConfigError(f"config inputs {cfg_names} do not match the ONNX model's inputs {names}")
-        batch_axis = 1 if self.max_batch_size > 0 else 0
-        sides = []
-        if type(self).preprocess is TritonPythonModel.preprocess:
-            sides.append(("input", self.model.inputs))
-        if type(self).postprocess is TritonPythonModel.postprocess:
-            sides.append(("output", self.model.outputs))
-        for kind, tensors in sides:
-            onnx = {t.name: t for t in tensors}
-            for entry in self.config.get(kind, []):
-                t = onnx.get(entry.get("name"))
-                if t is None:
-                    continue
-                try:
-                    want = triton_dtype(t.dtype)
-                except GertError:
-                    want = None
-                have = entry.get("data_type")
-                if want and have not in (None, "", "TYPE_INVALID", want):
-                    raise ConfigError(f"config {kind} '{t.name}' has data_type {have}, but the ONNX model's "
-                                      f"{kind} is {want}")
-                dims = list((entry.get("reshape") or {}).get("shape") or entry.get("dims") or [])  # what we get
-                carries = self.triton_layout.inputs.get(t.name, 0) if kind == "input" else \
-                    self.triton_layout.outputs.get(t.name, 0)
-                if dims and len(dims) + (batch_axis if carries is not None else 0) != len(t.shape):
-                    raise ConfigError(f"config {kind} '{t.name}' has dims {dims}"
-                                      + (" (plus the batch axis, max_batch_size > 0)" if batch_axis else "")
-                                      + f", but the ONNX model's {kind} has shape {list(t.shape)}")
 
     def finalize(self) -> None:
         if getattr(self, "stateful", None) is not None:
@@ -297,36 +192,27 @@ class TritonPythonModel:
                     if tensor is None:
                         raise GertError(f"input '{t.name}' is missing; the model takes "
                                         f"{[x.name for x in self.model.inputs]}")
-                    inputs[t.name] = self.triton_layout.to_model(t.name, tensor.as_numpy())
+                    inputs[t.name] = self.triton_layout.to_model(t.name, as_array(tensor))
                 inputs = self.preprocess(inputs)
                 self.model.validate(inputs)
                 ready.append((i, inputs, request.requested_output_names()))
             except Exception as e:  # this request alone is bad
-                responses[i] = pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(str(e), pb_utils.TritonError.INVALID_ARG))
+                responses[i] = error_response(pb_utils, e, checking=True)
         for group in self._groups(ready):
             try:
-                results = self.model.run_batch([inputs for _, inputs, _ in group])
-            except GertError as e:  # bad input INVALID_ARG; device / runtime failure INTERNAL; retry later UNAVAILABLE
-                code = getattr(pb_utils.TritonError, _TRITON_CODES[error_class(e)])
+                results = self._gears.run_batch(self.model, [inputs for _, inputs, _ in group])
+            except Exception as e:  # noqa: BLE001 - the group's answer (gert_triton.error_codes says which code)
                 for i, _, _ in group:
-                    responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(e), code))
-                continue
-            except Exception as e:
-                for i, _, _ in group:
-                    responses[i] = pb_utils.InferenceResponse(
-                        error=pb_utils.TritonError(f"{type(e).__name__}: {e}", pb_utils.TritonError.INTERNAL))
+                    responses[i] = error_response(pb_utils, e)
                 continue
             for (i, _, wanted), out in zip(group, results):
                 try:
                     out = self.postprocess(out)
-                    tensors = [pb_utils.Tensor(name, np.require(self.triton_layout.to_triton(name, arr),
-                                                                requirements="C"))
+                    tensors = [to_tensor(pb_utils, name, self.triton_layout.to_triton(name, arr))
                                for name, arr in out.items() if not wanted or name in wanted]
                     responses[i] = pb_utils.InferenceResponse(output_tensors=tensors)
-                except Exception as e:
-                    responses[i] = pb_utils.InferenceResponse(
-                        error=pb_utils.TritonError(f"{type(e).__name__}: {e}", pb_utils.TritonError.INTERNAL))
+                except Exception as e:  # noqa: BLE001
+                    responses[i] = error_response(pb_utils, e)
         self._update_metrics()
         return responses
 
@@ -345,12 +231,13 @@ class TritonPythonModel:
         return list(groups.values())
 
     # ---- metrics ---------------------------------------------------------------------------------------------
-    def _init_metrics(self, interval_ms: int) -> None:
-        self._last_stats = None
-        self._padding_sent: dict = {}  # gear -> the padding ratio last published
+    def _init_metrics(self, interval_ms: int, version: str = "", instance: str = "") -> None:
+        declared = {name: frozenset(str(g) for g in dim.gears) for name, dim in self.model.plan.dims.items()}
+        self._stats_changes = StatsChanges(declared)  # bounded gear labels: declared gears, else "dynamic"
         try:
             self.metrics: Optional[Publisher] = Publisher(_pb_utils(), self.name, self._metric_changes,
-                                                          interval=interval_ms / 1000)
+                                                          interval=interval_ms / 1000, version=version,
+                                                          instance=instance)
         except (ImportError, AttributeError):  # a stub without custom metrics
             self.metrics = None
 
@@ -361,35 +248,7 @@ class TritonPythonModel:
 
     def _metric_changes(self) -> list:
         """What gert.Model counted since the last call, as metric changes (called by the publisher's thread)."""
-        stats = self.model.stats()
-        last = self._last_stats or {"gears": {}, "streams": []}
-        changes = []
-        for gear, g in stats["gears"].items():
-            prev = last["gears"].get(gear, {"hits": 0})
-            if g["hits"] > prev["hits"]:  # only gears that ran since
-                changes.append((GEAR_HITS, {"gear": gear}, "increment", g["hits"] - prev["hits"]))
-                if self._padding_sent.get(gear) != g["padding_ratio"]:  # a gauge: only when it changes
-                    changes.append((PADDING_RATIO, {"gear": gear}, "set", g["padding_ratio"]))
-                    self._padding_sent[gear] = g["padding_ratio"]
-        prev = {(s["device"], s["stream"]): s for s in last["streams"]}
-        for s in stats["streams"]:
-            where = {"stream": str(s["stream"]), "device": str(s["device"])}
-            before = prev.get((s["device"], s["stream"]), {})
-            delta = s["busy_seconds"] - before.get("busy_seconds", 0.0)
-            if delta > 0:
-                changes.append((STREAM_BUSY, where, "increment", delta))
-            for family, field, labels in ((GRAPH_REQUESTS, "static_hits", {"graph": "static"}),
-                                          (GRAPH_REQUESTS, "dynamic_hits", {"graph": "dynamic"}),
-                                          (BACKGROUND_COMPILES, "background_compiles", {}),
-                                          (REQUEST_PATH_COMPILES, "request_path_compiles", {})):
-                n = s[field] - before.get(field, 0)
-                if n > 0:
-                    changes.append((family, {**where, **labels}, "increment", n))
-        if self.stateful is not None and self.stateful.active != getattr(self, "_active_sent", None):
-            self._active_sent = self.stateful.active
-            changes.append((ACTIVE_SEQUENCES, {}, "set", self._active_sent))
-        self._last_stats = stats
-        return changes
+        return self._stats_changes(self.model.stats(), self.stateful.active if self.stateful is not None else None)
 
 
 def _check_no_sequence(request, model: str) -> None:

@@ -8,7 +8,8 @@ import shutil
 from typing import Optional
 
 from gert.errors import GertError
-from gert_triton.model import DEFAULT_MAX_BATCH, io_config, onnx_io
+from gert_triton.config import parse_batch_dim, parse_state, state_parameter
+from gert_triton.model_config import DEFAULT_MAX_BATCH, config_io, describe, onnx_io
 
 MODEL_PY = "from gert_triton import TritonPythonModel  # noqa: F401  (config.pbtxt parameters drive the rest)\n"
 
@@ -32,32 +33,26 @@ def config_pbtxt(name: str, io: dict, max_batch_size: Optional[int] = None, para
                  instances: int = 1, sequence: Optional[dict] = None) -> str:
     """``sequence``: a stateful model's {"state": {in: out}, "batch_dim": ..., "strategy": "oldest"|"direct",
     "idle_us": int}: only the step inputs and non-state outputs, and a sequence_batching block instead of
-    dynamic_batching (Triton takes one of the two)."""
-    if sequence:
-        from gert_triton.sequences import sequence_block, sequence_io
-
-        inputs, outputs = sequence_io(io, sequence["state"], sequence.get("batch_dim"))
-        mbs = max_batch_size if max_batch_size is not None else DEFAULT_MAX_BATCH
-        if mbs < 1:
-            raise GertError(f"a stateful model batches its sequences: max_batch_size must be >= 1, got {mbs}")
-        text = f'name: "{name}"\nbackend: "python"\nmax_batch_size: {mbs}\n'
-        text += _tensor_block("input", inputs) + _tensor_block("output", outputs)
-        text += sequence_block(sequence.get("strategy", "oldest"), sequence.get("idle_us", 5_000_000), mbs)
-        return text + _instances_and_parameters(instances, parameters)
-    batchable, inputs, outputs = io_config(io)
-    if (parameters or {}).get("batch_dim"):  # the batch elsewhere than axis 0: Triton's batch axis maps onto it
-        from gert_triton.config import parse_batch_dim
-        from gert_triton.sequences import sequence_io
-
-        batchable = True
-        inputs, outputs = sequence_io(io, {}, parse_batch_dim(parameters["batch_dim"]))
-    mbs = (max_batch_size if max_batch_size is not None else DEFAULT_MAX_BATCH) if batchable else 0
+    dynamic_batching (Triton takes one of the two). The inputs and outputs come from gert_triton.model_config, as
+    auto-complete's and the load-time check's do, with the state and batch_dim the parameters give."""
+    parameters = parameters or {}
+    state = dict(sequence["state"]) if sequence else (parse_state(parameters["state"]) if parameters.get("state")
+                                                      else {})
+    batch_dim = sequence.get("batch_dim") if sequence else None
+    if batch_dim is None and parameters.get("batch_dim"):
+        batch_dim = parse_batch_dim(parameters["batch_dim"])
+    spec = describe(io, state, batch_dim)
+    mbs = (max_batch_size if max_batch_size is not None else DEFAULT_MAX_BATCH) if spec.batchable else 0
+    if sequence and mbs < 1:
+        raise GertError(f"a stateful model batches its sequences: max_batch_size must be >= 1, got {mbs}")
+    inputs, outputs = config_io(spec, mbs)
     text = f'name: "{name}"\nbackend: "python"\nmax_batch_size: {mbs}\n'
-    if not batchable or mbs == 0:
-        inputs = [{**i, "dims": i["dims"] if not batchable else [-1] + i["dims"]} for i in inputs]
-        outputs = [{**o, "dims": o["dims"] if not batchable else [-1] + o["dims"]} for o in outputs]
     text += _tensor_block("input", inputs) + _tensor_block("output", outputs)
-    if mbs > 0:
+    if sequence:
+        from gert_triton.sequences import sequence_block
+
+        text += sequence_block(sequence.get("strategy", "oldest"), sequence.get("idle_us", 5_000_000), mbs)
+    elif mbs > 0:
         text += "dynamic_batching {\n  max_queue_delay_microseconds: 2000\n}\n"
     return text + _instances_and_parameters(instances, parameters)
 
@@ -82,7 +77,7 @@ def init_repo(model_path: str, repo: str, name: Optional[str] = None, max_batch_
         raise GertError(f"model name {name!r} is not a valid directory name")
     io = onnx_io(model_path)
     if sequence:  # the state and batch axis go to the parameters the model loads with
-        parameters = {**(parameters or {}), "state": ";".join(f"{i}:{o}" for i, o in sequence["state"].items())}
+        parameters = {**(parameters or {}), "state": state_parameter(sequence["state"])}
         if sequence.get("batch_dim") is not None:
             bd = sequence["batch_dim"]
             parameters["batch_dim"] = bd if isinstance(bd, str) else ",".join(bd)

@@ -20,15 +20,15 @@ from typing import Optional
 import numpy as np
 
 from gert.errors import GertError
-from gert.recovery import error_class
 from gert_triton.config import ConfigError
+from gert_triton.error_codes import error_response
 from gert_triton.layout import Layout
+from gert_triton.tensors import as_array, to_tensor
 
 START, END = 1, 2  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END
 DEFAULT_IDLE_US = 1_000_000  # max_sequence_idle_microseconds 0 or unset (model_config.proto)
 CONTROL_KINDS = {"CONTROL_SEQUENCE_START": "start", "CONTROL_SEQUENCE_END": "end",
                  "CONTROL_SEQUENCE_READY": "ready", "CONTROL_SEQUENCE_CORRID": "corrid"}
-_CODES = {"invalid": "INVALID_ARG", "internal": "INTERNAL", "unavailable": "UNAVAILABLE"}
 
 
 def control_names(config: dict) -> dict:
@@ -130,10 +130,8 @@ class SequenceServer:
         for i, request in enumerate(requests):
             try:
                 item = self._prepare(request, pb_utils)
-            except GertError as e:
-                code = "UNAVAILABLE" if "out of device memory" in str(e) else "INVALID_ARG"
-                responses[i] = pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(str(e), getattr(pb_utils.TritonError, code)))
+            except GertError as e:  # out of device memory for its state: UNAVAILABLE (gert_triton.error_codes)
+                responses[i] = error_response(pb_utils, e, checking=True)
                 continue
             if item is None:  # a Direct null request: answered, never run
                 responses[i] = pb_utils.InferenceResponse(output_tensors=[])
@@ -167,7 +165,7 @@ class SequenceServer:
             if tensor is None:
                 raise GertError(f"input '{name}' is missing; a step of this stateful model takes {self.step_inputs} "
                                 "(the state stays on the server)")
-            inputs[name] = self.layout.to_model(name, tensor.as_numpy())
+            inputs[name] = self.layout.to_model(name, as_array(tensor))
         with self._lock:
             live = self._live.get(key)
             if live is not None:
@@ -213,8 +211,7 @@ class SequenceServer:
                 checked.append((i, live.seq, sequences._check_item(i, live.seq, inputs)))
                 good.append(item)
             except GertError as e:
-                responses[i] = pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(str(e), pb_utils.TritonError.INVALID_ARG))
+                responses[i] = error_response(pb_utils, e, checking=True)
                 self._finish(key, live, end)
         try:
             results = sequences.step_checked(checked, return_exceptions=True)
@@ -223,12 +220,9 @@ class SequenceServer:
         now = time.monotonic()
         for (i, key, live, _, wanted, end), out in zip(good, results):
             if isinstance(out, BaseException):
-                kind = _CODES[error_class(out)] if isinstance(out, GertError) else "INTERNAL"
-                text = str(out) if isinstance(out, GertError) else f"{type(out).__name__}: {out}"
-                responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(text, getattr(
-                    pb_utils.TritonError, kind)))
+                responses[i] = error_response(pb_utils, out)
             else:
-                tensors = [pb_utils.Tensor(n, np.require(self.layout.to_triton(n, a), requirements="C"))
+                tensors = [to_tensor(pb_utils, n, self.layout.to_triton(n, a))
                            for n, a in out.items() if not wanted or n in wanted]
                 responses[i] = pb_utils.InferenceResponse(output_tensors=tensors)
             live.last_used = now
@@ -241,32 +235,3 @@ class SequenceServer:
                 if self._live.get(key) is live:
                     del self._live[key]
             live.seq.close()
-
-
-def sequence_io(io: dict, state: dict, batch_dim) -> tuple:
-    """(inputs, outputs) config entries for max_batch_size > 0 of a model whose batch axis ``batch_dim`` names (with
-    a ``state``: its step inputs and non-state outputs), each without its batch axis (Triton adds its own first,
-    gert_triton.layout moves it); an input without the batch axis is [1] reshaped to [] when 0-d."""
-    from gert.dtypes import onnx_to_numpy
-    from gert.sequence import pair_states
-    from gert.shapes import plan_shapes
-    from gert_triton.model import triton_dtype
-
-    plan = plan_shapes(io, batch_dim=batch_dim, state=state)
-    pairs = pair_states(plan, state)
-    if plan.batch is None or any(p.axis is None for p in pairs):
-        raise ConfigError(f"the state {state or {}} has no batch axis: name it with batch_dim (e.g. 'N', or 'x:1,h:1') so "
-                          "that sequences can share a batch")
-    states = {p.input.name for p in pairs} | {p.output.name for p in pairs}
-    out = ([], [])
-    for side, (entries, output) in enumerate(((io["inputs"], False), (io["outputs"], True))):
-        for name, elem, dims in entries:
-            if name in states:
-                continue
-            axis = plan.batch_axis(name, output=output)
-            kept = [d if isinstance(d, int) else -1 for a, d in enumerate(dims) if a != axis]
-            entry = {"name": name, "data_type": triton_dtype(onnx_to_numpy(elem)), "dims": kept or [1]}
-            if not kept:
-                entry["reshape"] = {"shape": []}
-            out[side].append(entry)
-    return out

@@ -1,5 +1,6 @@
-"""The serving surface against hostile or broken configuration (issue 13, item 6): ``onnx_file`` (or the default
-model.onnx, or the version directory) cannot leave the model dir through a symlink; malformed config parameters and
+"""The serving surface against hostile or broken configuration (issue 13, item 6): a path ``onnx_file`` names cannot
+leave the model dir (also through a symlink), while the default model.onnx is read wherever it links, as Triton's own
+backends read their model files (issue 31, T7); malformed config parameters and
 malformed ONNX bytes fail the load with a GertError that says what is wrong, never a crash (the fuzzing runs in a
 child process, so a crash would fail the test rather than end the session)."""
 from __future__ import annotations
@@ -13,24 +14,26 @@ from test_triton_unit import init_args, model_dir, params, pb, seq_bytes  # noqa
 pytestmark = RUNTIME
 
 
-def test_default_model_onnx_symlinked_out_of_the_model_dir_is_refused(tmp_path):
-    (tmp_path / "secret.onnx").write_bytes(b"x")
+def test_default_model_onnx_symlinked_from_a_shared_store_is_served(tmp_path):
+    """Triton's own backends read <model dir>/<version>/<default_model_filename> wherever a symlink leads (a shared
+    model store); only a path a parameter names is confined to the model dir (issue 31, T7)."""
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / "relu.onnx").write_bytes(b"x")
     d = tmp_path / "m"
     (d / "1").mkdir(parents=True)
-    (d / "1" / "model.onnx").symlink_to(tmp_path / "secret.onnx")
-    with pytest.raises(ConfigError, match="leaves the model directory"):
-        find_onnx_file(str(d), "1", None)
+    (d / "1" / "model.onnx").symlink_to(tmp_path / "store" / "relu.onnx")
+    assert find_onnx_file(str(d), "1", None) == str((tmp_path / "store" / "relu.onnx").resolve())
 
 
-def test_version_dir_symlinked_out_of_the_model_dir_is_refused(tmp_path):
+def test_version_dir_symlinked_out_of_the_model_dir(tmp_path):
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "elsewhere" / "model.onnx").write_bytes(b"x")
     d = tmp_path / "m"
     d.mkdir()
     (d / "1").symlink_to(tmp_path / "elsewhere")
-    for name in (None, "model.onnx"):
-        with pytest.raises(ConfigError, match="leaves the model directory"):
-            find_onnx_file(str(d), "1", name)
+    assert find_onnx_file(str(d), "1", None) == str((tmp_path / "elsewhere" / "model.onnx").resolve())
+    with pytest.raises(ConfigError, match="'onnx_file'.*leaves the model directory"):
+        find_onnx_file(str(d), "1", "model.onnx")  # a path the parameter names stays inside
 
 
 @pytest.mark.parametrize("key, entry, words", [

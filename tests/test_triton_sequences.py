@@ -378,7 +378,7 @@ def test_cli_repo_init_writes_the_sequence_batcher(tmp_path, capsys):
                  "--sequence-strategy", "direct", "--max-sequence-idle-us", "700000"]) == 0
     text = (repo / "gru" / "config.pbtxt").read_text()
     assert "sequence_batching" in text and "direct {" in text and "700000" in text and "dynamic_batching" not in text
-    assert 'string_value: "h:h_out"' in text and 'string_value: "N"' in text
+    assert 'string_value: "h=h_out"' in text and 'string_value: "N"' in text
     assert main(["repo", "init", str(tmp_path / "gru.onnx"), str(repo), "--name", "g2", "--state", "h"]) == 2
     assert "INPUT=OUTPUT" in capsys.readouterr().err
     assert main(["repo", "init", str(tmp_path / "gru.onnx"), str(repo), "--name", "g3", "--state", "h=h_out"]) == 2

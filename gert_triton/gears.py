@@ -1,0 +1,111 @@
+"""Batch gears under Triton's dynamic batcher.
+
+Triton merges queued requests into a batch of any size from 1 to max_batch_size (``preferred_batch_size`` is only a
+preference: a batch is sent when the queue delay runs out, whatever its size). With the ``pad`` policy gert pads a
+batch up to the next gear. With a policy that takes only the gears' sizes (``exact``, or ``dynamic`` / ``auto`` with
+batch gears) a merged batch of another size would fail as a whole, so it is run as gear-sized pieces (3 rows with
+gears 1,2,4,8: 2 + 1) and each request gets its own rows back, as it would with any Triton backend; the load refuses
+gears that cannot make up every size up to max_batch_size.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from gert.errors import GertError
+from gert_triton.config import ConfigError
+
+
+@lru_cache(maxsize=256)
+def gear_chunks(rows: int, gears: tuple) -> tuple:
+    """The fewest gear sizes that add up to ``rows``, largest first; () when none do."""
+    best: list = [()] + [None] * rows  # best[n]: the pieces for n rows
+    for n in range(1, rows + 1):
+        for g in gears:
+            if g <= n and best[n - g] is not None and (best[n] is None or len(best[n - g]) + 1 < len(best[n])):
+                best[n] = best[n - g] + (g,)
+    return tuple(sorted(best[rows], reverse=True)) if best[rows] else ()
+
+
+@dataclass(frozen=True)
+class GearSplitter:
+    """Runs a batch whose size is not one of ``gears`` as gear-sized pieces. No gears: nothing to split (the batch
+    axis pads, or takes any size)."""
+
+    gears: tuple = ()
+    inputs: dict = field(default_factory=dict)   # input name -> the model axis of its batch (None: none)
+    outputs: dict = field(default_factory=dict)  # output name -> the same
+
+    @classmethod
+    def for_plan(cls, plan) -> "GearSplitter":
+        """The splitter for a gert.Model's shape plan: gears only when the batch dim's policy is not ``pad``."""
+        batch = plan.batch
+        if batch is None or batch.policy == "pad" or not batch.gears:
+            return cls()
+        return cls(tuple(sorted(batch.gears)), {t.name: plan.batch_axis(t.name) for t in plan.inputs},
+                   {t.name: plan.batch_axis(t.name, output=True) for t in plan.outputs})
+
+    def check(self, max_batch_size: int) -> None:
+        """Refuse gears that cannot make up some batch size Triton may form (1 .. max_batch_size)."""
+        if not self.gears:
+            return
+        missing = [n for n in range(1, max_batch_size + 1) if not gear_chunks(n, self.gears)]
+        if missing:
+            raise ConfigError(f"parameter 'gears': batch gears {list(self.gears)} under a non-pad batch policy cannot "
+                              f"make up batch sizes {missing}, which Triton's batcher forms (any size up to "
+                              f"max_batch_size {max_batch_size}); add gear 1, or use shape_policy batch:pad")
+
+    def run_batch(self, model, batch: list) -> list:
+        """``model.run_batch(batch)``, in gear-sized pieces when the batch's rows are not a gear."""
+        if not self.gears:
+            return model.run_batch(batch)
+        rows = [self._rows(inputs) for inputs in batch]
+        total = sum(rows)
+        if total in self.gears or not total or 0 in rows:
+            return model.run_batch(batch)
+        chunks = gear_chunks(total, self.gears)
+        if not chunks:
+            raise GertError(f"a batch of {total} rows cannot be split into the batch gears {list(self.gears)}")
+        parts: list = [[] for _ in batch]  # per request: its outputs piece by piece
+        req = off = 0
+        for size in chunks:
+            piece = []  # (request, first row, end row)
+            while size:
+                take = min(size, rows[req] - off)
+                piece.append((req, off, off + take))
+                size -= take
+                off += take
+                if off == rows[req]:
+                    req, off = req + 1, 0
+            results = model.run_batch([self._slice(batch[r], a, b) for r, a, b in piece])
+            for (r, _, _), out in zip(piece, results):
+                parts[r].append(out)
+        return [p[0] if len(p) == 1 else self._join(p) for p in parts]
+
+    def _rows(self, inputs: dict) -> int:
+        for name, arr in inputs.items():
+            axis = self.inputs.get(name)
+            if axis is not None:
+                return int(np.shape(arr)[axis])
+        return 0
+
+    def _slice(self, inputs: dict, start: int, stop: int) -> dict:
+        out = {}
+        for name, arr in inputs.items():
+            axis = self.inputs.get(name)
+            if axis is None:
+                out[name] = arr
+            else:
+                index = [slice(None)] * np.ndim(arr)
+                index[axis] = slice(start, stop)
+                out[name] = arr[tuple(index)]
+        return out
+
+    def _join(self, pieces: list) -> dict:
+        out = {}
+        for name in pieces[0]:
+            axis = self.outputs.get(name)
+            out[name] = pieces[0][name] if axis is None else np.concatenate([p[name] for p in pieces], axis=axis)
+        return out
