@@ -297,7 +297,9 @@ class Worker:
         # counted once the request succeeded, so that gear hits add up to the stream's requests
         label = _LABELS.get(req.key)
         if label is None:
-            label = _LABELS.setdefault(req.key, _key_label(req.key))
+            label = _key_label(req.key)
+            if len(_LABELS) < _LABELS_KEPT:  # bounded: under exact / auto every size is a key
+                _LABELS[req.key] = label
         gear = self.gear_stats.setdefault(label, GearStats())
         gear.hits += 1
         gear.real_elements += real_elements
@@ -453,7 +455,8 @@ def _out_array(dst, shape: tuple, dtype) -> Optional[np.ndarray]:
     return None
 
 
-_LABELS: dict = {}  # graph key -> its label in stats()
+_LABELS: dict = {}  # graph key -> its label in stats(), for the first _LABELS_KEPT keys
+_LABELS_KEPT = 1024
 _FAILED_COMPILES_KEPT = 64
 _GE_MEMORY_ALLOCATION = 245000  # ACL_ERROR_GE_MEMORY_ALLOCATION
 

@@ -131,8 +131,8 @@ def config_io(spec: ModelSpec, max_batch_size: int) -> tuple:
 def _model_dims(entry: dict) -> list:
     """What the entry says the model gets, batch axis left out: the reshape when there is one (an empty one too)."""
     reshape = entry.get("reshape")
-    if isinstance(reshape, dict) and "shape" in reshape:
-        return list(reshape["shape"])
+    if isinstance(reshape, dict):  # {"shape": []} in Triton's JSON; {} where a converter drops the empty list
+        return list(reshape.get("shape") or [])
     return list(entry.get("dims") or [])
 
 
