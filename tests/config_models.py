@@ -127,7 +127,7 @@ def shape_cases() -> list:
     return [
         Case("sr_state", stateful_sr_model(), {"sequence": {"state": {"state": "stateN"},
                                                             "batch_dim": ["input:0", "state:1"]}},
-             {"input": xs, "sr": np.array([2.0], np.float32)}, {"output": _sr_expected(xs, 2.0)}, sequence=True,
+             {"input": xs, "sr": np.array([[2.0]], np.float32)}, {"output": _sr_expected(xs, 2.0)}, sequence=True,
              note="0-d input + state with its batch on axis 1 (issue 22)"),
         Case("unnamed", unnamed_model(), {}, {"x": x}, {"y": x + x}, note="unnamed dims"),
         Case("axis1", axis1_model(), {"parameters": {"batch_dim": "N"}}, {"x": x3},

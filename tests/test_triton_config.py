@@ -47,7 +47,11 @@ def write_case(tmp_path, case) -> str:
 
 
 def run_one(pb, m, case) -> dict:
-    tensors = [pb.Tensor(k, v) for k, v in case.inputs.items()]
+    """One request as the client sends it; an input whose config has a reshape arrives reshaped (Triton's core
+    reshapes it before the backend sees it: [batch] + reshape.shape)."""
+    reshape = {e["name"]: e["reshape"].get("shape", []) for e in m.config.get("input", []) if "reshape" in e}
+    tensors = [pb.Tensor(k, v.reshape(v.shape[:1] + tuple(reshape[k])) if k in reshape else v)
+               for k, v in case.inputs.items()]
     kw = {"correlation_id": 11, "flags": 3} if case.sequence else {}
     (r,) = m.execute([pb.InferenceRequest(tensors, list(case.expected), **kw)])
     assert not r.has_error(), r.error()

@@ -1,0 +1,317 @@
+"""gert_triton's config generation and adapter fixes against the REAL tritonserver (issue 31 T1-T8, issue 22's
+repo-init repro): every model shape class loads from `gert repo init`'s config and from auto-complete and answers one
+request with ONNX Runtime's result; merged non-gear batches, bounded metric labels, one series per instance, the
+served version, a symlinked default model file and a trimmed output list. One server for the module on free ports
+(explicit model control: each test loads the models it needs), independent of test_triton_e2e.py's."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+
+import gert
+from config_models import relu_model, shape_cases, two_out_model
+from gert_triton.repo import init_repo
+from gert_triton.server import TritonServer, pytriton_root
+
+httpclient = pytest.importorskip("tritonclient.http")
+grpcclient = pytest.importorskip("tritonclient.grpc")
+ml_dtypes = pytest.importorskip("ml_dtypes")
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype  # noqa: E402
+
+pytestmark = [pytest.mark.skipif(pytriton_root() is None, reason="needs nvidia-pytriton (pip install -e '.[triton]')")]
+
+START_TIMEOUT = 90.0
+CALL_TIMEOUT = 60.0
+P = {"streams": "1", "warmup": "false"}  # one stream, no compiles at load: each load is quick
+
+
+def log_tail(path: str, n: int = 40) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    return tmp_path_factory.mktemp("triton-config")
+
+
+@pytest.fixture(scope="module")
+def server(root):
+    repo = root / "repo"
+    repo.mkdir()
+    log = str(root / "server.log")
+    for attempt in range(3):  # a port taken between free_port() and the bind: new ports
+        srv = TritonServer(str(repo), log_path=log, extra_args=["--model-control-mode=explicit",
+                                                                "--exit-timeout-secs=5"])
+        srv.start()
+        try:
+            srv.wait_ready(START_TIMEOUT)
+            break
+        except gert.GertError as e:
+            srv.stop(timeout=10)
+            if "already in use" in log_tail(log, 200) and attempt < 2:
+                continue
+            pytest.fail(f"{e}\n{log_tail(log)}", pytrace=False)
+    srv.log = log
+    try:
+        yield srv
+    finally:
+        srv.stop(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def http(server):
+    c = httpclient.InferenceServerClient(server.url("http"), connection_timeout=CALL_TIMEOUT,
+                                         network_timeout=CALL_TIMEOUT, concurrency=8)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def grpc(server):
+    c = grpcclient.InferenceServerClient(server.url("grpc"))
+    yield c
+    c.close()
+
+
+def repo_of(server) -> str:
+    return server.repo
+
+
+def load(server, http, name: str) -> None:
+    try:
+        http.load_model(name)
+    except InferenceServerException as e:
+        pytest.fail(f"load {name}: {e}\n{log_tail(server.log, 30)}", pytrace=False)
+
+
+def inputs_of(mod, arrays: dict, datatypes: dict) -> list:
+    out = []
+    for name, arr in arrays.items():
+        if datatypes.get(name) == "BF16":
+            arr = arr.astype(ml_dtypes.bfloat16)
+        i = mod.InferInput(name, list(arr.shape), np_to_triton_dtype(arr.dtype))
+        i.set_data_from_numpy(arr)
+        out.append(i)
+    return out
+
+
+def answer(grpc, case, model: str) -> dict:
+    kw = {"sequence_id": 7, "sequence_start": True, "sequence_end": True} if case.sequence else {}
+    r = grpc.infer(model, inputs_of(grpcclient, case.inputs, case.datatypes), client_timeout=CALL_TIMEOUT, **kw)
+    return {name: r.as_numpy(name) for name in case.expected}
+
+
+def write_onnx(root, name: str, data: bytes) -> str:
+    p = root / f"{name}.onnx"
+    p.write_bytes(data)
+    return str(p)
+
+
+def without_io(text: str) -> str:
+    """config.pbtxt with the inputs, outputs, max_batch_size and dynamic_batching left to auto-complete (a
+    sequence_batching block keeps max_batch_size: Triton checks its preferred_batch_size against it before
+    auto-complete runs)."""
+    text = re.sub(r"^(input|output) \[\n.*?^\]\n", "", text, flags=re.S | re.M)
+    text = re.sub(r"^dynamic_batching \{\n.*?^\}\n", "", text, flags=re.S | re.M)
+    if "sequence_batching" in text:
+        return text
+    return re.sub(r"^max_batch_size: \d+\n", "", text, flags=re.M)
+
+
+# ---- issue 22: a config gert writes always loads, over every shape class --------------------------------------------
+
+@pytest.mark.parametrize("case", shape_cases(), ids=lambda c: c.name)
+def test_every_shape_class_loads_from_repo_init_and_auto_complete(server, http, grpc, root, case):
+    src = write_onnx(root, case.name, case.onnx)
+    init = {**case.init, "parameters": {**P, **case.init.get("parameters", {})}}
+    target = init_repo(src, repo_of(server), name=case.name, **init)
+    auto = os.path.join(repo_of(server), case.name + "_auto")
+    shutil.copytree(target, auto)
+    with open(os.path.join(target, "config.pbtxt")) as f:
+        text = f.read().replace(f'name: "{case.name}"', f'name: "{case.name}_auto"')
+    with open(os.path.join(auto, "config.pbtxt"), "w") as f:
+        f.write(without_io(text))
+    for model in (case.name, case.name + "_auto"):
+        load(server, http, model)
+        out = answer(grpc, case, model)
+        for name, want in case.expected.items():
+            got = out[name]
+            if want.dtype == np.float32 and case.datatypes:
+                got = got.astype(np.float32)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{model} {name} ({case.note})")
+        http.unload_model(model)
+
+
+# ---- T1: a merged batch of a size that is not a gear ---------------------------------------------------------------
+
+@pytest.mark.parametrize("policy", ["exact", "auto"])
+def test_merged_non_gear_batch_answers_every_request(server, http, root, policy):
+    """Triton merges three batch-1 requests into one execute of 3 rows (preferred_batch_size 3 and a long queue
+    delay make the merge happen: the batch goes when the third request arrives); with gears 1,2,4,8 and a non-pad
+    batch policy each request gets its own result."""
+    name = f"gears_{policy}"
+    target = init_repo(write_onnx(root, "relu", relu_model()), repo_of(server), name=name,
+                       parameters={**P, "gears": "batch:1,2,4,8", "shape_policy": f"batch:{policy}"})
+    cfg = os.path.join(target, "config.pbtxt")
+    with open(cfg) as f:
+        text = f.read().replace("max_queue_delay_microseconds: 2000",
+                                "preferred_batch_size: [ 3 ]\n  max_queue_delay_microseconds: 20000000")
+    with open(cfg, "w") as f:
+        f.write(text)
+    load(server, http, name)
+    xs = [np.array([[i + 1.0, -1, 2, -3]], np.float32) * (-1) ** i for i in range(3)]
+    handles = [http.async_infer(name, inputs_of(httpclient, {"x": x}, {})) for x in xs]
+    for x, h in zip(xs, handles):
+        np.testing.assert_array_equal(h.get_result(timeout=CALL_TIMEOUT).as_numpy("y"), np.maximum(x, 0))
+
+    def counts():  # the backend reports statistics after execute() returned, i.e. after the responses went out
+        s = http.get_inference_statistics(name)["model_stats"][0]
+        return (int(s["inference_count"]), int(s["execution_count"])) if int(s["inference_count"]) >= 3 else None
+
+    assert wait_for(counts) == (3, 1), "the three requests ran as one batch"
+    http.unload_model(name)
+
+
+# ---- T2 / T3: metric labels ---------------------------------------------------------------------------------------
+
+def metrics(server) -> list:
+    with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=CALL_TIMEOUT) as r:
+        text = r.read().decode()
+    out = []
+    for line in text.splitlines():
+        m = re.match(r'^(\w+)\{([^}]*)\}\s+(\S+)$', line)
+        if m:
+            out.append((m.group(1), dict(re.findall(r'(\w+)="([^"]*)"', m.group(2))), float(m.group(3))))
+    return out
+
+
+def series(server, family: str, model: str) -> list:
+    return [(labels, v) for name, labels, v in metrics(server) if name == family and labels.get("model") == model]
+
+
+def wait_for(check, timeout: float = 30.0):
+    """check() until it returns something true, or fail at the deadline (the metrics thread publishes after each
+    batch)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got or time.monotonic() > deadline:
+            return got
+        time.sleep(0.05)
+
+
+def test_auto_policy_sizes_share_bounded_gear_labels(server, http, root):
+    """T2: 24 distinct sizes of an auto dim make one gert_gear_hits_total series (S=dynamic), not 24."""
+    init_repo(write_onnx(root, "relu_s", relu_model(dims=("N", "S"))), repo_of(server), name="auto_s",
+              parameters={**P, "metrics_interval_ms": "0"})
+    load(server, http, "auto_s")
+    rng = np.random.default_rng(0)
+    for s in range(1, 25):
+        x = rng.standard_normal((1, s)).astype(np.float32)
+        np.testing.assert_array_equal(http.infer("auto_s", inputs_of(httpclient, {"x": x}, {})).as_numpy("y"),
+                                      np.maximum(x, 0))
+    got = wait_for(lambda: [s for s in series(server, "gert_gear_hits_total", "auto_s")
+                            if sum(v for _, v in series(server, "gert_gear_hits_total", "auto_s")) >= 24])
+    assert [lab["gear"] for lab, _ in got] == ["S=dynamic,batch=1"], got
+    assert all(lab["version"] == "1" and lab["instance"] for lab, _ in got)
+    http.unload_model("auto_s")
+
+
+def test_instances_publish_their_own_active_sequences(server, http, grpc, root):
+    """T3: 4 live sequences over 2 instances: the gauges of the instances add up to 4 (one series per instance)."""
+    case = next(c for c in shape_cases() if c.name == "colon_state")
+    init_repo(write_onnx(root, "gru2", case.onnx), repo_of(server), name="gru2", instances=2,
+              parameters={**P, "metrics_interval_ms": "0"}, sequence=case.init["sequence"])
+    load(server, http, "gru2")
+    for sid in (101, 102, 103, 104):
+        grpc.infer("gru2", inputs_of(grpcclient, case.inputs, {}), sequence_id=sid, sequence_start=True,
+                   client_timeout=CALL_TIMEOUT)
+    got = wait_for(lambda: (lambda s: s if sum(v for _, v in s) == 4 else None)(
+        series(server, "gert_active_sequences", "gru2")))
+    assert got and sum(v for _, v in got) == 4, series(server, "gert_active_sequences", "gru2")
+    assert len({lab["instance"] for lab, _ in got}) == len(got), "one series per instance"
+    for sid in (101, 102, 103, 104):
+        grpc.infer("gru2", inputs_of(grpcclient, case.inputs, {}), sequence_id=sid, sequence_end=True,
+                   client_timeout=CALL_TIMEOUT)
+    http.unload_model("gru2")
+
+
+# ---- T4: the served version ---------------------------------------------------------------------------------------
+
+def test_pinned_version_loads_with_an_empty_staged_version_dir(server, http, root):
+    target = init_repo(write_onnx(root, "relu", relu_model()), repo_of(server), name="pinned", parameters=P)
+    with open(os.path.join(target, "config.pbtxt"), "a") as f:
+        f.write("version_policy: { specific: { versions: [ 1 ] } }\n")
+    os.makedirs(os.path.join(target, "2"))  # being staged: no model file yet
+    load(server, http, "pinned")
+    x = np.array([[-1, 2, -3, 4]], np.float32)
+    np.testing.assert_array_equal(http.infer("pinned", inputs_of(httpclient, {"x": x}, {})).as_numpy("y"),
+                                  np.maximum(x, 0))
+    http.unload_model("pinned")
+
+
+# ---- T7: a default model.onnx symlinked from a shared store -------------------------------------------------------
+
+def test_symlinked_default_model_file_loads(server, http, root):
+    store = root / "store"
+    store.mkdir()
+    shutil.copy(write_onnx(root, "relu", relu_model()), store / "relu.onnx")
+    target = init_repo(str(store / "relu.onnx"), repo_of(server), name="symlinked", parameters=P)
+    os.remove(os.path.join(target, "1", "model.onnx"))
+    os.symlink(store / "relu.onnx", os.path.join(target, "1", "model.onnx"))
+    load(server, http, "symlinked")
+    x = np.array([[-1, 2, -3, 4]], np.float32)
+    np.testing.assert_array_equal(http.infer("symlinked", inputs_of(httpclient, {"x": x}, {})).as_numpy("y"),
+                                  np.maximum(x, 0))
+    http.unload_model("symlinked")
+    os.remove(os.path.join(target, "1", "model.onnx"))  # no model file at all: no parameter is blamed
+    with pytest.raises(InferenceServerException) as e:
+        http.load_model("symlinked")
+    assert "no model.onnx in" in str(e.value) and "parameter 'onnx_file':" not in str(e.value), str(e.value)
+
+
+# ---- T8: a trimmed output list ------------------------------------------------------------------------------------
+
+def test_outputs_a_config_leaves_out_stay_out(server, http, grpc, root):
+    target = init_repo(write_onnx(root, "two", two_out_model()), repo_of(server), name="trim", parameters=P)
+    cfg = os.path.join(target, "config.pbtxt")
+    with open(cfg) as f:
+        text = f.read()
+    trimmed = re.sub(r',\n  \{\n    name: "z"\n.*?\n  \}', "", text, flags=re.S)
+    assert trimmed != text
+    with open(cfg, "w") as f:
+        f.write(trimmed)
+    load(server, http, "trim")
+    assert [o["name"] for o in http.get_model_config("trim")["output"]] == ["y"]
+    x = np.array([[-1, 2, -3, 4]], np.float32)
+    r = grpc.infer("trim", inputs_of(grpcclient, {"x": x}, {}), client_timeout=CALL_TIMEOUT)
+    assert [o.name for o in r.get_response().outputs] == ["y"]
+    np.testing.assert_array_equal(r.as_numpy("y"), np.maximum(x, 0))
+    http.unload_model("trim")
+
+
+# ---- T5 through the CLI, as the repro ran it ----------------------------------------------------------------------
+
+def test_cli_repo_init_with_colon_state_names_loads(server, http, grpc, root):
+    case = next(c for c in shape_cases() if c.name == "colon_state")
+    src = write_onnx(root, "colon_cli", case.onnx)
+    r = subprocess.run([sys.executable, "-m", "gert", "repo", "init", src, repo_of(server), "--name", "colon_cli",
+                        "--state", "h:0=h_out:0", "--batch-dim", "N", "--param", "streams=1"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    load(server, http, "colon_cli")
+    out = answer(grpc, case, "colon_cli")
+    np.testing.assert_allclose(out["y:0"], case.expected["y:0"], rtol=1e-5, atol=1e-6)
+    http.unload_model("colon_cli")
