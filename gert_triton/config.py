@@ -7,7 +7,9 @@ Keys (all string values, as Triton passes them):
   streams        streams (executors) per device. Default (with cube_cores / vector_cores unset too): see
                  stream_layout(): two streams with half the cores each for a batching model, else one
   cube_cores, vector_cores   per-stream core limits (core locking)
-  gears          "batch:1,4,8;W:160,320,640"
+  gears          "batch:1,4,8;W:160,320,640". Batch gears under a non-pad batch policy (exact / dynamic / auto): a
+                 batch Triton merged to another size runs as gear-sized pieces (gert_triton.gears); the gears must
+                 make up every size up to max_batch_size
   shape_policy   "W:pad;H:exact" (pad, exact, dynamic, auto). Default: pad for the batch axis, exact for dims with
                  gears, auto for the rest (a new size runs at once on the dynamic-shape graph; hot sizes get static
                  graphs compiled in the background)
@@ -27,8 +29,9 @@ Keys (all string values, as Triton passes them):
                  reused (default: no limit)
   split_batch    "true"/"false": split each batch over the idle streams (default: true when streams > 1, since
                  Triton runs one execute() per instance at a time, this is how one instance uses several streams)
-  state          "h=h_out;c=c_out" (also "h:h_out" when no name has a ':'): a stateful model served with Triton's sequence batcher; each state input is kept
-                 on the device per correlation id (gert_triton.sequences) and clients send only the step inputs
+  state          "h=h_out;c=c_out" (the older "h:h_out" is read too; names may contain ':', "h:0=h_out:0"): a
+                 stateful model served with Triton's sequence batcher; each state input is kept on the device per
+                 correlation id (gert_triton.sequences) and clients send only the step inputs
   batch_dim      the batch axis where it is not axis 0: an ONNX dim name ("N") or axes ("x:1,h:1")
   cache_dir      GE's compile cache directory (absolute, or relative to the model dir; created if missing): graphs
                  compiled once are loaded by later loads, restarts and other instances (default: GERT_CACHE_DIR)

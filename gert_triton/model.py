@@ -23,6 +23,7 @@ from gert_triton.model_config import (DEFAULT_MAX_BATCH, auto_complete, check_co
                                       onnx_io, squeezed_inputs, triton_dtype)
 from gert_triton.tensors import as_array, to_tensor
 
+
 def _pb_utils():
     import triton_python_backend_utils as pb_utils  # exists only inside Triton's Python stub (or a test fake)
 
