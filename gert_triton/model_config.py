@@ -162,14 +162,14 @@ def check_config(config: dict, spec: ModelSpec, inputs: bool = True, outputs: bo
         raise ConfigError(f"config inputs {cfg_names} do not match the ONNX model's inputs {names}")
     sides = (("input", want_in, inputs), ("output", want_out, outputs))
     for kind, wanted, check in sides:
+        if not check:  # a subclass's preprocess / postprocess converts this side (it may add outputs, too)
+            continue
         by_name = {w["name"]: w for w in wanted}
         for entry in config.get(kind, []):
             want = by_name.get(entry.get("name"))
-            if want is None:
+            if want is None:  # onnxruntime_backend refuses a config output its model lacks, too
                 raise ConfigError(f"config {kind} '{entry.get('name')}' is not an {kind} of the ONNX model; its "
                                   f"{kind}s are {list(by_name)}")
-            if not check:
-                continue
             have = entry.get("data_type")
             if have not in (None, "", "TYPE_INVALID", want["data_type"]):
                 raise ConfigError(f"config {kind} '{want['name']}' has data_type {have}, but the ONNX model's {kind} "

@@ -304,3 +304,21 @@ def test_stateful_sr_model_is_what_ort_says(tmp_path):
     assert json.dumps(describe(onnx_io(str(_write(tmp_path, "s.onnx", stateful_sr_model()))), {"state": "stateN"},
                                ["input:0", "state:1"]).inputs[1].__dict__) == json.dumps(
         {"name": "sr", "data_type": "TYPE_FP32", "dims": [], "batch_axis": None})
+
+
+def test_config_naming_an_output_the_model_lacks_or_batching_a_fixed_model_is_refused(pb, tmp_path):
+    """As onnxruntime_backend refuses them: an output the model does not have, max_batch_size > 0 for a model whose
+    first dims are fixed (its rows could not be told apart)."""
+    mdir = model_dir(tmp_path, relu_model())
+    cfg = autocomplete(pb, mdir, parameters=params(streams="1"))
+    bad = json.loads(json.dumps(cfg))
+    bad["output"].append({"name": "nope", "data_type": "TYPE_FP32", "dims": [4]})
+    with pytest.raises(ConfigError, match="output 'nope' is not an output of the ONNX model"):
+        TritonPythonModel().initialize(init_args(mdir, bad))
+    fixed = model_dir(tmp_path / "f", relu_model(dims=(2, 4)))
+    cfg = autocomplete(pb, fixed, parameters=params(streams="1"))
+    assert cfg["max_batch_size"] == 0
+    cfg = {**cfg, "max_batch_size": 8, "input": [{**cfg["input"][0], "dims": [4]}],
+           "output": [{**cfg["output"][0], "dims": [4]}]}
+    with pytest.raises(ConfigError, match="max_batch_size is 8, but the model has no batch axis"):
+        TritonPythonModel().initialize(init_args(fixed, cfg))
