@@ -127,7 +127,8 @@ class TritonPythonModel:
         # Without them requests wait in the instance's queue unchecked: ask in execute().
         self.check_cancelled = not ("dynamic_batching" in self.config or "sequence_batching" in self.config)
         self.sequences = "sequence_batching" in self.config
-        self._init_metrics(params.metrics_interval_ms, args.get("model_version", ""), args.get("model_instance_name", ""))
+        self._init_metrics(params.metrics_interval_ms, args.get("model_version", ""),
+                           args.get("model_instance_name", ""))
 
     def _config_fixed_sizes(self) -> dict:
         """Sizes of the model's symbolic dims that config.pbtxt fixes (Triton rejects requests with other sizes),
