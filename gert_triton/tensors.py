@@ -115,6 +115,12 @@ def _release(managed) -> None:
         _exports.pop(ctypes.addressof(managed.contents), None)
 
 
+def live_exports() -> int:
+    """Exported arrays whose consumer has not called the deleter yet (the stub calls it when it frees the tensor)."""
+    with _exports_lock:
+        return len(_exports)
+
+
 class DLPackArray:
     """A C-contiguous CPU array as a DLPack producer (``__dlpack__`` / ``__dlpack_device__``), bfloat16 included."""
 

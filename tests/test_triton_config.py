@@ -21,7 +21,7 @@ from gert_triton.gears import GearSplitter, gear_chunks
 from gert_triton.metrics import gear_label
 from gert_triton.model_config import TensorSpec, describe, onnx_io, triton_dtype
 from gert_triton.repo import init_repo
-from gert_triton.tensors import DLPackArray, array_from_dlpack
+from gert_triton.tensors import DLPackArray, array_from_dlpack, live_exports
 from test_triton_unit import autocomplete, init_args, model_dir, params, parse_pbtxt, pb  # noqa: F401
 
 pytestmark = RUNTIME
@@ -155,8 +155,15 @@ def _write(tmp_path, name: str, data: bytes):
 def test_dlpack_export_and_import_match_numpy():
     """The capsules gert_triton makes and reads are the ones numpy (a real DLPack producer and consumer) makes and
     reads; bfloat16, which numpy cannot carry, goes the same way with its own type code."""
+    import gc
+
     a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
-    np.testing.assert_array_equal(np.from_dlpack(DLPackArray(a)), a)           # ours -> numpy
+    imported = np.from_dlpack(DLPackArray(a))  # ours -> numpy
+    np.testing.assert_array_equal(imported, a)
+    assert live_exports() == 1
+    del imported
+    gc.collect()
+    assert live_exports() == 0, "the consumer's deleter call releases the exported array"
     np.testing.assert_array_equal(array_from_dlpack(a.__dlpack__()), a)      # numpy -> ours
     b = np.array([[-1.5, 2, 0.25], [3, -4, 8]], dtype=ml_dtypes.bfloat16)
     back = array_from_dlpack(DLPackArray(b).__dlpack__())
