@@ -372,3 +372,35 @@ def test_late_timeouts_on_a_dynamic_graph_raise_request_timeout_and_the_next_req
             gert.clear_faults()
             np.testing.assert_array_equal(m.run({"x": x}, timeout=10)["y"], x + 1)
         assert m.stats()["failed_tasks"] == 0 and "timeout" in outcomes
+
+
+# ---- the hand-over lock that carries these ownership rules ------------------------------------------------------------
+
+def test_hand_off_lock_runs_the_action_here_when_free_and_at_the_holders_release_when_held():
+    from gert.handoff import HandOffLock
+
+    lock, ran = HandOffLock(), []
+    assert lock.run_or_hand_over(lambda: ran.append(("here", lock.locked())), timeout=0)
+    assert ran == [("here", True)] and not lock.locked()
+    lock.acquire()
+    assert not lock.run_or_hand_over(lambda: ran.append(("holder", lock.locked())), timeout=0)
+    assert ran == [("here", True)]  # not run while held: handed to the holder
+    lock.release()
+    assert ran == [("here", True), ("holder", True)] and not lock.locked()  # run once, by the holder, still locked
+    with lock:
+        pass
+    assert len(ran) == 2  # handed over once, run once
+
+
+def test_hand_off_lock_loses_no_action_when_the_holder_releases_as_it_is_handed_over():
+    """The holder releases only under the hand-over guard with nothing pending, so an action handed over at the
+    moment of the release either is seen by the holder or finds the lock free and runs in its caller."""
+    from gert.handoff import HandOffLock
+
+    for _ in range(200):
+        lock, ran = HandOffLock(), []
+        lock.acquire()
+        releaser = _thread(lock.release)
+        lock.run_or_hand_over(lambda: ran.append(1), timeout=0)
+        releaser.join(WAIT)
+        assert not releaser.is_alive() and ran == [1] and not lock.locked()
