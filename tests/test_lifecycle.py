@@ -179,6 +179,73 @@ def test_close_aborting_a_stuck_request_never_recovers_the_device_under_another_
     assert gert.host_counters()["streams_alive"] == before["streams_alive"] - 2
 
 
+class _DestroyedStream:
+    def synchronize(self, timeout=None) -> None:
+        raise GertError("the stream was destroyed")
+
+    def abort(self) -> None:
+        pass
+
+
+class _FailingWorker:
+    """A worker whose request fails on the device and whose stream then fails every call (as a stream destroyed
+    by a close): the pattern that reads as a device-wide failure."""
+
+    device, index = 0, 0
+    stream = _DestroyedStream()
+
+    def run(self, req):
+        raise AclError(507015, "the task failed")
+
+    def reopen(self) -> None:
+        raise AssertionError("a closing model's worker was reopened")
+
+
+def test_a_closing_models_failed_request_is_never_taken_for_a_device_failure():
+    w = _FailingWorker()
+    rec = recovery.Recovery(lambda: [w])
+    rec.close()
+    aborts = gert.host_counters()["device_task_aborts"]
+    with pytest.raises(AclError):
+        rec.run(w, object())
+    assert gert.host_counters()["device_task_aborts"] == aborts and rec.stats.recoveries == 0
+
+
+def test_close_while_threads_step_and_create_sequences_ends_every_thread_and_frees_every_state():
+    """The stress scenario of the review (many threads stepping, creating and closing sequences as the model
+    closes), bounded: every thread ends, with a result or a GertError, and the device memory comes back."""
+    used = gert.memory_info(0).used
+    x = np.ones((1, 1, 4), np.float32)
+    for wait_s in (0.0, 0.002):
+        m = gert.load(gru_model(), state={"h": "h_out"}, batch_dim="N", streams=2, sequence_wait_s=wait_s)
+        stop, stepped, errors = threading.Event(), threading.Semaphore(0), []
+
+        def worker():
+            try:
+                seqs = [m.sequence() for _ in range(3)]
+                while not stop.is_set():
+                    m.step([(s, {"x": x}) for s in seqs])
+                    seqs[0].run({"x": x})
+                    seqs.append(m.sequence())
+                    seqs.pop(0).close()
+                    stepped.release()
+            except GertError:
+                pass
+            except BaseException as e:  # noqa: BLE001 - anything else fails the test
+                errors.append(e)
+
+        threads = [_thread(worker) for _ in range(4)]
+        for _ in range(20):  # close while all of them are busy
+            assert stepped.acquire(timeout=WAIT)
+        closer = _thread(m.close)
+        closer.join(WAIT)
+        stop.set()
+        for t in threads:
+            t.join(WAIT)
+        assert not closer.is_alive() and not any(t.is_alive() for t in threads) and errors == []
+        assert gert.memory_info(0).used == used
+
+
 # ---- R7: close() waits for warmup ------------------------------------------------------------------------------------
 
 def test_close_waits_for_the_graph_warmup_compiles_then_warmup_stops(monkeypatch):
