@@ -312,7 +312,7 @@ class InferenceSession(SessionRunVariants):
         self._input_info = {t.name: t for t in self._model.inputs}
         self._input_args = {a.name: a for a in self._info.inputs}
         self._output_names = [a.name for a in self._info.outputs]
-        self._scalar_inputs = frozenset(a.name for a in self._info.inputs if a.shape == [])
+        self._scalar_inputs = frozenset(t.name for t in self._model.inputs if len(t.shape) == 0)  # the graph's 0-d
 
     def _load_arguments(self, providers, provider_options) -> tuple:
         """(the providers as ONNX Runtime reports them, gert.load arguments) from providers and session options."""
