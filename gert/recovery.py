@@ -101,7 +101,7 @@ class Recovery:
                 if e.code not in OOM_CODES:
                     raise
                 self.stats.oom_retries += 1
-                release_caches(w, keep=req.key)
+                w.release(keep=req.key)  # the worker's buffers and other graphs (gert/stream_graphs.py)
                 return w.run(req)
         except AclError as e:
             if e.code != SYNC_TIMEOUT:
@@ -161,10 +161,10 @@ class Recovery:
                 if w.device != device:
                     continue
                 if w is current:
-                    reopen(w)
+                    w.reopen()
                 else:
                     with w.lock:
-                        reopen(w)
+                        w.reopen()
             self.stats.recoveries += 1
         finally:
             with self._lock:
@@ -218,13 +218,3 @@ def _end(lock: threading.Lock, state: dict, timer: threading.Timer) -> None:
     with lock:
         state["done"] = True
     timer.cancel()
-
-
-def reopen(w) -> None:
-    """A worker's stream, Session and buffers, anew (graphs recompile on demand); the caller holds w.lock."""
-    w.reopen()
-
-
-def release_caches(w, keep: tuple) -> None:
-    """Out of device memory: free the worker's I/O buffers and every graph but the one of shape ``keep``."""
-    w.release(keep)
