@@ -7,7 +7,8 @@ What applications touch follows ``onnxruntime.InferenceSession``: ``run`` (outpu
 order), ``run_async``, ``get_inputs`` / ``get_outputs`` / ``get_overridable_initializers`` (NodeArgs with ONNX
 Runtime's shapes and type strings), ``get_modelmeta`` (with the model's ``custom_metadata_map``), ``get_providers``,
 ``get_provider_options``, ``get_session_options``; the input checks raise ONNX Runtime's own exception classes
-with its messages (a gert subclass of each, so ``except GertError`` works too). Computation is gert.Model's: the
+with its messages (a gert subclass of each, so ``except GertError`` works too). ``run_options``, ``io_binding`` /
+``run_with_iobinding``, ``run_with_ort_values``, ``set_providers`` and ``end_profiling``: gert/ort_io.py. Computation is gert.Model's: the
 model compiles through GE (the host NPU off an NPU), on gert's streams, core locks and shape policies.
 
 Options: SessionOptions that map onto gert are honoured (``intra_op_num_threads`` -> the stream's cube cores,
