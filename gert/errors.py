@@ -94,3 +94,8 @@ class RequestTimeout(GertError):
 class DeviceUnavailable(GertError):
     """No device can take the request now: each one of the model's is being recovered after a device failure.
     Retrying later succeeds once a device is back."""
+
+
+class SessionReplaced(GertError):
+    """A graph was being built in a stream's Session when a device recovery (or close()) retired that Session: the
+    build is void (its graph went with the Session); the shape is built again in the new Session when needed."""

@@ -9,61 +9,21 @@ without the GIL. GE serializes launches inside one Session, hence one Session pe
 from __future__ import annotations
 
 import copy
-import itertools
 import math
-import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
 
 from gert import _cann, hostnpu
-from gert._cann import DeviceBuffer, Graph, Session, Stream
-from gert.compile_cache import compile_graph
-from gert.dtypes import ge_dtype
+from gert._cann import DeviceBuffer, Graph
 from gert.errors import GeError, GertError
 from gert.recovery import watchdog
 from gert.rows import Rows
 from gert.shapes import ShapePlan
+from gert.stream_graphs import GraphEntry, StreamGraphs, WorkerStats  # noqa: F401 - WorkerStats: re-exported
 from gert.tensor import DeviceTensor
-from gert.tiers import SegmentedLRU
-
-
-@dataclass
-class GraphEntry:
-    graph_id: int
-    key: tuple
-    input_shapes: dict          # input name -> shape the graph runs at (-1 for dynamic dims)
-    is_static: bool
-    output_shapes: list         # per output (static graphs)
-    output_dtypes: list
-    evictable: bool
-    # static graphs: per input (shape, nbytes, GE dtype), per output (numpy dtype, nbytes, GE dtype), computed once
-    in_meta: dict = field(default_factory=dict)
-    out_meta: list = field(default_factory=list)
-
-
-@dataclass
-class WorkerStats:
-    device: int
-    stream: int
-    cube_cores: int = 0    # the stream's effective core limits (its own, else the device's, else all)
-    vector_cores: int = 0
-    requests: int = 0
-    busy_seconds: float = 0.0
-    compiles: int = 0
-    compile_seconds: float = 0.0
-    failed_compiles: int = 0   # shapes whose compile failed (later requests of that shape fail without compiling)
-    static_hits: int = 0       # requests served by a static graph
-    dynamic_hits: int = 0      # requests served by a dynamic-shape graph
-    background_compiles: int = 0         # static graphs compiled off the request path (policy auto)
-    failed_background_compiles: int = 0  # those that failed: the shape stays on the dynamic graph
-    request_path_compiles: int = 0       # compiles a request waited for (0 once a model is warm, unless exact)
-    cache_hits: int = 0        # compiles GE's compile cache served (gert.compile_cache)
-    cache_misses: int = 0      # compiles that compiled afresh and filled the cache
-
 
 @dataclass
 class GearStats:
@@ -99,46 +59,17 @@ class Request:
     after: Optional[list] = None
 
 
-class Worker:
-    """One stream on one device, with its own Session, graphs and device buffers."""
+class Worker(StreamGraphs):
+    """One stream on one device running requests, one at a time (the caller holds ``lock``), on the graphs of its
+    table (gert.stream_graphs.StreamGraphs: the stream, Session, graphs, buffers and their life)."""
 
     def __init__(self, index: int, device: int, graph: Graph, plan: ShapePlan, session_options: dict,
                  graph_options: dict, cube_cores: Optional[int], vector_cores: Optional[int], max_exact_graphs: int):
-        self.index = index
-        self.device = device
-        self.plan = plan
-        self.graph = graph
-        self.graph_options = graph_options
-        self.lock = threading.Lock()
+        super().__init__(index, device, graph, plan, session_options, graph_options, cube_cores, vector_cores,
+                         max_exact_graphs)
         self.limited = cube_cores is not None or vector_cores is not None
-        self.cores = (cube_cores, vector_cores)
-        opts = {"ge.session_device_id": str(device), **session_options}
-        if cube_cores is not None and "ge.aicoreNum" not in opts:
-            opts["ge.aicoreNum"] = f"{cube_cores}|{vector_cores or ''}"
-        self.session_options = opts
-        self._open()
-        self.graphs: "OrderedDict[tuple, GraphEntry]" = OrderedDict()
-        self.failed: "OrderedDict[tuple, GeError]" = OrderedDict()  # shape key -> why its compile failed
-        self.max_exact_graphs = max_exact_graphs
-        self.exact = SegmentedLRU(max_exact_graphs)  # the evictable (exact) graphs' keys
-        self.tiers = None  # gert.tiers.Tiers when a dim uses the auto policy (set by the Model)
-        self.cache = None  # gert.compile_cache.CompileCache when the model has a cache directory (set by the Model)
-        self._graph_ids = itertools.count(1)  # thread-safe: the tiers' thread compiles too
-        self.in_bufs: dict = {}
-        self.out_bufs: dict = {}
-        self.stats = WorkerStats(device=device, stream=index, cube_cores=self.stream.cube_cores,
-                                 vector_cores=self.stream.vector_cores)
+        self._compiled_for = 0  # id() of the request whose graph the request path compiled last
         self.gear_stats: dict = {}
-
-    def _open(self) -> None:
-        """The stream (with its core limits) and the Session; again after a device recovery (gert.recovery)."""
-        self.stream = Stream(self.device)
-        cube_cores, vector_cores = self.cores
-        if cube_cores is not None:
-            self.stream.cube_cores = cube_cores
-        if vector_cores is not None:
-            self.stream.vector_cores = vector_cores
-        self.session = Session(self.session_options)
 
     # ---- graphs -----------------------------------------------------------------------------------------
     def graph_for(self, req: Request) -> GraphEntry:
@@ -146,7 +77,7 @@ class Worker:
             return self.tiers.route(self, req)
         entry = self.graphs.get(req.key)
         if entry is not None:
-            if entry.evictable:
+            if entry.evictable and id(req) != self._compiled_for:  # a retry (OOM) of the request is not a reuse
                 self.exact.hit(req.key)
             return entry
         failed = self.failed.get(req.key)
@@ -154,7 +85,8 @@ class Worker:
             raise copy.copy(failed).with_traceback(None)
         try:
             self.stats.request_path_compiles += 1
-            return self._compile(req.key, req.run_sizes)
+            self._compiled_for = id(req)
+            return self.compile(req.key)
         except GeError as e:
             if e.code != _GE_MEMORY_ALLOCATION:  # out of device memory may pass later; the rest is the shape's
                 self.stats.failed_compiles += 1
@@ -163,67 +95,6 @@ class Worker:
                     self.failed.popitem(last=False)
             raise
 
-    def _compile(self, key: tuple, run_sizes: dict) -> GraphEntry:
-        """Compile, load and keep the graph for ``key`` (the caller holds self.lock). Exact graphs are bounded by
-        max_exact_graphs: the scan-resistant set picks what to evict."""
-        plan = self.plan
-        evictable = self.tiers is None and any(plan.dims[n].policy == "exact" and not plan.dims[n].gears
-                                               for n, _ in key)
-        if evictable:
-            for old_key in self.exact.admit(key):
-                old = self.graphs.pop(old_key, None)
-                if old is not None:
-                    self.session.remove_graph(old.graph_id)
-        t0 = time.perf_counter()
-        try:
-            entry = self._build(key)
-        except BaseException:
-            self.exact.discard(key)
-            raise
-        entry.evictable = evictable
-        self.stats.compiles += 1
-        self.stats.compile_seconds += time.perf_counter() - t0
-        self.graphs[key] = entry
-        return entry
-
-    def _build(self, key: tuple) -> GraphEntry:
-        """Add, compile and load the graph for ``key`` (dim name -> size, -1 for dynamic) in this stream's Session.
-        Needs no lock: GE compiles and loads a graph while the Session's other graphs execute (gert.tiers builds
-        static graphs in the background this way)."""
-        plan = self.plan
-        sizes = dict(key)
-        shapes = {}
-        for t in plan.inputs:
-            dims = []
-            for axis, d in enumerate(t.shape):
-                name = plan.input_axes.get((t.name, axis))
-                dims.append(int(d) if name is None else int(sizes[name]))
-            shapes[t.name] = tuple(dims)
-        spec = ";".join(f"{n}:{','.join(str(d) for d in s)}" for n, s in shapes.items())
-        gid = next(self._graph_ids)
-        outcome = compile_graph(self.session, gid, self.graph, self.session_options,
-                                {"ge.inputShape": spec, **self.graph_options}, self.cache)
-        if outcome == "hit":
-            self.stats.cache_hits += 1
-        elif outcome == "miss":
-            self.stats.cache_misses += 1
-        try:
-            summary = self.session.summary(gid)
-            self.session.load_graph(gid, self.stream)
-        except BaseException:
-            self.session.remove_graph(gid)
-            raise
-        static = summary.is_static  # an unknown-shape graph's summary has no output shapes (GE's getters fail)
-        entry = GraphEntry(gid, key, shapes, static, summary.output_shapes if static else [],
-                           summary.output_dtypes if static else [], False)
-        if entry.is_static:
-            for t in plan.inputs:
-                shape = shapes[t.name]
-                entry.in_meta[t.name] = (shape, math.prod(shape) * t.dtype.itemsize, ge_dtype(t.dtype))
-            for shape, dtype in zip(entry.output_shapes, entry.output_dtypes):
-                dtype = np.dtype(dtype)
-                entry.out_meta.append((dtype, math.prod(shape) * dtype.itemsize, ge_dtype(dtype)))
-        return entry
 
     # ---- buffers ------------------------------------------------------------------------------------------
     def _buffer(self, pool: dict, name: str, nbytes: int) -> DeviceBuffer:
@@ -421,21 +292,6 @@ class Worker:
             return out, out
         full = np.empty(shape, dtype)
         return full, full[tuple(slice(0, s) for s in real)]
-
-    def free_buffers(self) -> None:
-        """Free the device I/O buffers (no work may be queued); they grow again on demand."""
-        for b in list(self.in_bufs.values()) + list(self.out_bufs.values()):
-            b.free()
-        self.in_bufs.clear()
-        self.out_bufs.clear()
-
-    def close(self) -> None:
-        try:
-            self.stream.synchronize()
-        finally:
-            self.session.close()
-            self.free_buffers()
-            self.stream.destroy()
 
 
 def _check_device_out(name: str, target: DeviceBuffer, nbytes: int, device: int) -> None:

@@ -499,17 +499,26 @@ class Model:
         if self._tiers is not None and choices is None:  # sizes unknown: requests start on the dynamic graph
             combos.insert(0, tuple(v for _, v in self._tiers.fallback_key))
         compiled = 0
-        with Progress(len(combos) * len(self._workers), "gert warmup", enabled=progress) as bar:
-            for combo in combos:
-                run_sizes = dict(zip(names, combo))
-                key = tuple(sorted((n, v) for n, v in run_sizes.items()))
-                label = ",".join(f"{n}={v}" for n, v in key) or "static"
-                for w in self._workers:
-                    with w.lock:
-                        if key not in w.graphs:
-                            w._compile(key, run_sizes)
-                            compiled += 1
-                    bar.step(f"stream {w.index}: {label}")
+        with self._lock:  # counted in flight: close() waits for the graph being compiled, then warmup stops
+            self._check_open()
+            self._in_flight += 1
+        try:
+            with Progress(len(combos) * len(self._workers), "gert warmup", enabled=progress) as bar:
+                for combo in combos:
+                    key = tuple(sorted(zip(names, combo)))
+                    label = ",".join(f"{n}={v}" for n, v in key) or "static"
+                    for w in self._workers:
+                        with w.lock:
+                            if self._closed:
+                                raise GertError(f"the model was closed during warmup ({compiled} graphs compiled)")
+                            if not w.has(key):
+                                w.compile(key)
+                                compiled += 1
+                        bar.step(f"stream {w.index}: {label}")
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                self._idle.notify_all()
         return compiled
 
     def stats(self) -> display.Stats:
@@ -543,13 +552,14 @@ class Model:
         return out
 
     def close(self, timeout: float = 60.0) -> None:
-        """Stop taking requests; queued submits are cancelled, running ones complete; then release everything."""
+        """Stop taking requests; queued submits are cancelled; running requests, steps and warmup complete (warmup
+        stops after the graph it is compiling) within ``timeout`` seconds, after which their streams are aborted.
+        Then every stream and sequence is released by its owner: here, or by the request still holding it when it
+        lets go (a stream is never freed under a running request). Background compiles are not waited for."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-        if self._sequences is not None:
-            self._sequences.close()
         self._queue.close()  # requests waiting for a stream fail; running ones complete
         with self._futures_lock:
             queued, self._queued = list(self._queued), set()
@@ -559,6 +569,8 @@ class Model:
         self._pool.shutdown(wait=False, cancel_futures=True)
         if getattr(self, "_parts", None) is not None:
             self._parts.shutdown(wait=False, cancel_futures=True)
+        if self._tiers is not None:
+            self._tiers.close()  # a compile in flight finishes in its retired Session, which it then closes
         deadline = time.monotonic() + timeout
         with self._lock:
             while self._in_flight:
@@ -566,17 +578,15 @@ class Model:
                 if left <= 0:
                     break
                 self._idle.wait(left)
+            stuck = self._in_flight > 0
             busy = self._queue.busy()
-        self._recovery.abort_streams(busy)  # a stuck stream must not keep close() past its timeout
-        # a background compile in flight is not waited for: its thread closes the worker it is using afterwards
-        handed_over = self._tiers.close() if self._tiers is not None else None
+        self._recovery.close()  # from here a failed request is this close's doing, never a device failure
+        if stuck:
+            self._recovery.abort_streams(busy)  # a stuck stream must not keep close() past its timeout
+        if self._sequences is not None:  # after the steps: a stuck step does not hold close() on its sequence
+            self._sequences.close(max(0.0, deadline - time.monotonic()))
         for w in self._workers:
-            if w is handed_over:
-                continue
-            try:
-                w.close()
-            except GertError:
-                pass  # a failed device's last error: the worker released its resources all the same
+            w.lock.run_or_hand_over(lambda w=w: _close_worker(w), max(0.0, deadline - time.monotonic()))
         self._workers = []
 
     def __enter__(self) -> "Model":
@@ -596,6 +606,13 @@ class Model:
 
 
 _VALID_SHAPES_KEPT = 1024  # remembered input signatures per Model (cleared when full)
+
+
+def _close_worker(w: Worker) -> None:
+    try:
+        w.close()
+    except GertError:
+        pass  # a failed device's last error: the worker released its resources all the same
 
 
 def _rows(value, axis: Optional[int], start: int, rows: int):

@@ -7,7 +7,8 @@ What applications touch follows ``onnxruntime.InferenceSession``: ``run`` (outpu
 order), ``run_async``, ``get_inputs`` / ``get_outputs`` / ``get_overridable_initializers`` (NodeArgs with ONNX
 Runtime's shapes and type strings), ``get_modelmeta`` (with the model's ``custom_metadata_map``), ``get_providers``,
 ``get_provider_options``, ``get_session_options``; the input checks raise ONNX Runtime's own exception classes
-with its messages (a gert subclass of each, so ``except GertError`` works too). Computation is gert.Model's: the
+with its messages (a gert subclass of each, so ``except GertError`` works too). ``run_options``, ``io_binding`` /
+``run_with_iobinding``, ``run_with_ort_values``, ``set_providers`` and ``end_profiling``: gert/ort_io.py. Computation is gert.Model's: the
 model compiles through GE (the host NPU off an NPU), on gert's streams, core locks and shape policies.
 
 Options: SessionOptions that map onto gert are honoured (``intra_op_num_threads`` -> the stream's cube cores,
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
@@ -30,6 +32,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from gert.errors import GertError
+from gert.ort_io import Profiler, SessionRunVariants, check_run_options, ort_feed
 
 GERT_PROVIDER = "GertExecutionProvider"
 CANN_PROVIDER = "CANNExecutionProvider"
@@ -283,15 +286,13 @@ def _names_batch(load: dict) -> bool:
 
 # ---- the session -----------------------------------------------------------------------------------------------
 
-class InferenceSession:
-    """onnxruntime.InferenceSession's Python API over a gert.Model (see the module doc)."""
+class InferenceSession(SessionRunVariants):
+    """onnxruntime.InferenceSession's Python API over a gert.Model (see the module doc; the run variants, IOBinding
+    and run_options: gert.ort_io)."""
 
     def __init__(self, path_or_bytes: Union[str, bytes, "os.PathLike"], sess_options=None,
                  providers: Optional[Sequence] = None, provider_options: Optional[Sequence[dict]] = None,
                  **load_options: Any):
-        import gert
-        from gert import _cann
-
         if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
             data = bytes(path_or_bytes)
             self._model_path = None
@@ -302,27 +303,42 @@ class InferenceSession:
         self._sess_options = sess_options
         self._overrides = dict(getattr(sess_options, "gert_free_dimension_overrides", {}) or {})
         self._info = _read_model(data, self._overrides)
-        self._providers, load = _provider_load_options(providers, provider_options)
-        device = (load.get("devices") or (0,))[0]
-        load.update(_session_load_options(
-            sess_options, lambda: _cann.get_device_info(device, _cann.DEV_ATTR_CUBE_CORE_NUM)))
-        load.update(load_options)
-        self._load_options = load
+        self._data, self._extra_load = data, dict(load_options)
         if self._info.overridable:
             _warn_once("overridable", "gert.InferenceSession: initializers listed as graph inputs are constants in "
                                       "the compiled graph; feeding them is refused")
-        if self._has_batch() and not _names_batch(load):
-            # ONNX Runtime runs any batch size as it comes: no padding rows; hot sizes get static graphs (gert.tiers)
-            load["shape_policy"] = dict(load.get("shape_policy") or {}, batch="auto")
-        self._model = gert.load(data, **load)
-        try:
-            self._model.warmup()  # compile now, as ONNX Runtime does at session creation, not on the first run
-        except BaseException:
-            self._model.close()
-            raise
+        self._providers, self._load_options = self._load_arguments(providers, provider_options)
+        self._model = self._load_model()
+        self._profiler = Profiler(sess_options)
         self._input_info = {t.name: t for t in self._model.inputs}
         self._input_args = {a.name: a for a in self._info.inputs}
         self._output_names = [a.name for a in self._info.outputs]
+        self._scalar_inputs = frozenset(t.name for t in self._model.inputs if len(t.shape) == 0)  # the graph's 0-d
+
+    def _load_arguments(self, providers, provider_options) -> tuple:
+        """(the providers as ONNX Runtime reports them, gert.load arguments) from providers and session options."""
+        from gert import _cann
+
+        reported, load = _provider_load_options(providers, provider_options)
+        device = (load.get("devices") or (0,))[0]
+        load.update(_session_load_options(
+            self._sess_options, lambda: _cann.get_device_info(device, _cann.DEV_ATTR_CUBE_CORE_NUM)))
+        load.update(self._extra_load)
+        if self._has_batch() and not _names_batch(load):
+            # ONNX Runtime runs any batch size as it comes: no padding rows; hot sizes get static graphs (gert.tiers)
+            load["shape_policy"] = dict(load.get("shape_policy") or {}, batch="auto")
+        return reported, load
+
+    def _load_model(self):
+        import gert
+
+        model = gert.load(self._data, **self._load_options)
+        try:
+            model.warmup()  # compile now, as ONNX Runtime does at session creation, not on the first run
+        except BaseException:
+            model.close()
+            raise
+        return model
 
     def _has_batch(self) -> bool:
         """gert's rule for a batch axis: the first dim of every input is symbolic (after the overrides)."""
@@ -403,7 +419,14 @@ class InferenceSession:
     def run(self, output_names: Optional[Sequence[str]], input_feed: Mapping[str, Any], run_options=None) -> list:
         """Run once; the outputs named (all for None or []) as a list of numpy arrays, in that order."""
         names = self._outputs(output_names)
-        result = self._model.run(self._feed(input_feed))
+        check_run_options(run_options)
+        feed = self._feed(ort_feed(input_feed, self._scalar_inputs))
+        if self._profiler.enabled:
+            t0 = time.monotonic_ns()
+            result = self._model.run(feed)
+            self._profiler.record("model_run", t0, time.monotonic_ns())
+        else:
+            result = self._model.run(feed)
         return [result[n] for n in names]
 
     def run_async(self, output_names: Optional[Sequence[str]], input_feed: Mapping[str, Any],
@@ -413,7 +436,8 @@ class InferenceSession:
         empty, or ``[]`` with the error's message, bad input included (as ONNX Runtime calls it)."""
         try:
             names = self._outputs(output_names)
-            fut = self._model.submit(self._feed(input_feed))
+            check_run_options(run_options)
+            fut = self._model.submit(self._feed(ort_feed(input_feed, self._scalar_inputs)))
         except GertError as e:
             callback([], user_data, _ORT_PREFIX.sub("", str(e)))
             return

@@ -70,6 +70,7 @@ class Recovery:
         self._workers = workers
         self._lock = threading.Lock()
         self._recovering: set = set()
+        self._closing = False
         self.stats = FaultStats()
 
     def timeout_for(self, timeout: Optional[float]) -> Optional[float]:
@@ -100,7 +101,7 @@ class Recovery:
                 if e.code not in OOM_CODES:
                     raise
                 self.stats.oom_retries += 1
-                release_caches(w, keep=req.key)
+                w.release(keep=req.key)  # the worker's buffers and other graphs (gert/stream_graphs.py)
                 return w.run(req)
         except AclError as e:
             if e.code != SYNC_TIMEOUT:
@@ -115,6 +116,12 @@ class Recovery:
         except GeError as e:
             self._failed(w, e)
             raise
+
+    def close(self) -> None:
+        """The model is closing: from now on a failed request is the close's doing (its stream aborted, or closed
+        under a stuck request), never a device failure: no probe, no aclrtDeviceTaskAbort, which would fail the
+        requests of every other model on the device."""
+        self._closing = True
 
     def abort_streams(self, workers: list) -> None:
         """End whatever the workers' streams still run (Model.close() after its timeout)."""
@@ -131,6 +138,8 @@ class Recovery:
     def _failed(self, w, e: BaseException) -> None:
         if not is_runtime_failure(e):
             return  # the request's own fault (e.g. a shape GE rejects): the device is fine
+        if self._closing:
+            return  # Model.close() aborted this stream: not a device failure, nothing to recover
         self.stats.failed_tasks += 1
         try:
             w.stream.synchronize()  # continue-on-failure: the fault was reported once and the stream works
@@ -152,10 +161,10 @@ class Recovery:
                 if w.device != device:
                     continue
                 if w is current:
-                    reopen(w)
+                    w.reopen()
                 else:
                     with w.lock:
-                        reopen(w)
+                        w.reopen()
             self.stats.recoveries += 1
         finally:
             with self._lock:
@@ -166,18 +175,26 @@ class Recovery:
 def watchdog(stream, timeout: Optional[float]):
     """For a call that waits for the device without a timeout of its own (GE's run of a dynamic graph waits for it
     to size the outputs): past ``timeout`` seconds the stream is aborted, which ends the wait, and the call raises
-    ACL_ERROR_RT_STREAM_SYNC_TIMEOUT as a timed-out synchronize would."""
+    ACL_ERROR_RT_STREAM_SYNC_TIMEOUT as a timed-out synchronize would.
+
+    The abort happens only while the call runs: the timer and the end of the call decide under one lock, so a timer
+    that fires as the call returns aborts nothing of what follows (the request's copies and synchronize); a call
+    that returned after the abort reached its stream timed out all the same (its stream was aborted)."""
     if timeout is None:
         yield
         return
-    fired = threading.Event()
+    lock = threading.Lock()
+    state = {"done": False, "fired": False}
 
     def fire() -> None:
-        fired.set()
-        try:
-            stream.abort()
-        except GertError:
-            pass
+        with lock:
+            if state["done"]:
+                return  # the call ended first: nothing of this request is left to abort
+            state["fired"] = True
+            try:
+                stream.abort()
+            except GertError:
+                pass
 
     timer = threading.Timer(timeout, fire)
     timer.daemon = True
@@ -185,35 +202,19 @@ def watchdog(stream, timeout: Optional[float]):
     try:
         yield
     except (AclError, GeError) as e:
-        if fired.is_set():
+        _end(lock, state, timer)
+        if state["fired"]:
             raise AclError(SYNC_TIMEOUT, f"the run was still going after {timeout:g} s; the stream was aborted") from e
         raise
-    finally:
-        timer.cancel()
+    except BaseException:
+        _end(lock, state, timer)
+        raise
+    _end(lock, state, timer)
+    if state["fired"]:
+        raise AclError(SYNC_TIMEOUT, f"the run was still going after {timeout:g} s; the stream was aborted")
 
 
-def reopen(w) -> None:
-    """A worker's stream, Session and buffers, anew (graphs recompile on demand)."""
-    try:
-        w.session.close()
-    except GertError:
-        pass
-    try:
-        w.free_buffers()
-    except GertError:
-        w.in_bufs.clear()
-        w.out_bufs.clear()
-    try:
-        w.stream.destroy()
-    except GertError:
-        pass
-    w.graphs.clear()
-    w.failed.clear()
-    w._open()
-
-
-def release_caches(w, keep: tuple) -> None:
-    """Out of device memory: free the worker's I/O buffers and every graph but the one of shape ``keep``."""
-    w.free_buffers()
-    for key in [k for k in w.graphs if k != keep]:
-        w.session.remove_graph(w.graphs.pop(key).graph_id)
+def _end(lock: threading.Lock, state: dict, timer: threading.Timer) -> None:
+    with lock:
+        state["done"] = True
+    timer.cancel()

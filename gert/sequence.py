@@ -25,6 +25,7 @@ import numpy as np
 from gert._cann import DeviceBuffer
 from gert.errors import AclError, GertError
 from gert.executor import Request
+from gert.handoff import HandOffLock
 from gert.shapes import ShapePlan, TensorInfo
 from gert.tensor import DeviceTensor
 
@@ -77,6 +78,7 @@ class _Pool:
         self._free: dict = {}
         self._lock = threading.Lock()
         self._keep = keep
+        self._closed = False  # after close(), a buffer given back is freed (a step that outlived the model's close)
 
     def get(self, device: int, nbytes: int) -> DeviceBuffer:
         with self._lock:
@@ -88,13 +90,15 @@ class _Pool:
     def put(self, buf: DeviceBuffer) -> None:
         with self._lock:
             free = self._free.setdefault((buf.device_id, buf.nbytes), [])
-            if len(free) < self._keep:
+            if len(free) < self._keep and not self._closed:
                 free.append(buf)
                 return
         buf.free()
 
-    def clear(self) -> None:
+    def clear(self, close: bool = False) -> None:
+        """Free the spare buffers (``close``: and every buffer given back from now on)."""
         with self._lock:
+            self._closed = self._closed or close
             bufs = [b for free in self._free.values() for b in free]
             self._free.clear()
         for b in bufs:
@@ -111,7 +115,7 @@ class Sequence:
         self.device = device
         self._bufs: dict = {}     # state input name -> DeviceBuffer
         self._shapes: dict = {}   # state input name -> shape
-        self._lock = threading.Lock()
+        self._lock = HandOffLock()  # held by a step; close() hands the free to a step still holding it
         self._closed = False
         self.steps = 0
 
@@ -149,16 +153,20 @@ class Sequence:
             self._owner.write_state(self, state)
             self.steps = 0
 
-    def close(self) -> None:
-        """Free the state's device memory (waits for a step in flight)."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            bufs, self._bufs = list(self._bufs.values()), {}
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Free the state's device memory. Waits for a step in flight (at most ``timeout`` seconds: then the step
+        frees it when it ends)."""
+        self._lock.run_or_hand_over(self._free, timeout)
+        self._owner.forget(self)
+
+    def _free(self) -> None:
+        """Run by the sequence's owner (the holder of its lock): closed, state freed."""
+        if self._closed:
+            return
+        self._closed = True
+        bufs, self._bufs = list(self._bufs.values()), {}
         for b in bufs:
             b.free()
-        self._owner.forget(self)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -200,6 +208,7 @@ class Sequences:
         self._devices = itertools.cycle(devices)  # new sequences go round robin over the model's devices
         self._pending: list = []  # (seq, inputs, future) waiting to be batched (wait_s > 0)
         self._leading = False
+        self._closed = False  # set by close(), under _lock: no sequence joins _live afterwards
 
     @property
     def active(self) -> int:
@@ -207,14 +216,21 @@ class Sequences:
 
     # ---- lifecycle --------------------------------------------------------------------------------------------
     def create(self, initial_state: Optional[Mapping[str, np.ndarray]] = None) -> Sequence:
+        """A new sequence, tracked until it is closed; GertError once the model is closed. Its state is written
+        outside the lock; a close() that ran meanwhile is seen when it joins the live set, and it is freed then
+        (outside the lock: Sequence.close() takes it again to forget the sequence)."""
         with self._lock:
+            if self._closed:
+                raise GertError("the model is closed")
             seq = Sequence(self, next(self._ids), next(self._devices))
         self.write_state(seq, initial_state)
         with self._lock:
-            if self.model.closed:
-                seq.close()
-                raise GertError("the model is closed")
-            self._live[seq.id] = seq
+            closed = self._closed
+            if not closed:
+                self._live[seq.id] = seq
+        if closed:
+            seq.close()
+            raise GertError("the model is closed")
         return seq
 
     def forget(self, seq: Sequence) -> None:
@@ -288,12 +304,16 @@ class Sequences:
                 raise GertError(f"sequence {seq.id}: out of device memory for state '{name}' ({nbytes} bytes on "
                                 f"device {seq.device}, {self.active} sequences open): {first}") from first
 
-    def close(self) -> None:
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Close every sequence (Model.close(), after the steps in flight ended or were aborted): a sequence whose
+        step still runs after ``timeout`` seconds in all is freed by that step when it ends."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
+            self._closed = True
             live = list(self._live.values())
         for seq in live:
-            seq.close()
-        self._pool.clear()
+            seq.close(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        self._pool.clear(close=True)
 
     # ---- steps ------------------------------------------------------------------------------------------------
     def run_one(self, seq: Sequence, inputs: Mapping[str, np.ndarray]) -> dict:

@@ -23,7 +23,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Optional
 
-from gert.errors import GertError
+from gert.errors import GertError, SessionReplaced
 
 if TYPE_CHECKING:  # pragma: no cover
     from gert.executor import GraphEntry, Request, Worker
@@ -121,7 +121,11 @@ class SegmentedLRU:
                 self._probation[self._protected.popitem(last=False)[0]] = None
 
     def admit(self, key) -> list:
-        """Add ``key`` (as probation); returns the keys evicted to make room."""
+        """Add ``key`` (as probation); returns the keys evicted to make room. A key already held is a hit: it is
+        never held twice (which would count it twice against the capacity and evict a live graph)."""
+        if key in self:
+            self.hit(key)
+            return []
         victims = []
         while len(self) >= self.capacity:
             victims.append((self._probation or self._protected).popitem(last=False)[0])
@@ -159,8 +163,6 @@ class Tiers:
         self._tick = 0
         self._thread: Optional[threading.Thread] = None
         self._stopping = False
-        self._busy: Optional["Worker"] = None     # the worker whose Session/stream the compiler thread is using
-        self._handed_over: Optional["Worker"] = None  # closed by the compiler thread when its call returns
         self.evictions = 0
         self.rejections = 0
         self.resting = 0.0  # seconds the compiler thread rested between compiles (COMPILE_SHARE)
@@ -176,25 +178,25 @@ class Tiers:
             self._long.add(key)
             if key in self._static:
                 self._static[key] = self._tick
-                if key not in w.graphs and key not in self._queued and not self._stopping:
+                if not w.has(key) and key not in self._queued and not self._stopping:
                     # admitted, yet this stream lost the graph (its Session was rebuilt by a device recovery)
                     self._queued.add(key)
                     self._queue.append(key)
                     self._lock.notify()
             elif (n >= self.hot_after and key not in self._queued and key not in self._failed
-                  and self._may_retry(key, n) and not self._stopping and key not in w.graphs):
+                  and self._may_retry(key, n) and not self._stopping and not w.has(key)):
                 self._queued.add(key)
                 self._queue.append(key)
                 self._lock.notify()
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._run, name="gert-tiers", daemon=True)
                     self._thread.start()
-        entry = w.graphs.get(key)
+        entry = w.entry(key)
         if entry is not None:
             return entry
-        entry = w.graphs.get(self.fallback_key)
+        entry = w.entry(self.fallback_key)
         if entry is None:  # warmup did not run: the dynamic graph is compiled once, here
-            entry = w._compile(self.fallback_key, dict(self.fallback_key))
+            entry = w.compile(self.fallback_key)
             w.stats.request_path_compiles += 1
         return entry
 
@@ -250,77 +252,47 @@ class Tiers:
 
     def _evict(self, key: tuple) -> None:
         for w in self.workers:
-            if not self._claim(w):
+            if self._stopping:
                 return
-            try:
-                with w.lock:
-                    entry = w.graphs.pop(key, None)
-                    if entry is not None:  # not in flight: requests synchronize before they release the lock
-                        w.session.remove_graph(entry.graph_id)
-            finally:
-                if self._release(w):
-                    return
+            with w.lock:  # not in flight: requests synchronize before they release the lock
+                w.evict(key)
 
     def _build(self, key: tuple) -> None:
-        """Compile, load and install the static graph for ``key`` on each stream in turn."""
+        """Compile, load and install the static graph for ``key`` on each stream in turn, through the worker's graph
+        table: the build holds no lock, and a graph built in a Session that a device recovery (or close) retired
+        meanwhile is not installed (the next request of that shape queues it again)."""
         for w in self.workers:
-            if key in w.graphs:  # built already (a rebuild after a recovery touches only the streams that lost it)
-                continue
-            if not self._claim(w):
-                return
-            try:
-                t0 = time.perf_counter()
-                try:
-                    entry = w._build(key)  # without w.lock: the stream keeps serving on its other graphs
-                except Exception as e:  # noqa: BLE001 - recorded; the shape stays on the dynamic graph
-                    with self._lock:
-                        self._failed[key] = e
-                        while len(self._failed) > _FAILED_KEPT:
-                            self._failed.popitem(last=False)
-                        self._static.pop(key, None)
-                    with w.lock:
-                        w.stats.failed_background_compiles += 1
-                    return
-                seconds = time.perf_counter() - t0
-                with w.lock:
-                    if self._stopping:  # close() ran meanwhile: this worker is ours to release (below)
-                        return
-                    w.graphs[key] = entry  # routing switches here, atomically for this stream
-                    w.stats.compiles += 1
-                    w.stats.background_compiles += 1
-                    w.stats.compile_seconds += seconds
-            finally:
-                if self._release(w):
-                    return
-
-    def _claim(self, w: "Worker") -> bool:
-        """Mark ``w``'s Session and stream as in use by this thread; False once close() was called."""
-        with self._lock:
             if self._stopping:
-                return False
-            self._busy = w
-            return True
-
-    def _release(self, w: "Worker") -> bool:
-        """Unmark ``w``; if close() ran meanwhile it left ``w`` to this thread, which closes it. True then."""
-        with self._lock:
-            self._busy = None
-            handed_over, self._handed_over = self._handed_over, None
-        if handed_over is not None:
-            handed_over.close()
-            return True
-        return False
+                return
+            if w.has(key):  # built already (a rebuild after a recovery touches only the streams that lost it)
+                continue
+            try:
+                entry = w.build(key)  # without w.lock: the stream keeps serving on its other graphs
+            except SessionReplaced:
+                continue  # not the shape's fault: the new Session builds it when a request asks again
+            except Exception as e:  # noqa: BLE001 - recorded; the shape stays on the dynamic graph
+                if w.closed or self._stopping:
+                    return
+                with self._lock:
+                    self._failed[key] = e
+                    while len(self._failed) > _FAILED_KEPT:
+                        self._failed.popitem(last=False)
+                    self._static.pop(key, None)
+                with w.lock:
+                    w.stats.failed_background_compiles += 1
+                return
+            with w.lock:
+                if w.install(entry):  # routing switches here, atomically for this stream
+                    w.stats.background_compiles += 1
 
     # ---- lifecycle and stats -----------------------------------------------------------------------------------
-    def close(self) -> Optional["Worker"]:
-        """Stop compiling; returns without waiting for a compile in flight. Returns the worker whose Session and stream
-        that compile is using: the compiler thread closes that worker when its call returns (the caller must not)."""
+    def close(self) -> None:
+        """Stop compiling; returns without waiting for a compile in flight: the worker it builds in closes that
+        Session when the build ends (gert.executor.Worker.build), and the graph is not installed."""
         with self._lock:
             self._stopping = True
             self._queue.clear()
             self._lock.notify_all()
-            busy = self._handed_over = self._busy
-        return busy
 
     def join(self, timeout: Optional[float] = None) -> bool:
         """Wait for the compiler thread to end (after close()); True if it has."""

@@ -308,3 +308,185 @@ def test_session_compiles_at_creation_and_runs_any_batch_unpadded(scaled):
             padded.run(None, feed(3))
             assert padded.model.stats()["gears"], "the caller's own batch policy wins"
             assert any(g["padding_ratio"] > 0 for g in padded.model.stats()["gears"].values())
+
+
+# ---- issue 31 R9: the feeds, run_options and run variants of ONNX Runtime ------------------------------------------
+
+def scalar_mul_model() -> bytes:
+    """y = x * s over x f32[N, 4] and a 0-d s."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
+    s = helper.make_tensor_value_info("s", TensorProto.FLOAT, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])
+    m = helper.make_model(helper.make_graph([helper.make_node("Mul", ["x", "s"], ["y"])], "smul", [x, s], [y]),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+@pytest.fixture(scope="module")
+def smul():
+    data = scalar_mul_model()
+    sess = gert.InferenceSession(data)
+    yield data, sess, reference(data)
+    sess.close()
+
+
+X24 = np.arange(8, dtype=np.float32).reshape(2, 4)
+
+
+def same_error(sess, ref, *args) -> BaseException:
+    """The call raises on both, gert's error is of ONNX Runtime's class (and a GertError); returns gert's."""
+    with pytest.raises(Exception) as want:
+        ref.run(*args)
+    with pytest.raises(Exception) as got:
+        sess.run(*args)
+    assert isinstance(got.value, type(want.value)), (type(got.value), type(want.value))
+    assert isinstance(got.value, gert.GertError)
+    return got.value
+
+
+@pytest.mark.parametrize("name", ["x", "s"])
+def test_none_for_an_input_fails_as_a_missing_input_as_in_onnx_runtime(smul, name):
+    _, sess, ref = smul
+    f = {"x": X24, "s": np.array(2, np.float32), name: None}
+    e = same_error(sess, ref, None, f)
+    assert isinstance(e, ort.capi.onnxruntime_pybind11_state.Fail) and f"Missing Input: {name}" in str(e)
+
+
+@pytest.mark.parametrize("shape", [(1,), (1, 1)])
+def test_a_one_element_array_for_a_0d_input_runs_as_the_scalar_as_in_onnx_runtime(smul, shape):
+    _, sess, ref = smul
+    f = {"x": X24, "s": np.full(shape, 3.0, np.float32)}
+    (got,), (want,) = sess.run(None, f), ref.run(None, f)
+    assert got.shape == want.shape and np.array_equal(got, want)
+
+
+def test_more_than_one_element_for_a_0d_input_is_refused_naming_it(smul):
+    _, sess, _ = smul
+    with pytest.raises(ort.capi.onnxruntime_pybind11_state.InvalidArgument, match="input 's' is 0-d"):
+        sess.run(None, {"x": X24, "s": np.ones(2, np.float32)})
+
+
+@pytest.mark.parametrize("value", [2.0, 2, np.float32(2), "abc"])
+def test_scalars_and_strings_as_feeds_raise_onnx_runtimes_runtime_error(smul, value):
+    _, sess, ref = smul
+    e = same_error(sess, ref, None, {"x": X24, "s": value})
+    assert isinstance(e, RuntimeError)
+
+
+def test_run_options_terminate_fails_the_run_as_onnx_runtime_does(smul):
+    _, sess, ref = smul
+    f = {"x": X24, "s": np.array(2, np.float32)}
+    ro = ort.RunOptions()
+    np.testing.assert_array_equal(sess.run(None, f, ro)[0], ref.run(None, f, ro)[0])
+    ro.terminate = True
+    e = same_error(sess, ref, None, f, ro)
+    want = "[ONNXRuntimeError] : 1 : FAIL : Exiting due to terminate flag being set to true."
+    assert str(e) == want
+    with pytest.raises(TypeError):
+        sess.run(None, f, "not run options")
+    done, got = threading.Event(), []
+    sess.run_async(None, f, lambda res, ud, err: (got.append((res, err)), done.set()), None, ro)
+    assert done.wait(30) and got[0][0] == [] and "terminate flag" in got[0][1]
+
+
+def test_io_binding_runs_as_in_onnx_runtime(smul):
+    _, sess, ref = smul
+    s = np.array(2, np.float32)
+    outs = {}
+    for name, session in (("gert", sess), ("ort", ref)):
+        b = session.io_binding()
+        b.bind_cpu_input("x", X24)
+        b.bind_ortvalue_input("s", ort.OrtValue.ortvalue_from_numpy(s))
+        b.bind_output("y")
+        session.run_with_iobinding(b)
+        ov = b.get_outputs()[0]
+        outs[name] = (b.copy_outputs_to_cpu()[0], ov.numpy(), ov.shape(), ov.data_type(), type(ov).__name__)
+    assert outs["gert"][2:] == outs["ort"][2:] == ([2, 4], "tensor(float)", "OrtValue")
+    np.testing.assert_array_equal(outs["gert"][0], outs["ort"][0])
+    np.testing.assert_array_equal(outs["gert"][1], X24 * 2)
+
+
+def test_io_binding_writes_preallocated_outputs_and_ortvalues(smul):
+    _, sess, _ = smul
+    b = sess.io_binding()
+    b.bind_cpu_input("x", X24)
+    b.bind_cpu_input("s", np.array(3, np.float32))
+    out = np.zeros((2, 4), np.float32)
+    b.bind_output("y", "cpu", 0, np.float32, out.shape, out.ctypes.data)
+    sess.run_with_iobinding(b)
+    np.testing.assert_array_equal(out, X24 * 3)
+    ov = ort.OrtValue.ortvalue_from_numpy(np.zeros((2, 4), np.float32))
+    b.bind_ortvalue_output("y", ov)
+    sess.run_with_iobinding(b)
+    np.testing.assert_array_equal(ov.numpy(), X24 * 3)
+    with pytest.raises(ValueError, match="element_type"):
+        b.bind_output("y", "cpu", 0, None, None, out.ctypes.data)
+
+
+def test_io_binding_errors_are_onnx_runtimes(smul):
+    _, sess, ref = smul
+    for session in (sess, ref):
+        b = session.io_binding()
+        with pytest.raises(RuntimeError, match="Failed to find NodeArg with name: zz in the def list"):
+            b.bind_cpu_input("zz", X24)
+        with pytest.raises(Exception, match="Unsupported device type: foo"):
+            b.bind_output("y", "foo", 0)
+        b.bind_cpu_input("x", X24)
+        b.bind_cpu_input("s", np.array(2, np.float32))
+        with pytest.raises(RuntimeError, match="^Error in execution: At least one output should be requested.$"):
+            session.run_with_iobinding(b)
+        b.bind_output("y")
+        ro = ort.RunOptions()
+        ro.terminate = True
+        with pytest.raises(RuntimeError, match="Error in execution: Exiting due to terminate flag"):
+            session.run_with_iobinding(b, ro)
+    with pytest.raises(ValueError, match="IOBinding must be used with the session that created it."):
+        sess.run_with_iobinding(ref.io_binding())
+
+
+def test_run_with_ort_values_as_in_onnx_runtime(smul):
+    _, sess, ref = smul
+    f = {"x": ort.OrtValue.ortvalue_from_numpy(X24), "s": ort.OrtValue.ortvalue_from_numpy(np.array(2, np.float32))}
+    got, want = sess.run_with_ort_values(None, f), ref.run_with_ort_values(None, f)
+    assert [type(v).__name__ for v in got] == [type(v).__name__ for v in want] == ["OrtValue"]
+    np.testing.assert_array_equal(got[0].numpy(), want[0].numpy())
+    with pytest.raises(ValueError) as g:
+        sess.run_with_ort_values(None, {"x": f["x"]})
+    with pytest.raises(ValueError) as w:
+        ref.run_with_ort_values(None, {"x": f["x"]})
+    assert str(g.value) == str(w.value)
+
+
+def test_set_providers_loads_the_model_again_with_the_new_options():
+    with gert.InferenceSession(scalar_mul_model()) as sess:
+        first = sess.model
+        sess.set_providers([("CANNExecutionProvider", {"streams": 2})])
+        assert first.closed and sess.model.num_streams == 2
+        assert sess.get_providers() == ["CANNExecutionProvider", "CPUExecutionProvider"]
+        assert sess.get_provider_options()["CANNExecutionProvider"] == {"streams": "2"}
+        np.testing.assert_array_equal(sess.run(None, {"x": X24, "s": np.array(2, np.float32)})[0], X24 * 2)
+        sess.disable_fallback()
+        sess.enable_fallback()
+
+
+def test_end_profiling_as_in_onnx_runtime(tmp_path):
+    data = scalar_mul_model()
+    with gert.InferenceSession(data) as sess:
+        assert sess.end_profiling() == reference(data).end_profiling() == ""
+    so = gert.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = str(tmp_path / "prof")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sess = gert.InferenceSession(data, so)
+    with sess:
+        assert sess.get_profiling_start_time_ns() > 0
+        for _ in range(3):
+            sess.run(None, {"x": X24, "s": np.array(2, np.float32)})
+        path = sess.end_profiling()
+    import json
+
+    assert path.startswith(str(tmp_path / "prof_")) and path.endswith(".json")
+    events = json.load(open(path))
+    assert [e["name"] for e in events] == ["model_run"] * 3 and all(e["ph"] == "X" for e in events)

@@ -257,7 +257,7 @@ def test_close_during_a_background_compile_returns_promptly_and_releases_everyth
         x = echo_input(1, 1, 7)
         check_echo(m.run({"x": x}), x)
         wait_for(lambda: compiled_on, "the background compile to start")
-        busy = m._tiers._busy
+        busy = next(w for w in m._workers if w.builds_in_flight)  # the stream whose Session the compile uses
         t0 = time.monotonic()
         closer = threading.Thread(target=m.close)
         closer.start()
@@ -266,7 +266,7 @@ def test_close_during_a_background_compile_returns_promptly_and_releases_everyth
         assert time.monotonic() - t0 < WAIT
         with pytest.raises(gert.GertError, match="closed"):
             m.run({"x": x})
-        other = [w for w in (m._tiers.workers) if w is not busy]
+        other = [w for w in m._tiers.workers if w is not busy]
         assert all(_session_closed(w) for w in other)
         assert not _session_closed(busy)  # still in use by the compile: the compiler thread owns it now
         gate.set()
