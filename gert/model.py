@@ -16,7 +16,8 @@ from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from gert import _cann, display, valuedep
+from gert import _cann, display
+from gert.core import onnx_io
 from gert._cann import Graph, ge_initialize
 from gert.compile_cache import CACHE_DIR_OPTION, CompileCache
 from gert.dispatch import StreamQueue
@@ -83,10 +84,11 @@ class Model:
             self._check_cores(d, cube_cores, _cann.DEV_ATTR_CUBE_CORE_NUM, "cube_cores")
             self._check_cores(d, vector_cores, _cann.DEV_ATTR_VECTOR_CORE_NUM, "vector_cores")
         self._graph = Graph.from_onnx(data)  # first: what GE's parser refuses fails here, with GE's code
-        io, self.value_dependent = valuedep.analyze(data, _cann.read_onnx_io(data))
-        self.plan: ShapePlan = plan_shapes(io, gears, shape_policy, pad_value, max_batch, output_dims, batch_dim,
-                                           state)
-        valuedep.apply_batch_policy(self.plan, self.value_dependent, shape_policy, gears)
+        described = onnx_io.read(data)  # the one ONNX I/O reader (gert/core/onnx_io.py)
+        self.value_dependent = described.value_dependent
+        self.plan: ShapePlan = plan_shapes(described.io, gears, shape_policy, pad_value, max_batch, output_dims,
+                                           batch_dim, state, model=described.proto,
+                                           value_dependent=described.value_dependent)
         self._input_names = [t.name for t in self.plan.inputs]
         # stateful models: state input -> output pairs, and the device-resident sequences (gert/sequence.py)
         self._sequences = Sequences(self, state, sequence_wait_s, devices) if state else None
@@ -318,7 +320,7 @@ class Model:
 
     def _idle_parts(self, sizes: dict) -> int:
         """With split_batch: how many streams are idle (at most the batch size); 1 means run as one request."""
-        if not self.split_batch or self.plan.batch is None or len(self._workers) < 2 or sizes.get("batch", 0) < 2:
+        if not self.split_batch or self.plan.batch is None or not self.plan.separable or len(self._workers) < 2 or sizes.get("batch", 0) < 2:
             return 1
         return max(1, min(self._queue.idle(), sizes["batch"]))
 
@@ -383,7 +385,7 @@ class Model:
         """Group requests by non-batch shape, run each group as one batch, split back in order."""
         if not requests:
             return []
-        if self.plan.batch is None:
+        if self.plan.batch is None or not self.plan.separable:
             return [self._run_request(r, None, timeout) for r in requests]
         groups: dict = {}
         for i, r in enumerate(requests):
@@ -399,7 +401,7 @@ class Model:
         """Requests sharing their non-batch shapes, as one batch on the batch axis, run once (the merged batch is
         validated, not each request again), and split back into one result per request. The requests are not
         concatenated on the host: each one's rows are copied straight into the device buffer (gert.rows.Rows)."""
-        if len(requests) == 1 or not valuedep.batches_split(self.plan, self.value_dependent):
+        if len(requests) == 1 or not self.plan.separable:
             return [self._run_request(r, None, timeout) for r in requests]
         plan = self.plan
         names = [t.name for t in plan.inputs]

@@ -192,7 +192,8 @@ class Sequences:
             raise GertError(f"sequence_wait_s must be >= 0, got {wait_s}")
         self.wait_s = float(wait_s)
         # batched steps need every state to carry the batch axis; else sequences step one by one
-        self.batchable = self.plan.batch is not None and all(p.axis is not None for p in self.pairs)
+        self.batchable = (self.plan.batch is not None and self.plan.separable
+                          and all(p.axis is not None for p in self.pairs))
         self._ids = itertools.count(1)
         self._live: dict = {}
         self._lock = threading.Lock()
@@ -468,7 +469,9 @@ class Sequences:
                 shape[ax] = g - n
                 parts.append(np.full(shape, plan.pad_value[name], parts[0].dtype))
             arrays[name] = np.concatenate(parts, axis=ax)
-        taken, device_out, before, after = [], {}, [], []
+        # all-or-nothing: a batch's new states are scattered into fresh buffers, swapped in only once the step
+        # succeeded (a copy failing halfway leaves every member's state as it was)
+        taken, device_out, before, after, staged = [], {}, [], [], {}
         try:
             for p in self.pairs:
                 name = p.input.name
@@ -488,20 +491,24 @@ class Sequences:
                 taken.append(dst)
                 device_out[p.output.name] = dst
                 if not direct:
-                    after += self._scatter(p, members, dst, rows, g)
+                    for seq, _ in members:
+                        fresh = self._pool.get(device, seq._bufs[name].nbytes)
+                        taken.append(fresh)
+                        staged[(seq.id, name)] = fresh
+                    after += self._scatter(p, members, dst, rows, g, staged)
             checked, sizes = model._validate(arrays)
             run_sizes, key = model._resolve(sizes)
             out = model._dispatch(Request(checked, sizes, run_sizes, key, device_out=device_out, device=device,
                                           timeout=model._recovery.timeout_for(None),
                                           real_batch=n if g != n else None, before=before, after=after))
-            # the step succeeded: the new states replace the old ones (a batch's were scattered back on the stream)
-            if direct:
-                seq = members[0][0]
+            # the step succeeded: the new states replace the old ones, which go back to the pool
+            for seq, _ in members:
                 for p in self.pairs:
-                    name, dst = p.input.name, device_out[p.output.name]
-                    taken.remove(dst)
-                    taken.append(seq._bufs[name])  # the old state goes back to the pool
-                    seq._bufs[name] = dst
+                    name = p.input.name
+                    new = device_out[p.output.name] if direct else staged[(seq.id, name)]
+                    taken.remove(new)
+                    taken.append(seq._bufs[name])
+                    seq._bufs[name] = new
         finally:
             for b in taken:
                 self._pool.put(b)
@@ -528,13 +535,14 @@ class Sequences:
             offset += r
         return ops
 
-    def _scatter(self, p: StatePair, members: list, src: DeviceBuffer, rows: list, g: int) -> list:
-        """The device-to-device copies that put each member's rows of the batch's new state back into its state."""
+    def _scatter(self, p: StatePair, members: list, src: DeviceBuffer, rows: list, g: int, staged: dict) -> list:
+        """The device-to-device copies that put each member's rows of the batch's new state into its staged buffer
+        (``staged[(seq id, state input)]``), which becomes its state once the step succeeded."""
         shape = members[0][0]._shapes[p.input.name]
         outer, inner = self._layout(p, shape)
         ops, offset = [], 0
         for (seq, _), r in zip(members, rows):
-            dst = seq._bufs[p.input.name]
+            dst = staged[(seq.id, p.input.name)]
             for j in range(outer):
                 ops.append((dst.ptr + j * r * inner, dst.nbytes - j * r * inner, src.ptr + (j * g + offset) * inner,
                             r * inner))

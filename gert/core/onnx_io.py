@@ -1,0 +1,108 @@
+"""The one ONNX I/O reader: what a model takes and gives, read once at load.
+
+``read(data)`` gives the inputs and outputs (``gert._cann.read_onnx_io``'s form, outputs without a shape in the file
+completed by shape inference) and the value-dependent outputs (gert.valuedep). ``output_dims`` decides, by ONNX shape
+inference and not by dim names, which output axis carries which dynamic dim of the inputs: every input axis of one
+dim gets one fresh symbol, the model is inferred, and an output axis carries that dim where its symbol lands. An
+unnamed batch dim ("?" in the file) is found like a named one; a reduction over the batch shows as an output without
+the symbol (docs/architecture.md, "output batch axis").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+import onnx
+
+from gert import _cann, valuedep
+
+_SYMBOL = "__gert_dim_{}__"
+UNKNOWN = None  # an output dim that inference could not tell
+
+
+@dataclass
+class ModelIO:
+    """A model's I/O as gert reads it: ``io`` in read_onnx_io's form ({"inputs": [(name, elem, dims)], "outputs":
+    ...}), the names of the value-dependent outputs, and the parsed model (for shape inference)."""
+
+    io: dict
+    value_dependent: list
+    proto: onnx.ModelProto
+
+
+def read(data: bytes) -> ModelIO:
+    """Read a serialized ONNX model's I/O (the only place gert parses a model's inputs and outputs)."""
+    proto = onnx.load_from_string(data)
+    io = valuedep.complete_outputs(proto, _cann.read_onnx_io(data))
+    return ModelIO(io, valuedep.value_dependent_outputs(proto), proto)
+
+
+def output_dims(proto: onnx.ModelProto, input_axes: Mapping[tuple, str]) -> dict:
+    """Per graph output: a tuple with, per axis, the dim name of ``input_axes`` ({(input, axis): dim name}) whose
+    symbol inference put there, an int for a fixed size, or UNKNOWN; None for an output whose rank inference could
+    not tell. Declared output shapes and value_info are set aside: they are the exporter's claim, not inference."""
+    m = onnx.ModelProto()
+    m.CopyFrom(proto)
+    names = sorted(set(input_axes.values()))
+    symbol = {n: _SYMBOL.format(i) for i, n in enumerate(names)}
+    by_symbol = {s: n for n, s in symbol.items()}
+    inits = {i.name for i in m.graph.initializer}
+    for value in m.graph.input:
+        if value.name in inits or not value.type.tensor_type.HasField("shape"):
+            continue
+        for axis, d in enumerate(value.type.tensor_type.shape.dim):
+            dim = input_axes.get((value.name, axis))
+            if dim is not None:
+                d.Clear()
+                d.dim_param = symbol[dim]
+    for value in m.graph.output:
+        if value.type.WhichOneof("value") == "tensor_type":
+            value.type.tensor_type.ClearField("shape")
+    del m.graph.value_info[:]
+    try:
+        inferred = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
+    except Exception:  # noqa: BLE001 - inference failed as a whole: every output unknown (the load decides)
+        return {o.name: None for o in proto.graph.output}
+    out: dict = {}
+    for value in inferred.graph.output:
+        t = value.type.tensor_type if value.type.WhichOneof("value") == "tensor_type" else None
+        if t is None or not t.HasField("shape"):
+            out[value.name] = None
+            continue
+        dims = []
+        for d in t.shape.dim:
+            if d.HasField("dim_value"):
+                dims.append(int(d.dim_value))
+            elif d.HasField("dim_param") and d.dim_param in by_symbol:
+                dims.append(by_symbol[d.dim_param])
+            else:
+                dims.append(UNKNOWN)
+        out[value.name] = tuple(dims)
+    return out
+
+
+def depends_on(proto: onnx.ModelProto, inputs: set) -> set:
+    """Names of the graph outputs computed from (the values or the shape of) any of ``inputs``: an output that
+    depends on no batched input is the same for every request of a batch."""
+    reached = set(inputs)
+
+    def walk(graph: onnx.GraphProto) -> None:
+        for node in graph.node:
+            used = [i for i in node.input if i]
+            for a in node.attribute:  # a subgraph reads outer names too
+                for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                    used += [i for n in _nodes(g) for i in n.input if i]
+            if any(i in reached for i in used):
+                reached.update(o for o in node.output if o)
+
+    walk(proto.graph)
+    return {o.name for o in proto.graph.output if o.name in reached}
+
+
+def _nodes(graph: onnx.GraphProto):
+    for node in graph.node:
+        yield node
+        for a in node.attribute:
+            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                yield from _nodes(g)
+
