@@ -59,12 +59,91 @@ def output_dims(proto: onnx.ModelProto, input_axes: Mapping[tuple, str]) -> dict
         if value.type.WhichOneof("value") == "tensor_type":
             value.type.tensor_type.ClearField("shape")
     del m.graph.value_info[:]
-    try:
-        inferred = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
-    except Exception:  # noqa: BLE001 - inference failed as a whole: every output unknown (the load decides)
-        return {o.name: None for o in proto.graph.output}
+    found = [_read_dims(g, by_symbol) for g in (_onnx_inference(m),) if g is not None]
     out: dict = {}
-    for value in inferred.graph.output:
+    for value in proto.graph.output:
+        out[value.name] = next((f[value.name] for f in found if _placed(f.get(value.name))), None) or next(
+            (f[value.name] for f in found if f.get(value.name) is not None), None)
+    if not all(_placed(d) for d in out.values()):  # symbols lost on the way: sizes that differ per dim tell
+        probed = _probe(m, input_axes)
+        for name, dims in probed.items():
+            if not _placed(out.get(name)) and dims is not None:
+                out[name] = dims
+    return out
+
+
+def _placed(dims: Optional[tuple]) -> bool:
+    """Inference told where the dims are: a known rank, and no unknown dim (or the batch's symbol among them)."""
+    return dims is not None and ("batch" in dims or UNKNOWN not in dims)
+
+
+_SIZES = (64, 48, 32, 96, 128, 16, 224, 320)  # probe sizes of a non-batch dim, in the order tried
+_BATCH, _BATCH2 = 3, 5                        # probe sizes of the batch
+
+
+def _probe(m: onnx.ModelProto, input_axes: Mapping[tuple, str]) -> dict:
+    """Output dims by inference at fixed sizes: once at base sizes, then once per dim with that dim changed; an
+    output axis whose size follows the dim (and nothing else) carries it. For models whose shape computations
+    (Shape -> Gather -> Concat -> Reshape) defeat symbolic inference but fold at fixed sizes."""
+    names = sorted(set(input_axes.values()))
+
+    def shapes(sizes: dict) -> Optional[dict]:
+        from gert import _shape_infer  # GE's way: folds Shape -> Cast -> Slice -> Concat at fixed sizes
+
+        dims = {}
+        for value in m.graph.input:
+            t = value.type.tensor_type
+            if value.type.WhichOneof("value") != "tensor_type" or not t.HasField("shape"):
+                continue
+            dims[value.name] = [sizes[input_axes[(value.name, a)]] if (value.name, a) in input_axes
+                                else (d.dim_value if d.HasField("dim_value") else None)
+                                for a, d in enumerate(t.shape.dim)]
+        try:
+            got = _shape_infer.infer(m, dims)
+        except Exception:  # noqa: BLE001 - these sizes do not fit the model: nothing learnt
+            return None
+        return {o.name: (tuple(d) if d is not None and all(type(x) is int for x in d) else None)
+                for o, d in zip(m.graph.output, got.output_dims)}
+
+    at_base = None
+    for size in _SIZES:  # a base at which the whole model infers (a height the model fixes, e.g. 48)
+        base = {n: _BATCH if n == "batch" else size for n in names}
+        at_base = shapes(base)
+        if at_base is not None:
+            break
+    if at_base is None:
+        return {}
+    out = {k: (list(v) if v is not None else None) for k, v in at_base.items()}
+    for n in names:
+        for size in ((_BATCH2,) if n == "batch" else tuple(x for x in _SIZES if x != base[n])):
+            moved = shapes({**base, n: size})
+            if moved is not None:
+                break
+        if moved is None:  # no other size fits this dim: what follows it stays unknown (the batch always varies)
+            if n == "batch":
+                return {}
+            continue
+        for k, dims in list(out.items()):
+            now = moved.get(k)
+            if dims is None or now is None or len(now) != len(dims):
+                out[k] = None
+                continue
+            for axis, (a, b) in enumerate(zip(at_base[k], now)):
+                if a != b:  # follows n exactly, or some function of it (a flatten): unknown
+                    dims[axis] = n if (a, b) == (base[n], size) and isinstance(dims[axis], int) else UNKNOWN
+    return {k: (tuple(v) if v is not None else None) for k, v in out.items()}
+
+
+def _onnx_inference(m: onnx.ModelProto) -> Optional[onnx.GraphProto]:
+    try:
+        return onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True).graph
+    except Exception:  # noqa: BLE001 - inference failed as a whole: every output unknown (the load decides)
+        return None
+
+
+def _read_dims(graph: onnx.GraphProto, by_symbol: dict) -> dict:
+    out: dict = {}
+    for value in graph.output:
         t = value.type.tensor_type if value.type.WhichOneof("value") == "tensor_type" else None
         if t is None or not t.HasField("shape"):
             out[value.name] = None
@@ -85,17 +164,13 @@ def depends_on(proto: onnx.ModelProto, inputs: set) -> set:
     """Names of the graph outputs computed from (the values or the shape of) any of ``inputs``: an output that
     depends on no batched input is the same for every request of a batch."""
     reached = set(inputs)
-
-    def walk(graph: onnx.GraphProto) -> None:
-        for node in graph.node:
-            used = [i for i in node.input if i]
-            for a in node.attribute:  # a subgraph reads outer names too
-                for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                    used += [i for n in _nodes(g) for i in n.input if i]
-            if any(i in reached for i in used):
-                reached.update(o for o in node.output if o)
-
-    walk(proto.graph)
+    for node in proto.graph.node:
+        used = [i for i in node.input if i]
+        for a in node.attribute:  # a subgraph reads outer names too
+            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                used += [i for n in _nodes(g) for i in n.input if i]
+        if any(i in reached for i in used):
+            reached.update(o for o in node.output if o)
     return {o.name for o in proto.graph.output if o.name in reached}
 
 
@@ -105,4 +180,3 @@ def _nodes(graph: onnx.GraphProto):
         for a in node.attribute:
             for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
                 yield from _nodes(g)
-
