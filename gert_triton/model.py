@@ -216,7 +216,7 @@ class TritonPythonModel:
         """Config inputs / outputs that contradict the ONNX model fail the load (auto_complete_config keeps what
         the config gives), instead of every request failing later: the same dtype, and the same rank (the batch
         axis added when max_batch_size > 0). Skipped for the side a subclass's preprocess / postprocess converts."""
-        state = self.stateful.model._sequences.state_inputs if self.stateful is not None else ()
+        state = set(self.model.state)  # a state input stays on the device
         names = [t.name for t in self.model.inputs if t.name not in state]  # a state stays on the device
         cfg_names = [i["name"] for i in self.config.get("input", [])]
         if sorted(cfg_names) != sorted(names):
@@ -304,45 +304,30 @@ class TritonPythonModel:
             except Exception as e:  # this request alone is bad
                 responses[i] = pb_utils.InferenceResponse(
                     error=pb_utils.TritonError(str(e), pb_utils.TritonError.INVALID_ARG))
-        for group in self._groups(ready):
+        # grouped by batch key, merged, run and split by the model's Engine (gert/core/engine.py)
+        results = self.model.engine.run_many([inputs for _, inputs, _ in ready], return_exceptions=True) \
+            if ready else []
+        for (i, _, wanted), out in zip(ready, results):
+            if isinstance(out, BaseException):
+                # bad input INVALID_ARG; device / runtime failure INTERNAL; retry later UNAVAILABLE
+                if isinstance(out, GertError):
+                    code = getattr(pb_utils.TritonError, _TRITON_CODES[error_class(out)])
+                    responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(out), code))
+                else:
+                    responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                        f"{type(out).__name__}: {out}", pb_utils.TritonError.INTERNAL))
+                continue
             try:
-                results = self.model.run_batch([inputs for _, inputs, _ in group])
-            except GertError as e:  # bad input INVALID_ARG; device / runtime failure INTERNAL; retry later UNAVAILABLE
-                code = getattr(pb_utils.TritonError, _TRITON_CODES[error_class(e)])
-                for i, _, _ in group:
-                    responses[i] = pb_utils.InferenceResponse(error=pb_utils.TritonError(str(e), code))
-                continue
+                out = self.postprocess(out)
+                tensors = [pb_utils.Tensor(name, np.require(self.triton_layout.to_triton(name, arr),
+                                                            requirements="C"))
+                           for name, arr in out.items() if not wanted or name in wanted]
+                responses[i] = pb_utils.InferenceResponse(output_tensors=tensors)
             except Exception as e:
-                for i, _, _ in group:
-                    responses[i] = pb_utils.InferenceResponse(
-                        error=pb_utils.TritonError(f"{type(e).__name__}: {e}", pb_utils.TritonError.INTERNAL))
-                continue
-            for (i, _, wanted), out in zip(group, results):
-                try:
-                    out = self.postprocess(out)
-                    tensors = [pb_utils.Tensor(name, np.require(self.triton_layout.to_triton(name, arr),
-                                                                requirements="C"))
-                               for name, arr in out.items() if not wanted or name in wanted]
-                    responses[i] = pb_utils.InferenceResponse(output_tensors=tensors)
-                except Exception as e:
-                    responses[i] = pb_utils.InferenceResponse(
-                        error=pb_utils.TritonError(f"{type(e).__name__}: {e}", pb_utils.TritonError.INTERNAL))
+                responses[i] = pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError(f"{type(e).__name__}: {e}", pb_utils.TritonError.INTERNAL))
         self._update_metrics()
         return responses
-
-    def _groups(self, ready: list) -> list:
-        """Requests that can share one batch: the same non-batch shapes (all of them, without a batch axis:
-        each request alone)."""
-        if not self.batching:
-            return [[r] for r in ready]
-        groups: dict = {}
-        for r in ready:
-            if not self.triton_layout.identity:  # the batch on another axis, inputs without it by value
-                groups.setdefault(self.model._batch_key(r[1]), []).append(r)
-                continue
-            sig = tuple((n, a.shape[1:], a.dtype.str) for n, a in sorted(r[1].items()))
-            groups.setdefault(sig, []).append(r)
-        return list(groups.values())
 
     # ---- metrics ---------------------------------------------------------------------------------------------
     def _init_metrics(self, interval_ms: int) -> None:
