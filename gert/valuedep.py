@@ -85,10 +85,3 @@ def complete_outputs(model: onnx.ModelProto, io: dict) -> dict:
         name, elem, dims = outputs[k]
         outputs[k] = (name, elem or inferred.output_elem[k], dims if dims is not None else inferred.output_dims[k])
     return dict(io, outputs=outputs)
-
-
-def analyze(data: bytes, io: dict) -> tuple:
-    """(io with shapeless outputs completed, names of value-dependent outputs) for a serialized model."""
-    model = onnx.load_from_string(data)
-    return complete_outputs(model, io), value_dependent_outputs(model)
-
