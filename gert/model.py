@@ -18,12 +18,13 @@ import numpy as np
 
 from gert import _cann, display
 from gert.core import onnx_io
-from gert.core.engine import Engine, Streams
+from gert.core.engine import Engine, Streams, write_out
+from gert.stats import collect_stats
 from gert._cann import Graph, ge_initialize
 from gert.compile_cache import CACHE_DIR_OPTION, CompileCache
 from gert.dispatch import StreamQueue
 from gert.errors import GertError
-from gert.executor import GearStats, Request, Worker
+from gert.executor import Request, Worker
 from gert.progress import Progress
 from gert.recovery import Recovery
 from gert import sequence as _sequence
@@ -49,6 +50,14 @@ def _split_options(options: Optional[Mapping[str, str]]) -> tuple:
         else:
             sess[k] = str(v)
     return glob, sess, graph
+
+
+def _check_cores(device: int, value: Optional[int], attr: int, what: str) -> None:
+    if value is None:
+        return
+    have = _cann.get_device_info(device, attr)
+    if not 1 <= int(value) <= have:
+        raise GertError(f"{what}={value} is out of range: device {device} has {have} {what.split('_')[0]} cores")
 
 
 class Model:
@@ -80,8 +89,8 @@ class Model:
             if not 0 <= d < n:
                 raise GertError(f"device {d} does not exist; this backend has {n} device(s)")
         for d in devices:
-            self._check_cores(d, cube_cores, _cann.DEV_ATTR_CUBE_CORE_NUM, "cube_cores")
-            self._check_cores(d, vector_cores, _cann.DEV_ATTR_VECTOR_CORE_NUM, "vector_cores")
+            _check_cores(d, cube_cores, _cann.DEV_ATTR_CUBE_CORE_NUM, "cube_cores")
+            _check_cores(d, vector_cores, _cann.DEV_ATTR_VECTOR_CORE_NUM, "vector_cores")
         self._graph = Graph.from_onnx(data)  # first: what GE's parser refuses fails here, with GE's code
         described = onnx_io.read(data)  # the one ONNX I/O reader (gert/core/onnx_io.py)
         self.value_dependent = described.value_dependent
@@ -125,14 +134,6 @@ class Model:
         self._queued: set = set()  # futures from submit() that no pool thread has started
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(4, 2 * len(self._workers)),
                                                            thread_name_prefix="gert-model")
-
-    @staticmethod
-    def _check_cores(device: int, value: Optional[int], attr: int, what: str) -> None:
-        if value is None:
-            return
-        have = _cann.get_device_info(device, attr)
-        if not 1 <= int(value) <= have:
-            raise GertError(f"{what}={value} is out of range: device {device} has {have} {what.split('_')[0]} cores")
 
     # ---- metadata -------------------------------------------------------------------------------------------
     @property
@@ -179,7 +180,7 @@ class Model:
                 if name not in names:
                     raise GertError(f"out names '{name}', which is not a model output; outputs: "
                                     f"{[o.name for o in self.plan.outputs]}")
-            return self._write_out(self.engine.run(inputs, out, timeout), out)
+            return write_out(self.engine.run(inputs, out, timeout), out)
         if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence):
             raise GertError(f"run: inputs must be a dict of input name -> array, or a list of such dicts; got "
                             f"{type(inputs).__name__}")
@@ -305,21 +306,6 @@ class Model:
                             "to run sequences")
         return self._sequences
 
-    @staticmethod
-    def _write_out(result: dict, out: Mapping[str, np.ndarray]) -> dict:
-        for name, dst in out.items():
-            if name not in result:
-                raise GertError(f"out names '{name}', which is not a model output; outputs: {list(result)}")
-            dst = np.asarray(dst)
-            src = result[name]
-            if dst.shape != src.shape or dst.dtype != src.dtype:
-                raise GertError(f"out['{name}'] is {dst.shape} {dst.dtype}; the result is {src.shape} {src.dtype}")
-            if src is dst or (src.size and src.ctypes.data == dst.ctypes.data and src.strides == dst.strides):
-                continue  # the D2H wrote straight into the caller's array
-            np.copyto(dst, src)
-            result[name] = dst
-        return result
-
     # ---- lifecycle and stats -------------------------------------------------------------------------------------
     def warmup(self, sizes: Optional[Mapping[str, Sequence[int]]] = None, progress: bool = False) -> int:
         """Compile every declared gear combination on every stream; returns how many graphs were compiled.
@@ -366,30 +352,7 @@ class Model:
         graphs, background and request-path compiles; per gear: hits and padding ratio; device memory; with the
         auto policy, ``tiers``: static shapes, pending compiles, evictions, rejections, failed compiles. A dict (a
         gert.display.Stats, which also shows as tables in Jupyter and IPython)."""
-        streams = [dict(vars(w.stats)) for w in self._workers]  # flat dataclasses; asdict() deep-copies (slow)
-        gears: dict = {}
-        for w in self._workers:
-            for k, g in list(w.gear_stats.items()):  # a snapshot: workers add gears while running
-                agg = gears.setdefault(k, GearStats())
-                agg.hits += g.hits
-                agg.real_elements += g.real_elements
-                agg.padded_elements += g.padded_elements
-        memory = {}
-        for d in sorted({w.device for w in self._workers}):
-            info = _cann.memory_info(d)
-            memory[d] = {"used": info.used, "total": info.total}
-        out = display.Stats(
-            streams=streams,
-            gears={k: {"hits": g.hits, "padding_ratio": g.padding_ratio} for k, g in gears.items()},
-            device_memory=memory,
-            **vars(self._recovery.stats),  # failed_tasks, timeouts, aborted_streams, recoveries, oom_retries
-        )
-        for k in ("compiles", "static_hits", "dynamic_hits", "background_compiles", "request_path_compiles",
-                  "cache_hits", "cache_misses"):
-            out[k] = sum(s[k] for s in streams)
-        if self._tiers is not None:
-            out["tiers"] = self._tiers.stats()
-        return out
+        return collect_stats(self._workers, self._recovery.stats, self._tiers)
 
     def close(self, timeout: float = 60.0) -> None:
         """Stop taking requests; queued submits are cancelled, running ones complete; then release everything."""

@@ -1,4 +1,4 @@
-"""Stateful models under Triton's sequence batcher (shared/docs/triton-sequence-batching.md, Triton 2.51).
+"""Stateful models under Triton's sequence batcher (as Triton 2.51 implements it).
 
 The Python backend has no implicit state, so the adapter keeps one device-resident gert.Sequence per correlation id:
 created on START (a START on a live id resets it), freed on END, or by its own idle timer, since Triton's reaper

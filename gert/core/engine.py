@@ -176,3 +176,19 @@ class Engine:
             return self.run_many(requests, timeout)  # inputs without the batch axis differ: not one batch
         out = self.run(self.batcher.merge([{n: r[n] for n in names} for r in requests]), None, timeout)
         return self.batcher.split(out, [self.batcher.rows({n: r[n] for n in names}) for r in requests])
+
+
+def write_out(result: dict, out: Mapping[str, np.ndarray]) -> dict:
+    """``out=`` of Model.run: each result in the caller's array (a copy unless the download wrote it there)."""
+    for name, dst in out.items():
+        if name not in result:
+            raise GertError(f"out names '{name}', which is not a model output; outputs: {list(result)}")
+        dst = np.asarray(dst)
+        src = result[name]
+        if dst.shape != src.shape or dst.dtype != src.dtype:
+            raise GertError(f"out['{name}'] is {dst.shape} {dst.dtype}; the result is {src.shape} {src.dtype}")
+        if src is dst or (src.size and src.ctypes.data == dst.ctypes.data and src.strides == dst.strides):
+            continue  # the D2H wrote straight into the caller's array
+        np.copyto(dst, src)
+        result[name] = dst
+    return result
