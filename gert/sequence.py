@@ -18,19 +18,26 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Optional
+from typing import Mapping, Optional, Protocol
 
 import numpy as np
 
 from gert._cann import DeviceBuffer
 from gert.errors import AclError, GertError
 from gert.core.batching import Batcher
+from gert.core.engine import Engine
 from gert.core.validate import Validator
 from gert.shapes import ShapePlan, TensorInfo
 from gert.tensor import DeviceTensor
 
-if TYPE_CHECKING:
-    from gert.model import Model
+class Runner(Protocol):
+    """What Sequences need of their model (gert.Model): its plan, its Engine, and whether it is closed."""
+
+    plan: ShapePlan
+    engine: Engine
+
+    @property
+    def closed(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -180,7 +187,7 @@ class Sequence:
 class Sequences:
     """The sequences of one stateful Model: creates them, runs their steps (alone or batched), tracks them."""
 
-    def __init__(self, model: "Model", state: Mapping[str, str], wait_s: float, devices: tuple):
+    def __init__(self, model: Runner, state: Mapping[str, str], wait_s: float, devices: tuple):
         self.model = model
         self.plan: ShapePlan = model.plan
         self.pairs = pair_states(self.plan, state)
