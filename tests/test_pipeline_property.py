@@ -245,3 +245,67 @@ def test_every_sequence_gets_exactly_its_own_steps(gears, door, sequences, steps
                                            err_msg=f"{door} step {step} sequence {i}")
                 np.testing.assert_allclose(seqs[i].state["h"], want["h_out"], rtol=1e-5, atol=1e-5)
                 h[i] = want["h_out"]
+
+
+# ---- gert_triton's sequence batching ------------------------------------------------------------------------------
+
+_CONTROLS = [{"name": n, "control": [{"kind": f"CONTROL_SEQUENCE_{n}", "int32_false_true": [0, 1]}]}
+             for n in ("START", "END", "READY")] + [
+    {"name": "CORRID", "control": [{"kind": "CONTROL_SEQUENCE_CORRID", "data_type": "TYPE_UINT64"}]}]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(gears=st.sampled_from([None, [1, 2, 4], [4]]), sequences=st.integers(1, 5), steps=st.integers(1, 3),
+       seed=st.integers(0, 2**16))
+def test_triton_sequence_execute_gives_every_sequence_its_own_steps(tmp_path_factory, gears, sequences, steps, seed):
+    """One execute() per step with a request of every live sequence (START on the first, END on the last), as
+    Triton's sequence batcher sends them: each sequence's output equals ONNX Runtime stepping it alone."""
+    from recurrent_models import HIDDEN, INPUT, gru_model
+
+    gru = gru_model()
+    mp = pytest.MonkeyPatch()
+    try:
+        pb = fake_pb_utils.install(mp)
+        d = os.path.join(str(tmp_path_factory.mktemp("seqrepo")), "gru")
+        os.makedirs(os.path.join(d, "1"))
+        with open(os.path.join(d, "1", "model.onnx"), "wb") as f:
+            f.write(gru)
+        params = {"state": {"string_value": "h:h_out"}, "batch_dim": {"string_value": "N"},
+                  "streams": {"string_value": "1"}}
+        if gears is not None:
+            params["gears"] = {"string_value": "N:" + ",".join(str(g) for g in gears)}
+        pb.set_model_dir(d)
+        from gert_triton import TritonPythonModel
+
+        fields = {"max_batch_size": 8, "parameters": params,
+                  "sequence_batching": {"max_sequence_idle_microseconds": "60000000", "control_input": _CONTROLS}}
+        cfg = TritonPythonModel.auto_complete_config(pb.ModelConfig(pb.default_config("gru", **fields))).as_dict()
+        tm = TritonPythonModel()
+        tm.initialize({"model_config": json.dumps(cfg), "model_instance_kind": "CPU", "model_instance_name": "gru_0",
+                       "model_instance_device_id": "0", "model_repository": d, "model_version": "1",
+                       "model_name": "gru"})
+        try:
+            rng = np.random.default_rng(seed)
+            h = {k: np.zeros((1, 1, HIDDEN), np.float32) for k in range(1, sequences + 1)}
+            for step in range(steps):
+                xs = {k: rng.standard_normal((1, 1, INPUT)).astype(np.float32) for k in h}  # Triton's [1, 1, 4]
+                reqs = []
+                for k, x in xs.items():
+                    start, end = step == 0, step == steps - 1
+                    tensors = [pb.Tensor("x", x)] + [pb.Tensor(n, np.array([[int(v)]], np.int32))
+                                                     for n, v in (("START", start), ("END", end), ("READY", True))]
+                    tensors.append(pb.Tensor("CORRID", np.array([[k]], np.uint64)))
+                    reqs.append(pb.InferenceRequest(tensors, ["y"], correlation_id=k,
+                                                    flags=(1 if start else 0) | (2 if end else 0)))
+                responses = tm.execute(reqs)
+                for (k, x), resp in zip(xs.items(), responses):
+                    assert not resp.has_error(), resp.error().message()
+                    got = {t.name(): t.as_numpy() for t in resp.output_tensors()}["y"]
+                    want = ort_alone(gru, {"x": np.moveaxis(x, 0, 1), "h": h[k]})
+                    np.testing.assert_allclose(got, np.moveaxis(want["y"], 1, 0), rtol=1e-5, atol=1e-5,
+                                               err_msg=f"gears={gears} step {step} sequence {k}")
+                    h[k] = want["h_out"]
+        finally:
+            tm.finalize()
+    finally:
+        mp.undo()
