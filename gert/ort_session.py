@@ -367,6 +367,10 @@ class InferenceSession:
         if not isinstance(input_feed, Mapping):
             raise InvalidArgument(f"input_feed must be a dict of input name -> array, got {type(input_feed).__name__}")
         info = self._input_info
+        for name, value in input_feed.items():  # np.asarray(None, float32) would be NaN: ONNX Runtime fails the run
+            if value is None and name in info:
+                raise InvalidArgument(f"[gert] : INVALID_ARGUMENT : input '{name}' is None; ONNX Runtime fails the run "
+                                      f"with 'Missing Input: {name}'")
         # ONNX Runtime converts a value that is not an array to the input's type
         feed = {n: v if isinstance(v, np.ndarray) or n not in info else np.asarray(v, dtype=info[n].dtype)
                 for n, v in input_feed.items()}

@@ -205,3 +205,14 @@ def test_batched_step_failing_halfway_leaves_every_state_as_it_was(after):
         outs = m.step([(s1, {"x": xs[2]}), (s2, {"x": xs[2]})])
         for out, b in zip(outs, states):
             assert_same(out, {"y": ort_alone(model, {"x": xs[2], "h": b})["y"]})
+
+
+def test_ort_facade_refuses_none_instead_of_nan():
+    """R9: None for a 0-d float input became NaN through np.asarray(None, float32); ONNX Runtime fails the run."""
+    model = make_model([helper.make_node("Mul", ["x", "s"], ["y"])], [vi("x", np.float32, ["N", 4]),
+                                                                     vi("s", np.float32, [])],
+                       [vi("y", np.float32, ["N", 4])], name="scalar_mul")
+    with gert.InferenceSession(model) as sess:
+        with pytest.raises(gert.GertError, match="input 's' is None"):
+            sess.run(None, {"x": np.ones((2, 4), np.float32), "s": None})
+        assert sess.run(None, {"x": np.ones((2, 4), np.float32), "s": np.float32(2)})[0].tolist() == [[2.0] * 4] * 2
