@@ -15,6 +15,7 @@ from typing import Mapping, Optional
 import onnx
 
 from gert import _cann, valuedep
+from gert.errors import GertError
 
 _SYMBOL = "__gert_dim_{}__"
 UNKNOWN = None  # an output dim that inference could not tell
@@ -32,8 +33,12 @@ class ModelIO:
 
 def read(data: bytes) -> ModelIO:
     """Read a serialized ONNX model's I/O (the only place gert parses a model's inputs and outputs)."""
-    proto = onnx.load_from_string(data)
-    io = valuedep.complete_outputs(proto, _cann.read_onnx_io(data))
+    io = _cann.read_onnx_io(data)  # first: a file that is no ONNX model fails here, with a GertError saying why
+    try:
+        proto = onnx.load_from_string(data)
+    except Exception as e:  # noqa: BLE001 - protobuf's DecodeError and the like
+        raise GertError(f"the ONNX model cannot be parsed: {type(e).__name__}: {e}") from None
+    io = valuedep.complete_outputs(proto, io)
     return ModelIO(io, valuedep.value_dependent_outputs(proto), proto)
 
 
