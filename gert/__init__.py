@@ -1,7 +1,7 @@
 """gert: run ONNX graphs on Ascend NPUs through CANN's Graph Engine, or on the built-in host NPU.
 
 The runtime layer (devices, streams, events, device and pinned host memory) comes from the
-compiled bindings in ``gert._cann``; see shared/docs/design.md for the layers.
+compiled bindings in ``gert._cann``; docs/architecture.md describes the layers.
 """
 from gert.errors import AclError, DeviceUnavailable, GeError, GertError, HostFunctionError, RequestTimeout
 from gert._cann import (

@@ -16,19 +16,20 @@ from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from gert import _cann, display, valuedep
+from gert import _cann, display
+from gert.core import onnx_io
+from gert.core.engine import Engine, Streams, write_out
+from gert.stats import collect_stats
 from gert._cann import Graph, ge_initialize
 from gert.compile_cache import CACHE_DIR_OPTION, CompileCache
 from gert.dispatch import StreamQueue
 from gert.errors import GertError
-from gert.rows import Rows
-from gert.executor import GearStats, Request, Worker
+from gert.executor import Request, Worker
 from gert.progress import Progress
 from gert.recovery import Recovery
 from gert import sequence as _sequence
 from gert.sequence import Sequences
-from gert.shapes import ShapePlan, TensorInfo, plan_shapes
-from gert.tensor import DeviceTensor
+from gert.shapes import ShapePlan, plan_shapes
 from gert.tiers import COMPILE_SHARE, HOT_AFTER, HOT_WINDOW, Tiers, check_settings
 
 ModelSource = Union[str, bytes, os.PathLike]
@@ -49,6 +50,14 @@ def _split_options(options: Optional[Mapping[str, str]]) -> tuple:
         else:
             sess[k] = str(v)
     return glob, sess, graph
+
+
+def _check_cores(device: int, value: Optional[int], attr: int, what: str) -> None:
+    if value is None:
+        return
+    have = _cann.get_device_info(device, attr)
+    if not 1 <= int(value) <= have:
+        raise GertError(f"{what}={value} is out of range: device {device} has {have} {what.split('_')[0]} cores")
 
 
 class Model:
@@ -80,18 +89,16 @@ class Model:
             if not 0 <= d < n:
                 raise GertError(f"device {d} does not exist; this backend has {n} device(s)")
         for d in devices:
-            self._check_cores(d, cube_cores, _cann.DEV_ATTR_CUBE_CORE_NUM, "cube_cores")
-            self._check_cores(d, vector_cores, _cann.DEV_ATTR_VECTOR_CORE_NUM, "vector_cores")
+            _check_cores(d, cube_cores, _cann.DEV_ATTR_CUBE_CORE_NUM, "cube_cores")
+            _check_cores(d, vector_cores, _cann.DEV_ATTR_VECTOR_CORE_NUM, "vector_cores")
         self._graph = Graph.from_onnx(data)  # first: what GE's parser refuses fails here, with GE's code
-        io, self.value_dependent = valuedep.analyze(data, _cann.read_onnx_io(data))
-        self.plan: ShapePlan = plan_shapes(io, gears, shape_policy, pad_value, max_batch, output_dims, batch_dim,
-                                           state)
-        valuedep.apply_batch_policy(self.plan, self.value_dependent, shape_policy, gears)
-        self._input_names = [t.name for t in self.plan.inputs]
+        described = onnx_io.read(data)  # the one ONNX I/O reader (gert/core/onnx_io.py)
+        self.value_dependent = described.value_dependent
+        self.plan: ShapePlan = plan_shapes(described.io, gears, shape_policy, pad_value, max_batch, output_dims,
+                                           batch_dim, state, model=described.proto,
+                                           value_dependent=described.value_dependent)
         # stateful models: state input -> output pairs, and the device-resident sequences (gert/sequence.py)
         self._sequences = Sequences(self, state, sequence_wait_s, devices) if state else None
-        self._valid_shapes: dict = {}  # ((shape, dtype) per input) -> real dim sizes, for shapes that passed
-        self._resolved: dict = {}      # real dim sizes -> (run sizes, graph key)
         glob, sess, graph_opts = _split_options(options)
         ge_initialize(glob)
         # GE's compile cache (gert/compile_cache.py): cache_dir, else GERT_CACHE_DIR
@@ -101,7 +108,6 @@ class Model:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._closed = False
-        self.split_batch = bool(split_batch)
         self._in_flight = 0
         self._workers: list = []
         self._recovery = Recovery(lambda: self._workers, request_timeout_s)  # device faults: gert/recovery.py
@@ -121,18 +127,13 @@ class Model:
             w.tiers = self._tiers
             w.cache = self.compile_cache
         self._queue: StreamQueue = StreamQueue(self._workers)
+        # the request pipeline (gert/core/engine.py); the streams' lifecycle stays here (close, warmup)
+        self.engine = Engine(self.plan, Streams(self._dispatch, self._queue.idle, lambda: len(self._workers),
+                                                self._recovery.timeout_for, self._parts_pool), split_batch)
         self._futures_lock = threading.Lock()
         self._queued: set = set()  # futures from submit() that no pool thread has started
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(4, 2 * len(self._workers)),
                                                            thread_name_prefix="gert-model")
-
-    @staticmethod
-    def _check_cores(device: int, value: Optional[int], attr: int, what: str) -> None:
-        if value is None:
-            return
-        have = _cann.get_device_info(device, attr)
-        if not 1 <= int(value) <= have:
-            raise GertError(f"{what}={value} is out of range: device {device} has {have} {what.split('_')[0]} cores")
 
     # ---- metadata -------------------------------------------------------------------------------------------
     @property
@@ -143,6 +144,11 @@ class Model:
     @property
     def outputs(self) -> list:
         return list(self.plan.outputs)
+
+    @property
+    def split_batch(self) -> bool:
+        """One batch is spread over the streams that are idle (gert.load(split_batch=True))."""
+        return self.engine.split_batch
 
     @property
     def num_streams(self) -> int:
@@ -165,21 +171,22 @@ class Model:
         the caller's order. ``out``: a dict of output name -> array (or HostBuffer view) to write the results into.
         ``timeout``: seconds on the device (default: the model's request_timeout_s), else RequestTimeout.
         """
+        self._check_open()
         if (type(inputs) is dict or isinstance(inputs, Mapping)):
             if out is None:
-                return self._run_request(inputs, None, timeout)
+                return self.engine.run(inputs, None, timeout)
             names = {o.name for o in self.plan.outputs}
             for name in out:
                 if name not in names:
                     raise GertError(f"out names '{name}', which is not a model output; outputs: "
                                     f"{[o.name for o in self.plan.outputs]}")
-            return self._write_out(self._run_request(inputs, out, timeout), out)
+            return write_out(self.engine.run(inputs, out, timeout), out)
         if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence):
             raise GertError(f"run: inputs must be a dict of input name -> array, or a list of such dicts; got "
                             f"{type(inputs).__name__}")
         if out is not None:
             raise GertError("run: out= is for a single request, not a list")
-        return self._run_many(list(inputs), timeout)
+        return self.engine.run_many(list(inputs), timeout)
 
     def submit(self, inputs: Mapping[str, np.ndarray], *, timeout: Optional[float] = None) -> concurrent.futures.Future:
         """Run in the background; the Future resolves to the outputs dict.
@@ -218,109 +225,11 @@ class Model:
 
     def validate(self, inputs: Mapping[str, np.ndarray]) -> None:
         """Raise GertError (naming the input, the expected and the actual value) if run(inputs) would reject it."""
-        _, sizes = self._validate(inputs)
-        batch = self.plan.batch
-        if batch is not None and batch.policy == "pad" and sizes["batch"] > batch.gears[-1]:
-            sizes = dict(sizes, batch=batch.gears[-1])
-        self._resolve(sizes)
+        self.engine.check(inputs)
 
     def _check_open(self) -> None:
         if self._closed:
             raise GertError("the model is closed")
-
-    def _validate(self, inputs: Mapping[str, np.ndarray]) -> tuple:
-        """Arrays by input name (C-contiguous, exact dtype) and the real size of each dynamic dim. Shapes and
-        dtypes that passed before are looked up instead of checked again (the checks are per call overhead)."""
-        names = self._input_names
-        if type(inputs) is dict and len(inputs) == len(names):
-            arrays = [inputs.get(n) for n in names]
-            if all(type(a) is np.ndarray or type(a) is Rows or type(a) is DeviceTensor for a in arrays):
-                sizes = self._valid_shapes.get(tuple((a.shape, a.dtype) for a in arrays))
-                if sizes is not None:
-                    return ({n: a if type(a) is not np.ndarray or a.flags.c_contiguous
-                             else np.require(a, requirements="C")
-                             for n, a in zip(names, arrays)}, dict(sizes))
-        arrays, sizes = self._check_inputs(inputs)
-        if all(type(a) is np.ndarray or type(a) is Rows or type(a) is DeviceTensor for a in arrays.values()):
-            if len(self._valid_shapes) >= _VALID_SHAPES_KEPT:
-                self._valid_shapes.clear()
-            self._valid_shapes[tuple((arrays[n].shape, arrays[n].dtype) for n in names)] = dict(sizes)
-        return arrays, sizes
-
-    def _check_inputs(self, inputs: Mapping[str, np.ndarray]) -> tuple:
-        if not (type(inputs) is dict or isinstance(inputs, Mapping)):
-            raise GertError(f"inputs must be a dict of input name -> array, got {type(inputs).__name__}")
-        names = [t.name for t in self.plan.inputs]
-        missing = [n for n in names if n not in inputs]
-        extra = [n for n in inputs if n not in names]
-        if missing or extra:
-            raise GertError(f"inputs: missing {missing}, unexpected {extra}; the model takes {names}")
-        arrays, sizes, where = {}, {}, {}
-        for t in self.plan.inputs:
-            a = inputs[t.name]
-            if not isinstance(a, (np.ndarray, Rows, DeviceTensor)):
-                a = np.asarray(a)
-            if a.dtype != t.dtype:
-                raise GertError(f"input '{t.name}': expected dtype {t.dtype}, got {a.dtype}")
-            if a.ndim != len(t.shape):
-                raise GertError(f"input '{t.name}': expected rank {len(t.shape)} (shape {t.shape}), got shape "
-                                f"{a.shape}")
-            for axis, d in enumerate(t.shape):
-                dim = self.plan.input_axes.get((t.name, axis))
-                if dim is None:
-                    if a.shape[axis] != d:
-                        raise GertError(f"input '{t.name}': axis {axis} must be {d}, got {a.shape[axis]} "
-                                        f"(shape {a.shape}, expected {t.shape})")
-                    continue
-                if dim in sizes and sizes[dim] != a.shape[axis]:
-                    raise GertError(f"dim '{dim}' is {sizes[dim]} in {where[dim]} but {a.shape[axis]} in input "
-                                    f"'{t.name}' axis {axis}")
-                sizes[dim], where[dim] = a.shape[axis], f"input '{where.get(dim, t.name)}'"
-            # np.require keeps 0-d arrays 0-d; Rows and device tensors are laid out by the executor
-            arrays[t.name] = a if isinstance(a, (Rows, DeviceTensor)) else np.require(a, requirements="C")
-        return arrays, sizes
-
-    def _resolve(self, sizes: dict) -> tuple:
-        """(run sizes, graph key) for the real sizes; remembered per sizes (errors are not)."""
-        known = self._resolved.get(tuple(sizes.items()))
-        if known is not None:
-            return dict(known[0]), known[1]
-        run_sizes = {}
-        for name, value in sizes.items():
-            dim = self.plan.dims[name]
-            axes = ", ".join(f"{i}:{a}" for i, a in dim.axes)
-            run_sizes[name] = dim.resolve(value, f"inputs ({axes})")
-        key = tuple(sorted((n, -1 if self.plan.dims[n].policy == "dynamic" else v) for n, v in run_sizes.items()))
-        if len(self._resolved) >= _VALID_SHAPES_KEPT:
-            self._resolved.clear()
-        self._resolved[tuple(sizes.items())] = (dict(run_sizes), key)
-        return run_sizes, key
-
-    def _run_request(self, inputs: Mapping[str, np.ndarray], out: Optional[Mapping] = None,
-                     timeout: Optional[float] = None) -> dict:
-        self._check_open()
-        timeout = self._recovery.timeout_for(timeout)
-        arrays, sizes = self._validate(inputs)
-        batch = self.plan.batch
-        if batch is not None and batch.policy == "pad" and sizes["batch"] > batch.gears[-1]:
-            chunk = batch.gears[-1]
-            total = sizes["batch"]
-            return self._run_chunks(arrays, sizes, [(s, min(chunk, total - s)) for s in range(0, total, chunk)],
-                                    timeout)
-        parts = self._idle_parts(sizes)
-        if parts > 1:  # split_batch: spread one batch over the streams that have nothing to do
-            total = sizes["batch"]
-            counts = [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
-            starts = [sum(counts[:i]) for i in range(parts)]
-            return self._run_chunks(arrays, sizes, list(zip(starts, counts)), timeout)
-        run_sizes, key = self._resolve(sizes)
-        return self._dispatch(Request(arrays, sizes, run_sizes, key, dict(out) if out else None, timeout))
-
-    def _idle_parts(self, sizes: dict) -> int:
-        """With split_batch: how many streams are idle (at most the batch size); 1 means run as one request."""
-        if not self.split_batch or self.plan.batch is None or len(self._workers) < 2 or sizes.get("batch", 0) < 2:
-            return 1
-        return max(1, min(self._queue.idle(), sizes["batch"]))
 
     def _parts_pool(self) -> concurrent.futures.ThreadPoolExecutor:
         """Threads for the parts of split batches: apart from submit()'s pool, whose threads may be the ones
@@ -330,31 +239,6 @@ class Model:
                 self._parts = concurrent.futures.ThreadPoolExecutor(max_workers=len(self._workers),
                                                                     thread_name_prefix="gert-model-part")
             return self._parts
-
-    def _run_chunks(self, arrays: dict, sizes: dict, chunks: list, timeout: Optional[float] = None) -> dict:
-        """Run row ranges [(start, rows)] of a batch as separate requests (concurrently on the pool with
-        split_batch) and concatenate the outputs on the batch axis. ``out=`` is filled by a copy afterwards."""
-        plan = self.plan
-
-        def one(start: int, rows: int) -> dict:
-            sub = {k: _rows(v, plan.batch_axis(k), start, rows) for k, v in arrays.items()}
-            sub_sizes = dict(sizes, batch=rows)
-            run_sizes, key = self._resolve(sub_sizes)
-            return self._dispatch(Request(sub, sub_sizes, run_sizes, key, timeout=timeout))
-
-        if self.split_batch and len(chunks) > 1:
-            futures = [self._parts_pool().submit(one, *c) for c in chunks[1:]]
-            parts = [one(*chunks[0])] + [f.result() for f in futures]
-        else:
-            parts = [one(*c) for c in chunks]
-        out = {}
-        for o in self.plan.outputs:
-            axis = plan.batch_axis(o.name, output=True)
-            if axis is not None:
-                out[o.name] = np.concatenate([p[o.name] for p in parts], axis=axis)
-            else:
-                out[o.name] = parts[-1][o.name]
-        return out
 
     def _dispatch(self, req: Request) -> dict:
         with self._lock:
@@ -379,63 +263,17 @@ class Model:
                 self._in_flight -= 1
                 self._idle.notify_all()
 
-    def _run_many(self, requests: list, timeout: Optional[float] = None) -> list:
-        """Group requests by non-batch shape, run each group as one batch, split back in order."""
-        if not requests:
-            return []
-        if self.plan.batch is None:
-            return [self._run_request(r, None, timeout) for r in requests]
-        groups: dict = {}
-        for i, r in enumerate(requests):
-            arrays, _ = self._validate(r)  # each request's own error names it before anything runs
-            groups.setdefault(self._batch_key(arrays), []).append(i)
-        results: list = [None] * len(requests)
-        for idx in groups.values():
-            for i, out in zip(idx, self.run_batch([requests[i] for i in idx], timeout=timeout)):
-                results[i] = out
-        return results
-
     def run_batch(self, requests: list, *, timeout: Optional[float] = None) -> list:
         """Requests sharing their non-batch shapes, as one batch on the batch axis, run once (the merged batch is
         validated, not each request again), and split back into one result per request. The requests are not
         concatenated on the host: each one's rows are copied straight into the device buffer (gert.rows.Rows)."""
-        if len(requests) == 1 or not valuedep.batches_split(self.plan, self.value_dependent):
-            return [self._run_request(r, None, timeout) for r in requests]
-        plan = self.plan
-        names = [t.name for t in plan.inputs]
-        for i, r in enumerate(requests):
-            missing = [n for n in names if n not in r]
-            if missing:
-                raise GertError(f"request {i}: inputs {missing} are missing; the model takes {names}")
-        axes = {n: plan.batch_axis(n) for n in names}
-        unbatched = [n for n in names if axes[n] is None]  # batched only across requests whose values are equal
-        if any(not np.array_equal(np.asarray(r[n]), np.asarray(requests[0][n])) for r in requests for n in unbatched):
-            return self._run_many(list(requests), timeout)
-        # axis 0: each request's rows copied straight into the device buffer (Rows); another axis: joined on the host
-        merged = {n: (np.asarray(requests[0][n]) if axes[n] is None
-                      else Rows([r[n] for r in requests], f"input '{n}'") if axes[n] == 0
-                      else np.concatenate([np.asarray(r[n]) for r in requests], axis=axes[n])) for n in names}
-        out = self._run_request(merged, None, timeout)
-        first = next(n for n in names if axes[n] is not None)
-        results, offset = [], 0
-        for r in requests:
-            rows = np.asarray(r[first]).shape[axes[first]]
-            results.append({k: _rows(v, plan.batch_axis(k, output=True), offset, rows) for k, v in out.items()})
-            offset += rows
-        return results
+        self._check_open()
+        return self.engine.run_batch(list(requests), timeout)
 
-    def _batch_key(self, arrays: dict) -> tuple:
-        """Requests with equal keys form one batch: the same non-batch shapes, and equal values of the inputs
-        without the batch axis (a 0-d sample rate)."""
-        key = []
-        for n, a in sorted(arrays.items()):
-            axis = self.plan.batch_axis(n)
-            if axis is None:
-                a = np.asarray(a)
-                key.append((n, a.shape, a.dtype.str, a.tobytes()))
-            else:
-                key.append((n, a.shape[:axis] + a.shape[axis + 1:]))
-        return tuple(key)
+    def batch_key(self, inputs: Mapping[str, np.ndarray]) -> tuple:
+        """Requests with equal keys can share one batch (run_batch): equal dtypes and non-batch shapes, equal values
+        of the inputs without the batch axis."""
+        return self.engine.batcher.key(inputs)
 
     # ---- stateful models (gert/sequence.py) ------------------------------------------------------------------------
     def sequence(self, initial_state: Optional[Mapping[str, np.ndarray]] = None) -> _sequence.Sequence:
@@ -443,11 +281,23 @@ class Model:
         steps, zeros unless ``initial_state`` (state input name -> array) is given."""
         return self._stateful().create(initial_state)
 
-    def step(self, items: Sequence) -> list:
+    def step(self, items: Sequence, *, return_exceptions: bool = False) -> list:
         """One step of many sequences as one batch: ``[(seq, inputs), ...]`` -> their outputs, in order. States are
         gathered into the batch and scattered back on the device; one graph run per group of equal non-batch
-        shapes (and equal values of inputs without the batch axis)."""
-        return self._stateful().step(list(items))
+        shapes (and equal values of inputs without the batch axis). A step is all-or-nothing per group: a group
+        that fails leaves its sequences' states as they were. ``return_exceptions``: a failed item's result is its
+        error (a bad item's too; the others still run) instead of raising the first one."""
+        return self._stateful().step(list(items), return_exceptions)
+
+    @property
+    def step_inputs(self) -> list:
+        """A stateful model's inputs that a step takes (its other inputs are the state, kept on the device)."""
+        return list(self._stateful().step_inputs)
+
+    @property
+    def state(self) -> dict:
+        """A stateful model's state input -> state output names ({} for a model loaded without state=)."""
+        return {p.input.name: p.output.name for p in self._sequences.pairs} if self._sequences is not None else {}
 
     def _stateful(self) -> Sequences:
         self._check_open()
@@ -455,21 +305,6 @@ class Model:
             raise GertError("this model was loaded without state=...: give gert.load(..., state={'h': 'h_out'}) "
                             "to run sequences")
         return self._sequences
-
-    @staticmethod
-    def _write_out(result: dict, out: Mapping[str, np.ndarray]) -> dict:
-        for name, dst in out.items():
-            if name not in result:
-                raise GertError(f"out names '{name}', which is not a model output; outputs: {list(result)}")
-            dst = np.asarray(dst)
-            src = result[name]
-            if dst.shape != src.shape or dst.dtype != src.dtype:
-                raise GertError(f"out['{name}'] is {dst.shape} {dst.dtype}; the result is {src.shape} {src.dtype}")
-            if src is dst or (src.size and src.ctypes.data == dst.ctypes.data and src.strides == dst.strides):
-                continue  # the D2H wrote straight into the caller's array
-            np.copyto(dst, src)
-            result[name] = dst
-        return result
 
     # ---- lifecycle and stats -------------------------------------------------------------------------------------
     def warmup(self, sizes: Optional[Mapping[str, Sequence[int]]] = None, progress: bool = False) -> int:
@@ -526,30 +361,7 @@ class Model:
         graphs, background and request-path compiles; per gear: hits and padding ratio; device memory; with the
         auto policy, ``tiers``: static shapes, pending compiles, evictions, rejections, failed compiles. A dict (a
         gert.display.Stats, which also shows as tables in Jupyter and IPython)."""
-        streams = [dict(vars(w.stats)) for w in self._workers]  # flat dataclasses; asdict() deep-copies (slow)
-        gears: dict = {}
-        for w in self._workers:
-            for k, g in list(w.gear_stats.items()):  # a snapshot: workers add gears while running
-                agg = gears.setdefault(k, GearStats())
-                agg.hits += g.hits
-                agg.real_elements += g.real_elements
-                agg.padded_elements += g.padded_elements
-        memory = {}
-        for d in sorted({w.device for w in self._workers}):
-            info = _cann.memory_info(d)
-            memory[d] = {"used": info.used, "total": info.total}
-        out = display.Stats(
-            streams=streams,
-            gears={k: {"hits": g.hits, "padding_ratio": g.padding_ratio} for k, g in gears.items()},
-            device_memory=memory,
-            **vars(self._recovery.stats),  # failed_tasks, timeouts, aborted_streams, recoveries, oom_retries
-        )
-        for k in ("compiles", "static_hits", "dynamic_hits", "background_compiles", "request_path_compiles",
-                  "cache_hits", "cache_misses"):
-            out[k] = sum(s[k] for s in streams)
-        if self._tiers is not None:
-            out["tiers"] = self._tiers.stats()
-        return out
+        return collect_stats(self._workers, self._recovery.stats, self._tiers)
 
     def close(self, timeout: float = 60.0) -> None:
         """Stop taking requests; queued submits are cancelled; running requests, steps and warmup complete (warmup
@@ -605,25 +417,11 @@ class Model:
         return display.model_html(self)
 
 
-_VALID_SHAPES_KEPT = 1024  # remembered input signatures per Model (cleared when full)
-
-
 def _close_worker(w: Worker) -> None:
     try:
         w.close()
     except GertError:
         pass  # a failed device's last error: the worker released its resources all the same
-
-
-def _rows(value, axis: Optional[int], start: int, rows: int):
-    """Rows start:start+rows of ``value`` along its batch ``axis`` (a view); all of it when it has no batch axis."""
-    if axis is None:
-        return value
-    if axis == 0:
-        return value[start:start + rows]
-    index = [slice(None)] * len(value.shape)
-    index[axis] = slice(start, start + rows)
-    return value[tuple(index)]
 
 
 def load(model: ModelSource, **kwargs) -> Model:

@@ -73,14 +73,13 @@ class GertBackend(Backend):
         if not cls.supports_device(device):
             raise GertError(f"device {device!r} is not supported here; use 'NPU[:n]'"
                             + (" or 'CPU' (the host NPU)" if _cann.backend() == "hostnpu" else ""))
+        from gert.core import onnx_io
         from gert.model import load
         from gert.shapes import plan_shapes
-        from gert import valuedep
 
         data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else bytes(model)
         _cann.Graph.from_onnx(data)  # what GE refuses fails first, with GE's code
-        io, _ = valuedep.analyze(data, _cann.read_onnx_io(data))
-        policy = {name: "exact" for name in plan_shapes(io).dims}
+        policy = {name: "exact" for name in plan_shapes(onnx_io.read(data).io).dims}
         kwargs.setdefault("streams", 1)
         _, _, index = str(device).partition(":")
         kwargs.setdefault("devices", (int(index or 0),))

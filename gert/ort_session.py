@@ -376,37 +376,63 @@ class InferenceSession(SessionRunVariants):
 
     # ---- running ---------------------------------------------------------------------------------------------
     def _feed(self, input_feed: Mapping[str, Any]) -> dict:
-        """The feed checked as ONNX Runtime checks it, with its exception classes and messages."""
+        """The feed checked by the model's validator (gert/core/validate.py), its errors told as ONNX Runtime tells
+        them (exception class and message); free-dimension overrides fix dims as ONNX Runtime fixes them."""
+        from gert.core.validate import InputError
+
         if not isinstance(input_feed, Mapping):
             raise InvalidArgument(f"input_feed must be a dict of input name -> array, got {type(input_feed).__name__}")
-        missing = [n for n in self._input_args if n not in input_feed]
-        if missing:
-            raise MissingInputs(f"Required inputs ({missing}) are missing from input feed ({list(input_feed)}).")
-        feed = {}
-        for name, value in input_feed.items():
-            info = self._input_info.get(name)
-            if info is None:
-                if name in {a.name for a in self._info.overridable}:
-                    raise InvalidArgument(f"[gert] : INVALID_ARGUMENT : input '{name}' overrides an initializer; "
-                                          "gert compiles initializers into the graph and cannot override them")
-                raise InvalidArgument(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Invalid input name: {name}")
-            arg = self._input_args[name]
-            a = value if isinstance(value, np.ndarray) else np.asarray(value, dtype=info.dtype)
-            if a.dtype != info.dtype:
-                raise InvalidArgument(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Unexpected input data type. "
-                                      f"Actual: (tensor({_dtype_name(a.dtype)})) , expected: ({arg.type})")
-            if a.ndim != len(arg.shape):
-                raise InvalidArgument(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Invalid rank for input: {name} "
-                                      f"Got: {a.ndim} Expected: {len(arg.shape)} Please fix either the inputs/outputs "
-                                      "or the model.")
-            bad = [(i, a.shape[i], d) for i, d in enumerate(arg.shape) if isinstance(d, int) and a.shape[i] != d]
-            if bad:
-                lines = "".join(f"\n index: {i} Got: {got} Expected: {want}" for i, got, want in bad)
-                raise InvalidArgument(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Got invalid dimensions for input: "
-                                      f"{name} for the following indices{lines}\n Please fix either the "
-                                      "inputs/outputs or the model.")
-            feed[name] = a
+        info = self._input_info
+        for name, value in input_feed.items():  # np.asarray(None, float32) would be NaN: ONNX Runtime fails the run
+            if value is None and name in info:
+                raise InvalidArgument(f"[gert] : INVALID_ARGUMENT : input '{name}' is None; ONNX Runtime fails the run "
+                                      f"with 'Missing Input: {name}'")
+        # ONNX Runtime converts a value that is not an array to the input's type
+        feed = {n: v if isinstance(v, np.ndarray) or n not in info else np.asarray(v, dtype=info[n].dtype)
+                for n, v in input_feed.items()}
+        try:
+            self._model.engine.validate(feed)
+        except InputError as e:
+            raise self._ort_error(e, feed) from None
+        for name, a in feed.items():
+            self._check_dims(name, a)  # the overridden dims (the model's own fixed dims passed above)
         return feed
+
+    def _ort_error(self, e, feed: Mapping[str, Any]) -> GertError:
+        """ONNX Runtime's exception and message for the validator's InputError ``e``."""
+        if e.kind == "names" and e.missing:
+            return MissingInputs(f"Required inputs ({e.missing}) are missing from input feed ({list(feed)}).")
+        if e.kind == "names":
+            name = e.unexpected[0]
+            if name in {a.name for a in self._info.overridable}:
+                return InvalidArgument(f"[gert] : INVALID_ARGUMENT : input '{name}' overrides an initializer; "
+                                       "gert compiles initializers into the graph and cannot override them")
+            return InvalidArgument(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Invalid input name: {name}")
+        arg = self._input_args.get(e.input)
+        if e.kind == "dtype":
+            return InvalidArgument(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Unexpected input data type. "
+                                   f"Actual: (tensor({_dtype_name(e.actual[0])})) , expected: ({arg.type})")
+        if e.kind == "rank":
+            return InvalidArgument(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Invalid rank for input: {e.input} "
+                                   f"Got: {len(e.actual[1])} Expected: {len(arg.shape)} Please fix either the "
+                                   "inputs/outputs or the model.")
+        if e.kind == "dims":
+            try:
+                self._check_dims(e.input, feed[e.input])
+            except InvalidArgument as ort_error:
+                return ort_error
+        return e
+
+    def _check_dims(self, name: str, a) -> None:
+        arg = self._input_args.get(name)
+        if arg is None:
+            return
+        bad = [(i, a.shape[i], d) for i, d in enumerate(arg.shape) if isinstance(d, int) and a.shape[i] != d]
+        if bad:
+            lines = "".join(f"\n index: {i} Got: {got} Expected: {want}" for i, got, want in bad)
+            raise InvalidArgument(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Got invalid dimensions for input: "
+                                  f"{name} for the following indices{lines}\n Please fix either the "
+                                  "inputs/outputs or the model.")
 
     def _outputs(self, output_names: Optional[Sequence[str]]) -> list:
         if not output_names:

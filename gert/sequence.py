@@ -18,19 +18,27 @@ import math
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping, Optional
+from typing import Mapping, Optional, Protocol
 
 import numpy as np
 
 from gert._cann import DeviceBuffer
 from gert.errors import AclError, GertError
-from gert.executor import Request
 from gert.handoff import HandOffLock
+from gert.core.batching import Batcher
+from gert.core.engine import Engine
+from gert.core.validate import Validator
 from gert.shapes import ShapePlan, TensorInfo
 from gert.tensor import DeviceTensor
 
-if TYPE_CHECKING:
-    from gert.model import Model
+class Runner(Protocol):
+    """What Sequences need of their model (gert.Model): its plan, its Engine, and whether it is closed."""
+
+    plan: ShapePlan
+    engine: Engine
+
+    @property
+    def closed(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -187,20 +195,21 @@ class Sequence:
 class Sequences:
     """The sequences of one stateful Model: creates them, runs their steps (alone or batched), tracks them."""
 
-    def __init__(self, model: "Model", state: Mapping[str, str], wait_s: float, devices: tuple):
+    def __init__(self, model: Runner, state: Mapping[str, str], wait_s: float, devices: tuple):
         self.model = model
         self.plan: ShapePlan = model.plan
         self.pairs = pair_states(self.plan, state)
         self.state_inputs = {p.input.name for p in self.pairs}
         self.step_inputs = [t.name for t in self.plan.inputs if t.name not in self.state_inputs]
         self.dtypes = {p.input.name: p.input.dtype for p in self.pairs}
-        self._step_specs = [t for t in self.plan.inputs if t.name not in self.state_inputs]
-        self._axes = {t.name: self.plan.batch_axis(t.name) for t in self.plan.inputs}  # batch axis per input
+        # the step inputs are checked by the model's one validator (gert/core/validate.py), batched by its batcher
+        self._validator = Validator(self.plan, self.step_inputs, takes="a step takes")
+        self._batcher = Batcher(self.plan)
         if float(wait_s) < 0:
             raise GertError(f"sequence_wait_s must be >= 0, got {wait_s}")
         self.wait_s = float(wait_s)
         # batched steps need every state to carry the batch axis; else sequences step one by one
-        self.batchable = self.plan.batch is not None and all(p.axis is not None for p in self.pairs)
+        self.batchable = self._batcher.enabled and all(p.axis is not None for p in self.pairs)
         self._ids = itertools.count(1)
         self._live: dict = {}
         self._lock = threading.Lock()
@@ -340,20 +349,11 @@ class Sequences:
                 (later if item[0].id in seen else now).append(item)
                 seen.add(item[0].id)
             batch = later
-            ok = []
-            for seq, inputs, fut in now:
-                try:
-                    self._check_item(0, seq, inputs)
-                    ok.append((seq, inputs, fut))
-                except BaseException as e:  # noqa: BLE001 - delivered to that caller
-                    fut.set_exception(e)
-            if not ok:
-                continue
             try:
-                results = self.step([(s, i) for s, i, _ in ok], return_exceptions=True)
+                results = self.step([(s, i) for s, i, _ in now], return_exceptions=True)
             except BaseException as e:  # noqa: BLE001 - the batch failed: each caller gets the error
-                results = [e] * len(ok)
-            for (_, _, fut), r in zip(ok, results):
+                results = [e] * len(now)
+            for (_, _, fut), r in zip(now, results):
                 if isinstance(r, BaseException):
                     fut.set_exception(r)
                 else:
@@ -370,32 +370,27 @@ class Sequences:
         if state:
             raise GertError(f"sequence {seq.id}: input(s) {state} are the sequence's state, kept on the device; give "
                             f"only the step inputs {self.step_inputs}")
-        missing = [n for n in self.step_inputs if n not in inputs]
-        extra = [n for n in inputs if n not in self.step_inputs] if missing or len(inputs) != len(self.step_inputs) \
-            else ()
-        if missing or extra:
-            raise GertError(f"sequence {seq.id}: inputs missing {missing}, unexpected {extra}; a step takes "
-                            f"{self.step_inputs}")
-        arrays = {}
-        for t in self._step_specs:
-            a = inputs[t.name]
-            a = a if type(a) is np.ndarray else np.asarray(a)
-            if a.dtype != t.dtype or a.ndim != len(t.shape) or any(
-                    isinstance(d, int) and d != s for d, s in zip(t.shape, a.shape)):
-                raise GertError(f"sequence {seq.id}: input '{t.name}': expected {t.dtype} of shape {t.shape}, got "
-                                f"{a.dtype} of shape {a.shape}")
-            arrays[t.name] = a
-        return arrays
+        return self._validator.check(inputs)[0]
 
     def step(self, items: list, return_exceptions: bool = False) -> list:
         """One step of each (seq, inputs): grouped into batches, each run once; outputs in the items' order. Every
         item is checked before anything runs. A group whose run fails leaves its sequences' states as they were;
         the other groups still run, then the first error is raised (``return_exceptions``: each failed item's
-        result is its error instead)."""
-        checked = []
+        result is its error instead, a bad item's too, and the others run)."""
+        checked, refused = [], {}
         for i, (seq, inputs) in enumerate(items):
-            checked.append((i, seq, self._check_item(i, seq, inputs)))
-        return self.step_checked(checked, return_exceptions)
+            try:
+                checked.append((i, seq, self._check_item(i, seq, inputs)))
+            except GertError as e:
+                if not return_exceptions:
+                    raise
+                refused[i] = e
+        if not refused:
+            return self.step_checked(checked, return_exceptions)
+        results = [refused.get(i) for i in range(len(items))]
+        for (i, _, _), r in zip(checked, self.step_checked(checked, return_exceptions) if checked else []):
+            results[i] = r
+        return results
 
     def step_checked(self, checked: list, return_exceptions: bool = False) -> list:
         """step() of items [(index, seq, arrays)] that passed _check_item; results in the items' order."""
@@ -418,38 +413,19 @@ class Sequences:
         return results
 
     def _groups(self, checked: list) -> list:
-        """Items that can share one graph run: same device, same non-batch shapes and dtypes, equal values of the
-        inputs without the batch axis; at most the batch's largest gear of rows."""
-        if not self.batchable:
-            return [[c] for c in checked]
-        plan = self.plan
-        groups: dict = {}
-        for item in checked:
+        """Items that can share one graph run (gert/core/batching.py): same device, same batch key, same non-batch
+        state shapes; at most the batch's largest gear of rows."""
+        batcher = self._batcher
+
+        def key(item) -> tuple:
             _, seq, arrays = item
-            key = [seq.device]
-            for n in self.step_inputs:
-                a, ax = arrays[n], self._axes[n]
-                if ax is None:
-                    key.append((n, a.dtype.str, a.shape, a.tobytes()))
-                else:
-                    key.append((n, a.dtype.str, a.shape[:ax] + a.shape[ax + 1:] if a.ndim > ax else a.shape))
-            for p in self.pairs:
-                s = seq._shapes[p.input.name]
-                key.append(s[:p.axis] + s[p.axis + 1:])
-            groups.setdefault(tuple(key), []).append(item)
-        top = plan.batch.gears[-1] if plan.batch.policy == "pad" and plan.batch.gears else None
-        out = []
-        for members in groups.values():
-            chunk, rows = [], 0
-            for item in members:
-                r = item[1].rows
-                if chunk and top is not None and rows + r > top:
-                    out.append(chunk)
-                    chunk, rows = [], 0
-                chunk.append(item)
-                rows += r
-            out.append(chunk)
-        return out
+            return batcher.key(arrays, (seq.device,) + tuple(
+                (lambda s: s[:p.axis] + s[p.axis + 1:])(seq._shapes[p.input.name]) for p in self.pairs))
+
+        batch = self.plan.batch
+        top = batch.gears[-1] if batch is not None and batch.policy == "pad" and batch.gears else None
+        return [chunk for members in batcher.group(checked, key)
+                for chunk in batcher.chunks(members, lambda item: item[1].rows, top)]
 
     def _run_group(self, members: list) -> list:
         """One graph run for ``members`` [(seq, arrays)]: their states bound (one member whose rows fill the run) or
@@ -476,19 +452,11 @@ class Sequences:
             if g < n:  # _groups keeps a batch within the largest gear
                 raise GertError(f"a step of {n} rows is larger than the largest batch gear {g}")
         direct = len(members) == 1 and g == n
-        arrays: dict = {}
-        for name in self.step_inputs:
-            ax = self._axes[name] if self.batchable else None
-            parts = [a[name] for _, a in members]
-            if ax is None or (len(parts) == 1 and g == n):
-                arrays[name] = parts[0]
-                continue
-            if g > n:
-                shape = list(parts[0].shape)
-                shape[ax] = g - n
-                parts.append(np.full(shape, plan.pad_value[name], parts[0].dtype))
-            arrays[name] = np.concatenate(parts, axis=ax)
-        taken, device_out, before, after = [], {}, [], []
+        # the step inputs as one batch (axis 0: each member's rows copied straight to the device), filler rows to g
+        arrays = self._batcher.merge([a for _, a in members], pad_to=g) if self.batchable else dict(members[0][1])
+        # all-or-nothing: a batch's new states are scattered into fresh buffers, swapped in only once the step
+        # succeeded (a copy failing halfway leaves every member's state as it was)
+        taken, device_out, before, after, staged = [], {}, [], [], {}
         try:
             for p in self.pairs:
                 name = p.input.name
@@ -508,20 +476,21 @@ class Sequences:
                 taken.append(dst)
                 device_out[p.output.name] = dst
                 if not direct:
-                    after += self._scatter(p, members, dst, rows, g)
-            checked, sizes = model._validate(arrays)
-            run_sizes, key = model._resolve(sizes)
-            out = model._dispatch(Request(checked, sizes, run_sizes, key, device_out=device_out, device=device,
-                                          timeout=model._recovery.timeout_for(None),
-                                          real_batch=n if g != n else None, before=before, after=after))
-            # the step succeeded: the new states replace the old ones (a batch's were scattered back on the stream)
-            if direct:
-                seq = members[0][0]
+                    for seq, _ in members:
+                        fresh = self._pool.get(device, seq._bufs[name].nbytes)
+                        taken.append(fresh)
+                        staged[(seq.id, name)] = fresh
+                    after += self._scatter(p, members, dst, rows, g, staged)
+            out = model.engine.run_prepared(arrays, device_out=device_out, device=device,
+                                            real_batch=n if g != n else None, before=before, after=after)
+            # the step succeeded: the new states replace the old ones, which go back to the pool
+            for seq, _ in members:
                 for p in self.pairs:
-                    name, dst = p.input.name, device_out[p.output.name]
-                    taken.remove(dst)
-                    taken.append(seq._bufs[name])  # the old state goes back to the pool
-                    seq._bufs[name] = dst
+                    name = p.input.name
+                    new = device_out[p.output.name] if direct else staged[(seq.id, name)]
+                    taken.remove(new)
+                    taken.append(seq._bufs[name])
+                    seq._bufs[name] = new
         finally:
             for b in taken:
                 self._pool.put(b)
@@ -548,13 +517,14 @@ class Sequences:
             offset += r
         return ops
 
-    def _scatter(self, p: StatePair, members: list, src: DeviceBuffer, rows: list, g: int) -> list:
-        """The device-to-device copies that put each member's rows of the batch's new state back into its state."""
+    def _scatter(self, p: StatePair, members: list, src: DeviceBuffer, rows: list, g: int, staged: dict) -> list:
+        """The device-to-device copies that put each member's rows of the batch's new state into its staged buffer
+        (``staged[(seq id, state input)]``), which becomes its state once the step succeeded."""
         shape = members[0][0]._shapes[p.input.name]
         outer, inner = self._layout(p, shape)
         ops, offset = [], 0
         for (seq, _), r in zip(members, rows):
-            dst = seq._bufs[p.input.name]
+            dst = staged[(seq.id, p.input.name)]
             for j in range(outer):
                 ops.append((dst.ptr + j * r * inner, dst.nbytes - j * r * inner, src.ptr + (j * g + offset) * inner,
                             r * inner))
@@ -562,19 +532,7 @@ class Sequences:
         return ops
 
     def _split(self, out: dict, members: list, rows: list, g: int, n: int) -> list:
-        """Each member's rows of the outputs that carry the batch axis; the others as they are."""
+        """Each member's rows of the outputs (filler rows past n go to nobody)."""
         if len(members) == 1 and g == n:
             return [out]
-        results = [dict() for _ in members]
-        for name, value in out.items():
-            ax = self.plan.batch_axis(name, output=True)
-            offset = 0
-            for res, r in zip(results, rows):
-                if ax is None or value.ndim <= ax:
-                    res[name] = value
-                else:
-                    index = [slice(None)] * value.ndim
-                    index[ax] = slice(offset, offset + r)
-                    res[name] = value[tuple(index)]
-                offset += r
-        return results
+        return self._batcher.split(out, rows)

@@ -70,6 +70,12 @@ class ShapePlan:
     output_axes: dict = field(default_factory=dict)   # (output, axis) -> dim name, for slicing
     has_batch: bool = False
     pad_value: dict = field(default_factory=dict)     # input name -> pad value
+    aliases: dict = field(default_factory=dict)       # another name of a dim (ONNX name, "input:axis") -> dim name
+    # outputs computed from the batch that do not carry it (a reduction over the batch; a value-dependent output
+    # such as NMS's [selected, 3]): requests are then never padded, merged or split (docs/architecture.md)
+    unsplit: tuple = ()
+    unknown: tuple = ()                               # of those, the ones inference could not place
+    value_dependent: tuple = ()
 
     @property
     def tiered(self) -> bool:
@@ -87,6 +93,21 @@ class ShapePlan:
         if t is None:
             return None
         return next((a for a in range(len(t.shape)) if axes.get((name, a)) == "batch"), None)
+
+    @property
+    def separable(self) -> bool:
+        """Requests may share one run: every output computed from the batch carries the batch axis, so each
+        request's rows can be sliced back out (and pad rows sliced off)."""
+        return not self.unsplit
+
+    def dim_name(self, spec: str, what: str = "dim") -> str:
+        """The dim that ``spec`` names: a dim name ("batch", "seq"), an ONNX dim_param, or "input:axis"."""
+        name = spec if spec in self.dims else self.aliases.get(spec)
+        if name is None:
+            raise GertError(f"{what}: '{spec}' is not a dynamic dim of the model; its dynamic dims are "
+                            f"{sorted(self.dims)}" + (f" (also named {sorted(self.aliases)})" if self.aliases else "")
+                            + ("" if self.has_batch else " (the model has no batch axis)"))
+        return name
 
     def max_batch(self) -> Optional[int]:
         b = self.batch
@@ -154,8 +175,11 @@ def plan_shapes(io: dict, gears: Optional[Mapping[str, Sequence[int]]] = None,
                 max_batch: Optional[int] = None,
                 output_dims: Optional[Mapping[str, Mapping[int, str]]] = None,
                 batch_dim: Union[str, Sequence[str], None] = None,
-                state: Optional[Mapping[str, str]] = None) -> ShapePlan:
-    """Build the shape plan from ONNX I/O metadata (``gert._cann.read_onnx_io``) and the user's settings."""
+                state: Optional[Mapping[str, str]] = None, *, model=None, value_dependent: Sequence[str] = ()
+                ) -> ShapePlan:
+    """Build the shape plan from ONNX I/O metadata (``gert._cann.read_onnx_io``) and the user's settings. With
+    ``model`` (the parsed ONNX model) the outputs' dims come from shape inference (gert.core.onnx_io.output_dims),
+    else from the dim names the file declares (config tools that only describe a model)."""
     inputs = _tensor_infos(io["inputs"], "input")
     outputs = _tensor_infos(io["outputs"], "output")
     if not inputs:
@@ -178,39 +202,11 @@ def plan_shapes(io: dict, gears: Optional[Mapping[str, Sequence[int]]] = None,
             dim = plan.dims.setdefault(name, Dim(name=name, axes=[]))
             dim.axes.append((t.name, axis))
             plan.input_axes[(t.name, axis)] = name
-    # outputs: the batch axis, and dims that carry an input dim's symbolic name, are sliced back
-    in_names = {k for t in inputs for k in keys[t.name] if isinstance(k, str)}
-    for t in outputs:
-        for axis, d in enumerate(t.shape):
-            if isinstance(d, int):
-                continue
-            if (batch_dim is None and axis == 0 and plan.has_batch) or (t.name, axis) in batch_out \
-                    or d in batch_names:
-                plan.output_axes[(t.name, axis)] = "batch"
-            elif isinstance(d, str) and d in in_names and d in plan.dims:
-                plan.output_axes[(t.name, axis)] = d
-    for in_name, out_name in (state.items() if isinstance(state, Mapping) else ()):  # a state output carries its state input's dims
-        t = next((t for t in inputs if t.name == in_name), None)
-        if t is not None and out_name in {o.name for o in outputs}:
-            for axis in range(len(t.shape)):
-                if (in_name, axis) in plan.input_axes:
-                    plan.output_axes[(out_name, axis)] = plan.input_axes[(in_name, axis)]
-    for out_name, mapping in (output_dims or {}).items():
-        if out_name not in {t.name for t in outputs}:
-            raise GertError(f"output_dims names '{out_name}', which is not a model output; outputs: "
-                            f"{[t.name for t in outputs]}")
-        for axis, dim_name in mapping.items():
-            if dim_name not in plan.dims:
-                raise GertError(f"output_dims maps {out_name} axis {axis} to '{dim_name}', which is not a dynamic "
-                                f"dim of the model; dims: {sorted(plan.dims)}")
-            plan.output_axes[(out_name, int(axis))] = dim_name
+    plan.aliases = _aliases(inputs, keys, plan.input_axes)
+    _output_axes(plan, keys, batch_dim, batch_out, batch_names, model, value_dependent, state, output_dims)
     # policies and gears
-    policy = dict(shape_policy or {})
-    user_gears = {k: v for k, v in (gears or {}).items()}
-    for name in list(policy) + list(user_gears):
-        if name not in plan.dims:
-            raise GertError(f"'{name}' is not a dynamic dim of the model; its dynamic dims are {sorted(plan.dims)}"
-                            + ("" if plan.has_batch else " (the model has no batch axis)"))
+    policy = {plan.dim_name(k, "shape_policy"): v for k, v in (shape_policy or {}).items()}
+    user_gears = {plan.dim_name(k, "gears"): v for k, v in (gears or {}).items()}
     for name, dim in plan.dims.items():
         p = policy.get(name, "pad" if name == "batch" else "exact" if name in user_gears else "auto")
         if p not in POLICIES:
@@ -230,6 +226,7 @@ def plan_shapes(io: dict, gears: Optional[Mapping[str, Sequence[int]]] = None,
             dim.gears = tuple(x for x in DEFAULT_BATCH_GEARS if x < top) + (top,)
         elif p == "pad":
             raise GertError(f"dim '{name}' uses policy 'pad' but has no gears; give gears={{'{name}': [...]}}")
+    _unsplit_policy(plan, "batch" in policy, "batch" in user_gears)
     if max_batch is not None and plan.batch is not None and plan.batch.gears and plan.batch.gears[-1] > max_batch:
         raise GertError(f"batch gears {list(plan.batch.gears)} go beyond max_batch={max_batch}")
     # pad values
@@ -241,3 +238,122 @@ def plan_shapes(io: dict, gears: Optional[Mapping[str, Sequence[int]]] = None,
     else:
         plan.pad_value = {t.name: pad_value for t in inputs}
     return plan
+
+
+def _aliases(inputs: list, keys: dict, input_axes: dict) -> dict:
+    """Other names of each dim: its ONNX dim_param (when it names one dim only) and "input:axis" of each axis."""
+    out: dict = {}
+    by_param: dict = {}
+    for t in inputs:
+        for axis, k in enumerate(keys[t.name]):
+            dim = input_axes.get((t.name, axis))
+            if dim is None:
+                continue
+            out[f"{t.name}:{axis}"] = dim
+            if isinstance(t.shape[axis], str):
+                by_param.setdefault(t.shape[axis], set()).add(dim)
+    for param, dims in by_param.items():
+        if len(dims) == 1:
+            out.setdefault(param, next(iter(dims)))
+    return out
+
+
+def _output_axes(plan: ShapePlan, keys: dict, batch_dim, batch_out: set, batch_names: set, model,
+                 value_dependent: Sequence[str], state, output_dims) -> None:
+    """plan.output_axes ({(output, axis): dim}) and plan.unsplit: by shape inference when the model is given."""
+    inputs, outputs = plan.inputs, plan.outputs
+    unknown: set = set()
+    if model is not None:
+        from gert.core.onnx_io import output_dims as infer_output_dims
+
+        inferred = infer_output_dims(model, plan.input_axes)
+        for t in outputs:
+            dims = inferred.get(t.name)
+            if dims is None or len(dims) != len(t.shape):
+                unknown.add(t.name)
+                continue
+            if dims.count("batch") > 1:  # [N, N]: one request's rows are not one slice
+                unknown.add(t.name)
+                continue
+            for axis, d in enumerate(dims):
+                if isinstance(d, str):
+                    plan.output_axes[(t.name, axis)] = d
+            if "batch" not in dims and None in dims:
+                unknown.add(t.name)  # the batch may hide in a dim inference could not tell (a Reshape to [-1])
+        for n, a in batch_out:  # batch_dim names an output axis: the user's word, as output_dims
+            plan.output_axes[(n, a)] = "batch"
+            unknown.discard(n)
+    else:  # by the names the file declares
+        in_names = {k for t in inputs for k in keys[t.name] if isinstance(k, str)}
+        for t in outputs:
+            for axis, d in enumerate(t.shape):
+                if isinstance(d, int):
+                    continue
+                if (batch_dim is None and axis == 0 and plan.has_batch) or (t.name, axis) in batch_out \
+                        or d in batch_names:
+                    plan.output_axes[(t.name, axis)] = "batch"
+                elif isinstance(d, str) and d in in_names and d in plan.dims:
+                    plan.output_axes[(t.name, axis)] = d
+    for in_name, out_name in (state.items() if isinstance(state, Mapping) else ()):  # a state output carries its state input's dims
+        t = next((t for t in inputs if t.name == in_name), None)
+        if t is not None and out_name in {o.name for o in outputs}:
+            for axis in range(len(t.shape)):
+                if (in_name, axis) in plan.input_axes:
+                    plan.output_axes[(out_name, axis)] = plan.input_axes[(in_name, axis)]
+            unknown.discard(out_name)
+    for out_name, mapping in (output_dims or {}).items():
+        if out_name not in {t.name for t in outputs}:
+            raise GertError(f"output_dims names '{out_name}', which is not a model output; outputs: "
+                            f"{[t.name for t in outputs]}")
+        for key in [k for k in plan.output_axes if k[0] == out_name]:  # the user's word replaces inference
+            del plan.output_axes[key]
+        unknown.discard(out_name)
+        for axis, dim_name in mapping.items():
+            plan.output_axes[(out_name, int(axis))] = plan.dim_name(dim_name, f"output_dims['{out_name}'][{axis}]")
+    plan.value_dependent = tuple(value_dependent)
+    if plan.batch is None:
+        return
+    carried = {n for n, a in plan.output_axes if plan.output_axes[(n, a)] == "batch"}
+    if model is not None:
+        from gert.core.onnx_io import depends_on
+
+        batched = depends_on(model, {n for n, _ in plan.batch.axes})
+    else:
+        batched = {t.name for t in outputs}
+    plan.unsplit = tuple(t.name for t in outputs if t.name in batched and t.name not in carried)
+    plan.unknown = tuple(n for n in plan.unsplit if n in unknown and n not in plan.value_dependent)
+
+
+def _unsplit_policy(plan: ShapePlan, policy_given: bool, gears_given: bool) -> None:
+    """A model with outputs that do not carry the batch (plan.unsplit) never has filler rows added to a request:
+    its batch defaults to ``exact``. Asking for ``pad`` is refused, unless the outputs are value-dependent (NMS over
+    filler images: a documented choice, warned about); an output inference could not place must be named."""
+    batch = plan.batch
+    if batch is None or not plan.unsplit:
+        return
+    unknown = plan.unknown
+    if unknown and batch.policy == "pad":
+        name = unknown[0]
+        raise GertError(f"output '{name}': shape inference cannot tell which of its axes carries the batch (its shape "
+                        f"is {next(t.shape for t in plan.outputs if t.name == name)} in the file), so a padded or "
+                        f"merged batch could hand a request rows it did not send; pass output_dims={{'{name}': "
+                        f"{{0: 'batch'}}}} naming its batch axis (or {{'{name}': {{}}}} if it has none), or "
+                        f"shape_policy={{'batch': 'exact'}}")
+    if not policy_given:
+        batch.policy = "exact"
+        if not gears_given:
+            batch.gears = ()
+        return
+    if batch.policy == "pad":
+        reduced = [n for n in plan.unsplit if n not in plan.value_dependent]
+        if reduced:
+            raise GertError(f"shape_policy batch='pad': output '{reduced[0]}' does not carry the batch axis (it is "
+                            f"computed over the whole batch, e.g. a reduction), so filler rows would change it; use "
+                            f"'exact' (the default for such models), or pass output_dims={{'{reduced[0]}': "
+                            f"{{0: 'batch'}}}} if it does carry the batch")
+        import warnings
+
+        warnings.warn(f"shape_policy batch='pad' on a model whose outputs {list(plan.value_dependent)} depend on "
+                      f"input values: the filler rows of a padded batch are run too and can change those outputs (e.g. "
+                      f"NMS over padded images adds boxes); 'exact' (the default for such models) runs each batch size "
+                      f"as it is", stacklevel=4)

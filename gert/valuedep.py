@@ -9,19 +9,15 @@ buffer into the result. What Model decides up front lives here:
   operator that decides its shape from data (NonZero, NMS, ...) or a shape operand (Reshape's shape, Resize's
   scales, Slice's starts, an If's condition, ...) computed from input *values* lies on its path. Shape-derived
   operands (Shape -> Gather -> Concat -> Reshape, as exporters write) do not count: GE folds them.
-- the batch policy: padding a batch with filler rows changes value-dependent outputs (NMS over padded images adds
-  boxes), so such models default to ``exact`` and asking for ``pad`` warns why.
+- (the batch policy that follows, ``exact`` by default for such models, is gert.shapes'.)
 - graph outputs without a shape or type in the ONNX file (legal: ONNX leaves them to inference) get them from
   shape inference, with the input dims' symbolic names where they carry through.
 """
 from __future__ import annotations
 
-import warnings
-from typing import Mapping, Optional
 
 import onnx
 
-from gert.shapes import ShapePlan
 
 # Operators whose output shape is decided by input data.
 _DATA_SHAPED = {"NonZero", "NonMaxSuppression", "Compress", "Unique"}
@@ -89,41 +85,3 @@ def complete_outputs(model: onnx.ModelProto, io: dict) -> dict:
         name, elem, dims = outputs[k]
         outputs[k] = (name, elem or inferred.output_elem[k], dims if dims is not None else inferred.output_dims[k])
     return dict(io, outputs=outputs)
-
-
-def analyze(data: bytes, io: dict) -> tuple:
-    """(io with shapeless outputs completed, names of value-dependent outputs) for a serialized model."""
-    model = onnx.load_from_string(data)
-    return complete_outputs(model, io), value_dependent_outputs(model)
-
-
-def apply_batch_policy(plan: ShapePlan, dependent: list, shape_policy: Optional[Mapping[str, str]],
-                       gears: Optional[Mapping]) -> None:
-    """For a model with value-dependent outputs: the batch axis defaults to ``exact`` (a graph per batch size, no
-    filler rows); an explicit ``pad`` is kept, with a warning saying what it changes."""
-    batch = plan.batch
-    if not dependent or batch is None:
-        return
-    # A value-dependent output's first axis is the batch only when it carries an input's batch dim name (NMS's
-    # [selected, 3] does not): others are returned whole, never split per request or sliced.
-    batch_names = {t.shape[0] for t in plan.inputs if t.shape and isinstance(t.shape[0], str)}
-    for o in plan.outputs:
-        if o.name in dependent and plan.output_axes.get((o.name, 0)) == "batch" and o.shape[0] not in batch_names:
-            del plan.output_axes[(o.name, 0)]
-    asked = (shape_policy or {}).get("batch")
-    if asked == "pad":
-        warnings.warn(f"shape_policy batch='pad' on a model whose outputs {dependent} depend on input values: the "
-                      f"filler rows of a padded batch are run too and can change those outputs (e.g. NMS over padded "
-                      f"images adds boxes); 'exact' (the default for such models) runs each batch size as it is",
-                      stacklevel=3)
-        return
-    if asked is None:
-        batch.policy = "exact"
-        if "batch" not in (gears or {}):
-            batch.gears = ()
-
-
-def batches_split(plan: ShapePlan, dependent: list) -> bool:
-    """Whether requests merged into one batch can be split back: every value-dependent output carries the batch
-    axis. NMS's [selected, 3] over a merged batch holds every request's boxes, so such requests run one by one."""
-    return all(plan.batch_axis(name, output=True) is not None for name in dependent)

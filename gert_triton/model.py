@@ -188,19 +188,20 @@ class TritonPythonModel:
             try:
                 if not self.sequences:
                     _check_no_sequence(request, self.name)
-                inputs = {}
+                inputs = {}  # a missing one is named by the model's validator (gert/core/validate.py)
                 for t in self.model.inputs:
                     tensor = pb_utils.get_input_tensor_by_name(request, t.name)
-                    if tensor is None:
-                        raise GertError(f"input '{t.name}' is missing; the model takes "
-                                        f"{[x.name for x in self.model.inputs]}")
-                    inputs[t.name] = self.triton_layout.to_model(t.name, as_array(tensor))
+                    if tensor is not None:
+                        inputs[t.name] = self.triton_layout.to_model(t.name, as_array(tensor))
                 inputs = self.preprocess(inputs)
                 self.model.validate(inputs)
                 ready.append((i, inputs, request.requested_output_names()))
             except Exception as e:  # this request alone is bad
                 responses[i] = error_response(pb_utils, e, checking=True)
-        for group in self._groups(ready):
+        # grouped by the model's batch key (gert/core/batching.py), each group one batch through the model's Engine;
+        # a merged size that is no gear of a non-pad batch policy runs as gear-sized pieces (gert_triton/gears.py)
+        batcher = self.model.engine.batcher
+        for group in batcher.group(ready, lambda item: self.model.batch_key(item[1])):
             try:
                 results = self._gears.run_batch(self.model, [inputs for _, inputs, _ in group])
             except Exception as e:  # noqa: BLE001 - the group's answer (gert_triton.error_codes says which code)
@@ -217,20 +218,6 @@ class TritonPythonModel:
                     responses[i] = error_response(pb_utils, e)
         self._update_metrics()
         return responses
-
-    def _groups(self, ready: list) -> list:
-        """Requests that can share one batch: the same non-batch shapes (all of them, without a batch axis:
-        each request alone)."""
-        if not self.batching:
-            return [[r] for r in ready]
-        groups: dict = {}
-        for r in ready:
-            if not self.triton_layout.identity:  # the batch on another axis, inputs without it by value
-                groups.setdefault(self.model._batch_key(r[1]), []).append(r)
-                continue
-            sig = tuple((n, a.shape[1:], a.dtype.str) for n, a in sorted(r[1].items()))
-            groups.setdefault(sig, []).append(r)
-        return list(groups.values())
 
     # ---- metrics ---------------------------------------------------------------------------------------------
     def _init_metrics(self, interval_ms: int, version: str = "", instance: str = "") -> None:

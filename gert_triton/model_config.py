@@ -42,12 +42,12 @@ def triton_dtype(dtype) -> str:
 
 
 def onnx_io(path: str) -> dict:
-    """The model's I/O; outputs with no shape in the file get the one shape inference finds (gert.valuedep)."""
-    from gert import _cann, valuedep
+    """The model's I/O, read by gert's one ONNX I/O reader (gert/core/onnx_io.py): outputs with no shape in the file
+    get the one shape inference finds."""
+    from gert.core import onnx_io as reader
 
     with open(path, "rb") as f:
-        data = f.read()
-    return valuedep.analyze(data, _cann.read_onnx_io(data))[0]
+        return reader.read(f.read()).io
 
 
 @dataclass(frozen=True)

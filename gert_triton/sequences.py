@@ -1,4 +1,4 @@
-"""Stateful models under Triton's sequence batcher (shared/docs/triton-sequence-batching.md, Triton 2.51).
+"""Stateful models under Triton's sequence batcher (as Triton 2.51 implements it).
 
 The Python backend has no implicit state, so the adapter keeps one device-resident gert.Sequence per correlation id:
 created on START (a START on a live id resets it), freed on END, or by its own idle timer, since Triton's reaper
@@ -87,8 +87,8 @@ class SequenceServer:
         self.layout = layout
         self.controls = control_names(config)
         self.idle = idle_seconds(config)
-        self.step_inputs = list(model._sequences.step_inputs)
-        self.state_outputs = {p.output.name for p in model._sequences.pairs}
+        self.step_inputs = model.step_inputs
+        self.state_outputs = set(model.state.values())
         self._live: dict = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -203,18 +203,10 @@ class SequenceServer:
     def _run(self, items: list, responses: list, pb_utils) -> None:
         """Checked items (a bad one is answered alone, before anything runs), then one model.step for the rest: a
         group that fails answers its own requests with the error and leaves their states as they were."""
-        sequences = self.model._sequences
-        good, checked = [], []
-        for item in items:
-            i, key, live, inputs, _, end = item
-            try:
-                checked.append((i, live.seq, sequences._check_item(i, live.seq, inputs)))
-                good.append(item)
-            except GertError as e:
-                responses[i] = error_response(pb_utils, e, checking=True)
-                self._finish(key, live, end)
-        try:
-            results = sequences.step_checked(checked, return_exceptions=True)
+        good = list(items)
+        try:  # each item checked by the model (a bad one fails alone), the rest batched by the model's Engine
+            results = self.model.step([(live.seq, inputs) for _, _, live, inputs, _, _ in good],
+                                      return_exceptions=True)
         except Exception as e:  # noqa: BLE001 - answered as the requests' error
             results = [e] * len(good)
         now = time.monotonic()

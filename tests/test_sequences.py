@@ -101,7 +101,7 @@ def test_step_inputs_are_checked_and_name_the_input():
             seq.run({"x": xs(np.random.default_rng(0)), "h": zeros()})
         with pytest.raises(GertError, match=r"missing \['x'\]"):
             seq.run({})
-        with pytest.raises(GertError, match=r"input 'x': expected float32 of shape \(1, 'N', 4\), got float64"):
+        with pytest.raises(GertError, match=r"input 'x': expected dtype float32, got float64 \(the model takes float32 of shape \(1, 'N', 4\)"):
             seq.run({"x": np.zeros((1, 1, INPUT))})
         with pytest.raises(GertError, match="initial state 'h'"):
             model.sequence(initial_state={"h": np.zeros((1, 1, HIDDEN + 1), np.float32)})

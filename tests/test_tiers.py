@@ -135,7 +135,7 @@ def test_hot_det_shape_moves_to_a_static_graph_equal_to_onnx_runtime():
     once = text_image(1, 64, 160, seed=2)
     with gert.load(det, cube_cores=1, hot_after=3) as m:
         m.warmup()
-        hot_key = m._resolve({"batch": 1, **{d: s for d, s in zip(sorted(m.plan.dims)[1:], (96, 128))}})[1]
+        hot_key = m.engine.resolve({"batch": 1, **{d: s for d, s in zip(sorted(m.plan.dims)[1:], (96, 128))}})[1]
         ref_dyn = ort_run(det, [x], 1)[0]
         names = {n: v for n, v in zip(sorted(m.plan.dims), (1, 96, 128))}
         ref_static = ort_static(det, {"x": x}, 1, names)[0]

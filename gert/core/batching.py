@@ -1,0 +1,132 @@
+"""The one batcher: which requests may share a graph run, how they are merged, how the outputs are split back.
+
+Every front door that batches (Model.run(list) / run_batch / split batches, Sequences.step and seq.run, gert_triton's
+execute and its sequence batcher) goes through one Batcher, so "which axis carries the batch" is decided once (at
+load, by shape inference: gert.core.onnx_io) and used the same everywhere. Requests are merged without a host
+concatenate where the batch is axis 0 (gert.rows.Rows: each request's rows are copied straight into the device
+buffer); padding rows, when a door pads a batch up to a gear itself, are one more part.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from gert.rows import Rows
+from gert.shapes import ShapePlan
+
+
+class Batcher:
+    """The batch axis of every input and output of a model, and the operations on it."""
+
+    def __init__(self, plan: ShapePlan):
+        self.plan = plan
+        self.in_axes = {t.name: plan.batch_axis(t.name) for t in plan.inputs}
+        self.out_axes = {t.name: plan.batch_axis(t.name, output=True) for t in plan.outputs}
+        # requests may share a run: the model has a batch axis and every output computed from it carries it
+        self.enabled = plan.batch is not None and plan.separable
+
+    def key(self, arrays: Mapping[str, object], extra: tuple = ()) -> tuple:
+        """Requests with equal keys form one batch: the same dtypes and non-batch shapes, and equal values of the
+        inputs without the batch axis (a 0-d sample rate)."""
+        key = list(extra)
+        for n, a in sorted(arrays.items()):
+            axis = self.in_axes.get(n)
+            if axis is None:
+                a = np.asarray(a)
+                key.append((n, a.shape, a.dtype.str, a.tobytes()))
+            else:
+                key.append((n, a.dtype.str, a.shape[:axis] + a.shape[axis + 1:]))
+        return tuple(key)
+
+    def rows(self, arrays: Mapping[str, object]) -> int:
+        """A request's rows along the batch axis (1 for a model without one)."""
+        for n, a in arrays.items():
+            axis = self.in_axes.get(n)
+            shape = a.shape if hasattr(a, "shape") else np.shape(a)
+            if axis is not None and len(shape) > axis:
+                return int(shape[axis])
+        return 1
+
+    def merge(self, requests: Sequence[Mapping[str, object]], pad_to: Optional[int] = None,
+              pad_value: Optional[Mapping[str, float]] = None) -> dict:
+        """One batch of ``requests`` (equal keys): axis 0 joined as Rows (no host copy), another axis
+        concatenated; inputs without the batch axis taken from the first request. ``pad_to``: rows of filler
+        (``pad_value``, else the plan's) appended up to that many rows."""
+        first = requests[0]
+        total = sum(self.rows(r) for r in requests)
+        out = {}
+        for n in first:
+            axis = self.in_axes.get(n)
+            if axis is None:
+                out[n] = first[n]
+                continue
+            parts = [r[n] for r in requests]
+            if pad_to is not None and pad_to > total:
+                like = np.asarray(parts[0])
+                shape = list(like.shape)
+                shape[axis] = pad_to - total
+                value = (pad_value or self.plan.pad_value).get(n, 0)
+                parts.append(np.full(shape, value, like.dtype))
+            if len(parts) == 1:
+                out[n] = parts[0]
+            elif axis == 0:
+                out[n] = Rows(parts, f"input '{n}'")
+            else:
+                out[n] = np.concatenate([np.asarray(p) for p in parts], axis=axis)
+        return out
+
+    def split(self, out: Mapping[str, np.ndarray], rows: Sequence[int]) -> list:
+        """Each request's rows of the outputs that carry the batch (views); an output without the batch axis (one
+        that no batched input reaches: the same for all) as it is."""
+        results: list = [dict() for _ in rows]
+        for name, value in out.items():
+            axis = self.out_axes.get(name)
+            offset = 0
+            for res, r in zip(results, rows):
+                res[name] = take(value, axis, offset, r)
+                offset += r
+        return results
+
+    def join(self, parts: Sequence[Mapping[str, np.ndarray]]) -> dict:
+        """The outputs of consecutive row ranges of one request, joined back on the batch axis."""
+        out = {}
+        for name in parts[0]:
+            axis = self.out_axes.get(name)
+            out[name] = parts[-1][name] if axis is None else np.concatenate([p[name] for p in parts], axis=axis)
+        return out
+
+    @staticmethod
+    def chunks(items: Sequence, rows: Callable[[object], int], top: Optional[int]) -> list:
+        """``items`` in order, cut into runs of at most ``top`` rows (None: one run)."""
+        out, chunk, total = [], [], 0
+        for item in items:
+            r = rows(item)
+            if chunk and top is not None and total + r > top:
+                out.append(chunk)
+                chunk, total = [], 0
+            chunk.append(item)
+            total += r
+        if chunk:
+            out.append(chunk)
+        return out
+
+    def group(self, items: Sequence, key: Callable[[object], tuple]) -> list:
+        """``items`` grouped by ``key`` (first appearance order); each alone when batching is off."""
+        if not self.enabled:
+            return [[i] for i in items]
+        groups: dict = {}
+        for item in items:
+            groups.setdefault(key(item), []).append(item)
+        return list(groups.values())
+
+
+def take(value, axis: Optional[int], start: int, rows: int):
+    """Rows start:start+rows of ``value`` along its batch ``axis`` (a view); all of it when it has no batch axis."""
+    if axis is None or len(value.shape) <= axis:
+        return value
+    if axis == 0:
+        return value[start:start + rows]
+    index = [slice(None)] * len(value.shape)
+    index[axis] = slice(start, start + rows)
+    return value[tuple(index)]

@@ -1,0 +1,102 @@
+"""The one input validator: every front door's inputs are checked here, with one error style.
+
+An error names the input, what was expected and what was given: ``input 'x': expected dtype float32, got
+float64 (the model takes float32 of shape ('batch', 4), the input is float64 of shape (3, 4))``. It is an InputError, whose fields let a front door that speaks another
+API's language (gert.InferenceSession: ONNX Runtime's exception classes and messages) translate it.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+
+from gert.errors import GertError
+from gert.rows import Rows
+from gert.shapes import ShapePlan
+from gert.tensor import DeviceTensor
+
+_KEPT = 1024  # remembered input signatures (cleared when full)
+_LAID_OUT = (np.ndarray, Rows, DeviceTensor)  # taken as they are (Rows and device tensors: laid out by the executor)
+
+
+class InputError(GertError):
+    """Inputs a model refuses. ``kind``: "type" (not a dict), "names" (missing / unexpected), "dtype", "rank",
+    "dims" (a fixed axis), "dim" (a dynamic dim whose size differs between inputs); ``input``: the input's name;
+    ``expected`` / ``actual``: dtype and shape (or the names, for "names")."""
+
+    def __init__(self, message: str, kind: str, input: Optional[str] = None, expected=None, actual=None,
+                 missing: Sequence[str] = (), unexpected: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.kind, self.input, self.expected, self.actual = kind, input, expected, actual
+        self.missing, self.unexpected = list(missing), list(unexpected)
+
+
+class Validator:
+    """Checks requests against a ShapePlan: the inputs ``names`` (default: all of the model's), their dtypes, ranks
+    and fixed dims, and that each dynamic dim has one size across them. Returns the arrays (C-contiguous numpy
+    arrays, or Rows / DeviceTensors as given) and the size of each dynamic dim. Signatures that passed are
+    remembered: checking them again is a dict lookup (the per call cost of Model.run)."""
+
+    def __init__(self, plan: ShapePlan, names: Optional[Sequence[str]] = None, takes: str = "the model takes"):
+        self.plan = plan
+        self.specs = [t for t in plan.inputs if names is None or t.name in names]
+        self.names = [t.name for t in self.specs]
+        self.takes = takes
+        self._axes = [[(axis, plan.input_axes.get((t.name, axis))) for axis in range(len(t.shape))]
+                      for t in self.specs]
+        self._passed: dict = {}  # ((shape, dtype) per input) -> dim sizes
+
+    def check(self, inputs: Mapping[str, object]) -> tuple:
+        """(arrays by input name, {dim: size}); InputError naming the input, the expected and the actual value."""
+        names = self.names
+        if type(inputs) is dict and len(inputs) == len(names):
+            arrays = [inputs.get(n) for n in names]
+            if all(type(a) in _LAID_OUT for a in arrays):
+                sizes = self._passed.get(tuple((a.shape, a.dtype) for a in arrays))
+                if sizes is not None:
+                    return ({n: a if type(a) is not np.ndarray or a.flags.c_contiguous
+                             else np.require(a, requirements="C") for n, a in zip(names, arrays)}, dict(sizes))
+        arrays, sizes = self._check(inputs)
+        if all(type(a) in _LAID_OUT for a in arrays.values()):
+            if len(self._passed) >= _KEPT:
+                self._passed.clear()
+            self._passed[tuple((arrays[n].shape, arrays[n].dtype) for n in names)] = dict(sizes)
+        return arrays, sizes
+
+    def _check(self, inputs: Mapping[str, object]) -> tuple:
+        if not (type(inputs) is dict or isinstance(inputs, Mapping)):
+            raise InputError(f"inputs must be a dict of input name -> array, got {type(inputs).__name__}", "type",
+                             actual=type(inputs).__name__)
+        missing = [n for n in self.names if n not in inputs]
+        extra = [n for n in inputs if n not in self.names]
+        if missing or extra:
+            raise InputError(f"inputs: missing {missing}, unexpected {extra}; {self.takes} {self.names}", "names",
+                             expected=list(self.names), actual=list(inputs), missing=missing, unexpected=extra)
+        arrays, sizes, where = {}, {}, {}
+        for t, axes in zip(self.specs, self._axes):
+            a = inputs[t.name]
+            if not isinstance(a, _LAID_OUT):
+                a = np.asarray(a)
+            if a.dtype != t.dtype or a.ndim != len(t.shape) or any(
+                    dim is None and a.shape[axis] != t.shape[axis] for axis, dim in axes):
+                if a.dtype != t.dtype:
+                    kind, want, got = "dtype", f"dtype {t.dtype}", f"{a.dtype}"
+                elif a.ndim != len(t.shape):
+                    kind, want, got = "rank", f"rank {len(t.shape)}", f"rank {a.ndim}"
+                else:
+                    axis = next(x for x, dim in axes if dim is None and a.shape[x] != t.shape[x])
+                    kind, want, got = "dims", f"axis {axis} of size {t.shape[axis]}", f"{a.shape[axis]}"
+                raise InputError(f"input '{t.name}': expected {want}, got {got} (the model takes {t.dtype} of shape "
+                                 f"{t.shape}, the input is {a.dtype} of shape {tuple(a.shape)})", kind, t.name,
+                                 (t.dtype, t.shape), (a.dtype, tuple(a.shape)))
+            for axis, dim in axes:
+                if dim is None:
+                    continue
+                if dim in sizes and sizes[dim] != a.shape[axis]:
+                    raise InputError(f"dim '{dim}' is {sizes[dim]} in {where[dim]} but {a.shape[axis]} in input "
+                                     f"'{t.name}' axis {axis}", "dim", t.name, sizes[dim], a.shape[axis])
+                sizes[dim] = a.shape[axis]
+                where.setdefault(dim, f"input '{t.name}'")
+            # np.require keeps 0-d arrays 0-d; Rows and device tensors are laid out by the executor
+            arrays[t.name] = a if isinstance(a, (Rows, DeviceTensor)) else np.require(a, requirements="C")
+        return arrays, sizes

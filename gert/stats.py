@@ -1,0 +1,36 @@
+"""A Model's statistics (Model.stats()): per stream, per gear, device memory, faults, tiers."""
+from __future__ import annotations
+
+from typing import Optional
+
+from gert import _cann, display
+from gert.executor import GearStats
+
+
+def collect_stats(workers: list, faults, tiers: Optional[object]) -> display.Stats:
+    """The stats of ``workers`` (gert.executor.Worker), the model's fault counters (gert.recovery.FaultStats) and
+    its tiers (gert.tiers.Tiers, or None), as one gert.display.Stats."""
+    streams = [dict(vars(w.stats)) for w in workers]  # flat dataclasses; asdict() deep-copies (slow)
+    gears: dict = {}
+    for w in workers:
+        for k, g in list(w.gear_stats.items()):  # a snapshot: workers add gears while running
+            agg = gears.setdefault(k, GearStats())
+            agg.hits += g.hits
+            agg.real_elements += g.real_elements
+            agg.padded_elements += g.padded_elements
+    memory = {}
+    for d in sorted({w.device for w in workers}):
+        info = _cann.memory_info(d)
+        memory[d] = {"used": info.used, "total": info.total}
+    out = display.Stats(
+        streams=streams,
+        gears={k: {"hits": g.hits, "padding_ratio": g.padding_ratio} for k, g in gears.items()},
+        device_memory=memory,
+        **vars(faults),  # failed_tasks, timeouts, aborted_streams, recoveries, oom_retries
+    )
+    for k in ("compiles", "static_hits", "dynamic_hits", "background_compiles", "request_path_compiles",
+              "cache_hits", "cache_misses"):
+        out[k] = sum(s[k] for s in streams)
+    if tiers is not None:
+        out["tiers"] = tiers.stats()
+    return out
