@@ -12,25 +12,26 @@ import concurrent.futures
 import os
 import threading
 import time
-from typing import Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from gert import _cann, display
+from gert import _cann
 from gert.core import onnx_io
 from gert.core.engine import Engine, Streams, write_out
-from gert.stats import collect_stats
 from gert._cann import Graph, ge_initialize
-from gert.compile_cache import CACHE_DIR_OPTION, CompileCache
-from gert.dispatch import StreamQueue
+from gert.core.compile_cache import CACHE_DIR_OPTION, CompileCache
+from gert.core.dispatch import StreamQueue
 from gert.errors import GertError
-from gert.executor import Request, Worker
-from gert.progress import Progress
-from gert.recovery import Recovery
+from gert.core.executor import Request, Worker
+from gert.core.recovery import Recovery
 from gert import sequence as _sequence
 from gert.sequence import Sequences
-from gert.shapes import ShapePlan, plan_shapes
-from gert.tiers import COMPILE_SHARE, HOT_AFTER, HOT_WINDOW, Tiers, check_settings
+from gert.core.shapes import ShapePlan, plan_shapes
+from gert.core.tiers import COMPILE_SHARE, HOT_AFTER, HOT_WINDOW, Tiers, check_settings
+
+if TYPE_CHECKING:
+    from gert.tools.display import Stats
 
 ModelSource = Union[str, bytes, os.PathLike]
 
@@ -101,7 +102,7 @@ class Model:
         self._sequences = Sequences(self, state, sequence_wait_s, devices) if state else None
         glob, sess, graph_opts = _split_options(options)
         ge_initialize(glob)
-        # GE's compile cache (gert/compile_cache.py): cache_dir, else GERT_CACHE_DIR
+        # GE's compile cache (gert/core/compile_cache.py): cache_dir, else GERT_CACHE_DIR
         self.compile_cache = CompileCache.open(cache_dir, data, glob)
         if self.compile_cache is not None:
             sess = {**sess, CACHE_DIR_OPTION: self.compile_cache.directory}
@@ -110,7 +111,7 @@ class Model:
         self._closed = False
         self._in_flight = 0
         self._workers: list = []
-        self._recovery = Recovery(lambda: self._workers, request_timeout_s)  # device faults: gert/recovery.py
+        self._recovery = Recovery(lambda: self._workers, request_timeout_s)  # device faults: gert/core/recovery.py
         try:
             for d in devices:
                 for _ in range(int(streams)):
@@ -250,7 +251,7 @@ class Model:
                 usable = [w for w in usable if w.device == req.device]
                 if not usable:
                     raise GertError(f"device {req.device} has no usable stream (under recovery)")
-            w = self._queue.acquire(usable)  # the first stream to come free, in arrival order (gert/dispatch.py)
+            w = self._queue.acquire(usable)  # the first stream to come free, in arrival order (gert/core/dispatch.py)
             try:
                 with w.lock:
                     if self._closed:
@@ -266,7 +267,7 @@ class Model:
     def run_batch(self, requests: list, *, timeout: Optional[float] = None) -> list:
         """Requests sharing their non-batch shapes, as one batch on the batch axis, run once (the merged batch is
         validated, not each request again), and split back into one result per request. The requests are not
-        concatenated on the host: each one's rows are copied straight into the device buffer (gert.rows.Rows)."""
+        concatenated on the host: each one's rows are copied straight into the device buffer (gert.core.rows.Rows)."""
         self._check_open()
         return self.engine.run_batch(list(requests), timeout)
 
@@ -338,6 +339,8 @@ class Model:
             self._check_open()
             self._in_flight += 1
         try:
+            from gert.tools.progress import Progress  # a tool: not on the runtime's import path
+
             with Progress(len(combos) * len(self._workers), "gert warmup", enabled=progress) as bar:
                 for combo in combos:
                     key = tuple(sorted(zip(names, combo)))
@@ -356,11 +359,13 @@ class Model:
                 self._idle.notify_all()
         return compiled
 
-    def stats(self) -> display.Stats:
+    def stats(self) -> Stats:
         """Per stream: effective core limits, requests, busy seconds, compiles, requests served by static / dynamic
         graphs, background and request-path compiles; per gear: hits and padding ratio; device memory; with the
         auto policy, ``tiers``: static shapes, pending compiles, evictions, rejections, failed compiles. A dict (a
-        gert.display.Stats, which also shows as tables in Jupyter and IPython)."""
+        gert.tools.display.Stats, which also shows as tables in Jupyter and IPython)."""
+        from gert.tools.stats import collect_stats  # a tool: imported when asked for
+
         return collect_stats(self._workers, self._recovery.stats, self._tiers)
 
     def close(self, timeout: float = 60.0) -> None:
@@ -408,12 +413,18 @@ class Model:
         self.close()
 
     def __repr__(self) -> str:
+        from gert.tools import display
+
         return display.model_repr(self)
 
     def _repr_pretty_(self, p, cycle: bool) -> None:  # IPython
+        from gert.tools import display
+
         display.pretty_model(self, p, cycle)
 
     def _repr_html_(self) -> str:  # Jupyter
+        from gert.tools import display
+
         return display.model_html(self)
 
 

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from gert.errors import GertError
-from gert.shapes import POLICIES
+from gert.core.shapes import POLICIES
 
 TRITON_KEYS = {"EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS"}
 KNOWN_KEYS = {"onnx_file", "streams", "cube_cores", "vector_cores", "gears", "shape_policy", "pad_value",

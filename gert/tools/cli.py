@@ -77,7 +77,7 @@ def cmd_info(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from gert.bench import BenchArgError, main as bench_main
+    from gert.tools.bench import BenchArgError, main as bench_main
 
     try:
         return bench_main(args)
