@@ -61,6 +61,32 @@ def _check_cores(device: int, value: Optional[int], attr: int, what: str) -> Non
         raise GertError(f"{what}={value} is out of range: device {device} has {have} {what.split('_')[0]} cores")
 
 
+def _check_devices(devices: Sequence[int], streams: int, cube_cores: Optional[int],
+                   vector_cores: Optional[int]) -> tuple:
+    """The devices as a tuple of ints, once they, the stream count and the core locks are known to be possible."""
+    if int(streams) < 1:
+        raise GertError(f"streams must be >= 1, got {streams}")
+    devices = tuple(int(d) for d in devices)
+    if not devices:
+        raise GertError("devices must name at least one device")
+    n = _cann.device_count()
+    for d in devices:
+        if not 0 <= d < n:
+            raise GertError(f"device {d} does not exist; this backend has {n} device(s)")
+    for d in devices:
+        _check_cores(d, cube_cores, _cann.DEV_ATTR_CUBE_CORE_NUM, "cube_cores")
+        _check_cores(d, vector_cores, _cann.DEV_ATTR_VECTOR_CORE_NUM, "vector_cores")
+    return devices
+
+
+def _display():
+    """gert/tools/display.py (how a Model shows), imported when a Model is shown: tools are not on the runtime's
+    import path."""
+    from gert.tools import display
+
+    return display
+
+
 class Model:
     """A loaded model. Any number of Python threads may call run() / submit() at once."""
 
@@ -79,19 +105,8 @@ class Model:
         else:
             with open(model, "rb") as f:
                 data = f.read()
-        if int(streams) < 1:
-            raise GertError(f"streams must be >= 1, got {streams}")
         check_settings(hot_after, hot_window, max_exact_graphs, compile_share)
-        devices = tuple(int(d) for d in devices)
-        if not devices:
-            raise GertError("devices must name at least one device")
-        n = _cann.device_count()
-        for d in devices:
-            if not 0 <= d < n:
-                raise GertError(f"device {d} does not exist; this backend has {n} device(s)")
-        for d in devices:
-            _check_cores(d, cube_cores, _cann.DEV_ATTR_CUBE_CORE_NUM, "cube_cores")
-            _check_cores(d, vector_cores, _cann.DEV_ATTR_VECTOR_CORE_NUM, "vector_cores")
+        devices = _check_devices(devices, streams, cube_cores, vector_cores)
         self._graph = Graph.from_onnx(data)  # first: what GE's parser refuses fails here, with GE's code
         described = onnx_io.read(data)  # the one ONNX I/O reader (gert/core/onnx_io.py)
         self.value_dependent = described.value_dependent
@@ -413,19 +428,13 @@ class Model:
         self.close()
 
     def __repr__(self) -> str:
-        from gert.tools import display
-
-        return display.model_repr(self)
+        return _display().model_repr(self)
 
     def _repr_pretty_(self, p, cycle: bool) -> None:  # IPython
-        from gert.tools import display
-
-        display.pretty_model(self, p, cycle)
+        _display().pretty_model(self, p, cycle)
 
     def _repr_html_(self) -> str:  # Jupyter
-        from gert.tools import display
-
-        return display.model_html(self)
+        return _display().model_html(self)
 
 
 def _close_worker(w: Worker) -> None:

@@ -191,13 +191,13 @@ def _read_model(data: bytes, overrides: Mapping[str, int]) -> _ModelInfo:
 
 def SessionOptions():  # noqa: N802 - a class in ONNX Runtime's API; built lazily so importing gert imports no ORT
     """onnxruntime.SessionOptions that remembers its free-dimension overrides, so gert can honour them."""
-    return _session_options_class()()
+    return session_options_class()()
 
 
 _SO_CLASS = None
 
 
-def _session_options_class():
+def session_options_class():
     global _SO_CLASS
     if _SO_CLASS is None:
         base = _ort().SessionOptions
