@@ -14,12 +14,13 @@ import sys
 from types import ModuleType
 from typing import Optional
 
+# only the old paths that are in use: tests, examples and the README (users), and a binding compiled before the move
+# (it imports gert.tensor and gert._ort_provider)
 MOVED = {
-    **{f"gert.{m}": f"gert.core.{m}" for m in ("executor", "dispatch", "tiers", "recovery", "compile_cache",
-                                               "shapes", "stream_graphs", "handoff", "rows", "tensor", "valuedep")},
-    "gert._shape_infer": "gert.core.shape_infer",
+    **{f"gert.{m}": f"gert.core.{m}" for m in ("executor", "dispatch", "tiers", "recovery", "compile_cache", "handoff",
+                                               "rows", "tensor")},
     "gert._ort_provider": "gert.hostnpu.ort_provider",
-    **{f"gert.{m}": f"gert.tools.{m}" for m in ("cli", "bench", "display", "progress", "stats")},
+    **{f"gert.{m}": f"gert.tools.{m}" for m in ("cli", "bench", "display", "progress")},
 }
 
 

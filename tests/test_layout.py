@@ -213,3 +213,25 @@ def test_no_private_attribute_of_another_module():
 def test_the_private_check_finds_another_modules_private(source, found):
     m = Module("x", ROOT / "gert" / "x.py", ast.parse(source))
     assert bool(_private_uses(m)) is found
+
+
+def test_old_module_paths_are_the_moved_modules():
+    """gert/_moved.py: an old path gives the moved module itself, so a monkeypatch through it reaches the code."""
+    import importlib
+
+    from gert import _moved
+
+    for old, new in _moved.MOVED.items():
+        assert importlib.import_module(old) is importlib.import_module(new), old
+
+
+def test_the_host_npu_reaches_the_core_through_its_hooks():
+    """The core calls no host NPU code: gert.hostnpu registers what the core asks of it (gert/core/hooks.py)."""
+    import gert
+    from gert.core import hooks
+
+    registered = hooks.current()
+    assert registered.inline is gert.hostnpu.inline
+    assert hooks.BindingHooks().compile_cache_result() is None  # a device: GE does not report cache hits
+    with hooks.BindingHooks().inline(0):  # a device runs the stream's work whatever the thread does
+        pass
