@@ -122,7 +122,8 @@ class CompileCache:
         text = json.dumps(self.key_inputs(session_options, graph_options), sort_keys=True)
         return "gert_" + hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
-    def _precision(self, session_options: Mapping[str, str], graph_options: Mapping[str, str]) -> dict:
+    def precision_settings(self, session_options: Mapping[str, str], graph_options: Mapping[str, str]) -> dict:
+        """The ge.exec.precision_mode* options of a compile (recorded with each entry)."""
         return cache_entry.precision_settings({"global": dict(self.global_options), "session": session_options,
                                                "graph": graph_options})
 
@@ -184,7 +185,7 @@ class CompileCache:
         removed with a CacheWarning and compiled again (once). On failure nothing stays added."""
         key = self.graph_key(session_options, graph_options)
         inputs = self.key_inputs(session_options, graph_options)
-        precision = self._precision(session_options, graph_options)
+        precision = self.precision_settings(session_options, graph_options)
         with self._entry_lock(key):
             verdict = self._check(key, inputs, precision)
             if verdict.state == "broken":
