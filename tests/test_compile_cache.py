@@ -321,3 +321,40 @@ def test_triton_model_fills_and_reuses_its_cache(tmp_path, monkeypatch):
     assert counts == [(0, 2), (2, 0)]
     assert len([f for f in os.listdir(os.path.join(mdir, "gcache")) if f.endswith(".om")]) == 2
     assert any("2 from the compile cache" in msg for _, msg in pb.Logger.messages)
+
+
+def test_triton_cache_mode_and_trust_parameters():
+    p = parse_parameters({"cache_mode": {"string_value": "0770"}, "trust_foreign_entries": "true"})
+    assert p.load_kwargs()["cache_mode"] == 0o770 and p.load_kwargs()["trust_foreign_entries"] is True
+    assert "cache_mode" not in parse_parameters({}).load_kwargs()
+    for bad, said in (("0777", "every user"), ("rwx", "octal"), ("0600", "owner needs rwx")):
+        with pytest.raises(ConfigError, match=f"parameter 'cache_mode': .*{said}"):
+            parse_parameters({"cache_mode": bad})
+    with pytest.raises(ConfigError, match="parameter 'trust_foreign_entries': expected true or false"):
+        parse_parameters({"trust_foreign_entries": "maybe"})
+
+
+def test_triton_model_passes_cache_mode(tmp_path, monkeypatch):
+    """A group-shared cache directory (0770) is refused by default and served with cache_mode "0770"."""
+    import fake_pb_utils
+    from test_triton_unit import autocomplete, init_args, model_dir
+    from gert_triton import TritonPythonModel
+
+    pb = fake_pb_utils.install(monkeypatch)
+    mdir = model_dir(tmp_path, mlp_model(5))
+    os.mkdir(os.path.join(mdir, "shared"), 0o770)
+    os.chmod(os.path.join(mdir, "shared"), 0o770)
+    params = {"cache_dir": {"string_value": "shared"}, "streams": {"string_value": "1"},
+              "gears": {"string_value": "batch:1"}}
+    for extra in ({}, {"cache_mode": {"string_value": "0770"}}):
+        cfg = autocomplete(pb, mdir, parameters={**params, **extra}, max_batch_size=1)
+        m = TritonPythonModel()
+        if not extra:
+            with pytest.raises(gert.GertError, match="cache_mode=0o770"):
+                m.initialize(init_args(mdir, cfg))
+            continue
+        m.initialize(init_args(mdir, cfg))
+        try:
+            assert m.model.stats()["cache_misses"] == 1
+        finally:
+            m.finalize()
