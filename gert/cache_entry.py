@@ -22,6 +22,11 @@ from typing import Mapping, Optional
 from gert.cache_trust import Trust
 
 SUFFIX = ".gert.json"
+# Hashing every file before each hit would cost ~10% of a warm load on the host NPU (benchmarks/bench_cache.py):
+# as git's index does, the record also keeps each file's identity and change time, and a file whose (device, inode,
+# size, mtime, ctime) are still the recorded ones is taken as unchanged since it was hashed. Any write, truncation or
+# rename changes the ctime or the inode, and only root can set a ctime back. A file whose ctime is not strictly
+# before the record's own mtime ("racy": it may have changed within the clock tick it was hashed in) is hashed again.
 FORMAT = 1
 PRECISION_PREFIX = "ge.exec.precision_mode"  # ge.exec.precision_mode, ge.exec.precision_mode_v2, ...
 
@@ -82,10 +87,11 @@ class Record:
     inputs: dict     # what the key was derived from: model digest, options (with ge.inputShape), versions
     precision: dict  # "level.ge.exec.precision_mode*" -> value
     files: dict      # name as GE lists it (the index first) -> SHA-256
+    stats: dict = field(default_factory=dict)  # name -> [dev, inode, size, mtime_ns, ctime_ns] when it was hashed
 
     def to_bytes(self) -> bytes:
         return json.dumps({"format": FORMAT, "key": self.key, "inputs": self.inputs, "precision": self.precision,
-                           "files": self.files}, indent=1, sort_keys=True).encode()
+                           "files": self.files, "stats": self.stats}, indent=1, sort_keys=True).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "Record":
@@ -98,7 +104,8 @@ class Record:
         if not (isinstance(d.get("key"), str) and isinstance(d.get("inputs"), dict)
                 and isinstance(d.get("precision"), dict) and isinstance(d.get("files"), dict)):
             raise ValueError("key, inputs, precision or files missing")
-        return cls(d["key"], d["inputs"], d["precision"], d["files"])
+        stats = d.get("stats", {})
+        return cls(d["key"], d["inputs"], d["precision"], d["files"], stats if isinstance(stats, dict) else {})
 
     def differences(self, key: str, inputs: dict, precision: dict, files: dict) -> list:
         """What differs between this record and the entry as it is now, each said in words."""
@@ -166,34 +173,44 @@ def write_record(directory: str, record: Record, trust: Trust) -> None:
         os.close(dfd)
 
 
-def new_record(directory: str, key: str, inputs: dict, precision: dict) -> Record:
-    """The record of the entry GE just saved for ``key``."""
-    return Record(key, inputs, precision, {name: sha256(path) for name, path in entry_files(directory, key)})
+def _signature(path: str) -> list:
+    st = os.stat(path)
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def _hash(path: str) -> tuple:
+    """(SHA-256, signature): the signature only when the file did not change while it was hashed, else None."""
+    before = _signature(path)
+    digest = sha256(path)
+    after = _signature(path)
+    return digest, (after if after == before else None)
+
+
+def new_record(directory: str, key: str, inputs: dict, precision: dict, known: Optional[dict] = None) -> Record:
+    """The record of the entry of ``key`` as it is now; ``known``: name -> (SHA-256, signature) that ``check`` just
+    verified (not hashed again)."""
+    files, stats = {}, {}
+    for name, path in entry_files(directory, key):
+        files[name], sig = known[name] if known and name in known else _hash(path)
+        if sig is not None:
+            stats[name] = sig
+    return Record(key, inputs, precision, files, stats)
 
 
 @dataclass
 class Verdict:
     """The outcome of ``check``: "absent" (GE will compile), "verified", "foreign" (no record, trusted by the
-    caller) or "broken" (``problems`` says why)."""
+    caller) or "broken" (``problems`` says why). ``rehashed``: a verified entry had files whose signatures were not
+    the recorded ones (copied, touched, racy): the caller may record them again (``new_record(..., known=...)``)."""
 
     state: str
     problems: list = field(default_factory=list)
+    rehashed: Optional[dict] = None  # name -> (verified SHA-256, signature or None)
 
 
-def _signature(paths: list) -> tuple:
-    """Identity and change times of each file: equal signatures mean unchanged contents (a write or a rename changes
-    the ctime or the inode, and no one can set a ctime back)."""
-    sig = []
-    for p in paths:
-        st = os.stat(p)
-        sig.append((p, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
-    return tuple(sig)
-
-
-def check(directory: str, key: str, trust: Trust, inputs: dict, precision: dict, trust_foreign: bool,
-          verified: Optional[dict] = None) -> Verdict:
-    """Whether GE may load the entry of ``key``. ``verified`` (key -> signature) remembers entries this process
-    verified or wrote, so that their unchanged files are not hashed again."""
+def check(directory: str, key: str, trust: Trust, inputs: dict, precision: dict, trust_foreign: bool) -> Verdict:
+    """Whether GE may load the entry of ``key``: who could have written its files, and whether they and the key's
+    inputs are what gert recorded when it saved the entry."""
     try:
         files = entry_files(directory, key)
     except ValueError as e:
@@ -215,29 +232,24 @@ def check(directory: str, key: str, trust: Trust, inputs: dict, precision: dict,
     problem = trust.file_problem(rec_path, record_name(key))
     if problem:
         return Verdict("broken", [problem])
+    rehashed = False
     try:
-        signature = _signature([p for _, p in files] + [rec_path])
-        if verified is not None and verified.get(key) == signature:
-            return Verdict("verified")
         with open(rec_path, "rb") as f:
+            recorded_at = os.fstat(f.fileno()).st_mtime_ns
             record = Record.from_bytes(f.read())
-        now = {name: sha256(path) for name, path in files}
+        now = {}
+        for name, path in files:
+            sig = _signature(path)
+            if name in record.files and record.stats.get(name) == sig and sig[4] < recorded_at:
+                now[name] = (record.files[name], sig)  # unchanged since it was hashed
+            else:
+                now[name] = _hash(path)
+                rehashed = True
     except ValueError as e:
         return Verdict("broken", [f"{record_name(key)} is unreadable ({e})"])
     except OSError as e:
         return Verdict("broken", [f"a file of the entry cannot be read ({e})"])
-    diffs = record.differences(key, inputs, precision, now)
+    diffs = record.differences(key, inputs, precision, {name: digest for name, (digest, _) in now.items()})
     if diffs:
         return Verdict("broken", diffs)
-    if verified is not None:
-        verified[key] = signature
-    return Verdict("verified")
-
-
-def remember(directory: str, key: str, verified: dict) -> None:
-    """Remember the entry of ``key`` (just written by this process) as verified."""
-    try:
-        files = entry_files(directory, key)
-        verified[key] = _signature([p for _, p in files] + [os.path.join(directory, record_name(key))])
-    except (OSError, ValueError):
-        verified.pop(key, None)
+    return Verdict("verified", rehashed=now if rehashed else None)

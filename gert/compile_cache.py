@@ -88,7 +88,6 @@ class CompileCache:
     trust: Optional[Trust] = None
     trust_foreign_entries: bool = False
     stats: CheckStats = field(default_factory=CheckStats, compare=False)
-    _verified: dict = field(default_factory=dict, compare=False, repr=False)  # key -> files' signature
     _stats_lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -153,7 +152,6 @@ class CompileCache:
                     removed.append(p)
                 except FileNotFoundError:
                     pass
-            self._verified.pop(key, None)
             return removed
 
     def _check_lock_file(self, key: str) -> list:
@@ -195,16 +193,26 @@ class CompileCache:
             outcome = self._compile(session, graph_id, graph, graph_options, key,
                                     "hit" if verdict.state in ("verified", "foreign") else "miss")
             if outcome == "miss" and os.path.exists(os.path.join(self.directory, cache_entry.idx_name(key))):
-                record = cache_entry.new_record(self.directory, key, inputs, precision)
-                cache_entry.write_record(self.directory, record, self.trust)
-                cache_entry.remember(self.directory, key, self._verified)
+                self._record(key, inputs, precision)
+            elif verdict.rehashed and outcome == "hit":
+                self._record(key, inputs, precision, verdict.rehashed, must=False)
             return outcome
+
+    def _record(self, key: str, inputs: dict, precision: dict, known: Optional[dict] = None,
+                must: bool = True) -> None:
+        """Write the key's record: after GE saved the entry (``must``), or again with the current signatures of
+        files verified by their hashes (an optimisation: skipped if the directory refuses it)."""
+        try:
+            record = cache_entry.new_record(self.directory, key, inputs, precision, known)
+            cache_entry.write_record(self.directory, record, self.trust)
+        except OSError:
+            if must:
+                raise
 
     def _check(self, key: str, inputs: dict, precision: dict) -> cache_entry.Verdict:
         start = time.perf_counter()
         problems = self._check_lock_file(key)
-        verdict = cache_entry.check(self.directory, key, self.trust, inputs, precision, self.trust_foreign_entries,
-                                    self._verified)
+        verdict = cache_entry.check(self.directory, key, self.trust, inputs, precision, self.trust_foreign_entries)
         if problems:
             verdict = cache_entry.Verdict("broken", problems + verdict.problems)
         with self._stats_lock:

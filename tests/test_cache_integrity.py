@@ -342,3 +342,72 @@ def test_precision_settings_are_recorded_generically(tmp_path):
                            {"ge.exec.precision_mode_x": "y", "ge.inputShape": "x:1,16"})
     assert got == {"global.ge.exec.precision_mode": "force_fp32", "session.ge.exec.precision_mode_v2": "origin",
                    "graph.ge.exec.precision_mode_x": "y"}
+
+
+# ---- unchanged files are not hashed again (their identity and ctime are recorded) ---------------------------------------
+
+def _tick_past(cache) -> None:
+    """Wait until the file clock has moved past the ctime of every file in ``cache`` (a probe file's ctime), so that
+    no file is "racy" (changed within the tick its record was written in) and a later write gets a later ctime."""
+    newest = max(os.stat(os.path.join(cache, f)).st_ctime_ns for f in os.listdir(cache))
+    probe = os.path.join(os.path.dirname(cache), "probe")
+    for _ in range(100000):
+        with open(probe, "w"):
+            pass
+        if os.stat(probe).st_ctime_ns > newest:
+            return
+    raise AssertionError("the file clock did not move")
+
+
+@pytest.fixture
+def hashed(monkeypatch) -> list:
+    """The files gert hashes (gert.cache_entry.sha256 calls)."""
+    calls: list = []
+    real = cache_entry.sha256
+    monkeypatch.setattr(cache_entry, "sha256", lambda path: calls.append(os.path.basename(path)) or real(path))
+    return calls
+
+
+def test_unchanged_entry_is_not_hashed_again(tmp_path, hashed):
+    cache = tmp_path / "c"
+    fill(cache)
+    _tick_past(cache)
+    assert serve(cache)[1:] == (1, 0, [])  # hashes what was racy at save (if anything), and records it again
+    _tick_past(cache)
+    hashed.clear()
+    assert serve(cache)[1:] == (1, 0, [])
+    assert hashed == []
+
+
+def test_same_size_swap_with_its_mtime_restored_is_detected(tmp_path, hashed):
+    """The shortcut trusts the ctime, which a write always moves and no one but root can set back."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    fill(a, 2.0)
+    fill(b, 3.0)
+    serve(a, 2.0)  # a record with every file's signature
+    om = only(a, ".om")
+    assert os.path.getsize(om) == os.path.getsize(only(b, ".om"))
+    _tick_past(a)
+    st = os.stat(om)
+    with open(only(b, ".om"), "rb") as src, open(om, "r+b") as dst:  # in place: same inode, same size
+        dst.write(src.read())
+    os.utime(om, ns=(st.st_atime_ns, st.st_mtime_ns))
+    hashed.clear()
+    y, hits, misses, msgs = serve(a, 2.0)
+    np.testing.assert_array_equal(y, X * 2)
+    assert (hits, misses) == (0, 1) and "changed (SHA-256" in msgs[0]
+    assert os.path.basename(om) in hashed
+
+
+def test_copied_cache_is_hashed_once_then_trusted_by_signature(tmp_path, hashed):
+    """A copied directory (new inodes, a restore, another volume): every file is hashed and verified once, the record
+    is written again with the new signatures, and later loads hash nothing."""
+    fill(tmp_path / "c")
+    shutil.copytree(tmp_path / "c", tmp_path / "copy")
+    copy = tmp_path / "copy"
+    hashed.clear()
+    assert serve(copy)[1:] == (1, 0, [])
+    assert sorted(hashed) == sorted(f for f in os.listdir(copy) if f.endswith((".idx", ".om")))
+    _tick_past(copy)
+    hashed.clear()
+    assert serve(copy)[1:] == (1, 0, []) and hashed == []
