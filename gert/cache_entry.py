@@ -23,9 +23,10 @@ from gert.cache_trust import Trust
 
 SUFFIX = ".gert.json"
 # Hashing every file before each hit would cost ~10% of a warm load on the host NPU (benchmarks/bench_cache.py):
-# as git's index does, the record also keeps each file's identity and change time, and a file whose (device, inode,
-# size, mtime, ctime) are still the recorded ones is taken as unchanged since it was hashed. Any write, truncation or
-# rename changes the ctime or the inode, and only root can set a ctime back. A file whose ctime is not strictly
+# as git's index does, the record also keeps each file's identity and change time, and a file whose (inode, size,
+# mtime, ctime) are still the recorded ones is taken as unchanged since it was hashed. Any write, truncation or
+# rename changes the ctime or the inode, and only root can set a ctime back. The device number is left out: hosts
+# mounting one NFS export see the same inodes and ctimes under different device numbers. A file whose ctime is not strictly
 # before the record's own mtime ("racy": it may have changed within the clock tick it was hashed in) is hashed again.
 FORMAT = 1
 PRECISION_PREFIX = "ge.exec.precision_mode"  # ge.exec.precision_mode, ge.exec.precision_mode_v2, ...
@@ -87,7 +88,7 @@ class Record:
     inputs: dict     # what the key was derived from: model digest, options (with ge.inputShape), versions
     precision: dict  # "level.ge.exec.precision_mode*" -> value
     files: dict      # name as GE lists it (the index first) -> SHA-256
-    stats: dict = field(default_factory=dict)  # name -> [dev, inode, size, mtime_ns, ctime_ns] when it was hashed
+    stats: dict = field(default_factory=dict)  # name -> [inode, size, mtime_ns, ctime_ns] when it was hashed
 
     def to_bytes(self) -> bytes:
         return json.dumps({"format": FORMAT, "key": self.key, "inputs": self.inputs, "precision": self.precision,
@@ -175,7 +176,7 @@ def write_record(directory: str, record: Record, trust: Trust) -> None:
 
 def _signature(path: str) -> list:
     st = os.stat(path)
-    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
 def _hash(path: str) -> tuple:
@@ -240,7 +241,7 @@ def check(directory: str, key: str, trust: Trust, inputs: dict, precision: dict,
         now = {}
         for name, path in files:
             sig = _signature(path)
-            if name in record.files and record.stats.get(name) == sig and sig[4] < recorded_at:
+            if name in record.files and record.stats.get(name) == sig and sig[3] < recorded_at:
                 now[name] = (record.files[name], sig)  # unchanged since it was hashed
             else:
                 now[name] = _hash(path)

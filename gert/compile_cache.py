@@ -226,7 +226,7 @@ class CompileCache:
         try:
             removed = self.remove(key)
             what = f"removed {len(removed)} file(s) and compiling again"
-        except OSError as e:
+        except (OSError, GertError) as e:
             what = f"cannot remove it ({e}), so compiling without the cache"
         warnings.warn(f"compile cache {self.directory}: entry {key} is broken: {'; '.join(problems)}; {what}",
                       CacheWarning, stacklevel=4)

@@ -8,6 +8,7 @@
   second process whose every graph is a cache hit with identical results, a broken entry recompiled with a warning,
   GERT_CACHE_DIR, two processes warming up at once compile each key once.
 - gert_triton's cache_dir parameter (the real server: tests/test_triton_e2e.py).
+Integrity (records, trust, swapped or planted entries): tests/test_cache_integrity.py, tests/test_triton_cache_e2e.py.
 """
 from __future__ import annotations
 
@@ -249,10 +250,12 @@ def test_two_processes_warming_up_at_once_compile_each_key_once(tmp_path):
     oms = [f for f in os.listdir(cache) if f.endswith(".om")]
     idx = [f for f in os.listdir(cache) if f.endswith(".idx")]
     assert len(oms) == len(idx) == keys
-    for name in idx:  # never corrupt: one entry per key, naming its .om
+    for name in idx:  # never corrupt: one entry per key, naming its .om, recorded by gert
         with open(cache / name) as f:
             entries = json.load(f)["cache_file_list"]
         assert len(entries) == 1 and entries[0]["cache_file_name"] in oms
+        with open(cache / (name[:-len(".idx")] + ".gert.json")) as f:
+            assert set(json.load(f)["files"]) == {name, entries[0]["cache_file_name"]}
     assert not [f for f in os.listdir(cache) if ".tmp" in f]
 
 
