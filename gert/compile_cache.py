@@ -154,20 +154,25 @@ class CompileCache:
                     pass
             return removed
 
-    def _check_lock_file(self, key: str) -> list:
+    def _check_lock_file(self, key: str) -> None:
         """GE opens ``{key}.lock`` with O_CREAT, following symlinks: a planted symlink would make it create or
-        lock a file elsewhere. Such a lock file (or one of an untrusted owner) is removed; returns the problems."""
+        lock a file elsewhere. Such a lock file (or one of an untrusted owner) is removed, with a CacheWarning."""
         path = os.path.join(self.directory, key + ".lock")
         if not os.path.lexists(path):
-            return []
+            return
         problem = self.trust.file_problem(path, key + ".lock")
         if problem is None:
-            return []
+            return
         try:
             os.unlink(path)
+            what = "removed it"
         except FileNotFoundError:
-            pass
-        return [problem]
+            what = "it is gone"
+        except OSError as e:
+            raise GertError(f"compile cache {self.directory}: GE's lock file of entry {key} is unsafe ({problem}) "
+                            f"and cannot be removed ({e.strerror}); remove it, or use another cache_dir") from None
+        warnings.warn(f"compile cache {self.directory}: GE's lock file of entry {key} is unsafe: {problem}; {what}",
+                      CacheWarning, stacklevel=5)
 
     @contextlib.contextmanager
     def _entry_lock(self, key: str) -> Iterator[None]:
@@ -205,16 +210,15 @@ class CompileCache:
         try:
             record = cache_entry.new_record(self.directory, key, inputs, precision, known)
             cache_entry.write_record(self.directory, record, self.trust)
-        except OSError:
-            if must:
-                raise
+        except (OSError, ValueError) as e:
+            if must:  # the graph is compiled: it serves; the unrecorded entry is compiled again by later loads
+                warnings.warn(f"compile cache {self.directory}: cannot record entry {key} ({e}); later loads will "
+                              f"compile it again", CacheWarning, stacklevel=4)
 
     def _check(self, key: str, inputs: dict, precision: dict) -> cache_entry.Verdict:
         start = time.perf_counter()
-        problems = self._check_lock_file(key)
+        self._check_lock_file(key)
         verdict = cache_entry.check(self.directory, key, self.trust, inputs, precision, self.trust_foreign_entries)
-        if problems:
-            verdict = cache_entry.Verdict("broken", problems + verdict.problems)
         with self._stats_lock:
             self.stats.checks += 1
             self.stats.seconds += time.perf_counter() - start
