@@ -26,8 +26,9 @@ SUFFIX = ".gert.json"
 # as git's index does, the record also keeps each file's identity and change time, and a file whose (inode, size,
 # mtime, ctime) are still the recorded ones is taken as unchanged since it was hashed. Any write, truncation or
 # rename changes the ctime or the inode, and only root can set a ctime back. The device number is left out: hosts
-# mounting one NFS export see the same inodes and ctimes under different device numbers. A file whose ctime is not strictly
-# before the record's own mtime ("racy": it may have changed within the clock tick it was hashed in) is hashed again.
+# mounting one NFS export see the same inodes and ctimes under different device numbers. A file whose ctime is not
+# strictly before the record's own mtime ("racy": it may have changed within the clock tick it was hashed in) is
+# hashed again.
 FORMAT = 1
 PRECISION_PREFIX = "ge.exec.precision_mode"  # ge.exec.precision_mode, ge.exec.precision_mode_v2, ...
 

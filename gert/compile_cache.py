@@ -275,7 +275,8 @@ def _flock(path: str, group_readable: bool = False) -> Iterator[None]:
     so that a group sharing the directory can lock files another member created."""
     for _ in range(3):
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640 if group_readable else 0o600)
+            fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o640 if group_readable else 0o600)
             break
         except OSError as e:
             if e.errno != errno.ELOOP:

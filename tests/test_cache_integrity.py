@@ -335,7 +335,7 @@ def test_a_reader_waits_for_the_record_of_an_entry_being_saved(tmp_path):
     np.testing.assert_array_equal(y, X * 2)
 
 
-# ---- the record's contents --------------------------------------------------------------------------------------------
+# ---- the record's contents ---------------------------------------------------------------------------------------
 
 def test_precision_settings_are_recorded_generically(tmp_path):
     cache = CompileCache.open(tmp_path, mlp_model(1), {"ge.exec.precision_mode": "force_fp32"})
@@ -345,7 +345,7 @@ def test_precision_settings_are_recorded_generically(tmp_path):
                    "graph.ge.exec.precision_mode_x": "y"}
 
 
-# ---- unchanged files are not hashed again (their identity and ctime are recorded) ---------------------------------------
+# ---- unchanged files are not hashed again (their identity and ctime are recorded) ---------------------------------
 
 def _tick_past(cache) -> None:
     """Wait until the file clock has moved past the ctime of every file in ``cache`` (a probe file's ctime), so that
