@@ -12,6 +12,8 @@ on the host NPU.
 """
 from __future__ import annotations
 
+import contextlib
+import glob
 import hashlib
 import json
 import os
@@ -151,8 +153,12 @@ def entry_files(directory: str, key: str) -> list:
 
 
 def write_record(directory: str, record: Record, trust: Trust) -> None:
-    """``{key}.gert.json`` through a temporary file, fsync and a rename: a reader sees no record or a whole one."""
+    """``{key}.gert.json`` through a temporary file, fsync and a rename: a reader sees no record or a whole one.
+    The caller holds the key's lock, so other temporary records of the key are leftovers of a crash: removed."""
     path = os.path.join(directory, record_name(record.key))
+    for stale in glob.glob(glob.escape(path) + ".tmp*"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(stale)
     tmp = f"{path}.tmp{os.getpid()}-{threading.get_ident()}"
     perms = 0o600 | (trust.mode & 0o040) | (trust.mode & 0o004)  # readable where the directory is shared
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, perms)
