@@ -3,7 +3,8 @@
 The runtime layer (devices, streams, events, device and pinned host memory) comes from the
 compiled bindings in ``gert._cann``; docs/architecture.md describes the layers.
 """
-from gert.errors import AclError, DeviceUnavailable, GeError, GertError, HostFunctionError, RequestTimeout
+from gert.errors import (AclError, CacheWarning, DeviceUnavailable, GeError, GertError, HostFunctionError,
+                         RequestTimeout)
 from gert._cann import (
     Graph,
     Session,
@@ -47,7 +48,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "AclError", "DeviceUnavailable", "GeError", "GertError", "HostFunctionError", "RequestTimeout",
+    "AclError", "CacheWarning", "DeviceUnavailable", "GeError", "GertError", "HostFunctionError", "RequestTimeout",
     "Device", "DeviceBuffer", "Event", "HostBuffer", "MemoryInfo", "Stream",
     "Graph", "Session", "ge_initialize", "ge_finalize", "ge_last_warning", "DeviceTensor", "GraphSummary", "dtypes",
     "Model", "load", "Sequence", "TensorInfo",
