@@ -8,6 +8,11 @@ in a fresh process, as a restarted server would (the interpreter and gert import
 rounds interleave the three cases so that the machine's noise hits them alike. On the host NPU a compile is ONNX
 Runtime creating a session (tens of ms), and a hit loads ONNX Runtime's optimized model instead, so the gain is
 small; the point is the NPU, where each GE compile takes seconds to minutes. A cold load also writes the cache.
+``check`` is the time the warm load spent checking entries before their hits (gert/cache_entry.py: who wrote each
+file, the key's inputs, and each file's identity and ctime, or where those changed its SHA-256, against gert's
+record), and ``check/warm`` its share of the warm load's time to ready (target: under 5%). ``copied`` loads warm
+from a copy of the cache (new inodes, as after a restore): every file is hashed once; ``hash/copied`` is that
+check's share of its time to ready.
 Needs ``pip install --no-deps rapidocr-onnxruntime==1.4.4``.
 """
 from __future__ import annotations
@@ -44,7 +49,9 @@ ready = time.perf_counter() - t
 s = m.stats()
 m.close()
 print(json.dumps({"ready": ready, "graphs": s["compiles"], "hits": s["cache_hits"], "misses": s["cache_misses"],
-                  "compile_s": sum(x["compile_seconds"] for x in s["streams"])}))
+                  "compile_s": sum(x["compile_seconds"] for x in s["streams"]),
+                  "check_s": m.compile_cache.stats.seconds if m.compile_cache else 0.0,
+                  "checks": m.compile_cache.stats.checks if m.compile_cache else 0}))
 """
 
 
@@ -73,7 +80,7 @@ def main() -> None:
             path = ppocr_model(file)
             if path is None:
                 raise SystemExit(f"{file} not found: pip install --no-deps rapidocr-onnxruntime==1.4.4")
-            samples: dict = {"none": [], "cold": [], "warm": []}
+            samples: dict = {"none": [], "cold": [], "warm": [], "copied": []}
             size = 0
             for r in range(a.rounds):
                 cache = os.path.join(root, f"{name}-{r}")
@@ -81,21 +88,29 @@ def main() -> None:
                 cold = load_once(path, kwargs, cache)
                 warm = load_once(path, kwargs, cache)
                 assert warm["misses"] == 0 and warm["hits"] == warm["graphs"], warm
+                shutil.copytree(cache, cache + "-copy")
+                copied = load_once(path, kwargs, cache + "-copy")
+                assert copied["misses"] == 0, copied
                 samples["cold"].append(cold)
                 samples["warm"].append(warm)
+                samples["copied"].append(copied)
                 size = du(cache)
             raw[name] = samples
             med = {k: statistics.median(x["ready"] for x in v) for k, v in samples.items()}
+            med["check"] = statistics.median(x["check_s"] for x in samples["warm"])
+            med["check_share"] = statistics.median(x["check_s"] / x["ready"] for x in samples["warm"])
+            med["hash_share"] = statistics.median(x["check_s"] / x["ready"] for x in samples["copied"])
             rows.append((name, samples["warm"][0]["graphs"], samples["cold"][0]["misses"], med, size))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(machine() + f"; load average {os.getloadavg()[0]:.1f}")
     print(f"time to ready (gert.load + warmup), seconds, median of {a.rounds} fresh processes each")
     print(f"{'model':6}{'graphs':>7}{'compiled':>9}{'no cache':>10}{'cold':>8}{'warm':>8}{'warm/none':>10}"
-          f"{'cache MB':>9}")
+          f"{'cache MB':>9}{'check ms':>9}{'check/warm':>11}{'copied':>8}{'hash/copied':>12}")
     for name, graphs, compiled, med, size in rows:
         print(f"{name:6}{graphs:>7}{compiled:>9}{med['none']:>10.2f}{med['cold']:>8.2f}{med['warm']:>8.2f}"
-              f"{med['warm'] / med['none']:>10.2f}{size / 2**20:>9.1f}")
+              f"{med['warm'] / med['none']:>10.2f}{size / 2**20:>9.1f}{med['check'] * 1e3:>9.1f}"
+              f"{med['check_share']:>11.1%}{med['copied']:>8.2f}{med['hash_share']:>12.1%}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(raw, f, indent=1)

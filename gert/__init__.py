@@ -7,7 +7,8 @@ from gert import _moved
 
 _moved.install()  # old module paths (gert.rows, gert.bench, ...) stay importable; first: the binding imports some
 
-from gert.errors import AclError, DeviceUnavailable, GeError, GertError, HostFunctionError, RequestTimeout
+from gert.errors import (AclError, CacheWarning, DeviceUnavailable, GeError, GertError, HostFunctionError,
+                         RequestTimeout)
 from gert._cann import (
     Graph,
     Session,
@@ -51,7 +52,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "AclError", "DeviceUnavailable", "GeError", "GertError", "HostFunctionError", "RequestTimeout",
+    "AclError", "CacheWarning", "DeviceUnavailable", "GeError", "GertError", "HostFunctionError", "RequestTimeout",
     "Device", "DeviceBuffer", "Event", "HostBuffer", "MemoryInfo", "Stream",
     "Graph", "Session", "ge_initialize", "ge_finalize", "ge_last_warning", "DeviceTensor", "GraphSummary", "dtypes",
     "Model", "load", "Sequence", "TensorInfo",

@@ -71,6 +71,11 @@ class GeError(_CodedError):
 _E_CODE = re.compile(r"\bE[0-9A-Z][0-9]{4}\b")
 
 
+class CacheWarning(UserWarning):
+    """A compile cache entry was broken (changed, swapped, truncated, planted, unrecorded, or failing to load): gert
+    removed it and compiled again (gert/compile_cache.py)."""
+
+
 class HostFunctionError(GertError):
     """One or more host functions launched on a stream raised; ``errors`` holds their exceptions."""
 

@@ -99,7 +99,8 @@ class Model:
                  split_batch: bool = False, request_timeout_s: Optional[float] = None,
                  hot_after: int = HOT_AFTER, hot_window: int = HOT_WINDOW, compile_share: float = COMPILE_SHARE,
                  state: Optional[Mapping[str, str]] = None, batch_dim: Union[str, Sequence[str], None] = None,
-                 sequence_wait_s: float = 0.0, cache_dir: Optional[Union[str, os.PathLike]] = None):
+                 sequence_wait_s: float = 0.0, cache_dir: Optional[Union[str, os.PathLike]] = None,
+                 cache_mode: Union[int, str, None] = None, trust_foreign_entries: bool = False):
         if isinstance(model, (bytes, bytearray, memoryview)):
             data = bytes(model)
         else:
@@ -117,8 +118,8 @@ class Model:
         self._sequences = Sequences(self, state, sequence_wait_s, devices) if state else None
         glob, sess, graph_opts = _split_options(options)
         ge_initialize(glob)
-        # GE's compile cache (gert/core/compile_cache.py): cache_dir, else GERT_CACHE_DIR
-        self.compile_cache = CompileCache.open(cache_dir, data, glob)
+        # GE's compile cache (gert/core/compile_cache.py): cache_dir, else GERT_CACHE_DIR; cache_mode, else GERT_CACHE_MODE
+        self.compile_cache = CompileCache.open(cache_dir, data, glob, cache_mode, trust_foreign_entries)
         if self.compile_cache is not None:
             sess = {**sess, CACHE_DIR_OPTION: self.compile_cache.directory}
         self._lock = threading.Lock()

@@ -35,6 +35,11 @@ Keys (all string values, as Triton passes them):
   batch_dim      the batch axis where it is not axis 0: an ONNX dim name ("N") or axes ("x:1,h:1")
   cache_dir      GE's compile cache directory (absolute, or relative to the model dir; created if missing): graphs
                  compiled once are loaded by later loads, restarts and other instances (default: GERT_CACHE_DIR)
+  cache_mode     octal mode of the cache directory ("0700" default, "0770" / "2770" for one shared with the
+                 directory's group; default GERT_CACHE_MODE): who besides this user and root may write it. A
+                 directory others can write is refused (see gert/cache_trust.py)
+  trust_foreign_entries  "true"/"false": serve cache entries gert did not record (another tool's) as GE would
+                 (default false: such an entry is compiled again)
   ge.K           GEInitialize option K;  session.ge.K  Session option;  graph.ge.K  AddGraph option
 Triton's own keys (EXECUTION_ENV_PATH, FORCE_CPU_ONLY_INPUT_TENSORS) are left to Triton.
 """
@@ -44,6 +49,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from gert.cache_trust import parse_mode
 from gert.errors import GertError
 from gert.core.shapes import POLICIES
 
@@ -51,7 +57,7 @@ TRITON_KEYS = {"EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS"}
 KNOWN_KEYS = {"onnx_file", "streams", "cube_cores", "vector_cores", "gears", "shape_policy", "pad_value",
               "max_batch", "device_ids", "split_batch", "metrics_interval_ms", "warmup", "request_timeout_ms",
               "hot_after", "hot_window", "max_exact_graphs", "compile_share", "state", "batch_dim",
-              "cache_dir"}
+              "cache_dir", "cache_mode", "trust_foreign_entries"}
 
 
 MAX_STREAMS = 64  # per device: each stream is a worker thread with its own Session and buffers
@@ -81,6 +87,8 @@ class GertParams:
     max_exact_graphs: Optional[int] = None
     compile_share: Optional[float] = None
     cache_dir: Optional[str] = None  # as given: absolute, or relative to the model dir (see cache_path)
+    cache_mode: Optional[int] = None  # None: GERT_CACHE_MODE, else 0o700 (gert.cache_trust)
+    trust_foreign_entries: bool = False
     options: dict = field(default_factory=dict)   # gert.load(options=...) keys: global./session./graph. prefixes
     state: dict = field(default_factory=dict)     # state input -> output (stateful models)
     batch_dim: object = None                      # str (a dim name) or list of "tensor:axis"
@@ -92,6 +100,10 @@ class GertParams:
                if getattr(self, k) is not None}
         if self.state:
             out["state"] = dict(self.state)
+        if self.cache_mode is not None:
+            out["cache_mode"] = self.cache_mode
+        if self.trust_foreign_entries:
+            out["trust_foreign_entries"] = True
         return out
 
 
@@ -138,6 +150,11 @@ def parse_parameters(raw: dict) -> GertParams:
             if not value.strip():
                 raise ConfigError("parameter 'cache_dir': empty (leave it out for no cache)")
             p.cache_dir = value.strip()
+        elif key == "cache_mode":
+            try:
+                p.cache_mode = parse_mode(value, f"parameter '{key}'")
+            except GertError as e:
+                raise ConfigError(str(e)) from None
         elif key == "onnx_file":
             if not value.strip():
                 raise ConfigError("parameter 'onnx_file': empty")
@@ -179,7 +196,7 @@ def parse_parameters(raw: dict) -> GertParams:
                                       f"use one of {', '.join(POLICIES)}")
                 return text
             p.shape_policy = _dim_map(key, value, policy)
-        elif key in ("split_batch", "warmup"):
+        elif key in ("split_batch", "warmup", "trust_foreign_entries"):
             v = value.strip().lower()
             if v not in ("true", "false", "1", "0", "yes", "no"):
                 raise ConfigError(f"parameter '{key}': expected true or false, got {value!r}")

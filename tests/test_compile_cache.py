@@ -8,6 +8,7 @@
   second process whose every graph is a cache hit with identical results, a broken entry recompiled with a warning,
   GERT_CACHE_DIR, two processes warming up at once compile each key once.
 - gert_triton's cache_dir parameter (the real server: tests/test_triton_e2e.py).
+Integrity (records, trust, swapped or planted entries): tests/test_cache_integrity.py, tests/test_triton_cache_e2e.py.
 """
 from __future__ import annotations
 
@@ -249,10 +250,12 @@ def test_two_processes_warming_up_at_once_compile_each_key_once(tmp_path):
     oms = [f for f in os.listdir(cache) if f.endswith(".om")]
     idx = [f for f in os.listdir(cache) if f.endswith(".idx")]
     assert len(oms) == len(idx) == keys
-    for name in idx:  # never corrupt: one entry per key, naming its .om
+    for name in idx:  # never corrupt: one entry per key, naming its .om, recorded by gert
         with open(cache / name) as f:
             entries = json.load(f)["cache_file_list"]
         assert len(entries) == 1 and entries[0]["cache_file_name"] in oms
+        with open(cache / (name[:-len(".idx")] + ".gert.json")) as f:
+            assert set(json.load(f)["files"]) == {name, entries[0]["cache_file_name"]}
     assert not [f for f in os.listdir(cache) if ".tmp" in f]
 
 
@@ -321,3 +324,40 @@ def test_triton_model_fills_and_reuses_its_cache(tmp_path, monkeypatch):
     assert counts == [(0, 2), (2, 0)]
     assert len([f for f in os.listdir(os.path.join(mdir, "gcache")) if f.endswith(".om")]) == 2
     assert any("2 from the compile cache" in msg for _, msg in pb.Logger.messages)
+
+
+def test_triton_cache_mode_and_trust_parameters():
+    p = parse_parameters({"cache_mode": {"string_value": "0770"}, "trust_foreign_entries": "true"})
+    assert p.load_kwargs()["cache_mode"] == 0o770 and p.load_kwargs()["trust_foreign_entries"] is True
+    assert "cache_mode" not in parse_parameters({}).load_kwargs()
+    for bad, said in (("0777", "every user"), ("rwx", "octal"), ("0600", "owner needs rwx")):
+        with pytest.raises(ConfigError, match=f"parameter 'cache_mode': .*{said}"):
+            parse_parameters({"cache_mode": bad})
+    with pytest.raises(ConfigError, match="parameter 'trust_foreign_entries': expected true or false"):
+        parse_parameters({"trust_foreign_entries": "maybe"})
+
+
+def test_triton_model_passes_cache_mode(tmp_path, monkeypatch):
+    """A group-shared cache directory (0770) is refused by default and served with cache_mode "0770"."""
+    import fake_pb_utils
+    from test_triton_unit import autocomplete, init_args, model_dir
+    from gert_triton import TritonPythonModel
+
+    pb = fake_pb_utils.install(monkeypatch)
+    mdir = model_dir(tmp_path, mlp_model(5))
+    os.mkdir(os.path.join(mdir, "shared"), 0o770)
+    os.chmod(os.path.join(mdir, "shared"), 0o770)
+    params = {"cache_dir": {"string_value": "shared"}, "streams": {"string_value": "1"},
+              "gears": {"string_value": "batch:1"}}
+    for extra in ({}, {"cache_mode": {"string_value": "0770"}}):
+        cfg = autocomplete(pb, mdir, parameters={**params, **extra}, max_batch_size=1)
+        m = TritonPythonModel()
+        if not extra:
+            with pytest.raises(gert.GertError, match="cache_mode=0o770"):
+                m.initialize(init_args(mdir, cfg))
+            continue
+        m.initialize(init_args(mdir, cfg))
+        try:
+            assert m.model.stats()["cache_misses"] == 1
+        finally:
+            m.finalize()

@@ -5,29 +5,39 @@ GE caches a compiled graph under the Session option ``ge.graph_compiler_cache_di
 CANN version; a listed file that is missing or corrupt fails the compile (ge-shapes-and-cache.md, part B). gert
 therefore:
 
-- creates the directory (GE never does) and sets the Session option;
+- creates the directory (GE never does) with ``cache_mode`` (default 0o700) and refuses one that anyone it does not
+  trust can write (gert/cache_trust.py), and sets the Session option;
 - derives each graph's key from the model's digest, the graph's shape (``ge.inputShape``), every GE option that
   reaches the compile, the gert version and the backend (with ONNX Runtime's version on the host NPU, whose cached
   model is ONNX Runtime's), so a changed model or option never meets a stale entry;
-- when a compile fails on a broken entry, removes that key's files (under GE's own ``{key}.lock``), warns, and
-  compiles again.
-Several processes share one directory safely: GE holds ``{key}.lock`` for each lookup or compile + save, so each
-key is compiled once and later compiles load it.
+- records each entry it saves in ``{key}.gert.json`` (SHA-256 of GE's files, the key's inputs, the precision
+  settings) and checks an entry against it before a compile that would hit (gert/cache_entry.py): a changed,
+  swapped, truncated, planted or unrecorded entry is removed with a CacheWarning saying what differed, and compiled
+  again; so is an entry whose compile fails (a listed file missing or corrupt). Entries without a record (another
+  tool's) are used only with ``trust_foreign_entries=True``.
+Several processes share one directory safely: gert holds ``{key}.gert.lock`` around check, compile and record (GE
+holds its own ``{key}.lock`` inside the compile), so each key is compiled once, later compiles load it, and no one
+checks an entry whose record is not written yet.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import glob
 import hashlib
 import json
 import os
+import threading
+import time
 import warnings
-from dataclasses import dataclass
-from typing import Mapping, Optional
+from dataclasses import dataclass, field
+from typing import Iterator, Mapping, Optional, Union
 
-from gert import _cann
+from gert import _cann, cache_entry
 from gert.core import hooks
-from gert.errors import GeError, GertError
+from gert.cache_trust import Trust, parse_mode, prepare_directory
+from gert.errors import CacheWarning, GeError, GertError
 
 ENV = "GERT_CACHE_DIR"
 CACHE_DIR_OPTION = "ge.graph_compiler_cache_dir"
@@ -36,26 +46,18 @@ GRAPH_KEY_OPTION = "ge.graph_key"
 # stream and device shares one entry per graph.
 _NOT_IN_KEY = frozenset({"ge.session_device_id", "ge.exec.deviceId", CACHE_DIR_OPTION, GRAPH_KEY_OPTION})
 
-
-class CacheWarning(UserWarning):
-    """A compile cache entry was broken (a listed file missing, or corrupt): gert removed it and compiled again."""
+__all__ = ["CacheWarning", "CompileCache", "compile_graph", "resolve_dir"]
 
 
-def resolve_dir(cache_dir: Optional[os.PathLike | str]) -> Optional[str]:
+def resolve_dir(cache_dir: Optional[os.PathLike | str], cache_mode: Union[int, str, None] = None
+                ) -> Optional[Trust]:
     """The cache directory: ``cache_dir``, else ``GERT_CACHE_DIR``, else None (no cache; "" turns it off too).
-    Created if missing (GE requires it to exist), and returned absolute."""
+    Created with ``cache_mode`` if missing (GE requires it to exist); GertError if others can write it."""
     if cache_dir is None:
         cache_dir = os.environ.get(ENV) or None
     if cache_dir is None or str(cache_dir) == "":
         return None
-    path = os.path.abspath(os.fspath(cache_dir))
-    try:
-        os.makedirs(path, exist_ok=True)
-    except OSError as e:
-        raise GertError(f"cache_dir {path!r}: cannot create the compile cache directory: {e}") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise GertError(f"cache_dir {path!r}: the compile cache directory is not writable")
-    return path
+    return prepare_directory(os.path.abspath(os.fspath(cache_dir)), parse_mode(cache_mode))
 
 
 def _backend_tag() -> str:
@@ -67,59 +69,83 @@ def _backend_tag() -> str:
     return tag
 
 
-@dataclass(frozen=True)
+@dataclass
+class CheckStats:
+    """Time spent checking entries before compiles that would hit (hashing included), for bench_cache."""
+
+    checks: int = 0
+    seconds: float = 0.0
+    broken: int = 0
+
+
+@dataclass
 class CompileCache:
-    """One model's view of a cache directory: derives its graphs' keys and compiles through the cache."""
+    """One model's view of a cache directory: derives its graphs' keys, checks entries and compiles through the
+    cache. Thread-safe: each key's check, compile and record run under ``{key}.gert.lock``."""
 
     directory: str
     model_digest: str
     global_options: tuple = ()
+    trust: Optional[Trust] = None
+    trust_foreign_entries: bool = False
+    stats: CheckStats = field(default_factory=CheckStats, compare=False)
+    _stats_lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.trust is None:  # constructed directly: the default policy, checked like open() does
+            self.trust = prepare_directory(self.directory, parse_mode(None))
 
     @classmethod
-    def open(cls, cache_dir, model: bytes, global_options: Optional[Mapping[str, str]] = None
+    def open(cls, cache_dir, model: bytes, global_options: Optional[Mapping[str, str]] = None,
+             cache_mode: Union[int, str, None] = None, trust_foreign_entries: bool = False
              ) -> Optional["CompileCache"]:
         """None when no directory is given (argument or GERT_CACHE_DIR)."""
-        path = resolve_dir(cache_dir)
-        if path is None:
+        trust = resolve_dir(cache_dir, cache_mode)
+        if trust is None:
             return None
-        return cls(path, hashlib.blake2b(model, digest_size=20).hexdigest(),
-                   tuple(sorted((global_options or {}).items())))
+        return cls(trust.directory, hashlib.blake2b(model, digest_size=20).hexdigest(),
+                   tuple(sorted((global_options or {}).items())), trust, bool(trust_foreign_entries))
 
-    def graph_key(self, session_options: Mapping[str, str], graph_options: Mapping[str, str]) -> str:
-        """``gert_`` + 32 hex digits (GE's key pattern ^[A-Za-z0-9_-]{1,128}$)."""
+    def key_inputs(self, session_options: Mapping[str, str], graph_options: Mapping[str, str]) -> dict:
+        """What a graph's key is derived from (recorded in each entry's gert record)."""
         from gert import core
 
         def keep(opts):
-            return sorted((k, str(v)) for k, v in opts.items() if k not in _NOT_IN_KEY)
+            return sorted([k, str(v)] for k, v in opts.items() if k not in _NOT_IN_KEY)
 
-        text = json.dumps({"model": self.model_digest, "global": list(self.global_options),
-                           "session": keep(session_options), "graph": keep(graph_options),
-                           "gert": core.__version__, "backend": _backend_tag()}, sort_keys=True)
+        return {"model": self.model_digest, "global": [list(kv) for kv in self.global_options],
+                "session": keep(session_options), "graph": keep(graph_options),
+                "gert": core.__version__, "backend": _backend_tag()}
+
+    def graph_key(self, session_options: Mapping[str, str], graph_options: Mapping[str, str]) -> str:
+        """``gert_`` + 32 hex digits (GE's key pattern ^[A-Za-z0-9_-]{1,128}$)."""
+        text = json.dumps(self.key_inputs(session_options, graph_options), sort_keys=True)
         return "gert_" + hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
-    # ---- files of one key ------------------------------------------------------------------------------------------
-    def _listed(self, key: str) -> bool:
-        """Whether the key has an entry GE would load (for the hit/miss count where GE does not report it)."""
-        idx = os.path.join(self.directory, key + ".idx")
-        try:
-            with open(idx) as f:
-                entries = json.load(f).get("cache_file_list", [])
-            return any(e.get("graph_key") == key and os.path.exists(os.path.join(self.directory, e["cache_file_name"]))
-                       for e in entries)
-        except (OSError, ValueError, AttributeError, KeyError, TypeError):
-            return os.path.exists(os.path.join(self.directory, key + ".om"))
+    def precision_settings(self, session_options: Mapping[str, str], graph_options: Mapping[str, str]) -> dict:
+        """The ge.exec.precision_mode* options of a compile (recorded with each entry)."""
+        return cache_entry.precision_settings({"global": dict(self.global_options), "session": session_options,
+                                               "graph": graph_options})
 
+    # ---- files of one key ------------------------------------------------------------------------------------------
     def _files(self, key: str) -> list:
+        """Every file of the key in the directory (dangling symlinks too), GE's lock and gert's lock aside."""
         d = self.directory
-        return [p for p in [os.path.join(d, key + ".idx"), os.path.join(d, key + ".om")] +
-                glob.glob(os.path.join(d, glob.escape(key) + "_*.om")) +
-                glob.glob(os.path.join(d, glob.escape(key) + "_*.rdcpkt")) if os.path.exists(p)]
+        names = [key + ".idx", key + ".om", cache_entry.record_name(key)]
+        try:
+            names += [n for n in cache_entry.listed_names(d, key) if "/" not in n]
+        except (OSError, ValueError):
+            pass
+        paths = [os.path.join(d, n) for n in dict.fromkeys(names)]
+        for pattern in ("_*.om", "_*.rdcpkt", cache_entry.SUFFIX + ".tmp*"):
+            paths += glob.glob(os.path.join(d, glob.escape(key) + pattern))
+        return [p for p in dict.fromkeys(paths) if os.path.lexists(p)]
 
     def remove(self, key: str) -> list:
-        """Delete the key's index and models under GE's lock (the lock file stays: deleting a lock file another
-        process holds would let a third one lock a new file). Returns the removed paths."""
-        with open(os.path.join(self.directory, key + ".lock"), "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        """Delete the key's index, models and gert record under GE's lock (the lock files stay: deleting a lock file
+        another process holds would let a third one lock a new file). Returns the removed paths; OSError if one
+        cannot be removed (a sticky directory, another user's file)."""
+        with _flock(os.path.join(self.directory, key + ".lock")):
             removed = []
             for p in self._files(key):
                 try:
@@ -129,16 +155,91 @@ class CompileCache:
                     pass
             return removed
 
+    def _check_lock_file(self, key: str) -> None:
+        """GE opens ``{key}.lock`` with O_CREAT, following symlinks: a planted symlink would make it create or
+        lock a file elsewhere. Such a lock file (or one of an untrusted owner) is removed, with a CacheWarning."""
+        path = os.path.join(self.directory, key + ".lock")
+        if not os.path.lexists(path):
+            return
+        problem = self.trust.file_problem(path, key + ".lock")
+        if problem is None:
+            return
+        try:
+            os.unlink(path)
+            what = "removed it"
+        except FileNotFoundError:
+            what = "it is gone"
+        except OSError as e:
+            raise GertError(f"compile cache {self.directory}: GE's lock file of entry {key} is unsafe ({problem}) "
+                            f"and cannot be removed ({e.strerror}); remove it, or use another cache_dir") from None
+        warnings.warn(f"compile cache {self.directory}: GE's lock file of entry {key} is unsafe: {problem}; {what}",
+                      CacheWarning, stacklevel=5)
+
+    @contextlib.contextmanager
+    def _entry_lock(self, key: str) -> Iterator[None]:
+        with _flock(os.path.join(self.directory, key + ".gert.lock"), group_readable=self.trust.group_shared):
+            yield
+
     # ---- compiling -------------------------------------------------------------------------------------------------
     def compile(self, session, graph_id: int, graph, session_options: Mapping[str, str],
                 graph_options: Mapping[str, str]) -> str:
-        """AddGraph with the derived ``ge.graph_key`` and CompileGraph; returns "hit" or "miss". A compile that
-        fails while the key has files is taken for a broken entry: they are removed with a CacheWarning and the graph
-        is compiled again (once). On failure nothing stays added."""
+        """AddGraph with the derived ``ge.graph_key`` and CompileGraph; returns "hit" or "miss". Under
+        ``{key}.gert.lock``: the entry is checked first (a broken one removed with a CacheWarning), and a fresh one
+        recorded after GE saved it. A compile that fails while the key has files is taken for a broken entry too:
+        removed with a CacheWarning and compiled again (once). On failure nothing stays added."""
         key = self.graph_key(session_options, graph_options)
+        inputs = self.key_inputs(session_options, graph_options)
+        precision = self.precision_settings(session_options, graph_options)
+        with self._entry_lock(key):
+            verdict = self._check(key, inputs, precision)
+            if verdict.state == "broken":
+                self._discard(key, verdict.problems)
+                if self._files(key):  # could not remove it: never let GE load it
+                    return self._compile_uncached(session, graph_id, graph, graph_options, key)
+            outcome = self._compile(session, graph_id, graph, graph_options, key,
+                                    "hit" if verdict.state in ("verified", "foreign") else "miss")
+            if outcome == "miss" and os.path.exists(os.path.join(self.directory, cache_entry.idx_name(key))):
+                self._record(key, inputs, precision)
+            elif verdict.rehashed and outcome == "hit":
+                self._record(key, inputs, precision, verdict.rehashed, must=False)
+            return outcome
+
+    def _record(self, key: str, inputs: dict, precision: dict, known: Optional[dict] = None,
+                must: bool = True) -> None:
+        """Write the key's record: after GE saved the entry (``must``), or again with the current signatures of
+        files verified by their hashes (an optimisation: skipped if the directory refuses it)."""
+        try:
+            record = cache_entry.new_record(self.directory, key, inputs, precision, known)
+            cache_entry.write_record(self.directory, record, self.trust)
+        except (OSError, ValueError) as e:
+            if must:  # the graph is compiled: it serves; the unrecorded entry is compiled again by later loads
+                warnings.warn(f"compile cache {self.directory}: cannot record entry {key} ({e}); later loads will "
+                              f"compile it again", CacheWarning, stacklevel=4)
+
+    def _check(self, key: str, inputs: dict, precision: dict) -> cache_entry.Verdict:
+        start = time.perf_counter()
+        self._check_lock_file(key)
+        verdict = cache_entry.check(self.directory, key, self.trust, inputs, precision, self.trust_foreign_entries)
+        with self._stats_lock:
+            self.stats.checks += 1
+            self.stats.seconds += time.perf_counter() - start
+            self.stats.broken += verdict.state == "broken"
+        return verdict
+
+    def _discard(self, key: str, problems: list) -> None:
+        """Remove a broken entry, and say what was wrong with it."""
+        try:
+            removed = self.remove(key)
+            what = f"removed {len(removed)} file(s) and compiling again"
+        except (OSError, GertError) as e:
+            what = f"cannot remove it ({e}), so compiling without the cache"
+        warnings.warn(f"compile cache {self.directory}: entry {key} is broken: {'; '.join(problems)}; {what}",
+                      CacheWarning, stacklevel=4)
+
+    def _compile(self, session, graph_id: int, graph, graph_options: Mapping[str, str], key: str,
+                 expected: str) -> str:
         options = {**graph_options, GRAPH_KEY_OPTION: key}
         for attempt in (0, 1):
-            listed = self._listed(key)
             session.add_graph(graph_id, graph, options)
             try:
                 session.compile_graph(graph_id)
@@ -146,14 +247,49 @@ class CompileCache:
                 session.remove_graph(graph_id)
                 if not isinstance(e, GeError) or attempt or not self._files(key):
                     raise
-                removed = self.remove(key)
-                warnings.warn(f"compile cache {self.directory}: graph key {key} failed to load ({e}); removed "
-                              f"{len(removed)} file(s) and compiling again", CacheWarning, stacklevel=3)
+                self._discard(key, [f"GE failed to load it ({e})"])
+                if self._files(key):
+                    return self._compile_uncached(session, graph_id, graph, graph_options, key)
+                expected = "miss"
                 continue
-            # the host NPU reports hit / miss; real GE only logs it, so there the listing before the compile says
-            # it (approximate: an entry another process saved while this one waited for the lock counts as a miss)
-            return hooks.current().compile_cache_result() or ("hit" if listed else "miss")
+            # the host NPU reports hit / miss; real GE only logs it, and there ``expected`` is exact: no other gert
+            # process can save this key while this one holds its lock
+            return hooks.current().compile_cache_result() or expected
         raise AssertionError("unreachable")
+
+    def _compile_uncached(self, session, graph_id: int, graph, graph_options: Mapping[str, str], key: str) -> str:
+        """Compile with GE's cache off (an empty ``ge.graph_key``): for an entry gert cannot remove."""
+        options = {**graph_options, GRAPH_KEY_OPTION: ""}
+        session.add_graph(graph_id, graph, options)
+        try:
+            session.compile_graph(graph_id)
+        except BaseException:
+            session.remove_graph(graph_id)
+            raise
+        return "miss"
+
+
+@contextlib.contextmanager
+def _flock(path: str, group_readable: bool = False) -> Iterator[None]:
+    """An exclusive flock on ``path`` (created, never through a symlink: a planted one is removed). Opened read-only,
+    so that a group sharing the directory can lock files another member created."""
+    for _ in range(3):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o640 if group_readable else 0o600)
+            break
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise GertError(f"compile cache: cannot open the lock file {path!r}: {e.strerror}") from None
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)  # a symlink planted in place of the lock file
+    else:
+        raise GertError(f"compile cache: the lock file {path!r} keeps being replaced by a symlink")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # retried on EINTR by Python (PEP 475)
+        yield
+    finally:
+        os.close(fd)
 
 
 def compile_graph(session, graph_id: int, graph, session_options: Mapping[str, str],
