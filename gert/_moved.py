@@ -18,7 +18,7 @@ from typing import Optional
 # (it imports gert.tensor and gert._ort_provider)
 MOVED = {
     **{f"gert.{m}": f"gert.core.{m}" for m in ("executor", "dispatch", "tiers", "recovery", "compile_cache", "handoff",
-                                               "rows", "tensor")},
+                                               "rows", "tensor", "cache_trust", "cache_entry")},
     "gert._ort_provider": "gert.hostnpu.ort_provider",
     **{f"gert.{m}": f"gert.tools.{m}" for m in ("cli", "bench", "display", "progress")},
 }

@@ -6,12 +6,12 @@ CANN version; a listed file that is missing or corrupt fails the compile (ge-sha
 therefore:
 
 - creates the directory (GE never does) with ``cache_mode`` (default 0o700) and refuses one that anyone it does not
-  trust can write (gert/cache_trust.py), and sets the Session option;
+  trust can write (gert/core/cache_trust.py), and sets the Session option;
 - derives each graph's key from the model's digest, the graph's shape (``ge.inputShape``), every GE option that
   reaches the compile, the gert version and the backend (with ONNX Runtime's version on the host NPU, whose cached
   model is ONNX Runtime's), so a changed model or option never meets a stale entry;
 - records each entry it saves in ``{key}.gert.json`` (SHA-256 of GE's files, the key's inputs, the precision
-  settings) and checks an entry against it before a compile that would hit (gert/cache_entry.py): a changed,
+  settings) and checks an entry against it before a compile that would hit (gert/core/cache_entry.py): a changed,
   swapped, truncated, planted or unrecorded entry is removed with a CacheWarning saying what differed, and compiled
   again; so is an entry whose compile fails (a listed file missing or corrupt). Entries without a record (another
   tool's) are used only with ``trust_foreign_entries=True``.
@@ -34,9 +34,9 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Optional, Union
 
-from gert import _cann, cache_entry
-from gert.core import hooks
-from gert.cache_trust import Trust, parse_mode, prepare_directory
+from gert import _cann
+from gert.core import cache_entry, hooks
+from gert.core.cache_trust import Trust, parse_mode, prepare_directory
 from gert.errors import CacheWarning, GeError, GertError
 
 ENV = "GERT_CACHE_DIR"
