@@ -235,3 +235,11 @@ def test_the_host_npu_reaches_the_core_through_its_hooks():
     assert hooks.BindingHooks().compile_cache_result() is None  # a device: GE does not report cache hits
     with hooks.BindingHooks().inline(0):  # a device runs the stream's work whatever the thread does
         pass
+
+
+def test_every_package_is_installed():
+    """pyproject.toml lists every package of gert and gert_triton: a `pip install .` (not editable) ships them."""
+    tomllib = pytest.importorskip("tomllib")
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    packages = {name for name, m in MODULES.items() if m.path.name == "__init__.py"}
+    assert packages - listed == set()

@@ -21,6 +21,8 @@ from gert.core import hooks
 from gert.errors import GertError
 
 
+# Imported first while gert._cann initialises: its last step (cbindings/_provider.pxi) imports ort_provider, which
+# runs this package's __init__; everything else _cann defines exists by then.
 def _find() -> Optional[ModuleType]:
     if _cann.backend() == "hostnpu":  # built in: _cann_hostnpu.pyx
         return _cann
