@@ -21,6 +21,7 @@ from gert._cann import Graph, ge_initialize
 from gert.compile_cache import CACHE_DIR_OPTION, CompileCache
 from gert.dispatch import StreamQueue
 from gert.errors import GertError
+from gert.preview import cann_ops as preview_ops, precision as preview_precision
 from gert.rows import Rows
 from gert.executor import GearStats, Request, Worker
 from gert.progress import Progress
@@ -63,7 +64,9 @@ class Model:
                  split_batch: bool = False, request_timeout_s: Optional[float] = None,
                  hot_after: int = HOT_AFTER, hot_window: int = HOT_WINDOW, compile_share: float = COMPILE_SHARE,
                  state: Optional[Mapping[str, str]] = None, batch_dim: Union[str, Sequence[str], None] = None,
-                 sequence_wait_s: float = 0.0, cache_dir: Optional[Union[str, os.PathLike]] = None):
+                 sequence_wait_s: float = 0.0, cache_dir: Optional[Union[str, os.PathLike]] = None,
+                 cann_ops: Optional[str] = None, precision_mode: Optional[str] = None,
+                 keep_fp32: Sequence[str] = ()):
         if isinstance(model, (bytes, bytearray, memoryview)):
             data = bytes(model)
         else:
@@ -82,6 +85,8 @@ class Model:
         for d in devices:
             self._check_cores(d, cube_cores, _cann.DEV_ATTR_CUBE_CORE_NUM, "cube_cores")
             self._check_cores(d, vector_cores, _cann.DEV_ATTR_VECTOR_CORE_NUM, "vector_cores")
+        # what a real CANN's parser would refuse: warned about or refused (gert/preview/cann_ops.py)
+        self.cann_report = preview_ops.enforce(data, cann_ops, stacklevel=4)
         self._graph = Graph.from_onnx(data)  # first: what GE's parser refuses fails here, with GE's code
         io, self.value_dependent = valuedep.analyze(data, _cann.read_onnx_io(data))
         self.plan: ShapePlan = plan_shapes(io, gears, shape_policy, pad_value, max_batch, output_dims, batch_dim,
@@ -93,6 +98,8 @@ class Model:
         self._valid_shapes: dict = {}  # ((shape, dtype) per input) -> real dim sizes, for shapes that passed
         self._resolved: dict = {}      # real dim sizes -> (run sizes, graph key)
         glob, sess, graph_opts = _split_options(options)
+        # GE's precision mode (emulated by the host NPU's provider: gert/preview/precision.py)
+        self.precision, graph_opts = preview_precision.model_settings(precision_mode, keep_fp32, sess, graph_opts)
         ge_initialize(glob)
         # GE's compile cache (gert/compile_cache.py): cache_dir, else GERT_CACHE_DIR
         self.compile_cache = CompileCache.open(cache_dir, data, glob)

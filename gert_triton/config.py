@@ -35,6 +35,11 @@ Keys (all string values, as Triton passes them):
   batch_dim      the batch axis where it is not axis 0: an ONNX dim name ("N") or axes ("x:1,h:1")
   cache_dir      GE's compile cache directory (absolute, or relative to the model dir; created if missing): graphs
                  compiled once are loaded by later loads, restarts and other instances (default: GERT_CACHE_DIR)
+  cann_ops       "warn" / "strict" / "off": what to do with a model a stock CANN 8.x ONNX parser would refuse
+                 (gert.load(cann_ops=...); default: GERT_CANN_OPS, else warn)
+  precision_mode GE precision mode (ge.exec.precision_mode or _v2 value: force_fp16, fp16, origin, ...), emulated
+                 by the host NPU (default must_keep_origin_dtype: results equal ONNX Runtime's)
+  keep_fp32      "name1,OpType2": nodes / op types kept in fp32 under precision_mode
   ge.K           GEInitialize option K;  session.ge.K  Session option;  graph.ge.K  AddGraph option
 Triton's own keys (EXECUTION_ENV_PATH, FORCE_CPU_ONLY_INPUT_TENSORS) are left to Triton.
 """
@@ -51,7 +56,7 @@ TRITON_KEYS = {"EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS"}
 KNOWN_KEYS = {"onnx_file", "streams", "cube_cores", "vector_cores", "gears", "shape_policy", "pad_value",
               "max_batch", "device_ids", "split_batch", "metrics_interval_ms", "warmup", "request_timeout_ms",
               "hot_after", "hot_window", "max_exact_graphs", "compile_share", "state", "batch_dim",
-              "cache_dir"}
+              "cache_dir", "cann_ops", "precision_mode", "keep_fp32"}
 
 
 MAX_STREAMS = 64  # per device: each stream is a worker thread with its own Session and buffers
@@ -84,14 +89,19 @@ class GertParams:
     options: dict = field(default_factory=dict)   # gert.load(options=...) keys: global./session./graph. prefixes
     state: dict = field(default_factory=dict)     # state input -> output (stateful models)
     batch_dim: object = None                      # str (a dim name) or list of "tensor:axis"
+    cann_ops: Optional[str] = None                # None: GERT_CANN_OPS, else warn
+    precision_mode: Optional[str] = None
+    keep_fp32: tuple = ()
 
     def load_kwargs(self) -> dict:
         """The gert.load() keyword arguments the config sets that have no default of gert_triton's own."""
         out = {k: getattr(self, k) for k in ("hot_after", "hot_window", "max_exact_graphs", "compile_share",
-                                             "batch_dim")
+                                             "batch_dim", "cann_ops", "precision_mode")
                if getattr(self, k) is not None}
         if self.state:
             out["state"] = dict(self.state)
+        if self.keep_fp32:
+            out["keep_fp32"] = list(self.keep_fp32)
         return out
 
 
@@ -184,6 +194,21 @@ def parse_parameters(raw: dict) -> GertParams:
             if v not in ("true", "false", "1", "0", "yes", "no"):
                 raise ConfigError(f"parameter '{key}': expected true or false, got {value!r}")
             setattr(p, key, v in ("true", "1", "yes"))
+        elif key == "cann_ops":
+            if value.strip().lower() not in ("warn", "strict", "off"):
+                raise ConfigError(f"parameter 'cann_ops': expected warn, strict or off, got {value!r}")
+            p.cann_ops = value.strip().lower()
+        elif key == "precision_mode":
+            from gert.preview.precision import normalise
+
+            try:
+                p.precision_mode = normalise(value, what="parameter 'precision_mode'").given
+            except GertError as e:
+                raise ConfigError(str(e)) from None
+        elif key == "keep_fp32":
+            p.keep_fp32 = tuple(v.strip() for v in value.split(",") if v.strip())
+            if not p.keep_fp32:
+                raise ConfigError("parameter 'keep_fp32': empty (give node names or op types, comma-separated)")
         elif key == "state":
             p.state = parse_state(value)
         elif key == "batch_dim":
