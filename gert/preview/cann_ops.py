@@ -24,6 +24,7 @@ DEFAULT_DOMAIN = "ai.onnx"
 MAX_STANDARD_OPSET = 18
 MODES = ("warn", "strict", "off")
 ENV = "GERT_CANN_OPS"
+HOST_REFUSES = frozenset({"Loop", "Scan"})  # refused by the host NPU's own parser too (cbindings/hostnpu/ge_graph.cpp)
 
 # Reasons an item of CannReport.unsupported gives
 OP_NOT_MAPPED = "op not mapped"
@@ -320,6 +321,10 @@ def enforce(data: bytes, mode: Optional[str], digest: Optional[str] = None, stac
     if report.ok:
         return report
     real = _cann.backend() != "hostnpu"
+    if mode == "warn" and not real and any(u.op_type in HOST_REFUSES and u.key.startswith(DEFAULT_DOMAIN + "::")
+                                           for u in report.unsupported):
+        return report  # the host NPU's parser refuses the model itself next, with GE's E13010
+
     if mode == "strict" and not real:
         from gert.errors import GeError
 
