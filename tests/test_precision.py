@@ -277,3 +277,18 @@ def test_gert_precision_cli_writes_the_keep_dtype_file(tmp_path, capsys):
     assert "force_fp16" in out and "origin" in out and "wrote" in out
     assert "OpName:n09" in keep.read_text().splitlines()
     assert main(["precision", str(path), "--modes", "half"]) == 2
+
+
+def test_batch_normalization_statistics_stay_fp32():
+    """CANN's BatchNorm kernels take mean / variance in fp32 in every mode: a variance above fp16's range (PP-OCRv4 det
+    has 9.8e7) must not become inf and zero the output."""
+    c = 4
+    params = {"scale": np.ones(c), "bias": np.zeros(c), "mean": np.full(c, 5.0), "var": np.array([1e8, 4e7, 1.0, 2.0])}
+    inits = [nh.from_array(v.astype(np.float32), k) for k, v in params.items()]
+    data = build([oh.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["y"], name="bn")],
+                 [vi("x", [1, c, 2, 2])], [vi("y", [1, c, 2, 2])], inits)
+    x = np.random.default_rng(5).standard_normal((1, c, 2, 2)).astype(np.float32) * 1000
+    y = run(data, {"x": x}, precision_mode="force_fp16")["y"]
+    ref = ort_run(data, {"x": r16(x)})["y"]
+    np.testing.assert_array_equal(y, r16(ref))
+    assert np.abs(y[0, 0]).max() > 0

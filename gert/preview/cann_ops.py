@@ -285,6 +285,7 @@ def _suggestions(opsets: dict, ops, unsupported, t: OpTable) -> list:
 
 # ---- gert.load(cann_ops=...) ------------------------------------------------------------------------------------------
 _warned: set = set()
+_WARN_LINES = 12  # nodes a warning names (a model at opset 19 has hundreds); the report lists every one
 
 
 def resolve_mode(mode: Optional[str]) -> str:
@@ -333,7 +334,10 @@ def enforce(data: bytes, mode: Optional[str], digest: Optional[str] = None, stac
         _warned.add(digest)
         where = ("the CANN toolkit's parser decides" if real else
                  "the host NPU runs it anyway; cann_ops='strict' refuses it as CANN does")
-        warnings.warn(f"{report.summary()} ({where}):\n{report.ge_message()}"
+        lines = report.ge_message().splitlines()
+        shown = "\n".join(lines[:_WARN_LINES]) + (f"\n... and {len(lines) - _WARN_LINES} more (gert.cann_check(model) "
+                                                  f"lists them)" if len(lines) > _WARN_LINES else "")
+        warnings.warn(f"{report.summary()} ({where}):\n{shown}"
                       + "".join(f"\n  suggestion: {s}" for s in report.suggestions),
                       CannCompatibilityWarning, stacklevel=stacklevel)
     return report

@@ -47,9 +47,13 @@ MIX_BLACK_LIST = frozenset({"Softmax", "LogSoftmax", "Exp", "Log", "Pow", "Sqrt"
                             "ReduceSumSquare", "ReduceL1", "ReduceL2", "LayerNormalization", "BatchNormalization",
                             "InstanceNormalization", "GroupNormalization", "LpNormalization", "Erf",
                             "SoftmaxCrossEntropyLoss", "CumSum", "Range"})
-# Float inputs that are parameters of the op rather than data (scales, roi): CANN reads them on the host
+# Float inputs that are parameters of the op rather than data, never rounded: scales / roi (read on the host), and
+# the normalizations' statistics and affine parameters, which CANN's BatchNorm / BNInference kernels take in fp32 in
+# every mode (and ATC folds into the preceding Conv in fp32). PP-OCRv4 det has BatchNormalization variances up to
+# 9.8e7: rounded to fp16 they would be inf and zero the whole output.
 _PARAM_INPUTS = {"Resize": {1, 2}, "Upsample": {1}, "RoiAlign": {1}, "NonMaxSuppression": {2, 3, 4},
-                 "Range": {0, 1, 2}, "ConstantOfShape": {0}}
+                 "Range": {0, 1, 2}, "ConstantOfShape": {0}, "BatchNormalization": {1, 2, 3, 4},
+                 "InstanceNormalization": {1, 2}}
 
 
 @dataclass(frozen=True)
