@@ -87,7 +87,8 @@ class Model:
             self._check_cores(d, vector_cores, _cann.DEV_ATTR_VECTOR_CORE_NUM, "vector_cores")
         # what a real CANN's parser would refuse: warned about or refused (gert/preview/cann_ops.py)
         self.cann_report = preview_ops.enforce(data, cann_ops, stacklevel=4)
-        self._graph = Graph.from_onnx(data)  # first: what GE's parser refuses fails here, with GE's code
+        with preview_ops.checked():
+            self._graph = Graph.from_onnx(data)  # first: what GE's parser refuses fails here, with GE's code
         io, self.value_dependent = valuedep.analyze(data, _cann.read_onnx_io(data))
         self.plan: ShapePlan = plan_shapes(io, gears, shape_policy, pad_value, max_batch, output_dims, batch_dim,
                                            state)

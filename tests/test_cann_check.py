@@ -351,3 +351,22 @@ def test_triton_initialize_strict_refuses_with_e13010(monkeypatch, tmp_path):
     with pytest.raises(gert.GeError) as e:
         tu.TritonPythonModel().initialize(tu.init_args(mdir, cfg))
     assert e.value.error_code == "E13010" and "quant" in e.value.message
+
+
+def test_graph_from_onnx_under_gert_cann_ops(monkeypatch):
+    """GE's parser API honours GERT_CANN_OPS when it is set (processes gert.load does not drive); unset, it parses
+    what the host NPU parses; gert.load's own cann_ops is not overridden by it."""
+    m = _fresh(qdq()).SerializeToString()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        gert.Graph.from_onnx(m)  # unset: the parser alone
+    monkeypatch.setenv("GERT_CANN_OPS", "strict")
+    with pytest.raises(gert.GeError) as e:
+        gert.Graph.from_onnx(m)
+    assert e.value.error_code == "E13010" and "quant" in e.value.message
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        gert.load(m, cann_ops="off").close()  # the explicit argument wins over the env for gert.load's parse
+    monkeypatch.setenv("GERT_CANN_OPS", "warn")
+    with pytest.warns(CannCompatibilityWarning, match="dequant"):
+        gert.Graph.from_onnx(m)

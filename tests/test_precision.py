@@ -292,3 +292,33 @@ def test_batch_normalization_statistics_stay_fp32():
     ref = ort_run(data, {"x": r16(x)})["y"]
     np.testing.assert_array_equal(y, r16(ref))
     assert np.abs(y[0, 0]).max() > 0
+
+
+# ---- through GE's own API: the host NPU hands the compile's options to the provider -----------------------------------
+@pytest.mark.hostnpu_only
+def test_ge_session_and_graph_options_are_honoured():
+    f = feeds()
+    ref16 = f16_reference(f["x"], f["y"]).astype(np.float32)
+    exact = ort_run(arith(), f)["z"]
+    s = gert.Session({"ge.exec.precision_mode": "force_fp16"})
+    try:
+        s.add_graph(1, gert.Graph.from_onnx(arith()))
+        (z,) = s.run_graph(1, [f["x"], f["y"]])
+        np.testing.assert_array_equal(z, ref16)
+        s.add_graph(2, gert.Graph.from_onnx(arith()), {"ge.exec.precision_mode": "must_keep_origin_dtype"})
+        (z,) = s.run_graph(2, [f["x"], f["y"]])  # the graph's option over the session's
+        np.testing.assert_array_equal(z, exact)
+    finally:
+        s.close()
+    assert gert.hostnpu.compile_option("ge.exec.precision_mode") is None  # outside a compile
+
+
+def test_gert_bench_precision_mode(tmp_path, capsys):
+    from gert.cli import main
+
+    path = tmp_path / "arith.onnx"
+    path.write_bytes(arith())
+    assert main(["bench", str(path), "--precision-mode", "force_fp16", "--iterations", "4", "--concurrency", "1",
+                 "--warmup", "1"]) == 0
+    assert main(["bench", str(path), "--precision-mode", "fp8", "--iterations", "4"]) == 2
+    assert "precision_mode: 'fp8' is not a GE precision mode" in capsys.readouterr().err

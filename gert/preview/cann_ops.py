@@ -10,13 +10,15 @@ stock install".
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import html
 import json
 import os
+import threading
 import warnings
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import Iterator, Optional, Union
 
 ModelLike = Union[str, bytes, os.PathLike, "onnx.ModelProto"]  # noqa: F821 - onnx is imported lazily
 
@@ -341,3 +343,32 @@ def enforce(data: bytes, mode: Optional[str], digest: Optional[str] = None, stac
                       + "".join(f"\n  suggestion: {s}" for s in report.suggestions),
                       CannCompatibilityWarning, stacklevel=stacklevel)
     return report
+
+
+# ---- Graph.from_onnx (GE's parser API) under GERT_CANN_OPS ----------------------------------------------------------
+_checked = threading.local()
+
+
+@contextlib.contextmanager
+def checked() -> Iterator[None]:
+    """Within the block, Graph.from_onnx skips the check: the caller (gert.load) applied its own cann_ops."""
+    _checked.on = True
+    try:
+        yield
+    finally:
+        _checked.on = False
+
+
+def enforce_parse(model) -> None:
+    """Graph.from_onnx's hook, active when GERT_CANN_OPS is set: its mode for the model (bytes or a path)."""
+    if getattr(_checked, "on", False):
+        return
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        data = bytes(model)
+    else:
+        try:
+            with open(model, "rb") as f:
+                data = f.read()
+        except (OSError, TypeError):
+            return  # GE's parser reports the unreadable file with its own message
+    enforce(data, None, stacklevel=4)

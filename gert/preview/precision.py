@@ -19,7 +19,8 @@ Which nodes a mode lowers (docs/precision.md in the README's words):
 (offline conversion only: GE's online Session has no per-node switch).
 
 The provider finds the settings of the compile it is running in ``current()``: gert.compile_cache.compile_graph
-sets them (``compiling``) from the graph's GE options for the compile on its thread.
+sets them (``compiling``) from the graph's GE options for the compile on its thread; a compile through the GE API
+itself (gert.Session with the option) gets them from the host NPU (gert.hostnpu.compile_option).
 """
 from __future__ import annotations
 
@@ -219,8 +220,20 @@ _rewritten_lock = threading.Lock()
 
 
 def current() -> PrecisionSettings:
-    """The settings of the compile running on this thread (the default outside compiling())."""
-    return getattr(_tls, "settings", None) or PrecisionSettings()
+    """The settings of the compile running on this thread: compiling()'s (gert's own compiles), else the GE options
+    the host NPU reports for the graph it is compiling (a Session or add_graph option set through the GE API)."""
+    settings = getattr(_tls, "settings", None)
+    if settings is not None:
+        return settings
+    from gert import hostnpu
+
+    if not hostnpu.available():
+        return PrecisionSettings()
+    try:
+        opts = {k: hostnpu.compile_option(k) or "" for k in (PRECISION_MODE, PRECISION_MODE_V2, KEEP_FP32_OPTION)}
+    except Exception:  # noqa: BLE001 - a host NPU build without compile_option: the default
+        return PrecisionSettings()
+    return from_options({k: v for k, v in opts.items() if v})
 
 
 @contextlib.contextmanager
