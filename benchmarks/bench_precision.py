@@ -51,7 +51,7 @@ def node_cases() -> None:
             as_is += 1
             refit += 1
             continue
-        walked = [(n.domain or "ai.onnx", n.op_type) for n, _ in cann_ops._walk(c.model.graph, "main")]
+        walked = [(n.domain or "ai.onnx", n.op_type) for n, _ in cann_ops.walk_nodes(c.model.graph, "main")]
         if all(d == "ai.onnx" for d, _ in walked) and cann_ops.best_opset(walked, t) is not None:
             refit += 1
             continue

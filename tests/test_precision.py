@@ -322,3 +322,11 @@ def test_gert_bench_precision_mode(tmp_path, capsys):
                  "--warmup", "1"]) == 0
     assert main(["bench", str(path), "--precision-mode", "fp8", "--iterations", "4"]) == 2
     assert "precision_mode: 'fp8' is not a GE precision mode" in capsys.readouterr().err
+
+
+def test_onnxruntime_api_cann_provider_precision_mode():
+    """ONNX Runtime's CANN EP option precision_mode (gert.InferenceSession maps it to ge.exec.precision_mode)."""
+    f = feeds()
+    with gert.InferenceSession(arith(), providers=[("CANNExecutionProvider", {"precision_mode": "force_fp16"})]) as s:
+        (z,) = s.run(None, f)
+    np.testing.assert_array_equal(z, f16_reference(f["x"], f["y"]).astype(np.float32))

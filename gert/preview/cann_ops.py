@@ -10,6 +10,7 @@ stock install".
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import html
@@ -184,7 +185,7 @@ def load_proto(model: ModelLike):
     return onnx.load(os.fspath(model), load_external_data=False)
 
 
-def _walk(graph, path: str):
+def walk_nodes(graph, path: str):
     """(node, graph path) for every node of the graph, recursing into If branches (GE's only subgraph adapter).
     Other ops' subgraphs (Loop, Scan bodies) are never reached: GE refuses the op itself first."""
     for n in graph.node:
@@ -192,7 +193,7 @@ def _walk(graph, path: str):
         if n.op_type == "If" and n.domain in ("", DEFAULT_DOMAIN):
             for a in n.attribute:
                 if a.g is not None and a.g.ByteSize():
-                    yield from _walk(a.g, f"{path}/{n.name or n.op_type}.{a.name}")
+                    yield from walk_nodes(a.g, f"{path}/{n.name or n.op_type}.{a.name}")
 
 
 def _node_name(n, index: int) -> str:
@@ -204,7 +205,7 @@ def check_proto(proto) -> CannReport:
     t = table()
     opsets = {(o.domain or DEFAULT_DOMAIN): int(o.version) for o in proto.opset_import}
     unsupported = []
-    nodes = list(_walk(proto.graph, "main"))
+    nodes = list(walk_nodes(proto.graph, "main"))
     for i, (n, path) in enumerate(nodes):
         domain = n.domain or DEFAULT_DOMAIN
         if n.op_type == "Constant" and domain == DEFAULT_DOMAIN:
@@ -287,6 +288,9 @@ def _suggestions(opsets: dict, ops, unsupported, t: OpTable) -> list:
 
 # ---- gert.load(cann_ops=...) ------------------------------------------------------------------------------------------
 _warned: set = set()
+_reports: "collections.OrderedDict[str, CannReport]" = collections.OrderedDict()  # model digest -> its report
+_REPORTS_KEPT = 64
+_reports_lock = threading.Lock()
 _WARN_LINES = 12  # nodes a warning names (a model at opset 19 has hundreds); the report lists every one
 
 
@@ -315,12 +319,16 @@ def enforce(data: bytes, mode: Optional[str], digest: Optional[str] = None, stac
     from gert import _cann
 
     digest = digest or hashlib.blake2b(data, digest_size=16).hexdigest()
-    if mode == "warn" and digest in _warned:
-        return None
-    try:
-        report = check_proto(load_proto(data))
-    except Exception:  # noqa: BLE001 - a model onnx cannot read fails in GE's parser, with GE's own message
-        return None
+    report = _reports.get(digest)
+    if report is None:
+        try:
+            report = check_proto(load_proto(data))  # ~50 ms for PP-OCR det or rec: once per model per process
+        except Exception:  # noqa: BLE001 - a model onnx cannot read fails in GE's parser, with GE's own message
+            return None
+        with _reports_lock:
+            _reports[digest] = report
+            while len(_reports) > _REPORTS_KEPT:
+                _reports.popitem(last=False)
     if report.ok:
         return report
     real = _cann.backend() != "hostnpu"
@@ -333,7 +341,10 @@ def enforce(data: bytes, mode: Optional[str], digest: Optional[str] = None, stac
 
         raise GeError(0xFFFFFFFF, f"aclgrphParseONNX: {report.ge_message()}")  # ge::GRAPH_FAILED, as GE returns
     if mode == "warn":
-        _warned.add(digest)
+        with _reports_lock:
+            if digest in _warned:
+                return report
+            _warned.add(digest)
         where = ("the CANN toolkit's parser decides" if real else
                  "the host NPU runs it anyway; cann_ops='strict' refuses it as CANN does")
         lines = report.ge_message().splitlines()

@@ -39,7 +39,7 @@ def fix(proto, tolerance: float = 1e-4) -> FixResult:
     before = cann_ops.check_proto(proto)
     version = before.opsets.get(cann_ops.DEFAULT_DOMAIN)
     t = cann_ops.table()
-    ops = [(n.domain or cann_ops.DEFAULT_DOMAIN, n.op_type) for n, _ in cann_ops._walk(proto.graph, "main")]
+    ops = [(n.domain or cann_ops.DEFAULT_DOMAIN, n.op_type) for n, _ in cann_ops.walk_nodes(proto.graph, "main")]
     target = cann_ops.best_opset([o for o in ops if t.opsets(*o) or o[1] == "Constant"], t,
                                  min(version or 0, cann_ops.MAX_STANDARD_OPSET))
     if version is None or target is None:

@@ -7,7 +7,7 @@ Cast pair (float -> float16 -> float) that ONNX Runtime runs; nodes kept in fp32
 dtypes are untouched. A mode that keeps dtypes (must_keep_origin_dtype / origin, the host NPU's default) returns the
 model bytes unchanged: no cost.
 
-Which nodes a mode lowers (docs/precision.md in the README's words):
+Which nodes a mode lowers (after the documented mode meanings; the lists are this model's, not a chip's):
 - force_fp16 / fp16: every node with float tensors.
 - allow_fp32_to_fp16: cube (matrix) ops only: Conv, ConvTranspose, MatMul, Gemm, LSTM, GRU, RNN, Einsum.
 - allow_mix_precision(_fp16) / mixed_float16: every node except a black list that keeps fp32 (reductions,
