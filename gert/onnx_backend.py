@@ -11,7 +11,6 @@ Every dynamic dim runs ``exact`` (a graph per size, no padding): ONNX's semantic
 from __future__ import annotations
 
 import os
-
 from typing import Any, Optional, Sequence
 
 import numpy as np
