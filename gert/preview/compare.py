@@ -55,10 +55,10 @@ def _errors(mode: str, name: str, ref: np.ndarray, got: np.ndarray) -> OutputErr
         m = finite_ref & np.isfinite(b)
         na, nb = np.linalg.norm(a[m]), np.linalg.norm(b[m])
         cos = 1.0 if na == 0 and nb == 0 else float(np.dot(a[m], b[m]) / (na * nb)) if na and nb else 0.0
-    d = np.abs(a - b)
-    d = np.where(finite_ref, d, 0.0)
-    max_abs = float(np.max(d))
-    max_rel = float(np.max(d / np.maximum(np.abs(a), 1e-6)))
+    both = finite_ref & np.isfinite(b)  # inf/NaN are counted apart, not as errors
+    d = np.abs(a[both] - b[both])
+    max_abs = float(np.max(d)) if d.size else 0.0
+    max_rel = float(np.max(d / np.maximum(np.abs(a[both]), 1e-6))) if d.size else 0.0
     return OutputError(mode, name, cos, max_abs, max_rel, nonfinite, beyond)
 
 
@@ -151,7 +151,8 @@ def compare_precision(model: ModelLike, inputs: Optional[Mapping[str, np.ndarray
 
 @dataclass
 class KeepFp32Result:
-    """find_keep_fp32's answer: the nodes to keep, and the worst output cosine before and after keeping them."""
+    """find_keep_fp32's answer: the nodes to keep, and the worst output cosine before and after keeping them (-1 where
+    an output has inf/NaN that fp32 does not)."""
 
     nodes: list
     mode: str
@@ -171,7 +172,8 @@ class KeepFp32Result:
 
     def __str__(self) -> str:
         verdict = "meets" if self.met else "does NOT meet"
-        return (f"{self.mode}: worst cosine {self.before:.6f} -> {self.after:.6f} keeping {len(self.nodes)} node(s) in "
+        fmt = lambda c: "inf/NaN" if c < -0.5 else f"{c:.6f}"  # noqa: E731 - worst() gives -1 for inf/NaN outputs
+        return (f"{self.mode}: worst cosine {fmt(self.before)} -> {fmt(self.after)} keeping {len(self.nodes)} node(s) in "
                 f"fp32 ({verdict} {self.min_cosine}; {self.runs} runs): {', '.join(self.nodes) or '(none)'}")
 
     def __iter__(self):
