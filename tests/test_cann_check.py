@@ -370,3 +370,20 @@ def test_graph_from_onnx_under_gert_cann_ops(monkeypatch):
     monkeypatch.setenv("GERT_CANN_OPS", "warn")
     with pytest.warns(CannCompatibilityWarning, match="dequant"):
         gert.Graph.from_onnx(m)
+
+
+def test_gert_check_fix_converts_what_it_can_and_flags_the_rest(tmp_path, capsys):
+    """QDQ at opset 21: version_converter takes it to 18 (written, verified), and QuantizeLinear/DequantizeLinear stay
+    flagged: CANN maps them at no opset."""
+    from gert.cli import main
+
+    m = qdq()
+    m.opset_import[0].version = 21
+    m.ir_version = 10
+    src, out = tmp_path / "qdq21.onnx", tmp_path / "qdq18.onnx"
+    onnx.save(m, src)
+    assert main(["check", str(src), "--fix", str(out)]) == 1
+    text = capsys.readouterr().out
+    assert "converted opset 21 -> 18" in text and "could not fix the nodes still listed" in text
+    report = cann_ops.cann_check(out)
+    assert [u.reason for u in report.unsupported] == [OP_NOT_MAPPED, OP_NOT_MAPPED]
