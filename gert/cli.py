@@ -1,4 +1,5 @@
-"""The gert command: ``gert info``, ``gert bench MODEL.onnx``, ``gert serve REPO``, ``gert repo init MODEL.onnx REPO``."""
+"""The gert command: ``gert info``, ``gert bench MODEL.onnx``, ``gert serve REPO``, ``gert repo init MODEL.onnx REPO``,
+``gert check MODEL.onnx``, ``gert precision MODEL.onnx`` (the last two: gert/preview/cli.py)."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +9,7 @@ import sys
 from typing import Optional, Sequence
 
 ENV_SETTINGS = ("GERT_BACKEND", "GERT_HOST_DEVICES", "GERT_HOST_DEVICE_MEMORY", "GERT_HOST_CUBE_CORES",
-                "GERT_HOST_VECTOR_CORES", "GERT_HOST_SPIN_US", "GERT_TRITONSERVER", "GERT_CACHE_DIR",
+                "GERT_HOST_VECTOR_CORES", "GERT_HOST_SPIN_US", "GERT_TRITONSERVER", "GERT_CACHE_DIR", "GERT_CANN_OPS",
                 "ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")
 
 
@@ -73,6 +74,10 @@ def cmd_info(args) -> int:
               f"({mem.free / 2**30:.1f} GiB free)")
     settings = {k: os.environ[k] for k in ENV_SETTINGS if k in os.environ}
     print("settings: " + (", ".join(f"{k}={v}" for k, v in settings.items()) or "(none set; defaults)"))
+    from gert.preview.cli import info_lines
+
+    for line in info_lines():
+        print(line)
     return 0
 
 
@@ -155,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--cache-dir", help="GE compile cache: per configuration a cold load into an empty subdirectory "
                    "of this, then the measured load warm from it; reports compile seconds cold/warm")
     b.add_argument("--latency-budgets", help="p99 budgets in ms to mark the best configuration under, e.g. 10,50")
+    b.add_argument("--precision-mode", help="GE precision mode (force_fp16, allow_fp32_to_fp16, fp16, origin, ...), "
+                   "emulated on the host NPU (default must_keep_origin_dtype)")
     b.add_argument("--json")
     b.add_argument("--csv")
     b.add_argument("--plot", help="PNG of throughput against p99 latency (needs matplotlib)")
@@ -192,6 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
     ri.add_argument("--max-sequence-idle-us", type=int, default=5_000_000,
                     help="an idle sequence's state is dropped after this long (default 5 s)")
     ri.set_defaults(func=cmd_repo_init)
+    from gert.preview.cli import add_commands  # gert check, gert precision
+
+    add_commands(sub)
     return p
 
 

@@ -25,6 +25,7 @@ from gert.compile_cache import CACHE_DIR_OPTION, CompileCache
 from gert.dispatch import StreamQueue
 from gert.errors import GertError
 from gert.executor import Request, Worker
+from gert.preview import cann_ops as preview_ops, precision as preview_precision
 from gert.progress import Progress
 from gert.recovery import Recovery
 from gert import sequence as _sequence
@@ -73,7 +74,9 @@ class Model:
                  hot_after: int = HOT_AFTER, hot_window: int = HOT_WINDOW, compile_share: float = COMPILE_SHARE,
                  state: Optional[Mapping[str, str]] = None, batch_dim: Union[str, Sequence[str], None] = None,
                  sequence_wait_s: float = 0.0, cache_dir: Optional[Union[str, os.PathLike]] = None,
-                 cache_mode: Union[int, str, None] = None, trust_foreign_entries: bool = False):
+                 cache_mode: Union[int, str, None] = None, trust_foreign_entries: bool = False,
+                 cann_ops: Optional[str] = None, precision_mode: Optional[str] = None,
+                 keep_fp32: Sequence[str] = ()):
         if isinstance(model, (bytes, bytearray, memoryview)):
             data = bytes(model)
         else:
@@ -92,7 +95,10 @@ class Model:
         for d in devices:
             _check_cores(d, cube_cores, _cann.DEV_ATTR_CUBE_CORE_NUM, "cube_cores")
             _check_cores(d, vector_cores, _cann.DEV_ATTR_VECTOR_CORE_NUM, "vector_cores")
-        self._graph = Graph.from_onnx(data)  # first: what GE's parser refuses fails here, with GE's code
+        # what a real CANN's parser would refuse: warned about or refused (gert/preview/cann_ops.py)
+        self.cann_report = preview_ops.enforce(data, cann_ops, stacklevel=4)
+        with preview_ops.checked():
+            self._graph = Graph.from_onnx(data)  # first: what GE's parser refuses fails here, with GE's code
         described = onnx_io.read(data)  # the one ONNX I/O reader (gert/core/onnx_io.py)
         self.value_dependent = described.value_dependent
         self.plan: ShapePlan = plan_shapes(described.io, gears, shape_policy, pad_value, max_batch, output_dims,
@@ -101,6 +107,8 @@ class Model:
         # stateful models: state input -> output pairs, and the device-resident sequences (gert/sequence.py)
         self._sequences = Sequences(self, state, sequence_wait_s, devices) if state else None
         glob, sess, graph_opts = _split_options(options)
+        # GE's precision mode (emulated by the host NPU's provider: gert/preview/precision.py)
+        self.precision, graph_opts = preview_precision.model_settings(precision_mode, keep_fp32, sess, graph_opts)
         ge_initialize(glob)
         # GE's compile cache (gert/compile_cache.py): cache_dir, else GERT_CACHE_DIR; cache_mode, else GERT_CACHE_MODE
         self.compile_cache = CompileCache.open(cache_dir, data, glob, cache_mode, trust_foreign_entries)
