@@ -81,6 +81,9 @@ cdef class Graph:
         """``model``: a path or the serialized model (bytes); ``parser_params``: the parser's 8 keys
         (e.g. ``{"input_shape": "x:1,3,224,224"}``); other keys fail as they do in GE."""
         cdef Graph g = Graph.__new__(Graph)
+        if _os.environ.get("GERT_CANN_OPS"):  # gert's CANN 8.x op check, for processes gert.load does not drive
+            from gert.preview import cann_ops
+            cann_ops.enforce_parse(model)
         cdef cge.gert_options o = _options(parser_params, "Graph.from_onnx")
         cdef cge.graphStatus st
         cdef bytes data

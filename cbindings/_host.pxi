@@ -4,7 +4,8 @@
 from libc.stdint cimport uint32_t, intptr_t
 from backend cimport (gertHostCounters, gertHostGetCounters, gertHostResetCounters, gertHostSetSpinMicros,
                       gertHostGetSpinMicros, gertHostInjectFault, gertHostClearFaults,
-                      gertHostLastCompileCache, gertHostStreamBeginInline, gertHostStreamEndInline)
+                      gertHostLastCompileCache, gertHostStreamBeginInline, gertHostStreamEndInline,
+                      gertHostCompileOption)
 
 FAULT_KINDS = ("execute", "sticky", "hang", "malloc", "memcpy")
 
@@ -74,6 +75,14 @@ def last_compile_cache():
     """Host NPU: how this thread's last CompileGraph used GE's compile cache: "hit" (loaded), "miss" (compiled and
     saved), or None (no cache, or a failed compile). Real GE only logs it: gert.hostnpu has none on real CANN."""
     return {1: "hit", 2: "miss"}.get(gertHostLastCompileCache())
+
+
+def compile_option(str key):
+    """Host NPU, inside the compute provider's compile: the GE option ``key`` as that compile sees it (graph, else
+    session, else global; "" when unset); None outside a compile. How the provider learns the precision mode."""
+    cdef bytes k = key.encode()
+    cdef const char* v = gertHostCompileOption(k)
+    return None if v == NULL else v.decode()
 
 
 def stream_begin_inline(handle) -> None:

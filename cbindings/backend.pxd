@@ -36,6 +36,7 @@ cdef extern from "gert_backend.h" nogil:
     int gertHostStreamBeginInline(void* stream) nogil
     void gertHostStreamEndInline(void* stream) nogil
     int gertHostLastCompileCache()
+    const char* gertHostCompileOption(const char* key)
 
     const int GERT_HOST_MAX_DIMS
     ctypedef struct gertHostTensorRef:

@@ -33,13 +33,15 @@ from gert.core.shapes import TensorInfo
 from gert.model import Model, load
 from gert.sequence import Sequence
 from gert import dtypes
+from gert.preview.cann_ops import CannCompatibilityWarning, CannReport, cann_check
 
 from gert.core import __version__
 
 # ONNX Runtime's session API (gert.ort_session, gert.ort_patch): loaded on first use, so `import gert` stays light
 _ORT_FACADE = {"InferenceSession": "gert.ort_session", "SessionOptions": "gert.ort_session",
                "NodeArg": "gert.ort_session", "ModelMetadata": "gert.ort_session",
-               "patch_onnxruntime": "gert.ort_patch", "unpatch_onnxruntime": "gert.ort_patch"}
+               "patch_onnxruntime": "gert.ort_patch", "unpatch_onnxruntime": "gert.ort_patch",
+               "compare_precision": "gert.preview.compare", "find_keep_fp32": "gert.preview.compare"}
 
 
 def __getattr__(name: str):
@@ -58,6 +60,7 @@ __all__ = [
     "Model", "load", "Sequence", "TensorInfo",
     "InferenceSession", "SessionOptions", "NodeArg", "ModelMetadata", "patch_onnxruntime", "unpatch_onnxruntime",
     "backend", "clear_faults", "device_count", "host_counters", "inject_fault", "host_spin_micros", "memory_info",
-    "reset_host_counters",
+    "reset_host_counters", "cann_check", "CannReport", "CannCompatibilityWarning", "compare_precision",
+    "find_keep_fp32",
     "__version__",
 ]

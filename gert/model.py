@@ -25,6 +25,7 @@ from gert.core.dispatch import StreamQueue
 from gert.errors import GertError
 from gert.core.executor import Request, Worker
 from gert.core.recovery import Recovery
+from gert.preview import cann_ops as preview_ops, precision as preview_precision
 from gert import sequence as _sequence
 from gert.sequence import Sequences
 from gert.core.shapes import ShapePlan, plan_shapes
@@ -79,6 +80,22 @@ def _check_devices(devices: Sequence[int], streams: int, cube_cores: Optional[in
     return devices
 
 
+def _read_model(model: ModelSource) -> bytes:
+    """The ONNX model's bytes: ``model`` is a path or the bytes themselves."""
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return bytes(model)
+    with open(model, "rb") as f:
+        return f.read()
+
+
+def _parse(data: bytes, cann_ops: Optional[str]) -> tuple:
+    """(what a real CANN's parser would refuse, warned about or refused by ``cann_ops``: gert/preview/cann_ops.py;
+    GE's graph of the model, failing with GE's code where GE's parser refuses it)."""
+    report = preview_ops.enforce(data, cann_ops, stacklevel=5)  # the warning points at the caller of gert.load
+    with preview_ops.checked():
+        return report, Graph.from_onnx(data)
+
+
 def _display():
     """gert/tools/display.py (how a Model shows), imported when a Model is shown: tools are not on the runtime's
     import path."""
@@ -100,15 +117,13 @@ class Model:
                  hot_after: int = HOT_AFTER, hot_window: int = HOT_WINDOW, compile_share: float = COMPILE_SHARE,
                  state: Optional[Mapping[str, str]] = None, batch_dim: Union[str, Sequence[str], None] = None,
                  sequence_wait_s: float = 0.0, cache_dir: Optional[Union[str, os.PathLike]] = None,
-                 cache_mode: Union[int, str, None] = None, trust_foreign_entries: bool = False):
-        if isinstance(model, (bytes, bytearray, memoryview)):
-            data = bytes(model)
-        else:
-            with open(model, "rb") as f:
-                data = f.read()
+                 cache_mode: Union[int, str, None] = None, trust_foreign_entries: bool = False,
+                 cann_ops: Optional[str] = None, precision_mode: Optional[str] = None,
+                 keep_fp32: Sequence[str] = ()):
+        data = _read_model(model)
         check_settings(hot_after, hot_window, max_exact_graphs, compile_share)
         devices = _check_devices(devices, streams, cube_cores, vector_cores)
-        self._graph = Graph.from_onnx(data)  # first: what GE's parser refuses fails here, with GE's code
+        self.cann_report, self._graph = _parse(data, cann_ops)  # first: what GE's parser refuses fails here
         described = onnx_io.read(data)  # the one ONNX I/O reader (gert/core/onnx_io.py)
         self.value_dependent = described.value_dependent
         self.plan: ShapePlan = plan_shapes(described.io, gears, shape_policy, pad_value, max_batch, output_dims,
@@ -117,6 +132,8 @@ class Model:
         # stateful models: state input -> output pairs, and the device-resident sequences (gert/sequence.py)
         self._sequences = Sequences(self, state, sequence_wait_s, devices) if state else None
         glob, sess, graph_opts = _split_options(options)
+        # GE's precision mode (emulated by the host NPU's provider: gert/preview/precision.py)
+        self.precision, graph_opts = preview_precision.model_settings(precision_mode, keep_fp32, sess, graph_opts)
         ge_initialize(glob)
         # GE's compile cache (gert/core/compile_cache.py): cache_dir, else GERT_CACHE_DIR; cache_mode, else GERT_CACHE_MODE
         self.compile_cache = CompileCache.open(cache_dir, data, glob, cache_mode, trust_foreign_entries)

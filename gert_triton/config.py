@@ -40,6 +40,11 @@ Keys (all string values, as Triton passes them):
                  directory others can write is refused (see gert/core/cache_trust.py)
   trust_foreign_entries  "true"/"false": serve cache entries gert did not record (another tool's) as GE would
                  (default false: such an entry is compiled again)
+  cann_ops       "warn" / "strict" / "off": what to do with a model a stock CANN 8.x ONNX parser would refuse
+                 (gert.load(cann_ops=...); default: GERT_CANN_OPS, else warn)
+  precision_mode GE precision mode (ge.exec.precision_mode or _v2 value: force_fp16, fp16, origin, ...), emulated
+                 by the host NPU (default must_keep_origin_dtype: results equal ONNX Runtime's)
+  keep_fp32      "name1,OpType2": nodes / op types kept in fp32 under precision_mode
   ge.K           GEInitialize option K;  session.ge.K  Session option;  graph.ge.K  AddGraph option
 Triton's own keys (EXECUTION_ENV_PATH, FORCE_CPU_ONLY_INPUT_TENSORS) are left to Triton.
 """
@@ -57,7 +62,8 @@ TRITON_KEYS = {"EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS"}
 KNOWN_KEYS = {"onnx_file", "streams", "cube_cores", "vector_cores", "gears", "shape_policy", "pad_value",
               "max_batch", "device_ids", "split_batch", "metrics_interval_ms", "warmup", "request_timeout_ms",
               "hot_after", "hot_window", "max_exact_graphs", "compile_share", "state", "batch_dim",
-              "cache_dir", "cache_mode", "trust_foreign_entries"}
+              "cache_dir", "cache_mode", "trust_foreign_entries", "cann_ops",
+              "precision_mode", "keep_fp32"}
 
 
 MAX_STREAMS = 64  # per device: each stream is a worker thread with its own Session and buffers
@@ -92,11 +98,14 @@ class GertParams:
     options: dict = field(default_factory=dict)   # gert.load(options=...) keys: global./session./graph. prefixes
     state: dict = field(default_factory=dict)     # state input -> output (stateful models)
     batch_dim: object = None                      # str (a dim name) or list of "tensor:axis"
+    cann_ops: Optional[str] = None                # None: GERT_CANN_OPS, else warn
+    precision_mode: Optional[str] = None
+    keep_fp32: tuple = ()
 
     def load_kwargs(self) -> dict:
         """The gert.load() keyword arguments the config sets that have no default of gert_triton's own."""
         out = {k: getattr(self, k) for k in ("hot_after", "hot_window", "max_exact_graphs", "compile_share",
-                                             "batch_dim")
+                                             "batch_dim", "cann_ops", "precision_mode")
                if getattr(self, k) is not None}
         if self.state:
             out["state"] = dict(self.state)
@@ -104,6 +113,8 @@ class GertParams:
             out["cache_mode"] = self.cache_mode
         if self.trust_foreign_entries:
             out["trust_foreign_entries"] = True
+        if self.keep_fp32:
+            out["keep_fp32"] = list(self.keep_fp32)
         return out
 
 
@@ -201,6 +212,21 @@ def parse_parameters(raw: dict) -> GertParams:
             if v not in ("true", "false", "1", "0", "yes", "no"):
                 raise ConfigError(f"parameter '{key}': expected true or false, got {value!r}")
             setattr(p, key, v in ("true", "1", "yes"))
+        elif key == "cann_ops":
+            if value.strip().lower() not in ("warn", "strict", "off"):
+                raise ConfigError(f"parameter 'cann_ops': expected warn, strict or off, got {value!r}")
+            p.cann_ops = value.strip().lower()
+        elif key == "precision_mode":
+            from gert.preview.precision import normalise
+
+            try:
+                p.precision_mode = normalise(value, what="parameter 'precision_mode'").given
+            except GertError as e:
+                raise ConfigError(str(e)) from None
+        elif key == "keep_fp32":
+            p.keep_fp32 = tuple(v.strip() for v in value.split(",") if v.strip())
+            if not p.keep_fp32:
+                raise ConfigError("parameter 'keep_fp32': empty (give node names or op types, comma-separated)")
         elif key == "state":
             p.state = parse_state(value)
         elif key == "batch_dim":

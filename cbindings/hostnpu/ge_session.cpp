@@ -310,6 +310,22 @@ void *host_alloc_cb(void *ctx, uint64_t nbytes) {
   return c->buffers.back().data();
 }
 
+// The graph this thread's provider->compile call is compiling, for gertHostCompileOption.
+thread_local const SessionState *tls_compiling_session = nullptr;
+thread_local const GraphRecord *tls_compiling_graph = nullptr;
+thread_local std::string tls_compile_option;
+
+struct CompilingScope {
+  CompilingScope(const SessionState &s, const GraphRecord &r) {
+    tls_compiling_session = &s;
+    tls_compiling_graph = &r;
+  }
+  ~CompilingScope() {
+    tls_compiling_session = nullptr;
+    tls_compiling_graph = nullptr;
+  }
+};
+
 // An option as GE's thread-local context sees it during a compile: the graph's, else the session's, else global.
 std::string context_option(const SessionState &s, const GraphRecord &r, const char *key) {
   auto it = r.options.find(key);
@@ -411,6 +427,7 @@ ge::Status compile(SessionState &s, GraphRecord &r, const char *api) {
   char err[2048] = {0};
   void *exe = nullptr;
   int32_t unknown_shape = 0;
+  CompilingScope compiling(s, r);  // the provider may read the compile's options (gertHostCompileOption)
   int rc = provider->compile(provider->ctx, s.id, r.graph->model->data(), r.graph->model->size(),
                              static_cast<int32_t>(ins.size()), in_names.data(), ins.data(),
                              static_cast<int32_t>(outs.size()), out_names.data(), outs.data(), &unknown_shape, &exe,
@@ -449,6 +466,12 @@ std::shared_ptr<const gertHostGraphProvider> graph_provider() {
 }  // namespace hostnpu
 
 using namespace hostnpu;
+
+extern "C" const char *gertHostCompileOption(const char *key) {
+  if (!key || !tls_compiling_session || !tls_compiling_graph) return nullptr;
+  tls_compile_option = context_option(*tls_compiling_session, *tls_compiling_graph, key);
+  return tls_compile_option.c_str();
+}
 
 extern "C" void gertHostSetGraphProvider(const gertHostGraphProvider *provider) {
   std::lock_guard<std::mutex> lk(g_provider_mu);

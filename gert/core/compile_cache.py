@@ -38,6 +38,7 @@ from gert import _cann
 from gert.core import cache_entry, hooks
 from gert.core.cache_trust import Trust, parse_mode, prepare_directory
 from gert.errors import CacheWarning, GeError, GertError
+from gert.preview import precision
 
 ENV = "GERT_CACHE_DIR"
 CACHE_DIR_OPTION = "ge.graph_compiler_cache_dir"
@@ -295,7 +296,14 @@ def _flock(path: str, group_readable: bool = False) -> Iterator[None]:
 def compile_graph(session, graph_id: int, graph, session_options: Mapping[str, str],
                   graph_options: Mapping[str, str], cache: Optional[CompileCache]) -> Optional[str]:
     """AddGraph + CompileGraph, through the cache when there is one: "hit", "miss", or None (no cache). On failure
-    nothing stays added."""
+    nothing stays added. The host NPU's provider emulates the graph's precision mode (gert/preview/precision.py)."""
+    settings, session_options, graph_options = precision.split_options(session_options, graph_options)
+    with precision.compiling(settings):
+        return _compile_graph(session, graph_id, graph, session_options, graph_options, cache)
+
+
+def _compile_graph(session, graph_id: int, graph, session_options: Mapping[str, str],
+                   graph_options: Mapping[str, str], cache: Optional[CompileCache]) -> Optional[str]:
     if cache is not None:
         return cache.compile(session, graph_id, graph, session_options, graph_options)
     session.add_graph(graph_id, graph, graph_options)

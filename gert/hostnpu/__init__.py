@@ -65,6 +65,7 @@ host_provider = _host_only("host_provider")
 inject_fault = _host_only("inject_fault")
 clear_faults = _host_only("clear_faults")
 last_compile_cache = _host_only("last_compile_cache")
+compile_option = _host_only("compile_option")
 
 
 @contextlib.contextmanager

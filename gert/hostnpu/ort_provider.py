@@ -21,6 +21,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from gert.core import shape_infer as _shape_infer
+from gert.preview import precision
 from gert.dtypes import DT_BF16, ONNX_BFLOAT16, ge_dtype, numpy_dtype, onnx_to_numpy
 
 TensorArg = tuple  # (ptr: int, nbytes: int, ge_dtype: int, dims: tuple[int, ...])
@@ -282,6 +283,7 @@ class OrtGraphProvider:
         Returns (executable, [(dtype, dims)], unknown_shape). Output dtypes are ONNX Runtime's; shapes come from
         shape inference over the input shapes (never from a run), -1 where a dim is not known from them and (-2,)
         where not even the rank is; ``unknown_shape``: some tensor's shape depends on input values."""
+        model = precision.for_compile(model)  # the compile's GE precision mode, emulated (the same bytes for origin)
         exe = OrtExecutable(model, [i[0] for i in inputs], [i[2] for i in inputs], [o[0] for o in outputs], self,
                             group)
         probe_key = (exe.digest, tuple((i[0], i[1], tuple(i[2])) for i in inputs),

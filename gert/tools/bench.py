@@ -336,7 +336,7 @@ def sweep(model, *, streams=(1,), cube_cores=(None,), vector_cores=(None,), batc
           shapes: Optional[dict] = None, inputs: Optional[dict] = None, gears: Optional[dict] = None,
           shape_policy: Optional[dict] = None, devices=(0,), concurrency: int = 4, duration: Optional[float] = None,
           iterations: Optional[int] = None, warmup: int = 3, latency_budgets_ms=DEFAULT_BUDGETS_MS,
-          progress: bool = False, cache_dir: Optional[str] = None) -> list:
+          progress: bool = False, cache_dir: Optional[str] = None, precision_mode: Optional[str] = None) -> list:
     """`gert bench` from Python: every combination of streams x cube_cores x vector_cores x batch, each run by
     ``concurrency`` threads for ``duration`` seconds (or ``iterations`` requests); returns BenchResults with
     ``best_under_ms`` marked. ``model``: a path or the ONNX bytes; ``shapes``: input name -> shape for dynamic
@@ -357,6 +357,8 @@ def sweep(model, *, streams=(1,), cube_cores=(None,), vector_cores=(None,), batc
     _check_cores(devices, cube_cores, vector_cores)
     shapes, files = dict(shapes or {}), dict(inputs or {})
     load_kwargs = {"devices": devices}
+    if precision_mode is not None:  # GE's precision mode, emulated on the host NPU (gert/preview/precision.py)
+        load_kwargs["precision_mode"] = precision_mode
     if gears:
         load_kwargs["gears"] = dict(gears)
     if shape_policy:
@@ -427,7 +429,8 @@ def main(args) -> int:
                     shapes=shapes, inputs=files, gears=gears, shape_policy=policy, devices=devices,
                     concurrency=args.concurrency, duration=args.duration, iterations=args.iterations,
                     warmup=args.warmup, latency_budgets_ms=args.latency_budgets or DEFAULT_BUDGETS_MS,
-                    progress=True, cache_dir=args.cache_dir)
+                    progress=True, cache_dir=args.cache_dir,
+                    precision_mode=getattr(args, "precision_mode", None))
     print(f"gert bench {os.path.basename(args.model)} on {gert.backend()}, concurrency {args.concurrency}")
     print(table(results))
     if args.json:

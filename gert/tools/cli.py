@@ -1,5 +1,6 @@
-"""The gert command: ``gert info``, ``gert bench MODEL.onnx``; ``gert serve REPO`` and ``gert repo init MODEL.onnx
-REPO`` come from gert_triton (gert_triton/cli.py) through the entry point group ``gert.commands``."""
+"""The gert command: ``gert info``, ``gert bench MODEL.onnx``, ``gert check MODEL.onnx``, ``gert precision
+MODEL.onnx`` (the last two: gert/preview/cli.py); ``gert serve REPO`` and ``gert repo init MODEL.onnx REPO`` come
+from gert_triton (gert_triton/cli.py) through the entry point group ``gert.commands``."""
 from __future__ import annotations
 
 import argparse
@@ -9,7 +10,7 @@ import sys
 from typing import Mapping, Optional, Sequence
 
 ENV_SETTINGS = ("GERT_BACKEND", "GERT_HOST_DEVICES", "GERT_HOST_DEVICE_MEMORY", "GERT_HOST_CUBE_CORES",
-                "GERT_HOST_VECTOR_CORES", "GERT_HOST_SPIN_US", "GERT_TRITONSERVER", "GERT_CACHE_DIR",
+                "GERT_HOST_VECTOR_CORES", "GERT_HOST_SPIN_US", "GERT_TRITONSERVER", "GERT_CACHE_DIR", "GERT_CANN_OPS",
                 "ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")
 
 
@@ -77,6 +78,10 @@ def cmd_info(args) -> int:
               f"({mem.free / 2**30:.1f} GiB free)")
     settings = {k: os.environ[k] for k in ENV_SETTINGS if k in os.environ}
     print("settings: " + (", ".join(f"{k}={v}" for k, v in settings.items()) or "(none set; defaults)"))
+    from gert.preview.cli import info_lines
+
+    for line in info_lines():
+        print(line)
     return 0
 
 
@@ -140,10 +145,15 @@ def _build() -> tuple:
     b.add_argument("--cache-dir", help="GE compile cache: per configuration a cold load into an empty subdirectory "
                    "of this, then the measured load warm from it; reports compile seconds cold/warm")
     b.add_argument("--latency-budgets", help="p99 budgets in ms to mark the best configuration under, e.g. 10,50")
+    b.add_argument("--precision-mode", help="GE precision mode (force_fp16, allow_fp32_to_fp16, fp16, origin, ...), "
+                   "emulated on the host NPU (default must_keep_origin_dtype)")
     b.add_argument("--json")
     b.add_argument("--csv")
     b.add_argument("--plot", help="PNG of throughput against p99 latency (needs matplotlib)")
     b.set_defaults(func=cmd_bench)
+    from gert.preview.cli import add_commands  # gert check, gert precision
+
+    add_commands(sub)
     for command in _plugin_commands():  # gert serve, gert repo init: gert_triton's (pyproject.toml)
         command.load()(sub)
     return p, sub.choices

@@ -139,7 +139,9 @@ def model_repr(model: "Model") -> str:
     """The one-line repr: inputs with their dims, and the streams."""
     ins = ", ".join(f"{t.name}{_fmt_shape(t.shape)}" for t in model.plan.inputs)
     state = "closed" if model.closed else f"{model.num_streams} stream(s)"
-    return f"<gert.Model ({ins}) on {state}>"
+    precision = getattr(model, "precision", None)
+    mode = "" if precision is None or precision.keeps_dtypes else f", precision {precision.describe()}"
+    return f"<gert.Model ({ins}) on {state}{mode}>"
 
 
 def pretty_model(model: "Model", p, cycle: bool) -> None:

@@ -52,6 +52,10 @@ void gertHostStreamEndInline(void *stream);
  * (ge.graph_compiler_cache_dir or ge.graph_key unset, or the compile failed), 1 a hit (loaded from the cache),
  * 2 a miss (compiled and saved). Real GE only logs this; gert counts it per stream. */
 int gertHostLastCompileCache(void);
+/* Inside a graph provider's compile call: the GE option `key` as that compile sees it (the graph's, else the
+ * session's, else GEInitialize's; "" when unset), e.g. ge.exec.precision_mode. NULL outside a compile. The string
+ * stays valid until the thread's next call. */
+const char *gertHostCompileOption(const char *key);
 
 #ifdef __cplusplus
 }
