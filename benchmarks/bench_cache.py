@@ -8,7 +8,7 @@ in a fresh process, as a restarted server would (the interpreter and gert import
 rounds interleave the three cases so that the machine's noise hits them alike. On the host NPU a compile is ONNX
 Runtime creating a session (tens of ms), and a hit loads ONNX Runtime's optimized model instead, so the gain is
 small; the point is the NPU, where each GE compile takes seconds to minutes. A cold load also writes the cache.
-``check`` is the time the warm load spent checking entries before their hits (gert/cache_entry.py: who wrote each
+``check`` is the time the warm load spent checking entries before their hits (gert/core/cache_entry.py: who wrote each
 file, the key's inputs, and each file's identity and ctime, or where those changed its SHA-256, against gert's
 record), and ``check/warm`` its share of the warm load's time to ready (target: under 5%). ``copied`` loads warm
 from a copy of the cache (new inodes, as after a restore): every file is hashed once; ``hash/copied`` is that

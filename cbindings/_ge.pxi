@@ -134,7 +134,7 @@ cdef object _device_tensor_cls = None
 cdef object _DeviceTensor():
     global _device_tensor_cls
     if _device_tensor_cls is None:
-        from gert.tensor import DeviceTensor
+        from gert.core.tensor import DeviceTensor
         _device_tensor_cls = DeviceTensor
     return _device_tensor_cls
 
@@ -246,7 +246,7 @@ cdef class Session:
         if not s.ok:
             raise _errors.GeError(0xFFFFFFFF, _ge_message() or f"graph {graph_id} has no compile summary")
         from gert.dtypes import numpy_dtype
-        from gert.tensor import GraphSummary
+        from gert.core.tensor import GraphSummary
         return GraphSummary(
             is_static=s.is_static, _const_memory_size=s.const_memory if s.const_st == 0 else None,
             _feature_memory_size=s.feature_memory if s.feature_st == 0 else None,

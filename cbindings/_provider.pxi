@@ -1,4 +1,4 @@
-# The host NPU's compute provider: ONNX Runtime (gert._ort_provider) computes host NPU GE graphs, called through
+# The host NPU's compute provider: ONNX Runtime (gert.hostnpu.ort_provider) computes host NPU GE graphs, called through
 # gertHostSetGraphProvider's table. Host NPU only: compiled into gert._cann when the host NPU is built in, into
 # gert._hostnpu when gert is built against the host NPU packaged as a toolkit; never in a build against real CANN.
 from libc.stdint cimport intptr_t, int32_t, uint64_t
@@ -198,14 +198,14 @@ cdef gertHostGraphProvider _provider_table
 
 
 def host_provider():
-    """The compute provider registered with the host NPU (gert._ort_provider.OrtGraphProvider), or None."""
+    """The compute provider registered with the host NPU (gert.hostnpu.ort_provider.OrtGraphProvider), or None."""
     return _provider
 
 
 def _install_host_provider():
     """Register ONNX Runtime as the host NPU's compute provider (done at import on the host NPU)."""
     global _provider
-    from gert._ort_provider import OrtGraphProvider
+    from gert.hostnpu.ort_provider import OrtGraphProvider
     _provider = OrtGraphProvider()
     _provider_table.ctx = <void*>_provider
     _provider_table.compile = _prov_compile

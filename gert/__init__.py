@@ -3,6 +3,10 @@
 The runtime layer (devices, streams, events, device and pinned host memory) comes from the
 compiled bindings in ``gert._cann``; docs/architecture.md describes the layers.
 """
+from gert import _moved
+
+_moved.install()  # old module paths (gert.rows, gert.bench, ...) stay importable; first: the binding imports some
+
 from gert.errors import (AclError, CacheWarning, DeviceUnavailable, GeError, GertError, HostFunctionError,
                          RequestTimeout)
 from gert._cann import (
@@ -24,14 +28,14 @@ from gert._cann import (
 from gert import hostnpu  # the host NPU's own features (and its compute provider), where the build has them
 from gert.hostnpu import clear_faults, host_counters, host_spin_micros, inject_fault, reset_host_counters
 
-from gert.tensor import DeviceTensor, GraphSummary
-from gert.shapes import TensorInfo
+from gert.core.tensor import DeviceTensor, GraphSummary
+from gert.core.shapes import TensorInfo
 from gert.model import Model, load
 from gert.sequence import Sequence
 from gert import dtypes
 from gert.preview.cann_ops import CannCompatibilityWarning, CannReport, cann_check
 
-__version__ = "0.1.0"
+from gert.core import __version__
 
 # ONNX Runtime's session API (gert.ort_session, gert.ort_patch): loaded on first use, so `import gert` stays light
 _ORT_FACADE = {"InferenceSession": "gert.ort_session", "SessionOptions": "gert.ort_session",

@@ -1,5 +1,5 @@
 import sys
 
-from gert.cli import main
+from gert.tools.cli import main
 
 sys.exit(main())

@@ -73,7 +73,7 @@ _E_CODE = re.compile(r"\bE[0-9A-Z][0-9]{4}\b")
 
 class CacheWarning(UserWarning):
     """A compile cache entry was broken (changed, swapped, truncated, planted, unrecorded, or failing to load): gert
-    removed it and compiled again (gert/compile_cache.py)."""
+    removed it and compiled again (gert/core/compile_cache.py)."""
 
 
 class HostFunctionError(GertError):

@@ -12,26 +12,27 @@ import concurrent.futures
 import os
 import threading
 import time
-from typing import Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from gert import _cann, display
+from gert import _cann
 from gert.core import onnx_io
 from gert.core.engine import Engine, Streams, write_out
-from gert.stats import collect_stats
 from gert._cann import Graph, ge_initialize
-from gert.compile_cache import CACHE_DIR_OPTION, CompileCache
-from gert.dispatch import StreamQueue
+from gert.core.compile_cache import CACHE_DIR_OPTION, CompileCache
+from gert.core.dispatch import StreamQueue
 from gert.errors import GertError
-from gert.executor import Request, Worker
+from gert.core.executor import Request, Worker
+from gert.core.recovery import Recovery
 from gert.preview import cann_ops as preview_ops, precision as preview_precision
-from gert.progress import Progress
-from gert.recovery import Recovery
 from gert import sequence as _sequence
 from gert.sequence import Sequences
-from gert.shapes import ShapePlan, plan_shapes
-from gert.tiers import COMPILE_SHARE, HOT_AFTER, HOT_WINDOW, Tiers, check_settings
+from gert.core.shapes import ShapePlan, plan_shapes
+from gert.core.tiers import COMPILE_SHARE, HOT_AFTER, HOT_WINDOW, Tiers, check_settings
+
+if TYPE_CHECKING:
+    from gert.tools.display import Stats
 
 ModelSource = Union[str, bytes, os.PathLike]
 
@@ -61,6 +62,48 @@ def _check_cores(device: int, value: Optional[int], attr: int, what: str) -> Non
         raise GertError(f"{what}={value} is out of range: device {device} has {have} {what.split('_')[0]} cores")
 
 
+def _check_devices(devices: Sequence[int], streams: int, cube_cores: Optional[int],
+                   vector_cores: Optional[int]) -> tuple:
+    """The devices as a tuple of ints, once they, the stream count and the core locks are known to be possible."""
+    if int(streams) < 1:
+        raise GertError(f"streams must be >= 1, got {streams}")
+    devices = tuple(int(d) for d in devices)
+    if not devices:
+        raise GertError("devices must name at least one device")
+    n = _cann.device_count()
+    for d in devices:
+        if not 0 <= d < n:
+            raise GertError(f"device {d} does not exist; this backend has {n} device(s)")
+    for d in devices:
+        _check_cores(d, cube_cores, _cann.DEV_ATTR_CUBE_CORE_NUM, "cube_cores")
+        _check_cores(d, vector_cores, _cann.DEV_ATTR_VECTOR_CORE_NUM, "vector_cores")
+    return devices
+
+
+def _read_model(model: ModelSource) -> bytes:
+    """The ONNX model's bytes: ``model`` is a path or the bytes themselves."""
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return bytes(model)
+    with open(model, "rb") as f:
+        return f.read()
+
+
+def _parse(data: bytes, cann_ops: Optional[str]) -> tuple:
+    """(what a real CANN's parser would refuse, warned about or refused by ``cann_ops``: gert/preview/cann_ops.py;
+    GE's graph of the model, failing with GE's code where GE's parser refuses it)."""
+    report = preview_ops.enforce(data, cann_ops, stacklevel=5)  # the warning points at the caller of gert.load
+    with preview_ops.checked():
+        return report, Graph.from_onnx(data)
+
+
+def _display():
+    """gert/tools/display.py (how a Model shows), imported when a Model is shown: tools are not on the runtime's
+    import path."""
+    from gert.tools import display
+
+    return display
+
+
 class Model:
     """A loaded model. Any number of Python threads may call run() / submit() at once."""
 
@@ -77,28 +120,10 @@ class Model:
                  cache_mode: Union[int, str, None] = None, trust_foreign_entries: bool = False,
                  cann_ops: Optional[str] = None, precision_mode: Optional[str] = None,
                  keep_fp32: Sequence[str] = ()):
-        if isinstance(model, (bytes, bytearray, memoryview)):
-            data = bytes(model)
-        else:
-            with open(model, "rb") as f:
-                data = f.read()
-        if int(streams) < 1:
-            raise GertError(f"streams must be >= 1, got {streams}")
+        data = _read_model(model)
         check_settings(hot_after, hot_window, max_exact_graphs, compile_share)
-        devices = tuple(int(d) for d in devices)
-        if not devices:
-            raise GertError("devices must name at least one device")
-        n = _cann.device_count()
-        for d in devices:
-            if not 0 <= d < n:
-                raise GertError(f"device {d} does not exist; this backend has {n} device(s)")
-        for d in devices:
-            _check_cores(d, cube_cores, _cann.DEV_ATTR_CUBE_CORE_NUM, "cube_cores")
-            _check_cores(d, vector_cores, _cann.DEV_ATTR_VECTOR_CORE_NUM, "vector_cores")
-        # what a real CANN's parser would refuse: warned about or refused (gert/preview/cann_ops.py)
-        self.cann_report = preview_ops.enforce(data, cann_ops, stacklevel=4)
-        with preview_ops.checked():
-            self._graph = Graph.from_onnx(data)  # first: what GE's parser refuses fails here, with GE's code
+        devices = _check_devices(devices, streams, cube_cores, vector_cores)
+        self.cann_report, self._graph = _parse(data, cann_ops)  # first: what GE's parser refuses fails here
         described = onnx_io.read(data)  # the one ONNX I/O reader (gert/core/onnx_io.py)
         self.value_dependent = described.value_dependent
         self.plan: ShapePlan = plan_shapes(described.io, gears, shape_policy, pad_value, max_batch, output_dims,
@@ -110,7 +135,7 @@ class Model:
         # GE's precision mode (emulated by the host NPU's provider: gert/preview/precision.py)
         self.precision, graph_opts = preview_precision.model_settings(precision_mode, keep_fp32, sess, graph_opts)
         ge_initialize(glob)
-        # GE's compile cache (gert/compile_cache.py): cache_dir, else GERT_CACHE_DIR; cache_mode, else GERT_CACHE_MODE
+        # GE's compile cache (gert/core/compile_cache.py): cache_dir, else GERT_CACHE_DIR; cache_mode, else GERT_CACHE_MODE
         self.compile_cache = CompileCache.open(cache_dir, data, glob, cache_mode, trust_foreign_entries)
         if self.compile_cache is not None:
             sess = {**sess, CACHE_DIR_OPTION: self.compile_cache.directory}
@@ -119,7 +144,7 @@ class Model:
         self._closed = False
         self._in_flight = 0
         self._workers: list = []
-        self._recovery = Recovery(lambda: self._workers, request_timeout_s)  # device faults: gert/recovery.py
+        self._recovery = Recovery(lambda: self._workers, request_timeout_s)  # device faults: gert/core/recovery.py
         try:
             for d in devices:
                 for _ in range(int(streams)):
@@ -259,7 +284,7 @@ class Model:
                 usable = [w for w in usable if w.device == req.device]
                 if not usable:
                     raise GertError(f"device {req.device} has no usable stream (under recovery)")
-            w = self._queue.acquire(usable)  # the first stream to come free, in arrival order (gert/dispatch.py)
+            w = self._queue.acquire(usable)  # the first stream to come free, in arrival order (gert/core/dispatch.py)
             try:
                 with w.lock:
                     if self._closed:
@@ -275,7 +300,7 @@ class Model:
     def run_batch(self, requests: list, *, timeout: Optional[float] = None) -> list:
         """Requests sharing their non-batch shapes, as one batch on the batch axis, run once (the merged batch is
         validated, not each request again), and split back into one result per request. The requests are not
-        concatenated on the host: each one's rows are copied straight into the device buffer (gert.rows.Rows)."""
+        concatenated on the host: each one's rows are copied straight into the device buffer (gert.core.rows.Rows)."""
         self._check_open()
         return self.engine.run_batch(list(requests), timeout)
 
@@ -347,6 +372,8 @@ class Model:
             self._check_open()
             self._in_flight += 1
         try:
+            from gert.tools.progress import Progress  # a tool: not on the runtime's import path
+
             with Progress(len(combos) * len(self._workers), "gert warmup", enabled=progress) as bar:
                 for combo in combos:
                     key = tuple(sorted(zip(names, combo)))
@@ -365,11 +392,13 @@ class Model:
                 self._idle.notify_all()
         return compiled
 
-    def stats(self) -> display.Stats:
+    def stats(self) -> Stats:
         """Per stream: effective core limits, requests, busy seconds, compiles, requests served by static / dynamic
         graphs, background and request-path compiles; per gear: hits and padding ratio; device memory; with the
         auto policy, ``tiers``: static shapes, pending compiles, evictions, rejections, failed compiles. A dict (a
-        gert.display.Stats, which also shows as tables in Jupyter and IPython)."""
+        gert.tools.display.Stats, which also shows as tables in Jupyter and IPython)."""
+        from gert.tools.stats import collect_stats  # a tool: imported when asked for
+
         return collect_stats(self._workers, self._recovery.stats, self._tiers)
 
     def close(self, timeout: float = 60.0) -> None:
@@ -417,13 +446,13 @@ class Model:
         self.close()
 
     def __repr__(self) -> str:
-        return display.model_repr(self)
+        return _display().model_repr(self)
 
     def _repr_pretty_(self, p, cycle: bool) -> None:  # IPython
-        display.pretty_model(self, p, cycle)
+        _display().pretty_model(self, p, cycle)
 
     def _repr_html_(self) -> str:  # Jupyter
-        return display.model_html(self)
+        return _display().model_html(self)
 
 
 def _close_worker(w: Worker) -> None:

@@ -76,7 +76,7 @@ class GertBackend(Backend):
                             + (" or 'CPU' (the host NPU)" if _cann.backend() == "hostnpu" else ""))
         from gert.core import onnx_io
         from gert.model import load
-        from gert.shapes import plan_shapes
+        from gert.core.shapes import plan_shapes
 
         data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else bytes(model)
         _cann.Graph.from_onnx(data)  # what GE refuses fails first, with GE's code

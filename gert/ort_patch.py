@@ -17,7 +17,7 @@ import threading
 from typing import Optional
 
 from gert.errors import GertError
-from gert.ort_session import CANN_PROVIDER, GERT_PROVIDER, InferenceSession, _session_options_class
+from gert.ort_session import CANN_PROVIDER, GERT_PROVIDER, InferenceSession, session_options_class
 
 WHEN = ("cann", "always")
 _lock = threading.Lock()
@@ -76,7 +76,7 @@ def patch_onnxruntime(when: str = "cann") -> _Patch:
         _saved = {"InferenceSession": original, "SessionOptions": ort.SessionOptions,
                   "get_available_providers": original_providers}
         ort.InferenceSession = PatchedInferenceSession  # not its home module's: the host NPU computes with that one
-        ort.SessionOptions = _session_options_class()
+        ort.SessionOptions = session_options_class()
         if when == "cann":
             ort.get_available_providers = get_available_providers
     return _Patch(when)

@@ -162,7 +162,7 @@ def _read_model(data: bytes, overrides: Mapping[str, int]) -> _ModelInfo:
     missing = {o.name for o in g.output if _shape(o.type, {}) is None and o.type.WhichOneof("value") == "tensor_type"}
     inferred: dict = {}
     if missing:  # the shapes gert.Model infers for them (an unknown dim is None, as ONNX Runtime reports it)
-        from gert import _shape_infer
+        from gert.core import shape_infer as _shape_infer
 
         try:
             done = _shape_infer.infer(model, {v.name: _shape(v.type, {}) for v in g.input if v.name not in initializers})
@@ -191,13 +191,13 @@ def _read_model(data: bytes, overrides: Mapping[str, int]) -> _ModelInfo:
 
 def SessionOptions():  # noqa: N802 - a class in ONNX Runtime's API; built lazily so importing gert imports no ORT
     """onnxruntime.SessionOptions that remembers its free-dimension overrides, so gert can honour them."""
-    return _session_options_class()()
+    return session_options_class()()
 
 
 _SO_CLASS = None
 
 
-def _session_options_class():
+def session_options_class():
     global _SO_CLASS
     if _SO_CLASS is None:
         base = _ort().SessionOptions
@@ -325,7 +325,7 @@ class InferenceSession(SessionRunVariants):
             self._sess_options, lambda: _cann.get_device_info(device, _cann.DEV_ATTR_CUBE_CORE_NUM)))
         load.update(self._extra_load)
         if self._has_batch() and not _names_batch(load):
-            # ONNX Runtime runs any batch size as it comes: no padding rows; hot sizes get static graphs (gert.tiers)
+            # ONNX Runtime runs any batch size as it comes: no padding rows; hot sizes get static graphs (gert.core.tiers)
             load["shape_policy"] = dict(load.get("shape_policy") or {}, batch="auto")
         return reported, load
 

@@ -24,12 +24,12 @@ import numpy as np
 
 from gert._cann import DeviceBuffer
 from gert.errors import AclError, GertError
-from gert.handoff import HandOffLock
+from gert.core.handoff import HandOffLock
 from gert.core.batching import Batcher
 from gert.core.engine import Engine
 from gert.core.validate import Validator
-from gert.shapes import ShapePlan, TensorInfo
-from gert.tensor import DeviceTensor
+from gert.core.shapes import ShapePlan, TensorInfo
+from gert.core.tensor import DeviceTensor
 
 class Runner(Protocol):
     """What Sequences need of their model (gert.Model): its plan, its Engine, and whether it is closed."""

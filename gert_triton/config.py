@@ -37,7 +37,7 @@ Keys (all string values, as Triton passes them):
                  compiled once are loaded by later loads, restarts and other instances (default: GERT_CACHE_DIR)
   cache_mode     octal mode of the cache directory ("0700" default, "0770" / "2770" for one shared with the
                  directory's group; default GERT_CACHE_MODE): who besides this user and root may write it. A
-                 directory others can write is refused (see gert/cache_trust.py)
+                 directory others can write is refused (see gert/core/cache_trust.py)
   trust_foreign_entries  "true"/"false": serve cache entries gert did not record (another tool's) as GE would
                  (default false: such an entry is compiled again)
   cann_ops       "warn" / "strict" / "off": what to do with a model a stock CANN 8.x ONNX parser would refuse
@@ -54,9 +54,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from gert.cache_trust import parse_mode
+from gert.core.cache_trust import parse_mode
 from gert.errors import GertError
-from gert.shapes import POLICIES
+from gert.core.shapes import POLICIES
 
 TRITON_KEYS = {"EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS"}
 KNOWN_KEYS = {"onnx_file", "streams", "cube_cores", "vector_cores", "gears", "shape_policy", "pad_value",
@@ -93,7 +93,7 @@ class GertParams:
     max_exact_graphs: Optional[int] = None
     compile_share: Optional[float] = None
     cache_dir: Optional[str] = None  # as given: absolute, or relative to the model dir (see cache_path)
-    cache_mode: Optional[int] = None  # None: GERT_CACHE_MODE, else 0o700 (gert.cache_trust)
+    cache_mode: Optional[int] = None  # None: GERT_CACHE_MODE, else 0o700 (gert.core.cache_trust)
     trust_foreign_entries: bool = False
     options: dict = field(default_factory=dict)   # gert.load(options=...) keys: global./session./graph. prefixes
     state: dict = field(default_factory=dict)     # state input -> output (stateful models)

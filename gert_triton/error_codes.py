@@ -2,7 +2,7 @@
 
 Clients and load balancers retry UNAVAILABLE and never INVALID_ARG, so the code says whose fault a failure is:
 - INVALID_ARG: the request itself is wrong (a plain GertError: a bad shape, dtype, value, unknown sequence);
-- UNAVAILABLE: retry later: a request timeout, a device under recovery (gert.recovery.error_class), and out of
+- UNAVAILABLE: retry later: a request timeout, a device under recovery (gert.core.recovery.error_class), and out of
   device memory, after gert released its caches and retried (memory that other requests, sequences or models hold);
 - INTERNAL: a device or runtime failure, and anything that is not a GertError (a bug, a postprocess that raised).
 Decided by the error's type and code (and those of its cause chain), never by its message text.
@@ -10,7 +10,7 @@ Decided by the error's type and code (and those of its cause chain), never by it
 from __future__ import annotations
 
 from gert.errors import AclError, GeError, GertError
-from gert.recovery import OOM_CODES, error_class
+from gert.core.recovery import OOM_CODES, error_class
 
 _CLASS_CODES = {"invalid": "INVALID_ARG", "internal": "INTERNAL", "unavailable": "UNAVAILABLE"}
 

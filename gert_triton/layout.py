@@ -9,7 +9,7 @@ from typing import AbstractSet, Optional
 
 import numpy as np
 
-from gert.shapes import ShapePlan
+from gert.core.shapes import ShapePlan
 
 
 class Layout:

@@ -83,7 +83,7 @@ def describe(io: dict, state: Optional[dict] = None, batch_dim=None) -> ModelSpe
             raise GertError(f"ONNX tensor '{name}' has no shape; gert_triton needs its rank")
     if state or batch_dim is not None:
         from gert.sequence import pair_states
-        from gert.shapes import plan_shapes
+        from gert.core.shapes import plan_shapes
 
         plan = plan_shapes(io, batch_dim=batch_dim, state=state or {})
         pairs = pair_states(plan, state or {})

@@ -3,8 +3,8 @@ others can write is refused.
 
 GE takes a cache hit without comparing anything (ge-shapes-and-cache.md part B; tests/test_compile_cache.py shows
 the host NPU's GE doing so). gert records each entry it saves ({key}.gert.json: SHA-256 of GE's files, the key's
-inputs, the precision settings) and checks it before a compile that would hit (gert/cache_entry.py), and checks who
-can write the directory and each file (gert/cache_trust.py). Ownership cases chown files to another uid: root only.
+inputs, the precision settings) and checks it before a compile that would hit (gert/core/cache_entry.py), and checks who
+can write the directory and each file (gert/core/cache_trust.py). Ownership cases chown files to another uid: root only.
 """
 from __future__ import annotations
 

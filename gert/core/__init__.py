@@ -6,3 +6,5 @@
 - ``batching``: the one batcher (batch key, merge, split, the output batch axis);
 - ``engine``: the pipeline validate -> resolve -> batch -> dispatch -> run under recovery -> split.
 """
+
+__version__ = "0.1.0"  # gert's version (gert.__version__); part of every compile cache key

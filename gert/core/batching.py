@@ -3,7 +3,7 @@
 Every front door that batches (Model.run(list) / run_batch / split batches, Sequences.step and seq.run, gert_triton's
 execute and its sequence batcher) goes through one Batcher, so "which axis carries the batch" is decided once (at
 load, by shape inference: gert.core.onnx_io) and used the same everywhere. Requests are merged without a host
-concatenate where the batch is axis 0 (gert.rows.Rows: each request's rows are copied straight into the device
+concatenate where the batch is axis 0 (gert.core.rows.Rows: each request's rows are copied straight into the device
 buffer); padding rows, when a door pads a batch up to a gear itself, are one more part.
 """
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from gert.rows import Rows
-from gert.shapes import ShapePlan
+from gert.core.rows import Rows
+from gert.core.shapes import ShapePlan
 
 
 class Batcher:

@@ -17,8 +17,8 @@ import numpy as np
 from gert.core.batching import Batcher, take
 from gert.core.validate import Validator
 from gert.errors import GertError
-from gert.executor import Request
-from gert.shapes import ShapePlan
+from gert.core.executor import Request
+from gert.core.shapes import ShapePlan
 
 _RESOLVED_KEPT = 1024  # remembered sizes -> (run sizes, graph key) (cleared when full)
 

@@ -1,7 +1,7 @@
 """The one ONNX I/O reader: what a model takes and gives, read once at load.
 
 ``read(data)`` gives the inputs and outputs (``gert._cann.read_onnx_io``'s form, outputs without a shape in the file
-completed by shape inference) and the value-dependent outputs (gert.valuedep). ``output_dims`` decides, by ONNX shape
+completed by shape inference) and the value-dependent outputs (gert.core.valuedep). ``output_dims`` decides, by ONNX shape
 inference and not by dim names, which output axis carries which dynamic dim of the inputs: every input axis of one
 dim gets one fresh symbol, the model is inferred, and an output axis carries that dim where its symbol lands. An
 unnamed batch dim ("?" in the file) is found like a named one; a reduction over the batch shows as an output without
@@ -14,7 +14,8 @@ from typing import Mapping, Optional
 
 import onnx
 
-from gert import _cann, valuedep
+from gert import _cann
+from gert.core import valuedep
 from gert.errors import GertError
 
 _SYMBOL = "__gert_dim_{}__"
@@ -93,7 +94,7 @@ def _probe(m: onnx.ModelProto, input_axes: Mapping[tuple, str]) -> dict:
     names = sorted(set(input_axes.values()))
 
     def shapes(sizes: dict) -> Optional[dict]:
-        from gert import _shape_infer  # GE's way: folds Shape -> Cast -> Slice -> Concat at fixed sizes
+        from gert.core import shape_infer as _shape_infer  # GE's way: folds Shape -> Cast -> Slice -> Concat at fixed sizes
 
         dims = {}
         for value in m.graph.input:

@@ -11,9 +11,9 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from gert.errors import GertError
-from gert.rows import Rows
-from gert.shapes import ShapePlan
-from gert.tensor import DeviceTensor
+from gert.core.rows import Rows
+from gert.core.shapes import ShapePlan
+from gert.core.tensor import DeviceTensor
 
 _KEPT = 1024  # remembered input signatures (cleared when full)
 _LAID_OUT = (np.ndarray, Rows, DeviceTensor)  # taken as they are (Rows and device tensors: laid out by the executor)

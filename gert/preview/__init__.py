@@ -5,8 +5,8 @@
 - precision: GE's precision modes emulated on the host NPU (``gert.load(precision_mode=..., keep_fp32=...)``)
 - compare: fp16 vs fp32 per output, and a small keep-fp32 set (``gert.compare_precision``, ``gert.find_keep_fp32``,
   ``gert precision``)
-Kept apart from the runtime core: the core calls in at two points (gert/compile_cache.py compile_graph sets the
-compile's precision settings, gert/_ort_provider.py compile applies them).
+Kept apart from the runtime core: the core calls in at two points (gert/core/compile_cache.py compile_graph sets the
+compile's precision settings, gert/hostnpu/ort_provider.py compile applies them).
 """
 from gert.preview.cann_ops import CannCompatibilityWarning, CannReport, Unsupported, cann_check
 from gert.preview.precision import PrecisionSettings

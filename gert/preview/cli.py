@@ -1,4 +1,4 @@
-"""``gert check MODEL.onnx [--json] [--fix OUT.onnx]`` and ``gert precision MODEL.onnx ...`` (added to gert.cli).
+"""``gert check MODEL.onnx [--json] [--fix OUT.onnx]`` and ``gert precision MODEL.onnx ...`` (added to gert.tools.cli).
 
 Exit codes of ``gert check``: 0 when a stock CANN 8.x ONNX parser would parse the model (after --fix: the written
 model), 1 when it would refuse it (E13010), 2 for bad arguments or an unreadable model.
@@ -25,7 +25,7 @@ def info_lines() -> list:
 
 
 def _read(path: str):
-    from gert.cli import UsageError
+    from gert.tools.cli import UsageError
     from gert.preview.cann_ops import load_proto
 
     try:
@@ -72,7 +72,7 @@ def cmd_check(args) -> int:
 
 
 def _inputs(items) -> dict:
-    from gert.cli import UsageError
+    from gert.tools.cli import UsageError
 
     out = {}
     for item in items or []:
@@ -87,7 +87,7 @@ def _inputs(items) -> dict:
 
 
 def cmd_precision(args) -> int:
-    from gert.cli import UsageError
+    from gert.tools.cli import UsageError
     from gert.errors import GertError
     from gert.preview import compare
 

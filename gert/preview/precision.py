@@ -18,7 +18,7 @@ Which nodes a mode lowers (after the documented mode meanings; the lists are thi
 ``ge.exec.modify_mixlist`` JSON (black list; mixed modes only), node names in ATC's ``--keep_dtype`` file
 (offline conversion only: GE's online Session has no per-node switch).
 
-The provider finds the settings of the compile it is running in ``current()``: gert.compile_cache.compile_graph
+The provider finds the settings of the compile it is running in ``current()``: gert.core.compile_cache.compile_graph
 sets them (``compiling``) from the graph's GE options for the compile on its thread; a compile through the GE API
 itself (gert.Session with the option) gets them from the host NPU (gert.hostnpu.compile_option).
 """

@@ -6,12 +6,12 @@ CANN version; a listed file that is missing or corrupt fails the compile (ge-sha
 therefore:
 
 - creates the directory (GE never does) with ``cache_mode`` (default 0o700) and refuses one that anyone it does not
-  trust can write (gert/cache_trust.py), and sets the Session option;
+  trust can write (gert/core/cache_trust.py), and sets the Session option;
 - derives each graph's key from the model's digest, the graph's shape (``ge.inputShape``), every GE option that
   reaches the compile, the gert version and the backend (with ONNX Runtime's version on the host NPU, whose cached
   model is ONNX Runtime's), so a changed model or option never meets a stale entry;
 - records each entry it saves in ``{key}.gert.json`` (SHA-256 of GE's files, the key's inputs, the precision
-  settings) and checks an entry against it before a compile that would hit (gert/cache_entry.py): a changed,
+  settings) and checks an entry against it before a compile that would hit (gert/core/cache_entry.py): a changed,
   swapped, truncated, planted or unrecorded entry is removed with a CacheWarning saying what differed, and compiled
   again; so is an entry whose compile fails (a listed file missing or corrupt). Entries without a record (another
   tool's) are used only with ``trust_foreign_entries=True``.
@@ -34,8 +34,9 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Optional, Union
 
-from gert import _cann, cache_entry, hostnpu
-from gert.cache_trust import Trust, parse_mode, prepare_directory
+from gert import _cann
+from gert.core import cache_entry, hooks
+from gert.core.cache_trust import Trust, parse_mode, prepare_directory
 from gert.errors import CacheWarning, GeError, GertError
 from gert.preview import precision
 
@@ -108,14 +109,14 @@ class CompileCache:
 
     def key_inputs(self, session_options: Mapping[str, str], graph_options: Mapping[str, str]) -> dict:
         """What a graph's key is derived from (recorded in each entry's gert record)."""
-        from gert import __version__
+        from gert import core
 
         def keep(opts):
             return sorted([k, str(v)] for k, v in opts.items() if k not in _NOT_IN_KEY)
 
         return {"model": self.model_digest, "global": [list(kv) for kv in self.global_options],
                 "session": keep(session_options), "graph": keep(graph_options),
-                "gert": __version__, "backend": _backend_tag()}
+                "gert": core.__version__, "backend": _backend_tag()}
 
     def graph_key(self, session_options: Mapping[str, str], graph_options: Mapping[str, str]) -> str:
         """``gert_`` + 32 hex digits (GE's key pattern ^[A-Za-z0-9_-]{1,128}$)."""
@@ -239,7 +240,6 @@ class CompileCache:
     def _compile(self, session, graph_id: int, graph, graph_options: Mapping[str, str], key: str,
                  expected: str) -> str:
         options = {**graph_options, GRAPH_KEY_OPTION: key}
-        reported = hostnpu.available()  # the host NPU reports hit / miss; real GE only logs it
         for attempt in (0, 1):
             session.add_graph(graph_id, graph, options)
             try:
@@ -253,9 +253,9 @@ class CompileCache:
                     return self._compile_uncached(session, graph_id, graph, graph_options, key)
                 expected = "miss"
                 continue
-            if reported:
-                return hostnpu.last_compile_cache() or "miss"
-            return expected  # exact: no other gert process can save this key while this one holds its lock
+            # the host NPU reports hit / miss; real GE only logs it, and there ``expected`` is exact: no other gert
+            # process can save this key while this one holds its lock
+            return hooks.current().compile_cache_result() or expected
         raise AssertionError("unreachable")
 
     def _compile_uncached(self, session, graph_id: int, graph, graph_options: Mapping[str, str], key: str) -> str:

@@ -21,8 +21,8 @@ from typing import Optional
 import numpy as np
 
 from gert.errors import GertError
-from gert.progress import Progress
-from gert.tiers import HOT_AFTER
+from gert.tools.progress import Progress
+from gert.core.tiers import HOT_AFTER
 
 
 DEFAULT_BUDGETS_MS = "5,10,20,50,100,200,500,1000"
@@ -398,7 +398,7 @@ def sweep(model, *, streams=(1,), cube_cores=(None,), vector_cores=(None,), batc
 
 
 def main(args) -> int:
-    """Run the sweep for parsed `gert bench` arguments (see gert.cli), with progress on stderr."""
+    """Run the sweep for parsed `gert bench` arguments (see gert.tools.cli), with progress on stderr."""
     import gert
 
     streams = parse_int_list(args.streams, "streams")

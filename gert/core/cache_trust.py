@@ -1,7 +1,7 @@
 """Who may write a compile cache directory, and whether a file in it is one gert may serve.
 
 A cache entry decides what every model loaded from the directory computes (GE takes a hit without comparing
-anything: docs in gert/compile_cache.py), so the directory must be writable only by those the user trusts:
+anything: docs in gert/core/compile_cache.py), so the directory must be writable only by those the user trusts:
 
 - this user and root, always;
 - the directory's group too, when ``cache_mode`` (``GERT_CACHE_MODE``) grants the group write access (``0o770``,

@@ -7,9 +7,9 @@ names (an ONNX dim name such as ``"N"``, or the axes that carry it, ``["x:1", "h
 
 - ``pad``: pad up to the nearest gear (``pad_value``), slice outputs back. Always transparent on the batch axis;
   on other axes only for models that mask padding, so it is never the default there.
-- ``exact``: a static graph per size, compiled on first use, kept in a bounded scan-resistant LRU (gert.tiers).
+- ``exact``: a static graph per size, compiled on first use, kept in a bounded scan-resistant LRU (gert.core.tiers).
 - ``dynamic``: one dynamic-shape graph.
-- ``auto``: tiered (gert.tiers): a size runs at once on the stream's dynamic-shape graph; sizes that turn out hot get a
+- ``auto``: tiered (gert.core.tiers): a size runs at once on the stream's dynamic-shape graph; sizes that turn out hot get a
   static graph compiled in the background. The default for non-batch dims without gears.
 """
 from __future__ import annotations
@@ -79,7 +79,7 @@ class ShapePlan:
 
     @property
     def tiered(self) -> bool:
-        """Some dim uses the ``auto`` policy: requests fall back to a dynamic-shape graph (gert.tiers)."""
+        """Some dim uses the ``auto`` policy: requests fall back to a dynamic-shape graph (gert.core.tiers)."""
         return any(d.policy == "auto" for d in self.dims.values())
 
     @property

@@ -1,7 +1,7 @@
 """A stream's graph table: the stream, its GE Session and the graphs loaded in it, built, installed, evicted and
 released through one owner, so that a device recovery, an out-of-memory retry, a background compile and close()
-never leave a graph of a retired Session installed or a Session closed under a compile (gert.executor.Worker runs
-requests on it; gert.tiers, gert.recovery and Model.warmup change graphs only through it).
+never leave a graph of a retired Session installed or a Session closed under a compile (gert.core.executor.Worker runs
+requests on it; gert.core.tiers, gert.core.recovery and Model.warmup change graphs only through it).
 """
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ from typing import Optional
 import numpy as np
 
 from gert._cann import Graph, Session, Stream
-from gert.compile_cache import compile_graph
+from gert.core.compile_cache import compile_graph
 from gert.dtypes import ge_dtype
 from gert.errors import GeError, GertError, SessionReplaced
-from gert.handoff import HandOffLock
-from gert.shapes import ShapePlan
-from gert.tiers import SegmentedLRU
+from gert.core.handoff import HandOffLock
+from gert.core.shapes import ShapePlan
+from gert.core.tiers import SegmentedLRU
 
 
 @dataclass
@@ -56,7 +56,7 @@ class WorkerStats:
     background_compiles: int = 0         # static graphs compiled off the request path (policy auto)
     failed_background_compiles: int = 0  # those that failed: the shape stays on the dynamic graph
     request_path_compiles: int = 0       # compiles a request waited for (0 once a model is warm, unless exact)
-    cache_hits: int = 0        # compiles GE's compile cache served (gert.compile_cache)
+    cache_hits: int = 0        # compiles GE's compile cache served (gert.core.compile_cache)
     cache_misses: int = 0      # compiles that compiled afresh and filled the cache
 
 
@@ -75,12 +75,12 @@ class _Context:
 
 class StreamGraphs:
     """One stream on one device with its own GE Session, the graphs loaded in it, its device I/O buffers, and their
-    life (gert.executor.Worker runs requests on top).
+    life (gert.core.executor.Worker runs requests on top).
 
     Ownership: requests, warmup and recovery use it while holding ``lock`` (a HandOffLock: close() with a timeout
     hands the close to a stuck holder instead of freeing the stream under it). The graph table (``has``, ``entry``,
     ``build``, ``install``, ``compile``, ``evict``, ``reopen``, ``release``) is the only way graphs are added or
-    dropped: gert.tiers, gert.recovery and Model.warmup use nothing else. ``build`` needs no lock (GE compiles one
+    dropped: gert.core.tiers, gert.core.recovery and Model.warmup use nothing else. ``build`` needs no lock (GE compiles one
     graph of a Session while its other graphs execute); the others need ``lock``."""
 
     def __init__(self, index: int, device: int, graph: Graph, plan: ShapePlan, session_options: dict,
@@ -104,8 +104,8 @@ class StreamGraphs:
         self.failed: "OrderedDict[tuple, GeError]" = OrderedDict()  # shape key -> why its compile failed
         self.max_exact_graphs = max_exact_graphs
         self.exact = SegmentedLRU(max_exact_graphs)  # the evictable (exact) graphs' keys: always those in graphs
-        self.tiers = None  # gert.tiers.Tiers when a dim uses the auto policy (set by the Model)
-        self.cache = None  # gert.compile_cache.CompileCache when the model has a cache directory (set by the Model)
+        self.tiers = None  # gert.core.tiers.Tiers when a dim uses the auto policy (set by the Model)
+        self.cache = None  # gert.core.compile_cache.CompileCache when the model has a cache directory (set by the Model)
         self._graph_ids = itertools.count(1)  # thread-safe: the tiers' thread compiles too
         self.in_bufs: dict = {}
         self.out_bufs: dict = {}

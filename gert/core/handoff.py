@@ -1,6 +1,6 @@
 """HandOffLock: a lock whose holder runs, at release, what others handed over to it.
 
-A stream (gert.executor.Worker) or a sequence (gert.sequence.Sequence) has one owner at a time: whoever holds its
+A stream (gert.core.executor.Worker) or a sequence (gert.sequence.Sequence) has one owner at a time: whoever holds its
 lock. close() with a timeout must not free what a stuck request or step still uses, nor wait for it without bound:
 it runs the release under the lock when it gets the lock in time, and otherwise hands the release to the holder,
 which runs it when it lets go (``run_or_hand_over``). Either way the release runs exactly once, holding the lock.

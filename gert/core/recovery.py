@@ -101,7 +101,7 @@ class Recovery:
                 if e.code not in OOM_CODES:
                     raise
                 self.stats.oom_retries += 1
-                w.release(keep=req.key)  # the worker's buffers and other graphs (gert/stream_graphs.py)
+                w.release(keep=req.key)  # the worker's buffers and other graphs (gert/core/stream_graphs.py)
                 return w.run(req)
         except AclError as e:
             if e.code != SYNC_TIMEOUT:

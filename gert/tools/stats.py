@@ -3,13 +3,14 @@ from __future__ import annotations
 
 from typing import Optional
 
-from gert import _cann, display
-from gert.executor import GearStats
+from gert import _cann
+from gert.tools import display
+from gert.core.executor import GearStats
 
 
 def collect_stats(workers: list, faults, tiers: Optional[object]) -> display.Stats:
-    """The stats of ``workers`` (gert.executor.Worker), the model's fault counters (gert.recovery.FaultStats) and
-    its tiers (gert.tiers.Tiers, or None), as one gert.display.Stats."""
+    """The stats of ``workers`` (gert.core.executor.Worker), the model's fault counters (gert.core.recovery.FaultStats) and
+    its tiers (gert.core.tiers.Tiers, or None), as one gert.tools.display.Stats."""
     streams = [dict(vars(w.stats)) for w in workers]  # flat dataclasses; asdict() deep-copies (slow)
     gears: dict = {}
     for w in workers:

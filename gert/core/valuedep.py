@@ -9,7 +9,7 @@ buffer into the result. What Model decides up front lives here:
   operator that decides its shape from data (NonZero, NMS, ...) or a shape operand (Reshape's shape, Resize's
   scales, Slice's starts, an If's condition, ...) computed from input *values* lies on its path. Shape-derived
   operands (Shape -> Gather -> Concat -> Reshape, as exporters write) do not count: GE folds them.
-- (the batch policy that follows, ``exact`` by default for such models, is gert.shapes'.)
+- (the batch policy that follows, ``exact`` by default for such models, is gert.core.shapes'.)
 - graph outputs without a shape or type in the ONNX file (legal: ONNX leaves them to inference) get them from
   shape inference, with the input dims' symbolic names where they carry through.
 """
@@ -77,7 +77,7 @@ def complete_outputs(model: onnx.ModelProto, io: dict) -> dict:
     todo = [k for k, (_, elem, dims) in enumerate(io["outputs"]) if dims is None or not elem]
     if not todo:
         return io
-    from gert import _shape_infer
+    from gert.core import shape_infer as _shape_infer
 
     inferred = _shape_infer.infer(model, {name: dims for name, _, dims in io["inputs"] if dims is not None})
     outputs = list(io["outputs"])

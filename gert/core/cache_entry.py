@@ -7,7 +7,7 @@ listed ``{key}_{YYYYmmddHHMMSS}.om`` (and ``.rdcpkt``) files; without an index, 
 GE compares nothing on a hit, so gert writes ``{key}.gert.json`` when it saves an entry (last, atomically): the
 SHA-256 of the index and of every file it lists, the key's inputs (model digest, shapes, options, versions) and the
 precision settings. Before a compile that would hit, ``check`` compares the entry with it; the same files are
-checked for who could have written them (gert.cache_trust). Working over GE's files only, this holds on real CANN as
+checked for who could have written them (gert.core.cache_trust). Working over GE's files only, this holds on real CANN as
 on the host NPU.
 """
 from __future__ import annotations
@@ -21,7 +21,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
-from gert.cache_trust import Trust
+from gert.core.cache_trust import Trust
 
 SUFFIX = ".gert.json"
 # Hashing every file before each hit would cost ~10% of a warm load on the host NPU (benchmarks/bench_cache.py):

@@ -3,7 +3,9 @@
 Where they live depends on the build: in ``gert._cann`` when the host NPU is built in (the default build); in
 ``gert._hostnpu`` when gert is built against the host NPU packaged as a toolkit (cbindings/hostnpu/build_toolkit.py);
 nowhere when gert is built against a real CANN toolkit, where calling one raises GertError saying so. Importing this
-module (``import gert`` does) loads gert._hostnpu, which registers ONNX Runtime as the host NPU's compute provider.
+module (``import gert`` does) loads gert._hostnpu, which registers ONNX Runtime as the host NPU's compute provider,
+and registers with the core (gert/core/hooks.py) what the core asks of the host NPU beyond CANN's API: running a
+waiting thread's work inline, and the compile cache's hit / miss. The compute provider is ``ort_provider.py``.
 
 To add one: implement it in cbindings/_host.pxi, then add one ``name = _host_only("name")`` line below.
 """
@@ -15,9 +17,12 @@ from types import ModuleType
 from typing import Callable, Iterator, Optional
 
 from gert import _cann
+from gert.core import hooks
 from gert.errors import GertError
 
 
+# Imported first while gert._cann initialises: its last step (cbindings/_provider.pxi) imports ort_provider, which
+# runs this package's __init__; everything else _cann defines exists by then.
 def _find() -> Optional[ModuleType]:
     if _cann.backend() == "hostnpu":  # built in: _cann_hostnpu.pyx
         return _cann
@@ -77,3 +82,11 @@ def inline(stream_handle: int) -> Iterator[None]:
         yield
     finally:
         _module.stream_end_inline(stream_handle)
+
+
+def _compile_cache_result() -> Optional[str]:
+    """Whether this thread's last compile hit the compile cache, where the build reports it (else None)."""
+    return last_compile_cache() if available() else None
+
+
+hooks.register(hooks.BindingHooks(inline=inline, compile_cache_result=_compile_cache_result))

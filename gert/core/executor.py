@@ -16,14 +16,15 @@ from typing import Optional
 
 import numpy as np
 
-from gert import _cann, hostnpu
+from gert import _cann
 from gert._cann import DeviceBuffer, Graph
 from gert.errors import GeError, GertError
-from gert.recovery import watchdog
-from gert.rows import Rows
-from gert.shapes import ShapePlan
-from gert.stream_graphs import GraphEntry, StreamGraphs, WorkerStats  # noqa: F401 - WorkerStats: re-exported
-from gert.tensor import DeviceTensor
+from gert.core import hooks
+from gert.core.recovery import watchdog
+from gert.core.rows import Rows
+from gert.core.shapes import ShapePlan
+from gert.core.stream_graphs import GraphEntry, StreamGraphs, WorkerStats  # noqa: F401 - WorkerStats: re-exported
+from gert.core.tensor import DeviceTensor
 
 @dataclass
 class GearStats:
@@ -61,7 +62,7 @@ class Request:
 
 class Worker(StreamGraphs):
     """One stream on one device running requests, one at a time (the caller holds ``lock``), on the graphs of its
-    table (gert.stream_graphs.StreamGraphs: the stream, Session, graphs, buffers and their life)."""
+    table (gert.core.stream_graphs.StreamGraphs: the stream, Session, graphs, buffers and their life)."""
 
     def __init__(self, index: int, device: int, graph: Graph, plan: ShapePlan, session_options: dict,
                  graph_options: dict, cube_cores: Optional[int], vector_cores: Optional[int], max_exact_graphs: int):
@@ -161,7 +162,7 @@ class Worker(StreamGraphs):
                 self.stream.synchronize(req.timeout)
         else:
             if req.timeout is None:  # the host NPU runs it on this thread (a timeout needs the worker to abort)
-                with hostnpu.inline(self.stream.handle):
+                with hooks.current().inline(self.stream.handle):
                     self._run_dynamic(entry, req, uploads, fills, inputs, results)
             else:
                 self._run_dynamic(entry, req, uploads, fills, inputs, results)

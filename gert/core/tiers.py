@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Optional
 from gert.errors import GertError, SessionReplaced
 
 if TYPE_CHECKING:  # pragma: no cover
-    from gert.executor import GraphEntry, Request, Worker
+    from gert.core.executor import GraphEntry, Request, Worker
 
 # Defaults: a size seen 4 times within the last 256 requests is hot. A long tail of sizes reaches that rarely by
 # chance (a size with a 0.2% share, as one of PP-OCR det's 144 tail sizes, reaches 4 in a window with 0.2% chance,
@@ -288,7 +288,7 @@ class Tiers:
     # ---- lifecycle and stats -----------------------------------------------------------------------------------
     def close(self) -> None:
         """Stop compiling; returns without waiting for a compile in flight: the worker it builds in closes that
-        Session when the build ends (gert.executor.Worker.build), and the graph is not installed."""
+        Session when the build ends (gert.core.executor.Worker.build), and the graph is not installed."""
         with self._lock:
             self._stopping = True
             self._queue.clear()

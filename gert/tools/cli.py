@@ -1,16 +1,20 @@
-"""The gert command: ``gert info``, ``gert bench MODEL.onnx``, ``gert serve REPO``, ``gert repo init MODEL.onnx REPO``,
-``gert check MODEL.onnx``, ``gert precision MODEL.onnx`` (the last two: gert/preview/cli.py)."""
+"""The gert command: ``gert info``, ``gert bench MODEL.onnx``, ``gert check MODEL.onnx``, ``gert precision
+MODEL.onnx`` (the last two: gert/preview/cli.py); ``gert serve REPO`` and ``gert repo init MODEL.onnx REPO`` come
+from gert_triton (gert_triton/cli.py) through the entry point group ``gert.commands``."""
 from __future__ import annotations
 
 import argparse
 import os
 import platform
 import sys
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 ENV_SETTINGS = ("GERT_BACKEND", "GERT_HOST_DEVICES", "GERT_HOST_DEVICE_MEMORY", "GERT_HOST_CUBE_CORES",
                 "GERT_HOST_VECTOR_CORES", "GERT_HOST_SPIN_US", "GERT_TRITONSERVER", "GERT_CACHE_DIR", "GERT_CANN_OPS",
                 "ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")
+
+
+COMMANDS_GROUP = "gert.commands"  # entry points adding commands (gert_triton: serve, repo init)
 
 
 class UsageError(Exception):
@@ -82,7 +86,7 @@ def cmd_info(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from gert.bench import BenchArgError, main as bench_main
+    from gert.tools.bench import BenchArgError, main as bench_main
 
     try:
         return bench_main(args)
@@ -90,47 +94,23 @@ def cmd_bench(args) -> int:
         raise UsageError(f"gert bench: {e}") from None
 
 
-def cmd_serve(args) -> int:
-    from gert_triton.server import serve
+def _plugin_commands() -> list:
+    """The entry points of the group ``gert.commands``: each a function ``add(subparsers)`` adding one command."""
+    from importlib.metadata import entry_points
 
-    if not os.path.isdir(args.repo):
-        raise UsageError(f"gert serve: model repository {args.repo!r} is not a directory")
-    return serve(args.repo, args.http_port, args.grpc_port, args.metrics_port, args.tritonserver, args.server_args,
-                 address=args.address)
+    found = entry_points()
+    group = found.select(group=COMMANDS_GROUP) if hasattr(found, "select") else found.get(COMMANDS_GROUP, [])
+    return sorted(group, key=lambda e: e.name)
 
 
-def cmd_repo_init(args) -> int:
-    from gert_triton.config import parse_parameters
-    from gert_triton.repo import init_repo
-
-    if not os.path.isfile(args.model):
-        raise UsageError(f"gert repo init: {args.model!r} is not a file")
-    params = {}
-    for item in args.param:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"gert repo init: --param {item!r} is not KEY=VALUE")
-        params[key.strip()] = value
-    parse_parameters(params)  # an unknown key or a bad value fails here, naming the key, not at model load
-    sequence = None
-    if args.state:
-        state = {}
-        for item in args.state:
-            i, sep, o = item.partition("=")
-            if not sep or not i.strip() or not o.strip():
-                raise UsageError(f"gert repo init: --state {item!r} is not INPUT=OUTPUT (e.g. h=h_out)")
-            state[i.strip()] = o.strip()
-        from gert_triton.config import parse_batch_dim
-
-        sequence = {"state": state, "strategy": args.sequence_strategy, "idle_us": args.max_sequence_idle_us,
-                    "batch_dim": parse_batch_dim(args.batch_dim) if args.batch_dim else None}
-    elif args.batch_dim:
-        params["batch_dim"] = args.batch_dim
-    target = init_repo(args.model, args.repo, args.name, args.max_batch_size, parameters=params,
-                       overwrite=args.force, instances=args.instances, sequence=sequence)
-    print(f"wrote {target}/config.pbtxt, {target}/1/model.onnx and {target}/1/model.py; serve it with: "
-          f"gert serve {args.repo}")
-    return 0
+def _passes_through(commands: Mapping[str, argparse.ArgumentParser], head: list) -> bool:
+    """Whether the command in ``head`` (the arguments before ``--``) takes the rest for another program: its parser
+    has a ``passthrough_args`` default (gert serve: tritonserver's arguments)."""
+    for word in head:
+        command = commands.get(word)
+        if command is not None:
+            return command.get_default("passthrough_args") is not None
+    return False
 
 
 class _Parser(argparse.ArgumentParser):
@@ -139,6 +119,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    return _build()[0]
+
+
+def _build() -> tuple:
+    """The parser and its commands' parsers by name."""
     p = _Parser(prog="gert", description="gert: ONNX models on Ascend NPUs (or the host NPU) via CANN GE")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("info", help="backend, devices, versions and settings").set_defaults(func=cmd_info)
@@ -166,43 +151,12 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--csv")
     b.add_argument("--plot", help="PNG of throughput against p99 latency (needs matplotlib)")
     b.set_defaults(func=cmd_bench)
-    s = sub.add_parser("serve", help="run tritonserver for a model repository",
-                       usage="gert serve REPO [options] [-- TRITONSERVER_ARGS...]",
-                       description="Run tritonserver for REPO; arguments after -- go to tritonserver as they are.")
-    s.add_argument("repo")
-    s.add_argument("--address", default="127.0.0.1",
-                   help="address the HTTP, gRPC and metrics endpoints listen on (default 127.0.0.1, loopback only; "
-                        "0.0.0.0 in a container)")
-    s.add_argument("--http-port", type=int, default=8000)
-    s.add_argument("--grpc-port", type=int, default=8001)
-    s.add_argument("--metrics-port", type=int, default=8002)
-    s.add_argument("--tritonserver", help="path of the tritonserver binary (default: the nvidia-pytriton wheel's)")
-    # tritonserver's own arguments come after `--` (split off in main): an argparse.REMAINDER positional after REPO
-    # would also swallow gert's options written after REPO (`gert serve REPO --http-port 9000`)
-    s.set_defaults(func=cmd_serve, server_args=[])
-    r = sub.add_parser("repo", help="model repository tools")
-    rsub = r.add_subparsers(dest="repo_command", required=True, parser_class=_Parser)
-    ri = rsub.add_parser("init", help="write a model repository entry that serves MODEL.onnx with gert")
-    ri.add_argument("model")
-    ri.add_argument("repo")
-    ri.add_argument("--name")
-    ri.add_argument("--max-batch-size", type=int)
-    ri.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
-                    help="a gert_triton config parameter, e.g. streams=1 or gears=batch:1,4,8 (repeatable)")
-    ri.add_argument("--instances", type=int, default=1, help="instance_group count (default 1)")
-    ri.add_argument("--force", action="store_true", help="overwrite an existing entry")
-    ri.add_argument("--state", action="append", default=[], metavar="INPUT=OUTPUT",
-                    help="a stateful model: the state input fed by OUTPUT at the next step, kept on the device per "
-                         "sequence (repeatable); writes a sequence_batching block")
-    ri.add_argument("--batch-dim", help="the batch axis where it is not axis 0: a dim name (N) or axes (x:1,h:1)")
-    ri.add_argument("--sequence-strategy", choices=("oldest", "direct"), default="oldest")
-    ri.add_argument("--max-sequence-idle-us", type=int, default=5_000_000,
-                    help="an idle sequence's state is dropped after this long (default 5 s)")
-    ri.set_defaults(func=cmd_repo_init)
     from gert.preview.cli import add_commands  # gert check, gert precision
 
     add_commands(sub)
-    return p
+    for command in _plugin_commands():  # gert serve, gert repo init: gert_triton's (pyproject.toml)
+        command.load()(sub)
+    return p, sub.choices
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -210,12 +164,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     try:
         argv = list(sys.argv[1:] if argv is None else argv)
-        extra: list = []
-        if "--" in argv and "serve" in argv[:argv.index("--")]:
+        parser, commands = _build()
+        extra = None
+        if "--" in argv and _passes_through(commands, argv[:argv.index("--")]):
             argv, extra = argv[:argv.index("--")], argv[argv.index("--") + 1:]
-        args = build_parser().parse_args(argv)
-        if args.command == "serve":
-            args.server_args = extra
+        args = parser.parse_args(argv)
+        if extra is not None:
+            args.passthrough_args = extra
         return args.func(args)
     except UsageError as e:
         print(str(e), file=sys.stderr)

@@ -1,0 +1,105 @@
+"""``gert serve`` and ``gert repo init``: gert_triton's commands, which the ``gert`` command finds through the entry
+point group ``gert.commands`` (pyproject.toml), so that gert never imports gert_triton (docs/architecture.md).
+
+Each entry point is a function ``add(sub)`` (``sub``: the parser's subparsers, from ``add_subparsers``) that adds
+its command's parser and sets ``func``; a command that
+takes arguments for another program after ``--`` sets ``passthrough_args`` (they arrive in ``args.passthrough_args``).
+Loading this module imports nothing heavy: the commands import the server and the repository writer when they run.
+"""
+from __future__ import annotations
+
+import os
+
+from gert.tools.cli import UsageError
+
+
+def cmd_serve(args) -> int:
+    from gert_triton.server import serve
+
+    if not os.path.isdir(args.repo):
+        raise UsageError(f"gert serve: model repository {args.repo!r} is not a directory")
+    return serve(args.repo, args.http_port, args.grpc_port, args.metrics_port, args.tritonserver,
+                 args.passthrough_args, address=args.address)
+
+
+def _parse_params(items: list) -> dict:
+    params = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"gert repo init: --param {item!r} is not KEY=VALUE")
+        params[key.strip()] = value
+    return params
+
+
+def _parse_state(items: list) -> dict:
+    state = {}
+    for item in items:
+        i, sep, o = item.partition("=")
+        if not sep or not i.strip() or not o.strip():
+            raise UsageError(f"gert repo init: --state {item!r} is not INPUT=OUTPUT (e.g. h=h_out)")
+        state[i.strip()] = o.strip()
+    return state
+
+
+def cmd_repo_init(args) -> int:
+    from gert_triton.config import parse_batch_dim, parse_parameters
+    from gert_triton.repo import init_repo
+
+    if not os.path.isfile(args.model):
+        raise UsageError(f"gert repo init: {args.model!r} is not a file")
+    params = _parse_params(args.param)
+    parse_parameters(params)  # an unknown key or a bad value fails here, naming the key, not at model load
+    sequence = None
+    if args.state:
+        sequence = {"state": _parse_state(args.state), "strategy": args.sequence_strategy,
+                    "idle_us": args.max_sequence_idle_us,
+                    "batch_dim": parse_batch_dim(args.batch_dim) if args.batch_dim else None}
+    elif args.batch_dim:
+        params["batch_dim"] = args.batch_dim
+    target = init_repo(args.model, args.repo, args.name, args.max_batch_size, parameters=params,
+                       overwrite=args.force, instances=args.instances, sequence=sequence)
+    print(f"wrote {target}/config.pbtxt, {target}/1/model.onnx and {target}/1/model.py; serve it with: "
+          f"gert serve {args.repo}")
+    return 0
+
+
+def add_serve(sub) -> None:
+    """``gert serve REPO [options] [-- TRITONSERVER_ARGS...]``."""
+    s = sub.add_parser("serve", help="run tritonserver for a model repository",
+                       usage="gert serve REPO [options] [-- TRITONSERVER_ARGS...]",
+                       description="Run tritonserver for REPO; arguments after -- go to tritonserver as they are.")
+    s.add_argument("repo")
+    s.add_argument("--address", default="127.0.0.1",
+                   help="address the HTTP, gRPC and metrics endpoints listen on (default 127.0.0.1, loopback only; "
+                        "0.0.0.0 in a container)")
+    s.add_argument("--http-port", type=int, default=8000)
+    s.add_argument("--grpc-port", type=int, default=8001)
+    s.add_argument("--metrics-port", type=int, default=8002)
+    s.add_argument("--tritonserver", help="path of the tritonserver binary (default: the nvidia-pytriton wheel's)")
+    # tritonserver's own arguments come after `--` (split off by gert's main): an argparse.REMAINDER positional after
+    # REPO would also swallow gert's options written after REPO (`gert serve REPO --http-port 9000`)
+    s.set_defaults(func=cmd_serve, passthrough_args=[])
+
+
+def add_repo(sub) -> None:
+    """``gert repo init MODEL.onnx REPO [options]``."""
+    r = sub.add_parser("repo", help="model repository tools")
+    rsub = r.add_subparsers(dest="repo_command", required=True, parser_class=type(r))
+    ri = rsub.add_parser("init", help="write a model repository entry that serves MODEL.onnx with gert")
+    ri.add_argument("model")
+    ri.add_argument("repo")
+    ri.add_argument("--name")
+    ri.add_argument("--max-batch-size", type=int)
+    ri.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                    help="a gert_triton config parameter, e.g. streams=1 or gears=batch:1,4,8 (repeatable)")
+    ri.add_argument("--instances", type=int, default=1, help="instance_group count (default 1)")
+    ri.add_argument("--force", action="store_true", help="overwrite an existing entry")
+    ri.add_argument("--state", action="append", default=[], metavar="INPUT=OUTPUT",
+                    help="a stateful model: the state input fed by OUTPUT at the next step, kept on the device per "
+                         "sequence (repeatable); writes a sequence_batching block")
+    ri.add_argument("--batch-dim", help="the batch axis where it is not axis 0: a dim name (N) or axes (x:1,h:1)")
+    ri.add_argument("--sequence-strategy", choices=("oldest", "direct"), default="oldest")
+    ri.add_argument("--max-sequence-idle-us", type=int, default=5_000_000,
+                    help="an idle sequence's state is dropped after this long (default 5 s)")
+    ri.set_defaults(func=cmd_repo_init)
