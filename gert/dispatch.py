@@ -82,12 +82,12 @@ class StreamQueue(Generic[W]):
 
     def gather(self, w: W, group: list, key: tuple, rows: int, limit: int, until: float,
                enough: Callable[[int], bool]) -> list:
-        """The leader of ``group`` (holding ``w``) waits until time.monotonic() reaches ``until`` for requests of
+        """The leader of ``group`` (holding ``w``) waits until time.perf_counter() reaches ``until`` for requests of
         ``key`` to join, taking each one that fits within ``limit`` rows, until ``enough(rows)``; the group."""
         with self._lock:
             while not self._closed:
                 rows += self._take_along(w, group, key, rows, limit)
-                left = until - time.monotonic()
+                left = until - time.perf_counter()
                 if enough(rows) or rows >= limit or left <= 0:
                     break
                 self._arrived.wait(left)

@@ -283,10 +283,10 @@ class Model:
             if w is None:
                 return pending.result()  # another request's batch ran it
             try:
-                delay, enough = self.engine.gather_rule()
-                if delay:
-                    self._queue.gather(w, group, pending.key, sum(p.rows for p in group), pending.limit,
-                                       time.monotonic() + delay, enough)
+                until, enough = self.engine.gather_rule(group)  # max_queue_delay_ms / latency_slo_ms
+                if until is not None:
+                    self._queue.gather(w, group, pending.key, sum(p.rows for p in group), pending.limit, until,
+                                       enough)
 
                 def run(req: Request) -> dict:
                     if self._closed:

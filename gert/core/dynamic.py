@@ -16,7 +16,7 @@ from typing import Mapping, Optional, Union
 
 from gert.errors import GertError
 
-_SETTINGS = ("max_queue_delay_ms", "max_batch", "preferred_batch_size")
+_SETTINGS = ("max_queue_delay_ms", "max_batch", "preferred_batch_size", "latency_slo_ms")
 _WAITS_KEPT = 4096  # recent queue waits kept for the p99 (a ring)
 
 
@@ -25,11 +25,15 @@ class BatchingConfig:
     """``gert.load(dynamic_batching=...)``, with Triton's names (model_config.proto's dynamic_batching):
     ``max_queue_delay_ms``: how long the first request of a batch may wait for others to fill a preferred size
     (0: never wait); ``max_batch``: rows of one batch at most (default: the largest batch gear);
-    ``preferred_batch_size``: sizes at which a batch stops waiting (default: the largest it may have)."""
+    ``preferred_batch_size``: sizes at which a batch stops waiting (default: the largest it may have);
+    ``latency_slo_ms``: the first request of a batch waits for company only as long as its latency stays within
+    this, given the measured run time of the gear the batch would fill (learned online; nothing measured yet:
+    no wait). With both delays, the shorter wait applies."""
 
     max_queue_delay_ms: float = 0.0
     max_batch: Optional[int] = None
     preferred_batch_size: tuple = ()
+    latency_slo_ms: Optional[float] = None
 
     @staticmethod
     def parse(value: Union[bool, Mapping, None]) -> Optional["BatchingConfig"]:
@@ -47,6 +51,9 @@ class BatchingConfig:
         delay = value.get("max_queue_delay_ms", 0.0)
         if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not delay >= 0:
             raise GertError(f"dynamic_batching: max_queue_delay_ms must be a number >= 0, got {delay!r}")
+        slo = value.get("latency_slo_ms")
+        if slo is not None and (isinstance(slo, bool) or not isinstance(slo, (int, float)) or not slo > 0):
+            raise GertError(f"dynamic_batching: latency_slo_ms must be a number > 0, got {slo!r}")
         top = value.get("max_batch")
         if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
             raise GertError(f"dynamic_batching: max_batch must be an int >= 1, got {top!r}")
@@ -62,7 +69,7 @@ class BatchingConfig:
                             f"{value.get('preferred_batch_size')!r}")
         if top is not None and sizes and sizes[-1] > top:
             raise GertError(f"dynamic_batching: preferred_batch_size {list(sizes)} goes beyond max_batch={top}")
-        return BatchingConfig(float(delay), top, sizes)
+        return BatchingConfig(float(delay), top, sizes, None if slo is None else float(slo))
 
 
 class Pending:
@@ -99,6 +106,27 @@ class Pending:
         if self._error is not None:
             raise self._error
         return self._result
+
+
+class RunTimes:
+    """Seconds a run takes per batch size the graph runs at (a moving average), learned from the runs."""
+
+    def __init__(self, weight: float = 0.2):
+        self._seconds: dict = {}
+        self._weight = weight
+
+    def add(self, size: int, seconds: float) -> None:
+        old = self._seconds.get(size)
+        self._seconds[size] = seconds if old is None else old + self._weight * (seconds - old)
+
+    def estimate(self, size: int) -> Optional[float]:
+        """The run time at ``size``: measured there, else the one measured at the nearest larger size (a
+        conservative guess), else None."""
+        known = self._seconds.get(size)
+        if known is not None:
+            return known
+        larger = [s for s in self._seconds if s > size]
+        return self._seconds[min(larger)] if larger else None
 
 
 class BatchingStats:

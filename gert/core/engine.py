@@ -20,7 +20,7 @@ from typing import Callable, Mapping, Optional, Sequence
 import numpy as np
 
 from gert.core.batching import Batcher, take
-from gert.core.dynamic import BatchingConfig, BatchingStats, Pending
+from gert.core.dynamic import BatchingConfig, BatchingStats, Pending, RunTimes
 from gert.core.validate import Validator
 from gert.errors import GertError, RequestTimeout
 from gert.executor import Request
@@ -61,6 +61,7 @@ class Engine:
         self.batching = dynamic_batching
         self.batch_limit = self._batch_limit(dynamic_batching)  # rows of a dynamic batch at most (0: off)
         self.batching_stats = BatchingStats()
+        self.run_times = RunTimes()  # per batch size run: what latency_slo_ms leaves room for
 
     def _batch_limit(self, config: Optional[BatchingConfig]) -> int:
         """Rows one dynamic batch may have: up to the largest gear (pad) or max_batch; 0 when requests of this
@@ -141,14 +142,23 @@ class Engine:
         return self.streams.dispatch(Request(arrays, sizes, run_sizes, key, dict(out) if out else None, timeout))
 
     # ---- dynamic batching ------------------------------------------------------------------------------------------
-    def gather_rule(self) -> tuple:
-        """(seconds a batch's leader may wait for company, enough(rows)): max_queue_delay_ms and the preferred
-        batch sizes (default: the largest batch); (0, ...) for no added delay."""
+    def gather_rule(self, group: list) -> tuple:
+        """(time.perf_counter() until which the leader of ``group`` may wait for company, enough(rows)), or
+        (None, None) for no added delay: max_queue_delay_ms from the leader's arrival, latency_slo_ms minus the
+        measured run time of the gear the batch would fill from the oldest member's arrival; the batch stops
+        waiting once it reaches the largest preferred size (default: the largest batch)."""
         config = self.batching
-        if config is None or not config.max_queue_delay_ms:
-            return 0.0, None
+        if config is None or not (config.max_queue_delay_ms or config.latency_slo_ms):
+            return None, None
         target = config.preferred_batch_size[-1] if config.preferred_batch_size else self.batch_limit
-        return config.max_queue_delay_ms / 1000.0, (lambda rows: rows >= target)
+        first = min(p.queued_at for p in group)
+        until = []
+        if config.max_queue_delay_ms:
+            until.append(group[0].queued_at + config.max_queue_delay_ms / 1000.0)
+        if config.latency_slo_ms:
+            run = self.run_times.estimate(self.plan.batch.resolve(target, "dynamic batching"))
+            until.append(first + config.latency_slo_ms / 1000.0 - run if run is not None else first)
+        return min(until), (lambda rows: rows >= target)
 
     def _lead(self, group: list, run: Callable[[Request], dict]) -> None:
         """Run the Pending requests of ``group`` (one batch key) as one batch on the stream ``run`` runs on, and
@@ -163,7 +173,7 @@ class Engine:
                 req = self._request(p.arrays, p.sizes, p.out, p.timeout)
                 gear = req.key
                 try:
-                    p.set_result(run(req))
+                    p.set_result(self._timed(run, req))
                 except BaseException as e:  # noqa: BLE001 - the request's own error, raised by its thread
                     p.set_error(e)
                 return
@@ -173,9 +183,9 @@ class Engine:
             req = self._request(merged, dict(first.sizes, batch=sum(rows)), None, first.timeout)
             gear = req.key
             try:
-                out = run(req)
+                out = self._timed(run, req)
             except Exception as e:  # noqa: BLE001 - delivered to every member, or retried one by one
-                if not is_runtime_failure(e) or isinstance(e, RequestTimeout):
+                if not _device_fault(e):
                     for p in group:
                         p.set_error(e)
                     return
@@ -196,6 +206,13 @@ class Engine:
         finally:
             if gear is not None:  # it ran (a request whose sizes have no graph did not)
                 self.batching_stats.record(len(group), _label(gear), waits, retried)
+
+    def _timed(self, run: Callable[[Request], dict], req: Request) -> dict:
+        """run(req), its time learned per batch size run (latency_slo_ms)."""
+        t0 = time.perf_counter()
+        out = run(req)
+        self.run_times.add(req.run_sizes["batch"], time.perf_counter() - t0)
+        return out
 
     def _request(self, arrays: dict, sizes: dict, out: Optional[dict], timeout: Optional[float]) -> Request:
         run_sizes, key = self.resolve(sizes)
@@ -255,9 +272,19 @@ class Engine:
             try:
                 outs = self.run_batch([r for _, r, _ in group], timeout=timeout)
             except Exception as e:  # noqa: BLE001 - the group's error, raised or returned below
-                if not return_exceptions:
+                if len(group) > 1 and _device_fault(e):  # each request alone: only one that fails alone fails
+                    outs = []
+                    for _, r, _ in group:
+                        try:
+                            outs.append(self.run(r, None, timeout))
+                        except Exception as e1:  # noqa: BLE001 - this request's own error
+                            if not return_exceptions:
+                                raise
+                            outs.append(e1)
+                elif not return_exceptions:
                     raise
-                outs = [e] * len(group)
+                else:
+                    outs = [e] * len(group)
             for (i, _, _), out in zip(group, outs):
                 results[i] = out
         return results
@@ -279,6 +306,12 @@ class Engine:
             return self.run_many(requests, timeout)  # inputs without the batch axis differ: not one batch
         out = self.run(self.batcher.merge([{n: r[n] for n in names} for r in requests]), None, timeout)
         return self.batcher.split(out, [self.batcher.rows({n: r[n] for n in names}) for r in requests])
+
+
+def _device_fault(e: BaseException) -> bool:
+    """A failure of the device or runtime while a merged batch ran (gert.recovery.is_runtime_failure), not a
+    timeout: its requests are retried one by one, so that only a request that fails alone fails."""
+    return is_runtime_failure(e) and not isinstance(e, RequestTimeout)
 
 
 def _label(key: tuple) -> str:
