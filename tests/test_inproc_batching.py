@@ -102,6 +102,38 @@ def test_queued_requests_form_one_batch_when_the_stream_comes_free():
         assert b["gears"] == {"batch=8": {"batches": 1, "requests": 5, "mean_batch_size": 5.0}}, b
         assert m.stats()["streams"][0]["requests"] == 1  # one graph run for the five
         assert b["mean_batch_size"] == 5.0 and b["p99_batch_size"] == 5
+        shown = str(m.stats())
+        assert "dynamic batching" in shown and "dynamic batches per gear" in shown and "batch=8" in shown
+
+
+def test_out_arrays_of_batched_requests_are_filled():
+    rng = np.random.default_rng(14)
+    reqs = [_x(rng) for _ in range(3)]
+    outs = [{"y": np.empty((1, 4), np.float32)} for _ in reqs]
+    with gert.load(AFFINE) as m:
+        held = Held(m)
+        results, threads = _in_threads(lambda i: m.run(reqs[i], out=outs[i]), list(range(3)), held)
+        held.release()
+        _join(threads)
+        for r, got, out in zip(reqs, results, outs):
+            assert got["y"] is out["y"]
+            assert_alone(AFFINE, r, got, "out=")
+        assert _batching(m)["batch_sizes"] == {3: 1}
+
+
+def test_many_threads_on_two_streams_each_get_their_own_results():
+    """Not held: 12 threads x 6 requests of 1..3 rows over two streams, batches forming as they may."""
+    model, kwargs, make = FAMILIES["scalar_empty"]
+    rng = np.random.default_rng(15)
+    work = [[make(rng, int(rng.integers(1, 4))) for _ in range(6)] for _ in range(12)]
+    with gert.load(model, streams=2, gears={"batch": [1, 2, 4, 8]}, **kwargs) as m:
+        results, threads = _in_threads(lambda reqs: [m.run(r) for r in reqs], work)
+        _join(threads)
+        for t, (reqs, got) in enumerate(zip(work, results)):
+            assert not isinstance(got, BaseException), got
+            for i, (r, g) in enumerate(zip(reqs, got)):
+                assert_alone(model, r, g, f"thread {t} request {i}")
+        assert _batching(m)["requests"] == 72
 
 
 def test_a_lone_request_runs_at_once_alone():
