@@ -85,6 +85,52 @@ def _batching(m: gert.Model) -> dict:
     return m.stats()["batching"]
 
 
+# ---- the stream queue's batch hand-off (gert/dispatch.py) ------------------------------------------------------------
+
+def test_stream_queue_hands_a_freed_stream_to_the_oldest_request_with_its_company():
+    """Queued in turn: a (key K, 2 rows), p (plain), b (K, 1 row), c (key C), d (K, 2 rows: a + b + d would be 5
+    rows, over the limit of 4), e (K, may not run on this stream). The freed stream goes to a with b along; then to
+    p alone, to c alone; close() fails d and e."""
+    from gert.dispatch import StreamQueue
+
+    s, other = object(), object()
+    q = StreamQueue([s])
+    assert q.acquire_batch([s], "lone", ("K",), 1, 4) == (s, ["lone"])  # a free stream: taken at once, alone
+    got: dict = {}
+
+    def call(name, fn):
+        try:
+            got[name] = fn()
+        except gert.GertError as e:
+            got[name] = e
+
+    def wait(name, fn):
+        t = threading.Thread(target=call, args=(name, fn), daemon=True)
+        t.start()
+        _until(lambda: q.waiting() == len(threads) + 1, f"{name} did not queue")
+        threads.append(t)
+
+    threads: list = []
+    wait("a", lambda: q.acquire_batch([s], "a", ("K",), 2, 4))
+    wait("p", lambda: q.acquire([s]))
+    wait("b", lambda: q.acquire_batch([s], "b", ("K",), 1, 4))
+    wait("c", lambda: q.acquire_batch([s], "c", ("C",), 1, 4))
+    wait("d", lambda: q.acquire_batch([s], "d", ("K",), 2, 4))
+    wait("e", lambda: q.acquire_batch([other], "e", ("K",), 1, 4))
+    q.release(s)
+    _until(lambda: "a" in got and "b" in got, "a's batch was not handed over")
+    assert got["a"] == (s, ["a", "b"]) and got["b"] == (None, []) and q.waiting() == 4
+    q.release(s)  # the plain request next, alone
+    _until(lambda: "p" in got, "p did not get the stream")
+    assert got["p"] is s
+    q.release(s)
+    _until(lambda: "c" in got, "c did not get the stream")
+    assert got["c"] == (s, ["c"])
+    q.close()
+    _join(threads)
+    assert all(isinstance(got[n], gert.GertError) for n in "de"), got
+
+
 # ---- batches form when a stream comes free ------------------------------------------------------------------------
 
 def test_queued_requests_form_one_batch_when_the_stream_comes_free():
