@@ -295,11 +295,10 @@ class Model:
 
                 with w.lock:
                     lead(group, run)
-            except BaseException as e:
+            except BaseException as e:  # noqa: BLE001 - each member's error (this request's too, raised below)
                 for p in group:  # nobody the batch took is left waiting
                     if not p.done:
                         p.set_error(e)
-                raise
             finally:
                 self._queue.release(w)
             return pending.result()

@@ -9,7 +9,6 @@ request alone.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import threading
 import time
 
