@@ -38,6 +38,7 @@ SCRIPTS = [
     ("cache", "bench_cache.py", [], ["--rounds", "1"]),
     ("sequences", "bench_sequences.py", [], ["--duration", "3", "--rounds", "1"]),
     ("precision", "bench_precision.py", [], []),
+    ("inproc", "bench_inproc_batching.py", [], ["--seconds", "1", "--rounds", "1"]),
 ]
 
 

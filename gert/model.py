@@ -18,6 +18,7 @@ import numpy as np
 
 from gert import _cann
 from gert.core import onnx_io
+from gert.core.dynamic import BatchingConfig, Pending
 from gert.core.engine import Engine, Streams, write_out
 from gert._cann import Graph, ge_initialize
 from gert.core.compile_cache import CACHE_DIR_OPTION, CompileCache
@@ -119,9 +120,10 @@ class Model:
                  sequence_wait_s: float = 0.0, cache_dir: Optional[Union[str, os.PathLike]] = None,
                  cache_mode: Union[int, str, None] = None, trust_foreign_entries: bool = False,
                  cann_ops: Optional[str] = None, precision_mode: Optional[str] = None,
-                 keep_fp32: Sequence[str] = ()):
+                 keep_fp32: Sequence[str] = (), dynamic_batching: Union[bool, Mapping] = True):
         data = _read_model(model)
         check_settings(hot_after, hot_window, max_exact_graphs, compile_share)
+        batching = BatchingConfig.parse(dynamic_batching)  # concurrent callers batched (gert/core/dynamic.py)
         devices = _check_devices(devices, streams, cube_cores, vector_cores)
         self.cann_report, self._graph = _parse(data, cann_ops)  # first: what GE's parser refuses fails here
         described = onnx_io.read(data)  # the one ONNX I/O reader (gert/core/onnx_io.py)
@@ -163,11 +165,14 @@ class Model:
         self._queue: StreamQueue = StreamQueue(self._workers)
         # the request pipeline (gert/core/engine.py); the streams' lifecycle stays here (close, warmup)
         self.engine = Engine(self.plan, Streams(self._dispatch, self._queue.idle, lambda: len(self._workers),
-                                                self._recovery.timeout_for, self._parts_pool), split_batch)
+                                                self._recovery.timeout_for, self._parts_pool, self._dispatch_batch),
+                             split_batch, batching)
         self._futures_lock = threading.Lock()
         self._queued: set = set()  # futures from submit() that no pool thread has started
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(4, 2 * len(self._workers)),
-                                                           thread_name_prefix="gert-model")
+        # submit()'s threads: with dynamic batching, enough for a full batch to queue behind every stream
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(4, 2 * len(self._workers), self.engine.batch_limit + len(self._workers)),
+            thread_name_prefix="gert-model")
 
     # ---- metadata -------------------------------------------------------------------------------------------
     @property
@@ -297,6 +302,44 @@ class Model:
                 self._in_flight -= 1
                 self._idle.notify_all()
 
+    def _dispatch_batch(self, pending: Pending, lead) -> dict:
+        """Dynamic batching (gert/core/dynamic.py): ``pending`` queues for a stream with its batch key. If it gets
+        the stream it leads a batch: the queued requests of its key come along (and, with max_queue_delay_ms, those
+        arriving meanwhile), and ``lead(group, run)`` runs them on the stream; else the batch that took it delivers
+        its result."""
+        with self._lock:
+            self._check_open()
+            self._in_flight += 1
+        try:
+            usable = self._recovery.usable(self._workers)
+            w, group = self._queue.acquire_batch(usable, pending, pending.key, pending.rows, pending.limit)
+            if w is None:
+                return pending.result()  # another request's batch ran it
+            try:
+                until, enough = self.engine.gather_rule(group)  # max_queue_delay_ms / latency_slo_ms
+                if until is not None:
+                    self._queue.gather(w, group, pending.key, sum(p.rows for p in group), pending.limit, until,
+                                       enough)
+
+                def run(req: Request) -> dict:
+                    if self._closed:
+                        raise GertError("the model was closed before this request started")
+                    return self._recovery.run(w, req)
+
+                with w.lock:
+                    lead(group, run)
+            except BaseException as e:  # noqa: BLE001 - each member's error (this request's too, raised below)
+                for p in group:  # nobody the batch took is left waiting
+                    if not p.done:
+                        p.set_error(e)
+            finally:
+                self._queue.release(w)
+            return pending.result()
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                self._idle.notify_all()
+
     def run_batch(self, requests: list, *, timeout: Optional[float] = None) -> list:
         """Requests sharing their non-batch shapes, as one batch on the batch axis, run once (the merged batch is
         validated, not each request again), and split back into one result per request. The requests are not
@@ -399,7 +442,10 @@ class Model:
         gert.tools.display.Stats, which also shows as tables in Jupyter and IPython)."""
         from gert.tools.stats import collect_stats  # a tool: imported when asked for
 
-        return collect_stats(self._workers, self._recovery.stats, self._tiers)
+        out = collect_stats(self._workers, self._recovery.stats, self._tiers)
+        out["batching"] = dict(self.engine.batching_stats.snapshot(), enabled=bool(self.engine.batch_limit),
+                               max_batch=self.engine.batch_limit, queued=self._queue.waiting())
+        return out
 
     def close(self, timeout: float = 60.0) -> None:
         """Stop taking requests; queued submits are cancelled; running requests, steps and warmup complete (warmup

@@ -5,12 +5,18 @@ each stream a queue of its own: a short request can wait behind a long one while
 with sizes that vary (images of varying sizes) the slowest requests wait behind each other. Here a request takes the
 first stream that comes free, and a stream that comes free goes straight to the request that has waited longest
 among those that may run on it (direct hand-off: a thread that arrives later cannot take it first).
+
+Dynamic batching (gert/core/dynamic.py): a request queued with a batch key takes, with the stream that comes free,
+every other queued request of the same key that may run there, up to its row limit: they run as one batch, led by
+the request that waited longest; the others wait for their share of its outputs. A free stream is taken at once, so
+a lone request never waits for company unless its leader asks to (``gather``, max_queue_delay_ms).
 """
 from __future__ import annotations
 
 import collections
 import threading
-from typing import Generic, Sequence, TypeVar
+import time
+from typing import Callable, Generic, Optional, Sequence, TypeVar
 
 from gert.errors import GertError
 
@@ -18,12 +24,14 @@ W = TypeVar("W")
 
 
 class _Waiter:
-    __slots__ = ("eligible", "event", "worker")
+    __slots__ = ("eligible", "event", "worker", "item", "key", "rows", "limit", "group")
 
-    def __init__(self, eligible: Sequence):
+    def __init__(self, eligible: Sequence, item=None, key=None, rows: int = 1, limit: int = 1):
         self.eligible = eligible
         self.event = threading.Event()
         self.worker = None
+        self.item, self.key, self.rows, self.limit = item, key, rows, limit
+        self.group: Optional[list] = None  # the items of the batch this waiter leads (or None: it was taken)
 
 
 class StreamQueue(Generic[W]):
@@ -38,21 +46,15 @@ class StreamQueue(Generic[W]):
         self._waiters: "collections.deque[_Waiter]" = collections.deque()
         self._next = 0  # round robin among free workers, so that idle streams take turns
         self._closed = False
+        self._arrived = threading.Condition(self._lock)  # a request queued: a gathering leader looks again
 
     def acquire(self, eligible: Sequence[W]) -> W:
         """A worker from ``eligible`` for the caller's exclusive use, once one is free and no request that came
         earlier may take it; GertError if the queue is closed before then."""
         with self._lock:
-            if self._closed:
-                raise GertError("the model was closed before this request started")
-            if self._free:
-                n = len(self._workers)
-                for i in range(n):
-                    w = self._workers[(self._next + i) % n]
-                    if w in self._free and w in eligible:
-                        self._free.remove(w)
-                        self._next = (self._workers.index(w) + 1) % n
-                        return w
+            w = self._take_free(eligible)
+            if w is not None:
+                return w
             waiter = _Waiter(eligible)
             self._waiters.append(waiter)
         waiter.event.wait()
@@ -60,12 +62,78 @@ class StreamQueue(Generic[W]):
             raise GertError("the model was closed before this request started")
         return waiter.worker
 
+    def acquire_batch(self, eligible: Sequence[W], item, key: tuple, rows: int, limit: int) -> tuple:
+        """As acquire(), for a request that may share its run with queued requests of the same ``key``:
+        (worker, [item, the items it takes along]) when this request leads a batch (at most ``limit`` rows in
+        all), or (None, []) when another request's batch took it (its leader delivers its result to ``item``)."""
+        with self._lock:
+            w = self._take_free(eligible)
+            if w is not None:
+                return w, [item]
+            waiter = _Waiter(eligible, item, key, rows, limit)
+            self._waiters.append(waiter)
+            self._arrived.notify_all()
+        waiter.event.wait()
+        if waiter.worker is not None:
+            return waiter.worker, waiter.group
+        if waiter.group is not None:  # taken into another request's batch
+            return None, []
+        raise GertError("the model was closed before this request started")
+
+    def gather(self, w: W, group: list, key: tuple, rows: int, limit: int, until: float,
+               enough: Callable[[int], bool]) -> list:
+        """The leader of ``group`` (holding ``w``) waits until time.perf_counter() reaches ``until`` for requests of
+        ``key`` to join, taking each one that fits within ``limit`` rows, until ``enough(rows)``; the group."""
+        with self._lock:
+            while not self._closed:
+                rows += self._take_along(w, group, key, rows, limit)
+                left = until - time.perf_counter()
+                if enough(rows) or rows >= limit or left <= 0:
+                    break
+                self._arrived.wait(left)
+        return group
+
+    def _take_free(self, eligible: Sequence[W]):
+        """A free worker from ``eligible``, taken (round robin), or None; GertError once closed."""
+        if self._closed:
+            raise GertError("the model was closed before this request started")
+        if self._free:
+            n = len(self._workers)
+            for i in range(n):
+                w = self._workers[(self._next + i) % n]
+                if w in self._free and w in eligible:
+                    self._free.remove(w)
+                    self._next = (self._workers.index(w) + 1) % n
+                    return w
+        return None
+
+    def _take_along(self, w: W, group: list, key: tuple, rows: int, limit: int) -> int:
+        """Move the queued requests of ``key`` that may run on ``w`` and fit within ``limit`` rows into ``group``
+        (in arrival order), waking their threads to wait for the batch's result; the rows taken."""
+        taken = 0
+        for waiter in list(self._waiters):
+            if waiter.key != key or w not in waiter.eligible or waiter.key is None:
+                continue
+            if rows + taken + waiter.rows > limit:
+                continue
+            self._waiters.remove(waiter)
+            group.append(waiter.item)
+            taken += waiter.rows
+            waiter.group = []  # taken by another's batch: no worker, no error
+            waiter.event.set()
+            if rows + taken >= limit:
+                break
+        return taken
+
     def release(self, w: W) -> None:
         """Give ``w`` back: to the longest-waiting request that may use it, else to the free list."""
         with self._lock:
             for waiter in self._waiters:
                 if w in waiter.eligible:
                     self._waiters.remove(waiter)
+                    if waiter.key is not None:  # it leads a batch: its queued company comes along
+                        waiter.group = [waiter.item]
+                        self._take_along(w, waiter.group, waiter.key, waiter.rows, waiter.limit)
                     waiter.worker = w
                     waiter.event.set()
                     return
@@ -91,5 +159,6 @@ class StreamQueue(Generic[W]):
         with self._lock:
             self._closed = True
             waiters, self._waiters = list(self._waiters), collections.deque()
+            self._arrived.notify_all()  # a leader gathering company stops and runs what it has
         for waiter in waiters:
             waiter.event.set()

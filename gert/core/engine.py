@@ -3,22 +3,29 @@
     validate (gert.core.validate) -> resolve sizes and graph key -> batch (gert.core.batching) -> dispatch to a
     stream, run under recovery (the Streams the Model gives) -> split
 
+Concurrent callers are batched here too (dynamic batching, gert/core/dynamic.py): a request that may share a run
+queues for a stream with its batch key; the one that gets the stream takes the queued requests of its key along,
+merges them (Batcher.merge), runs them once and splits the outputs back (Batcher.split).
+
 gert.Model, gert.Sequences, gert.InferenceSession, gert.onnx_backend and gert_triton are front doors: they translate
 their callers' inputs and errors and call the Engine; none holds a copy of a step.
 """
 from __future__ import annotations
 
 import concurrent.futures
+import time
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
 from gert.core.batching import Batcher, take
+from gert.core.dynamic import BatchingConfig, BatchingStats, Pending, RunTimes
 from gert.core.validate import Validator
-from gert.errors import GertError
+from gert.errors import GertError, RequestTimeout
 from gert.core.executor import Request
-from gert.core.shapes import ShapePlan
+from gert.core.recovery import is_runtime_failure
+from gert.core.shapes import DEFAULT_BATCH_GEARS, ShapePlan
 
 _RESOLVED_KEPT = 1024  # remembered sizes -> (run sizes, graph key) (cleared when full)
 
@@ -27,25 +34,56 @@ _RESOLVED_KEPT = 1024  # remembered sizes -> (run sizes, graph key) (cleared whe
 class Streams:
     """What the Engine needs of the streams that run requests (the Model owns them, with their lifecycle):
     ``dispatch`` runs a Request on the first free stream under recovery; ``idle`` counts the free streams;
-    ``count`` all of them; ``timeout_for`` a request's device timeout; ``parts_pool`` threads for split batches."""
+    ``count`` all of them; ``timeout_for`` a request's device timeout; ``parts_pool`` threads for split batches;
+    ``dispatch_batch(pending, lead)`` queues a Pending request for a stream with its batch key: the request that
+    gets the stream calls ``lead(group, run)`` (``run`` runs a Request on that stream under recovery), the others
+    wait for their results (dynamic batching)."""
 
     dispatch: Callable[[Request], dict]
     idle: Callable[[], int]
     count: Callable[[], int]
     timeout_for: Callable[[Optional[float]], Optional[float]]
     parts_pool: Callable[[], concurrent.futures.ThreadPoolExecutor]
+    dispatch_batch: Optional[Callable[[Pending, Callable], dict]] = None
 
 
 class Engine:
     """Runs requests of one model: one request, a list, a batch, or a prepared batch of sequence steps."""
 
-    def __init__(self, plan: ShapePlan, streams: Streams, split_batch: bool = False):
+    def __init__(self, plan: ShapePlan, streams: Streams, split_batch: bool = False,
+                 dynamic_batching: Optional[BatchingConfig] = None):
         self.plan = plan
         self.streams = streams
         self.split_batch = bool(split_batch)
         self.validator = Validator(plan)
         self.batcher = Batcher(plan)
         self._resolved: dict = {}
+        self.batching = dynamic_batching
+        self.batch_limit = self._batch_limit(dynamic_batching)  # rows of a dynamic batch at most (0: off)
+        self.batching_stats = BatchingStats()
+        self.run_times = RunTimes()  # per batch size run: what latency_slo_ms leaves room for
+
+    def _batch_limit(self, config: Optional[BatchingConfig]) -> int:
+        """Rows one dynamic batch may have: up to the largest gear (pad) or max_batch; 0 when requests of this
+        model never share a run: batching off, no batch axis, outputs that do not carry the batch (plan.unsplit),
+        value-dependent outputs (their size would follow the whole batch), a batch of policy exact, or with gears that
+        are not padded to (each merged size would need a graph of its own)."""
+        batch = self.plan.batch
+        if config is None or not self.batcher.enabled or self.plan.value_dependent or batch is None:
+            return 0
+        if batch.policy == "pad":
+            top = batch.gears[-1]
+            if config.max_batch is not None:
+                top = min(top, config.max_batch)
+        elif batch.policy in ("dynamic", "auto") and not batch.gears:
+            # any size runs (the dynamic-shape graph; with auto, hot sizes get static graphs in the background)
+            top = config.max_batch or DEFAULT_BATCH_GEARS[-1]
+        else:
+            return 0
+        if config.preferred_batch_size and config.preferred_batch_size[-1] > top:
+            raise GertError(f"dynamic_batching: preferred_batch_size {list(config.preferred_batch_size)} goes "
+                            f"beyond the largest batch this model runs ({top})")
+        return top if top > 1 else 0
 
     # ---- validate and resolve ------------------------------------------------------------------------------------
     def validate(self, inputs: Mapping[str, object]) -> tuple:
@@ -95,8 +133,90 @@ class Engine:
             counts = [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
             starts = [sum(counts[:i]) for i in range(parts)]
             return self._run_chunks(arrays, sizes, list(zip(starts, counts)), timeout)
-        run_sizes, key = self.resolve(sizes)
+        run_sizes, key = self.resolve(sizes)  # a size without a graph fails here, alone, before any batch
+        if self.batch_limit and 0 < sizes["batch"] < self.batch_limit and self.streams.dispatch_batch is not None \
+                and all(type(a) is np.ndarray for a in arrays.values()):
+            pending = Pending(arrays, sizes, sizes["batch"], self.batcher.key(arrays, (timeout,)),
+                              dict(out) if out else None, timeout, self.batch_limit)
+            return self.streams.dispatch_batch(pending, self._lead)
         return self.streams.dispatch(Request(arrays, sizes, run_sizes, key, dict(out) if out else None, timeout))
+
+    # ---- dynamic batching ------------------------------------------------------------------------------------------
+    def gather_rule(self, group: list) -> tuple:
+        """(time.perf_counter() until which the leader of ``group`` may wait for company, enough(rows)), or
+        (None, None) for no added delay: max_queue_delay_ms from the leader's arrival, latency_slo_ms minus the
+        measured run time of the gear the batch would fill from the oldest member's arrival; the batch stops
+        waiting once it reaches the largest preferred size (default: the largest batch)."""
+        config = self.batching
+        if config is None or not (config.max_queue_delay_ms or config.latency_slo_ms):
+            return None, None
+        target = config.preferred_batch_size[-1] if config.preferred_batch_size else self.batch_limit
+        first = min(p.queued_at for p in group)
+        until = []
+        if config.max_queue_delay_ms:
+            until.append(group[0].queued_at + config.max_queue_delay_ms / 1000.0)
+        if config.latency_slo_ms:
+            run = self.run_times.estimate(self.plan.batch.resolve(target, "dynamic batching"))
+            until.append(first + config.latency_slo_ms / 1000.0 - run if run is not None else first)
+        return min(until), (lambda rows: rows >= target)
+
+    def _lead(self, group: list, run: Callable[[Request], dict]) -> None:
+        """Run the Pending requests of ``group`` (one batch key) as one batch on the stream ``run`` runs on, and
+        deliver each its outputs or error. A device fault in a merged batch is retried request by request, so that
+        only a request that fails alone fails."""
+        started = time.perf_counter()
+        waits = [started - p.queued_at for p in group]
+        retried, gear = False, None
+        try:
+            if len(group) == 1:
+                p = group[0]
+                req = self._request(p.arrays, p.sizes, p.out, p.timeout)
+                gear = req.key
+                try:
+                    p.set_result(self._timed(run, req))
+                except BaseException as e:  # noqa: BLE001 - the request's own error, raised by its thread
+                    p.set_error(e)
+                return
+            rows = [p.rows for p in group]
+            first = group[0]
+            merged = self.batcher.merge([p.arrays for p in group])
+            req = self._request(merged, dict(first.sizes, batch=sum(rows)), None, first.timeout)
+            gear = req.key
+            try:
+                out = self._timed(run, req)
+            except Exception as e:  # noqa: BLE001 - delivered to every member, or retried one by one
+                if not _device_fault(e):
+                    for p in group:
+                        p.set_error(e)
+                    return
+                retried = True
+                for p in group:  # a fault of the batch: each request alone, so only one that fails alone fails
+                    try:
+                        p.set_result(run(self._request(p.arrays, p.sizes, p.out, p.timeout)))
+                    except BaseException as e1:  # noqa: BLE001 - this request's own error
+                        p.set_error(e1)
+                return
+            for p, result in zip(group, self.batcher.split(out, rows)):
+                p.set_result(result)
+        except BaseException as e:  # noqa: BLE001 - nobody in the group is left waiting
+            for p in group:
+                if not p.done:
+                    p.set_error(e)
+            raise
+        finally:
+            if gear is not None:  # it ran (a request whose sizes have no graph did not)
+                self.batching_stats.record(len(group), _label(gear), waits, retried)
+
+    def _timed(self, run: Callable[[Request], dict], req: Request) -> dict:
+        """run(req), its time learned per batch size run (latency_slo_ms)."""
+        t0 = time.perf_counter()
+        out = run(req)
+        self.run_times.add(req.run_sizes["batch"], time.perf_counter() - t0)
+        return out
+
+    def _request(self, arrays: dict, sizes: dict, out: Optional[dict], timeout: Optional[float]) -> Request:
+        run_sizes, key = self.resolve(sizes)
+        return Request(arrays, sizes, run_sizes, key, out, timeout)
 
     def run_prepared(self, arrays: Mapping[str, object], **request) -> dict:
         """A batch a front door laid out itself (sequence steps: states bound as device tensors, gathered and
@@ -152,9 +272,19 @@ class Engine:
             try:
                 outs = self.run_batch([r for _, r, _ in group], timeout=timeout)
             except Exception as e:  # noqa: BLE001 - the group's error, raised or returned below
-                if not return_exceptions:
+                if len(group) > 1 and _device_fault(e):  # each request alone: only one that fails alone fails
+                    outs = []
+                    for _, r, _ in group:
+                        try:
+                            outs.append(self.run(r, None, timeout))
+                        except Exception as e1:  # noqa: BLE001 - this request's own error
+                            if not return_exceptions:
+                                raise
+                            outs.append(e1)
+                elif not return_exceptions:
                     raise
-                outs = [e] * len(group)
+                else:
+                    outs = [e] * len(group)
             for (i, _, _), out in zip(group, outs):
                 results[i] = out
         return results
@@ -176,6 +306,17 @@ class Engine:
             return self.run_many(requests, timeout)  # inputs without the batch axis differ: not one batch
         out = self.run(self.batcher.merge([{n: r[n] for n in names} for r in requests]), None, timeout)
         return self.batcher.split(out, [self.batcher.rows({n: r[n] for n in names}) for r in requests])
+
+
+def _device_fault(e: BaseException) -> bool:
+    """A failure of the device or runtime while a merged batch ran (gert.recovery.is_runtime_failure), not a
+    timeout: its requests are retried one by one, so that only a request that fails alone fails."""
+    return is_runtime_failure(e) and not isinstance(e, RequestTimeout)
+
+
+def _label(key: tuple) -> str:
+    """A graph key as stats() labels it ("batch=8,seq=32", "static")."""
+    return ",".join(f"{k}={v}" for k, v in key) or "static"
 
 
 def write_out(result: dict, out: Mapping[str, np.ndarray]) -> dict:

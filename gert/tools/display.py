@@ -48,7 +48,26 @@ def stats_sections(stats: dict) -> list:
     memory = Section("device memory", ["device", "used", "total"])
     for d, m in sorted(stats.get("device_memory", {}).items()):
         memory.rows.append([d, _mb(m["used"]), _mb(m["total"])])
-    return [streams, gears, faults, memory]
+    return [streams, gears, faults, memory] + batching_sections(stats.get("batching"))
+
+
+def batching_sections(b) -> list:
+    """Dynamic batching (gert/core/dynamic.py): batches formed, mean / p99 size, queue wait, retries; per gear."""
+    if not b:
+        return []
+    if not b.get("enabled"):
+        return [Section("dynamic batching", note="off (gert.load(dynamic_batching=False), or requests of this model "
+                                                 "cannot share a run)")]
+    total = Section("dynamic batching", ["batches", "requests", "mean size", "p99 size", "max size",
+                                         "mean wait ms", "p99 wait ms", "retried", "queued"])
+    total.rows.append([b["batches"], b["requests"], f"{b['mean_batch_size']:.2f}", b["p99_batch_size"],
+                       b["max_batch"], f"{b['mean_queue_wait_ms']:.2f}", f"{b['p99_queue_wait_ms']:.2f}",
+                       b["retried_batches"], b["queued"]])
+    gears = Section("dynamic batches per gear", ["gear", "batches", "requests", "mean size"],
+                    note="no batches yet")
+    for label, g in b.get("gears", {}).items():
+        gears.rows.append([label, g["batches"], g["requests"], f"{g['mean_batch_size']:.2f}"])
+    return [total, gears]
 
 
 def model_sections(model: "Model") -> list:

@@ -1,0 +1,183 @@
+"""In-process dynamic batching: its settings, a request waiting to share a run, and its statistics.
+
+The Engine (gert/core/engine.py) batches concurrent callers of one model: a request that may share a graph run
+(gert.core.batching.Batcher) waits in the Model's stream queue (gert/dispatch.py) with its batch key; when a stream
+comes free, the request that waited longest takes it together with every queued request of the same key, up to the
+largest batch gear, and runs them as one batch. Nothing waits for a batch to fill unless ``max_queue_delay_ms`` says
+so: a lone request runs at once.
+"""
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from dataclasses import dataclass
+from typing import Mapping, Optional, Union
+
+from gert.errors import GertError
+
+_SETTINGS = ("max_queue_delay_ms", "max_batch", "preferred_batch_size", "latency_slo_ms")
+_WAITS_KEPT = 4096  # recent queue waits kept for the p99 (a ring)
+
+
+@dataclass(frozen=True)
+class BatchingConfig:
+    """``gert.load(dynamic_batching=...)``, with Triton's names (model_config.proto's dynamic_batching):
+    ``max_queue_delay_ms``: how long the first request of a batch may wait for others to fill a preferred size
+    (0: never wait); ``max_batch``: rows of one batch at most (default: the largest batch gear);
+    ``preferred_batch_size``: sizes at which a batch stops waiting (default: the largest it may have);
+    ``latency_slo_ms``: the first request of a batch waits for company only as long as its latency stays within
+    this, given the measured run time of the gear the batch would fill (learned online; nothing measured yet:
+    no wait). With both delays, the shorter wait applies."""
+
+    max_queue_delay_ms: float = 0.0
+    max_batch: Optional[int] = None
+    preferred_batch_size: tuple = ()
+    latency_slo_ms: Optional[float] = None
+
+    @staticmethod
+    def parse(value: Union[bool, Mapping, None]) -> Optional["BatchingConfig"]:
+        """True (no added delay) / False (off) / a dict of the settings; None when off."""
+        if value is None or value is False:
+            return None
+        if value is True:
+            return BatchingConfig()
+        if not isinstance(value, Mapping):
+            raise GertError(f"dynamic_batching must be True, False or a dict of {list(_SETTINGS)}; got "
+                            f"{type(value).__name__}")
+        unknown = [k for k in value if k not in _SETTINGS]
+        if unknown:
+            raise GertError(f"dynamic_batching: unknown setting(s) {unknown}; the settings are {list(_SETTINGS)}")
+        delay = value.get("max_queue_delay_ms", 0.0)
+        if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not delay >= 0:
+            raise GertError(f"dynamic_batching: max_queue_delay_ms must be a number >= 0, got {delay!r}")
+        slo = value.get("latency_slo_ms")
+        if slo is not None and (isinstance(slo, bool) or not isinstance(slo, (int, float)) or not slo > 0):
+            raise GertError(f"dynamic_batching: latency_slo_ms must be a number > 0, got {slo!r}")
+        top = value.get("max_batch")
+        if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
+            raise GertError(f"dynamic_batching: max_batch must be an int >= 1, got {top!r}")
+        preferred = value.get("preferred_batch_size", ())
+        preferred = (preferred,) if isinstance(preferred, int) and not isinstance(preferred, bool) else preferred
+        try:
+            sizes = tuple(sorted({int(s) for s in preferred if not isinstance(s, bool) and int(s) == s and s >= 1}))
+            ok = len(sizes) == len(set(preferred))
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise GertError(f"dynamic_batching: preferred_batch_size must be an int or a list of ints >= 1, got "
+                            f"{value.get('preferred_batch_size')!r}")
+        if top is not None and sizes and sizes[-1] > top:
+            raise GertError(f"dynamic_batching: preferred_batch_size {list(sizes)} goes beyond max_batch={top}")
+        return BatchingConfig(float(delay), top, sizes, None if slo is None else float(slo))
+
+
+class Pending:
+    """One request waiting in the stream queue to share a run; the request that leads its batch delivers its
+    result (or error) here, and its own thread waits for it."""
+
+    __slots__ = ("arrays", "sizes", "rows", "key", "out", "timeout", "limit", "queued_at", "_done", "_result",
+                 "_error")
+
+    def __init__(self, arrays: dict, sizes: dict, rows: int, key: tuple, out: Optional[dict],
+                 timeout: Optional[float], limit: int):
+        self.arrays, self.sizes, self.rows, self.key = arrays, sizes, rows, key
+        self.out, self.timeout, self.limit = out, timeout, limit
+        self.queued_at = time.perf_counter()
+        self._done = threading.Event()
+        self._result: Optional[dict] = None
+        self._error: Optional[BaseException] = None
+
+    def set_result(self, result: dict) -> None:
+        self._result = result
+        self._done.set()
+
+    def set_error(self, error: BaseException) -> None:
+        self._error = error
+        self._done.set()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def result(self) -> dict:
+        """Wait for the batch that took this request; its outputs, or its own error raised."""
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+class RunTimes:
+    """Seconds a run takes per batch size the graph runs at (a moving average), learned from the runs."""
+
+    def __init__(self, weight: float = 0.2):
+        self._seconds: dict = {}
+        self._weight = weight
+
+    def add(self, size: int, seconds: float) -> None:
+        old = self._seconds.get(size)
+        self._seconds[size] = seconds if old is None else old + self._weight * (seconds - old)
+
+    def estimate(self, size: int) -> Optional[float]:
+        """The run time at ``size``: measured there, else the one measured at the nearest larger size (a
+        conservative guess), else None."""
+        known = self._seconds.get(size)
+        if known is not None:
+            return known
+        larger = [s for s in self._seconds if s > size]
+        return self._seconds[min(larger)] if larger else None
+
+
+class BatchingStats:
+    """Batches formed by the dynamic batcher: sizes, queue waits, per gear; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.batches = 0          # runs of the batcher (a lone request is a batch of 1)
+        self.requests = 0         # requests those runs served
+        self.retried_batches = 0  # merged batches that failed on the device and were retried request by request
+        self.sizes: collections.Counter = collections.Counter()    # requests per batch -> batches
+        self.gears: dict = {}     # gear label -> [batches, requests]
+        self.wait_seconds = 0.0   # summed over requests
+        self._waits: collections.deque = collections.deque(maxlen=_WAITS_KEPT)
+
+    def record(self, requests: int, gear: str, waits: list, retried: bool = False) -> None:
+        with self._lock:
+            self.batches += 1
+            self.requests += requests
+            self.retried_batches += int(retried)
+            self.sizes[requests] += 1
+            g = self.gears.setdefault(gear, [0, 0])
+            g[0] += 1
+            g[1] += requests
+            self.wait_seconds += sum(waits)
+            self._waits.extend(waits)
+
+    def snapshot(self) -> dict:
+        """Batches formed, requests, mean / p99 batch size, mean / p99 queue wait (ms), per gear, size histogram."""
+        with self._lock:
+            sizes = sorted(self.sizes.items())
+            waits = sorted(self._waits)
+            out = {"batches": self.batches, "requests": self.requests, "retried_batches": self.retried_batches,
+                   "mean_batch_size": self.requests / self.batches if self.batches else 0.0,
+                   "p99_batch_size": _percentile_counts(sizes, 0.99),
+                   "mean_queue_wait_ms": 1000 * self.wait_seconds / self.requests if self.requests else 0.0,
+                   "p99_queue_wait_ms": 1000 * waits[min(len(waits) - 1, int(0.99 * len(waits)))] if waits else 0.0,
+                   "batch_sizes": dict(sizes),
+                   "gears": {k: {"batches": b, "requests": r, "mean_batch_size": r / b}
+                             for k, (b, r) in sorted(self.gears.items())}}
+        return out
+
+
+def _percentile_counts(counts: list, q: float) -> int:
+    """The ``q`` quantile of values given as sorted (value, count) pairs (0 when empty)."""
+    total = sum(c for _, c in counts)
+    if not total:
+        return 0
+    rank, seen = q * total, 0
+    for value, c in counts:
+        seen += c
+        if seen >= rank:
+            return value
+    return counts[-1][0]
