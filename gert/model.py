@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import threading
 import time
@@ -25,11 +26,12 @@ from gert.core.compile_cache import CACHE_DIR_OPTION, CompileCache
 from gert.core.dispatch import StreamQueue
 from gert.errors import GertError
 from gert.core.executor import Request, Worker
+from gert.core.futures import FutureRunner
 from gert.core.recovery import Recovery
 from gert.preview import cann_ops as preview_ops, precision as preview_precision
 from gert import sequence as _sequence
 from gert.sequence import Sequences
-from gert.core.shapes import ShapePlan, plan_shapes
+from gert.core.shapes import ShapePlan, plan_shapes, warmup_keys
 from gert.core.tiers import COMPILE_SHARE, HOT_AFTER, HOT_WINDOW, Tiers, check_settings
 
 if TYPE_CHECKING:
@@ -105,6 +107,23 @@ def _display():
     return display
 
 
+def _open_workers(devices: Sequence[int], streams: int, graph, plan: ShapePlan, sess: dict, graph_opts: dict,
+                  limits: tuple, cache) -> list:
+    """``streams`` Workers (a stream with its Session and graphs) per device; ``limits``: (cube_cores, vector_cores,
+    max_exact_graphs). All or none: the ones opened are closed when one fails."""
+    workers: list = []
+    try:
+        for d in devices:
+            for _ in range(streams):
+                workers.append(Worker(len(workers), d, graph, plan, sess, graph_opts, *limits))
+                workers[-1].cache = cache
+    except BaseException:
+        for w in workers:
+            w.close()
+        raise
+    return workers
+
+
 class Model:
     """A loaded model. Any number of Python threads may call run() / submit() at once."""
 
@@ -145,34 +164,22 @@ class Model:
         self._idle = threading.Condition(self._lock)
         self._closed = False
         self._in_flight = 0
-        self._workers: list = []
+        self._workers: list = _open_workers(devices, int(streams), self._graph, self.plan, sess, graph_opts,
+                                            (cube_cores, vector_cores, max_exact_graphs), self.compile_cache)
         self._recovery = Recovery(lambda: self._workers, request_timeout_s)  # device faults: gert/core/recovery.py
-        try:
-            for d in devices:
-                for _ in range(int(streams)):
-                    self._workers.append(Worker(len(self._workers), d, self._graph, self.plan, sess, graph_opts,
-                                                cube_cores, vector_cores, max_exact_graphs))
-            # policy auto: requests route through the tiers (dynamic graph now, static graphs once hot)
-            self._tiers = (Tiers(self._workers, max_exact_graphs, hot_after, hot_window, compile_share)
-                           if self.plan.tiered else None)
-        except BaseException:
-            for w in self._workers:
-                w.close()
-            raise
+        # policy auto: requests route through the tiers (dynamic graph now, static graphs once hot)
+        self._tiers = (Tiers(self._workers, max_exact_graphs, hot_after, hot_window, compile_share)
+                       if self.plan.tiered else None)
         for w in self._workers:
             w.tiers = self._tiers
-            w.cache = self.compile_cache
         self._queue: StreamQueue = StreamQueue(self._workers)
         # the request pipeline (gert/core/engine.py); the streams' lifecycle stays here (close, warmup)
         self.engine = Engine(self.plan, Streams(self._dispatch, self._queue.idle, lambda: len(self._workers),
                                                 self._recovery.timeout_for, self._parts_pool, self._dispatch_batch),
                              split_batch, batching)
-        self._futures_lock = threading.Lock()
-        self._queued: set = set()  # futures from submit() that no pool thread has started
         # submit()'s threads: with dynamic batching, enough for a full batch to queue behind every stream
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=max(4, 2 * len(self._workers), self.engine.batch_limit + len(self._workers)),
-            thread_name_prefix="gert-model")
+        self._futures = FutureRunner(max(4, 2 * len(self._workers), self.engine.batch_limit + len(self._workers)),
+                                     "gert-model")
 
     # ---- metadata -------------------------------------------------------------------------------------------
     @property
@@ -228,36 +235,10 @@ class Model:
         return self.engine.run_many(list(inputs), timeout)
 
     def submit(self, inputs: Mapping[str, np.ndarray], *, timeout: Optional[float] = None) -> concurrent.futures.Future:
-        """Run in the background; the Future resolves to the outputs dict.
-
-        The Future is gert's own (not the pool's), so that close() can cancel the queued ones AND notify their
-        waiters: a future cancelled by ThreadPoolExecutor.shutdown(cancel_futures=True) is never notified, and
-        concurrent.futures.wait / as_completed on it would block forever."""
-        fut: concurrent.futures.Future = concurrent.futures.Future()
-        with self._futures_lock:
-            self._check_open()
-            self._queued.add(fut)
-            try:
-                self._pool.submit(self._run_future, fut, inputs, timeout)
-            except RuntimeError:  # the pool is shut down: the model is closing
-                self._queued.discard(fut)
-                raise GertError("the model is closed") from None
-        return fut
-
-    def _run_future(self, fut: concurrent.futures.Future, inputs: Mapping[str, np.ndarray],
-                    timeout: Optional[float] = None) -> None:
-        with self._futures_lock:
-            if fut not in self._queued:
-                return  # close() cancelled it
-            self._queued.discard(fut)
-        if not fut.set_running_or_notify_cancel():
-            return  # the caller cancelled it
-        try:
-            result = self.run(inputs, timeout=timeout)
-        except BaseException as e:  # noqa: BLE001 - delivered to the caller through the future
-            fut.set_exception(e)
-        else:
-            fut.set_result(result)
+        """Run in the background; the Future resolves to the outputs dict (close() cancels the ones not started and
+        wakes their waiters: gert/core/futures.py)."""
+        self._check_open()
+        return self._futures.submit(self.run, inputs, timeout=timeout)
 
     async def run_async(self, inputs: Mapping[str, np.ndarray]) -> dict:
         return await asyncio.wrap_future(self.submit(inputs))
@@ -265,6 +246,19 @@ class Model:
     def validate(self, inputs: Mapping[str, np.ndarray]) -> None:
         """Raise GertError (naming the input, the expected and the actual value) if run(inputs) would reject it."""
         self.engine.check(inputs)
+
+    @contextlib.contextmanager
+    def _counted(self):
+        """A batch or a warmup in flight: close() waits for it (run's _dispatch counts inline: its hot path)."""
+        with self._lock:
+            self._check_open()
+            self._in_flight += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                self._idle.notify_all()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -307,10 +301,7 @@ class Model:
         the stream it leads a batch: the queued requests of its key come along (and, with max_queue_delay_ms, those
         arriving meanwhile), and ``lead(group, run)`` runs them on the stream; else the batch that took it delivers
         its result."""
-        with self._lock:
-            self._check_open()
-            self._in_flight += 1
-        try:
+        with self._counted():
             usable = self._recovery.usable(self._workers)
             w, group = self._queue.acquire_batch(usable, pending, pending.key, pending.rows, pending.limit)
             if w is None:
@@ -335,10 +326,6 @@ class Model:
             finally:
                 self._queue.release(w)
             return pending.result()
-        finally:
-            with self._lock:
-                self._in_flight -= 1
-                self._idle.notify_all()
 
     def run_batch(self, requests: list, *, timeout: Optional[float] = None) -> list:
         """Requests sharing their non-batch shapes, as one batch on the batch axis, run once (the merged batch is
@@ -391,35 +378,14 @@ class Model:
         policy the stream's dynamic-shape graph is compiled instead, to serve every shape until one is hot.
         ``progress=True`` shows a bar (tqdm when installed, else one line per graph) on stderr; nothing is printed
         otherwise."""
-        import itertools
-
-        dims = self.plan.dims
-        names = sorted(dims)
-        choices: Optional[list] = []
-        for n in names:
-            d = dims[n]
-            if d.policy == "dynamic":
-                choices.append([-1])
-            elif d.gears:
-                choices.append(list(d.gears))
-            elif sizes and sizes.get(n):
-                choices.append(sorted({int(v) for v in sizes[n]}))
-            else:
-                choices = None
-                break
-        combos = list(itertools.product(*choices)) if choices is not None else []
-        if self._tiers is not None and choices is None:  # sizes unknown: requests start on the dynamic graph
-            combos.insert(0, tuple(v for _, v in self._tiers.fallback_key))
+        fallback = self._tiers.fallback_key if self._tiers is not None else None
+        keys = warmup_keys(self.plan, sizes, fallback)  # gert/core/shapes.py
         compiled = 0
-        with self._lock:  # counted in flight: close() waits for the graph being compiled, then warmup stops
-            self._check_open()
-            self._in_flight += 1
-        try:
+        with self._counted():  # close() waits for the graph being compiled, then warmup stops
             from gert.tools.progress import Progress  # a tool: not on the runtime's import path
 
-            with Progress(len(combos) * len(self._workers), "gert warmup", enabled=progress) as bar:
-                for combo in combos:
-                    key = tuple(sorted(zip(names, combo)))
+            with Progress(len(keys) * len(self._workers), "gert warmup", enabled=progress) as bar:
+                for key in keys:
                     label = ",".join(f"{n}={v}" for n, v in key) or "static"
                     for w in self._workers:
                         with w.lock:
@@ -429,10 +395,6 @@ class Model:
                                 w.compile(key)
                                 compiled += 1
                         bar.step(f"stream {w.index}: {label}")
-        finally:
-            with self._lock:
-                self._in_flight -= 1
-                self._idle.notify_all()
         return compiled
 
     def stats(self) -> Stats:
@@ -457,12 +419,7 @@ class Model:
                 return
             self._closed = True
         self._queue.close()  # requests waiting for a stream fail; running ones complete
-        with self._futures_lock:
-            queued, self._queued = list(self._queued), set()
-        for fut in queued:  # not started: cancel, and wake whoever waits on them
-            if fut.cancel():
-                fut.set_running_or_notify_cancel()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._futures.close()  # submits not started: cancelled, their waiters woken
         if getattr(self, "_parts", None) is not None:
             self._parts.shutdown(wait=False, cancel_futures=True)
         if self._tiers is not None:

@@ -357,3 +357,25 @@ def _unsplit_policy(plan: ShapePlan, policy_given: bool, gears_given: bool) -> N
                       f"input values: the filler rows of a padded batch are run too and can change those outputs (e.g. "
                       f"NMS over padded images adds boxes); 'exact' (the default for such models) runs each batch size "
                       f"as it is", stacklevel=4)
+
+
+def warmup_keys(plan: ShapePlan, sizes: Optional[Mapping[str, Sequence[int]]] = None,
+                fallback_key: Optional[tuple] = None) -> list:
+    """The graph keys a warmup compiles: every combination of the dims' gears (a dynamic dim: -1; an exact or auto
+    dim without gears: ``sizes[dim]``). When some dim has neither, no static combination is known and only
+    ``fallback_key`` (the auto policy's dynamic-shape graph, if any) is compiled."""
+    import itertools
+
+    names = sorted(plan.dims)
+    choices: list = []
+    for n in names:
+        d = plan.dims[n]
+        if d.policy == "dynamic":
+            choices.append([-1])
+        elif d.gears:
+            choices.append(list(d.gears))
+        elif sizes and sizes.get(n):
+            choices.append(sorted({int(v) for v in sizes[n]}))
+        else:
+            return [fallback_key] if fallback_key is not None else []
+    return [tuple(zip(names, combo)) for combo in itertools.product(*choices)]
