@@ -282,7 +282,11 @@ def gert_model(name: str) -> type:
         def auto_complete_config(auto_complete_model_config):
             import triton_python_backend_utils as pb_utils
 
-            link_model(pb_utils.get_model_dir(), name)
+            from gert_triton.config import served_version
+
+            model_dir, version = served_version(pb_utils.get_model_dir(),
+                                                auto_complete_model_config.as_dict().get("version_policy"))
+            link_model(model_dir, name, version)
             return Base.auto_complete_config(auto_complete_model_config)
 
         def initialize(self, args: dict) -> None:
