@@ -229,8 +229,13 @@ async def recognize(crops: list, infer: Infer) -> list:
 
 async def ocr(image: np.ndarray, infer: Infer) -> OcrResult:
     """RapidOCR()(image) (det, cls and rec on) with the three models run by ``infer``."""
+    return await ocr_prepared(prepare(image), infer)
+
+
+async def ocr_prepared(prepared: tuple, infer: Infer) -> OcrResult:
+    """``ocr`` from what ``prepare`` made (so that a caller may prepare several images before any det call)."""
     s = steps()
-    x, info, img = prepare(image)
+    x, info, img = prepared
     boxes = det_boxes(await infer("det", x), info)
     if not len(boxes):
         return OcrResult(np.zeros((0, 4, 2), np.float32), [], [])

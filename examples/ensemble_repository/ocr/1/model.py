@@ -40,19 +40,27 @@ class TritonPythonModel:
         return pb_utils.get_output_tensor_by_name(response, op.OUTPUTS[step]).as_numpy()
 
     async def execute(self, requests: list) -> list:
-        return list(await asyncio.gather(*(self.answer(r) for r in requests)))
+        # every image is prepared before the first det call, so that the det calls leave back to back and meet in
+        # det's dynamic batcher (preparing between them would space them by a resize each)
+        prepared = [self.prepare(r) for r in requests]
+        return list(await asyncio.gather(*(self.answer(p) for p in prepared)))
 
-    async def answer(self, request):
+    def prepare(self, request):
+        """det's input for the request's image, or the request's INVALID_ARG response."""
         try:
             image = as_array(pb_utils.get_input_tensor_by_name(request, "image"))
             if image.ndim != 4 or image.shape[0] != 1:
                 raise ValueError(f"input 'image': expected one image per request, [1, H, W, 3], got "
                                  f"{list(image.shape)}")
-            op.check_image(image[0])
+            return op.prepare(image[0])
         except Exception as e:  # noqa: BLE001 - this request alone is bad
             return error_response(pb_utils, e, checking=True)
+
+    async def answer(self, prepared):
+        if not isinstance(prepared, tuple):
+            return prepared  # the request's error
         try:
-            found = await op.ocr(image[0], self.infer)
+            found = await op.ocr_prepared(prepared, self.infer)
             text = np.array([t.encode("utf-8") for t in found.texts], dtype=np.object_).reshape(1, -1)
             return pb_utils.InferenceResponse(output_tensors=[
                 pb_utils.Tensor("boxes", found.boxes[np.newaxis]), pb_utils.Tensor("text", text),
