@@ -12,7 +12,8 @@ def tensor_block(kind: str, entries: list) -> str:
         reshape = ""
         if "reshape" in e:
             reshape = f'\n    reshape: {{ shape: [ {", ".join(str(d) for d in e["reshape"]["shape"])} ] }}'
-        items.append(f'  {{\n    name: "{e["name"]}"\n    data_type: {e["data_type"]}\n    dims: [ {dims} ]{reshape}\n  }}')
+        items.append(f'  {{\n    name: "{e["name"]}"\n    data_type: {e["data_type"]}\n'
+                     f'    dims: [ {dims} ]{reshape}\n  }}')
     return f"{kind} [\n" + ",\n".join(items) + "\n]\n"
 
 

@@ -61,7 +61,11 @@ def resolve(spec: str) -> Callable:
     module, sep, attr = str(spec).partition(":")
     if not sep or not module or not attr:
         raise GertError(f"step function {spec!r} is not 'module:function'")
-    obj = importlib.import_module(module)
+    try:
+        obj = importlib.import_module(module)
+    except ImportError as e:
+        raise GertError(f"step function {spec!r}: cannot import {module!r} ({e}); it must be importable where the "
+                        "server runs (or name a file: path/file.py:function)") from e
     for part in attr.split("."):
         obj = getattr(obj, part, None)
         if obj is None:
