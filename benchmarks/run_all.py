@@ -37,6 +37,7 @@ SCRIPTS = [
     ("compile", "bench_compile.py", [], ["--repeat", "2"]),
     ("cache", "bench_cache.py", [], ["--rounds", "1"]),
     ("sequences", "bench_sequences.py", [], ["--duration", "3", "--rounds", "1"]),
+    ("ensemble", "bench_ensemble.py", [], ["--duration", "6", "--rounds", "2", "--warmup", "1"]),
 ]
 
 
