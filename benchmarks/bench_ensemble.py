@@ -1,13 +1,16 @@
 """PP-OCR det with its pre/post-processing served three ways on one real tritonserver: ensemble, BLS, hooks.
 
-    python benchmarks/bench_ensemble.py [--duration 24] [--rounds 3] [--concurrency 4] [--warmup 2] [--with-ocr]
-                                        [--json out.json]
+    python benchmarks/bench_ensemble.py [--duration 24] [--rounds 3] [--concurrency 4] [--light-concurrency 16]
+                                        [--warmup 2] [--with-ocr] [--json out.json]
 
-Every variant does the same work per request: RapidOCR's det preprocessing of a 320x320 uint8 image (resized to
-736x736, normalized), the PP-OCR det model on gert, and RapidOCR's DBPostProcess to boxes (examples/ocr_pipeline.py).
+Two pipelines, each served three ways. ``det`` (heavy): RapidOCR's det preprocessing of a 320x320 uint8 image
+(resized to 736x736, normalized), the PP-OCR det model on gert, RapidOCR's DBPostProcess to boxes. ``cls`` (light,
+where the plumbing shows): a 48x240 text-line crop -> TextClassifier.resize_norm_img -> PP-OCR cls on gert ->
+ClsPostProcess (label, score). The steps are examples/ocr_pipeline.py's.
 
 - ``ensemble`` (a): examples/ensemble_repository's ``det_ensemble``: Python model det_pre -> gert_triton det ->
-  Python model det_post, Triton passing the tensors between the three (three stub processes).
+  Python model det_post, Triton passing the tensors between the three (three stub processes); for cls, the
+  ensemble ``gert repo init cls.onnx --pre examples/ocr_pipeline.py:cls_pre --post ...:cls_post`` writes.
 - ``bls`` (b): one Python model that preprocesses, calls det with ``async_exec`` (all requests of its batch at
   once) and postprocesses (two stub processes: it and det).
 - ``hooks`` (c): one gert_triton model whose ``preprocess`` / ``postprocess`` overrides do the steps (one stub).
@@ -16,9 +19,10 @@ Every variant does the same work per request: RapidOCR's det preprocessing of a 
 - ``ocr_bls`` (with ``--with-ocr``), for scale: the example's full BLS pipeline (det -> crops -> cls -> rec).
 
 Every model: one instance, max_batch_size 8, dynamic_batching 2 ms; det with gert_triton's default layout. Load:
-``--concurrency`` gRPC clients in this process sending one image each back to back, ``--duration`` seconds per
+``--concurrency`` (det) / ``--light-concurrency`` (cls) gRPC clients in this process sending one image each back to
+back, ``--duration`` seconds per
 variant in ``--rounds`` windows that rotate through the variants. Reported: requests/s, p50 / p99 latency, det's
-average batch, and each variant's requests/s and p99 over the ensemble's, per round and in all.
+average batch, and each variant's requests/s and p99 over its pipeline's ensemble's, per round and in all.
 """
 from __future__ import annotations
 
@@ -37,9 +41,14 @@ sys.path.insert(0, HERE)
 from _common import closed_loop, machine  # noqa: E402
 
 VARIANTS = ("ensemble", "bls", "hooks")
-MODEL = {"ensemble": "det_ensemble", "bls": "det_bls", "hooks": "det_hooks", "ocr_bls": "ocr"}
-OUTPUT = {"ensemble": "boxes", "bls": "boxes", "hooks": "boxes", "ocr_bls": "boxes"}
-INPUT = {"ensemble": "image", "bls": "image", "hooks": "x", "ocr_bls": "image"}
+LIGHT = ("cls_ensemble", "cls_bls", "cls_hooks")
+MODEL = {"ensemble": "det_ensemble", "bls": "det_bls", "hooks": "det_hooks", "ocr_bls": "ocr",
+         "cls_ensemble": "cls_light_ensemble", "cls_bls": "cls_bls", "cls_hooks": "cls_hooks"}
+OUTPUT = {"ensemble": "boxes", "bls": "boxes", "hooks": "boxes", "ocr_bls": "boxes", "cls_ensemble": "label",
+          "cls_bls": "label", "cls_hooks": "label"}
+INPUT = {"ensemble": "image", "bls": "image", "hooks": "x", "ocr_bls": "image", "cls_ensemble": "crop",
+         "cls_bls": "crop", "cls_hooks": "x"}
+DET_OF = {"hooks": "det_hooks", "cls_ensemble": "cls_light", "cls_bls": "cls_light", "cls_hooks": "cls_hooks"}
 
 PRELUDE = f'''import os
 import sys
@@ -133,15 +142,89 @@ instance_group [ { kind: KIND_CPU count: 1 } ]
 '''
 
 
+CLS_BLS_MODEL_PY = PRELUDE + '''import asyncio
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+import ocr_pipeline as op
+from gert_triton.error_codes import error_response
+from gert_triton.tensors import as_array
+
+
+class TritonPythonModel:
+    """BLS: cls_pre in-process, cls_light by async_exec (every request of the batch at once), cls_post in-process."""
+
+    def initialize(self, args):
+        op.steps()
+
+    async def execute(self, requests):
+        xs = []
+        for r in requests:
+            try:
+                xs.append(op.cls_pre({"crop": as_array(pb_utils.get_input_tensor_by_name(r, "crop"))[0]})["x"])
+            except Exception as e:  # noqa: BLE001
+                xs.append(error_response(pb_utils, e, checking=True))
+        return list(await asyncio.gather(*(self.answer(x) for x in xs)))
+
+    async def answer(self, x):
+        if not isinstance(x, np.ndarray):
+            return x
+        response = await pb_utils.InferenceRequest(model_name="cls_light", requested_output_names=[op.OUTPUTS["cls"]],
+                                                   inputs=[pb_utils.Tensor("x", x[np.newaxis])]).async_exec()
+        if response.has_error():
+            return pb_utils.InferenceResponse(error=response.error())
+        probs = pb_utils.get_output_tensor_by_name(response, op.OUTPUTS["cls"]).as_numpy()[0]
+        out = op.cls_post({op.OUTPUTS["cls"]: probs})
+        return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v[np.newaxis]) for k, v in out.items()])
+'''
+
+LIGHT_IO = '''max_batch_size: 8
+input [ {{ name: "{inp}" data_type: TYPE_UINT8 dims: [ -1, -1, 3 ] }} ]
+output [ {{ name: "label" data_type: TYPE_INT32 dims: [ 1 ] }}, {{ name: "score" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+dynamic_batching {{ max_queue_delay_microseconds: 2000 }}
+instance_group [ {{ kind: KIND_CPU count: 1 }} ]
+'''
+CLS_BLS_CONFIG = 'name: "cls_bls"\nbackend: "python"\n' + LIGHT_IO.format(inp="crop")
+CLS_HOOKS_CONFIG = 'name: "cls_hooks"\nbackend: "python"\n' + LIGHT_IO.format(inp="x")
+
+CLS_HOOKS_MODEL_PY = PRELUDE + '''import numpy as np
+
+import ocr_pipeline as op
+
+Base = op.gert_model("cls")
+
+
+class TritonPythonModel(Base):
+    """gert_triton cls with TextClassifier's pre/post-processing in preprocess / postprocess."""
+
+    def preprocess(self, inputs):
+        return {"x": op.cls_pre({"crop": inputs["x"][0]})["x"][np.newaxis]}
+
+    def postprocess(self, outputs):
+        return {k: v[np.newaxis] for k, v in op.cls_post({op.OUTPUTS["cls"]: outputs[op.OUTPUTS["cls"]][0]}).items()}
+'''
+
+
 def build_repo(root: str) -> str:
-    """The example's entries (linked) plus det_bls and det_hooks."""
+    """The example's entries (linked), det_bls and det_hooks; for cls the ensemble `gert repo init --pre/--post`
+    writes (cls_light, cls_light_pre, cls_light_post, cls_light_ensemble), cls_bls and cls_hooks."""
+    from gert_triton.repo import init_repo
+
+    sys.path.insert(0, EXAMPLES)
+    import ocr_pipeline as op
+
     repo = os.path.join(root, "repo")
     os.makedirs(repo)
     src = os.path.join(EXAMPLES, "ensemble_repository")
     for entry in os.listdir(src):
         if os.path.isdir(os.path.join(src, entry)):
             os.symlink(os.path.join(src, entry), os.path.join(repo, entry))
-    for name, model_py, config in (("det_bls", BLS_MODEL_PY, BLS_CONFIG), ("det_hooks", HOOKS_MODEL_PY, HOOKS_CONFIG)):
+    steps = os.path.join(EXAMPLES, "ocr_pipeline.py")
+    init_repo(op.model_path("cls"), repo, name="cls_light", pre=f"{steps}:cls_pre", post=f"{steps}:cls_post")
+    for name, model_py, config in (("det_bls", BLS_MODEL_PY, BLS_CONFIG), ("det_hooks", HOOKS_MODEL_PY, HOOKS_CONFIG),
+                                   ("cls_bls", CLS_BLS_MODEL_PY, CLS_BLS_CONFIG),
+                                   ("cls_hooks", CLS_HOOKS_MODEL_PY, CLS_HOOKS_CONFIG)):
         os.makedirs(os.path.join(repo, name, "1"))
         with open(os.path.join(repo, name, "1", "model.py"), "w") as f:
             f.write(model_py)
@@ -152,6 +235,18 @@ def build_repo(root: str) -> str:
 
 def onnxruntime_backend(server_root: str) -> bool:
     return os.path.isdir(os.path.join(server_root, "backends", "onnxruntime"))
+
+
+def crop() -> np.ndarray:
+    """A 48x240 text-line crop [1, 48, 240, 3], as det's boxes cut them."""
+    from PIL import Image, ImageDraw
+
+    sys.path.insert(0, EXAMPLES)
+    from rapidocr_on_gert import font
+
+    im = Image.new("RGB", (240, 48), "white")
+    ImageDraw.Draw(im).text((8, 8), "Hello gert 123", fill="black", font=font())
+    return np.ascontiguousarray(np.array(im)[:, :, ::-1])[np.newaxis]
 
 
 def image() -> np.ndarray:
@@ -185,16 +280,72 @@ def det_counts(client, model: str) -> tuple:
     return int(s.get("inference_count", 0)), int(s.get("execution_count", 0))
 
 
+def measure(client, url: str, variants: tuple, x: np.ndarray, clients: int, args) -> list:
+    """Every variant under ``clients`` clients in ``args.rounds`` rotating windows; one row per variant, with its
+    ratios to the first variant (the ensemble), in all and per round."""
+    windows: dict = {v: [] for v in variants}
+    batches = {v: [0, 0] for v in variants}
+    for v in variants:
+        load(url, v, x, clients, args.warmup)
+    for r in range(args.rounds):
+        for v in variants[r % len(variants):] + variants[:r % len(variants)]:
+            before = det_counts(client, DET_OF.get(v, "det"))
+            windows[v].append(load(url, v, x, clients, args.duration / args.rounds))
+            after = det_counts(client, DET_OF.get(v, "det"))
+            batches[v] = [batches[v][0] + after[0] - before[0], batches[v][1] + after[1] - before[1]]
+        print(f"round {r + 1}/{args.rounds}: " + ", ".join(
+            f"{v} {windows[v][-1]['latencies'].size / windows[v][-1]['seconds']:.1f}" for v in variants)
+            + " req/s", file=sys.stderr)
+    rows = []
+    for v in variants:
+        lat = np.concatenate([w["latencies"] for w in windows[v]])
+        seconds = sum(w["seconds"] for w in windows[v])
+        rows.append({"variant": v, "clients": clients, "requests": int(lat.size), "seconds": seconds,
+                     "rps": lat.size / seconds, "round_rps": [w["latencies"].size / w["seconds"] for w in windows[v]],
+                     "p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99)),
+                     "model_avg_batch": batches[v][0] / max(1, batches[v][1])})
+    base = rows[0]
+    for r in rows:
+        r["rps_vs_ensemble"], r["p99_vs_ensemble"] = r["rps"] / base["rps"], r["p99_ms"] / base["p99_ms"]
+        r["round_rps_vs_ensemble"] = [a / b for a, b in zip(r["round_rps"], base["round_rps"])]
+    return rows
+
+
+def print_rows(title: str, rows: list) -> None:
+    print(title)
+    print(f"{'variant':<13} {'req/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'model batch':>11} {'req/s / (a)':>11} "
+          f"{'p99 / (a)':>9} {'per-round req/s / (a)':>22}")
+    for r in rows:
+        print(f"{r['variant']:<13} {r['rps']:>7.1f} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} "
+              f"{r['model_avg_batch']:>11.2f} {r['rps_vs_ensemble']:>10.2f}x {r['p99_vs_ensemble']:>8.2f}x "
+              f"{' '.join(f'{p:.2f}' for p in r['round_rps_vs_ensemble']):>22}")
+
+
+def check_same(client, variants: tuple, x: np.ndarray, outputs: tuple) -> None:
+    """Every variant answers ``x`` with the same ``outputs``."""
+    import tritonclient.grpc as grpcclient
+
+    reference = None
+    for v in variants:
+        inp = grpcclient.InferInput(INPUT[v], list(x.shape), "UINT8")
+        inp.set_data_from_numpy(x)
+        r = client.infer(MODEL[v], [inp], client_timeout=120)
+        got = [r.as_numpy(o) for o in outputs]
+        reference = got if reference is None else reference
+        for o, a, b in zip(outputs, got, reference):
+            np.testing.assert_array_equal(a, b, err_msg=f"{v}: {o}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duration", type=float, default=24.0, help="seconds of load per variant (default 24)")
     ap.add_argument("--rounds", type=int, default=3, help="windows per variant, interleaved (default 3)")
     ap.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up load per variant (default 2)")
-    ap.add_argument("--concurrency", type=int, default=4, help="gRPC client threads (default 4)")
+    ap.add_argument("--concurrency", type=int, default=4, help="gRPC client threads for det (default 4)")
+    ap.add_argument("--light-concurrency", type=int, default=16, help="gRPC client threads for cls (default 16)")
     ap.add_argument("--with-ocr", action="store_true", help="also load the full OCR BLS pipeline (ocr_bls)")
     ap.add_argument("--json", help="write the rows as JSON to this file")
     args = ap.parse_args()
-    variants = VARIANTS + (("ocr_bls",) if args.with_ocr else ())
     sys.path.insert(0, EXAMPLES)
     try:
         import ocr_pipeline as op
@@ -212,34 +363,15 @@ def main() -> None:
     log = os.path.join(root, "server.log")
     server = TritonServer(build_repo(root), log_path=log, extra_args=["--exit-timeout-secs=5"])
     server_root = os.path.dirname(os.path.dirname(os.path.realpath(server.binary)))
-    x = image()
-    windows: dict = {v: [] for v in variants}
-    det_delta = {v: [0, 0] for v in variants}
+    heavy = VARIANTS + (("ocr_bls",) if args.with_ocr else ())
     try:
         server.start()
         server.wait_ready(300)
         client = grpcclient.InferenceServerClient(server.url("grpc"))
-        reference = None
-        for v in variants:  # the same boxes from every variant
-            inp = grpcclient.InferInput(INPUT[v], list(x.shape), "UINT8")
-            inp.set_data_from_numpy(x)
-            boxes = client.infer(MODEL[v], [inp], client_timeout=120).as_numpy("boxes")
-            if v != "ocr_bls":  # the full pipeline drops boxes whose text scores low
-                reference = boxes if reference is None else reference
-                np.testing.assert_array_equal(boxes, reference, err_msg=v)
-        for v in variants:
-            load(server.url("grpc"), v, x, args.concurrency, args.warmup)
-        for r in range(args.rounds):
-            for v in variants[r % len(variants):] + variants[:r % len(variants)]:
-                det = "det_hooks" if v == "hooks" else "det"
-                before = det_counts(client, det)
-                windows[v].append(load(server.url("grpc"), v, x, args.concurrency, args.duration / args.rounds))
-                after = det_counts(client, det)
-                det_delta[v][0] += after[0] - before[0]
-                det_delta[v][1] += after[1] - before[1]
-            print(f"round {r + 1}/{args.rounds}: " + ", ".join(
-                f"{v} {windows[v][-1]['latencies'].size / windows[v][-1]['seconds']:.1f}" for v in variants)
-                + " req/s", file=sys.stderr)
+        check_same(client, VARIANTS, image(), ("boxes",))
+        check_same(client, LIGHT, crop(), ("label", "score"))
+        rows = measure(client, server.url("grpc"), heavy, image(), args.concurrency, args)
+        light = measure(client, server.url("grpc"), LIGHT, crop(), args.light_concurrency, args)
         client.close()
     except Exception:
         print(f"server log tail ({log}):", file=sys.stderr)
@@ -249,29 +381,11 @@ def main() -> None:
     finally:
         code = server.stop(timeout=30)
         shutil.rmtree(root, ignore_errors=True)
-    rows = []
-    for v in variants:
-        lat = np.concatenate([w["latencies"] for w in windows[v]])
-        seconds = sum(w["seconds"] for w in windows[v])
-        rows.append({"variant": v, "requests": int(lat.size), "seconds": seconds, "rps": lat.size / seconds,
-                     "round_rps": [w["latencies"].size / w["seconds"] for w in windows[v]],
-                     "round_p99_ms": [float(np.percentile(w["latencies"], 99)) for w in windows[v]],
-                     "p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99)),
-                     "det_avg_batch": det_delta[v][0] / max(1, det_delta[v][1])})
-    base = rows[0]
     print(f"backend={gert.backend()} ({machine()}; load average before {load_before}, after "
-          f"{os.getloadavg()[0]:.1f}); PP-OCR det pipeline on a 320x320 image (det at 736x736), "
-          f"{args.concurrency} gRPC clients, {args.duration:.0f} s per variant in {args.rounds} interleaved windows; "
+          f"{os.getloadavg()[0]:.1f}); {args.duration:.0f} s per variant in {args.rounds} interleaved windows; "
           f"server exit code {code}")
-    print(f"{'variant':<10} {'req/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'det batch':>9} {'req/s / (a)':>11} "
-          f"{'p99 / (a)':>9} {'per-round req/s / (a)':>22}")
-    for r in rows:
-        per_round = [a / b for a, b in zip(r["round_rps"], base["round_rps"])]
-        r["rps_vs_ensemble"], r["p99_vs_ensemble"] = r["rps"] / base["rps"], r["p99_ms"] / base["p99_ms"]
-        r["round_rps_vs_ensemble"] = per_round
-        print(f"{r['variant']:<10} {r['rps']:>7.1f} {r['p50_ms']:>8.0f} {r['p99_ms']:>8.0f} "
-              f"{r['det_avg_batch']:>9.2f} {r['rps_vs_ensemble']:>10.2f}x {r['p99_vs_ensemble']:>8.2f}x "
-              f"{' '.join(f'{p:.2f}' for p in per_round):>22}")
+    print_rows(f"det pipeline: 320x320 image (det at 736x736), {args.concurrency} gRPC clients", rows)
+    print_rows(f"cls pipeline: 48x240 crop (cls at 48x192), {args.light_concurrency} gRPC clients", light)
     ort = onnxruntime_backend(server_root)
     print("(d) Triton's onnxruntime backend: " + (
         "present in this server but not run by this script" if ort else
@@ -280,7 +394,7 @@ def main() -> None:
         "backend alone"))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rows": rows, "onnxruntime_backend": ort, "machine": machine()}, f, indent=2)
+            json.dump({"det": rows, "cls": light, "onnxruntime_backend": ort, "machine": machine()}, f, indent=2)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ gert (in-process, or gert_triton models over Triton) runs them:
     det       the PP-OCR det model
     det_post  det's probability map + "info" -> "boxes" [n, 4, 2] in image coordinates (DBPostProcess,
               filter_tag_det_res, sorted_boxes, as RapidOCR(use_cls=False, use_rec=False) returns them)
+    cls_pre, cls_post   a text-line crop -> cls's input; cls's output -> label and score (TextClassifier's steps)
     ocr       det_pre -> det -> crops -> cls -> rec -> (boxes, texts, scores), as RapidOCR()(image) returns them,
               with the model calls made through an ``infer(model_name, x)`` coroutine (BLS or in-process)
 
@@ -172,6 +173,21 @@ def det_post(inputs: dict) -> dict:
     """Ensemble step after det: {det's map [1, H', W'], "info"} -> {"boxes" [n, 4, 2]} (one row)."""
     pred = inputs[OUTPUTS["det"]][np.newaxis]
     return {"boxes": origin_boxes(det_boxes(pred, inputs["info"]), inputs["info"])}
+
+
+@step(inputs={"crop": (np.uint8, [-1, -1, 3])})
+def cls_pre(inputs: dict) -> dict:
+    """A text-line crop (uint8 HWC BGR) -> cls's "x" [3, 48, 192] (TextClassifier.resize_norm_img)."""
+    return {"x": steps().cls.resize_norm_img(check_image(inputs["crop"], "crop"))}
+
+
+@step(outputs={"label": (np.int32, [1]), "score": (np.float32, [1])})
+def cls_post(inputs: dict) -> dict:
+    """cls's probabilities [2] -> "label" (0: upright, 1: turned 180 degrees) and its "score" (ClsPostProcess)."""
+    c = steps().cls
+    label, score = c.postprocess_op(inputs[OUTPUTS["cls"]][np.newaxis])[0]
+    return {"label": np.array([c.postprocess_op.label_list.index(label)], np.int32),
+            "score": np.array([score], np.float32)}
 
 
 @dataclass
