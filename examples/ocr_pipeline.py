@@ -316,3 +316,12 @@ def gert_model(name: str) -> type:
 
     PPOCRModel.__name__ = PPOCRModel.__qualname__ = f"PPOCR_{name}"
     return PPOCRModel
+
+
+if __name__ == "__main__":  # python examples/ocr_pipeline.py [REPO]: make the links ahead of a read-only deployment
+    import sys
+
+    repo = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                               "ensemble_repository")
+    for model in ("det", "cls", "rec"):
+        print(link_model(os.path.join(repo, model), model), "->", model_path(model))

@@ -166,3 +166,18 @@ def test_run_rows_refuses_rows_of_different_shapes():
     with pytest.raises(GertError, match="different shape for each row"):
         run_rows(echo, {"x": np.array([[1, 0], [2, 0]], np.float32)}, batching=True)
     assert run_rows(echo, {"x": np.array([[1, 0], [1, 0]], np.float32)}, batching=True)["out"].shape == (2, 1)
+
+
+def test_link_model_points_the_default_file_at_the_installed_wheel(tmp_path):
+    """examples/ocr_pipeline.link_model: the repository holds a symlink, made (or corrected, atomically) at load."""
+    pytest.importorskip("rapidocr_onnxruntime")
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples"))
+    import ocr_pipeline as op
+
+    (tmp_path / "det" / "1").mkdir(parents=True)
+    os.symlink(str(tmp_path / "stale.onnx"), tmp_path / "det" / "1" / "model.onnx")
+    link = op.link_model(str(tmp_path / "det"), "det")
+    assert os.readlink(link) == op.model_path("det") and os.path.isfile(link)
+    assert sorted(os.listdir(tmp_path / "det" / "1")) == ["model.onnx"]  # no temporary link left

@@ -14,7 +14,6 @@ import asyncio
 import concurrent.futures
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
