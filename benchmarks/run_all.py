@@ -39,6 +39,7 @@ SCRIPTS = [
     ("sequences", "bench_sequences.py", [], ["--duration", "3", "--rounds", "1"]),
     ("precision", "bench_precision.py", [], []),
     ("inproc", "bench_inproc_batching.py", [], ["--seconds", "1", "--rounds", "1"]),
+    ("ensemble", "bench_ensemble.py", [], ["--duration", "6", "--rounds", "2", "--warmup", "1"]),
 ]
 
 

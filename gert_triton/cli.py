@@ -58,9 +58,12 @@ def cmd_repo_init(args) -> int:
     elif args.batch_dim:
         params["batch_dim"] = args.batch_dim
     target = init_repo(args.model, args.repo, args.name, args.max_batch_size, parameters=params,
-                       overwrite=args.force, instances=args.instances, sequence=sequence)
-    print(f"wrote {target}/config.pbtxt, {target}/1/model.onnx and {target}/1/model.py; serve it with: "
-          f"gert serve {args.repo}")
+                       overwrite=args.force, instances=args.instances, sequence=sequence, pre=args.pre, post=args.post)
+    print(f"wrote {target}/config.pbtxt, {target}/1/model.onnx and {target}/1/model.py"
+          + (f", and the ensemble {target}_ensemble around it ("
+             + " and ".join(f"{target}_{k}" for k in ("pre", "post") if getattr(args, k)) + ")"
+             if args.pre or args.post else "")
+          + f"; serve it with: gert serve {args.repo}")
     return 0
 
 
@@ -102,4 +105,10 @@ def add_repo(sub) -> None:
     ri.add_argument("--sequence-strategy", choices=("oldest", "direct"), default="oldest")
     ri.add_argument("--max-sequence-idle-us", type=int, default=5_000_000,
                     help="an idle sequence's state is dropped after this long (default 5 s)")
+    ri.add_argument("--pre", metavar="MODULE:FUNCTION",
+                    help="also write NAME_pre (a Python model running this step function before the model) and the "
+                         "ensemble NAME_ensemble; FILE.py:FUNCTION copies the file into the step's model")
+    ri.add_argument("--post", metavar="MODULE:FUNCTION",
+                    help="also write NAME_post (a Python model running this step function on the model's outputs) "
+                         "and the ensemble NAME_ensemble")
     ri.set_defaults(func=cmd_repo_init)

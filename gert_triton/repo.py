@@ -10,23 +10,9 @@ from typing import Optional
 from gert.errors import GertError
 from gert_triton.config import parse_batch_dim, parse_state, state_parameter
 from gert_triton.model_config import DEFAULT_MAX_BATCH, config_io, describe, onnx_io
+from gert_triton.pbtxt import instances_and_parameters, tensor_block
 
 MODEL_PY = "from gert_triton import TritonPythonModel  # noqa: F401  (config.pbtxt parameters drive the rest)\n"
-
-
-def _tensor_block(kind: str, entries: list) -> str:
-    items = []
-    for e in entries:
-        dims = ", ".join(str(d) for d in e["dims"])
-        reshape = ""
-        if "reshape" in e:
-            reshape = f'\n    reshape: {{ shape: [ {", ".join(str(d) for d in e["reshape"]["shape"])} ] }}'
-        items.append(f'  {{\n    name: "{e["name"]}"\n    data_type: {e["data_type"]}\n    dims: [ {dims} ]{reshape}\n  }}')
-    return f"{kind} [\n" + ",\n".join(items) + "\n]\n"
-
-
-def _pbtxt_string(value: str) -> str:
-    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def config_pbtxt(name: str, io: dict, max_batch_size: Optional[int] = None, parameters: Optional[dict] = None,
@@ -47,27 +33,22 @@ def config_pbtxt(name: str, io: dict, max_batch_size: Optional[int] = None, para
         raise GertError(f"a stateful model batches its sequences: max_batch_size must be >= 1, got {mbs}")
     inputs, outputs = config_io(spec, mbs)
     text = f'name: "{name}"\nbackend: "python"\nmax_batch_size: {mbs}\n'
-    text += _tensor_block("input", inputs) + _tensor_block("output", outputs)
+    text += tensor_block("input", inputs) + tensor_block("output", outputs)
     if sequence:
         from gert_triton.sequences import sequence_block
 
         text += sequence_block(sequence.get("strategy", "oldest"), sequence.get("idle_us", 5_000_000), mbs)
     elif mbs > 0:
         text += "dynamic_batching {\n  max_queue_delay_microseconds: 2000\n}\n"
-    return text + _instances_and_parameters(instances, parameters)
-
-
-def _instances_and_parameters(instances: int, parameters: Optional[dict]) -> str:
-    text = f"instance_group [\n  {{\n    kind: KIND_CPU\n    count: {int(instances)}\n  }}\n]\n"
-    for k, v in (parameters or {}).items():
-        text += f"parameters {{\n  key: {_pbtxt_string(k)}\n  value: {{ string_value: {_pbtxt_string(v)} }}\n}}\n"
-    return text
+    return text + instances_and_parameters(instances, parameters)
 
 
 def init_repo(model_path: str, repo: str, name: Optional[str] = None, max_batch_size: Optional[int] = None,
               parameters: Optional[dict] = None, overwrite: bool = False, instances: int = 1,
-              sequence: Optional[dict] = None) -> str:
-    """Write REPO/NAME/config.pbtxt, REPO/NAME/1/model.onnx and the one-line REPO/NAME/1/model.py."""
+              sequence: Optional[dict] = None, pre: Optional[str] = None, post: Optional[str] = None) -> str:
+    """Write REPO/NAME/config.pbtxt, REPO/NAME/1/model.onnx and the one-line REPO/NAME/1/model.py; with ``pre`` /
+    ``post`` ("module:function" or "file.py:function") also REPO/NAME_pre, REPO/NAME_post and the ensemble
+    REPO/NAME_ensemble around it (gert_triton.ensemble)."""
     if not os.path.isfile(model_path):
         raise GertError(f"{model_path!r} is not a file")
     if int(instances) < 1:
@@ -85,10 +66,37 @@ def init_repo(model_path: str, repo: str, name: Optional[str] = None, max_batch_
     target = os.path.join(repo, name)
     if os.path.exists(target) and not overwrite:
         raise GertError(f"{target} exists; choose another --name or remove it")
+    ensemble = None
+    if pre or post:
+        ensemble = _ensemble(name, io, max_batch_size, parameters, sequence, pre, post)
+        taken = [n for n in ensemble.configs if os.path.exists(os.path.join(repo, n))]
+        if taken and not overwrite:
+            raise GertError(f"{', '.join(os.path.join(repo, n) for n in taken)} exist(s); choose another --name or "
+                            "remove them")
     os.makedirs(os.path.join(target, "1"), exist_ok=True)
     shutil.copyfile(model_path, os.path.join(target, "1", "model.onnx"))
     with open(os.path.join(target, "1", "model.py"), "w") as f:
         f.write(MODEL_PY)
     with open(os.path.join(target, "config.pbtxt"), "w") as f:
         f.write(config)
+    if ensemble is not None:
+        from gert_triton import ensemble as ens
+
+        ens.write(repo, ensemble, overwrite=True)
     return target
+
+
+def _ensemble(name: str, io: dict, max_batch_size: Optional[int], parameters: Optional[dict],
+              sequence: Optional[dict], pre: Optional[str], post: Optional[str]):
+    """The ensemble entries around model ``name`` (its config entries as config_pbtxt writes them)."""
+    from gert_triton import ensemble as ens
+
+    if sequence:
+        raise GertError("--pre / --post: an ensemble around a stateful model is not supported (the sequence "
+                        "controls would have to pass through every step)")
+    spec = describe(io, None, parse_batch_dim(parameters["batch_dim"]) if (parameters or {}).get("batch_dim")
+                    else None)
+    mbs = (max_batch_size if max_batch_size is not None else DEFAULT_MAX_BATCH) if spec.batchable else 0
+    inputs, outputs = config_io(spec, mbs)
+    return ens.plan(name, mbs, inputs, outputs, ens.load_step(pre) if pre else None,
+                    ens.load_step(post) if post else None)
