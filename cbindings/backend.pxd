@@ -6,7 +6,7 @@ cdef extern from "gert_backend.h" nogil:
     const char* GERT_BACKEND_NAME
     const char* GERT_TOOLKIT_ROOT
 
-    # The host NPU's own API (gert_host/): declared for _host.pxi and _provider.pxi, which only the host NPU
+    # The host NPU's own API (gert_host/): C functions that catch every C++ exception (none is `except +`). Declared for _host.pxi and _provider.pxi, which only the host NPU
     # builds compile; the header provides it only there (GERT_HOSTNPU or GERT_HOSTNPU_MODULE).
 
     ctypedef struct gertHostCounters:
