@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from _helpers import REPO, RUNTIME, acl_code, run_python_result
+import gert
+from _helpers import RUNTIME, acl_code, run_python_result
 
 pytestmark = RUNTIME + [pytest.mark.hostnpu_only]
 
@@ -465,7 +466,7 @@ s.compile_graph(1)
 ''')
     log = tmp_path / "trace"
     env = {k: v for k, v in os.environ.items() if not k.startswith("GERT_")}
-    env["PYTHONPATH"] = REPO  # the gert under test
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(gert.__file__)))  # the gert under test
     subprocess.run(["strace", "-f", "-e", "trace=openat,fsync,rename,close", "-o", str(log), sys.executable,
                     str(script)], check=True, timeout=90, capture_output=True, env=env)
     lines = [ln for ln in log.read_text().splitlines() if str(tmp_path) in ln or "fsync(" in ln]
