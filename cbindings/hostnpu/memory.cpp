@@ -57,10 +57,10 @@ aclError not_device(const char *api, const char *what, const void *p, size_t n) 
   auto &r = rt();
   std::lock_guard<std::mutex> lk(r.mem_mu);
   if (AllocationPtr a = lookup(r.device_mem, reinterpret_cast<uintptr_t>(p))) {
-    size_t off = reinterpret_cast<uintptr_t>(p) - a->base;
+    size_t left = a->size - (reinterpret_cast<uintptr_t>(p) - a->base);  // lookup found p inside: no wrap
     return fail(ACL_ERROR_RT_PARAM_INVALID,
-                "%s: %s %p + %zu bytes runs past the end of the %zu-byte device allocation at %p (%zu bytes are left "
-                "after %p)", api, what, p, n, a->size, reinterpret_cast<void *>(a->base), a->size - off, p);
+                "%s: %s %p + %zu bytes runs %zu bytes past the end of the %zu-byte device allocation at %p", api, what,
+                p, n, n - left, a->size, reinterpret_cast<void *>(a->base));
   }
   return fail(ACL_ERROR_RT_PARAM_INVALID,
               "%s: %s %p is not device memory (freed, never allocated by aclrtMalloc, or a host pointer)", api, what,
