@@ -7,7 +7,7 @@ from cpython.ref cimport Py_INCREF, Py_DECREF
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.pythread cimport PyThread_get_thread_ident
 from backend cimport (gertHostTensorRef, gertHostGraphProvider, gertHostOutputAlloc, gertHostSetGraphProvider,
-                      gert_pin_thread_state)
+                      gert_pin_thread_state, gert_python_finalizing, GERT_HOST_MAX_DIMS)
 
 cdef object _provider = None
 # (address, size) of the ONNX bytes a GE graph holds -> the bytes object made of them: a model compiled at many sizes
@@ -36,7 +36,19 @@ cdef void _write_err(char* err, size_t n, str text) noexcept:
 
 
 cdef tuple _ref_dims(const gertHostTensorRef* r):
-    return tuple([r.dims[k] for k in range(r.ndim)])
+    return tuple([r.dims[k] for k in range(min(max(r.ndim, 0), GERT_HOST_MAX_DIMS))])
+
+
+cdef int _set_dims(gertHostTensorRef* r, dims, str what) except -1:
+    """Write a provider's result shape into a tensor reference: at most GERT_HOST_MAX_DIMS dims (gert::Shape's
+    kMaxDimNum, the most a GE runtime tensor holds), refused with a ValueError naming the tensor otherwise."""
+    cdef Py_ssize_t n = len(dims)
+    if n > GERT_HOST_MAX_DIMS:
+        raise ValueError(f"{what} has rank {n}; GE supports at most {GERT_HOST_MAX_DIMS} dims")
+    for k in range(n):
+        r.dims[k] = dims[k]
+    r.ndim = <int32_t>n
+    return 0
 
 
 cdef class _OutputAllocator:
@@ -62,10 +74,8 @@ cdef int _prov_compile_gil(void* ctx, uint64_t group, const void* model, size_t 
         executable, result, unknown = (<object>ctx).compile(data, inputs, outputs, group)
         unknown_shape[0] = 1 if unknown else 0
         for i, (dt, dims) in enumerate(result):
+            _set_dims(&outs[i], dims, f"output {i} '{out_names[i].decode()}'")
             outs[i].dtype = dt
-            outs[i].ndim = len(dims)
-            for k, d in enumerate(dims):
-                outs[i].dims[k] = d
         Py_INCREF(executable)
         exe[0] = <void*>executable
         return 0
@@ -125,11 +135,9 @@ cdef int _prov_run_gil(void* exe, int32_t threads, int32_t alone, int32_t n_in, 
             if r is None:
                 continue
             ptr, nbytes, dims = r
+            _set_dims(&outs[i], dims, f"output {i}")
             outs[i].data = <void*><intptr_t>ptr
             outs[i].nbytes = nbytes
-            outs[i].ndim = len(dims)
-            for k, d in enumerate(dims):
-                outs[i].dims[k] = d
         return 0
     except BaseException as e:
         _write_err(err, err_len, f"{type(e).__name__}: {e}")
@@ -139,6 +147,10 @@ cdef int _prov_run_gil(void* exe, int32_t threads, int32_t alone, int32_t n_in, 
 cdef int _prov_run(void* exe, int32_t threads, int32_t alone, int32_t n_in, const gertHostTensorRef* ins,
                    int32_t n_out, gertHostTensorRef* outs, gertHostOutputAlloc alloc, void* alloc_ctx, char* err,
                    size_t err_len) noexcept nogil:
+    if gert_python_finalizing():
+        strncpy(err, b"the Python interpreter is shutting down", err_len - 1)
+        err[err_len - 1] = 0
+        return 1
     gert_pin_thread_state()
     return _prov_run_gil(exe, threads, alone, n_in, ins, n_out, outs, alloc, alloc_ctx, err, err_len)
 
@@ -148,6 +160,8 @@ cdef void _prov_release_gil(void* exe) noexcept with gil:
 
 
 cdef void _prov_release(void* exe) noexcept nogil:
+    if gert_python_finalizing():  # at exit: the executable goes with the process
+        return
     gert_pin_thread_state()
     _prov_release_gil(exe)
 

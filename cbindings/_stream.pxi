@@ -2,12 +2,14 @@
 import sys
 import weakref
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
-from backend cimport gert_pin_thread_state
+from backend cimport gert_pin_thread_state, gert_launch_host_func, gert_python_finalizing
 
 cdef dict _live_streams = {}  # device id -> WeakSet of Stream
 
 
 cdef void _host_func_trampoline(void* arg) noexcept nogil:
+    if gert_python_finalizing():  # at exit: the function is not run (its holder goes with the process)
+        return
     gert_pin_thread_state()
     _run_host_func(arg)
 
@@ -21,6 +23,18 @@ cdef void _run_host_func(void* arg) noexcept with gil:
         errors.append(exc)
     finally:
         Py_DECREF(holder)
+
+
+cdef void _host_func_drop(void* arg) noexcept nogil:
+    if gert_python_finalizing():
+        return
+    gert_pin_thread_state()
+    _drop_host_func(arg)
+
+
+cdef void _drop_host_func(void* arg) noexcept with gil:
+    # The function never runs (an abort dropped it): release the holder, and with it the callable.
+    Py_DECREF(<object>arg)
 
 
 cdef class Stream:
@@ -144,7 +158,7 @@ cdef class Stream:
         self._check()
         cdef tuple holder = (fn, self._errors)
         Py_INCREF(holder)
-        cdef aclError st = aclrtLaunchHostFunc(self._h, _host_func_trampoline, <void*>holder)
+        cdef aclError st = gert_launch_host_func(self._h, _host_func_trampoline, _host_func_drop, <void*>holder)
         if st != ACL_SUCCESS:
             Py_DECREF(holder)
             check_status(st)

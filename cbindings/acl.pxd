@@ -1,4 +1,6 @@
 # Declarations of the ACL runtime subset gert uses (cbindings/include/acl/acl.h, or CANN's own headers).
+# C functions returning an aclError, never throwing: the host NPU's entry points catch every C++ exception and return
+# an error code (cbindings/hostnpu/runtime.h HOSTNPU_GUARD), so none is `except +`.
 from libc.stdint cimport int32_t, uint32_t, int64_t, uint64_t
 
 

@@ -6,7 +6,7 @@ cdef extern from "gert_backend.h" nogil:
     const char* GERT_BACKEND_NAME
     const char* GERT_TOOLKIT_ROOT
 
-    # The host NPU's own API (gert_host/): declared for _host.pxi and _provider.pxi, which only the host NPU
+    # The host NPU's own API (gert_host/): C functions that catch every C++ exception (none is `except +`). Declared for _host.pxi and _provider.pxi, which only the host NPU
     # builds compile; the header provides it only there (GERT_HOSTNPU or GERT_HOSTNPU_MODULE).
 
     ctypedef struct gertHostCounters:
@@ -58,9 +58,14 @@ cdef extern from "gert_backend.h" nogil:
         int (*load)(void*, uint64_t, const void*, size_t, void**, char*, size_t)
     void gertHostSetGraphProvider(const gertHostGraphProvider* provider)
 
+    # aclrtLaunchHostFunc with a release hook for a function an abort drops (gert_backend.h); an aclError.
+    int gert_launch_host_func(void* stream, void (*fn)(void*) noexcept nogil, void (*drop)(void*) noexcept nogil,
+                              void* args)
+
     # Per-thread cache of the context gert last made current (see gert_backend.h).
     void* gert_tls_context()
     void gert_tls_set_context(void* ctx)
 
     # Keep one Python thread state per runtime worker thread for its whole life (design.md, "Hot path").
     void gert_pin_thread_state()
+    int gert_python_finalizing()

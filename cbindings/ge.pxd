@@ -1,4 +1,8 @@
 # Declarations of the GE C++ API subset gert uses, through ge_glue.h (ge/ge_api.h, parser/onnx_parser.h).
+# Exceptions: GE's own entry points (the Session methods) return a Status and never throw (the host NPU's are
+# function-try-blocks, cbindings/hostnpu/ge_state.h HOSTNPU_GE_GUARD); gert_run_fused catches too. The glue helpers
+# build std::string / std::vector / std::map / GE objects before or after the call and throw std::bad_alloc by
+# design: they are `except +` (Cython turns it into MemoryError).
 from libc.stdint cimport uint32_t, uint64_t, int64_t, int32_t
 from libcpp cimport bool as cbool
 from libcpp.string cimport string
@@ -48,22 +52,22 @@ cdef extern from "ge_glue.h" nogil:
         vector[vector[int64_t]] shapes
         vector[int] dtypes
 
-    Status gert_ge_initialize(const gert_options& o)
-    string gert_ge_error_msg()
-    string gert_ge_warning_msg()
-    Session* gert_new_session(const gert_options& o)
-    graphStatus gert_parse_onnx(const char* path, const gert_options& o, Graph* g)
-    graphStatus gert_parse_onnx_mem(const char* buf, size_t n, const gert_options& o, Graph* g)
-    string gert_graph_name(const Graph* g)
-    Status gert_add_graph(Session* s, uint32_t graph_id, const Graph* g, const gert_options& o)
-    Status gert_load_graph(Session* s, uint32_t graph_id, const gert_options& o, void* stream)
-    gert_summary gert_get_summary(Session* s, uint32_t graph_id)
-    void gert_push_device_tensor(gert_tensor_list& v, void* addr, size_t nbytes, int dtype, const vector[int64_t]& dims)
-    vector[int64_t] gert_tensor_dims(const Tensor& t)
+    Status gert_ge_initialize(const gert_options& o) except +
+    string gert_ge_error_msg() except +
+    string gert_ge_warning_msg() except +
+    Session* gert_new_session(const gert_options& o) except +
+    graphStatus gert_parse_onnx(const char* path, const gert_options& o, Graph* g) except +
+    graphStatus gert_parse_onnx_mem(const char* buf, size_t n, const gert_options& o, Graph* g) except +
+    string gert_graph_name(const Graph* g) except +
+    Status gert_add_graph(Session* s, uint32_t graph_id, const Graph* g, const gert_options& o) except +
+    Status gert_load_graph(Session* s, uint32_t graph_id, const gert_options& o, void* stream) except +
+    gert_summary gert_get_summary(Session* s, uint32_t graph_id) except +
+    void gert_push_device_tensor(gert_tensor_list& v, void* addr, size_t nbytes, int dtype, const vector[int64_t]& dims) except +
+    vector[int64_t] gert_tensor_dims(const Tensor& t) except +
     int gert_tensor_dtype(const Tensor& t)
-    Tensor* gert_take_tensor(gert_tensor_list& v, size_t i)
+    Tensor* gert_take_tensor(gert_tensor_list& v, size_t i) except +
     Status gert_run_graph(Session* s, uint32_t graph_id, const vector[const void*]& data, const vector[size_t]& sizes,
-                          const vector[int]& dtypes, const vector[vector[int64_t]]& dims, vector[GeTensor]* out)
+                          const vector[int]& dtypes, const vector[vector[int64_t]]& dims, vector[GeTensor]* out) except +
     cdef struct gert_copy:
         void* dst
         size_t dmax
@@ -79,7 +83,7 @@ cdef extern from "ge_glue.h" nogil:
                        const vector[gert_fill]& fills, const gert_tensor_list& inputs, gert_tensor_list& outputs,
                        const vector[gert_copy]& out, int32_t timeout_ms, int* kind, string* msg)
     void gert_push_ge_device_tensor(vector[GeTensor]& v, void* addr, size_t nbytes, int dtype,
-                                    const vector[int64_t]& dims)
-    GeTensor* gert_take_ge_tensor(vector[GeTensor]& v, size_t i)
-    vector[int64_t] gert_ge_tensor_dims(const GeTensor& t)
+                                    const vector[int64_t]& dims) except +
+    GeTensor* gert_take_ge_tensor(vector[GeTensor]& v, size_t i) except +
+    vector[int64_t] gert_ge_tensor_dims(const GeTensor& t) except +
     int gert_ge_tensor_dtype(const GeTensor& t)

@@ -3,6 +3,7 @@
 #ifndef GERT_GE_GLUE_H_
 #define GERT_GE_GLUE_H_
 
+#include <chrono>
 #include <map>
 #include <string>
 #include <utility>
@@ -143,16 +144,21 @@ struct gert_fill {
   size_t n;
   int value;
 };
-static inline int gert_run_fused(ge::Session *s, uint32_t graph_id, void *stream, const std::vector<gert_copy> &in,
-                                 const std::vector<gert_fill> &fills, const gert_tensor_list &inputs,
-                                 gert_tensor_list &outputs, const std::vector<gert_copy> &out, int32_t timeout_ms,
-                                 int *kind, std::string *msg) {
+/* What is left of a run_fused timeout (ms, at least 1) at this moment; -1: no timeout. */
+static inline int32_t gert_ms_left(int32_t timeout_ms, std::chrono::steady_clock::time_point deadline) {
+  if (timeout_ms < 0) return -1;
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+  return left < 1 ? 1 : static_cast<int32_t>(left);
+}
+
+static inline int gert_run_fused_impl(ge::Session *s, uint32_t graph_id, void *stream, const std::vector<gert_copy> &in,
+                                      const std::vector<gert_fill> &fills, const gert_tensor_list &inputs,
+                                      gert_tensor_list &outputs, const std::vector<gert_copy> &out, int32_t timeout_ms,
+                                      int *kind, std::string *msg) {
   int code = 0;
   *kind = 0;
-#ifdef GERT_HOSTNPU
-  /* This thread would only wait for the work: on the host NPU let it run the work itself (no hand-offs). */
-  bool inline_mode = gertHostStreamBeginInline(stream) == 0;
-#endif
+  /* timeout_ms bounds the whole call, every wait in it included (one deadline). */
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms);
   auto acl_fail = [&](aclError e) {
     if (code == 0 && e != ACL_SUCCESS) {
       code = e;
@@ -161,48 +167,93 @@ static inline int gert_run_fused(ge::Session *s, uint32_t graph_id, void *stream
       *msg = m ? m : "";
     }
   };
-  for (auto &c : in) {
-    if (code) break;
-    if (c.n == 0) continue;  /* an empty tensor: nothing to copy (CANN refuses count 0 with 107000) */
-    acl_fail(aclrtMemcpyAsync(c.dst, c.dmax, c.src, c.n, static_cast<aclrtMemcpyKind>(c.kind), stream));
-  }
-  for (auto &f : fills) {
-    if (code) break;
-    acl_fail(aclrtMemsetAsync(f.dst, f.dmax, f.value, f.n, stream));
-  }
-  if (code == 0) {
-    ge::Status st = s->ExecuteGraphWithStreamAsync(graph_id, stream, inputs, outputs);
-    if (st != ge::SUCCESS) {
-      code = static_cast<int>(st);
-      *kind = 2;
-      *msg = ge::GEGetErrorMsgV2().GetString();
-    }
-  }
-  if (code == 0 && timeout_ms >= 0 && !out.empty()) {
-    /* CANN 8.5: a D2H copy into pageable memory first synchronizes the stream with no timeout, so wait for the
-     * graph here, with the caller's timeout (aborting stuck work), before the downloads. */
+  bool stream_busy = false; /* the stream did not go idle within the timeout: nothing is enqueued */
 #ifdef GERT_HOSTNPU
-    if (inline_mode) gertHostStreamEndInline(stream);
-    inline_mode = false;
-#endif
-    aclError synced = aclrtSynchronizeStreamWithTimeout(stream, timeout_ms);
+  /* This thread would only wait for the work: on the host NPU let it run the work itself (no hand-offs), once the
+   * stream is idle - waiting for that no longer than the timeout. */
+  int begun = gertHostStreamBeginInlineFor(stream, gert_ms_left(timeout_ms, deadline));
+  bool inline_mode = begun == 0;
+  stream_busy = begun == 1;
+  if (stream_busy) { /* as a synchronize that timed out: the stuck work is aborted, the stream usable again */
+    code = ACL_ERROR_RT_STREAM_SYNC_TIMEOUT;
+    *kind = 1;
+    *msg = "run_fused: the work queued on the stream before this call did not finish within " +
+           std::to_string(timeout_ms) + " ms; it was aborted (aclrtStreamAbort) and this request not run";
+    aclrtStreamAbort(stream);
+    return code;
+  }
+#else
+  /* CANN 8.5: an upload from pageable memory synchronizes the stream with no timeout first: wait for the work
+   * queued before this call here, with the caller's timeout. */
+  if (timeout_ms >= 0 && !in.empty()) {
+    aclError synced = aclrtSynchronizeStreamWithTimeout(stream, gert_ms_left(timeout_ms, deadline));
     acl_fail(synced);
     if (synced == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT) aclrtStreamAbort(stream);
   }
-  for (auto &c : out) {
-    if (code) break;
-    if (c.n == 0) continue;
-    acl_fail(aclrtMemcpyAsync(c.dst, c.dmax, c.src, c.n, static_cast<aclrtMemcpyKind>(c.kind), stream));
+#endif
+  if (!stream_busy) {
+    for (auto &c : in) {
+      if (code) break;
+      if (c.n == 0) continue; /* an empty tensor: nothing to copy (CANN refuses count 0 with 107000) */
+      acl_fail(aclrtMemcpyAsync(c.dst, c.dmax, c.src, c.n, static_cast<aclrtMemcpyKind>(c.kind), stream));
+    }
+    for (auto &f : fills) {
+      if (code) break;
+      acl_fail(aclrtMemsetAsync(f.dst, f.dmax, f.value, f.n, stream));
+    }
+    if (code == 0) {
+      ge::Status st = s->ExecuteGraphWithStreamAsync(graph_id, stream, inputs, outputs);
+      if (st != ge::SUCCESS) {
+        code = static_cast<int>(st);
+        *kind = 2;
+        *msg = ge::GEGetErrorMsgV2().GetString();
+      }
+    }
+    if (code == 0 && timeout_ms >= 0 && !out.empty()) {
+      /* CANN 8.5: a D2H copy into pageable memory first synchronizes the stream with no timeout, so wait for the
+       * graph here, with the caller's timeout (aborting stuck work), before the downloads. */
+#ifdef GERT_HOSTNPU
+      if (inline_mode) gertHostStreamEndInline(stream);
+      inline_mode = false;
+#endif
+      aclError synced = aclrtSynchronizeStreamWithTimeout(stream, gert_ms_left(timeout_ms, deadline));
+      acl_fail(synced);
+      if (synced == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT) aclrtStreamAbort(stream);
+    }
+    for (auto &c : out) {
+      if (code) break;
+      if (c.n == 0) continue;
+      acl_fail(aclrtMemcpyAsync(c.dst, c.dmax, c.src, c.n, static_cast<aclrtMemcpyKind>(c.kind), stream));
+    }
   }
 #ifdef GERT_HOSTNPU
   if (inline_mode) gertHostStreamEndInline(stream);
 #endif
   /* timeout_ms < 0: wait forever. On a timeout the stuck work is aborted before this returns (the copies it
    * would still do target host memory the caller frees next); the stream is then usable again. */
-  aclError synced = timeout_ms < 0 ? aclrtSynchronizeStream(stream) : aclrtSynchronizeStreamWithTimeout(stream, timeout_ms);
+  aclError synced = timeout_ms < 0 ? aclrtSynchronizeStream(stream)
+                                   : aclrtSynchronizeStreamWithTimeout(stream, gert_ms_left(timeout_ms, deadline));
   acl_fail(synced);
   if (synced == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT) aclrtStreamAbort(stream);
   return code;
 }
+
+/* Never throws (a std::bad_alloc becomes ACL_ERROR_BAD_ALLOC with *kind = 1): it runs without the GIL. */
+static inline int gert_run_fused(ge::Session *s, uint32_t graph_id, void *stream, const std::vector<gert_copy> &in,
+                                 const std::vector<gert_fill> &fills, const gert_tensor_list &inputs,
+                                 gert_tensor_list &outputs, const std::vector<gert_copy> &out, int32_t timeout_ms,
+                                 int *kind, std::string *msg) {
+  try {
+    return gert_run_fused_impl(s, graph_id, stream, in, fills, inputs, outputs, out, timeout_ms, kind, msg);
+  } catch (const std::exception &e) {
+    *kind = 1;
+    try {
+      *msg = std::string("run_fused: internal error: ") + e.what();
+    } catch (...) {
+    }
+    return ACL_ERROR_BAD_ALLOC;
+  }
+}
+
 
 #endif

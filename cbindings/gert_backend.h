@@ -24,6 +24,21 @@
 #define GERT_TOOLKIT_ROOT ""
 #endif
 
+/* aclrtLaunchHostFunc whose args the runtime releases through drop(args) when the function never runs (an abort
+ * dropped it): the host NPU's gertHostLaunchHostFuncEx. A CANN toolkit has no such hook: there drop is never
+ * called (a host function dropped by aclrtStreamAbort keeps what its args hold). Returns an aclError. */
+#ifdef GERT_HOSTNPU
+static inline int gert_launch_host_func(void *stream, void (*fn)(void *), void (*drop)(void *), void *args) {
+  return gertHostLaunchHostFuncEx(stream, fn, drop, args);
+}
+#else
+#include "acl/acl.h"
+static inline int gert_launch_host_func(void *stream, void (*fn)(void *), void (*drop)(void *), void *args) {
+  (void)drop;
+  return aclrtLaunchHostFunc(stream, fn, args);
+}
+#endif
+
 static thread_local void *gert_tls_ctx_ = nullptr;
 static inline void *gert_tls_context(void) { return gert_tls_ctx_; }
 static inline void gert_tls_set_context(void *ctx) { gert_tls_ctx_ = ctx; }
@@ -46,6 +61,17 @@ struct GertPinnedThreadState {
   }
 };
 static thread_local GertPinnedThreadState gert_pinned_;
+
+/* Whether the interpreter is shutting down: a runtime worker that takes the GIL then is ended by pthread_exit, whose
+ * unwinding through the runtime's noexcept code aborts the process. Trampolines check it first and skip Python
+ * (what they would release is released with the process). */
+static inline int gert_python_finalizing(void) {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
 
 static inline void gert_pin_thread_state(void) {
   if (gert_pinned_.tstate) return;

@@ -92,38 +92,45 @@ uint32_t effective_limit(const Device &d, const Stream *s, int type) {
   return type == ACL_RT_DEV_RES_CUBE_CORE ? d.cube_cores : d.vector_cores;
 }
 
-void release_device_resources(int32_t device) {
+DeviceResources take_device_resources_locked(int32_t device) {
   auto &r = rt();
-  std::vector<StreamPtr> streams;
-  {
-    std::lock_guard<std::mutex> lk(r.mu);
-    for (auto it = r.streams.begin(); it != r.streams.end();) {
-      if (it->second->device() == device) {
-        streams.push_back(it->second);
-        it = r.streams.erase(it);
-      } else {
-        ++it;
-      }
-    }
-    for (auto it = r.events.begin(); it != r.events.end();) {
-      it = it->second->device == device ? r.events.erase(it) : std::next(it);
-    }
-    for (auto it = r.contexts.begin(); it != r.contexts.end();) {
-      it = it->second.device == device ? r.contexts.erase(it) : std::next(it);
-    }
-    if (Device *d = find_device(device)) {
-      d->clear_sticky();  // a reset device starts clean
-      d->default_ctx = 0;
-      d->limit[0] = 0;
-      d->limit[1] = 0;
+  DeviceResources out;
+  for (auto it = r.streams.begin(); it != r.streams.end();) {
+    if (it->second->device() == device) {
+      out.streams.push_back(it->second);
+      it = r.streams.erase(it);
+    } else {
+      ++it;
     }
   }
-  for (auto &s : streams) s->drain_and_stop();
-  streams.clear();
-  std::lock_guard<std::mutex> lk(r.mem_mu);
+  for (auto it = r.events.begin(); it != r.events.end();) {
+    it = it->second->device == device ? r.events.erase(it) : std::next(it);
+  }
+  for (auto it = r.contexts.begin(); it != r.contexts.end();) {
+    it = it->second.device == device ? r.contexts.erase(it) : std::next(it);
+  }
+  if (Device *d = find_device(device)) {
+    d->clear_sticky();  // a reset device starts clean
+    d->default_ctx = 0;
+    d->limit[0] = 0;
+    d->limit[1] = 0;
+  }
+  std::lock_guard<std::mutex> lk(r.mem_mu);  // lock order: rt().mu, then rt().mem_mu
   for (auto it = r.device_mem.begin(); it != r.device_mem.end();) {
-    it = it->second->device == device ? r.device_mem.erase(it) : std::next(it);
+    if (it->second->device == device) {
+      out.memory.push_back(std::move(it->second));
+      it = r.device_mem.erase(it);
+    } else {
+      ++it;
+    }
   }
+  return out;
+}
+
+void DeviceResources::release() {
+  for (auto &s : streams) s->drain_and_stop();  // pending work runs first (it may still use the memory)
+  streams.clear();
+  memory.clear();  // freed now, or by the last queued task that holds it
 }
 
 }  // namespace hostnpu
@@ -132,7 +139,7 @@ using namespace hostnpu;
 
 extern "C" {
 
-aclError aclInit(const char *configPath) {
+aclError aclInit(const char *configPath) try {
   auto &r = rt();
   std::lock_guard<std::mutex> lk(r.mu);
   if (r.initialized) return fail(ACL_ERROR_REPEAT_INITIALIZE, "aclInit: ACL is already initialized");
@@ -160,35 +167,35 @@ aclError aclInit(const char *configPath) {
   if (aclError e = load_env_faults()) return e;
   r.initialized = true;
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclFinalize() {
+aclError aclFinalize() try {
   auto &r = rt();
-  std::vector<int32_t> ids;
+  std::vector<DeviceResources> owned;
   {
     std::lock_guard<std::mutex> lk(r.mu);
     if (!r.initialized) return fail(ACL_ERROR_REPEAT_FINALIZE, "aclFinalize: ACL is not initialized");
     r.initialized = false;
     for (auto &d : r.devices) {
       d->refs = 0;
-      ids.push_back(d->id);
+      owned.push_back(take_device_resources_locked(d->id));
     }
   }
-  for (int32_t id : ids) release_device_resources(id);
+  for (auto &o : owned) o.release();
   tls_ctx = 0;
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtGetDeviceCount(uint32_t *count) {
+aclError aclrtGetDeviceCount(uint32_t *count) try {
   if (!count) return fail(ACL_ERROR_INVALID_PARAM, "aclrtGetDeviceCount: count is null");
   auto &r = rt();
   std::lock_guard<std::mutex> lk(r.mu);
   if (!r.initialized) return fail(ACL_ERROR_UNINITIALIZE, "aclrtGetDeviceCount: aclInit has not been called");
   *count = static_cast<uint32_t>(r.devices.size());
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtSetDevice(int32_t deviceId) {
+aclError aclrtSetDevice(int32_t deviceId) try {
   auto &r = rt();
   std::lock_guard<std::mutex> lk(r.mu);
   if (!r.initialized) return fail(ACL_ERROR_UNINITIALIZE, "aclrtSetDevice: aclInit has not been called");
@@ -204,11 +211,11 @@ aclError aclrtSetDevice(int32_t deviceId) {
   d->refs++;
   tls_ctx = d->default_ctx;
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
 static aclError reset_device(int32_t deviceId, bool force, const char *api) {
   auto &r = rt();
-  bool release = false;
+  DeviceResources owned;
   {
     std::lock_guard<std::mutex> lk(r.mu);
     if (!r.initialized) return fail(ACL_ERROR_UNINITIALIZE, "%s: aclInit has not been called", api);
@@ -216,21 +223,24 @@ static aclError reset_device(int32_t deviceId, bool force, const char *api) {
     if (!d) return fail(ACL_ERROR_RT_INVALID_DEVICEID, "%s: device id %d is out of range", api, deviceId);
     if (d->refs <= 0) return fail(ACL_ERROR_RT_CONTEXT_NULL, "%s: device %d is not set", api, deviceId);
     d->refs = force ? 0 : d->refs - 1;
-    release = d->refs == 0;
+    // The last reference: what the device owns leaves the tables now, under the lock that dropped the reference.
+    // Taking it after unlocking would also take the context, streams and memory of an aclrtSetDevice that ran
+    // in between (another thread's, holding its own reference).
+    if (d->refs == 0) owned = take_device_resources_locked(deviceId);
   }
-  if (release) release_device_resources(deviceId);
+  owned.release();
   return ACL_SUCCESS;
 }
 
 aclError aclrtResetDevice(int32_t deviceId) { return reset_device(deviceId, false, "aclrtResetDevice"); }
 aclError aclrtResetDeviceForce(int32_t deviceId) { return reset_device(deviceId, true, "aclrtResetDeviceForce"); }
 
-aclError aclrtGetDevice(int32_t *deviceId) {
+aclError aclrtGetDevice(int32_t *deviceId) try {
   if (!deviceId) return fail(ACL_ERROR_INVALID_PARAM, "aclrtGetDevice: deviceId is null");
   return current_device(deviceId, "aclrtGetDevice");
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtGetDeviceInfo(uint32_t deviceId, aclrtDevAttr attr, int64_t *value) {
+aclError aclrtGetDeviceInfo(uint32_t deviceId, aclrtDevAttr attr, int64_t *value) try {
   if (!value) return fail(ACL_ERROR_INVALID_PARAM, "aclrtGetDeviceInfo: value is null");
   auto &r = rt();
   std::lock_guard<std::mutex> lk(r.mu);
@@ -249,9 +259,9 @@ aclError aclrtGetDeviceInfo(uint32_t deviceId, aclrtDevAttr attr, int64_t *value
                   static_cast<int>(attr));
   }
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtCreateContext(aclrtContext *context, int32_t deviceId) {
+aclError aclrtCreateContext(aclrtContext *context, int32_t deviceId) try {
   if (!context) return fail(ACL_ERROR_INVALID_PARAM, "aclrtCreateContext: context is null");
   auto &r = rt();
   std::lock_guard<std::mutex> lk(r.mu);
@@ -264,9 +274,9 @@ aclError aclrtCreateContext(aclrtContext *context, int32_t deviceId) {
   tls_ctx = id;
   *context = to_handle(id);
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtDestroyContext(aclrtContext context) {
+aclError aclrtDestroyContext(aclrtContext context) try {
   auto &r = rt();
   int32_t dev = -1;
   {
@@ -280,9 +290,9 @@ aclError aclrtDestroyContext(aclrtContext context) {
     if (tls_ctx == from_handle(context)) tls_ctx = 0;
   }
   return reset_device(dev, false, "aclrtDestroyContext");
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtSetCurrentContext(aclrtContext context) {
+aclError aclrtSetCurrentContext(aclrtContext context) try {
   auto &r = rt();
   std::lock_guard<std::mutex> lk(r.mu);
   if (!r.initialized) return fail(ACL_ERROR_UNINITIALIZE, "aclrtSetCurrentContext: aclInit has not been called");
@@ -291,16 +301,16 @@ aclError aclrtSetCurrentContext(aclrtContext context) {
     return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtSetCurrentContext: %p is not a live context", context);
   tls_ctx = id;
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtGetCurrentContext(aclrtContext *context) {
+aclError aclrtGetCurrentContext(aclrtContext *context) try {
   if (!context) return fail(ACL_ERROR_INVALID_PARAM, "aclrtGetCurrentContext: context is null");
   int32_t dev;
   aclError e = current_device(&dev, "aclrtGetCurrentContext");
   if (e) return e;
   *context = to_handle(tls_ctx);
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
 // ---- resource limits ----------------------------------------------------------------------
 
@@ -316,7 +326,7 @@ static uint32_t hw_cores(const Device &d, int type) {
 
 static const char *type_name(int type) { return type == ACL_RT_DEV_RES_CUBE_CORE ? "cube" : "vector"; }
 
-aclError aclrtSetDeviceResLimit(int32_t deviceId, aclrtDevResLimitType type, uint32_t value) {
+aclError aclrtSetDeviceResLimit(int32_t deviceId, aclrtDevResLimitType type, uint32_t value) try {
   if (aclError e = check_type(type, "aclrtSetDeviceResLimit")) return e;
   auto &r = rt();
   std::lock_guard<std::mutex> lk(r.mu);
@@ -328,9 +338,9 @@ aclError aclrtSetDeviceResLimit(int32_t deviceId, aclrtDevResLimitType type, uin
                 type_name(type), value, hw_cores(*d, type), deviceId);
   d->limit[type] = value;
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtGetDeviceResLimit(int32_t deviceId, aclrtDevResLimitType type, uint32_t *value) {
+aclError aclrtGetDeviceResLimit(int32_t deviceId, aclrtDevResLimitType type, uint32_t *value) try {
   if (aclError e = check_type(type, "aclrtGetDeviceResLimit")) return e;
   if (!value) return fail(ACL_ERROR_INVALID_PARAM, "aclrtGetDeviceResLimit: value is null");
   auto &r = rt();
@@ -340,9 +350,9 @@ aclError aclrtGetDeviceResLimit(int32_t deviceId, aclrtDevResLimitType type, uin
   if (!d) return fail(ACL_ERROR_RT_INVALID_DEVICEID, "aclrtGetDeviceResLimit: device id %d is out of range", deviceId);
   *value = effective_limit(*d, nullptr, type);
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtResetDeviceResLimit(int32_t deviceId) {
+aclError aclrtResetDeviceResLimit(int32_t deviceId) try {
   auto &r = rt();
   std::lock_guard<std::mutex> lk(r.mu);
   if (!r.initialized) return fail(ACL_ERROR_UNINITIALIZE, "aclrtResetDeviceResLimit: aclInit has not been called");
@@ -351,9 +361,9 @@ aclError aclrtResetDeviceResLimit(int32_t deviceId) {
   d->limit[0] = 0;
   d->limit[1] = 0;
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtSetStreamResLimit(aclrtStream stream, aclrtDevResLimitType type, uint32_t value) {
+aclError aclrtSetStreamResLimit(aclrtStream stream, aclrtDevResLimitType type, uint32_t value) try {
   if (aclError e = check_type(type, "aclrtSetStreamResLimit")) return e;
   StreamPtr s = find_stream(stream);
   if (!s) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtSetStreamResLimit: %p is not a live stream", stream);
@@ -363,33 +373,33 @@ aclError aclrtSetStreamResLimit(aclrtStream stream, aclrtDevResLimitType type, u
                 type_name(type), value, hw_cores(*d, type), s->device());
   s->limit[type] = value;
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtGetStreamResLimit(aclrtStream stream, aclrtDevResLimitType type, uint32_t *value) {
+aclError aclrtGetStreamResLimit(aclrtStream stream, aclrtDevResLimitType type, uint32_t *value) try {
   if (aclError e = check_type(type, "aclrtGetStreamResLimit")) return e;
   if (!value) return fail(ACL_ERROR_INVALID_PARAM, "aclrtGetStreamResLimit: value is null");
   StreamPtr s = find_stream(stream);
   if (!s) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtGetStreamResLimit: %p is not a live stream", stream);
   *value = effective_limit(*find_device(s->device()), s.get(), type);
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtResetStreamResLimit(aclrtStream stream) {
+aclError aclrtResetStreamResLimit(aclrtStream stream) try {
   StreamPtr s = find_stream(stream);
   if (!s) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtResetStreamResLimit: %p is not a live stream", stream);
   s->limit[0] = 0;
   s->limit[1] = 0;
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtUseStreamResInCurrentThread(aclrtStream stream) {
+aclError aclrtUseStreamResInCurrentThread(aclrtStream stream) try {
   StreamPtr s = find_stream(stream);
   if (!s) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtUseStreamResInCurrentThread: %p is not a live stream", stream);
   tls_res_stream = s->id();
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtUnuseStreamResInCurrentThread(aclrtStream stream) {
+aclError aclrtUnuseStreamResInCurrentThread(aclrtStream stream) try {
   StreamPtr s = find_stream(stream);
   if (!s) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtUnuseStreamResInCurrentThread: %p is not a live stream", stream);
   if (tls_res_stream != s->id())
@@ -397,9 +407,9 @@ aclError aclrtUnuseStreamResInCurrentThread(aclrtStream stream) {
                 "aclrtUnuseStreamResInCurrentThread: the calling thread does not use the resources of stream %p", stream);
   tls_res_stream = 0;
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtGetResInCurrentThread(aclrtDevResLimitType type, uint32_t *value) {
+aclError aclrtGetResInCurrentThread(aclrtDevResLimitType type, uint32_t *value) try {
   if (aclError e = check_type(type, "aclrtGetResInCurrentThread")) return e;
   if (!value) return fail(ACL_ERROR_INVALID_PARAM, "aclrtGetResInCurrentThread: value is null");
   if (tls_res_stream) {
@@ -414,6 +424,6 @@ aclError aclrtGetResInCurrentThread(aclrtDevResLimitType type, uint32_t *value) 
   if (aclError e = current_device(&dev, "aclrtGetResInCurrentThread")) return e;
   *value = effective_limit(*find_device(dev), nullptr, type);
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
 }  // extern "C"

@@ -1,6 +1,8 @@
 // Host NPU: thread-local recent error message (aclGetRecentErrMsg), counters and tuning knobs.
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <new>
 
 #include "gert_host/host_npu.h"
 #include "runtime.h"
@@ -30,6 +32,18 @@ aclError fail(aclError code, const char *fmt, ...) {
   // As CANN: the ACL layer's parameter checks (100000) and feature-not-supported returns do not set it.
   if (code != ACL_ERROR_INVALID_PARAM && code != ACL_ERROR_RT_FEATURE_NOT_SUPPORT) tls_last = code;
   return code;
+}
+
+aclError internal_failure(aclError code, const char *api) {
+  try {
+    throw;  // the exception being handled
+  } catch (const std::bad_alloc &) {
+    return fail(code, "%s: the host ran out of memory (std::bad_alloc)", api);
+  } catch (const std::exception &x) {
+    return fail(code, "%s: internal error: %s", api, x.what());
+  } HOSTNPU_PASS_UNWIND catch (...) {
+    return fail(code, "%s: internal error (a C++ exception)", api);
+  }
 }
 
 aclError last_error(bool clear) {
@@ -63,7 +77,7 @@ extern "C" {
 
 const char *aclGetRecentErrMsg() { return take_recent_error_message(); }
 
-void gertHostGetCounters(gertHostCounters *out) {
+void gertHostGetCounters(gertHostCounters *out) try {
   auto &c = counters();
   out->bytes_h2h = c.bytes[ACL_MEMCPY_HOST_TO_HOST].load();
   out->bytes_h2d = c.bytes[ACL_MEMCPY_HOST_TO_DEVICE].load();
@@ -80,9 +94,10 @@ void gertHostGetCounters(gertHostCounters *out) {
   out->faults_memcpy = c.faults[4].load();
   out->stream_aborts = c.stream_aborts.load();
   out->device_task_aborts = c.device_task_aborts.load();
+} HOSTNPU_PASS_UNWIND catch (...) {
 }
 
-void gertHostResetCounters(void) {
+void gertHostResetCounters(void) try {
   auto &c = counters();
   for (auto &b : c.bytes) b.store(0);
   c.tasks.store(0);
@@ -90,6 +105,7 @@ void gertHostResetCounters(void) {
   c.stream_aborts.store(0);
   c.device_task_aborts.store(0);
   c.mem_peak.store(c.mem_in_use.load());
+} HOSTNPU_PASS_UNWIND catch (...) {
 }
 
 void gertHostSetSpinMicros(uint32_t us) { g_spin_us.store(us); }

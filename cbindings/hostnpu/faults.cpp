@@ -184,20 +184,23 @@ using namespace hostnpu;
 extern "C" {
 
 int gertHostInjectFault(const char *kind, int32_t device, uint64_t after, uint64_t count, uint64_t every,
-                        uint32_t duration_ms) {
+                        uint32_t duration_ms) try {
   FaultKind k;
   if (!kind || !kind_of(kind, &k)) return -1;
   arm(Armed{k, device, after, count, duration_ms, every});
   return 0;
+} HOSTNPU_PASS_UNWIND catch (...) {
+  return -1;
 }
 
-void gertHostClearFaults(void) {
+void gertHostClearFaults(void) try {
   std::lock_guard<std::mutex> lk(g_mu);
   g_armed.clear();
   g_n_armed.store(0);
+} HOSTNPU_PASS_UNWIND catch (...) {
 }
 
-aclError aclrtSetStreamFailureMode(aclrtStream stream, uint64_t mode) {
+aclError aclrtSetStreamFailureMode(aclrtStream stream, uint64_t mode) try {
   if (!stream) return fail(ACL_ERROR_INVALID_PARAM, "aclrtSetStreamFailureMode: not allowed on the default stream");
   if (mode != ACL_CONTINUE_ON_FAILURE && mode != ACL_STOP_ON_FAILURE)
     return fail(ACL_ERROR_INVALID_PARAM, "aclrtSetStreamFailureMode: mode %llu is neither ACL_CONTINUE_ON_FAILURE (0) "
@@ -213,18 +216,18 @@ aclError aclrtSetStreamFailureMode(aclrtStream stream, uint64_t mode) {
   }
   s->stop_on_failure.store(mode == ACL_STOP_ON_FAILURE);
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtStreamAbort(aclrtStream stream) {
+aclError aclrtStreamAbort(aclrtStream stream) try {
   if (aclError e = check_init("aclrtStreamAbort")) return e;
   StreamPtr s = find_stream(stream);
   if (!s) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtStreamAbort: %p is not a live stream", stream);
   s->abort(-1);
   counters().stream_aborts.fetch_add(1);
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtDeviceTaskAbort(int32_t deviceId, uint32_t timeout) {
+aclError aclrtDeviceTaskAbort(int32_t deviceId, uint32_t timeout) try {
   if (aclError e = check_init("aclrtDeviceTaskAbort")) return e;
   Device *d = find_device(deviceId);
   if (!d) return fail(ACL_ERROR_RT_INVALID_DEVICEID, "aclrtDeviceTaskAbort: device id %d is out of range", deviceId);
@@ -235,6 +238,9 @@ aclError aclrtDeviceTaskAbort(int32_t deviceId, uint32_t timeout) {
       if (kv.second->device() == deviceId) streams.push_back(kv.second);
   }
   d->aborting.store(true);  // other launches on the device fail with 107022 meanwhile
+  // End the work of every stream first (queues dropped, hangs and event waits ended), then wait for their running
+  // tasks against one deadline: a stream waiting on another stream's event is not left waiting for that one's abort.
+  for (auto &s : streams) s->begin_abort();
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout);
   bool in_time = true;
   for (auto &s : streams) {
@@ -243,7 +249,7 @@ aclError aclrtDeviceTaskAbort(int32_t deviceId, uint32_t timeout) {
       left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
       if (left < 1) left = 1;
     }
-    in_time = s->abort(left) && in_time;
+    in_time = s->finish_abort(left) && in_time;
   }
   d->clear_sticky();  // DeviceClean: the device and context errors are gone
   d->aborting.store(false);
@@ -252,16 +258,16 @@ aclError aclrtDeviceTaskAbort(int32_t deviceId, uint32_t timeout) {
     return fail(ACL_ERROR_RT_WAIT_TIMEOUT, "aclrtDeviceTaskAbort: a task on device %d still ran after %u ms", deviceId,
                 timeout);
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtGetLastError(aclrtLastErrLevel level) {
+aclError aclrtGetLastError(aclrtLastErrLevel level) try {
   if (level != ACL_RT_THREAD_LEVEL) return ACL_ERROR_INVALID_PARAM;
   return last_error(true);
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtPeekAtLastError(aclrtLastErrLevel level) {
+aclError aclrtPeekAtLastError(aclrtLastErrLevel level) try {
   if (level != ACL_RT_THREAD_LEVEL) return ACL_ERROR_INVALID_PARAM;
   return last_error(false);
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
 }  // extern "C"

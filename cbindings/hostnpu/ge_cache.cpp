@@ -2,6 +2,8 @@
 #include "ge_cache.h"
 
 #include <fcntl.h>
+#include <dirent.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -39,25 +41,66 @@ bool read_file(const std::string &path, std::string &out) {
   return ok;
 }
 
-// Writes through a temporary file and a rename, so a reader never sees half a file (GE writes in place; the
-// lock already keeps GE's readers out, the rename also survives a crash mid-write).
-bool write_file(const std::string &path, const std::string &data) {
-  std::string tmp = path + ".tmp" + std::to_string(::getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return false;
-    f.write(data.data(), static_cast<std::streamsize>(data.size()));
-    f.flush();
-    if (!f) {
-      ::unlink(tmp.c_str());
-      return false;
-    }
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return false;
+// Writes all of data to fd; false on an error (errno set).
+bool write_all(int fd, const std::string &data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
   }
   return true;
+}
+
+// Flushes a directory's entries (a rename in it) to disk.
+bool fsync_dir(const std::string &dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool ok = ::fsync(fd) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// Writes through a temporary file and a rename, so a reader never sees half a file (GE writes in place; the
+// lock already keeps GE's readers out, the rename also survives a crash mid-write). The data is fsync'ed before
+// the rename and the directory after it: after a power loss the name refers to the whole file or is absent, never
+// to a truncated one (an index naming a truncated .om would fail the key's every compile).
+bool write_file(const std::string &dir, const std::string &path, const std::string &data) {
+  std::string tmp = path + ".tmp" + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  bool ok = write_all(fd, data) && ::fsync(fd) == 0;
+  int saved = errno;
+  ok = ::close(fd) == 0 && ok;
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    if (ok) saved = errno;
+    ::unlink(tmp.c_str());
+    errno = saved;
+    return false;
+  }
+  return fsync_dir(dir);
+}
+
+// Removes the {key}*.tmp<pid> files of writers that died before their rename (the caller holds the key's lock, so
+// no live writer of this key is mid-write; a temp file of a live process of another key is left alone).
+void remove_stale_temps(const std::string &dir, const std::string &key) {
+  DIR *d = ::opendir(dir.c_str());
+  if (!d) return;
+  while (struct dirent *e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (name.compare(0, key.size(), key) != 0) continue;
+    size_t at = name.rfind(".tmp");
+    if (at == std::string::npos || at + 4 >= name.size()) continue;
+    std::string pid_text = name.substr(at + 4);
+    if (pid_text.find_first_not_of("0123456789") != std::string::npos || pid_text.size() > 9) continue;
+    pid_t pid = static_cast<pid_t>(std::stol(pid_text));
+    if (pid <= 0 || pid == ::getpid()) continue;
+    bool alive = ::kill(pid, 0) == 0 || errno == EPERM;
+    if (alive) continue;  // a live writer's (of another key: this one's are held off by the lock)
+    ::unlink((dir + name).c_str());
+  }
+  ::closedir(d);
 }
 
 // FNV-1a over 8-byte words (then the tail bytes): catches a truncated or overwritten file at memory speed.
@@ -71,6 +114,13 @@ uint64_t checksum(const std::string &s) {
   }
   for (size_t k = 8 * n; k < s.size(); ++k) h = (h ^ static_cast<unsigned char>(s[k])) * 1099511628211ULL;
   return h;
+}
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
 }
 
 // ---- a small JSON reader for the index: objects, arrays, strings, and skipped scalars ----
@@ -101,11 +151,18 @@ struct Json {
           case 'r': c = '\r'; break;
           case 'b': c = '\b'; break;
           case 'f': c = '\f'; break;
-          case 'u':
+          case 'u': {  // four hex digits (JSON); anything else makes the index malformed, never an exception
             if (i + 4 > s.size()) return false;
-            c = static_cast<char>(std::stoi(s.substr(i, 4), nullptr, 16) & 0x7f);
+            unsigned v = 0;
+            for (size_t k = 0; k < 4; ++k) {
+              int h = hex_value(s[i + k]);
+              if (h < 0) return false;
+              v = v * 16 + static_cast<unsigned>(h);
+            }
+            c = static_cast<char>(v & 0x7f);
             i += 4;
             break;
+          }
           default: c = e;
         }
       }
@@ -307,6 +364,7 @@ ge::Status ModelCache::init(const std::string &dir, const std::string &key, cons
     return ge_fail(ge::FAILED, "%s: cannot lock the cache lock file '%s': %s", api, lock.c_str(), strerror(errno));
   }
   fd_ = fd;
+  remove_stale_temps(dir_, key_);
   return ge::SUCCESS;
 }
 
@@ -325,7 +383,13 @@ ge::Status ModelCache::lookup(std::string &path, const char *api) const {
                    "{\"cache_file_list\": [...]} JSON file", api, idx.c_str(), key_.c_str());
   for (auto &e : entries) {
     if (e.graph_key != key_) continue;
-    std::string file = e.cache_file_name.find('/') == std::string::npos ? dir_ + e.cache_file_name : e.cache_file_name;
+    // A file name in the cache directory (GE writes only those): a path would resolve against the working directory
+    // or escape the directory.
+    if (e.cache_file_name.empty() || e.cache_file_name.find('/') != std::string::npos || e.cache_file_name == "." ||
+        e.cache_file_name == "..")
+      return ge_fail(ge::FAILED, "%s: cache index file '%s' lists cache_file_name '%s', which is not a file name in the "
+                     "cache directory (ge.graph_key '%s')", api, idx.c_str(), e.cache_file_name.c_str(), key_.c_str());
+    std::string file = dir_ + e.cache_file_name;
     if (!exists(file))
       return ge_fail(ge::FAILED, "%s: cache file '%s' in cache index file '%s' does not exist (ge.graph_key '%s')",
                      api, file.c_str(), idx.c_str(), key_.c_str());
@@ -385,7 +449,7 @@ ge::Status ModelCache::save(const CachedModel &m, const char *api) const {
   file.append(reinterpret_cast<const char *>(&sum), 8);
   file += w.b;
   std::string name = key_ + "_" + current_time_str() + ".om";
-  if (!write_file(dir_ + name, file))
+  if (!write_file(dir_, dir_ + name, file))
     return ge_fail(ge::FAILED, "%s: failed to save the cached model '%s': %s", api, (dir_ + name).c_str(),
                    strerror(errno));
   // Append to the index (read again under the lock: another process may have added entries for other keys).
@@ -400,7 +464,7 @@ ge::Status ModelCache::save(const CachedModel &m, const char *api) const {
            json_str(entries[i].cache_file_name) + ",\n            \"graph_key\": " + json_str(entries[i].graph_key) +
            "\n        }";
   out += "\n    ]\n}";
-  if (!write_file(idx, out))
+  if (!write_file(dir_, idx, out))
     return ge_fail(ge::FAILED, "%s: failed to write the cache index file '%s': %s", api, idx.c_str(), strerror(errno));
   return ge::SUCCESS;
 }

@@ -1,6 +1,8 @@
 // Host NPU GE: ge::Graph, GE's error texts and the ONNX parsing behind aclgrphParseONNX (onnx_parser.cpp).
 // Parsing reads and validates the ONNX model and accepts only the parser_params keys real GE accepts.
 // In the toolkit layout (build_toolkit.py) this is libgraph.so; the parser entry points are libfmk_onnx_parser.so.
+#include <new>
+#include <stdexcept>
 #include <cstdarg>
 #include <cstring>
 #include <cstdio>
@@ -121,6 +123,18 @@ ge::Status ge_fail(ge::Status code, const char *fmt, ...) {
   return code;
 }
 
+ge::Status ge_internal_failure(const char *api) {
+  try {
+    throw;  // the exception being handled
+  } catch (const std::bad_alloc &) {
+    return ge_fail(ge::FAILED, "%s: the host ran out of memory (std::bad_alloc)", api);
+  } catch (const std::exception &x) {
+    return ge_fail(ge::FAILED, "%s: internal error: %s", api, x.what());
+  } catch (...) {
+    return ge_fail(ge::FAILED, "%s: internal error (a C++ exception)", api);
+  }
+}
+
 void ge_warn(const char *fmt, ...) {
   char buf[1024];
   va_list ap;
@@ -207,6 +221,11 @@ ge::graphStatus parse_onnx(std::shared_ptr<const std::string> bytes, const char 
       s.dims = {-2};  // UNKNOWN_DIM_NUM until CompileGraph infers it
       return ge::GRAPH_SUCCESS;
     }
+    // GE's runtime tensors hold at most gert::Shape::kMaxDimNum (25) dims (exe_graph/runtime/shape.h); so does the
+    // host NPU's tensor reference (GERT_HOST_MAX_DIMS).
+    if (v.dims.size() > GERT_HOST_MAX_DIMS)
+      return ge_fail(ge::GRAPH_PARAM_INVALID, "%s: input '%s' has rank %zu; GE supports at most %d dims", api,
+                     v.name.c_str(), v.dims.size(), GERT_HOST_MAX_DIMS);
     for (auto &d : v.dims) {
       s.dims.push_back(d.value >= 0 ? d.value : -1);
       s.dim_names.push_back(d.value >= 0 ? std::string() : d.param);

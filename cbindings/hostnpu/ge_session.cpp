@@ -253,16 +253,35 @@ ge::Status check_gears(const GraphRecord &r, const std::vector<std::vector<int64
                  dims_str(actual).c_str(), gears.c_str());
 }
 
+// Callers pass at most GERT_HOST_MAX_DIMS dims (the parser refuses larger ranks, runs are checked against the
+// graph's, providers' results are checked by rank_error); a larger rank is cut, never written past ref.dims.
 void fill_ref(gertHostTensorRef &ref, void *data, uint64_t nbytes, ge::DataType dt, const std::vector<int64_t> &dims) {
   ref.data = data;
   ref.nbytes = nbytes;
   ref.dtype = static_cast<int32_t>(dt);
-  ref.ndim = static_cast<int32_t>(dims.size());
-  for (size_t k = 0; k < dims.size() && k < GERT_HOST_MAX_DIMS; ++k) ref.dims[k] = dims[k];
+  size_t n = std::min<size_t>(dims.size(), GERT_HOST_MAX_DIMS);
+  ref.ndim = static_cast<int32_t>(n);
+  for (size_t k = 0; k < n; ++k) ref.dims[k] = dims[k];
+}
+
+// The bytes a tensor of `dims` and `dt` takes; false when the element count or the byte count overflows int64
+// (Shape::GetShapeSize gives 0 then, which would pass every size check).
+bool tensor_bytes(const std::vector<int64_t> &dims, ge::DataType dt, int64_t &out) {
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    if (d < 0) {
+      out = -1;
+      return true;
+    }
+    if (__builtin_mul_overflow(n, d, &n)) return false;
+  }
+  out = ge::GetSizeInBytes(n, dt);
+  return !(out < 0 && n > 0 && ge::GetSizeInBytes(1, dt) > 0);
 }
 
 std::vector<int64_t> ref_dims(const gertHostTensorRef &ref) {
-  return std::vector<int64_t>(ref.dims, ref.dims + ref.ndim);
+  int32_t n = ref.ndim < 0 ? 0 : std::min<int32_t>(ref.ndim, GERT_HOST_MAX_DIMS);
+  return std::vector<int64_t>(ref.dims, ref.dims + n);
 }
 
 std::vector<int64_t> shape_dims(const gert::Shape &s) {
@@ -467,20 +486,23 @@ std::shared_ptr<const gertHostGraphProvider> graph_provider() {
 
 using namespace hostnpu;
 
-extern "C" const char *gertHostCompileOption(const char *key) {
+extern "C" const char *gertHostCompileOption(const char *key) try {
   if (!key || !tls_compiling_session || !tls_compiling_graph) return nullptr;
   tls_compile_option = context_option(*tls_compiling_session, *tls_compiling_graph, key);
   return tls_compile_option.c_str();
+} HOSTNPU_PASS_UNWIND catch (...) {  // out of memory copying the option: as if it were not set
+  return nullptr;
 }
 
-extern "C" void gertHostSetGraphProvider(const gertHostGraphProvider *provider) {
+extern "C" void gertHostSetGraphProvider(const gertHostGraphProvider *provider) try {
   std::lock_guard<std::mutex> lk(g_provider_mu);
   g_provider = provider ? std::make_shared<gertHostGraphProvider>(*provider) : nullptr;
+} HOSTNPU_PASS_UNWIND catch (...) {  // out of memory: the previous provider stays registered
 }
 
 namespace ge {
 
-Status GEInitialize(const std::map<AscendString, AscendString> &options) {
+Status GEInitialize(const std::map<AscendString, AscendString> &options) try {
   auto opts = to_std(options);
   uint32_t cube = 0, vector = 0;
   if (Status st = check_options(opts, "GEInitialize", "global", &cube, &vector)) return st;
@@ -492,7 +514,7 @@ Status GEInitialize(const std::map<AscendString, AscendString> &options) {
   g.aicore_cube = cube;
   g.aicore_vector = vector;
   return SUCCESS;
-}
+} HOSTNPU_GE_GUARD
 
 // The deprecated std::string overloads forward to the AscendString ones.
 static std::map<AscendString, AscendString> to_ascend(const std::map<std::string, std::string> &options) {
@@ -503,7 +525,7 @@ static std::map<AscendString, AscendString> to_ascend(const std::map<std::string
 
 Status GEInitialize(const std::map<std::string, std::string> &options) { return GEInitialize(to_ascend(options)); }
 
-Status GEFinalize() {
+Status GEFinalize() try {
   auto &g = ge_state();
   std::unordered_map<uint64_t, hostnpu::SessionPtr> sessions;
   {
@@ -514,32 +536,36 @@ Status GEFinalize() {
   }
   sessions.clear();  // graphs are released (in-flight runs keep theirs alive until they ran)
   return SUCCESS;
-}
+} HOSTNPU_GE_GUARD
 
 AscendString GEGetErrorMsgV2() { return AscendString(ge_error_text().c_str()); }
 AscendString GEGetWarningMsgV2() { return AscendString(ge_warning_text().c_str()); }
 
 Session::Session(const std::map<AscendString, AscendString> &options) {
-  auto opts = to_std(options);
-  auto s = std::make_shared<hostnpu::SessionState>();
-  if (check_options(opts, "Session", "session", &s->aicore_cube, &s->aicore_vector) != SUCCESS) return;
-  for (const char *k : {"ge.session_device_id", "ge.exec.deviceId"}) {
-    auto it = opts.find(k);
-    int64_t v;
-    if (it != opts.end() && parse_i64(it->second, v)) s->device = static_cast<int32_t>(v);
+  try {  // a failure leaves the session invalid (sessionId_ 0: its calls fail), as a failed option check does
+    auto opts = to_std(options);
+    auto s = std::make_shared<hostnpu::SessionState>();
+    if (check_options(opts, "Session", "session", &s->aicore_cube, &s->aicore_vector) != SUCCESS) return;
+    for (const char *k : {"ge.session_device_id", "ge.exec.deviceId"}) {
+      auto it = opts.find(k);
+      int64_t v;
+      if (it != opts.end() && parse_i64(it->second, v)) s->device = static_cast<int32_t>(v);
+    }
+    s->options = opts;
+    auto &g = ge_state();
+    std::lock_guard<std::mutex> lk(g.mu);
+    if (!g.initialized) {
+      ge_fail(ACL_ERROR_GE_EXEC_NOT_INIT, "Session: GEInitialize has not been called");
+      return;
+    }
+    if (!s->aicore_cube) s->aicore_cube = g.aicore_cube;
+    if (!s->aicore_vector) s->aicore_vector = g.aicore_vector;
+    s->id = g.next_session++;
+    g.sessions[s->id] = s;
+    sessionId_ = s->id;
+  } HOSTNPU_PASS_UNWIND catch (...) {
+    ge_internal_failure("Session");
   }
-  s->options = opts;
-  auto &g = ge_state();
-  std::lock_guard<std::mutex> lk(g.mu);
-  if (!g.initialized) {
-    ge_fail(ACL_ERROR_GE_EXEC_NOT_INIT, "Session: GEInitialize has not been called");
-    return;
-  }
-  if (!s->aicore_cube) s->aicore_cube = g.aicore_cube;
-  if (!s->aicore_vector) s->aicore_vector = g.aicore_vector;
-  s->id = g.next_session++;
-  g.sessions[s->id] = s;
-  sessionId_ = s->id;
 }
 
 Session::Session(const std::map<std::string, std::string> &options) : Session(to_ascend(options)) {}
@@ -558,15 +584,15 @@ Session::~Session() {
 
 uint64_t Session::GetSessionId() const { return sessionId_; }
 
-Status Session::AddGraph(uint32_t graph_id, const Graph &graph) {
+Status Session::AddGraph(uint32_t graph_id, const Graph &graph) try {
   return AddGraph(graph_id, graph, std::map<AscendString, AscendString>());
-}
+} HOSTNPU_GE_GUARD
 
-Status Session::AddGraph(uint32_t graph_id, const Graph &graph, const std::map<std::string, std::string> &options) {
+Status Session::AddGraph(uint32_t graph_id, const Graph &graph, const std::map<std::string, std::string> &options) try {
   return AddGraph(graph_id, graph, to_ascend(options));
-}
+} HOSTNPU_GE_GUARD
 
-Status Session::AddGraph(uint32_t graph_id, const Graph &graph, const std::map<AscendString, AscendString> &options) {
+Status Session::AddGraph(uint32_t graph_id, const Graph &graph, const std::map<AscendString, AscendString> &options) try {
   Status st = SUCCESS;
   auto s = find_session(sessionId_, "AddGraph", &st);
   if (!s) return st;
@@ -585,15 +611,15 @@ Status Session::AddGraph(uint32_t graph_id, const Graph &graph, const std::map<A
     return ge_fail(ge::FAILED, "AddGraph: graph id %u is already in this session; remove it first", graph_id);
   s->graphs[graph_id] = r;
   return SUCCESS;
-}
+} HOSTNPU_GE_GUARD
 
 Status Session::AddGraphWithCopy(uint32_t graph_id, const Graph &graph) { return AddGraph(graph_id, graph); }
 Status Session::AddGraphWithCopy(uint32_t graph_id, const Graph &graph,
-                                 const std::map<AscendString, AscendString> &options) {
+                                 const std::map<AscendString, AscendString> &options) try {
   return AddGraph(graph_id, graph, options);  // parsed graphs are immutable: sharing is a copy
-}
+} HOSTNPU_GE_GUARD
 
-Status Session::RemoveGraph(uint32_t graph_id) {
+Status Session::RemoveGraph(uint32_t graph_id) try {
   Status st = SUCCESS;
   auto s = find_session(sessionId_, "RemoveGraph", &st);
   if (!s) return st;
@@ -608,18 +634,18 @@ Status Session::RemoveGraph(uint32_t graph_id) {
                    graph_id, pending);
   s->graphs.erase(it);
   return SUCCESS;
-}
+} HOSTNPU_GE_GUARD
 
-Status Session::CompileGraph(uint32_t graph_id) {
+Status Session::CompileGraph(uint32_t graph_id) try {
   Status st = SUCCESS;
   auto s = find_session(sessionId_, "CompileGraph", &st);
   if (!s) return st;
   auto r = find_graph(*s, graph_id, "CompileGraph", &st);
   if (!r) return st;
   return compile(*s, *r, "CompileGraph");  // other graphs of the Session keep launching meanwhile, as in GE
-}
+} HOSTNPU_GE_GUARD
 
-CompiledGraphSummaryPtr Session::GetCompiledGraphSummary(uint32_t graph_id) {
+CompiledGraphSummaryPtr Session::GetCompiledGraphSummary(uint32_t graph_id) try {
   Status st = SUCCESS;
   auto s = find_session(sessionId_, "GetCompiledGraphSummary", &st);
   if (!s) return nullptr;
@@ -641,10 +667,13 @@ CompiledGraphSummaryPtr Session::GetCompiledGraphSummary(uint32_t graph_id) {
   }
   // The host NPU keeps weights inside the provider: the const memory is the model's size.
   return make_summary(r->is_static, r->const_memory, r->is_static ? io_bytes : 0, shapes, dtypes);
+} HOSTNPU_PASS_UNWIND catch (...) {
+  ge_internal_failure("GetCompiledGraphSummary");
+  return nullptr;
 }
 
 Status Session::LoadGraph(const uint32_t graph_id, const std::map<AscendString, AscendString> &options,
-                          void *stream) const {
+                          void *stream) const try {
   Status st = SUCCESS;
   auto s = find_session(sessionId_, "LoadGraph", &st);
   if (!s) return st;
@@ -674,10 +703,10 @@ Status Session::LoadGraph(const uint32_t graph_id, const std::map<AscendString, 
   }
   r->loaded_stream = sp->id();
   return SUCCESS;
-}
+} HOSTNPU_GE_GUARD
 
 Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, const std::vector<gert::Tensor> &inputs,
-                                            std::vector<gert::Tensor> &outputs) {
+                                            std::vector<gert::Tensor> &outputs) try {
   const char *api = "ExecuteGraphWithStreamAsync";
   Status st = SUCCESS;
   auto s = find_session(sessionId_, api, &st);
@@ -708,7 +737,10 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
     auto dims = shape_dims(t.GetStorageShape());
     if (Status e = check_input_shape(*r, i, dims, api)) return e;
     in_dims.push_back(dims);
-    int64_t need = GetSizeInBytes(Shape(dims).GetShapeSize(), spec.dtype);
+    int64_t need = 0;
+    if (!tensor_bytes(dims, spec.dtype, need))
+      return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u input %zu '%s': shape %s holds more bytes than int64 "
+                     "counts", api, graph_id, i, spec.name.c_str(), dims_str(dims).c_str());
     const void *addr = t.GetAddr();
     if (!gert::TensorPlacementUtils::IsOnDevice(t.GetPlacement()))
       return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u input %zu '%s' is placed on the host; inputs must be "
@@ -751,7 +783,10 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
       void *addr = t.GetAddr();
       size_t have = t.GetSize();
       if (r->is_static) {
-        int64_t need = GetSizeInBytes(Shape(spec.dims).GetShapeSize(), spec.dtype);
+        int64_t need = 0;
+        if (!tensor_bytes(spec.dims, spec.dtype, need) || need < 0)
+          return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u output %zu '%s': shape %s holds more bytes than "
+                         "int64 counts", api, graph_id, i, spec.name.c_str(), dims_str(spec.dims).c_str());
         if (have < static_cast<size_t>(need))
           return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u output %zu '%s' holds %zu bytes, its shape %s needs %lld",
                          api, graph_id, i, spec.name.c_str(), have, dims_str(spec.dims).c_str(),
@@ -772,8 +807,9 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
     }
   }
 
-  // Enqueue. Launches through one Session are serialized, as in GE.
-  std::lock_guard<std::mutex> launch(s->launch_mu);
+  // Enqueue. Launches through one Session are serialized, as in GE; the lock is released once the run is queued,
+  // before a dynamic run's wait: a host function queued before it (it runs first) may need the lock (RemoveGraph).
+  std::unique_lock<std::mutex> launch(s->launch_mu);
   Device *d = find_device(sp->device());
   if (s->aicore_cube) {  // as GE's rt2 executor: the session's core numbers become the stream's limits
     sp->limit[ACL_RT_DEV_RES_CUBE_CORE] = std::min(s->aicore_cube, d->cube_cores);
@@ -836,6 +872,7 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
     r->in_flight.fetch_sub(1);
     return ge_fail(static_cast<ge::Status>(e), "%s", aclGetRecentErrMsg());
   }
+  launch.unlock();
   if (!wait) return SUCCESS;
 
   // Unknown-shape graph: the output shapes are known once the run finished.
@@ -869,7 +906,7 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
     outputs.emplace_back(std::move(t));
   }
   return SUCCESS;
-}
+} HOSTNPU_GE_GUARD
 
 namespace {
 // The session and graph of a call that compiles on first use (RunGraph, RunGraphWithStreamAsync), compiled under the
@@ -889,7 +926,7 @@ Status find_compiled(uint64_t session_id, uint32_t graph_id, const char *api, Se
 // ExecuteGraphWithStreamAsync does, with ge::Tensor handles over device memory. Outputs left empty on a dynamic graph
 // are allocated by GE; each returned ge::Tensor owns its memory (freed when the last handle goes).
 Status Session::RunGraphWithStreamAsync(uint32_t graph_id, void *stream, const std::vector<Tensor> &inputs,
-                                        std::vector<Tensor> &outputs) {
+                                        std::vector<Tensor> &outputs) try {
   const char *api = "RunGraphWithStreamAsync";
   SessionPtr s;
   GraphRecordPtr r;
@@ -935,9 +972,9 @@ Status Session::RunGraphWithStreamAsync(uint32_t graph_id, void *stream, const s
     outputs.push_back(t);
   }
   return SUCCESS;
-}
+} HOSTNPU_GE_GUARD
 
-Status Session::RunGraph(uint32_t graph_id, const std::vector<Tensor> &inputs, std::vector<Tensor> &outputs) {
+Status Session::RunGraph(uint32_t graph_id, const std::vector<Tensor> &inputs, std::vector<Tensor> &outputs) try {
   const char *api = "RunGraph";
   SessionPtr s;
   GraphRecordPtr r;
@@ -955,7 +992,10 @@ Status Session::RunGraph(uint32_t graph_id, const std::vector<Tensor> &inputs, s
                      graph_id, i, spec.name.c_str(), dtype_name(desc.GetDataType()), dtype_name(spec.dtype));
     auto dims = desc.GetShape().GetDims();
     if (Status e = check_input_shape(*r, i, dims, api)) return e;
-    int64_t need = GetSizeInBytes(Shape(dims).GetShapeSize(), spec.dtype);
+    int64_t need = 0;
+    if (!tensor_bytes(dims, spec.dtype, need) || need < 0)
+      return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u input %zu '%s': shape %s holds more bytes than int64 "
+                     "counts", api, graph_id, i, spec.name.c_str(), dims_str(dims).c_str());
     if (inputs[i].GetSize() < static_cast<size_t>(need))
       return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u input %zu '%s' holds %zu bytes, shape %s needs %lld", api,
                      graph_id, i, spec.name.c_str(), inputs[i].GetSize(), dims_str(dims).c_str(),
@@ -983,18 +1023,18 @@ Status Session::RunGraph(uint32_t graph_id, const std::vector<Tensor> &inputs, s
     outputs.emplace_back(desc, static_cast<const uint8_t *>(outs[i].data), static_cast<size_t>(outs[i].nbytes));
   }
   return SUCCESS;
-}
+} HOSTNPU_GE_GUARD
 
 }  // namespace ge
 
 extern "C" {
 ge::Status GeSessionLoadGraph(ge::Session &session, uint32_t graph_id,
-                              const std::map<ge::AscendString, ge::AscendString> &options, void *stream) {
+                              const std::map<ge::AscendString, ge::AscendString> &options, void *stream) try {
   return session.LoadGraph(graph_id, options, stream);
-}
+} HOSTNPU_GE_GUARD
 ge::Status GeSessionExecuteGraphWithStreamAsync(ge::Session &session, uint32_t graph_id, void *stream,
                                                 const std::vector<gert::Tensor> &inputs,
-                                                std::vector<gert::Tensor> &outputs) {
+                                                std::vector<gert::Tensor> &outputs) try {
   return session.ExecuteGraphWithStreamAsync(graph_id, stream, inputs, outputs);
-}
+} HOSTNPU_GE_GUARD
 }

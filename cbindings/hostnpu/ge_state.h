@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <cxxabi.h>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -40,6 +41,12 @@ const char *dtype_name(ge::DataType dt);
 // Sets the calling thread's GEGetErrorMsgV2 / GEGetWarningMsgV2 text.
 ge::Status ge_fail(ge::Status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void ge_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+// The status a GE entry point returns for a C++ exception it caught (call it from a catch block): ge::FAILED, with
+// the exception's text as GEGetErrorMsgV2. Entry points called from Cython never let an exception escape.
+ge::Status ge_internal_failure(const char *api);
+// Ends a GE entry point's function-try-block: `Status f(args) try { ... } HOSTNPU_GE_GUARD`.
+#define HOSTNPU_GE_GUARD \
+  catch (abi::__forced_unwind &) { throw; } catch (...) { return ::hostnpu::ge_internal_failure(__func__); }
 
 ge::CompiledGraphSummaryPtr make_summary(bool is_static, size_t const_memory, size_t feature_memory,
                                          const std::vector<std::vector<int64_t>> &shapes,

@@ -35,11 +35,16 @@ int64_t GetSizeInBytes(int64_t element_count, DataType data_type) {
   if (element_count < 0) return -1;
   int size = GetSizeByDataType(data_type);
   if (size < 0) return -1;
-  if (size > kDataTypeSizeBitOffset) {
-    int64_t bits = element_count * (size - kDataTypeSizeBitOffset);
+  int64_t out = 0;
+  if (size > kDataTypeSizeBitOffset) {  // sub-byte types: (count * bits + 7) / 8, -1 when it overflows
+    int64_t bits = 0;
+    if (__builtin_mul_overflow(element_count, static_cast<int64_t>(size - kDataTypeSizeBitOffset), &bits) ||
+        bits > INT64_MAX - 7)
+      return -1;
     return (bits + 7) / 8;
   }
-  return element_count * size;
+  if (__builtin_mul_overflow(element_count, static_cast<int64_t>(size), &out)) return -1;  // GE: overflow is invalid
+  return out;
 }
 
 // ---- ge::Shape ----------------------------------------------------------------------------
@@ -63,7 +68,9 @@ int64_t Shape::GetShapeSize() const {
   int64_t n = 1;
   for (int64_t d : impl_->dims) {
     if (d < 0) return -1;
-    n *= d;
+  }
+  for (int64_t d : impl_->dims) {
+    if (__builtin_mul_overflow(n, d, &n)) return 0;  // as GE (CheckInt64MulOverflow): 0 on overflow
   }
   return n;
 }

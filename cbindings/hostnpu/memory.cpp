@@ -43,6 +43,10 @@ AllocationPtr lookup(std::map<uintptr_t, AllocationPtr> &m, uintptr_t p) {
 // A checked copy: the allocations it touches are held until it ran.
 struct CopyPlan {
   AllocationPtr dst_alloc, src_alloc;
+  // The aclrtMallocHost allocation of an H2D source or D2H destination. CANN frees pinned memory at once, even with
+  // a copy queued (user error: cann-runtime-rules.md 1); the host NPU keeps it until the copy ran instead, so that
+  // the copy never writes into (or reads from) memory a later allocation got.
+  AllocationPtr host_alloc;
   int counter = 0;  // index into Counters::bytes
   bool noop = false;  // dst == src: CANN returns success and copies nothing
   bool pageable = false;  // H2D or D2H whose host side is not aclrtMallocHost memory
@@ -53,10 +57,10 @@ aclError not_device(const char *api, const char *what, const void *p, size_t n) 
   auto &r = rt();
   std::lock_guard<std::mutex> lk(r.mem_mu);
   if (AllocationPtr a = lookup(r.device_mem, reinterpret_cast<uintptr_t>(p))) {
-    size_t off = reinterpret_cast<uintptr_t>(p) - a->base;
+    size_t left = a->size - (reinterpret_cast<uintptr_t>(p) - a->base);  // lookup found p inside: no wrap
     return fail(ACL_ERROR_RT_PARAM_INVALID,
                 "%s: %s %p + %zu bytes runs %zu bytes past the end of the %zu-byte device allocation at %p", api, what,
-                p, n, off + n - a->size, a->size, reinterpret_cast<void *>(a->base));
+                p, n, n - left, a->size, reinterpret_cast<void *>(a->base));
   }
   return fail(ACL_ERROR_RT_PARAM_INVALID,
               "%s: %s %p is not device memory (freed, never allocated by aclrtMalloc, or a host pointer)", api, what,
@@ -124,8 +128,9 @@ aclError plan_copy(void *dst, size_t destMax, const void *src, size_t count, acl
                 kind_name(kind));
   }
   // H2D / D2H from or to memory aclrtMallocHost did not give (HOST_TO_BUF_TO_DEVICE stages pageable memory itself)
-  if (kind == ACL_MEMCPY_HOST_TO_DEVICE) plan.pageable = !find_allocation(src, count, true);
-  if (kind == ACL_MEMCPY_DEVICE_TO_HOST) plan.pageable = !find_allocation(dst, count, true);
+  if (kind == ACL_MEMCPY_HOST_TO_DEVICE) plan.host_alloc = find_allocation(src, count, true);
+  if (kind == ACL_MEMCPY_DEVICE_TO_HOST) plan.host_alloc = find_allocation(dst, count, true);
+  plan.pageable = (kind == ACL_MEMCPY_HOST_TO_DEVICE || kind == ACL_MEMCPY_DEVICE_TO_HOST) && !plan.host_alloc;
   lk.unlock();
   if (dst_dev && !plan.dst_alloc) return not_device(api, "dst", dst, count);
   if (src_dev && !plan.src_alloc) return not_device(api, "src", src, count);
@@ -167,7 +172,8 @@ AllocationPtr find_allocation(const void *p, size_t n, bool host) {
   uintptr_t v = reinterpret_cast<uintptr_t>(p);
   AllocationPtr a = lookup(m, v);
   if (!a) return nullptr;
-  if (v + n > a->base + a->size) return nullptr;
+  // [v, v + n) within [base, base + size), without computing v + n (a count near 2^64 wraps it past the check)
+  if (n > a->size || v - a->base > a->size - n) return nullptr;
   return a;
 }
 
@@ -223,7 +229,7 @@ using namespace hostnpu;
 
 extern "C" {
 
-aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy) {
+aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy) try {
   if (!devPtr) return fail(ACL_ERROR_INVALID_PARAM, "aclrtMalloc: devPtr is null");
   if (size == 0) return fail(ACL_ERROR_INVALID_PARAM, "aclrtMalloc: size must be greater than 0");
   unsigned base_policy = static_cast<unsigned>(policy) & 0xFF;
@@ -237,9 +243,9 @@ aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy) {
   if (aclError e = current_device(&dev, "aclrtMalloc")) return e;
   bool huge1g = base_policy == ACL_MEM_MALLOC_HUGE1G_ONLY || base_policy == ACL_MEM_MALLOC_HUGE1G_ONLY_P2P;
   return device_alloc_charged(dev, size, !huge1g, devPtr, "aclrtMalloc");
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtFree(void *devPtr) {
+aclError aclrtFree(void *devPtr) try {
   if (!devPtr) return fail(ACL_ERROR_INVALID_PARAM, "aclrtFree: devPtr is null");
   if (aclError e = check_init("aclrtFree")) return e;
   AllocationPtr a;
@@ -257,9 +263,9 @@ aclError aclrtFree(void *devPtr) {
                 devPtr);
   // Queued tasks that use the allocation keep it alive until they ran; it is released after that.
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtMallocHost(void **hostPtr, size_t size) {
+aclError aclrtMallocHost(void **hostPtr, size_t size) try {
   if (!hostPtr) return fail(ACL_ERROR_INVALID_PARAM, "aclrtMallocHost: hostPtr is null");
   if (size == 0) return fail(ACL_ERROR_INVALID_PARAM, "aclrtMallocHost: size must be greater than 0");
   if (aclError e = check_init("aclrtMallocHost")) return e;
@@ -275,9 +281,9 @@ aclError aclrtMallocHost(void **hostPtr, size_t size) {
   }
   *hostPtr = p;
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtFreeHost(void *hostPtr) {
+aclError aclrtFreeHost(void *hostPtr) try {
   if (!hostPtr) return fail(ACL_ERROR_INVALID_PARAM, "aclrtFreeHost: hostPtr is null");
   AllocationPtr a;
   {
@@ -291,10 +297,11 @@ aclError aclrtFreeHost(void *hostPtr) {
   if (!a)
     return fail(ACL_ERROR_RT_MEMORY_FREE,
                 "aclrtFreeHost: %p is not the start of a live aclrtMallocHost allocation (double free?)", hostPtr);
+  // A queued copy into or out of it holds it (CopyPlan::host_alloc): the memory is released after that copy ran.
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind) {
+aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind) try {
   int32_t dev;
   if (aclError e = current_device(&dev, "aclrtMemcpy")) return e;
   CopyPlan plan;
@@ -305,10 +312,10 @@ aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, a
   if (f.code) return fail(f.code, "aclrtMemcpy: %s", f.what.c_str());
   do_copy(dst, src, count, plan.counter);
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
 aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count, aclrtMemcpyKind kind,
-                          aclrtStream stream) {
+                          aclrtStream stream) try {
   StreamPtr s = find_stream(stream);
   if (!s) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtMemcpyAsync: stream %p is not a live stream", stream);
   CopyPlan plan;
@@ -334,18 +341,18 @@ aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t cou
     if (aclError e = s->synchronize(-1, msg)) return fail(e, "aclrtMemcpyAsync: %s", msg.c_str());
   }
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count) {
+aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count) try {
   int32_t dev;
   if (aclError e = current_device(&dev, "aclrtMemset")) return e;
   AllocationPtr a;
   if (aclError e = check_memset(devPtr, maxCount, count, "aclrtMemset", a)) return e;
   std::memset(devPtr, value, count);
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t count, aclrtStream stream) {
+aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t count, aclrtStream stream) try {
   StreamPtr s = find_stream(stream);
   if (!s) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtMemsetAsync: stream %p is not a live stream", stream);
   AllocationPtr a;
@@ -354,9 +361,9 @@ aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t c
     std::memset(devPtr, value, count);
     return ACL_SUCCESS;
   }}, "aclrtMemsetAsync");
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total) {
+aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total) try {
   if (!free || !total) return fail(ACL_ERROR_INVALID_PARAM, "aclrtGetMemInfo: free and total must not be null");
   if (static_cast<int>(attr) < 0 || attr > ACL_MEM_P2P_HUGE1G)
     return fail(ACL_ERROR_INVALID_PARAM, "aclrtGetMemInfo: %d is not an aclrtMemAttr", static_cast<int>(attr));
@@ -367,6 +374,6 @@ aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total) {
   *total = d->capacity;
   *free = used >= d->capacity ? 0 : d->capacity - used;
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
 }  // extern "C"

@@ -9,16 +9,16 @@
 namespace ge {
 
 graphStatus aclgrphParseONNX(const char *model_file, const std::map<AscendString, AscendString> &parser_params,
-                             Graph &graph) {
+                             Graph &graph) try {
   return hostnpu::parse_onnx_file(model_file, "aclgrphParseONNX", parser_params, graph);
-}
+} HOSTNPU_GE_GUARD
 
 graphStatus aclgrphParseONNXFromMem(const char *buffer, size_t size,
-                                    const std::map<AscendString, AscendString> &parser_params, Graph &graph) {
+                                    const std::map<AscendString, AscendString> &parser_params, Graph &graph) try {
   if (!buffer || size == 0)
     return hostnpu::ge_fail(GRAPH_PARAM_INVALID, "aclgrphParseONNXFromMem: the buffer is empty");
   auto bytes = std::make_shared<std::string>(buffer, size);
   return hostnpu::parse_onnx(bytes, "aclgrphParseONNXFromMem", parser_params, graph);
-}
+} HOSTNPU_GE_GUARD
 
 }  // namespace ge

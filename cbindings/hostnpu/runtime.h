@@ -6,6 +6,7 @@
 #include <chrono>
 #include <algorithm>
 #include <condition_variable>
+#include <cxxabi.h>
 #include <cstdarg>
 #include <cstdint>
 #include <deque>
@@ -138,12 +139,23 @@ class Stream {
   ~Stream();  // drains and joins
   uint64_t id() const { return id_; }
   int32_t device() const { return device_; }
-  void enqueue(Task task);
+  // Queues the task (or runs it inline); false, leaving `task` untouched, once the stream was destroyed
+  // (drain_and_stop): its worker may have exited, so the task would never run.
+  bool enqueue(Task &task);
   // A launch: fails at the call while the device is aborting (107022), the stream is aborting (107023) or the
-  // device holds a sticky error (its code), as CANN's submits do; otherwise enqueues. api names the caller.
+  // device holds a sticky error (its code), as CANN's submits do; on a destroyed stream with 107000 (the code of
+  // every call on a stream handle that is not live); otherwise enqueues. api names the caller. A launch that fails
+  // has neither run nor dropped the task: the caller releases what it holds.
   aclError launch(Task task, const char *api);
-  // aclrtStreamAbort: drops the queued tasks, ends a hanging one, waits for the running one, clears the error.
-  bool abort(int64_t timeout_ms);  // false: the running task outlived timeout_ms (< 0: forever)
+  // aclrtStreamAbort: drops the queued tasks, ends a hanging one or an event wait, waits for the running one,
+  // clears the error. false: the running task outlived timeout_ms (< 0: forever).
+  bool abort(int64_t timeout_ms);
+  // abort() in two halves, so that aclrtDeviceTaskAbort ends the work of all its streams before it waits for any.
+  void begin_abort();
+  bool finish_abort(int64_t timeout_ms);
+  // A task's wait for an event record (aclrtStreamWaitEvent): ends when the record ran, or when the stream is
+  // aborted (false). Runs on the stream's worker.
+  bool wait_event(const std::shared_ptr<Event> &ev, uint64_t seq);
   // STOP mode (aclrtSetStreamFailureMode): a task fault makes the device's later launches fail (sticky).
   std::atomic<bool> stop_on_failure{false};
   bool failure_mode_set = false;  // under rt().mu: CANN allows setting it once per stream
@@ -155,6 +167,8 @@ class Stream {
   // being handed to the worker (which pauses); other threads' tasks queue up and run after end_inline(). For a
   // caller that would only wait for the work anyway (enqueue, then synchronize): no hand-offs at all.
   void begin_inline();
+  // begin_inline waiting at most timeout_ms (< 0: forever) for the stream to go idle; false: it did not (not inline).
+  bool begin_inline_for(int64_t timeout_ms);
   void end_inline();
   // Whether the calling thread holds this stream in inline mode (its tasks run as it enqueues them).
   bool inline_here() {
@@ -180,6 +194,11 @@ class Stream {
   bool stop_ = false;
   std::thread::id inline_owner_{};
   aclError run_task(Task &task);
+  bool done_for(uint64_t target) const {  // seq_cst: pairs with waiters_ in the waiter/worker handshake
+    return completed_.load(std::memory_order_seq_cst) >= target;
+  }
+  void notify_waiters();
+  std::shared_ptr<Event> waiting_on_;  // under mu_: the event the running task waits for (abort wakes it)
   void record_error(aclError e, const std::string &msg);
   std::atomic<bool> aborting_{false};
   std::atomic<uint64_t> abort_gen_{0};  // bumped by every abort: a hang waiting on it ends
@@ -229,7 +248,7 @@ struct Context {
 // Global state. Never destroyed: worker threads may outlive static destruction at exit.
 struct Runtime {
   std::mutex mu;
-  bool initialized = false;
+  std::atomic<bool> initialized{false};  // written under mu; read unlocked by check_init
   std::vector<std::unique_ptr<Device>> devices;
   std::unordered_map<uint64_t, Context> contexts;
   std::unordered_map<uint64_t, StreamPtr> streams;
@@ -256,8 +275,28 @@ Device *find_device(int32_t id);  // under rt().mu or with devices fixed after i
 // Thread-local resource-limit binding (aclrtUseStreamResInCurrentThread).
 extern thread_local uint64_t tls_res_stream;
 
-// Releases everything a device owns (streams drained, memory freed). Called without rt().mu held.
-void release_device_resources(int32_t device);
+// What a device owned when its last reference went: taken out of the runtime's tables under rt().mu, in the same
+// critical section that dropped the reference, so that a concurrent aclrtSetDevice's new context, streams and
+// memory are never mistaken for the old ones. release() then drains the streams and frees the memory without locks.
+struct DeviceResources {
+  std::vector<StreamPtr> streams;
+  std::vector<AllocationPtr> memory;
+  void release();
+};
+// Caller holds rt().mu.
+DeviceResources take_device_resources_locked(int32_t device);
+
+// The error an entry point returns for a C++ exception it caught (the exception being handled: call it from a catch
+// block): `code`, with the exception's text as the thread's error message. Entry points called from C or Cython
+// never let an exception escape (it would std::terminate the process); see HOSTNPU_GUARD.
+aclError internal_failure(aclError code, const char *api);
+// A thread's forced unwind (pthread_exit, e.g. by Python taking the GIL while it finalizes) passes through every
+// catch (...): swallowing it would std::terminate the process. Put it before each catch (...).
+#define HOSTNPU_PASS_UNWIND \
+  catch (abi::__forced_unwind &) { throw; }
+// Ends an entry point's function-try-block: `T f(args) try { ... } HOSTNPU_GUARD(code)`.
+#define HOSTNPU_GUARD(code) \
+  HOSTNPU_PASS_UNWIND catch (...) { return ::hostnpu::internal_failure(code, __func__); }
 
 uint32_t effective_limit(const Device &d, const Stream *s, int type);
 

@@ -1,5 +1,6 @@
 // Host NPU: streams (in-order task queues, each run by its own worker thread), events and host functions.
 // Hand-offs spin briefly before they block: a futex wake costs 20-40 us on these machines (design.md, "Hot path").
+#include "gert_host/host_npu.h"
 #include "runtime.h"
 
 namespace hostnpu {
@@ -32,16 +33,17 @@ void Stream::drain_and_stop() {
   }
 }
 
-void Stream::enqueue(Task task) {
+bool Stream::enqueue(Task &task) {
   bool wake;
   {
     std::unique_lock<std::mutex> lk(mu_);
+    if (stop_) return false;  // destroyed: the worker drains what it has and exits; nothing would run this task
     if (inline_owner_ == std::this_thread::get_id()) {
       if (task.fault.hang_ms == 0 && queue_.empty()) {  // inline mode: run it here, in order
         lk.unlock();
-        enqueued_.fetch_add(1, std::memory_order_release);
+        enqueued_.fetch_add(1, std::memory_order_seq_cst);
         run_task(task);
-        return;
+        return true;
       }
       // A task that hangs runs on the worker, as on a device, so that the launching thread can time out: inline
       // mode ends here (later tasks queue behind it).
@@ -49,10 +51,11 @@ void Stream::enqueue(Task task) {
       done_cv_.notify_all();
     }
     queue_.push_back(std::move(task));
-    enqueued_.fetch_add(1, std::memory_order_release);
+    enqueued_.fetch_add(1, std::memory_order_seq_cst);
     wake = worker_sleeping_;
   }
   if (wake) work_cv_.notify_one();
+  return true;
 }
 
 aclError Stream::launch(Task task, const char *api) {
@@ -62,7 +65,9 @@ aclError Stream::launch(Task task, const char *api) {
   }
   if (aborting_.load())
     return fail(ACL_ERROR_RT_STREAM_ABORT, "%s: the stream is being aborted (aclrtStreamAbort)", api);
-  enqueue(std::move(task));
+  if (!enqueue(task))
+    return fail(ACL_ERROR_RT_PARAM_INVALID, "%s: the stream was destroyed (aclrtDestroyStream) during this launch",
+                api);
   return ACL_SUCCESS;
 }
 
@@ -80,37 +85,81 @@ void Stream::record_error(aclError e, const std::string &msg) {
 }
 
 bool Stream::abort(int64_t timeout_ms) {
+  begin_abort();
+  return finish_abort(timeout_ms);
+}
+
+void Stream::begin_abort() {
   std::deque<Task> dropped;
+  EventPtr waited;
   {
     std::lock_guard<std::mutex> lk(mu_);
     aborting_.store(true);
     abort_gen_.fetch_add(1);
     dropped.swap(queue_);
+    waited = waiting_on_;
   }
   abort_cv_.notify_all();  // a hanging task ends
+  if (waited) {  // a task waiting for an event ends (wait_event checks abort_gen_ under the event's mutex)
+    std::lock_guard<std::mutex> lk(waited->mu);
+    waited->cv.notify_all();
+  }
   for (auto &t : dropped) {
-    if (t.drop) t.drop(ACL_ERROR_RT_STREAM_ABORT, "dropped by aclrtStreamAbort");
+    if (!t.drop) continue;
+    try {
+      t.drop(ACL_ERROR_RT_STREAM_ABORT, "dropped by aclrtStreamAbort");
+    } HOSTNPU_PASS_UNWIND catch (...) {  // a drop only releases what the task held; nothing to report
+    }
   }
   size_t n = dropped.size();
   dropped.clear();
   completed_.fetch_add(n, std::memory_order_seq_cst);
+  notify_waiters();
+}
+
+bool Stream::finish_abort(int64_t timeout_ms) {
   bool ok = true;
-  {
-    std::unique_lock<std::mutex> lk(mu_);
-    done_cv_.notify_all();
-    auto idle_now = [&] { return completed_.load(std::memory_order_acquire) >= enqueued_.load(std::memory_order_acquire); };
-    waiters_.fetch_add(1, std::memory_order_seq_cst);
-    if (timeout_ms < 0) {
-      done_cv_.wait(lk, idle_now);
-    } else {
-      ok = done_cv_.wait_for(lk, std::chrono::milliseconds(timeout_ms), idle_now);
-    }
-    waiters_.fetch_sub(1);
-    error_ = ACL_SUCCESS;  // the stream is normal again and can be reused
-    error_msg_.clear();
-    aborting_.store(false);
+  std::unique_lock<std::mutex> lk(mu_);
+  done_cv_.notify_all();
+  uint64_t target = enqueued_.load(std::memory_order_seq_cst);
+  auto idle_now = [&] { return done_for(std::max(target, enqueued_.load(std::memory_order_seq_cst))); };
+  waiters_.fetch_add(1, std::memory_order_seq_cst);
+  if (timeout_ms < 0) {
+    done_cv_.wait(lk, idle_now);
+  } else {
+    ok = done_cv_.wait_for(lk, std::chrono::milliseconds(timeout_ms), idle_now);
   }
+  waiters_.fetch_sub(1);
+  error_ = ACL_SUCCESS;  // the stream is normal again and can be reused
+  error_msg_.clear();
+  aborting_.store(false);
   return ok;
+}
+
+bool Stream::wait_event(const EventPtr &ev, uint64_t seq) {
+  auto done = [&] { return ev->done_upto.load(std::memory_order_acquire) >= seq || ev->done_above.count(seq) != 0; };
+  uint64_t gen = abort_gen_.load(std::memory_order_seq_cst);
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (abort_gen_.load() != gen) return false;
+    waiting_on_ = ev;
+  }
+  bool completed;
+  {
+    std::unique_lock<std::mutex> lk(ev->mu);
+    ev->cv.wait(lk, [&] { return done() || abort_gen_.load(std::memory_order_seq_cst) != gen; });
+    completed = done();
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  waiting_on_.reset();
+  return completed;
+}
+
+void Stream::notify_waiters() {
+  if (waiters_.load(std::memory_order_seq_cst) > 0) {
+    std::lock_guard<std::mutex> lk(mu_);
+    done_cv_.notify_all();
+  }
 }
 
 void Stream::worker() {
@@ -133,7 +182,7 @@ void Stream::worker() {
       task = std::move(queue_.front());
       queue_.pop_front();
     }
-    run_task(task);
+    run_task(task);  // never throws: run_task turns a task's exception into its error
   }
 }
 
@@ -153,38 +202,52 @@ aclError Stream::run_task(Task &task) {
       dropped = abort_cv_.wait_for(lk, std::chrono::milliseconds(f.hang_ms), ended);
     }
   }
-  if (dropped) {
-    if (task.drop) task.drop(ACL_ERROR_RT_STREAM_ABORT, "dropped by aclrtStreamAbort");
-  } else if (f.code != ACL_SUCCESS) {  // an injected fault: the task does not run, and fails on the device
-    msg = f.what;
-    e = task.drop ? task.drop(f.code, msg) : f.code;
-    if (f.device_wide) {
-      if (Device *d = find_device(device_)) d->set_sticky(f.code, msg);
+  try {
+    if (dropped) {
+      if (task.drop) task.drop(ACL_ERROR_RT_STREAM_ABORT, "dropped by aclrtStreamAbort");
+    } else if (f.code != ACL_SUCCESS) {  // an injected fault: the task does not run, and fails on the device
+      msg = f.what;
+      e = task.drop ? task.drop(f.code, msg) : f.code;
+      if (f.device_wide) {
+        if (Device *d = find_device(device_)) d->set_sticky(f.code, msg);
+      }
+    } else {
+      e = task.run(msg);
     }
-  } else {
-    e = task.run(msg);
+  } catch (const std::exception &x) {  // e.g. std::bad_alloc: the task fails, the worker lives on
+    e = ACL_ERROR_RT_INTERNAL_ERROR;
+    msg = std::string("the task failed with a C++ exception: ") + x.what();
+  } HOSTNPU_PASS_UNWIND catch (...) {
+    e = ACL_ERROR_RT_INTERNAL_ERROR;
+    msg = "the task failed with a C++ exception";
   }
   task.run = nullptr;  // release what the task held before it counts as complete
   task.drop = nullptr;
   if (e != ACL_SUCCESS) record_error(e, msg);
   counters().tasks.fetch_add(1, std::memory_order_relaxed);
   completed_.fetch_add(1, std::memory_order_seq_cst);
-  if (waiters_.load(std::memory_order_seq_cst) > 0) {
-    std::lock_guard<std::mutex> lk(mu_);
-    done_cv_.notify_all();
-  }
+  notify_waiters();
   return e;
 }
 
-void Stream::begin_inline() {
+void Stream::begin_inline() { begin_inline_for(-1); }
+
+bool Stream::begin_inline_for(int64_t timeout_ms) {
   std::unique_lock<std::mutex> lk(mu_);
   waiters_.fetch_add(1, std::memory_order_seq_cst);
-  done_cv_.wait(lk, [&] {
+  auto free_now = [&] {
     return inline_owner_ == std::thread::id() && queue_.empty() &&
-           completed_.load(std::memory_order_acquire) >= enqueued_.load(std::memory_order_acquire);
-  });
+           done_for(enqueued_.load(std::memory_order_seq_cst));
+  };
+  bool ok = true;
+  if (timeout_ms < 0) {
+    done_cv_.wait(lk, free_now);
+  } else {
+    ok = done_cv_.wait_for(lk, std::chrono::milliseconds(timeout_ms), free_now);
+  }
   waiters_.fetch_sub(1);
-  inline_owner_ = std::this_thread::get_id();
+  if (ok) inline_owner_ = std::this_thread::get_id();
+  return ok;
 }
 
 void Stream::end_inline() {
@@ -200,8 +263,10 @@ void Stream::end_inline() {
 
 aclError Stream::synchronize(int64_t timeout_ms, std::string &msg) {
   uint64_t gen = abort_gen_.load();
-  uint64_t target = enqueued_.load(std::memory_order_acquire);
-  auto done = [&] { return completed_.load(std::memory_order_acquire) >= target; };
+  uint64_t target = enqueued_.load(std::memory_order_seq_cst);
+  // seq_cst on both sides: this thread publishes waiters_ then reads completed_; the worker publishes completed_
+  // then reads waiters_. With weaker orders both could read the old value (a lost wakeup on ARM hosts).
+  auto done = [&] { return done_for(target); };
   if (!spin_until(done, spin_micros())) {
     std::unique_lock<std::mutex> lk(mu_);
     waiters_.fetch_add(1, std::memory_order_seq_cst);
@@ -311,7 +376,12 @@ aclError create_stream(aclrtStream *stream, uint32_t priority, uint32_t flag, co
   auto &r = rt();
   std::lock_guard<std::mutex> lk(r.mu);
   uint64_t id = r.next_handle++;
-  auto s = std::make_shared<Stream>(id, dev, priority, flag);
+  StreamPtr s;
+  try {  // its worker thread: std::thread throws std::system_error when the host has no thread (or memory) left
+    s = std::make_shared<Stream>(id, dev, priority, flag);
+  } catch (const std::exception &x) {
+    return fail(ACL_ERROR_RT_NO_STREAM_RESOURCE, "%s: cannot create the stream's worker thread: %s", api, x.what());
+  }
   s->self = s;
   r.streams[id] = s;
   *stream = to_handle(id);
@@ -354,62 +424,77 @@ aclError create_event(aclrtEvent *event, uint32_t flag, bool timing, const char 
 
 extern "C" {
 
-int gertHostStreamBeginInline(aclrtStream stream) {
+int gertHostStreamBeginInline(aclrtStream stream) { return gertHostStreamBeginInlineFor(stream, -1); }
+
+int gertHostStreamBeginInlineFor(aclrtStream stream, int32_t timeout_ms) try {
   StreamPtr s = find_stream(stream);
   if (!s) return -1;
-  s->begin_inline();
-  return 0;
+  return s->begin_inline_for(timeout_ms) ? 0 : 1;
+} HOSTNPU_PASS_UNWIND catch (...) {
+  return -1;
 }
 
-void gertHostStreamEndInline(aclrtStream stream) {
+int gertHostLaunchHostFuncEx(aclrtStream stream, aclrtHostFunc fn, void (*drop)(void *args), void *args) try {
+  if (!fn) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtLaunchHostFunc: fn is null");
+  StreamPtr s = find_stream(stream);
+  if (!s) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtLaunchHostFunc: %p is not a live stream", stream);
+  Task t{[fn, args](std::string &) {
+    fn(args);
+    return ACL_SUCCESS;
+  }};
+  if (drop) {
+    t.drop = [drop, args](aclError, const std::string &) {  // dropped by an abort: fn never runs, args is released
+      drop(args);
+      return ACL_SUCCESS;
+    };
+  }
+  return s->launch(std::move(t), "aclrtLaunchHostFunc");
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
+
+void gertHostStreamEndInline(aclrtStream stream) try {
   if (StreamPtr s = find_stream(stream)) s->end_inline();
+} HOSTNPU_PASS_UNWIND catch (...) {
 }
 
 aclError aclrtCreateStream(aclrtStream *stream) { return create_stream(stream, 0, 0, "aclrtCreateStream"); }
 
-aclError aclrtCreateStreamWithConfig(aclrtStream *stream, uint32_t priority, uint32_t flag) {
+aclError aclrtCreateStreamWithConfig(aclrtStream *stream, uint32_t priority, uint32_t flag) try {
   return create_stream(stream, priority, flag, "aclrtCreateStreamWithConfig");
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
 aclError aclrtDestroyStream(aclrtStream stream) { return destroy_stream(stream, "aclrtDestroyStream"); }
 aclError aclrtDestroyStreamForce(aclrtStream stream) { return destroy_stream(stream, "aclrtDestroyStreamForce"); }
 
 aclError aclrtSynchronizeStream(aclrtStream stream) { return sync_stream(stream, -1, "aclrtSynchronizeStream"); }
 
-aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout) {
+aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout) try {
   int64_t ms = -1;
   if (aclError e = timeout_arg(timeout, "aclrtSynchronizeStreamWithTimeout", &ms)) return e;
   return sync_stream(stream, ms, "aclrtSynchronizeStreamWithTimeout");
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus *status) {
+aclError aclrtStreamQuery(aclrtStream stream, aclrtStreamStatus *status) try {
   if (!status) return fail(ACL_ERROR_INVALID_PARAM, "aclrtStreamQuery: status is null");
   StreamPtr s = find_stream(stream);
   if (!s) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtStreamQuery: %p is not a live stream", stream);
   *status = s->idle() ? ACL_STREAM_STATUS_COMPLETE : ACL_STREAM_STATUS_NOT_READY;
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtLaunchHostFunc(aclrtStream stream, aclrtHostFunc fn, void *args) {
-  if (!fn) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtLaunchHostFunc: fn is null");
-  StreamPtr s = find_stream(stream);
-  if (!s) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtLaunchHostFunc: %p is not a live stream", stream);
-  return s->launch(Task{[fn, args](std::string &) {
-    fn(args);
-    return ACL_SUCCESS;
-  }}, "aclrtLaunchHostFunc");
-}
+aclError aclrtLaunchHostFunc(aclrtStream stream, aclrtHostFunc fn, void *args) try {
+  return gertHostLaunchHostFuncEx(stream, fn, nullptr, args);
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
 aclError aclrtCreateEvent(aclrtEvent *event) { return create_event(event, ACL_EVENT_TIME_LINE, true, "aclrtCreateEvent"); }
 
-aclError aclrtCreateEventWithFlag(aclrtEvent *event, uint32_t flag) {
+aclError aclrtCreateEventWithFlag(aclrtEvent *event, uint32_t flag) try {
   const uint32_t known = ACL_EVENT_SYNC | ACL_EVENT_CAPTURE_STREAM_PROGRESS | ACL_EVENT_TIME_LINE |
                          ACL_EVENT_DEVICE_USE_ONLY | ACL_EVENT_EXTERNAL | ACL_EVENT_IPC;
   if (flag & ~known) return fail(ACL_ERROR_INVALID_PARAM, "aclrtCreateEventWithFlag: unknown flag bits 0x%x", flag & ~known);
   return create_event(event, flag, (flag & ACL_EVENT_TIME_LINE) != 0, "aclrtCreateEventWithFlag");
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtDestroyEvent(aclrtEvent event) {
+aclError aclrtDestroyEvent(aclrtEvent event) try {
   auto &r = rt();
   std::lock_guard<std::mutex> lk(r.mu);
   auto it = r.events.find(from_handle(event));
@@ -417,9 +502,9 @@ aclError aclrtDestroyEvent(aclrtEvent event) {
     return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtDestroyEvent: %p is not a live event (already destroyed?)", event);
   r.events.erase(it);  // queued records and waits keep the event alive until they ran
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream) {
+aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream) try {
   EventPtr ev = find_event(event);
   if (!ev) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtRecordEvent: %p is not a live event", event);
   StreamPtr s = find_stream(stream);
@@ -436,28 +521,29 @@ aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream) {
   aclError e = s->launch(std::move(t), "aclrtRecordEvent");
   if (e != ACL_SUCCESS) ev->complete(seq);
   return e;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtResetEvent(aclrtEvent event, aclrtStream stream) {
+aclError aclrtResetEvent(aclrtEvent event, aclrtStream stream) try {
   EventPtr ev = find_event(event);
   if (!ev) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtResetEvent: %p is not a live event", event);
   if (!find_stream(stream)) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtResetEvent: %p is not a live stream", stream);
   // The host NPU's waits capture the record they wait for, so a reset has nothing to undo.
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event) {
+aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event) try {
   EventPtr ev = find_event(event);
   if (!ev) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtStreamWaitEvent: %p is not a live event", event);
   StreamPtr s = find_stream(stream);
   if (!s) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtStreamWaitEvent: %p is not a live stream", stream);
   uint64_t seq = ev->recorded.load();  // the most recent record at the time of the call
   if (seq == 0) return ACL_SUCCESS;    // never recorded: nothing to wait for
-  return s->launch(Task{[ev, seq](std::string &) {
-    ev->wait(seq, -1);
+  Stream *raw = s.get();  // the task runs on this stream's worker: the stream outlives it
+  return s->launch(Task{[raw, ev, seq](std::string &) {
+    raw->wait_event(ev, seq);  // false: aborted (aclrtStreamAbort / aclrtDeviceTaskAbort) before the record ran
     return ACL_SUCCESS;
   }}, "aclrtStreamWaitEvent");
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
 static aclError sync_event(aclrtEvent event, int64_t ms, const char *api) {
   EventPtr ev = find_event(event);
@@ -471,30 +557,30 @@ static aclError sync_event(aclrtEvent event, int64_t ms, const char *api) {
 
 aclError aclrtSynchronizeEvent(aclrtEvent event) { return sync_event(event, -1, "aclrtSynchronizeEvent"); }
 
-aclError aclrtSynchronizeEventWithTimeout(aclrtEvent event, int32_t timeout) {
+aclError aclrtSynchronizeEventWithTimeout(aclrtEvent event, int32_t timeout) try {
   int64_t ms = -1;
   if (aclError e = timeout_arg(timeout, "aclrtSynchronizeEventWithTimeout", &ms)) return e;
   return sync_event(event, ms, "aclrtSynchronizeEventWithTimeout");
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtQueryEvent(aclrtEvent event, aclrtEventStatus *status) {
+aclError aclrtQueryEvent(aclrtEvent event, aclrtEventStatus *status) try {
   if (!status) return fail(ACL_ERROR_INVALID_PARAM, "aclrtQueryEvent: status is null");
   EventPtr ev = find_event(event);
   if (!ev) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtQueryEvent: %p is not a live event", event);
   *status = ev->is_done(ev->recorded.load()) ? ACL_EVENT_STATUS_COMPLETE : ACL_EVENT_STATUS_NOT_READY;
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus *status) {
+aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus *status) try {
   if (!status) return fail(ACL_ERROR_INVALID_PARAM, "aclrtQueryEventStatus: status is null");
   EventPtr ev = find_event(event);
   if (!ev) return fail(ACL_ERROR_RT_PARAM_INVALID, "aclrtQueryEventStatus: %p is not a live event", event);
   *status = ev->is_done(ev->recorded.load()) ? ACL_EVENT_RECORDED_STATUS_COMPLETE
                                               : ACL_EVENT_RECORDED_STATUS_NOT_READY;
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
-aclError aclrtEventElapsedTime(float *ms, aclrtEvent startEvent, aclrtEvent endEvent) {
+aclError aclrtEventElapsedTime(float *ms, aclrtEvent startEvent, aclrtEvent endEvent) try {
   if (!ms) return fail(ACL_ERROR_INVALID_PARAM, "aclrtEventElapsedTime: ms is null");
   EventPtr a = find_event(startEvent), b = find_event(endEvent);
   if (!a || !b)
@@ -513,6 +599,6 @@ aclError aclrtEventElapsedTime(float *ms, aclrtEvent startEvent, aclrtEvent endE
   std::chrono::steady_clock::time_point ta = a->stamp_of(sa), tb = b->stamp_of(sb);
   *ms = std::chrono::duration<float, std::milli>(tb - ta).count();
   return ACL_SUCCESS;
-}
+} HOSTNPU_GUARD(ACL_ERROR_RT_INTERNAL_ERROR)
 
 }  // extern "C"

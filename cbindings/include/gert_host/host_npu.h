@@ -47,7 +47,13 @@ uint32_t gertHostGetSpinMicros(void);
  * thread enqueues runs on this thread, in order, until End (no hand-off to the stream's worker thread). The stream
  * argument is an aclrtStream. Begin returns 0, or -1 for an unknown stream. */
 int gertHostStreamBeginInline(void *stream);
+/* Begin, waiting at most timeout_ms (< 0: forever) for the stream to go idle: 0 inline, 1 timed out (not inline),
+ * -1 an unknown stream. */
+int gertHostStreamBeginInlineFor(void *stream, int32_t timeout_ms);
 void gertHostStreamEndInline(void *stream);
+/* aclrtLaunchHostFunc, plus `drop`: called with args instead of fn when the host function never runs (an abort
+ * dropped it), so that whatever args holds is released. drop may be NULL. Returns an aclError. */
+int gertHostLaunchHostFuncEx(void *stream, void (*fn)(void *args), void (*drop)(void *args), void *args);
 /* The calling thread's last CompileGraph (or RunGraph compile) with GE's compile cache: 0 the cache was not used
  * (ge.graph_compiler_cache_dir or ge.graph_key unset, or the compile failed), 1 a hit (loaded from the cache),
  * 2 a miss (compiled and saved). Real GE only logs this; gert counts it per stream. */
