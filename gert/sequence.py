@@ -26,7 +26,7 @@ from gert._cann import DeviceBuffer
 from gert.errors import AclError, GertError
 from gert.core.handoff import HandOffLock
 from gert.core.batching import Batcher
-from gert.core.engine import Engine
+from gert.core.engine import Engine, run_isolated
 from gert.core.validate import Validator
 from gert.core.shapes import ShapePlan, TensorInfo
 from gert.core.tensor import DeviceTensor
@@ -401,11 +401,11 @@ class Sequences:
         positions = {id(item): k for k, item in enumerate(checked)}
         first = None
         for group in self._groups(checked):
-            try:
-                outs = self._run_group([(s, a) for _, s, a in group])
+            try:  # a device fault of a group: each sequence's step again alone (its state is still the old one)
+                outs = run_isolated([(s, a) for _, s, a in group], self._run_group)
             except Exception as e:  # noqa: BLE001 - the group's error, raised or returned below
-                first = first or e
                 outs = [e] * len(group)
+            first = first or next((o for o in outs if isinstance(o, BaseException)), None)
             for item, out in zip(group, outs):
                 results[positions[id(item)]] = out
         if first is not None and not return_exceptions:
