@@ -147,6 +147,8 @@ class Engine:
         (None, None) for no added delay: max_queue_delay_ms from the leader's arrival, latency_slo_ms minus the
         measured run time of the gear the batch would fill from the oldest member's arrival; the batch stops
         waiting once it reaches the largest preferred size (default: the largest batch)."""
+        if group[0].wait_s > 0:  # sequence steps with sequence_wait_s: the window of their own
+            return group[0].queued_at + group[0].wait_s, (lambda rows: rows >= group[0].limit)
         config = self.batching
         if config is None or not (config.max_queue_delay_ms or config.latency_slo_ms):
             return None, None
@@ -210,14 +212,16 @@ class Engine:
         run_sizes, key = self.resolve(sizes)
         return Request(arrays, sizes, run_sizes, key, out, timeout)
 
-    def run_prepared(self, arrays: Mapping[str, object], **request) -> dict:
+    def run_prepared(self, arrays: Mapping[str, object], run: Optional[Callable[[Request], dict]] = None,
+                     **request) -> dict:
         """A batch a front door laid out itself (sequence steps: states bound as device tensors, gathered and
-        scattered by ``before`` / ``after``): validated, resolved and dispatched as one run; ``request``: the
-        other Request fields (device_out, device, real_batch, before, after)."""
+        scattered by ``before`` / ``after``): validated, resolved and dispatched as one run (``run``: on the stream
+        a batch leader holds, else the first free one); ``request``: the other Request fields (device_out, device,
+        real_batch, before, after)."""
         checked, sizes = self.validator.check(arrays)
         run_sizes, key = self.resolve(sizes)
-        return self.streams.dispatch(Request(checked, sizes, run_sizes, key,
-                                             timeout=self.streams.timeout_for(None), **request))
+        return (run or self.streams.dispatch)(Request(checked, sizes, run_sizes, key,
+                                                      timeout=self.streams.timeout_for(None), **request))
 
     def _idle_parts(self, sizes: dict) -> int:
         """With split_batch: how many streams are idle (at most the batch size); 1 means run as one request."""
