@@ -257,7 +257,8 @@ class _StepBatches:
                 return
             try:
                 outs = run_isolated([(p.seq, p.arrays) for p in members],
-                                    lambda ms: self.owner._run_locked(ms, run))
+                                    lambda ms: self.owner._run_locked(ms, run),
+                                    self.owner.model.engine.batching_stats.retried)
             except Exception as e:  # noqa: BLE001 - the batch's error: every member's
                 outs = [e] * len(members)
             for p, out in zip(members, outs):
@@ -461,7 +462,8 @@ class Sequences:
         first = None
         for group in self._groups(checked):
             try:  # a device fault of a group: each sequence's step again alone (its state is still the old one)
-                outs = run_isolated([(s, a) for _, s, a in group], self._run_group)
+                outs = run_isolated([(s, a) for _, s, a in group], self._run_group,
+                                    self.model.engine.batching_stats.retried)
             except Exception as e:  # noqa: BLE001 - the group's error, raised or returned below
                 outs = [e] * len(group)
             first = first or next((o for o in outs if isinstance(o, BaseException)), None)

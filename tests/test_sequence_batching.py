@@ -154,6 +154,7 @@ def test_a_device_fault_in_a_batch_of_steps_fails_only_the_step_that_fails_alone
     assert isinstance(err, gert.AclError) and err.code == 507015, err
     for i in (1, 2):
         np.testing.assert_allclose(started[i][1][0]["y"], _ref(refs[i], xs[i]), rtol=1e-5, atol=1e-6)
+    assert m.stats()["batching"]["retried_batches"] == 1
     x = _x(30)
     np.testing.assert_allclose(seqs[0].run({"x": x})["y"], _ref(refs[0], x), rtol=1e-5, atol=1e-6)
     m.close()

@@ -4,11 +4,14 @@ aclInit: its first two kernel launches fail (AI Core exception, 507015). Triton 
 into one execute (preferred_batch_size 3 and a 20 s queue delay: the batch goes when the third arrives); its run is
 launch 1 and fails; execute retries the requests one by one (gert.core.engine.run_isolated through Engine.run_many),
 the first of them is launch 2 and fails; the other two get ONNX Runtime's results. Without the retry all three
-fail; without the merge two would. One server for this module on free ports, independent of the others."""
+fail; without the merge two would. The retry is counted in gert_retried_batches_total (Triton's metrics
+endpoint). One server for this module on free ports, independent of the others."""
 from __future__ import annotations
 
 import os
+import re
 import time
+import urllib.request
 
 import numpy as np
 import pytest
@@ -111,6 +114,20 @@ def _executions(client, name: str, deadline_s: float = 30.0) -> int:
         time.sleep(0.05)
 
 
+def _retried_metric(server, name: str, deadline_s: float = 30.0) -> float:
+    """gert_retried_batches_total of the model on Triton's metrics endpoint, once published (the publisher thread
+    sends it after the batch; 0.0 if it never comes)."""
+    pattern = re.compile(r'^gert_retried_batches_total\{([^}]*)\}\s+(\S+)$', re.M)
+    end = time.monotonic() + deadline_s
+    while True:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=CALL_TIMEOUT) as r:
+            text = r.read().decode()
+        values = [float(v) for labels, v in pattern.findall(text) if f'model="{name}"' in labels]
+        if values or time.monotonic() > end:
+            return sum(values)
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("name", list(MODELS))
 def test_fault_in_a_merged_batch_fails_only_the_request_that_fails_alone(server, name):
     client = httpclient.InferenceServerClient(server.url("http"), connection_timeout=CALL_TIMEOUT,
@@ -136,5 +153,6 @@ def test_fault_in_a_merged_batch_fails_only_the_request_that_fails_alone(server,
             for out, arr in _expected(name, r).items():
                 np.testing.assert_array_equal(g[out], arr, err_msg=f"request {k} output {out}")
         assert client.is_model_ready(name)
+        assert _retried_metric(server, name) == 1.0, "gert_retried_batches_total counts the retried batch"
     finally:
         client.close()

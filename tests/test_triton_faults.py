@@ -87,3 +87,6 @@ def test_device_fault_in_a_merged_batch_fails_only_the_request_that_fails_alone(
         for name, want in zip(SEQ_OUTPUTS, ort_run(seq_bytes, [r["a"], r["m"]])):
             assert np.array_equal(got[name], want), name
     check_seq(outputs_of(m.execute([request(pb, reqs[0])])[0]), reqs[0])  # still serving
+    assert m.model.stats()["batching"]["retried_batches"] == 1
+    assert m.metrics.flush(10), "published"
+    assert [x.value() for x in pb.family("gert_retried_batches_total").metrics] == [1]

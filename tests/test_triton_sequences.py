@@ -211,6 +211,9 @@ def test_device_fault_in_a_batched_step_fails_only_the_sequence_that_fails_alone
     assert "507015" in rs[0].error().message()
     for k, r in zip(keys[1:], rs[1:]):
         np.testing.assert_allclose(y_of(r), ref.step(k, xs[k]), rtol=1e-5, atol=1e-6, err_msg=f"sequence {k}")
+    assert m.model.stats()["batching"]["retried_batches"] == 1
+    assert m.metrics.flush(10), "published"
+    assert [x.value() for x in pb.family("gert_retried_batches_total").metrics] == [1]
     xs = {k: step_x(50 + k) for k in keys}  # sequence 1's state is still the one before the failed step
     rs = m.execute([seq_request(pb, k, xs[k]) for k in keys])
     for k, r in zip(keys, rs):

@@ -156,6 +156,12 @@ class BatchingStats:
             self.wait_seconds += sum(waits)
             self._waits.extend(waits)
 
+    def retried(self) -> None:
+        """A batch merged by run(list), gert_triton or a sequence step whose run faulted and was retried member by
+        member (the dynamic batcher's own are counted by record())."""
+        with self._lock:
+            self.retried_batches += 1
+
     def snapshot(self) -> dict:
         """Batches formed, requests, mean / p99 batch size, mean / p99 queue wait (ms), per gear, size histogram."""
         with self._lock:

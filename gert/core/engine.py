@@ -269,7 +269,7 @@ class Engine:
             good.append((i, r, arrays))
         for group in self.batcher.group(good, lambda item: self.batcher.key(item[2])):
             try:
-                outs = run_isolated([r for _, r, _ in group], run_group)
+                outs = run_isolated([r for _, r, _ in group], run_group, self.batching_stats.retried)
             except Exception as e:  # noqa: BLE001 - the group's error, raised or returned below
                 outs = [e] * len(group)
             if not return_exceptions:
@@ -299,17 +299,20 @@ class Engine:
         return self.batcher.split(out, [self.batcher.rows({n: r[n] for n in names}) for r in requests])
 
 
-def run_isolated(members: list, run: Callable[[list], list]) -> list:
+def run_isolated(members: list, run: Callable[[list], list], on_retry: Optional[Callable[[], None]] = None) -> list:
     """``run(members)``: one result per member, run as one batch. When a batch of several fails with a device
     fault, each member runs again alone (``run([member])``) so that only a member that fails alone fails: its
     result is then its error. Any other error of the batch is raised (it is every member's). The one fault
     isolation of merged batches: dynamic batches (Engine._lead), run(list) and gert_triton (Engine.run_many),
-    sequence steps (gert/sequence.py, whose failed step leaves every state as it was)."""
+    sequence steps (gert/sequence.py, whose failed step leaves every state as it was). ``on_retry``: called once
+    when the members are retried (stats' retried_batches)."""
     try:
         return run(members)
     except Exception as e:  # noqa: BLE001 - raised unless a device fault of several members
         if len(members) < 2 or not _device_fault(e):
             raise
+    if on_retry is not None:
+        on_retry()
     outs: list = []
     for m in members:
         try:
