@@ -303,6 +303,10 @@ class Model:
         its result."""
         with self._counted():
             usable = self._recovery.usable(self._workers)
+            if pending.device is not None:  # a sequence step: its state lives on that device
+                usable = [w for w in usable if w.device == pending.device]
+                if not usable:
+                    raise GertError(f"device {pending.device} has no usable stream (under recovery)")
             w, group = self._queue.acquire_batch(usable, pending, pending.key, pending.rows, pending.limit)
             if w is None:
                 return pending.result()  # another request's batch ran it

@@ -12,7 +12,6 @@ copies. The spare buffers come from a small pool, so N sequences hold about N st
 """
 from __future__ import annotations
 
-import concurrent.futures
 import itertools
 import math
 import threading
@@ -26,9 +25,10 @@ from gert._cann import DeviceBuffer
 from gert.errors import AclError, GertError
 from gert.core.handoff import HandOffLock
 from gert.core.batching import Batcher
-from gert.core.engine import Engine
+from gert.core.dynamic import Pending
+from gert.core.engine import Engine, run_isolated
 from gert.core.validate import Validator
-from gert.core.shapes import ShapePlan, TensorInfo
+from gert.core.shapes import DEFAULT_BATCH_GEARS, ShapePlan, TensorInfo
 from gert.core.tensor import DeviceTensor
 
 class Runner(Protocol):
@@ -192,6 +192,85 @@ class Sequence:
                 f"{self.steps} steps, state {shapes}>")
 
 
+class _Step(Pending):
+    """A seq.run step queued for a stream (gert/core/dynamic.py's Pending, with its sequence)."""
+
+    __slots__ = ("seq",)
+
+    def __init__(self, seq: Sequence, *args):
+        super().__init__(*args)
+        self.seq = seq
+
+
+class _RunAlone(Exception):
+    """Handed back by a batch leader: run this step yourself (its sequence was busy, or already in the batch)."""
+
+
+class _StepBatches:
+    """seq.run from many threads, batched by the Engine's dynamic batching (gert/core/dynamic.py): each step queues
+    for a stream of its sequence's device with its batch key; the step that gets the stream leads a batch of the
+    queued steps of its key (``lead``).
+
+    Lock order: a step run by Sequences.step takes its sequences' locks, then a stream; a leader already holds the
+    stream, so it only tries the sequences' locks (never waiting): a step whose sequence is busy (a Model.step
+    waiting for this very stream, a reset, a state read), or a second step of a sequence already in the batch, is
+    handed back to its own thread (``_RunAlone``), which runs it the ordinary way. No thread ever waits for a
+    sequence's lock while holding a stream."""
+
+    def __init__(self, owner: "Sequences"):
+        self.owner = owner
+
+    def limit(self) -> int:
+        """Rows a batch of steps may have (0: each step runs alone): the Engine's dynamic batch limit; with
+        sequence_wait_s > 0 even when dynamic batching is off."""
+        owner, engine = self.owner, self.owner.model.engine
+        if not owner.batchable or engine.streams.dispatch_batch is None:
+            return 0
+        if engine.batch_limit:
+            return engine.batch_limit
+        batch = owner.plan.batch
+        return (batch.gears[-1] if batch.policy == "pad" and batch.gears else DEFAULT_BATCH_GEARS[-1]) \
+            if owner.wait_s > 0 else 0
+
+    def run(self, seq: Sequence, arrays: dict, limit: int) -> dict:
+        """One checked step, queued; its outputs (raises _RunAlone when a leader hands it back)."""
+        owner = self.owner
+        pending = _Step(seq, arrays, None, seq.rows, owner._step_key(seq, arrays), None, None, limit, seq.device,
+                        owner.wait_s)
+        return owner.model.engine.streams.dispatch_batch(pending, self.lead)
+
+    def lead(self, group: list, run) -> None:
+        """Run the steps of ``group`` as one step on the stream ``run`` runs on; deliver each its outputs or error.
+        A device fault of the batch: each step again alone (every state is still the old one)."""
+        locked, seen = [], set()
+        try:
+            for p in sorted(group, key=lambda p: p.seq.id):
+                if p.seq.id in seen or not p.seq._lock.acquire(blocking=False):
+                    p.set_error(_RunAlone())
+                    continue
+                seen.add(p.seq.id)
+                locked.append(p)
+                if p.seq.closed:
+                    p.set_error(GertError(f"sequence {p.seq.id} is closed"))
+            members = [p for p in locked if not p.done]
+            if not members:
+                return
+            try:
+                outs = run_isolated([(p.seq, p.arrays) for p in members],
+                                    lambda ms: self.owner._run_locked(ms, run),
+                                    self.owner.model.engine.batching_stats.retried)
+            except Exception as e:  # noqa: BLE001 - the batch's error: every member's
+                outs = [e] * len(members)
+            for p, out in zip(members, outs):
+                if isinstance(out, BaseException):
+                    p.set_error(out)
+                else:
+                    p.set_result(out)
+        finally:
+            for p in locked:
+                p.seq._lock.release()
+
+
 class Sequences:
     """The sequences of one stateful Model: creates them, runs their steps (alone or batched), tracks them."""
 
@@ -215,9 +294,8 @@ class Sequences:
         self._lock = threading.Lock()
         self._pool = _Pool()
         self._devices = itertools.cycle(devices)  # new sequences go round robin over the model's devices
-        self._pending: list = []  # (seq, inputs, future) waiting to be batched (wait_s > 0)
-        self._leading = False
         self._closed = False  # set by close(), under _lock: no sequence joins _live afterwards
+        self._step_batches = _StepBatches(self)
 
     @property
     def active(self) -> int:
@@ -326,38 +404,20 @@ class Sequences:
 
     # ---- steps ------------------------------------------------------------------------------------------------
     def run_one(self, seq: Sequence, inputs: Mapping[str, np.ndarray]) -> dict:
-        """seq.run(): alone, or (wait_s > 0) batched with the steps other threads start within wait_s."""
-        if self.wait_s <= 0 or not self.batchable:
+        """seq.run(): the step queues for a stream with its batch key (the Engine's dynamic batching,
+        gert/core/dynamic.py) and runs with the queued steps of its key (``_StepBatches``), with sequence_wait_s > 0
+        after waiting that long for company; alone when steps cannot share a run (a state without the batch axis,
+        batching off)."""
+        limit = self._step_batches.limit()
+        if not limit:
             return self.step([(seq, inputs)])[0]
-        fut: concurrent.futures.Future = concurrent.futures.Future()
-        with self._lock:
-            self._pending.append((seq, inputs, fut))
-            lead = not self._leading
-            self._leading = True
-        if lead:  # the first caller waits for others to join, then runs them all as one step
-            time.sleep(self.wait_s)
-            with self._lock:
-                batch, self._pending, self._leading = self._pending, [], False
-            self._run_pending(batch)
-        return fut.result()
-
-    def _run_pending(self, batch: list) -> None:
-        """Run gathered (seq, inputs, future)s: in rounds when a sequence has several; bad inputs fail alone."""
-        while batch:
-            seen, now, later = set(), [], []
-            for item in batch:
-                (later if item[0].id in seen else now).append(item)
-                seen.add(item[0].id)
-            batch = later
+        arrays = self._check_item(0, seq, inputs)
+        if seq.rows < limit:
             try:
-                results = self.step([(s, i) for s, i, _ in now], return_exceptions=True)
-            except BaseException as e:  # noqa: BLE001 - the batch failed: each caller gets the error
-                results = [e] * len(now)
-            for (_, _, fut), r in zip(now, results):
-                if isinstance(r, BaseException):
-                    fut.set_exception(r)
-                else:
-                    fut.set_result(r)
+                return self._step_batches.run(seq, arrays, limit)
+            except _RunAlone:  # its sequence was busy when a batch took it: its own step, in turn
+                pass
+        return self.step_checked([(0, seq, arrays)])[0]
 
     def _check_item(self, index: int, seq, inputs) -> dict:
         if not isinstance(seq, Sequence) or seq._owner is not self:
@@ -401,11 +461,12 @@ class Sequences:
         positions = {id(item): k for k, item in enumerate(checked)}
         first = None
         for group in self._groups(checked):
-            try:
-                outs = self._run_group([(s, a) for _, s, a in group])
+            try:  # a device fault of a group: each sequence's step again alone (its state is still the old one)
+                outs = run_isolated([(s, a) for _, s, a in group], self._run_group,
+                                    self.model.engine.batching_stats.retried)
             except Exception as e:  # noqa: BLE001 - the group's error, raised or returned below
-                first = first or e
                 outs = [e] * len(group)
+            first = first or next((o for o in outs if isinstance(o, BaseException)), None)
             for item, out in zip(group, outs):
                 results[positions[id(item)]] = out
         if first is not None and not return_exceptions:
@@ -417,15 +478,15 @@ class Sequences:
         state shapes; at most the batch's largest gear of rows."""
         batcher = self._batcher
 
-        def key(item) -> tuple:
-            _, seq, arrays = item
-            return batcher.key(arrays, (seq.device,) + tuple(
-                (lambda s: s[:p.axis] + s[p.axis + 1:])(seq._shapes[p.input.name]) for p in self.pairs))
-
         batch = self.plan.batch
         top = batch.gears[-1] if batch is not None and batch.policy == "pad" and batch.gears else None
-        return [chunk for members in batcher.group(checked, key)
+        return [chunk for members in batcher.group(checked, lambda item: self._step_key(item[1], item[2]))
                 for chunk in batcher.chunks(members, lambda item: item[1].rows, top)]
+
+    def _step_key(self, seq: Sequence, arrays: dict) -> tuple:
+        """Steps with equal keys can share one run: same device, batch key, non-batch state shapes."""
+        return self._batcher.key(arrays, (seq.device,) + tuple(
+            (lambda s: s[:p.axis] + s[p.axis + 1:])(seq._shapes[p.input.name]) for p in self.pairs))
 
     def _run_group(self, members: list) -> list:
         """One graph run for ``members`` [(seq, arrays)]: their states bound (one member whose rows fill the run) or
@@ -441,7 +502,7 @@ class Sequences:
             for s in seqs:
                 s._lock.release()
 
-    def _run_locked(self, members: list) -> list:
+    def _run_locked(self, members: list, run=None) -> list:
         plan, model = self.plan, self.model
         device = members[0][0].device
         rows = [s.rows for s, _ in members]
@@ -481,7 +542,7 @@ class Sequences:
                         taken.append(fresh)
                         staged[(seq.id, name)] = fresh
                     after += self._scatter(p, members, dst, rows, g, staged)
-            out = model.engine.run_prepared(arrays, device_out=device_out, device=device,
+            out = model.engine.run_prepared(arrays, run, device_out=device_out, device=device,
                                             real_batch=n if g != n else None, before=before, after=after)
             # the step succeeded: the new states replace the old ones, which go back to the pool
             for seq, _ in members:

@@ -21,7 +21,7 @@ import time
 from typing import Callable, Mapping, Optional
 
 (GEAR_HITS, PADDING_RATIO, STREAM_BUSY, GRAPH_REQUESTS, BACKGROUND_COMPILES, REQUEST_PATH_COMPILES,
- ACTIVE_SEQUENCES) = range(7)
+ ACTIVE_SEQUENCES, RETRIED_BATCHES) = range(8)
 
 Change = tuple  # (family, labels, "increment" | "set", value)
 
@@ -45,6 +45,8 @@ class Publisher:
             fam(name="gert_request_path_compiles_total", description="Compiles a request waited for", kind=fam.COUNTER),
             fam(name="gert_active_sequences", description="Sequences whose state is held on the device (stateful "
                 "models)", kind=fam.GAUGE),
+            fam(name="gert_retried_batches_total", description="Merged batches whose run failed on the device and "
+                "were retried request by request, so that only a request failing alone failed", kind=fam.COUNTER),
         ]
         self._base = (("model", model_name), ("version", str(version)), ("instance", instance or model_name))
         self._collect = collect
@@ -158,6 +160,7 @@ class StatsChanges:
         self._padding: dict = {}   # gear label -> padding ratio published
         self._streams: dict = {}   # (device, stream) -> the stream's last stats
         self._active: Optional[int] = None
+        self._retried = 0
 
     def __call__(self, stats: Mapping, active: Optional[int] = None) -> list:
         changes = []
@@ -190,6 +193,10 @@ class StatsChanges:
                 if n > 0:
                     changes.append((family, {**where, **labels}, "increment", n))
             self._streams[(s["device"], s["stream"])] = s
+        retried = (stats.get("batching") or {}).get("retried_batches", 0)
+        if retried > self._retried:
+            changes.append((RETRIED_BATCHES, {}, "increment", retried - self._retried))
+            self._retried = retried
         if active is not None and active != self._active:
             self._active = active
             changes.append((ACTIVE_SEQUENCES, {}, "set", active))

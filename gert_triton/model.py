@@ -199,23 +199,21 @@ class TritonPythonModel:
             except Exception as e:  # this request alone is bad
                 responses[i] = error_response(pb_utils, e, checking=True)
         # grouped by the model's batch key (gert/core/batching.py), each group one batch through the model's Engine;
-        # a merged size that is no gear of a non-pad batch policy runs as gear-sized pieces (gert_triton/gears.py)
-        batcher = self.model.engine.batcher
-        for group in batcher.group(ready, lambda item: self.model.batch_key(item[1])):
-            try:
-                results = self._gears.run_batch(self.model, [inputs for _, inputs, _ in group])
-            except Exception as e:  # noqa: BLE001 - the group's answer (gert_triton.error_codes says which code)
-                for i, _, _ in group:
-                    responses[i] = error_response(pb_utils, e)
+        # a merged size that is no gear of a non-pad batch policy runs as gear-sized pieces (gert_triton/gears.py); a
+        # device fault of a group is retried request by request, so only a request that fails alone fails
+        results = self.model.engine.run_many([inputs for _, inputs, _ in ready], return_exceptions=True,
+                                             run_group=lambda batch: self._gears.run_batch(self.model, batch))
+        for (i, _, wanted), out in zip(ready, results):
+            if isinstance(out, BaseException):  # gert_triton.error_codes says which code
+                responses[i] = error_response(pb_utils, out)
                 continue
-            for (i, _, wanted), out in zip(group, results):
-                try:
-                    out = self.postprocess(out)
-                    tensors = [to_tensor(pb_utils, name, self.triton_layout.to_triton(name, arr))
-                               for name, arr in out.items() if not wanted or name in wanted]
-                    responses[i] = pb_utils.InferenceResponse(output_tensors=tensors)
-                except Exception as e:  # noqa: BLE001
-                    responses[i] = error_response(pb_utils, e)
+            try:
+                out = self.postprocess(out)
+                tensors = [to_tensor(pb_utils, name, self.triton_layout.to_triton(name, arr))
+                           for name, arr in out.items() if not wanted or name in wanted]
+                responses[i] = pb_utils.InferenceResponse(output_tensors=tensors)
+            except Exception as e:  # noqa: BLE001
+                responses[i] = error_response(pb_utils, e)
         self._update_metrics()
         return responses
 

@@ -185,6 +185,41 @@ def test_bad_request_in_a_batch_fails_alone_and_states_stay_right(seqmodel):
     np.testing.assert_allclose(y_of(m.execute([seq_request(pb, 2, x2)])[0]), ref.step(2, x2), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.hostnpu_only  # injects a fault into the host NPU
+def test_device_fault_in_a_batched_step_fails_only_the_sequence_that_fails_alone(seqmodel):
+    """Three sequences' steps in one batch: the batch's run faults (507015), and so does sequence 1's step alone.
+    A failed step leaves every state as it was, so each step is retried alone (gert.core.engine.run_isolated):
+    only sequence 1's request fails; 2 and 3 advance, equal to ONNX Runtime; sequence 1 goes on from its old state."""
+    import gert
+
+    pb, m, _ = seqmodel
+    ref = Reference()
+    keys = (1, 2, 3)
+    xs = {k: step_x(30 + k) for k in keys}
+    for k in keys:
+        ref.start(k)
+    rs = m.execute([seq_request(pb, k, xs[k], start=True) for k in keys])  # compiles: no fault yet
+    for k, r in zip(keys, rs):
+        np.testing.assert_allclose(y_of(r), ref.step(k, xs[k]), rtol=1e-5, atol=1e-6)
+    xs = {k: step_x(40 + k) for k in keys}
+    gert.inject_fault("execute", count=2)  # the batch's run, then sequence 1's step alone
+    try:
+        rs = m.execute([seq_request(pb, k, xs[k]) for k in keys])
+    finally:
+        gert.clear_faults()
+    assert rs[0].has_error() and rs[0].error().code() == pb.TritonError.INTERNAL, rs[0].error().message()
+    assert "507015" in rs[0].error().message()
+    for k, r in zip(keys[1:], rs[1:]):
+        np.testing.assert_allclose(y_of(r), ref.step(k, xs[k]), rtol=1e-5, atol=1e-6, err_msg=f"sequence {k}")
+    assert m.model.stats()["batching"]["retried_batches"] == 1
+    assert m.metrics.flush(10), "published"
+    assert [x.value() for x in pb.family("gert_retried_batches_total").metrics] == [1]
+    xs = {k: step_x(50 + k) for k in keys}  # sequence 1's state is still the one before the failed step
+    rs = m.execute([seq_request(pb, k, xs[k]) for k in keys])
+    for k, r in zip(keys, rs):
+        np.testing.assert_allclose(y_of(r), ref.step(k, xs[k]), rtol=1e-5, atol=1e-6, err_msg=f"sequence {k}")
+
+
 def test_idle_timer_drops_the_state_without_an_end(seqmodel):
     pb, m, _ = seqmodel  # max_sequence_idle_microseconds 300000
     m.execute([seq_request(pb, 9, step_x(0), start=True)])

@@ -77,12 +77,14 @@ class Pending:
     result (or error) here, and its own thread waits for it."""
 
     __slots__ = ("arrays", "sizes", "rows", "key", "out", "timeout", "limit", "queued_at", "_done", "_result",
-                 "_error")
+                 "_error", "device", "wait_s")
 
     def __init__(self, arrays: dict, sizes: dict, rows: int, key: tuple, out: Optional[dict],
-                 timeout: Optional[float], limit: int):
+                 timeout: Optional[float], limit: int, device: Optional[int] = None, wait_s: float = 0.0):
         self.arrays, self.sizes, self.rows, self.key = arrays, sizes, rows, key
         self.out, self.timeout, self.limit = out, timeout, limit
+        self.device = device  # only a stream of this device may run it (a sequence step: its state lives there)
+        self.wait_s = wait_s  # > 0: its batch's leader waits this long for company (sequence_wait_s)
         self.queued_at = time.perf_counter()
         self._done = threading.Event()
         self._result: Optional[dict] = None
@@ -153,6 +155,12 @@ class BatchingStats:
             g[1] += requests
             self.wait_seconds += sum(waits)
             self._waits.extend(waits)
+
+    def retried(self) -> None:
+        """A batch merged by run(list), gert_triton or a sequence step whose run faulted and was retried member by
+        member (the dynamic batcher's own are counted by record())."""
+        with self._lock:
+            self.retried_batches += 1
 
     def snapshot(self) -> dict:
         """Batches formed, requests, mean / p99 batch size, mean / p99 queue wait (ms), per gear, size histogram."""

@@ -147,6 +147,8 @@ class Engine:
         (None, None) for no added delay: max_queue_delay_ms from the leader's arrival, latency_slo_ms minus the
         measured run time of the gear the batch would fill from the oldest member's arrival; the batch stops
         waiting once it reaches the largest preferred size (default: the largest batch)."""
+        if group[0].wait_s > 0:  # sequence steps with sequence_wait_s: the window of their own
+            return group[0].queued_at + group[0].wait_s, (lambda rows: rows >= group[0].limit)
         config = self.batching
         if config is None or not (config.max_queue_delay_ms or config.latency_slo_ms):
             return None, None
@@ -166,46 +168,38 @@ class Engine:
         only a request that fails alone fails."""
         started = time.perf_counter()
         waits = [started - p.queued_at for p in group]
-        retried, gear = False, None
+        ran: list = []  # the graph key of each run: the batch's, then any retry's
+
+        def run_members(members: list) -> list:
+            rows = [p.rows for p in members]
+            first = members[0]
+            arrays = first.arrays if len(members) == 1 else self.batcher.merge([p.arrays for p in members])
+            req = self._request(arrays, dict(first.sizes, batch=sum(rows)), first.out if len(members) == 1 else None,
+                                first.timeout)
+            ran.append(req.key)
+            if ran[1:]:  # a retry alone: not a run time of the batch
+                return [run(req)]
+            out = self._timed(run, req)
+            return [out] if len(members) == 1 else self.batcher.split(out, rows)
+
         try:
-            if len(group) == 1:
-                p = group[0]
-                req = self._request(p.arrays, p.sizes, p.out, p.timeout)
-                gear = req.key
-                try:
-                    p.set_result(self._timed(run, req))
-                except BaseException as e:  # noqa: BLE001 - the request's own error, raised by its thread
-                    p.set_error(e)
-                return
-            rows = [p.rows for p in group]
-            first = group[0]
-            merged = self.batcher.merge([p.arrays for p in group])
-            req = self._request(merged, dict(first.sizes, batch=sum(rows)), None, first.timeout)
-            gear = req.key
             try:
-                out = self._timed(run, req)
-            except Exception as e:  # noqa: BLE001 - delivered to every member, or retried one by one
-                if not _device_fault(e):
-                    for p in group:
-                        p.set_error(e)
-                    return
-                retried = True
-                for p in group:  # a fault of the batch: each request alone, so only one that fails alone fails
-                    try:
-                        p.set_result(run(self._request(p.arrays, p.sizes, p.out, p.timeout)))
-                    except BaseException as e1:  # noqa: BLE001 - this request's own error
-                        p.set_error(e1)
-                return
-            for p, result in zip(group, self.batcher.split(out, rows)):
-                p.set_result(result)
+                outs = run_isolated(group, run_members)
+            except Exception as e:  # noqa: BLE001 - the batch's error (not a device fault): every member's
+                outs = [e] * len(group)
+            for p, out in zip(group, outs):
+                if isinstance(out, BaseException):
+                    p.set_error(out)
+                else:
+                    p.set_result(out)
         except BaseException as e:  # noqa: BLE001 - nobody in the group is left waiting
             for p in group:
                 if not p.done:
                     p.set_error(e)
             raise
         finally:
-            if gear is not None:  # it ran (a request whose sizes have no graph did not)
-                self.batching_stats.record(len(group), _label(gear), waits, retried)
+            if ran:  # it ran (a request whose sizes have no graph did not)
+                self.batching_stats.record(len(group), _label(ran[0]), waits, len(ran) > 1)
 
     def _timed(self, run: Callable[[Request], dict], req: Request) -> dict:
         """run(req), its time learned per batch size run (latency_slo_ms)."""
@@ -218,14 +212,16 @@ class Engine:
         run_sizes, key = self.resolve(sizes)
         return Request(arrays, sizes, run_sizes, key, out, timeout)
 
-    def run_prepared(self, arrays: Mapping[str, object], **request) -> dict:
+    def run_prepared(self, arrays: Mapping[str, object], run: Optional[Callable[[Request], dict]] = None,
+                     **request) -> dict:
         """A batch a front door laid out itself (sequence steps: states bound as device tensors, gathered and
-        scattered by ``before`` / ``after``): validated, resolved and dispatched as one run; ``request``: the
-        other Request fields (device_out, device, real_batch, before, after)."""
+        scattered by ``before`` / ``after``): validated, resolved and dispatched as one run (``run``: on the stream
+        a batch leader holds, else the first free one); ``request``: the other Request fields (device_out, device,
+        real_batch, before, after)."""
         checked, sizes = self.validator.check(arrays)
         run_sizes, key = self.resolve(sizes)
-        return self.streams.dispatch(Request(checked, sizes, run_sizes, key,
-                                             timeout=self.streams.timeout_for(None), **request))
+        return (run or self.streams.dispatch)(Request(checked, sizes, run_sizes, key,
+                                                      timeout=self.streams.timeout_for(None), **request))
 
     def _idle_parts(self, sizes: dict) -> int:
         """With split_batch: how many streams are idle (at most the batch size); 1 means run as one request."""
@@ -253,10 +249,13 @@ class Engine:
 
     # ---- many requests -----------------------------------------------------------------------------------------------
     def run_many(self, requests: Sequence[Mapping[str, object]], timeout: Optional[float] = None,
-                 return_exceptions: bool = False) -> list:
+                 return_exceptions: bool = False, run_group: Optional[Callable[[list], list]] = None) -> list:
         """Requests of any shapes: grouped by batch key, each group run as one batch, split back in order. A
-        request that fails validation fails alone; a group that fails, fails its members. ``return_exceptions``:
-        each failed request's result is its error (else the first error is raised, after every group ran)."""
+        request that fails validation fails alone; a group whose run faults is retried request by request
+        (``run_isolated``), else its error fails its members. ``return_exceptions``: each failed request's result
+        is its error (else the first error is raised). ``run_group(requests)``: how a group runs (default
+        ``run_batch``; gert_triton runs non-gear sizes as gear pieces), also each request's retry alone."""
+        run_group = run_group or (lambda group: self.run_batch(group, timeout=timeout))
         results: list = [None] * len(requests)
         good = []
         for i, r in enumerate(requests):
@@ -270,21 +269,13 @@ class Engine:
             good.append((i, r, arrays))
         for group in self.batcher.group(good, lambda item: self.batcher.key(item[2])):
             try:
-                outs = self.run_batch([r for _, r, _ in group], timeout=timeout)
+                outs = run_isolated([r for _, r, _ in group], run_group, self.batching_stats.retried)
             except Exception as e:  # noqa: BLE001 - the group's error, raised or returned below
-                if len(group) > 1 and _device_fault(e):  # each request alone: only one that fails alone fails
-                    outs = []
-                    for _, r, _ in group:
-                        try:
-                            outs.append(self.run(r, None, timeout))
-                        except Exception as e1:  # noqa: BLE001 - this request's own error
-                            if not return_exceptions:
-                                raise
-                            outs.append(e1)
-                elif not return_exceptions:
-                    raise
-                else:
-                    outs = [e] * len(group)
+                outs = [e] * len(group)
+            if not return_exceptions:
+                failed = next((o for o in outs if isinstance(o, BaseException)), None)
+                if failed is not None:
+                    raise failed
             for (i, _, _), out in zip(group, outs):
                 results[i] = out
         return results
@@ -306,6 +297,29 @@ class Engine:
             return self.run_many(requests, timeout)  # inputs without the batch axis differ: not one batch
         out = self.run(self.batcher.merge([{n: r[n] for n in names} for r in requests]), None, timeout)
         return self.batcher.split(out, [self.batcher.rows({n: r[n] for n in names}) for r in requests])
+
+
+def run_isolated(members: list, run: Callable[[list], list], on_retry: Optional[Callable[[], None]] = None) -> list:
+    """``run(members)``: one result per member, run as one batch. When a batch of several fails with a device
+    fault, each member runs again alone (``run([member])``) so that only a member that fails alone fails: its
+    result is then its error. Any other error of the batch is raised (it is every member's). The one fault
+    isolation of merged batches: dynamic batches (Engine._lead), run(list) and gert_triton (Engine.run_many),
+    sequence steps (gert/sequence.py, whose failed step leaves every state as it was). ``on_retry``: called once
+    when the members are retried (stats' retried_batches)."""
+    try:
+        return run(members)
+    except Exception as e:  # noqa: BLE001 - raised unless a device fault of several members
+        if len(members) < 2 or not _device_fault(e):
+            raise
+    if on_retry is not None:
+        on_retry()
+    outs: list = []
+    for m in members:
+        try:
+            outs.append(run([m])[0])
+        except Exception as e1:  # noqa: BLE001 - this member's own error
+            outs.append(e1)
+    return outs
 
 
 def _device_fault(e: BaseException) -> bool:
