@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from _helpers import REPO
+from _helpers import REPO, child_pytest_env
 
 
 def test_benchmark_only_measures_and_run_all_reports_ratios(tmp_path):
@@ -15,7 +15,7 @@ def test_benchmark_only_measures_and_run_all_reports_ratios(tmp_path):
     r = subprocess.run([sys.executable, "-m", "pytest", "benchmarks/test_model_run.py", "--benchmark-only",
                         "--benchmark-enable", f"--benchmark-json={j}", "--benchmark-max-time=0.01",
                         "--benchmark-min-rounds=3", "-q", "-p", "no:cacheprovider"],
-                       cwd=REPO, capture_output=True, text=True, timeout=300)
+                       cwd=REPO, capture_output=True, text=True, timeout=300, env=child_pytest_env())
     assert r.returncode == 0, r.stdout + r.stderr
     benches = json.loads(j.read_text())["benchmarks"]
     assert len(benches) == 4 and all(b["stats"]["rounds"] >= 3 for b in benches)

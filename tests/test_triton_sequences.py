@@ -224,6 +224,7 @@ httpclient = pytest.importorskip("tritonclient.http")
 grpcclient = pytest.importorskip("tritonclient.grpc")
 
 e2e = pytest.mark.skipif(pytriton_root() is None, reason="needs nvidia-pytriton (pip install -e '.[triton]')")
+BATCH_DELAY_US = 200_000  # gru_batched's Oldest queue delay
 
 
 @pytest.fixture(scope="module")
@@ -234,6 +235,16 @@ def server(tmp_path_factory):
     init_repo(str(root / "gru.onnx"), str(repo), name="gru", max_batch_size=8,
               sequence={"state": STATE, "batch_dim": "N", "strategy": "oldest", "idle_us": 5_000_000},
               parameters={"streams": "1", "metrics_interval_ms": "0"})
+    # gru with a generous Oldest max_queue_delay_microseconds: steps of different sequences that arrive together
+    # wait for each other (up to 8) instead of leaving the batching to timing (the default delay is 1 ms)
+    init_repo(str(root / "gru.onnx"), str(repo), name="gru_batched", max_batch_size=8,
+              sequence={"state": STATE, "batch_dim": "N", "strategy": "oldest", "idle_us": 5_000_000},
+              parameters={"streams": "1", "metrics_interval_ms": "0"})
+    cfg = repo / "gru_batched" / "config.pbtxt"
+    text = cfg.read_text()
+    assert text.count("max_queue_delay_microseconds: 1000\n") == 1, text
+    cfg.write_text(text.replace("max_queue_delay_microseconds: 1000\n",
+                                f"max_queue_delay_microseconds: {BATCH_DELAY_US}\n"))
     init_repo(str(root / "gru.onnx"), str(repo), name="gru_idle", max_batch_size=4,
               sequence={"state": STATE, "batch_dim": "N", "strategy": "direct", "idle_us": 400_000},
               parameters={"streams": "1", "metrics_interval_ms": "0"})
@@ -282,20 +293,21 @@ def test_e2e_sequences_equal_onnxruntime(server, kind):
 
 @e2e
 def test_e2e_concurrent_sequences_batch_and_end_inside_a_batch(server):
-    """16 sequences from 16 threads: Oldest batches them (fewer graph runs than requests); each ends at a different
-    step, inside batches with the others, and every output equals its own ONNX Runtime run."""
+    """16 sequences from 16 threads: Oldest batches them (fewer graph runs than requests: gru_batched's queue delay
+    makes steps that arrive together wait for each other); each ends at a different step, inside batches with the
+    others, and every output equals its own ONNX Runtime run."""
     n, steps = 16, 12
     ref = Reference()
     results = {}
     clients = [grpcclient.InferenceServerClient(server.url("grpc")) for _ in range(n)]
-    before = gear_hits(server)
+    before = gear_hits(server, "gru_batched")
 
     def run(i):
         key = 5000 + i
         got = []
         for s in range(steps - (i % 4)):
             x = step_x(key * 1000 + s)
-            y = infer_step(grpcclient, clients[i], "gru", key, x, sequence_start=s == 0,
+            y = infer_step(grpcclient, clients[i], "gru_batched", key, x, sequence_start=s == 0,
                            sequence_end=s == steps - (i % 4) - 1)
             got.append((x, y))
         results[key] = got
@@ -307,9 +319,10 @@ def test_e2e_concurrent_sequences_batch_and_end_inside_a_batch(server):
         for s, (x, y) in enumerate(got):
             np.testing.assert_allclose(y, ref.step(key, x), rtol=1e-5, atol=1e-6, err_msg=f"seq {key} step {s}")
     requests = sum(len(g) for g in results.values())
-    runs = gear_hits(server) - before
-    assert runs < requests, (runs, requests)  # sequences shared graph runs
-    assert metric(server, "gert_active_sequences", "gru", 0.0) == 0.0  # every sequence ended and was freed
+    # every sequence ended and was freed; published with the last batch's hits (metrics_interval_ms 0)
+    assert metric(server, "gert_active_sequences", "gru_batched", 0.0) == 0.0
+    runs = gear_hits(server, "gru_batched") - before
+    assert 0 < runs < requests, (runs, requests)  # sequences shared graph runs
 
 
 @e2e
@@ -321,7 +334,7 @@ def test_e2e_idle_timeout_frees_the_state(server):
     np.testing.assert_allclose(infer_step(mod, client, "gru_idle", 77, x, sequence_start=True), ref.step(77, x),
                                rtol=1e-5, atol=1e-6)
     assert metric(server, "gert_active_sequences", "gru_idle", 1.0) == 1.0
-    time.sleep(1.0)  # > max_sequence_idle_microseconds (0.4 s): Triton releases the slot, gert's timer the state
+    # after max_sequence_idle_microseconds (0.4 s) Triton releases the slot and gert's timer the state: waited for
     assert metric(server, "gert_active_sequences", "gru_idle", 0.0) == 0.0  # dropped without any request
     with pytest.raises(Exception, match="START|not active"):
         infer_step(mod, client, "gru_idle", 77, step_x(2))
@@ -340,7 +353,7 @@ def metrics_text(server) -> str:
 
 def metric(server, name: str, model: str, want: float) -> float:
     """The metric's value once it is ``want`` (published by a thread: poll, bounded), else its last value."""
-    deadline, value = time.monotonic() + 10, None
+    deadline, value = time.monotonic() + 30, None
     while time.monotonic() < deadline:
         m = re.search(rf'^{name}{{[^}}]*model="{model}"[^}}]*}} ([0-9.e+-]+)$', metrics_text(server), re.MULTILINE)
         value = float(m.group(1)) if m else None
@@ -350,10 +363,11 @@ def metric(server, name: str, model: str, want: float) -> float:
     return value
 
 
-def gear_hits(server) -> int:
+def gear_hits(server, model: str) -> int:
     text = metrics_text(server)
-    return int(sum(float(v) for v in re.findall(r'^gert_gear_hits_total{[^}]*model="gru"[^}]*} ([0-9.e+-]+)$', text,
-                                                re.MULTILINE)))
+    return int(sum(float(v) for v in re.findall(rf'^gert_gear_hits_total{{[^}}]*model="{model}"[^}}]*}} ([0-9.e+-]+)$',
+                                                text, re.MULTILINE)))
+
 
 
 def test_state_and_batch_dim_parameters():
