@@ -83,20 +83,28 @@ class Build:
 JUNK = (".git", "build", "*.so", "__pycache__", "*.egg-info", ".pytest_cache", ".hypothesis", ".venv*", ".benchmarks")
 
 
+# What the toolkit and the installed gert are built from (tests, examples and docs are copied fresh every session)
+BUILD_INPUTS = ("setup.py", "pyproject.toml", "setup.cfg", "MANIFEST.in", "cbindings", "gert", "gert_triton")
+
+
 def _source_digest(src: str) -> str:
-    """sha256 over the copied checkout's files (paths and contents), the Python that builds and the site-packages
-    the venv is given: what the toolkit and the venv built from it depend on."""
+    """sha256 over the build inputs of the copied checkout (paths and contents), the Python that builds and the
+    site-packages the venv is given: what the toolkit and the venv built from it depend on."""
+    paths = []
+    for name in BUILD_INPUTS:
+        path = os.path.join(src, name)
+        if os.path.isdir(path):
+            paths.extend(os.path.join(top, f) for top, _, files in os.walk(path) for f in files)
+        elif os.path.isfile(path):
+            paths.append(path)
     h = hashlib.sha256()
-    for top, dirs, files in os.walk(src):
-        dirs.sort()
-        for name in sorted(files):
-            path = os.path.join(top, name)
-            h.update(os.path.relpath(path, src).encode() + b"\0")
-            if os.path.islink(path):
-                h.update(os.readlink(path).encode())
-            else:
-                with open(path, "rb") as f:
-                    h.update(hashlib.sha256(f.read()).digest())
+    for path in sorted(paths):
+        h.update(os.path.relpath(path, src).encode() + b"\0")
+        if os.path.islink(path):
+            h.update(os.readlink(path).encode())
+        else:
+            with open(path, "rb") as f:
+                h.update(hashlib.sha256(f.read()).digest())
     h.update(repr((sys.version, os.path.realpath(sys.executable), site.getsitepackages(), shutil.which("g++"))).encode())
     return h.hexdigest()[:20]
 
