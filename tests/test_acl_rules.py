@@ -4,7 +4,6 @@ do"), one test per rule, through the raw 1:1 bindings. The README's host NPU sec
 Elsewhere: aclGetRecentErrMsg cleared on read (test_errors.py), aclrtDestroyStream draining
 (test_streams_events.py::test_destroy_drains_pending_work), resource-limit values (test_res_limits.py)."""
 import threading
-import time
 
 import numpy as np
 import pytest

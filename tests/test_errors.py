@@ -5,7 +5,6 @@ import contextlib
 import gc
 import pickle
 import threading
-import time
 import weakref
 
 import numpy as np
