@@ -496,11 +496,36 @@ def test_truncated_or_malformed_http_body_gets_4xx(server, http, case):
 
 # ---- bad parameters, unload and load ------------------------------------------------------------------------------
 
-def test_bad_parameter_fails_the_load_naming_it(server, http, grpc):
+@pytest.fixture
+def own_server(repo, tmp_path):
+    """A server of this test's own (seq loaded): tritonserver 2.51 has aborted with heap corruption ("malloc():
+    unaligned fastbin chunk detected", Signal 6, then hung) right after a series of failed loads of one model with
+    config overrides; on its own server that takes only this test down, never the module's shared server."""
+    srv = start_server(repo, str(tmp_path / "server.log"), ["--model-control-mode=explicit", "--load-model=seq",
+                                                           "--exit-timeout-secs=5"])
+    try:
+        yield srv
+    finally:
+        srv.stop(timeout=20)
+
+
+def test_bad_parameter_fails_the_load_naming_it(own_server):
+    server = own_server
+    http = httpclient.InferenceServerClient(server.url("http"), connection_timeout=CALL_TIMEOUT,
+                                            network_timeout=LOAD_TIMEOUT)
+    grpc = grpcclient.InferenceServerClient(server.url("grpc"))
+    try:
+        _bad_parameter_loads(server, http, grpc)
+    finally:
+        http.close()
+        grpc.close()
+
+
+def _bad_parameter_loads(server, http, grpc) -> None:
     # the repository's config.pbtxt: parameters { key: "streams" value: { string_value: "zero" } }
     for client in (http, grpc):
         with pytest.raises(InferenceServerException) as info:
-            client.load_model("bad")
+            client.load_model("bad", **({"client_timeout": LOAD_TIMEOUT} if client is grpc else {}))
         assert "'streams'" in info.value.message() and "zero" in info.value.message(), info.value.message()
         assert not client.is_model_ready("bad")
     with open(server.log_path, errors="replace") as f:
@@ -513,11 +538,11 @@ def test_bad_parameter_fails_the_load_naming_it(server, http, grpc):
         cfg = {"backend": "python", "max_batch_size": MAX_BATCH,
                "parameters": {k: {"string_value": v} for k, v in params.items()}}
         with pytest.raises(InferenceServerException) as info:
-            grpc.load_model("bad", config=json.dumps(cfg))
+            grpc.load_model("bad", config=json.dumps(cfg), client_timeout=LOAD_TIMEOUT)
         for w in words:
             assert w in info.value.message(), info.value.message()
     assert not http.is_model_ready("bad")
-    check_cls_good(http)
+    check_seq_good(http)
     check_seq_good(grpc)
 
 
