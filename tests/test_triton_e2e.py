@@ -101,6 +101,34 @@ def repo(tmp_path_factory, cls_path):
     return str(repo)
 
 
+ABORTED = re.compile(r"^Signal \((6|11)\) received", re.MULTILINE)
+
+
+def watch_for_abort(srv: TritonServer, log: str) -> None:
+    """tritonserver 2.51 (the nvidia-pytriton wheel's) has aborted on heap corruption here ("malloc(): unaligned
+    fastbin chunk detected", "corrupted double-linked list", then "Signal (6) received.") and then hung in its
+    handler, so every client call without a deadline hung the suite. A thread watches the log and kills such a
+    server at once: the calls fail fast (connection refused), the test that ran fails naming the cause."""
+    def watch() -> None:
+        while srv.process is not None and srv.process.poll() is None:
+            time.sleep(0.5)
+            try:
+                with open(log, errors="replace") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            if ABORTED.search(text):
+                print(f"tritonserver aborted (killed by the test's watchdog); log tail:\n{log_tail(log)}",
+                      file=sys.stderr)
+                try:
+                    os.killpg(srv.process.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                return
+
+    threading.Thread(target=watch, name="triton-abort-watchdog", daemon=True).start()
+
+
 def start_server(repo: str, log: str, extra_args: list, attempts: int = 3) -> TritonServer:
     """A started, ready TritonServer on free ports; a port taken between free_port() and the server's bind (other
     test sessions on this machine) gets new ports. Stopped again if it does not become ready."""
@@ -110,6 +138,7 @@ def start_server(repo: str, log: str, extra_args: list, attempts: int = 3) -> Tr
         srv.start()
         try:
             srv.wait_ready(START_TIMEOUT)
+            watch_for_abort(srv, log)
             return srv
         except gert.GertError as e:
             srv.stop(timeout=10)

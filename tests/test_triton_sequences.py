@@ -21,7 +21,7 @@ from _helpers import RUNTIME
 from gert_triton import TritonPythonModel
 from gert_triton.repo import config_pbtxt, init_repo
 from gert_triton.model import onnx_io
-from gert_triton.server import TritonServer, pytriton_root
+from gert_triton.server import pytriton_root
 from recurrent_models import HIDDEN, INPUT, gru_model, reference, run_threads
 
 pytestmark = RUNTIME
@@ -255,17 +255,13 @@ def server(tmp_path_factory):
     init_repo(str(root / "gru.onnx"), str(repo), name="gru_idle", max_batch_size=4,
               sequence={"state": STATE, "batch_dim": "N", "strategy": "direct", "idle_us": 400_000},
               parameters={"streams": "1", "metrics_interval_ms": "0"})
-    log = str(root / "server.log")
-    srv = TritonServer(str(repo), log_path=log, extra_args=["--exit-timeout-secs=5"])
-    srv.start()
+    from test_triton_e2e import start_server  # this worker's ports, new ones if taken; the abort watchdog
+
+    srv = start_server(str(repo), str(root / "server.log"), ["--exit-timeout-secs=5"])
     try:
-        srv.wait_ready(90)
-    except BaseException:
-        srv.stop(timeout=10)
-        with open(log, errors="replace") as f:
-            pytest.fail("server did not start:\n" + "".join(f.readlines()[-40:]), pytrace=False)
-    yield srv
-    srv.stop(timeout=20)
+        yield srv
+    finally:
+        srv.stop(timeout=20)
 
 
 def client_of(server, kind):
