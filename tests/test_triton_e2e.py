@@ -527,9 +527,10 @@ def test_truncated_or_malformed_http_body_gets_4xx(server, http, case):
 
 @pytest.fixture
 def own_server(repo, tmp_path):
-    """A server of this test's own (seq loaded): tritonserver 2.51 has aborted with heap corruption ("malloc():
-    unaligned fastbin chunk detected", Signal 6, then hung) right after a series of failed loads of one model with
-    config overrides; on its own server that takes only this test down, never the module's shared server."""
+    """A server of the test's own (seq loaded), for what has made tritonserver 2.51 abort on heap corruption
+    ("malloc(): unaligned fastbin chunk detected", "corrupted double-linked list", Signal 6, then hung): a series of
+    failed loads of one model with config overrides, and loading a model with two instances. On its own server such
+    an abort fails only that test, never the module's shared server (and watch_for_abort ends the hang)."""
     srv = start_server(repo, str(tmp_path / "server.log"), ["--model-control-mode=explicit", "--load-model=seq",
                                                            "--exit-timeout-secs=5"])
     try:
@@ -658,9 +659,11 @@ def stub_processes(server, model: str) -> list:
     return found
 
 
-def test_two_instances_each_run_their_own_gert_model(server, http):
+def test_two_instances_each_run_their_own_gert_model(own_server):
     """instance_group count 2 (`gert repo init --instances 2`): two stub processes, each with its own gert.Model on
-    the (host) NPU; concurrent clients get their own results from both."""
+    the (host) NPU; concurrent clients get their own results from both. On a server of its own (own_server): the
+    server has aborted on heap corruption right after loading this model (two stubs registering gert's metrics)."""
+    server = own_server
     load_model(server, "seq2")
     try:
         assert len(stub_processes(server, "seq2")) == 2
@@ -685,9 +688,13 @@ def test_two_instances_each_run_their_own_gert_model(server, http):
         unload_model(server, "seq2")
 
 
-def test_two_instances_share_one_compile_cache(server, http, repo, cls_path):
+def test_two_instances_share_one_compile_cache(own_server, repo, cls_path):
     """cache_dir (relative to the model dir) with two instances warming up at once: each graph is compiled once over
-    both stub processes (GE's {key}.lock) and the cache stays consistent; a reload takes every graph from it."""
+    both stub processes (GE's {key}.lock) and the cache stays consistent; a reload takes every graph from it. On a
+    server of its own, as the other two-instance test."""
+    server = own_server
+    http = httpclient.InferenceServerClient(server.url("http"), connection_timeout=CALL_TIMEOUT,
+                                            network_timeout=CALL_TIMEOUT)
     cache = os.path.join(repo, "cached", "gcache")
     x = text_image(3, 48, 192, seed=11)
 
@@ -716,6 +723,7 @@ def test_two_instances_share_one_compile_cache(server, http, repo, cls_path):
             hits = [int(n) for n in re.findall(r"\(([0-9]+) from the compile cache", f.read().decode(errors="replace"))]
         assert len(hits) == 4 and sum(hits[:2]) == 4 and hits[2:] == [4, 4], hits
     finally:
+        http.close()
         unload_model(server, "cached")
 
 
