@@ -7,6 +7,16 @@ import pytest
 import gert
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """Measuring runs in one process: pyproject's addopts run the suite on xdist workers (-n), under which
+    pytest-benchmark refuses to measure, so --benchmark-only / --benchmark-enable turn the workers off (as -n 0)."""
+    if config.getoption("benchmark_only", False) or config.getoption("benchmark_enable", False):
+        if hasattr(config.option, "numprocesses"):
+            config.option.numprocesses = 0
+            config.option.dist = "no"
+
+
 @pytest.fixture(scope="session", autouse=True)
 def device():
     """Device(0) held open for the session, as in tests/: no benchmark finalizes the runtime under another."""

@@ -79,6 +79,16 @@ def assert_runtime_works(device=None, nbytes: int = 4096) -> None:
     b.free()
 
 
+def child_pytest_env(base: dict | None = None) -> dict:
+    """The environment for a pytest run started by a test: without the variables pytest-xdist sets in its workers
+    (PYTEST_XDIST_WORKER...: a child that sees them takes itself for a worker; pytest-benchmark then refuses to
+    measure) and pytest's own PYTEST_CURRENT_TEST."""
+    env = dict(os.environ if base is None else base)
+    for k in [k for k in env if k.startswith("PYTEST_XDIST_") or k == "PYTEST_CURRENT_TEST"]:
+        del env[k]
+    return env
+
+
 # ---- subprocess runner ------------------------------------------------------------------------------
 
 _PRELUDE = '''

@@ -74,10 +74,43 @@ HOSTNPU_SKIP_REASON = (f"host NPU only: needs gert.hostnpu's features (counters,
                        f"which a build against a CANN toolkit ({gert._cann.toolkit_root()}) does not have")
 
 
+# ---- running in parallel (pytest-xdist, pyproject's addopts) ------------------------------------------------------
+# Each xdist worker is a process of its own: its own ACL runtime and host NPU (so the Device(0) above is per worker,
+# and no test finalizes the runtime under another), its own temp dirs (tmp_path / tmp_path_factory live under
+# basetemp/popen-gwN) and its own block of ports (tests/_ports.py). `--dist loadgroup` sends the tests of one
+# xdist_group to one worker, one after the other: every module is its own group (its module-scoped servers, builds
+# and models are made once, and its tests keep their order relative to each other: the order pytest-randomly gave
+# them), except the modules below, whose many tests share nothing and are spread over the workers.
+SPREAD = {"test_onnx_backend.py"}   # ~1900 independent ONNX node cases
+# The longest groups start first, so that none of them is left to run alone at the end (seconds on an idle 2-core
+# machine, roughly): the toolkit build and the suite against it, the AddressSanitizer build of the host NPU, RapidOCR
+# on ONNX Runtime and on gert, the ONNX model dump, the Triton servers, the soak.
+SLOW_FIRST = ["test_toolkit_build.py", "test_streams_events.py", "test_rapidocr_on_gert.py",
+              "test_onnx_model_reader.py", "test_triton_e2e.py", "test_soak.py", "test_ge_api_fidelity.py",
+              "test_triton_sequences.py", "test_triton_e2e_faults.py", "test_model.py", "test_api_fidelity.py",
+              "test_triton_bad_inputs.py"]
+
+
+# tryfirst: before xdist reads the xdist_group marks; pytest-randomly's wrapper has shuffled the items already, and
+# the stable sort keeps its order within these rules
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.path.name
+        if module not in SPREAD and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(name=module))
+    rank = {m: i for i, m in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keeps its order
     if gert.hostnpu.available():
         return
     skip = pytest.mark.skip(reason=HOSTNPU_SKIP_REASON)
     for item in items:
         if item.get_closest_marker("hostnpu_only"):
             item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """The order's seed also under -q (pytest-randomly prints it only in the header, which -q leaves out)."""
+    seed = getattr(config.option, "randomly_seed", None)
+    if config.pluginmanager.hasplugin("randomly") and seed is not None:
+        terminalreporter.write_line(f"random order: replay it with -p randomly --randomly-seed={seed}")

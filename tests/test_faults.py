@@ -130,7 +130,7 @@ def test_hang_times_out_then_stream_abort_ends_it_and_the_stream_is_reused(graph
     waiter_codes = []
     waiter = threading.Thread(target=lambda: waiter_codes.append(_sync_code(stream)))
     waiter.start()
-    time.sleep(0.1)
+    _wait_until_blocked(waiter)  # its synchronize waits for the hung task
     aborts = gert.host_counters()["stream_aborts"]
     stream.abort()
     waiter.join(10)
@@ -138,6 +138,20 @@ def test_hang_times_out_then_stream_abort_ends_it_and_the_stream_is_reused(graph
     assert gert.host_counters()["stream_aborts"] == aborts + 1
     assert stream.query()
     np.testing.assert_array_equal(execute(session, gid, stream, [x])[0], x + x)
+
+
+def _wait_until_blocked(thread: threading.Thread, timeout: float = 30.0, samples: int = 20) -> None:
+    """Wait until ``thread`` sleeps in the kernel ``samples`` times in a row, looked at between sleeps of this thread
+    (which release the GIL: a thread that only waited for the GIL takes it meanwhile and runs on), i.e. it is blocked
+    in a call that released the GIL (here: a synchronize that waits for a hung task)."""
+    deadline = time.monotonic() + timeout
+    seen = 0
+    while seen < samples:
+        assert thread.is_alive() and time.monotonic() < deadline, "the thread did not block"
+        time.sleep(0.002)
+        with open(f"/proc/self/task/{thread.native_id}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        seen = seen + 1 if state == "S" else 0
 
 
 def _sync_code(stream) -> int:

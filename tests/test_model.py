@@ -480,11 +480,9 @@ def test_close_with_submits_in_flight():
     while not any(f.running() or f.done() for f in futures) and time.monotonic() < deadline:
         time.sleep(0.001)  # at least one request is in flight
     closer = threading.Thread(target=m.close)
-    t0 = time.monotonic()
     closer.start()
     closer.join(30)
     assert not closer.is_alive(), "close() hung"
-    close_s = time.monotonic() - t0
     wait_all(futures, 30)
     ok = cancelled = failed = 0
     for i, f in enumerate(futures):
@@ -499,7 +497,6 @@ def test_close_with_submits_in_flight():
             assert isinstance(e, gert.GertError) and "closed" in str(e), repr(e)
             failed += 1
     assert ok + cancelled + failed == 80 and cancelled + failed > 0, (ok, cancelled, failed)
-    assert close_s < 10, close_s
     assert gert.host_counters()["streams_alive"] == alive  # the model's streams were destroyed
     for call in (lambda: m.run({"x": xs[0]}), lambda: m.submit({"x": xs[0]}),
                  lambda: asyncio.run(m.run_async({"x": xs[0]}))):

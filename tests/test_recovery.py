@@ -63,7 +63,7 @@ def test_request_timeout_aborts_and_reuses_the_stream(device):
         t0 = time.monotonic()
         with pytest.raises(RequestTimeout) as e:
             m.run({"x": _x(2, 0)})
-        assert time.monotonic() - t0 < 5
+        assert time.monotonic() - t0 < 30  # a deadline: the hang lasts until aborted
         assert "0.3 s on device 0 stream 0" in str(e.value) and "507046" in str(e.value)
         assert error_class(e.value) == "unavailable"
         x = _x(4, 1)
@@ -86,11 +86,11 @@ def test_request_timeout_on_a_dynamic_graph(device):
     try:
         x = _x(3, 6)
         np.testing.assert_array_equal(m.run({"x": x})["y"], x * 2)
-        gert.inject_fault("hang", duration_ms=3000)  # without the abort the run would succeed, 3 s late
+        gert.inject_fault("hang", duration_ms=120_000)  # without the abort the run would succeed, 2 minutes late
         t0 = time.monotonic()
         with pytest.raises(RequestTimeout, match="0.3 s on device 0"):
             m.run({"x": x})
-        assert time.monotonic() - t0 < 2.5
+        assert time.monotonic() - t0 < 60  # a deadline: the abort ended the hang, not its 120 s
         np.testing.assert_array_equal(m.run({"x": x})["y"], x * 2)
         assert m.stats()["timeouts"] == 1
     finally:
@@ -108,7 +108,7 @@ def test_close_returns_within_its_timeout_with_a_hung_stream(device):
         time.sleep(0.01)
     t0 = time.monotonic()
     m.close(timeout=0.5)
-    assert time.monotonic() - t0 < 3
+    assert time.monotonic() - t0 < 30  # a deadline: the hang lasts until aborted, so a close that waited never returns
     with pytest.raises(gert.GertError):
         fut.result(5)
 

@@ -416,7 +416,7 @@ int main() {
     exe = tmp_path / "drv"
     build = subprocess.run([cxx, "-std=c++17", "-O0", "-g", "-fsanitize=address", "-fno-omit-frame-pointer",
                             "-I", os.path.join(REPO, "cbindings", "include"), "-I", hostnpu, str(drv), *sources,
-                            "-pthread", "-o", str(exe)], capture_output=True, text=True, timeout=120)
+                            "-pthread", "-o", str(exe)], capture_output=True, text=True, timeout=900)
     if build.returncode != 0 and ("sanitize" in build.stderr or "asan" in build.stderr.lower()):
         pytest.skip("the compiler cannot build with -fsanitize=address")
     assert build.returncode == 0, build.stderr

@@ -471,7 +471,9 @@ def test_background_compiles_rest_between_compiles_to_keep_their_cpu_share():
     gaps = [b - a for a, b in zip(started, started[1:])]
     # each compile took >= delay; the next started >= delay / share after the previous one started
     assert len(started) == 3 and all(g >= delay / share * 0.95 for g in gaps), gaps
-    assert st["compile_share"] == share and st["resting_s"] >= 2 * delay * 0.95
+    # resting_s counts the rest still left when the thread looks for the next compile (less if it was descheduled
+    # meanwhile: no lower bound from the clock), the gaps above are the property
+    assert st["compile_share"] == share and st["resting_s"] > 0
 
 
 def test_compile_share_is_checked():

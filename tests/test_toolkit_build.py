@@ -3,17 +3,21 @@
 with ldd/nm, and the quickstart and a representative part of the test suite run against that build (host-only tests
 skip there, saying why: conftest.py).
 
-One module-scoped build (~2 minutes on 2 shared cores); deselect with ``-m "not toolkit_build"`` when iterating.
+One build per source digest (~2-3 minutes on 2 shared cores), kept between sessions in the test cache (the
+``build`` fixture); deselect with ``-m "not toolkit_build"`` when iterating.
 """
 from __future__ import annotations
 
 import ast
+import fcntl
+import hashlib
 import os
 import re
 import shutil
 import site
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -57,15 +61,15 @@ def _run(cmd, timeout=600, **kw) -> subprocess.CompletedProcess:
 
 
 class Build:
-    def __init__(self, base):
-        self.toolkit = str(base / "toolkit")
-        self.src = str(base / "src")        # a clean copy of the checkout: what `pip install .` builds from
-        self.run_dir = str(base / "run")    # tests, examples, cbindings... without the gert packages (no shadowing)
-        self.venv = str(base / "venv")
+    def __init__(self, base: str, src: str, run_dir: str):
+        self.toolkit = os.path.join(base, "toolkit")
+        self.src = src                      # a clean copy of the checkout: what `pip install .` builds from
+        self.run_dir = run_dir              # tests, examples, cbindings... without the gert packages (no shadowing)
+        self.venv = os.path.join(base, "venv")
         self.python = os.path.join(self.venv, "bin", "python")
 
     def env(self, **extra) -> dict:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("GERT_", "ASCEND_", "PYTHON"))}
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("GERT_", "ASCEND_", "PYTHON", "PYTEST_"))}
         env.update(PIP_DISABLE_PIP_VERSION_CHECK="1", **extra)
         return env
 
@@ -74,13 +78,48 @@ class Build:
         return _run([self.python, "-c", code], env=self.env(), cwd="/").stdout.strip()
 
 
-@pytest.fixture(scope="module")
-def build(tmp_path_factory):
-    b = Build(tmp_path_factory.mktemp("toolkit_build"))
+# What the build copies of the checkout: not git, build outputs, caches or virtual environments (the CI's venv lives in
+# the checkout: copying it cost minutes)
+JUNK = (".git", "build", "*.so", "__pycache__", "*.egg-info", ".pytest_cache", ".hypothesis", ".venv*", ".benchmarks")
+
+
+# What the toolkit and the installed gert are built from (tests, examples and docs are copied fresh every session)
+BUILD_INPUTS = ("setup.py", "pyproject.toml", "setup.cfg", "MANIFEST.in", "cbindings", "gert", "gert_triton")
+
+
+def _source_digest(src: str) -> str:
+    """sha256 over the build inputs of the copied checkout (paths and contents), the Python that builds and the
+    site-packages the venv is given: what the toolkit and the venv built from it depend on."""
+    paths = []
+    for name in BUILD_INPUTS:
+        path = os.path.join(src, name)
+        if os.path.isdir(path):
+            paths.extend(os.path.join(top, f) for top, _, files in os.walk(path) for f in files)
+        elif os.path.isfile(path):
+            paths.append(path)
+    h = hashlib.sha256()
+    for path in sorted(paths):
+        h.update(os.path.relpath(path, src).encode() + b"\0")
+        if os.path.islink(path):
+            h.update(os.readlink(path).encode())
+        else:
+            with open(path, "rb") as f:
+                h.update(hashlib.sha256(f.read()).digest())
+    h.update(repr((sys.version, os.path.realpath(sys.executable), site.getsitepackages(), shutil.which("g++"))).encode())
+    return h.hexdigest()[:20]
+
+
+def _cache_root() -> str:
+    """Where built toolkits and their venvs are kept between sessions: $GERT_TEST_CACHE_DIR, else
+    $XDG_CACHE_HOME/gert-tests (~/.cache/gert-tests)."""
+    root = os.environ.get("GERT_TEST_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "gert-tests")
+    os.makedirs(root, exist_ok=True)
+    return root
+
+
+def _build_into(b: "Build") -> None:
     _run([sys.executable, os.path.join(REPO, "cbindings", "hostnpu", "build_toolkit.py"), b.toolkit, "-j", "2"])
-    junk = shutil.ignore_patterns(".git", "build", "*.so", "__pycache__", "*.egg-info", ".pytest_cache", ".hypothesis")
-    shutil.copytree(REPO, b.src, ignore=junk)
-    shutil.copytree(b.src, b.run_dir, ignore=shutil.ignore_patterns("gert", "gert_triton"))
     _run([sys.executable, "-m", "venv", b.venv])
     # The new venv sees this one's packages (numpy, onnxruntime, pytest...) through a plain path entry: nothing is
     # downloaded but the build requirements (PyPI), and this venv's editable gert is not loaded (its .pth does not run).
@@ -88,7 +127,53 @@ def build(tmp_path_factory):
     with open(os.path.join(purelib, "_parent_venv.pth"), "w") as f:
         f.write("\n".join(site.getsitepackages()) + "\n")
     _run([b.python, "-m", "pip", "install", "-q", "."], cwd=b.src, env=b.env(ASCEND_HOME_PATH=b.toolkit))
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory):
+    """The toolkit and gert installed against it in a venv: built once per source digest and kept in the test cache
+    (_cache_root()), so a session whose checkout did not change since the last build reuses it; sessions building
+    the same digest at once wait for each other (a lock file). The module is one xdist group (conftest.py): one
+    build per session."""
+    base = tmp_path_factory.mktemp("toolkit_build")
+    src = str(base / "src")      # a clean copy of the checkout: what `pip install .` builds from
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(*JUNK))
+    key = _source_digest(src)
+    cached = os.path.join(_cache_root(), f"toolkit-{key}")
+    b = Build(cached, src=src, run_dir=str(base / "run"))
+    # tests, examples, cbindings... without the gert packages (no shadowing of the installed gert)
+    shutil.copytree(src, b.run_dir, ignore=shutil.ignore_patterns("gert", "gert_triton"))
+    done = os.path.join(cached, "complete")
+    with open(cached + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not os.path.isfile(done):
+            shutil.rmtree(cached, ignore_errors=True)  # a build that did not finish
+            os.makedirs(cached)
+            _build_into(b)
+            with open(done, "w") as f:
+                f.write(key + "\n")
+    os.utime(done)  # in use: _prune_cache() leaves it alone
+    _prune_cache(keep=cached)
     return b
+
+
+def _prune_cache(keep: str, max_age_s: float = 3 * 86400) -> None:
+    """Remove toolkit builds not used for max_age_s (other checkouts' or older sources'), unless another session
+    holds their lock."""
+    root = os.path.dirname(keep)
+    for name in os.listdir(root):
+        path = os.path.join(root, name)
+        done = os.path.join(path, "complete")
+        if not name.startswith("toolkit-") or name.endswith(".lock") or path == keep:
+            continue
+        try:
+            if time.time() - os.path.getmtime(done if os.path.exists(done) else path) < max_age_s:
+                continue
+            with open(path + ".lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            continue
 
 
 def _ldd(path: str) -> dict:
@@ -223,7 +308,8 @@ def test_info_names_the_toolkit_and_host_features_come_from_the_optional_module(
 
 def test_suite_passes_against_the_toolkit_build(build):
     tests = [os.path.join(build.run_dir, "tests", t) for t in SUITE]
-    r = subprocess.run([build.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", *tests],
+    # -n 2: the run's own xdist workers (this test's worker waits meanwhile)
+    r = subprocess.run([build.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "-n", "2", *tests],
                        capture_output=True, text=True, timeout=900, env=build.env(), cwd=build.run_dir)
     tail = r.stdout[-6000:]
     assert r.returncode == 0, f"the suite failed against the toolkit-mode build:\n{tail}\n{r.stderr[-2000:]}"

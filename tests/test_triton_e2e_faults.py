@@ -19,8 +19,8 @@ import pytest
 
 from gert_triton.repo import init_repo
 from gert_triton.server import pytriton_root
-from test_triton_e2e import (CALL_TIMEOUT, InferenceServerException, client_for, gone, infer, start_server,
-                             stub_processes)
+from test_triton_e2e import (CALL_TIMEOUT, InferenceServerException, client_for, gone, infer, load_model,
+                             start_server, stub_processes, unload_model, wait_for)
 from triton_models import SEQ_OUTPUTS, seq_expected, seq_inputs, seq_model
 
 pytestmark = [pytest.mark.hostnpu_only, pytest.mark.skipif(pytriton_root() is None, reason="needs nvidia-pytriton (pip install -e '.[triton]')")]
@@ -38,16 +38,16 @@ def server(tmp_path_factory):
     seq_file.write_bytes(seq_model())
     repo = root / "repo"
     # one stream, and the tests send one request at a time: each request is one kernel launch, so the fault
-    # positions are exact
-    for name in ("faulty", "killed"):
+    # positions are exact. Each test loads the models it uses (a new stub process, whose launches count from 0), so
+    # the positions hold whatever ran before (another test, or this one again with --count).
+    for name in ("faulty", "killed", "bystander"):
         init_repo(str(seq_file), str(repo), name=name,
                   parameters={"streams": "1", "request_timeout_ms": str(TIMEOUT_MS)})
     log = str(root / "server.log")
     old = os.environ.get("GERT_HOST_FAULTS")
     os.environ["GERT_HOST_FAULTS"] = FAULTS  # the server (and its stubs) inherit it
     try:
-        srv = start_server(str(repo), log, ["--model-control-mode=explicit", "--load-model=faulty",
-                                            "--load-model=killed", "--exit-timeout-secs=5"])
+        srv = start_server(str(repo), log, ["--model-control-mode=explicit", "--exit-timeout-secs=5"])
     finally:
         if old is None:
             os.environ.pop("GERT_HOST_FAULTS", None)
@@ -72,6 +72,7 @@ def _outcome(client, model: str, uid: int):
 
 @pytest.mark.parametrize("protocol", ["http"])
 def test_task_fault_internal_timeout_unavailable_model_stays_ready(server, protocol):
+    load_model(server, "faulty")
     client = client_for(server, protocol)
     try:
         got = [_outcome(client, "faulty", uid) for uid in range(1, 10)]
@@ -95,6 +96,7 @@ def test_task_fault_internal_timeout_unavailable_model_stays_ready(server, proto
         assert g.is_model_ready("faulty")
     finally:
         g.close()
+        unload_model(server, "faulty")
 
 
 def test_stub_killed_with_sigkill_fails_fast_and_a_reload_serves_again(server):
@@ -102,24 +104,32 @@ def test_stub_killed_with_sigkill_fails_fast_and_a_reload_serves_again(server):
     libtriton_python.so has no restart path, so every later request of the instance is answered INTERNAL ("stub
     process ... is not healthy") at once, never hung. Reloading the model through the repository API starts a new
     stub, with a fresh gert.Model, and it serves again."""
+    load_model(server, "killed")
+    load_model(server, "bystander")
     client = client_for(server, "grpc")
     try:
         assert _outcome(client, "killed", 1) == "ok"
         stubs = stub_processes(server, "killed")
         assert len(stubs) == 1, stubs
         os.kill(stubs[0], signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while not gone(stubs[0]) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: gone(stubs[0]), 30, "the killed stub has exited")
         t0 = time.monotonic()
         status, msg = _outcome(client, "killed", 2)
         assert status == "StatusCode.INTERNAL" and "not healthy" in msg, (status, msg)
         assert time.monotonic() - t0 < CALL_TIMEOUT
-        client.load_model("killed")  # a new stub process
+        # Triton reloads a loaded model only when its version's files changed (their modification times; the first
+        # load's __pycache__ in the version dir looks like a change, a later load's does not; a config.pbtxt that
+        # reads the same is no change), and an unload waits for the dead stub forever: so model.py is touched, as a
+        # deployment replacing it would, and the model loaded again
+        os.utime(os.path.join(server.repo, "killed", "1", "model.py"))
+        load_model(server, "killed")  # a new stub process
         new = stub_processes(server, "killed")
         assert len(new) == 1 and new[0] != stubs[0], (stubs, new)
         assert [_outcome(client, "killed", uid) for uid in (3, 4)] == ["ok", "ok"]
         assert client.is_model_ready("killed")
-        assert _outcome(client, "faulty", 60) == "ok"  # the other model never noticed
+        assert client.is_model_ready("bystander")  # the other model never noticed: its first request is served
+        assert _outcome(client, "bystander", 60) == "ok"
     finally:
         client.close()
+        unload_model(server, "killed")
+        unload_model(server, "bystander")

@@ -21,7 +21,7 @@ from _helpers import RUNTIME
 from gert_triton import TritonPythonModel
 from gert_triton.repo import config_pbtxt, init_repo
 from gert_triton.model import onnx_io
-from gert_triton.server import TritonServer, pytriton_root
+from gert_triton.server import pytriton_root
 from recurrent_models import HIDDEN, INPUT, gru_model, reference, run_threads
 
 pytestmark = RUNTIME
@@ -67,13 +67,19 @@ def load_model(pb, model_dir, fields: dict) -> tuple:
     return m, cfg
 
 
+# max_sequence_idle_microseconds of the unit tests' model: long enough that no sequence goes idle between two steps
+# of a test on a busy machine (at 0.3 s they did); the idle-timer test sets its own short one
+IDLE_US = 600_000_000
+
+
 @pytest.fixture
-def seqmodel(monkeypatch, tmp_path):
+def seqmodel(request, monkeypatch, tmp_path):
+    idle_us = getattr(request, "param", IDLE_US)
     pb = fake_pb_utils.install(monkeypatch)
     d = tmp_path / "gru"
     (d / "1").mkdir(parents=True)
     (d / "1" / "model.onnx").write_bytes(GRU)
-    fields = {"max_batch_size": 8, "sequence_batching": {"max_sequence_idle_microseconds": "300000",
+    fields = {"max_batch_size": 8, "sequence_batching": {"max_sequence_idle_microseconds": str(idle_us),
                                                          "control_input": CONTROLS},
               "parameters": {"state": {"string_value": "h:h_out"}, "batch_dim": {"string_value": "N"},
                              "streams": {"string_value": "1"}}}
@@ -220,6 +226,7 @@ def test_device_fault_in_a_batched_step_fails_only_the_sequence_that_fails_alone
         np.testing.assert_allclose(y_of(r), ref.step(k, xs[k]), rtol=1e-5, atol=1e-6, err_msg=f"sequence {k}")
 
 
+@pytest.mark.parametrize("seqmodel", [300_000], indirect=True)
 def test_idle_timer_drops_the_state_without_an_end(seqmodel):
     pb, m, _ = seqmodel  # max_sequence_idle_microseconds 300000
     m.execute([seq_request(pb, 9, step_x(0), start=True)])
@@ -259,6 +266,7 @@ httpclient = pytest.importorskip("tritonclient.http")
 grpcclient = pytest.importorskip("tritonclient.grpc")
 
 e2e = pytest.mark.skipif(pytriton_root() is None, reason="needs nvidia-pytriton (pip install -e '.[triton]')")
+BATCH_DELAY_US = 200_000  # gru_batched's Oldest queue delay
 
 
 @pytest.fixture(scope="module")
@@ -267,22 +275,28 @@ def server(tmp_path_factory):
     (root / "gru.onnx").write_bytes(GRU)
     repo = root / "repo"
     init_repo(str(root / "gru.onnx"), str(repo), name="gru", max_batch_size=8,
-              sequence={"state": STATE, "batch_dim": "N", "strategy": "oldest", "idle_us": 5_000_000},
+              sequence={"state": STATE, "batch_dim": "N", "strategy": "oldest", "idle_us": 600_000_000},
               parameters={"streams": "1", "metrics_interval_ms": "0"})
+    # gru with a generous Oldest max_queue_delay_microseconds: steps of different sequences that arrive together
+    # wait for each other (up to 8) instead of leaving the batching to timing (the default delay is 1 ms)
+    init_repo(str(root / "gru.onnx"), str(repo), name="gru_batched", max_batch_size=8,
+              sequence={"state": STATE, "batch_dim": "N", "strategy": "oldest", "idle_us": 600_000_000},
+              parameters={"streams": "1", "metrics_interval_ms": "0"})
+    cfg = repo / "gru_batched" / "config.pbtxt"
+    text = cfg.read_text()
+    assert text.count("max_queue_delay_microseconds: 1000\n") == 1, text
+    cfg.write_text(text.replace("max_queue_delay_microseconds: 1000\n",
+                                f"max_queue_delay_microseconds: {BATCH_DELAY_US}\n"))
     init_repo(str(root / "gru.onnx"), str(repo), name="gru_idle", max_batch_size=4,
               sequence={"state": STATE, "batch_dim": "N", "strategy": "direct", "idle_us": 400_000},
               parameters={"streams": "1", "metrics_interval_ms": "0"})
-    log = str(root / "server.log")
-    srv = TritonServer(str(repo), log_path=log, extra_args=["--exit-timeout-secs=5"])
-    srv.start()
+    from test_triton_e2e import start_server  # this worker's ports, new ones if taken; the abort watchdog
+
+    srv = start_server(str(repo), str(root / "server.log"), ["--exit-timeout-secs=5"])
     try:
-        srv.wait_ready(90)
-    except BaseException:
-        srv.stop(timeout=10)
-        with open(log, errors="replace") as f:
-            pytest.fail("server did not start:\n" + "".join(f.readlines()[-40:]), pytrace=False)
-    yield srv
-    srv.stop(timeout=20)
+        yield srv
+    finally:
+        srv.stop(timeout=20)
 
 
 def client_of(server, kind):
@@ -317,20 +331,21 @@ def test_e2e_sequences_equal_onnxruntime(server, kind):
 
 @e2e
 def test_e2e_concurrent_sequences_batch_and_end_inside_a_batch(server):
-    """16 sequences from 16 threads: Oldest batches them (fewer graph runs than requests); each ends at a different
-    step, inside batches with the others, and every output equals its own ONNX Runtime run."""
+    """16 sequences from 16 threads: Oldest batches them (fewer graph runs than requests: gru_batched's queue delay
+    makes steps that arrive together wait for each other); each ends at a different step, inside batches with the
+    others, and every output equals its own ONNX Runtime run."""
     n, steps = 16, 12
     ref = Reference()
     results = {}
     clients = [grpcclient.InferenceServerClient(server.url("grpc")) for _ in range(n)]
-    before = gear_hits(server)
+    before = gear_hits(server, "gru_batched")
 
     def run(i):
         key = 5000 + i
         got = []
         for s in range(steps - (i % 4)):
             x = step_x(key * 1000 + s)
-            y = infer_step(grpcclient, clients[i], "gru", key, x, sequence_start=s == 0,
+            y = infer_step(grpcclient, clients[i], "gru_batched", key, x, sequence_start=s == 0,
                            sequence_end=s == steps - (i % 4) - 1)
             got.append((x, y))
         results[key] = got
@@ -342,9 +357,10 @@ def test_e2e_concurrent_sequences_batch_and_end_inside_a_batch(server):
         for s, (x, y) in enumerate(got):
             np.testing.assert_allclose(y, ref.step(key, x), rtol=1e-5, atol=1e-6, err_msg=f"seq {key} step {s}")
     requests = sum(len(g) for g in results.values())
-    runs = gear_hits(server) - before
-    assert runs < requests, (runs, requests)  # sequences shared graph runs
-    assert metric(server, "gert_active_sequences", "gru", 0.0) == 0.0  # every sequence ended and was freed
+    # every sequence ended and was freed; published with the last batch's hits (metrics_interval_ms 0)
+    assert metric(server, "gert_active_sequences", "gru_batched", 0.0) == 0.0
+    runs = gear_hits(server, "gru_batched") - before
+    assert 0 < runs < requests, (runs, requests)  # sequences shared graph runs
 
 
 @e2e
@@ -356,7 +372,7 @@ def test_e2e_idle_timeout_frees_the_state(server):
     np.testing.assert_allclose(infer_step(mod, client, "gru_idle", 77, x, sequence_start=True), ref.step(77, x),
                                rtol=1e-5, atol=1e-6)
     assert metric(server, "gert_active_sequences", "gru_idle", 1.0) == 1.0
-    time.sleep(1.0)  # > max_sequence_idle_microseconds (0.4 s): Triton releases the slot, gert's timer the state
+    # after max_sequence_idle_microseconds (0.4 s) Triton releases the slot and gert's timer the state: waited for
     assert metric(server, "gert_active_sequences", "gru_idle", 0.0) == 0.0  # dropped without any request
     with pytest.raises(Exception, match="START|not active"):
         infer_step(mod, client, "gru_idle", 77, step_x(2))
@@ -375,7 +391,7 @@ def metrics_text(server) -> str:
 
 def metric(server, name: str, model: str, want: float) -> float:
     """The metric's value once it is ``want`` (published by a thread: poll, bounded), else its last value."""
-    deadline, value = time.monotonic() + 10, None
+    deadline, value = time.monotonic() + 30, None
     while time.monotonic() < deadline:
         m = re.search(rf'^{name}{{[^}}]*model="{model}"[^}}]*}} ([0-9.e+-]+)$', metrics_text(server), re.MULTILINE)
         value = float(m.group(1)) if m else None
@@ -385,10 +401,11 @@ def metric(server, name: str, model: str, want: float) -> float:
     return value
 
 
-def gear_hits(server) -> int:
+def gear_hits(server, model: str) -> int:
     text = metrics_text(server)
-    return int(sum(float(v) for v in re.findall(r'^gert_gear_hits_total{[^}]*model="gru"[^}]*} ([0-9.e+-]+)$', text,
-                                                re.MULTILINE)))
+    return int(sum(float(v) for v in re.findall(rf'^gert_gear_hits_total{{[^}}]*model="{model}"[^}}]*}} ([0-9.e+-]+)$',
+                                                text, re.MULTILINE)))
+
 
 
 def test_state_and_batch_dim_parameters():
