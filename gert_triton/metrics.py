@@ -13,9 +13,21 @@ Every series carries ``model``, ``version`` and ``instance`` labels (one stub pe
 two instances would overwrite each other's gauges and share counters), and the ``gear`` label is bounded: a dim at
 one of its declared gears shows its size, any other size shows as ``dynamic`` (``batch=4,S=dynamic``), so a model
 serving thousands of sizes still has at most one series per gear combination (StatsChanges).
+
+The instances of a model are stub processes of one tritonserver, and they create the same metric families and add
+their series to them at the same moments (each instance's first publication follows the model's first batch).
+tritonserver 2.51 aborted with heap corruption ("malloc(): unaligned fastbin chunk detected") in runs of a
+two-instance model just after its load; Triton's custom-metric objects are shared across stubs by family name
+(triton-inference-server/server#8663). So every metric call of the instances of one server is made under one
+cross-process lock (``server_metrics_lock``: flock on a file named after the server's pid); the calls are at most
+one publication per interval, so the lock costs nothing measurable.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
+import tempfile
 import threading
 import time
 from typing import Callable, Mapping, Optional
@@ -26,6 +38,23 @@ from typing import Callable, Mapping, Optional
 Change = tuple  # (family, labels, "increment" | "set", value)
 
 
+@contextlib.contextmanager
+def server_metrics_lock():
+    """Held by one stub of this tritonserver at a time (the stubs' parent is the server): flock on
+    ``$TMPDIR/gert-triton-metrics-<server pid>.lock``."""
+    path = os.path.join(tempfile.gettempdir(), f"gert-triton-metrics-{os.getppid()}.lock")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except OSError:  # not ours (another user's file in a shared /tmp): unserialized, as before
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the flock
+
+
 class Publisher:
     """The gert metric families of one model instance and the thread that publishes to them."""
 
@@ -33,7 +62,24 @@ class Publisher:
                  version: str = "", instance: str = ""):
         fam = pb_utils.MetricFamily
         self._log = getattr(pb_utils, "Logger", None)
-        self._families = [
+        with server_metrics_lock():
+            self._families = self._create_families(fam)
+        self._base = (("model", model_name), ("version", str(version)), ("instance", instance or model_name))
+        self._collect = collect
+        self.interval = interval
+        self._metrics: dict = {}
+        self._cond = threading.Condition()
+        self._requested = 0   # notify() / flush() calls so far
+        self._done = 0        # the _requested value the last finished publication covered
+        self._urgent = 0      # flushes waiting: publish without waiting for the interval
+        self._stop = False
+        self._idle = False    # the thread waits for a notify (not for the end of an interval)
+        self._error_logged = False
+        self._thread: Optional[threading.Thread] = None
+
+    @staticmethod
+    def _create_families(fam) -> list:
+        return [
             fam(name="gert_gear_hits_total", description="Batches run per gear (graph shape)", kind=fam.COUNTER),
             fam(name="gert_padding_ratio", description="Share of padded elements per gear", kind=fam.GAUGE),
             fam(name="gert_stream_busy_seconds_total", description="Seconds each stream spent running requests",
@@ -48,18 +94,6 @@ class Publisher:
             fam(name="gert_retried_batches_total", description="Merged batches whose run failed on the device and "
                 "were retried request by request, so that only a request failing alone failed", kind=fam.COUNTER),
         ]
-        self._base = (("model", model_name), ("version", str(version)), ("instance", instance or model_name))
-        self._collect = collect
-        self.interval = interval
-        self._metrics: dict = {}
-        self._cond = threading.Condition()
-        self._requested = 0   # notify() / flush() calls so far
-        self._done = 0        # the _requested value the last finished publication covered
-        self._urgent = 0      # flushes waiting: publish without waiting for the interval
-        self._stop = False
-        self._idle = False    # the thread waits for a notify (not for the end of an interval)
-        self._error_logged = False
-        self._thread: Optional[threading.Thread] = None
 
     def notify(self) -> None:
         """Something was counted: publish it within ``interval`` (returns at once)."""
@@ -95,8 +129,9 @@ class Publisher:
             thread = self._thread
         if thread is not None:
             thread.join(timeout)
-        self._metrics.clear()   # Metrics go before their families
-        self._families.clear()
+        with server_metrics_lock():
+            self._metrics.clear()   # Metrics go before their families
+            self._families.clear()
 
     # ---- the publishing thread ------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -126,6 +161,11 @@ class Publisher:
                     self._cond.notify_all()
 
     def _publish(self, changes: list[Change]) -> None:
+        if changes:
+            with server_metrics_lock():
+                self._publish_locked(changes)
+
+    def _publish_locked(self, changes: list[Change]) -> None:
         for family, labels, op, value in changes:
             key = (family, self._base + tuple(sorted(labels.items())))
             m = self._metrics.get(key)
