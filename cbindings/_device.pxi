@@ -99,7 +99,8 @@ cdef class Device:
     def synchronize(self):
         """Wait for every stream gert created on this device."""
         for s in list(_live_streams.get(self.id, ())):
-            s.synchronize()
+            if (<Stream>s)._h != NULL:  # a destroyed stream (its object still referenced) has nothing to wait for
+                s.synchronize()
 
     def __enter__(self):
         return self
