@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from gert import _cann
-from gert.core import onnx_io
+from gert.core import onnx_io, trace as _trace
 from gert.core.dynamic import BatchingConfig, Pending
 from gert.core.engine import Engine, Streams, write_out
 from gert._cann import Graph, ge_initialize
@@ -283,7 +283,12 @@ class Model:
                 usable = [w for w in usable if w.device == req.device]
                 if not usable:
                     raise GertError(f"device {req.device} has no usable stream (under recovery)")
+            tr = _trace.active
+            if tr is not None:
+                t0 = time.perf_counter()
             w = self._queue.acquire(usable)  # the first stream to come free, in arrival order (gert/core/dispatch.py)
+            if tr is not None:
+                tr.span("queue", tr.thread_track(), t0, time.perf_counter(), args={"stream": w.index})
             try:
                 with w.lock:
                     if self._closed:
@@ -303,14 +308,25 @@ class Model:
         its result."""
         with self._counted():
             usable = self._recovery.usable(self._workers)
+            tr = _trace.active
+            if tr is not None:
+                t0 = time.perf_counter()
             w, group = self._queue.acquire_batch(usable, pending, pending.key, pending.rows, pending.limit)
+            if tr is not None:
+                tr.span("queue", tr.thread_track(), t0, time.perf_counter(),
+                        args={"stream": w.index} if w is not None else {"batched_by": "another request"})
             if w is None:
                 return pending.result()  # another request's batch ran it
             try:
+                if tr is not None:
+                    t1 = time.perf_counter()
                 until, enough = self.engine.gather_rule(group)  # max_queue_delay_ms / latency_slo_ms
                 if until is not None:
                     self._queue.gather(w, group, pending.key, sum(p.rows for p in group), pending.limit, until,
                                        enough)
+                if tr is not None:  # batch formation: which requests ride together, their rows
+                    tr.span("batch", tr.stream_track(w), t1, time.perf_counter(),
+                            args={"requests": len(group), "rows": [p.rows for p in group]})
 
                 def run(req: Request) -> dict:
                     if self._closed:

@@ -1,0 +1,217 @@
+"""gert.trace (issue 25): a per-request timeline of every stream as Chrome trace-event JSON."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import gert
+from gert.core import trace as core_trace
+from _helpers import RUNTIME
+from models import mlp_model
+
+pytestmark = RUNTIME
+
+STAGES = ("h2d", "execute", "d2h")
+
+
+def _x(rows: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((rows, 16)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def model():
+    """Two streams, one static graph (batch 4): a 4-row request runs alone on a stream (no dynamic batching)."""
+    with gert.load(mlp_model(1), streams=2, gears={"batch": [4]}) as m:
+        m.warmup()
+        yield m
+
+
+def _x_events(events: list, name: str = None) -> list:
+    return [e for e in events if e["ph"] == "X" and (name is None or e["name"] == name)]
+
+
+def _inside(inner: dict, outer: dict, slack_us: float = 1.0) -> bool:
+    return outer["ts"] - slack_us <= inner["ts"] and inner["ts"] + inner["dur"] <= outer["ts"] + outer["dur"] + slack_us
+
+
+def test_schema_every_event_complete_and_every_track_named(model, tmp_path):
+    path = tmp_path / "t.json"
+    with gert.trace(path) as t:
+        for i in range(3):
+            model.run({"x": _x(4, i)})
+    data = json.loads(path.read_text())
+    assert data["displayTimeUnit"] == "ms" and data["traceEvents"] == t.events
+    events = data["traceEvents"]
+    xs = _x_events(events)
+    assert xs
+    for e in xs:
+        assert {"name", "ts", "dur", "pid", "tid"} <= set(e), e
+        assert e["dur"] >= 0
+    named_threads = {(e["pid"], e["tid"]) for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    named_procs = {e["pid"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    used = {(e["pid"], e["tid"]) for e in events if e["ph"] in ("X", "s", "f")}
+    assert used <= named_threads and {p for p, _ in used} <= named_procs
+    names = {e["name"] for e in xs}
+    assert {"request", "validate", "queue", "graph", "run", "synchronize", *STAGES} <= names
+    flows = [e for e in events if e["ph"] in ("s", "f")]
+    assert len([e for e in flows if e["ph"] == "s"]) == 3 and len([e for e in flows if e["ph"] == "f"]) == 3
+    assert core_trace.active is None  # off again
+
+
+@pytest.mark.hostnpu_only
+def test_stages_nest_in_the_request_and_sum_to_its_latency(model):
+    """Each run is held 20 ms on the device (the host NPU's hang fault, with a duration), so that the request's
+    time is the pipeline's, not the loaded test machine's scheduling noise around a 0.1 ms run."""
+    gert.inject_fault("hang", duration_ms=20, count=5)
+    try:
+        with gert.trace() as t:
+            for i in range(5):
+                model.run({"x": _x(4, i)})
+    finally:
+        gert.clear_faults()
+    events = t.events
+    requests = _x_events(events, "request")
+    assert len(requests) == 5
+    for req in requests:
+        mine = [e for e in _x_events(events) if e is not req and _inside(e, req)]
+        by_name = {}
+        for e in mine:
+            by_name.setdefault(e["name"], []).append(e)
+        for name in ("validate", "queue", "graph", "prepare", *STAGES, "synchronize", "run"):
+            assert len(by_name.get(name, [])) == 1, (name, by_name.keys())
+        run = by_name["run"][0]
+        for name in ("graph", "prepare", *STAGES):
+            assert _inside(by_name[name][0], run), name
+        # the caller's stages and the stream's run account for the request's latency
+        total = sum(by_name[n][0]["dur"] for n in ("validate", "queue", "run"))
+        assert abs(total - req["dur"]) <= 0.1 * req["dur"], (total, req["dur"])
+        # the device's stages account for the stream's run (graph selection, buffers, the stages)
+        parts = sum(by_name[n][0]["dur"] for n in ("graph", "prepare", *STAGES))
+        assert parts <= run["dur"] * 1.001 + 1.0
+
+
+def test_two_streams_overlap_one_stream_never_overlaps_itself(model):
+    """Both streams are held busy at once (a host function each, waiting on one barrier), with a request queued
+    behind each hold that hangs 300 ms on the device: the two execute spans overlap; on one stream they never do."""
+    workers = model._workers
+    gate = threading.Barrier(len(workers) + 1)
+    launched = gert.host_counters()["faults"]["hang"]
+    gert.inject_fault("hang", duration_ms=300, count=2)
+    try:
+        with gert.trace() as t:
+            for w in workers:
+                w.stream.launch_host_func(lambda: gate.wait(30))
+            outs = []
+            clients = [threading.Thread(target=lambda i=i: outs.append(model.run({"x": _x(4, i)})))
+                       for i in range(2)]
+            for c in clients:
+                c.start()
+            deadline = time.monotonic() + 30
+            while gert.host_counters()["faults"]["hang"] < launched + 2:  # both runs are queued behind the holds
+                assert time.monotonic() < deadline, "the two requests never reached their streams"
+                time.sleep(0.005)
+            gate.wait(30)  # release both streams at once
+            for c in clients:
+                c.join(30)
+            assert len(outs) == 2
+            for i in range(6):  # and a few more, in turn
+                model.run({"x": _x(4, i)})
+    finally:
+        gert.clear_faults()
+    execs = _x_events(t.events, "execute")
+    by_track: dict = {}
+    for e in execs:
+        by_track.setdefault((e["pid"], e["tid"]), []).append(e)
+    assert len(by_track) == 2
+    held = sorted((e for e in execs if e["dur"] >= 250_000), key=lambda e: e["ts"])
+    assert len(held) == 2 and (held[0]["pid"], held[0]["tid"]) != (held[1]["pid"], held[1]["tid"])
+    assert held[1]["ts"] < held[0]["ts"] + held[0]["dur"], "the held streams' executes do not overlap"
+    for spans in by_track.values():
+        spans.sort(key=lambda e: e["ts"])
+        for a, b in zip(spans, spans[1:]):
+            assert a["ts"] + a["dur"] <= b["ts"] + 1.0, "one stream ran two requests at once"
+
+
+def test_background_compile_on_the_compiler_track():
+    with gert.load(mlp_model(2), streams=1, shape_policy={"batch": "auto"}, hot_after=2) as m:
+        m.warmup()
+        with gert.trace() as t:
+            for i in range(4):
+                m.run({"x": _x(3, i)})
+            _wait_background(m)
+    compiles = _x_events(t.events, "compile")
+    assert compiles, [e["name"] for e in _x_events(t.events)]
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in t.events if e["ph"] == "M"
+             and e["name"] == "thread_name"}
+    track = (compiles[0]["pid"], compiles[0]["tid"])
+    assert names[track].startswith("compiler")
+    assert all((e["pid"], e["tid"]) != track for e in _x_events(t.events) if e["name"] != "compile")
+
+
+def _wait_background(m, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while m.stats()["background_compiles"] < 1:
+        assert time.monotonic() < deadline, "no background compile"
+        time.sleep(0.01)
+
+
+@pytest.mark.hostnpu_only
+def test_a_fault_shows_as_an_error_event(model):
+    gert.clear_faults()
+    gert.inject_fault("execute", count=1)
+    try:
+        with gert.trace() as t:
+            with pytest.raises(gert.GertError):
+                model.run({"x": _x(4)})
+            model.run({"x": _x(4, 1)})  # the stream serves again
+    finally:
+        gert.clear_faults()
+    errors = [e for e in _x_events(t.events) if e.get("cat") == "error"]
+    assert any(e["name"] == "fault" and e["args"]["code"] == 507015 for e in errors), errors
+    assert any(e["name"] == "request" for e in errors)
+    fault = next(e for e in errors if e["name"] == "fault")
+    assert fault["pid"] != core_trace.HOST_PID  # on the stream's track
+
+
+def test_off_records_nothing_and_stats_show_stages(model):
+    n = len(core_trace.last.events) if core_trace.last is not None else 0
+    model.run({"x": _x(4)})
+    assert (len(core_trace.last.events) if core_trace.last is not None else 0) == n
+    with gert.trace():
+        model.run({"x": _x(4)})
+    stages = model.stats()["stages"]
+    assert {"execute", "h2d", "d2h", "run"} <= set(stages)
+    assert stages["execute"]["count"] == 1 and stages["execute"]["p99_ms"] >= stages["execute"]["mean_ms"] > 0
+
+
+def test_unfused_trace_has_one_execute_span(model):
+    with gert.trace(stages=False) as t:
+        model.run({"x": _x(4)})
+    names = [e["name"] for e in _x_events(t.events)]
+    assert names.count("execute") == 1 and "h2d" not in names
+
+
+def test_one_trace_at_a_time():
+    with gert.trace():
+        with pytest.raises(gert.GertError, match="another gert.trace"):
+            gert.trace().start()
+
+
+def test_bench_writes_trace_and_timeline(tmp_path):
+    path = tmp_path / "mlp.onnx"
+    path.write_bytes(mlp_model(3))
+    out, png = tmp_path / "b.json", tmp_path / "b.png"
+    r = subprocess.run([sys.executable, "-m", "gert", "bench", str(path), "--streams", "1,2", "--batch", "4",
+                        "--iterations", "40", "--concurrency", "4", "--trace", str(out), "--timeline", str(png)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    data = json.loads(out.read_text())
+    assert data["displayTimeUnit"] == "ms"
+    assert len(_x_events(data["traceEvents"], "request")) == 40
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
