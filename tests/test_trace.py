@@ -216,3 +216,65 @@ def test_bench_writes_trace_and_timeline(tmp_path):
     assert data["displayTimeUnit"] == "ms"
     assert len(_x_events(data["traceEvents"], "request")) == 40
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ---- gert_triton: parameter trace_file, GERT_TRACE (unit: the fake pb_utils; the real server: test_trace_triton_e2e)
+def _triton_model(pb, tmp_path, parameters: dict):
+    from gert_triton import TritonPythonModel
+
+    mdir = tmp_path / "mlp"
+    (mdir / "1").mkdir(parents=True)
+    (mdir / "1" / "model.onnx").write_bytes(mlp_model(4))
+    pb.set_model_dir(str(mdir))
+    raw = {k: {"string_value": v} for k, v in dict(parameters, streams="1").items()}
+    cfg = TritonPythonModel.auto_complete_config(pb.ModelConfig(pb.default_config("mlp", max_batch_size=8,
+                                                                                   parameters=raw))).as_dict()
+    m = TritonPythonModel()
+    m.initialize({"model_config": json.dumps(cfg), "model_instance_kind": "CPU", "model_instance_name": "mlp_0_0",
+                  "model_instance_device_id": "0", "model_repository": str(mdir), "model_version": "1",
+                  "model_name": "mlp"})
+    return m, mdir
+
+
+def test_triton_trace_names_the_batch_each_request_rode_in(monkeypatch, tmp_path):
+    import fake_pb_utils
+
+    pb = fake_pb_utils.install(monkeypatch)
+    m, mdir = _triton_model(pb, tmp_path, {"trace_file": "trace.json"})
+    try:
+        reqs = [pb.InferenceRequest([pb.Tensor("x", _x(rows, rows))], ["logits"], request_id=f"r{rows}")
+                for rows in (1, 2, 3)]
+        responses = m.execute(reqs)
+        assert all(not r.has_error() for r in responses)
+    finally:
+        m.finalize()
+    data = json.loads((mdir / "trace.json").read_text())
+    events = data["traceEvents"]
+    batches = _x_events(events, "triton_batch")
+    assert len(batches) == 1 and batches[0]["args"]["request_ids"] == ["r1", "r2", "r3"]
+    assert batches[0]["args"]["rows"] == [1, 2, 3]
+    execute = _x_events(events, "triton_execute")[0]
+    assert _inside(batches[0], execute)
+    assert [e for e in _x_events(events, "execute") if _inside(e, batches[0])]  # its run on the stream
+    assert data["otherData"]["model"] == "mlp" and data["otherData"]["wall_clock_origin_ns"] > 0
+
+
+def test_triton_env_var_traces_every_model_and_a_bad_trace_file_names_the_key(monkeypatch, tmp_path):
+    import fake_pb_utils
+    from gert_triton.config import ConfigError, parse_parameters
+
+    with pytest.raises(ConfigError, match="parameter 'trace_file'.*got ' '"):
+        parse_parameters({"trace_file": {"string_value": " "}})
+    with pytest.raises(ConfigError, match="parameter 'trace_file'"):
+        parse_parameters({"trace_file": {"string_value": "traces/"}})
+    pb = fake_pb_utils.install(monkeypatch)
+    monkeypatch.setenv("GERT_TRACE", str(tmp_path / "traces"))
+    m, _ = _triton_model(pb, tmp_path, {})
+    try:
+        m.execute([pb.InferenceRequest([pb.Tensor("x", _x(2))], ["logits"], request_id="only")])
+    finally:
+        m.finalize()
+    (written,) = list((tmp_path / "traces").iterdir())
+    assert written.name.startswith("mlp.mlp_0_0.")
+    batches = _x_events(json.loads(written.read_text())["traceEvents"], "triton_batch")
+    assert batches[0]["args"]["request_ids"] == ["only"]
