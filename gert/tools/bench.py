@@ -454,8 +454,8 @@ def main(args) -> int:
 
 
 def write_traces(args, results: list, traces: list) -> None:
-    """--trace: the best configuration's trace (most samples/s); --trace-all DIR: each one's; --timeline: the best
-    one's Gantt picture (gert/tools/timeline.py)."""
+    """--trace: the best configuration's trace (most samples/s); --trace-all DIR: each one's; --timeline: a Gantt
+    picture of the streams, one panel per configuration, best first (gert/tools/timeline.py)."""
     best = max(range(len(results)), key=lambda i: results[i].samples_per_s)
     if args.trace:
         traces[best].write(args.trace)
@@ -466,5 +466,7 @@ def write_traces(args, results: list, traces: list) -> None:
     if args.timeline:
         from gert.tools import timeline
 
-        timeline.save(args.timeline, traces[best].events, title=f"gert bench {os.path.basename(args.model)}: "
-                                                              f"{results[best].label()}")
+        order = sorted(range(len(results)), key=lambda i: -results[i].samples_per_s)
+        timeline.save(args.timeline, [(f"{os.path.basename(args.model)}: {results[i].label().replace(' vector=-', '')}"
+                                       f" - {results[i].samples_per_s:.0f} samples/s, p99 {results[i].p99_ms:.1f} ms",
+                                       traces[i].events) for i in order], width_ms=args.timeline_ms)

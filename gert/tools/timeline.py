@@ -38,37 +38,40 @@ def window(events: list, width_ms: float) -> tuple:
     return start, start + width_ms * 1000.0
 
 
-def figure(events: list, width_ms: float = 300.0, title: Optional[str] = None):
-    """A matplotlib Figure (built without pyplot) of ``events`` (Trace.events or its JSON's traceEvents)."""
+def figure(panels: list, width_ms: float = 300.0):
+    """A matplotlib Figure (built without pyplot): one panel per (title, events) in ``panels`` (events: Trace.events
+    or a trace JSON's traceEvents), each a row per stream over ``width_ms`` of its steady state."""
     try:
         from matplotlib.figure import Figure
         from matplotlib.patches import Patch
     except ImportError:
         raise GertError("the timeline needs matplotlib: pip install 'gert[plot]'") from None
-    rows = _rows(events)
-    t0, t1 = window(events, width_ms)
-    labels = sorted(rows)
-    fig = Figure(figsize=(9, 0.6 * len(labels) + 1.6))
-    ax = fig.subplots()
-    for y, label in enumerate(labels):
-        for name in SHOWN + ("compile", "error"):
-            bars = [((e["ts"] - t0) / 1000.0, max(e["dur"], 1.0) / 1000.0) for e in rows[label]
-                    if (e["name"] == name or (name == "error" and e.get("cat") == "error"))
-                    and e["ts"] + e["dur"] >= t0 and e["ts"] <= t1]
-            if bars:
-                ax.broken_barh(bars, (y - 0.35, 0.7), facecolors=COLOURS[name])
-    ax.set_yticks(range(len(labels)), labels, fontsize=8)
-    ax.set_xlim(0, (t1 - t0) / 1000.0)
-    ax.set_xlabel("ms")
-    ax.set_title(title or "gert trace: stream timeline", fontsize=10)
-    ax.legend(handles=[Patch(color=COLOURS[n], label=n) for n in SHOWN + ("compile", "error")], fontsize=7,
-              ncol=8, loc="upper center", bbox_to_anchor=(0.5, -0.25 if len(labels) < 3 else -0.12), frameon=False)
-    ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
+    laid = [(title, _rows(events), window(events, width_ms)) for title, events in panels]
+    heights = [max(1, len(rows)) + 1.2 for _, rows, _ in laid]
+    fig = Figure(figsize=(9, 0.45 * sum(heights) + 0.8))
+    axes = fig.subplots(len(laid), 1, gridspec_kw={"height_ratios": heights}, squeeze=False)[:, 0]
+    for ax, (title, rows, (t0, t1)) in zip(axes, laid):
+        labels = sorted(rows)
+        for y, label in enumerate(labels):
+            for name in SHOWN + ("compile", "error"):
+                bars = [((e["ts"] - t0) / 1000.0, max(e["dur"], 1.0) / 1000.0) for e in rows[label]
+                        if (e["name"] == name or (name == "error" and e.get("cat") == "error"))
+                        and e["ts"] + e["dur"] >= t0 and e["ts"] <= t1]
+                if bars:
+                    ax.broken_barh(bars, (y - 0.35, 0.7), facecolors=COLOURS[name])
+        ax.set_yticks(range(len(labels)), labels, fontsize=8)
+        ax.set_ylim(-0.6, len(labels) - 0.4)
+        ax.set_xlim(0, (t1 - t0) / 1000.0)
+        ax.set_title(title, fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+    axes[-1].set_xlabel("ms (a window of steady state)")
+    fig.legend(handles=[Patch(color=COLOURS[n], label=n) for n in SHOWN + ("compile", "error")], fontsize=7,
+               ncol=8, loc="lower center", frameon=False)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
 
 
-def save(path: str, events: list, width_ms: float = 300.0, title: Optional[str] = None) -> str:
-    """figure(...) as a PNG at ``path``; the path."""
-    figure(events, width_ms, title).savefig(path, dpi=100)
+def save(path: str, panels: list, width_ms: float = 300.0) -> str:
+    """figure(panels, width_ms) as a PNG at ``path``; the path."""
+    figure(panels, width_ms).savefig(path, dpi=100)
     return path
