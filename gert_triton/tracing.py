@@ -6,8 +6,10 @@ Turned on per model by the parameter ``trace_file`` (a path, relative to the mod
 for every model of the process by the environment variable GERT_TRACE (a directory: one file per instance,
 ``{model}.{instance}.{pid}.json``); ``gert serve --trace DIR`` sets it for the server.
 
-Triton's own tracing (``--trace-config``, Triton's JSON, not Chrome's) stamps the same requests by id and by
-wall-clock ns; ``otherData.wall_clock_origin_ns`` here is the wall clock at ts = 0, to line the two up.
+Triton's own tracing (``--trace-config``, Triton's JSON, not Chrome's) stamps the same requests by id, in ns of
+std::chrono::steady_clock (CLOCK_MONOTONIC on Linux, the clock of Python's time.perf_counter): ``otherData``'s
+``monotonic_origin_ns`` is that clock at ts = 0 here, so Triton's stamp ``ns`` sits at (ns - monotonic_origin_ns) / 1000
+µs in this trace; ``wall_clock_origin_ns`` is the wall clock at ts = 0.
 """
 from __future__ import annotations
 
@@ -76,7 +78,8 @@ class AdapterTrace:
         """Stop recording and write the JSON; its path."""
         self.trace.stop()
         data = self.trace.to_json()
-        data["otherData"].update(model=self.model_name, wall_clock_origin_ns=self.wall_origin_ns)
+        data["otherData"].update(model=self.model_name, wall_clock_origin_ns=self.wall_origin_ns,
+                                 monotonic_origin_ns=round(self._recorder.origin * 1e9))
         with open(self.path, "w") as f:
             json.dump(data, f)
         return self.path
