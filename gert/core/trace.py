@@ -117,8 +117,8 @@ class Recorder:
         us = self.us
         for ph, name, cat, start, end, track, extra in list(self._raw):
             if ph == "X":
-                ev = {"ph": "X", "name": name, "cat": cat, "ts": us(start), "dur": round(max(0.0, end - start) * 1e6, 3),
-                      "pid": track[0], "tid": track[1]}
+                ev = {"ph": "X", "name": name, "cat": cat, "ts": us(start),
+                      "dur": round(max(0.0, end - start) * 1e6, 3), "pid": track[0], "tid": track[1]}
                 if extra:
                     ev["args"] = extra
                 out.append(ev)
