@@ -278,3 +278,50 @@ def test_triton_env_var_traces_every_model_and_a_bad_trace_file_names_the_key(mo
     assert written.name.startswith("mlp.mlp_0_0.")
     batches = _x_events(json.loads(written.read_text())["traceEvents"], "triton_batch")
     assert batches[0]["args"]["request_ids"] == ["only"]
+
+
+def test_dynamic_batching_shows_which_requests_rode_together():
+    """One stream held (a host function waiting for an event) while a first request runs behind the hold and two
+    more queue: released, the two queued run as one batch, shown on the stream's track with their rows."""
+    with gert.load(mlp_model(6), streams=1, gears={"batch": [1, 2, 4]}) as m:
+        m.warmup()
+        gate = threading.Event()
+        (w,) = m._workers
+        w.stream.launch_host_func(lambda: gate.wait(30))
+        outs: list = []
+        with gert.trace() as t:
+            first = threading.Thread(target=lambda: outs.append(m.run({"x": _x(1, 0)})))
+            first.start()
+            deadline = time.monotonic() + 30
+            while m._queue.idle():  # the first request holds the stream
+                assert time.monotonic() < deadline
+                time.sleep(0.002)
+            rest = [threading.Thread(target=lambda i=i: outs.append(m.run({"x": _x(1, i)}))) for i in (1, 2)]
+            for c in rest:
+                c.start()
+            while m._queue.waiting() < 2:  # both queued for the stream
+                assert time.monotonic() < deadline
+                time.sleep(0.002)
+            gate.set()
+            for c in [first, *rest]:
+                c.join(30)
+        assert len(outs) == 3
+    batches = _x_events(t.events, "batch")
+    assert any(b["args"]["requests"] == 2 and b["args"]["rows"] == [1, 1] for b in batches), batches
+    assert all(b["pid"] != core_trace.HOST_PID for b in batches)  # on the stream's track
+
+
+@pytest.mark.hostnpu_only
+def test_a_timeout_shows_as_an_error_event_and_the_stream_serves_again(model):
+    gert.clear_faults()
+    gert.inject_fault("hang", duration_ms=0, count=1)  # until the stream is aborted
+    try:
+        with gert.trace() as t:
+            with pytest.raises(gert.RequestTimeout):
+                model.run({"x": _x(4)}, timeout=0.2)
+            model.run({"x": _x(4, 1)})
+    finally:
+        gert.clear_faults()
+    timeouts = [e for e in _x_events(t.events, "timeout") if e.get("cat") == "error"]
+    assert len(timeouts) == 1 and timeouts[0]["args"]["code"] == 507046
+    assert len([e for e in _x_events(t.events, "run")]) == 1  # the second request ran

@@ -165,7 +165,8 @@ class Worker(StreamGraphs):
                 host, results[o.name] = self._plan_download(o.name, shape, dtype, req)
                 if host.nbytes:
                     downloads.append((host, buf.ptr))
-            if tr is not None and tr.stages:  # separate calls, each stage timed by the stream
+            if tr is not None and tr.stages and req.timeout is None:  # separate calls, each timed by the stream
+                # (a request with a timeout keeps the fused call: its timeout ends a hung run there, see staged.py)
                 tr.span("prepare", track, t0, time.perf_counter())
                 run_staged(self, tr, track, entry, req, uploads, fills, inputs, downloads)
             else:

@@ -6,6 +6,10 @@ synchronize without the GIL), which leaves nothing to stamp between the stages. 
 separate calls with ACL timing events (ACL_EVENT_TIME_LINE) between them: aclrtEventElapsedTime gives each stage's
 duration in stream order, as the device ran it, not as the host queued it. The span ends at the synchronize's return
 (the last event completed then); a stage's start is placed back from there by the device's durations.
+
+Only requests without a timeout run here: on the host NPU a static graph's ExecuteGraphWithStreamAsync waits for the
+run, and a hung run is ended only by run_fused's own timed synchronize (an abort from the watchdog of
+gert/core/recovery.py did not end it in this path); a request with a timeout keeps the fused call, one ``execute``.
 """
 from __future__ import annotations
 
