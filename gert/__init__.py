@@ -31,6 +31,7 @@ from gert.hostnpu import clear_faults, host_counters, host_spin_micros, inject_f
 from gert.core.tensor import DeviceTensor, GraphSummary
 from gert.core.shapes import TensorInfo
 from gert.model import Model, load
+from gert.tracing import Trace, trace
 from gert.sequence import Sequence
 from gert import dtypes
 from gert.preview.cann_ops import CannCompatibilityWarning, CannReport, cann_check
@@ -57,7 +58,7 @@ __all__ = [
     "AclError", "CacheWarning", "DeviceUnavailable", "GeError", "GertError", "HostFunctionError", "RequestTimeout",
     "Device", "DeviceBuffer", "Event", "HostBuffer", "MemoryInfo", "Stream",
     "Graph", "Session", "ge_initialize", "ge_finalize", "ge_last_warning", "DeviceTensor", "GraphSummary", "dtypes",
-    "Model", "load", "Sequence", "TensorInfo",
+    "Model", "load", "Sequence", "TensorInfo", "Trace", "trace",
     "InferenceSession", "SessionOptions", "NodeArg", "ModelMetadata", "patch_onnxruntime", "unpatch_onnxruntime",
     "backend", "clear_faults", "device_count", "host_counters", "inject_fault", "host_spin_micros", "memory_info",
     "reset_host_counters", "cann_check", "CannReport", "CannCompatibilityWarning", "compare_precision",

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from gert import _cann
-from gert.core import onnx_io
+from gert.core import onnx_io, trace as _trace
 from gert.core.dynamic import BatchingConfig, Pending
 from gert.core.engine import Engine, Streams, write_out
 from gert._cann import Graph, ge_initialize
@@ -248,8 +248,7 @@ class Model:
         self.engine.check(inputs)
 
     @contextlib.contextmanager
-    def _counted(self):
-        """A batch or a warmup in flight: close() waits for it (run's _dispatch counts inline: its hot path)."""
+    def _counted(self):  # a batch or a warmup in flight: close() waits for it (_dispatch counts inline: hot path)
         with self._lock:
             self._check_open()
             self._in_flight += 1
@@ -283,7 +282,12 @@ class Model:
                 usable = [w for w in usable if w.device == req.device]
                 if not usable:
                     raise GertError(f"device {req.device} has no usable stream (under recovery)")
+            tr = _trace.active
+            if tr is not None:
+                t0 = time.perf_counter()
             w = self._queue.acquire(usable)  # the first stream to come free, in arrival order (gert/core/dispatch.py)
+            if tr is not None:
+                tr.span("queue", tr.thread_track(), t0, time.perf_counter(), args={"stream": w.index})
             try:
                 with w.lock:
                     if self._closed:
@@ -297,24 +301,33 @@ class Model:
                 self._idle.notify_all()
 
     def _dispatch_batch(self, pending: Pending, lead) -> dict:
-        """Dynamic batching (gert/core/dynamic.py): ``pending`` queues for a stream with its batch key. If it gets
-        the stream it leads a batch: the queued requests of its key come along (and, with max_queue_delay_ms, those
-        arriving meanwhile), and ``lead(group, run)`` runs them on the stream; else the batch that took it delivers
-        its result."""
+        """Dynamic batching (gert/core/dynamic.py): ``pending`` queues with its batch key; the one that gets a stream
+        runs ``lead(group, run)`` on it for the queued requests of its key (docs/architecture.md, dispatch)."""
         with self._counted():
             usable = self._recovery.usable(self._workers)
             if pending.device is not None:  # a sequence step: its state lives on that device
                 usable = [w for w in usable if w.device == pending.device]
                 if not usable:
                     raise GertError(f"device {pending.device} has no usable stream (under recovery)")
+            tr = _trace.active
+            if tr is not None:
+                t0 = time.perf_counter()
             w, group = self._queue.acquire_batch(usable, pending, pending.key, pending.rows, pending.limit)
+            if tr is not None:
+                tr.span("queue", tr.thread_track(), t0, time.perf_counter(),
+                        args={"stream": w.index} if w is not None else {"batched_by": "another request"})
             if w is None:
                 return pending.result()  # another request's batch ran it
             try:
+                if tr is not None:
+                    t1 = time.perf_counter()
                 until, enough = self.engine.gather_rule(group)  # max_queue_delay_ms / latency_slo_ms
                 if until is not None:
                     self._queue.gather(w, group, pending.key, sum(p.rows for p in group), pending.limit, until,
                                        enough)
+                if tr is not None:  # batch formation: which requests ride together, their rows
+                    tr.span("batch", tr.stream_track(w), t1, time.perf_counter(),
+                            args={"requests": len(group), "rows": [p.rows for p in group]})
 
                 def run(req: Request) -> dict:
                     if self._closed:

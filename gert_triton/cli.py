@@ -18,6 +18,9 @@ def cmd_serve(args) -> int:
 
     if not os.path.isdir(args.repo):
         raise UsageError(f"gert serve: model repository {args.repo!r} is not a directory")
+    if args.trace:  # every model instance writes its trace there (gert_triton/tracing.py)
+        os.makedirs(args.trace, exist_ok=True)
+        os.environ["GERT_TRACE"] = os.path.abspath(args.trace)
     return serve(args.repo, args.http_port, args.grpc_port, args.metrics_port, args.tritonserver,
                  args.passthrough_args, address=args.address)
 
@@ -80,6 +83,8 @@ def add_serve(sub) -> None:
     s.add_argument("--grpc-port", type=int, default=8001)
     s.add_argument("--metrics-port", type=int, default=8002)
     s.add_argument("--tritonserver", help="path of the tritonserver binary (default: the nvidia-pytriton wheel's)")
+    s.add_argument("--trace", metavar="DIR", help="every model instance writes a Chrome trace-event JSON of its "
+                   "requests into DIR when it unloads (GERT_TRACE; open in ui.perfetto.dev)")
     # tritonserver's own arguments come after `--` (split off by gert's main): an argparse.REMAINDER positional after
     # REPO would also swallow gert's options written after REPO (`gert serve REPO --http-port 9000`)
     s.set_defaults(func=cmd_serve, passthrough_args=[])

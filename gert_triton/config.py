@@ -45,6 +45,9 @@ Keys (all string values, as Triton passes them):
   precision_mode GE precision mode (ge.exec.precision_mode or _v2 value: force_fp16, fp16, origin, ...), emulated
                  by the host NPU (default must_keep_origin_dtype: results equal ONNX Runtime's)
   keep_fp32      "name1,OpType2": nodes / op types kept in fp32 under precision_mode
+  trace_file     write a Chrome trace-event JSON (Perfetto, chrome://tracing) of every request this instance serves,
+                 with each execute()'s batches by Triton request id (absolute, or relative to the model dir; default:
+                 GERT_TRACE, a directory, if set; gert_triton/tracing.py)
   ge.K           GEInitialize option K;  session.ge.K  Session option;  graph.ge.K  AddGraph option
 Triton's own keys (EXECUTION_ENV_PATH, FORCE_CPU_ONLY_INPUT_TENSORS) are left to Triton.
 """
@@ -63,7 +66,7 @@ KNOWN_KEYS = {"onnx_file", "streams", "cube_cores", "vector_cores", "gears", "sh
               "max_batch", "device_ids", "split_batch", "metrics_interval_ms", "warmup", "request_timeout_ms",
               "hot_after", "hot_window", "max_exact_graphs", "compile_share", "state", "batch_dim",
               "cache_dir", "cache_mode", "trust_foreign_entries", "cann_ops",
-              "precision_mode", "keep_fp32"}
+              "precision_mode", "keep_fp32", "trace_file"}
 
 
 MAX_STREAMS = 64  # per device: each stream is a worker thread with its own Session and buffers
@@ -101,6 +104,7 @@ class GertParams:
     cann_ops: Optional[str] = None                # None: GERT_CANN_OPS, else warn
     precision_mode: Optional[str] = None
     keep_fp32: tuple = ()
+    trace_file: Optional[str] = None              # gert_triton/tracing.py (else GERT_TRACE, if set)
 
     def load_kwargs(self) -> dict:
         """The gert.load() keyword arguments the config sets that have no default of gert_triton's own."""
@@ -166,6 +170,11 @@ def parse_parameters(raw: dict) -> GertParams:
                 p.cache_mode = parse_mode(value, f"parameter '{key}'")
             except GertError as e:
                 raise ConfigError(str(e)) from None
+        elif key == "trace_file":
+            if not value.strip() or value.strip().endswith(("/", os.sep)):
+                raise ConfigError(f"parameter 'trace_file': expected a file path (absolute, or relative to the "
+                                  f"model's directory), got {value!r}")
+            p.trace_file = value.strip()
         elif key == "onnx_file":
             if not value.strip():
                 raise ConfigError("parameter 'onnx_file': empty")

@@ -8,6 +8,7 @@ request with the outputs it asked for.
 from __future__ import annotations
 
 import json
+import time
 from typing import Optional
 
 import gert
@@ -22,6 +23,7 @@ from gert_triton.metrics import Publisher, StatsChanges
 from gert_triton.model_config import (DEFAULT_MAX_BATCH, auto_complete, check_config, describe, io_config,  # noqa: F401
                                       onnx_io, squeezed_inputs, triton_dtype)
 from gert_triton.tensors import as_array, to_tensor
+from gert_triton.tracing import AdapterTrace, trace_path
 
 
 def _pb_utils():
@@ -49,6 +51,8 @@ def _log_info(message: str) -> None:
 
 class TritonPythonModel:
     """Serve an ONNX model on gert. Subclasses may override preprocess() and postprocess()."""
+
+    trace = None  # gert_triton.tracing.AdapterTrace while tracing (parameter trace_file, GERT_TRACE)
 
     @staticmethod
     def auto_complete_config(auto_complete_model_config):
@@ -129,6 +133,8 @@ class TritonPythonModel:
         self.sequences = "sequence_batching" in self.config
         self._init_metrics(params.metrics_interval_ms, args.get("model_version", ""),
                            args.get("model_instance_name", ""))
+        path = trace_path(params.trace_file, args["model_repository"], self.name, args.get("model_instance_name", ""))
+        self.trace = AdapterTrace(path, self.name) if path else None  # gert_triton/tracing.py
 
     def _config_fixed_sizes(self) -> dict:
         """Sizes of the model's symbolic dims that config.pbtxt fixes (Triton rejects requests with other sizes),
@@ -147,6 +153,9 @@ class TritonPythonModel:
         return {k: sorted(v) for k, v in sizes.items()}
 
     def finalize(self) -> None:
+        if getattr(self, "trace", None) is not None:
+            _log_info(f"gert_triton '{self.name}': trace written to {self.trace.close()}")
+            self.trace = None
         if getattr(self, "stateful", None) is not None:
             self.stateful.close()
             self.stateful = None
@@ -174,6 +183,7 @@ class TritonPythonModel:
             self._update_metrics()
             return responses
         responses: list = [None] * len(requests)
+        started = time.perf_counter() if self.trace is not None else None
         ready = []  # (index, inputs, requested output names)
         check_cancelled = self.check_cancelled
         for i, request in enumerate(requests):
@@ -201,6 +211,10 @@ class TritonPythonModel:
         # grouped by the model's batch key (gert/core/batching.py), each group one batch through the model's Engine;
         # a merged size that is no gear of a non-pad batch policy runs as gear-sized pieces (gert_triton/gears.py); a
         # device fault of a group is retried request by request, so only a request that fails alone fails
+        if self.trace is not None:  # batch formation: which requests ride together (the Engine groups them alike)
+            batcher = self.model.engine.batcher
+            for group in batcher.group(ready, lambda item: self.model.batch_key(item[1])):
+                self.trace.batch([requests[i] for i, _, _ in group], [x for _, x, _ in group], batcher.rows)
         results = self.model.engine.run_many([inputs for _, inputs, _ in ready], return_exceptions=True,
                                              run_group=lambda batch: self._gears.run_batch(self.model, batch))
         for (i, _, wanted), out in zip(ready, results):
@@ -214,6 +228,8 @@ class TritonPythonModel:
                 responses[i] = pb_utils.InferenceResponse(output_tensors=tensors)
             except Exception as e:  # noqa: BLE001
                 responses[i] = error_response(pb_utils, e)
+        if self.trace is not None:
+            self.trace.execute_done(started, requests)
         self._update_metrics()
         return responses
 

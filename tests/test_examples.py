@@ -79,3 +79,8 @@ def test_quickstart_notebook_runs_and_shows_what_it_says():
                                                          ("2", "2", "8")]
     assert "gert bench" in text and "4/4" in text
     assert shown["image/png"], "the sweep's plot is shown inline"
+    _, shown = cell("from gert.tools import timeline")
+    assert shown["image/png"], "the streams' timeline is shown inline"
+    with open(os.path.join(EXAMPLES, "sweep-trace.json")) as f:
+        assert '"displayTimeUnit": "ms"' in f.read()
+    os.remove(os.path.join(EXAMPLES, "sweep-trace.json"))

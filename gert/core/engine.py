@@ -19,6 +19,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from gert.core import trace as _trace
 from gert.core.batching import Batcher, take
 from gert.core.dynamic import BatchingConfig, BatchingStats, Pending, RunTimes
 from gert.core.validate import Validator
@@ -120,26 +121,43 @@ class Engine:
             timeout: Optional[float] = None) -> dict:
         """One request: validated, run at its graph's sizes (padding sliced off), in chunks when it is larger than
         the largest gear, spread over idle streams with split_batch."""
-        timeout = self.streams.timeout_for(timeout)
-        arrays, sizes = self.validator.check(inputs)
-        batch = self.plan.batch
-        if batch is not None and batch.policy == "pad" and sizes["batch"] > batch.gears[-1]:
-            chunk, total = batch.gears[-1], sizes["batch"]
-            return self._run_chunks(arrays, sizes, [(s, min(chunk, total - s)) for s in range(0, total, chunk)],
-                                    timeout)
-        parts = self._idle_parts(sizes)
-        if parts > 1:  # split_batch: spread one batch over the streams that have nothing to do
-            total = sizes["batch"]
-            counts = [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
-            starts = [sum(counts[:i]) for i in range(parts)]
-            return self._run_chunks(arrays, sizes, list(zip(starts, counts)), timeout)
-        run_sizes, key = self.resolve(sizes)  # a size without a graph fails here, alone, before any batch
-        if self.batch_limit and 0 < sizes["batch"] < self.batch_limit and self.streams.dispatch_batch is not None \
-                and all(type(a) is np.ndarray for a in arrays.values()):
-            pending = Pending(arrays, sizes, sizes["batch"], self.batcher.key(arrays, (timeout,)),
-                              dict(out) if out else None, timeout, self.batch_limit)
-            return self.streams.dispatch_batch(pending, self._lead)
-        return self.streams.dispatch(Request(arrays, sizes, run_sizes, key, dict(out) if out else None, timeout))
+        tr = _trace.active  # tracing (gert.trace): the request's spans on the calling thread's track; off: this check
+        if tr is not None:
+            t0 = time.perf_counter()
+            failed = None
+        try:
+            timeout = self.streams.timeout_for(timeout)
+            arrays, sizes = self.validator.check(inputs)
+            if tr is not None:
+                tr.span("validate", tr.thread_track(), t0, time.perf_counter())
+            batch = self.plan.batch
+            if batch is not None and batch.policy == "pad" and sizes["batch"] > batch.gears[-1]:
+                chunk, total = batch.gears[-1], sizes["batch"]
+                return self._run_chunks(arrays, sizes, [(s, min(chunk, total - s)) for s in range(0, total, chunk)],
+                                        timeout)
+            parts = self._idle_parts(sizes)
+            if parts > 1:  # split_batch: spread one batch over the streams that have nothing to do
+                total = sizes["batch"]
+                counts = [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+                starts = [sum(counts[:i]) for i in range(parts)]
+                return self._run_chunks(arrays, sizes, list(zip(starts, counts)), timeout)
+            run_sizes, key = self.resolve(sizes)  # a size without a graph fails here, alone, before any batch
+            if self.batch_limit and 0 < sizes["batch"] < self.batch_limit and self.streams.dispatch_batch is not None \
+                    and all(type(a) is np.ndarray for a in arrays.values()):
+                pending = Pending(arrays, sizes, sizes["batch"], self.batcher.key(arrays, (timeout,)),
+                                  dict(out) if out else None, timeout, self.batch_limit)
+                return self.streams.dispatch_batch(pending, self._lead)
+            return self.streams.dispatch(Request(arrays, sizes, run_sizes, key, dict(out) if out else None, timeout))
+        except BaseException as e:
+            if tr is not None:
+                failed = e
+            raise
+        finally:
+            if tr is not None:
+                if failed is None:
+                    tr.span("request", tr.thread_track(), t0, time.perf_counter(), "request")
+                else:
+                    tr.error("request", tr.thread_track(), t0, time.perf_counter(), failed)
 
     # ---- dynamic batching ------------------------------------------------------------------------------------------
     def gather_rule(self, group: list) -> tuple:

@@ -19,7 +19,8 @@ import numpy as np
 from gert import _cann
 from gert._cann import DeviceBuffer, Graph
 from gert.errors import GeError, GertError
-from gert.core import hooks
+from gert.core import hooks, trace as _trace
+from gert.core.staged import run_staged
 from gert.core.recovery import watchdog
 from gert.core.rows import Rows
 from gert.core.shapes import ShapePlan
@@ -70,6 +71,7 @@ class Worker(StreamGraphs):
                          max_exact_graphs)
         self.limited = cube_cores is not None or vector_cores is not None
         self._compiled_for = 0  # id() of the request whose graph the request path compiled last
+        self.trace_events: Optional[list] = None  # timing events of a traced run (gert/core/staged.py)
         self.gear_stats: dict = {}
 
     # ---- graphs -----------------------------------------------------------------------------------------
@@ -114,8 +116,17 @@ class Worker(StreamGraphs):
             # aclrtUseStreamResInCurrentThread on every launch (~40 ns): a thread that also launches on other
             # streams (another Model's, with other limits) must be bound to this stream's limits again
             self.stream.use_in_current_thread()
+        tr = _trace.active  # tracing (gert.trace): this run's stages on the stream's track; off: this check
         t0 = time.perf_counter()
+        if tr is not None:
+            compiles = self.stats.request_path_compiles
         entry = self.graph_for(req)
+        if tr is not None:
+            track = tr.stream_track(self)
+            tr.flow(tr.thread_track(), t0, track, t0)
+            tr.span("graph", track, t0, time.perf_counter(),
+                    args={"graph": "static" if entry.is_static else "dynamic", "key": _key_label(req.key),
+                          "compiled": self.stats.request_path_compiles > compiles})
         plan = self.plan
         real_elements = padded_elements = 0
         uploads, fills, inputs = [], [], []
@@ -139,7 +150,7 @@ class Worker(StreamGraphs):
             padded_elements += math.prod(shape)
         results = {}
         if req.before:
-            self._enqueue(req.before)
+            self.enqueue(req.before)
         if entry.is_static:
             # the whole request in one call without the GIL: uploads, run, downloads, synchronize
             outputs, downloads = [], []
@@ -154,18 +165,28 @@ class Worker(StreamGraphs):
                 host, results[o.name] = self._plan_download(o.name, shape, dtype, req)
                 if host.nbytes:
                     downloads.append((host, buf.ptr))
-            self.session.run_fused(entry.graph_id, self.stream, uploads, fills,
-                                   [(b.ptr, n, g, s) for b, s, _, n, g in inputs], outputs, downloads,
-                                   -1 if req.timeout is None else max(1, round(req.timeout * 1000)))
-            if req.after:
-                self._enqueue(req.after)
-                self.stream.synchronize(req.timeout)
+            if tr is not None and tr.stages and req.timeout is None:  # separate calls, each timed by the stream
+                # (a request with a timeout keeps the fused call: its timeout ends a hung run there, see staged.py)
+                tr.span("prepare", track, t0, time.perf_counter())
+                run_staged(self, tr, track, entry, req, uploads, fills, inputs, downloads)
+            else:
+                if tr is not None:
+                    t1 = time.perf_counter()
+                self.session.run_fused(entry.graph_id, self.stream, uploads, fills,
+                                       [(b.ptr, n, g, s) for b, s, _, n, g in inputs], outputs, downloads,
+                                       -1 if req.timeout is None else max(1, round(req.timeout * 1000)))
+                if tr is not None:
+                    tr.span("execute", track, t1, time.perf_counter(),
+                            args={"clock": "host", "fused": "h2d, execute, d2h, synchronize in one call"})
+                if req.after:
+                    self.enqueue(req.after)
+                    self.stream.synchronize(req.timeout)
         else:
             if req.timeout is None:  # the host NPU runs it on this thread (a timeout needs the worker to abort)
                 with hooks.current().inline(self.stream.handle):
-                    self._run_dynamic(entry, req, uploads, fills, inputs, results)
+                    self._run_dynamic(entry, req, uploads, fills, inputs, results, tr)
             else:
-                self._run_dynamic(entry, req, uploads, fills, inputs, results)
+                self._run_dynamic(entry, req, uploads, fills, inputs, results, tr)
         # counted once the request succeeded, so that gear hits add up to the stream's requests
         label = _LABELS.get(req.key)
         if label is None:
@@ -182,13 +203,18 @@ class Worker(StreamGraphs):
         else:
             self.stats.dynamic_hits += 1
         self.stats.busy_seconds += time.perf_counter() - t0
+        if tr is not None:
+            tr.span("run", track, t0, time.perf_counter(), "run",
+                    {"rows": req.sizes.get("batch"), "key": label, "graph": "static" if entry.is_static else "dynamic"})
         return results
 
     def _run_dynamic(self, entry: GraphEntry, req: Request, uploads: list, fills: list, inputs: list,
-                     results: dict) -> None:
-        """A request on a dynamic-shape graph: uploads, the run (GE sizes the outputs), downloads, synchronize."""
+                     results: dict, tr: Optional[_trace.Recorder] = None) -> None:
+        """A request on a dynamic-shape graph: uploads, the run (GE sizes the outputs), downloads, synchronize.
+        Traced: each stage stamped by the host (GE waits for the run to size the outputs, so ``execute`` holds it)."""
         plan = self.plan
         stream = self.stream
+        stamps = [time.perf_counter()] if tr is not None else None
         for dptr, dmax, host in uploads:
             if host.nbytes:
                 _cann.memcpy_async(dptr, dmax, host.ctypes.data, host.nbytes, _cann.MEMCPY_HOST_TO_DEVICE,
@@ -197,8 +223,12 @@ class Worker(StreamGraphs):
             _cann.memset_async(dptr, dmax, value, n, stream.handle)
         stream.keep_alive(uploads)
         tensors = [DeviceTensor(b, s, d) for b, s, d, _, _ in inputs]
+        if stamps is not None:
+            stamps.append(time.perf_counter())
         with watchdog(stream, req.timeout):  # GE waits here until the run sized the outputs
             outputs = self.session.execute_async(entry.graph_id, stream, tensors)
+        if stamps is not None:
+            stamps.append(time.perf_counter())
         for o, dev in zip(plan.outputs, outputs):
             target = req.device_out.get(o.name) if req.device_out else None
             if target is not None:  # GE allocated it: one D2D copy into the caller's device buffer
@@ -212,10 +242,18 @@ class Worker(StreamGraphs):
             if host.nbytes:
                 dev.buffer.copy_to(host, stream)
         if req.after:
-            self._enqueue(req.after)
+            self.enqueue(req.after)
+        if stamps is not None:
+            stamps.append(time.perf_counter())
         stream.synchronize(req.timeout)
+        if stamps is not None:
+            stamps.append(time.perf_counter())
+            track = tr.stream_track(self)
+            for name, start, end in zip(("h2d", "execute", "d2h"), stamps, stamps[1:]):
+                tr.span(name, track, start, end, args={"clock": "host"})
+            tr.span("synchronize", tr.thread_track(), stamps[3], stamps[4])
 
-    def _enqueue(self, ops: list) -> None:
+    def enqueue(self, ops: list) -> None:
         """Queue device-side copies (dst, dmax, src, n) and zero fills (ptr, dmax, n) on this stream."""
         handle = self.stream.handle
         for op in ops:

@@ -17,11 +17,13 @@
 from __future__ import annotations
 
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 from gert import _cann
+from gert.core import trace as _trace
 from gert.errors import AclError, DeviceUnavailable, GeError, GertError, RequestTimeout
 
 SYNC_TIMEOUT = 507046                 # ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
@@ -101,19 +103,23 @@ class Recovery:
                 if e.code not in OOM_CODES:
                     raise
                 self.stats.oom_retries += 1
+                _traced("oom_retry", w, e)
                 w.release(keep=req.key)  # the worker's buffers and other graphs (gert/core/stream_graphs.py)
                 return w.run(req)
         except AclError as e:
             if e.code != SYNC_TIMEOUT:
+                _traced("fault", w, e)
                 self._failed(w, e)
                 raise
             self.stats.timeouts += 1
+            _traced("timeout", w, e)
             self._abort(w)
             raise RequestTimeout(f"request timed out: not done within {req.timeout:g} s on device {w.device} stream "
                                  f"{w.index} (aclrtSynchronizeStreamWithTimeout returned {SYNC_TIMEOUT}); the stream "
                                  f"was aborted (aclrtStreamAbort) and serves again", w.device, w.index,
                                  req.timeout) from e
         except GeError as e:
+            _traced("fault", w, e)
             self._failed(w, e)
             raise
 
@@ -155,6 +161,7 @@ class Recovery:
             if device in self._recovering:
                 return  # another worker leads this device's recovery
             self._recovering.add(device)
+        started = time.perf_counter()
         try:
             _cann.device_task_abort(device, DEVICE_ABORT_TIMEOUT_MS)
             for w in self._workers():
@@ -169,6 +176,18 @@ class Recovery:
         finally:
             with self._lock:
                 self._recovering.discard(device)
+            tr = _trace.active
+            if tr is not None:  # aclrtDeviceTaskAbort and the device's streams reopened
+                tr.span("recovery", tr.stream_track(current), started, time.perf_counter(), "error",
+                        {"device": device})
+
+
+def _traced(name: str, w, e: BaseException) -> None:
+    """A fault, timeout or OOM retry of a request on ``w``'s stream, as an error event (while tracing)."""
+    tr = _trace.active
+    if tr is not None:
+        now = time.perf_counter()
+        tr.error(name, tr.stream_track(w), now, now, e, {"code": getattr(e, "code", None)})
 
 
 @contextmanager

@@ -23,6 +23,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Optional
 
+from gert.core import trace as _trace
 from gert.errors import GertError, SessionReplaced
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -225,8 +226,13 @@ class Tiers:
             if victim is not None:
                 self._evict(victim)
             t0 = time.monotonic()
+            p0 = time.perf_counter()
             self._build(key)
             t1 = time.monotonic()
+            tr = _trace.active
+            if tr is not None:  # a background compile, on the compiler thread's track
+                tr.span("compile", tr.thread_track("compiler (gert-tiers)"), p0, time.perf_counter(), "compile",
+                        {"key": _label(key), "streams": len(self.workers)})
             with self._lock:
                 self._queued.discard(key)
                 self._rest_until = t1 + (t1 - t0) * (1 - self.compile_share) / self.compile_share

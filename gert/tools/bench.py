@@ -174,7 +174,7 @@ def _compile_seconds(model) -> float:
 
 def run_config(model_bytes: bytes, cfg: BenchConfig, load_kwargs: dict, shapes: dict, files: dict,
                concurrency: int, duration: Optional[float], iterations: Optional[int], warmup: int,
-               cache_dir: Optional[str] = None) -> BenchResult:
+               cache_dir: Optional[str] = None, traces: Optional[list] = None) -> BenchResult:
     """One configuration. With ``cache_dir``: first a cold load (and its warm-up) into an empty subdirectory of it
     (removed afterwards), then the measured load, warm from that cache: compile seconds cold vs warm."""
     import gert
@@ -220,13 +220,16 @@ def run_config(model_bytes: bytes, cfg: BenchConfig, load_kwargs: dict, shapes: 
             with lock:
                 latencies.extend(mine)
 
+        recording = gert.trace().start() if traces is not None else None  # the measured phase only
         t0 = time.perf_counter()
-        threads = [threading.Thread(target=client) for _ in range(concurrency)]
+        threads = [threading.Thread(target=client, name=f"client {i}") for i in range(concurrency)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
         wall = time.perf_counter() - t0
+        if recording is not None:
+            traces.append(recording.stop())
         stats = model.stats()
         busy = [round((s["busy_seconds"] - b["busy_seconds"]) / wall, 3)
                 for s, b in zip(stats["streams"], base["streams"])]
@@ -336,13 +339,15 @@ def sweep(model, *, streams=(1,), cube_cores=(None,), vector_cores=(None,), batc
           shapes: Optional[dict] = None, inputs: Optional[dict] = None, gears: Optional[dict] = None,
           shape_policy: Optional[dict] = None, devices=(0,), concurrency: int = 4, duration: Optional[float] = None,
           iterations: Optional[int] = None, warmup: int = 3, latency_budgets_ms=DEFAULT_BUDGETS_MS,
-          progress: bool = False, cache_dir: Optional[str] = None, precision_mode: Optional[str] = None) -> list:
+          progress: bool = False, cache_dir: Optional[str] = None, precision_mode: Optional[str] = None,
+          traces: Optional[list] = None) -> list:
     """`gert bench` from Python: every combination of streams x cube_cores x vector_cores x batch, each run by
     ``concurrency`` threads for ``duration`` seconds (or ``iterations`` requests); returns BenchResults with
     ``best_under_ms`` marked. ``model``: a path or the ONNX bytes; ``shapes``: input name -> shape for dynamic
     dims; ``inputs``: input name -> array to use instead of random data. ``progress=True`` shows a bar (tqdm
     when installed, else one line per configuration) on stderr; nothing is printed otherwise. ``cache_dir``: measure
-    compile seconds cold vs warm through GE's compile cache (``compile_s_cold`` / ``compile_s``)."""
+    compile seconds cold vs warm through GE's compile cache (``compile_s_cold`` / ``compile_s``). ``traces``: a list
+    that gets each configuration's gert.Trace of its measured phase (in the order of the results)."""
     import gert
 
     if isinstance(model, (bytes, bytearray)):
@@ -390,7 +395,7 @@ def sweep(model, *, streams=(1,), cube_cores=(None,), vector_cores=(None,), batc
     with Progress(len(configs), "gert bench", enabled=progress) as bar:
         for cfg in configs:
             r = run_config(model_bytes, cfg, load_kwargs, shapes, files, concurrency, duration, iterations, warmup,
-                           cache_dir)
+                           cache_dir, traces)
             results.append(r)
             bar.step(f"{r.label()}: {r.samples_per_s:.1f} samples/s, p99 {r.p99_ms:.2f} ms")
     mark_budgets(results, budgets)
@@ -425,12 +430,14 @@ def main(args) -> int:
 
     gears = parse_dim_lists(args.gears, "gears", gear_values)
     policy = parse_dim_lists(args.shape_policy, "shape-policy", lambda t, d: t)
+    wants_trace = args.trace or args.trace_all or args.timeline
+    traces: Optional[list] = [] if wants_trace else None
     results = sweep(args.model, streams=streams, cube_cores=cubes, vector_cores=vectors, batch=batches,
                     shapes=shapes, inputs=files, gears=gears, shape_policy=policy, devices=devices,
                     concurrency=args.concurrency, duration=args.duration, iterations=args.iterations,
                     warmup=args.warmup, latency_budgets_ms=args.latency_budgets or DEFAULT_BUDGETS_MS,
                     progress=True, cache_dir=args.cache_dir,
-                    precision_mode=getattr(args, "precision_mode", None))
+                    precision_mode=getattr(args, "precision_mode", None), traces=traces)
     print(f"gert bench {os.path.basename(args.model)} on {gert.backend()}, concurrency {args.concurrency}")
     print(table(results))
     if args.json:
@@ -441,4 +448,25 @@ def main(args) -> int:
         write_csv(args.csv, results)
     if args.plot:
         plot(args.plot, results)
+    if traces:
+        write_traces(args, results, traces)
     return 0
+
+
+def write_traces(args, results: list, traces: list) -> None:
+    """--trace: the best configuration's trace (most samples/s); --trace-all DIR: each one's; --timeline: a Gantt
+    picture of the streams, one panel per configuration, best first (gert/tools/timeline.py)."""
+    best = max(range(len(results)), key=lambda i: results[i].samples_per_s)
+    if args.trace:
+        traces[best].write(args.trace)
+    if args.trace_all:
+        os.makedirs(args.trace_all, exist_ok=True)
+        for r, t in zip(results, traces):
+            t.write(os.path.join(args.trace_all, r.label().replace(" ", "_").replace("=", "") + ".json"))
+    if args.timeline:
+        from gert.tools import timeline
+
+        order = sorted(range(len(results)), key=lambda i: -results[i].samples_per_s)
+        timeline.save(args.timeline, [(f"{os.path.basename(args.model)}: {results[i].label().replace(' vector=-', '')}"
+                                       f" - {results[i].samples_per_s:.0f} samples/s, p99 {results[i].p99_ms:.1f} ms",
+                                       traces[i].events) for i in order], width_ms=args.timeline_ms)

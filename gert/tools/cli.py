@@ -150,6 +150,10 @@ def _build() -> tuple:
     b.add_argument("--json")
     b.add_argument("--csv")
     b.add_argument("--plot", help="PNG of throughput against p99 latency (needs matplotlib)")
+    b.add_argument("--trace", help="trace-event JSON (Perfetto, chrome://tracing) of the best configuration")
+    b.add_argument("--trace-all", help="a directory: the trace of every configuration")
+    b.add_argument("--timeline", help="PNG: each configuration's streams over time, best first (needs matplotlib)")
+    b.add_argument("--timeline-ms", type=float, default=200.0, help="the window of steady state shown (default 200)")
     b.set_defaults(func=cmd_bench)
     from gert.preview.cli import add_commands  # gert check, gert precision
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Optional
 
 from gert import _cann
+from gert.core import trace
 from gert.tools import display
 from gert.core.executor import GearStats
 
@@ -34,4 +35,8 @@ def collect_stats(workers: list, faults, tiers: Optional[object]) -> display.Sta
         out[k] = sum(s[k] for s in streams)
     if tiers is not None:
         out["tiers"] = tiers.stats()
+    if trace.last is not None:  # a trace ran (gert.trace): per stage of these streams, count, mean and p99 (ms)
+        stages = trace.last.stage_stats(workers)
+        if stages:
+            out["stages"] = stages
     return out
