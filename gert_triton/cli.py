@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from gert.tools.cli import UsageError
+from gert.tools.usage import UsageError
 
 
 def cmd_serve(args) -> int:

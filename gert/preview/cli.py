@@ -25,7 +25,7 @@ def info_lines() -> list:
 
 
 def _read(path: str):
-    from gert.tools.cli import UsageError
+    from gert.tools.usage import UsageError
     from gert.preview.cann_ops import load_proto
 
     try:
@@ -72,7 +72,7 @@ def cmd_check(args) -> int:
 
 
 def _inputs(items) -> dict:
-    from gert.tools.cli import UsageError
+    from gert.tools.usage import UsageError
 
     out = {}
     for item in items or []:
@@ -87,7 +87,7 @@ def _inputs(items) -> dict:
 
 
 def cmd_precision(args) -> int:
-    from gert.tools.cli import UsageError
+    from gert.tools.usage import UsageError
     from gert.errors import GertError
     from gert.preview import compare
 

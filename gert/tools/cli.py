@@ -9,6 +9,8 @@ import platform
 import sys
 from typing import Mapping, Optional, Sequence
 
+from gert.tools.usage import UsageError  # noqa: F401 - raised here and by the commands it loads
+
 ENV_SETTINGS = ("GERT_BACKEND", "GERT_HOST_DEVICES", "GERT_HOST_DEVICE_MEMORY", "GERT_HOST_CUBE_CORES",
                 "GERT_HOST_VECTOR_CORES", "GERT_HOST_SPIN_US", "GERT_TRITONSERVER", "GERT_CACHE_DIR", "GERT_CANN_OPS",
                 "ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")
@@ -17,8 +19,6 @@ ENV_SETTINGS = ("GERT_BACKEND", "GERT_HOST_DEVICES", "GERT_HOST_DEVICE_MEMORY", 
 COMMANDS_GROUP = "gert.commands"  # entry points adding commands (gert_triton: serve, repo init)
 
 
-class UsageError(Exception):
-    """Bad arguments: one line on stderr, exit code 2."""
 
 
 def _version(pkg: str) -> Optional[str]:
