@@ -14,20 +14,19 @@ two instances would overwrite each other's gauges and share counters), and the `
 one of its declared gears shows its size, any other size shows as ``dynamic`` (``batch=4,S=dynamic``), so a model
 serving thousands of sizes still has at most one series per gear combination (StatsChanges).
 
-The instances of a model are stub processes of one tritonserver, and they create the same metric families and add
-their series to them at the same moments (each instance's first publication follows the model's first batch).
-tritonserver 2.51 aborted with heap corruption ("malloc(): unaligned fastbin chunk detected") in runs of a
-two-instance model just after its load; Triton's custom-metric objects are shared across stubs by family name
-(triton-inference-server/server#8663). So every metric call of the instances of one server is made under one
-cross-process lock (``server_metrics_lock``: flock on a file named after the server's pid); the calls are at most
-one publication per interval, so the lock costs nothing measurable.
+Every series also carries the stub's ``pid``. Triton shares a custom metric across the stubs that create a
+family of the same name and a series with the same labels (Triton core's MetricFamily::Add returns prometheus-cpp's
+existing series, and each stub's family counts its own references), and the first stub to delete its Metric removes
+the shared series while the other still writes to it: a use after free in the server process
+(triton-inference-server/server#8663; tritonserver 2.51 aborted with "malloc(): unaligned fastbin chunk detected"
+later, in our runs after a model was reloaded). A model reloaded, or a load that replaces a serving one, starts new
+stubs with the same model, version and instance names while the old ones still serve: the pid keeps their series
+apart. The old stub's series go when it unloads (its Metrics are deleted), so a model has one set of series per live
+stub.
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
-import tempfile
 import threading
 import time
 from typing import Callable, Mapping, Optional
@@ -38,33 +37,16 @@ from typing import Callable, Mapping, Optional
 Change = tuple  # (family, labels, "increment" | "set", value)
 
 
-@contextlib.contextmanager
-def server_metrics_lock():
-    """Held by one stub of this tritonserver at a time (the stubs' parent is the server): flock on
-    ``$TMPDIR/gert-triton-metrics-<server pid>.lock``."""
-    path = os.path.join(tempfile.gettempdir(), f"gert-triton-metrics-{os.getppid()}.lock")
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    except OSError:  # not ours (another user's file in a shared /tmp): unserialized, as before
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the flock
-
-
 class Publisher:
     """The gert metric families of one model instance and the thread that publishes to them."""
 
     def __init__(self, pb_utils, model_name: str, collect: Callable[[], list[Change]], interval: float = 0.1,
-                 version: str = "", instance: str = ""):
+                 version: str = "", instance: str = "", pid: Optional[int] = None):
         fam = pb_utils.MetricFamily
         self._log = getattr(pb_utils, "Logger", None)
-        with server_metrics_lock():
-            self._families = self._create_families(fam)
-        self._base = (("model", model_name), ("version", str(version)), ("instance", instance or model_name))
+        self._families = self._create_families(fam)
+        self._base = (("model", model_name), ("version", str(version)), ("instance", instance or model_name),
+                      ("pid", str(os.getpid() if pid is None else pid)))
         self._collect = collect
         self.interval = interval
         self._metrics: dict = {}
@@ -129,9 +111,8 @@ class Publisher:
             thread = self._thread
         if thread is not None:
             thread.join(timeout)
-        with server_metrics_lock():
-            self._metrics.clear()   # Metrics go before their families
-            self._families.clear()
+        self._metrics.clear()   # Metrics go before their families
+        self._families.clear()
 
     # ---- the publishing thread ------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -161,11 +142,6 @@ class Publisher:
                     self._cond.notify_all()
 
     def _publish(self, changes: list[Change]) -> None:
-        if changes:
-            with server_metrics_lock():
-                self._publish_locked(changes)
-
-    def _publish_locked(self, changes: list[Change]) -> None:
         for family, labels, op, value in changes:
             key = (family, self._base + tuple(sorted(labels.items())))
             m = self._metrics.get(key)

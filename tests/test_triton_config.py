@@ -18,7 +18,7 @@ from gert_triton import TritonPythonModel
 from gert_triton.config import ConfigError, parse_parameters, parse_state, served_version
 from gert_triton.error_codes import triton_code
 from gert_triton.gears import GearSplitter, gear_chunks
-from gert_triton.metrics import gear_label
+from gert_triton.metrics import GEAR_HITS, Publisher, gear_label
 from gert_triton.model_config import TensorSpec, describe, onnx_io, triton_dtype
 from gert_triton.repo import init_repo
 from gert_triton.tensors import DLPackArray, array_from_dlpack, live_exports
@@ -246,6 +246,28 @@ def test_gear_label_is_bounded():
     assert gear_label("S=37,batch=4", gears) == "S=dynamic,batch=4"
     assert gear_label("S=38,batch=3", gears) == "S=dynamic,batch=dynamic"
     assert gear_label("static", gears) == "static"
+
+
+def test_a_reloaded_instance_never_shares_a_series_with_the_stub_it_replaces(pb):
+    """A reload starts a new stub with the same model, version and instance names while the old stub still serves.
+    Triton hands both stubs one shared series when their labels are equal, and the first to delete its Metric frees
+    it under the other (triton-inference-server/server#8663: a use after free in the server). The stub's pid keeps
+    the two sets of series apart."""
+    def publisher(pid: int) -> Publisher:
+        return Publisher(pb, "m", lambda: [(GEAR_HITS, {"gear": "batch=1"}, "increment", 1.0)], version="1",
+                         instance="m_0_0", pid=pid)
+
+    old, new = publisher(1001), publisher(1002)
+    try:
+        for p in (old, new):
+            assert p.flush(10)
+        labels = [tuple(sorted(x.labels.items())) for f in pb.FAMILIES if f.name == "gert_gear_hits_total"
+                  for x in f.metrics]
+        assert len(labels) == 2 and len(set(labels)) == 2, labels
+        assert sorted(dict(x)["pid"] for x in labels) == ["1001", "1002"]
+    finally:
+        old.close()
+        new.close()
 
 
 def test_auto_policy_sizes_share_one_label_and_instances_their_own_series(pb, tmp_path, monkeypatch):

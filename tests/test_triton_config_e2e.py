@@ -20,6 +20,7 @@ import gert
 from config_models import relu_model, shape_cases, two_out_model
 from gert_triton.repo import init_repo
 from gert_triton.server import TritonServer, pytriton_root
+from test_triton_e2e import stub_processes
 
 httpclient = pytest.importorskip("tritonclient.http")
 grpcclient = pytest.importorskip("tritonclient.grpc")
@@ -229,6 +230,62 @@ def test_auto_policy_sizes_share_bounded_gear_labels(server, http, root):
     http.unload_model("auto_s")
 
 
+SHARED_SERIES_MODEL = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        import json
+        amount = float(json.loads(args["model_config"])["parameters"]["amount"]["string_value"])
+        self.family = pb_utils.MetricFamily(name="gert_test_shared_total", description="shared series probe",
+                                            kind=pb_utils.MetricFamily.COUNTER)
+        self.metric = self.family.Metric(labels={"series": "same"})
+        self.metric.increment(amount)
+
+    def execute(self, requests):
+        return []
+
+    def finalize(self):
+        del self.metric
+        del self.family
+"""
+
+
+def test_triton_shares_a_series_between_stubs_with_equal_labels(server, http):
+    """Why gert_triton's series carry the stub's pid (gert_triton/metrics.py): two stubs creating a family of one name
+    and a series of equal labels get ONE series in this tritonserver (2.51), and when the first stub deletes its
+    Metric the series is removed while the other stub still holds it (triton-inference-server/server#8663: its next
+    write is a use after free). Plain Python models, no gert: this checks the server's behaviour gert relies on."""
+    repo = repo_of(server)
+    for name, amount in (("shared_a", "1"), ("shared_b", "10")):
+        os.makedirs(os.path.join(repo, name, "1"))
+        with open(os.path.join(repo, name, "1", "model.py"), "w") as f:
+            f.write(SHARED_SERIES_MODEL)
+        with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
+            f.write(f'backend: "python"\nmax_batch_size: 0\n'
+                    f'input [{{ name: "x", data_type: TYPE_FP32, dims: [ 1 ] }}]\n'
+                    f'output [{{ name: "y", data_type: TYPE_FP32, dims: [ 1 ] }}]\n'
+                    f'instance_group [{{ kind: KIND_CPU, count: 1 }}]\n'
+                    f'parameters: {{ key: "amount", value: {{ string_value: "{amount}" }} }}\n')
+
+    def shared() -> list:
+        return [v for name, labels, v in metrics(server) if name == "gert_test_shared_total"]
+
+    load(server, http, "shared_a")
+    load(server, http, "shared_b")
+    try:
+        assert shared() == [11.0], "one series for both stubs: 1 + 10"
+        http.unload_model("shared_a")
+        assert wait_for(lambda: not stub_processes(server, "shared_a")), "shared_a's stub exited"
+        assert http.is_model_ready("shared_b")
+        assert shared() == [], "the series went with shared_a although shared_b still holds it"
+    finally:
+        for name in ("shared_a", "shared_b"):
+            http.unload_model(name)
+        wait_for(lambda: not stub_processes(server, "shared_a") and not stub_processes(server, "shared_b"))
+
+
 def test_instances_publish_their_own_active_sequences(server, http, grpc, root):
     """T3: 4 live sequences over 2 instances: the gauges of the instances add up to 4 (one series per instance)."""
     case = next(c for c in shape_cases() if c.name == "colon_state")
@@ -242,6 +299,7 @@ def test_instances_publish_their_own_active_sequences(server, http, grpc, root):
         series(server, "gert_active_sequences", "gru2")))
     assert got and sum(v for _, v in got) == 4, series(server, "gert_active_sequences", "gru2")
     assert len({lab["instance"] for lab, _ in got}) == len(got), "one series per instance"
+    assert {int(lab["pid"]) for lab, _ in got} == set(stub_processes(server, "gru2")), "each series names its stub"
     for sid in (101, 102, 103, 104):
         grpc.infer("gru2", inputs_of(grpcclient, case.inputs, {}), sequence_id=sid, sequence_end=True,
                    client_timeout=CALL_TIMEOUT)

@@ -164,7 +164,7 @@ def test_tiers_parameters_reach_the_model_and_its_metrics(pb, loaded, tmp_path, 
            for f in pb.FAMILIES if f.name.startswith(("gert_graph", "gert_background", "gert_request_path"))
            for x in f.metrics}
     where = tuple(sorted((("device", "0"), ("model", "tiered"), ("stream", "0"), ("version", "1"),
-                          ("instance", "tiered_0_0"))))
+                          ("instance", "tiered_0_0"), ("pid", str(os.getpid())))))
     assert got == {("gert_graph_requests_total", tuple(sorted((("graph", "dynamic"),) + where))): 2,
                    ("gert_graph_requests_total", tuple(sorted((("graph", "static"),) + where))): 1,
                    ("gert_background_compiles_total", where): 1}
@@ -641,7 +641,8 @@ def test_metrics_once_per_batch(pb, loaded, tmp_path, seq_bytes):
                 for x in f.metrics}
 
     def key(family, gear):
-        return family, tuple(sorted((("gear", gear), ("model", "seqm"), ("version", "1"), ("instance", "seqm_0_0"))))
+        return family, tuple(sorted((("gear", gear), ("model", "seqm"), ("version", "1"), ("instance", "seqm_0_0"),
+                                       ("pid", str(os.getpid())))))
 
     m.execute([request(pb, seq_inputs(1, 3, uid)) for uid in range(3)])  # one batch of 3 rows -> gear batch=4
     c1 = calls()
