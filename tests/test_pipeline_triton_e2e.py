@@ -12,9 +12,9 @@ import concurrent.futures
 import numpy as np
 import pytest
 
-import gert
 from gert_triton.repo import init_repo
-from gert_triton.server import TritonServer, pytriton_root
+from gert_triton.server import pytriton_root
+from triton_server import running_server
 from models import _const, make_model, vi
 from onnx import helper
 from test_pipeline_property import FAMILIES, ort_alone
@@ -24,7 +24,6 @@ from tritonclient.utils import np_to_triton_dtype  # noqa: E402
 
 pytestmark = [pytest.mark.skipif(pytriton_root() is None, reason="needs nvidia-pytriton (pip install -e '.[triton]')")]
 
-START_TIMEOUT = 90.0
 CALL_TIMEOUT = 30.0
 
 
@@ -51,25 +50,8 @@ def server(tmp_path_factory):
         # unnamed: padded to gears 1, 2, 4; reduce: its batch is exact (an output reduced over it), any size runs
         params = {"gears": "batch:1,2,4", "streams": "1"} if name == "unnamed" else {"streams": "1"}
         init_repo(str(path), str(repo), name=name, parameters=params)
-    log = str(root / "server.log")
-    srv = None
-    for attempt in range(3):  # a port taken between choosing it and the bind: new ports
-        srv = TritonServer(str(repo), log_path=log, extra_args=["--exit-timeout-secs=5"])
-        srv.start()
-        try:
-            srv.wait_ready(START_TIMEOUT)
-            break
-        except gert.GertError:
-            srv.stop(timeout=10)
-            with open(log, errors="replace") as f:
-                text = f.read()
-            if "already in use" in text and attempt < 2:
-                continue
-            pytest.fail(f"tritonserver did not become ready:\n{text[-3000:]}", pytrace=False)
-    try:
+    with running_server(str(repo), str(root / "server.log"), ["--exit-timeout-secs=5"]) as srv:
         yield srv
-    finally:
-        srv.stop(timeout=20)
 
 
 def infer(client, model: str, feeds: dict, outputs: list) -> dict:

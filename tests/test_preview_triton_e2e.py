@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import gert
 from gert_triton.repo import init_repo
-from gert_triton.server import TritonServer, pytriton_root
+from gert_triton.server import pytriton_root
+from triton_server import log_tail, start_server, stop_server
 
 from test_cann_check import qdq
 from test_precision import arith, f16_reference, feeds
@@ -19,14 +19,6 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype  # n
 pytestmark = [pytest.mark.skipif(pytriton_root() is None, reason="needs nvidia-pytriton (pip install -e '.[triton]')")]
 
 P = {"streams": "1", "warmup": "false"}
-
-
-def log_tail(path: str, n: int = 40) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-n:])
-    except OSError:
-        return "(no log)"
 
 
 @pytest.fixture(scope="module")
@@ -40,19 +32,13 @@ def served(tmp_path_factory):
     init_repo(str(root / "arith.onnx"), str(repo), name="arith_fp16", max_batch_size=0,
               parameters={**P, "precision_mode": "force_fp16"})
     log = str(root / "server.log")
-    srv = TritonServer(str(repo), log_path=log, extra_args=["--model-control-mode=explicit", "--exit-timeout-secs=5"])
-    srv.start()
-    try:
-        srv.wait_ready(90.0)
-    except gert.GertError as e:
-        srv.stop(timeout=10)
-        pytest.fail(f"{e}\n{log_tail(log)}", pytrace=False)
+    srv = start_server(str(repo), log)
     client = httpclient.InferenceServerClient(srv.url("http"), connection_timeout=60, network_timeout=60)
     try:
         yield srv, client, log
     finally:
         client.close()
-        srv.stop(timeout=20)
+        stop_server(srv)
 
 
 def test_strict_model_fails_to_load_with_e13010(served):

@@ -10,9 +10,9 @@ import time
 import numpy as np
 import pytest
 
-import gert
 from gert_triton.repo import init_repo
-from gert_triton.server import TritonServer, pytriton_root
+from gert_triton.server import pytriton_root
+from triton_server import EXPLICIT, log_tail, start_server, stop_server
 from models import mlp_model
 
 httpclient = pytest.importorskip("tritonclient.http")
@@ -20,16 +20,7 @@ from tritonclient.utils import InferenceServerException  # noqa: E402
 
 pytestmark = [pytest.mark.skipif(pytriton_root() is None, reason="needs nvidia-pytriton (pip install -e '.[triton]')")]
 
-START_TIMEOUT = 90.0
 CALL_TIMEOUT = 60.0
-
-
-def log_tail(path: str, n: int = 40) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-n:])
-    except OSError:
-        return "(no log)"
 
 
 @pytest.fixture(scope="module")
@@ -51,27 +42,16 @@ def served(tmp_path_factory):
     cfg.write_text(text + "dynamic_batching {\n  max_queue_delay_microseconds: 20000\n}\n")
     log = str(root / "server.log")
     triton_trace = str(root / "triton.json")
-    for attempt in range(3):  # a port taken between free_port() and the bind: new ports
-        srv = TritonServer(str(repo), log_path=log, extra_args=[
-            "--model-control-mode=explicit", "--exit-timeout-secs=5",
-            f"--trace-config=triton,file={triton_trace}", "--trace-config=triton,log-frequency=1",
-            "--trace-config=rate=1", "--trace-config=level=TIMESTAMPS"])
-        srv.start()
-        try:
-            srv.wait_ready(START_TIMEOUT)
-            break
-        except gert.GertError as e:
-            srv.stop(timeout=10)
-            if "already in use" in log_tail(log, 200) and attempt < 2:
-                continue
-            pytest.fail(f"{e}\n{log_tail(log)}", pytrace=False)
+    srv = start_server(str(repo), log, [*EXPLICIT, f"--trace-config=triton,file={triton_trace}",
+                                        "--trace-config=triton,log-frequency=1", "--trace-config=rate=1",
+                                        "--trace-config=level=TIMESTAMPS"])
     client = httpclient.InferenceServerClient(srv.url("http"), connection_timeout=CALL_TIMEOUT,
                                               network_timeout=CALL_TIMEOUT, concurrency=8)
     try:
         yield srv, client, root, log
     finally:
         client.close()
-        srv.stop(timeout=20)
+        stop_server(srv)
 
 
 def test_triton_trace_names_each_requests_batch_and_lines_up_with_tritons(served):

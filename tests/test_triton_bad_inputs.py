@@ -19,7 +19,8 @@ import pytest
 
 from gert_triton.repo import init_repo
 from gert_triton.server import pytriton_root
-from test_triton_e2e import raw_http, start_server, stub_processes
+from test_triton_e2e import raw_http, stub_processes
+from triton_server import start_server
 from triton_models import SEQ_OUTPUTS, seq_expected, seq_inputs, seq_model
 
 grpcclient = pytest.importorskip("tritonclient.grpc")

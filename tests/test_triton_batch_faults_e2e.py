@@ -19,7 +19,8 @@ import pytest
 from gert_triton.repo import init_repo
 from gert_triton.server import pytriton_root
 from models import ort_run
-from test_triton_e2e import CALL_TIMEOUT, InferenceServerException, start_server
+from test_triton_e2e import CALL_TIMEOUT, InferenceServerException
+from triton_server import start_server
 from triton_models import SEQ_OUTPUTS, seq_inputs, seq_model
 from config_models import relu_model
 

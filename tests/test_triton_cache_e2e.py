@@ -12,10 +12,10 @@ import shutil
 import numpy as np
 import pytest
 
-import gert
 from gert import cache_entry
 from gert_triton.repo import init_repo
-from gert_triton.server import TritonServer, pytriton_root
+from gert_triton.server import pytriton_root
+from triton_server import log_tail, running_server
 from models import mlp_model, ort_run, scale_model
 
 httpclient = pytest.importorskip("tritonclient.http")
@@ -23,16 +23,7 @@ from tritonclient.utils import InferenceServerException  # noqa: E402
 
 pytestmark = [pytest.mark.skipif(pytriton_root() is None, reason="needs nvidia-pytriton (pip install -e '.[triton]')")]
 
-START_TIMEOUT = 90.0
 CALL_TIMEOUT = 60.0
-
-
-def log_tail(path: str, n: int = 40) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-n:])
-    except OSError:
-        return "(no log)"
 
 
 @pytest.fixture(scope="module")
@@ -44,23 +35,8 @@ def root(tmp_path_factory):
 def server(root):
     repo = root / "repo"
     repo.mkdir()
-    log = str(root / "server.log")
-    for attempt in range(3):  # a port taken between free_port() and the bind: new ports
-        srv = TritonServer(str(repo), log_path=log, extra_args=["--model-control-mode=explicit",
-                                                                "--exit-timeout-secs=5"])
-        srv.start()
-        try:
-            srv.wait_ready(START_TIMEOUT)
-            break
-        except gert.GertError as e:
-            srv.stop(timeout=10)
-            if "already in use" in log_tail(log, 200) and attempt < 2:
-                continue
-            pytest.fail(f"{e}\n{log_tail(log)}", pytrace=False)
-    try:
+    with running_server(str(repo), str(root / "server.log")) as srv:
         yield srv
-    finally:
-        srv.stop(timeout=20)
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +51,7 @@ def load(server, http, name: str) -> None:
     try:
         http.load_model(name)
     except InferenceServerException as e:
-        pytest.fail(f"load {name}: {e}\n{log_tail(server.log_path, 30)}", pytrace=False)
+        pytest.fail(f"load {name}: {e}\n{log_tail(server.log, 30)}", pytrace=False)
 
 
 def infer(http, model: str, x: np.ndarray, output: str) -> np.ndarray:
@@ -92,7 +68,7 @@ def write_onnx(root, name: str, data: bytes) -> str:
 
 def cache_lines(server, model: str) -> list:
     """The "N from the compile cache" count of each load of ``model`` logged so far, in order."""
-    with open(server.log_path, errors="replace") as f:
+    with open(server.log, errors="replace") as f:
         text = f.read()
     return [int(n) for n in re.findall(rf"gert_triton '{model}': .*?\(([0-9]+) from the compile cache", text)]
 
@@ -144,10 +120,10 @@ def test_a_swapped_entry_never_changes_an_answer(server, http, root):
         x = np.arange(8, dtype=np.float32).reshape(2, 4)
         np.testing.assert_array_equal(infer(http, "scale_a", x, "y"), 2 * x)
         assert cache_lines(server, "scale_a")[-1] == 0
-        with open(server.log_path, errors="replace") as f:
+        with open(server.log, errors="replace") as f:
             log = f.read()
         assert len(re.findall(r"CacheWarning: compile cache .*scale_a/gcache: entry gert_\w+ is broken: "
-                              r"gert_\w+_\d{14}\.om changed \(SHA-256", log)) == 3, log_tail(server.log_path)
+                              r"gert_\w+_\d{14}\.om changed \(SHA-256", log)) == 3, log_tail(server.log)
     finally:
         http.unload_model("scale_a")
 

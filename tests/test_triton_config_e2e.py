@@ -16,11 +16,11 @@ import urllib.request
 import numpy as np
 import pytest
 
-import gert
 from config_models import relu_model, shape_cases, two_out_model
 from gert_triton.repo import init_repo
-from gert_triton.server import TritonServer, pytriton_root
+from gert_triton.server import pytriton_root
 from test_triton_e2e import stub_processes
+from triton_server import log_tail, running_server
 
 httpclient = pytest.importorskip("tritonclient.http")
 grpcclient = pytest.importorskip("tritonclient.grpc")
@@ -29,17 +29,8 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype  # n
 
 pytestmark = [pytest.mark.skipif(pytriton_root() is None, reason="needs nvidia-pytriton (pip install -e '.[triton]')")]
 
-START_TIMEOUT = 90.0
 CALL_TIMEOUT = 60.0
 P = {"streams": "1", "warmup": "false"}  # one stream, no compiles at load: each load is quick
-
-
-def log_tail(path: str, n: int = 40) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-n:])
-    except OSError:
-        return "(no log)"
 
 
 @pytest.fixture(scope="module")
@@ -51,24 +42,8 @@ def root(tmp_path_factory):
 def server(root):
     repo = root / "repo"
     repo.mkdir()
-    log = str(root / "server.log")
-    for attempt in range(3):  # a port taken between free_port() and the bind: new ports
-        srv = TritonServer(str(repo), log_path=log, extra_args=["--model-control-mode=explicit",
-                                                                "--exit-timeout-secs=5"])
-        srv.start()
-        try:
-            srv.wait_ready(START_TIMEOUT)
-            break
-        except gert.GertError as e:
-            srv.stop(timeout=10)
-            if "already in use" in log_tail(log, 200) and attempt < 2:
-                continue
-            pytest.fail(f"{e}\n{log_tail(log)}", pytrace=False)
-    srv.log = log
-    try:
+    with running_server(str(repo), str(root / "server.log")) as srv:
         yield srv
-    finally:
-        srv.stop(timeout=20)
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,9 @@ import pytest
 
 from gert_triton.repo import init_repo
 from gert_triton.server import pytriton_root
-from test_triton_e2e import (CALL_TIMEOUT, InferenceServerException, client_for, gone, infer, load_model,
-                             start_server, stub_processes, unload_model, wait_for)
+from test_triton_e2e import (CALL_TIMEOUT, InferenceServerException, client_for, infer, load_model, stub_processes,
+                             unload_model, wait_for)
+from triton_server import gone, start_server
 from triton_models import SEQ_OUTPUTS, seq_expected, seq_inputs, seq_model
 
 pytestmark = [pytest.mark.hostnpu_only, pytest.mark.skipif(pytriton_root() is None, reason="needs nvidia-pytriton (pip install -e '.[triton]')")]

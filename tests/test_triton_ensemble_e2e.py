@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from gert_triton.server import free_port, pytriton_root
+from triton_server import log_tail
 
 httpclient = pytest.importorskip("tritonclient.http")
 grpcclient = pytest.importorskip("tritonclient.grpc")
@@ -90,14 +91,6 @@ def test_repository(root) -> str:
 
 
 test_repository.__test__ = False  # a helper, not a test
-
-
-def log_tail(path: str, n: int = 40) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(f.readlines()[-n:])
-    except OSError:
-        return "(no log)"
 
 
 class Served:

@@ -290,7 +290,7 @@ def server(tmp_path_factory):
     init_repo(str(root / "gru.onnx"), str(repo), name="gru_idle", max_batch_size=4,
               sequence={"state": STATE, "batch_dim": "N", "strategy": "direct", "idle_us": 400_000},
               parameters={"streams": "1", "metrics_interval_ms": "0"})
-    from test_triton_e2e import start_server  # this worker's ports, new ones if taken; the abort watchdog
+    from triton_server import start_server  # this worker's ports, new ones if taken; the abort watchdog
 
     srv = start_server(str(repo), str(root / "server.log"), ["--exit-timeout-secs=5"])
     try:
