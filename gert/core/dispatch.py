@@ -62,6 +62,18 @@ class StreamQueue(Generic[W]):
             raise GertError("the model was closed before this request started")
         return waiter.worker
 
+    def try_take(self) -> Optional[W]:
+        """A free worker now, or None (none free, the queue's lock held by another thread, or the queue closed):
+        never waits. The compiled hot path's acquire (gert/core/_hotpath.pyx); a request that gets None takes the
+        Python path, which queues it. Give the worker back with release()."""
+        lock = self._lock
+        if not lock.acquire(False):
+            return None
+        try:
+            return self._take_free(self._workers) if self._free and not self._closed else None
+        finally:
+            lock.release()
+
     def acquire_batch(self, eligible: Sequence[W], item, key: tuple, rows: int, limit: int) -> tuple:
         """As acquire(), for a request that may share its run with queued requests of the same ``key``:
         (worker, [item, the items it takes along]) when this request leads a batch (at most ``limit`` rows in

@@ -104,6 +104,7 @@ class Worker(StreamGraphs):
         buf = pool.get(name)
         if buf is None or buf.nbytes < nbytes:
             if buf is not None:
+                self.forget_prepared()  # the hot path's runs over the old buffer
                 buf.free()  # no work is queued: the previous request was synchronized
             buf = DeviceBuffer(max(nbytes, 1), self.device)
             pool[name] = buf
@@ -149,6 +150,7 @@ class Worker(StreamGraphs):
             real_elements += arr.size if req.real_batch is None else self._real_elements(t.name, arr, req)
             padded_elements += math.prod(shape)
         results = {}
+        fused = False  # ran by the fused call: the compiled hot path may run its signature again (_offer)
         if req.before:
             self.enqueue(req.before)
         if entry.is_static:
@@ -175,6 +177,7 @@ class Worker(StreamGraphs):
                 self.session.run_fused(entry.graph_id, self.stream, uploads, fills,
                                        [(b.ptr, n, g, s) for b, s, _, n, g in inputs], outputs, downloads,
                                        -1 if req.timeout is None else max(1, round(req.timeout * 1000)))
+                fused = tr is None
                 if tr is not None:
                     tr.span("execute", track, t1, time.perf_counter(),
                             args={"clock": "host", "fused": "h2d, execute, d2h, synchronize in one call"})
@@ -203,10 +206,49 @@ class Worker(StreamGraphs):
         else:
             self.stats.dynamic_hits += 1
         self.stats.busy_seconds += time.perf_counter() - t0
+        if fused and self.hot is not None:
+            self._offer(req, entry, uploads, fills, inputs, outputs, downloads, results, label, real_elements,
+                        padded_elements)
         if tr is not None:
             tr.span("run", track, t0, time.perf_counter(), "run",
                     {"rows": req.sizes.get("batch"), "key": label, "graph": "static" if entry.is_static else "dynamic"})
         return results
+
+    def _offer(self, req: Request, entry: GraphEntry, uploads: list, fills: list, inputs: list, outputs: list,
+               downloads: list, results: dict, label: str, real_elements: int, padded_elements: int) -> None:
+        """Offer the request just run to the compiled hot path (gert/core/_hotpath.pyx), when running its signature
+        again is this same fused call with only the host arrays changed: numpy inputs each uploaded whole (no staged
+        padding), every output downloaded whole into a fresh array (no slice of a padded one), a graph that is not
+        evicted, nothing of the request's own (out=, timeout, device tensors, sequence copies)."""
+        if (req.out or req.device_out or req.before or req.after or req.real_batch is not None
+                or req.timeout is not None or entry.evictable or self.tiers is not None
+                or len(uploads) != len(self.plan.inputs) or len(downloads) != len(self.plan.outputs)):
+            return
+        names = [t.name for t in self.plan.inputs]
+        arrays = [req.arrays[n] for n in names]
+        if any(type(a) is not np.ndarray or u[2] is not a for a, u in zip(arrays, uploads)):
+            return
+        outs = [results[o.name] for o in self.plan.outputs]
+        if any(host is not out for (host, _), out in zip(downloads, outs)):
+            return
+        call = _cann.FusedCall(self.session, entry.graph_id, self.stream,
+                               [(dptr, dmax, host.nbytes) for dptr, dmax, host in uploads], fills,
+                               [(b.ptr, n, g, s) for b, s, _, n, g in inputs], outputs,
+                               [(dptr, host.nbytes) for host, dptr in downloads])
+        self.hot.offer(self, tuple((a.shape, a.dtype) for a in arrays), req.sizes, call,
+                       self.stream.use_in_current_thread if self.limited else None,
+                       tuple(o.name for o in self.plan.outputs), tuple(o.shape for o in outs),
+                       tuple(o.dtype for o in outs), label, real_elements, padded_elements)
+
+    def count_fast(self, label: str, runs: int, real_elements: int, padded_elements: int, seconds: float) -> None:
+        """Runs of the compiled hot path on this stream, added to its stats as Worker.run counts its own."""
+        gear = self.gear_stats.setdefault(label, GearStats())
+        gear.hits += runs
+        gear.real_elements += real_elements
+        gear.padded_elements += padded_elements
+        self.stats.requests += runs
+        self.stats.static_hits += runs
+        self.stats.busy_seconds += seconds
 
     def _run_dynamic(self, entry: GraphEntry, req: Request, uploads: list, fills: list, inputs: list,
                      results: dict, tr: Optional[_trace.Recorder] = None) -> None:

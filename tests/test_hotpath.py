@@ -1,0 +1,242 @@
+"""The compiled hot path (issue 23, gert/core/_hotpath.pyx): a request whose signature ran before runs in one
+compiled call; its results are the Python path's, never another request's rows nor a buffer another request reuses;
+it is forgotten whenever what it prepared changes (buffers grown, graphs released, a device recovered, close); and
+every front door and feature that needs Python keeps working."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import gert
+from gert import _cann
+from gert.errors import GertError
+from _helpers import RUNTIME
+from models import scale_model
+
+pytestmark = RUNTIME
+
+
+def _x(rows: int, seed: int, cols: int = 4) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((rows, cols)).astype(np.float32)
+
+
+def _hot(m) -> dict:
+    return m.stats()["hot_path"]
+
+
+@pytest.fixture
+def geared(device):
+    m = gert.load(scale_model(2.0, shape=("batch", 4)), gears={"batch": [1, 4, 8]})
+    yield m
+    m.close()
+
+
+def test_a_seen_signature_runs_on_the_compiled_path_with_the_python_paths_results(geared):
+    x = _x(3, 0)  # 3 rows padded to gear 4 and sliced back
+    first = geared.run({"x": x})["y"]
+    assert _hot(geared)["hits"] == 0 and _hot(geared)["prepared"] == 1
+    again = [geared.run({"x": _x(3, i)})["y"] for i in range(1, 4)]
+    assert _hot(geared)["hits"] == 3
+    np.testing.assert_array_equal(first, x * 2)
+    for i, y in enumerate(again, 1):
+        assert y.shape == (3, 4)  # never the padding row
+        np.testing.assert_array_equal(y, _x(3, i) * 2)
+    # each result its own array: a later request does not write into an earlier result
+    assert len({id(y) for y in again}) == 3 and not any(np.shares_memory(again[0], y) for y in again[1:])
+    np.testing.assert_array_equal(again[0], _x(3, 1) * 2)
+
+
+def test_stats_count_the_compiled_runs_as_the_python_path_does(geared):
+    for i in range(5):
+        geared.run({"x": _x(3, i)})
+    st = geared.stats()
+    assert st["hot_path"]["hits"] == 4
+    assert st["streams"][0]["requests"] == 5 and st["static_hits"] == 5
+    assert st["gears"]["batch=4"]["hits"] == 5
+    assert st["gears"]["batch=4"]["padding_ratio"] == pytest.approx(0.25)
+    assert st["batching"]["batches"] == 5 and st["batching"]["batch_sizes"] == {1: 5}
+
+
+def test_buffers_grown_by_a_larger_gear_are_not_used_through_an_old_preparation(geared):
+    """Gear 1 prepares over the stream's first buffers; gear 8 grows (frees and reallocates) them, so the
+    preparation of gear 1 is forgotten, not run over freed device memory."""
+    geared.run({"x": _x(1, 0)})
+    geared.run({"x": _x(1, 1)})
+    assert _hot(geared) == dict(_hot(geared), hits=1, prepared=1)
+    geared.run({"x": _x(8, 2)})  # grows the buffers: the gear-1 preparation goes
+    assert _hot(geared)["prepared"] == 1
+    for i in range(3, 6):
+        np.testing.assert_array_equal(geared.run({"x": _x(1, i)})["y"], _x(1, i) * 2)
+    np.testing.assert_array_equal(geared.run({"x": _x(8, 9)})["y"], _x(8, 9) * 2)
+
+
+def test_out_of_memory_release_forgets_the_streams_preparations(geared):
+    """Worker.release (after out of device memory) frees the buffers and the other graphs."""
+    geared.run({"x": _x(3, 0)})
+    geared.run({"x": _x(1, 0)})  # gear 1 fits gear 4's buffers
+    assert _hot(geared)["prepared"] == 2
+    w = geared._workers[0]
+    with w.lock:
+        w.release(keep=(("batch", 4),))
+    assert _hot(geared)["prepared"] == 0
+    for rows in (1, 3, 1, 3):
+        np.testing.assert_array_equal(geared.run({"x": _x(rows, rows)})["y"], _x(rows, rows) * 2)
+
+
+def test_close_forgets_everything_and_refuses(geared):
+    geared.run({"x": _x(3, 0)})
+    geared.run({"x": _x(3, 1)})
+    geared.close()
+    assert geared._hot.size == 0 and geared._hot.closed
+    with pytest.raises(GertError, match="closed"):
+        geared.run({"x": _x(3, 2)})
+
+
+def test_features_that_need_python_take_the_python_path(geared):
+    x = _x(3, 0)
+    geared.run({"x": x})
+    hits = _hot(geared)["hits"]
+    out = {"y": np.empty((3, 4), np.float32)}
+    assert geared.run({"x": x}, out=out)["y"] is out["y"]
+    np.testing.assert_array_equal(out["y"], x * 2)
+    np.testing.assert_array_equal(geared.run({"x": x}, timeout=5.0)["y"], x * 2)
+    big = _x(20, 1)  # above the largest gear: chunks
+    np.testing.assert_array_equal(geared.run({"x": big})["y"], big * 2)
+    strided = _x(6, 2)[::2]  # not C-contiguous: the Python path copies it
+    np.testing.assert_array_equal(geared.run({"x": strided})["y"], strided * 2)
+    with pytest.raises(GertError, match="input 'x': expected dtype float32"):
+        geared.run({"x": x.astype(np.float64)})
+    assert _hot(geared)["hits"] == hits
+    with gert.trace():
+        np.testing.assert_array_equal(geared.run({"x": x})["y"], x * 2)
+    assert _hot(geared)["hits"] == hits  # tracing: the Python path, traced
+
+
+def test_front_doors_run_list_and_inference_session(device, tmp_path):
+    model = scale_model(3.0, shape=("batch", 4))
+    with gert.load(model, gears={"batch": [1, 4, 8]}) as m:
+        reqs = [{"x": _x(1, i)} for i in range(8)]
+        for _ in range(2):
+            outs = m.run(reqs)
+            for r, o in zip(reqs, outs):
+                np.testing.assert_array_equal(o["y"], r["x"] * 3)
+    path = tmp_path / "scale.onnx"
+    path.write_bytes(scale_model(3.0, shape=(2, 4)))  # the facade's symbolic dims are auto (tiered): a static model
+    sess = gert.InferenceSession(str(path))
+    try:
+        for i in range(3):
+            y, = sess.run(None, {"x": _x(2, i)})
+            np.testing.assert_array_equal(y, _x(2, i) * 3)
+        assert _hot(sess._model)["hits"] == 2
+    finally:
+        sess._model.close()
+
+
+def test_concurrent_callers_on_two_streams_get_their_own_rows(device):
+    with gert.load(scale_model(2.0, shape=("batch", 4)), streams=2, gears={"batch": [4]}) as m:
+        errors = []
+
+        def client(seed: int) -> None:
+            try:
+                for i in range(200):
+                    x = _x(3, seed * 1000 + i)
+                    y = m.run({"x": x})["y"]
+                    if y.shape != (3, 4) or not np.array_equal(y, x * 2):
+                        errors.append((seed, i))
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=client, args=(s,)) for s in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads)
+        assert errors == []
+        st = m.stats()
+        assert st["hot_path"]["hits"] > 0
+        assert sum(s["requests"] for s in st["streams"]) + 0 >= 800 - st["batching"]["requests"] + \
+            st["batching"]["requests"]
+
+
+@pytest.mark.hostnpu_only
+def test_a_device_fault_on_the_compiled_path_fails_only_its_request(geared):
+    gert.clear_faults()
+    try:
+        geared.run({"x": _x(3, 0)})
+        gert.inject_fault("execute", after=1)
+        results = []
+        for i in range(4):
+            try:
+                np.testing.assert_array_equal(geared.run({"x": _x(3, i)})["y"], _x(3, i) * 2)
+                results.append("ok")
+            except gert.AclError as e:
+                results.append(e.code)
+    finally:
+        gert.clear_faults()
+    assert results == ["ok", 507015, "ok", "ok"]
+    st = geared.stats()
+    assert st["failed_tasks"] == 1 and st["hot_path"]["hits"] >= 3
+
+
+@pytest.mark.hostnpu_only
+def test_a_recovered_device_is_not_run_through_preparations_of_its_old_stream(geared):
+    """A device-wide fault: the stream and Session are replaced; what the hot path prepared over the old ones is
+    forgotten, and the next requests prepare again on the new stream."""
+    gert.clear_faults()
+    try:
+        geared.run({"x": _x(3, 0)})
+        geared.run({"x": _x(3, 1)})
+        old_stream = geared._workers[0].stream
+        gert.inject_fault("sticky", after=0)
+        with pytest.raises(gert.AclError):
+            geared.run({"x": _x(3, 2)})
+    finally:
+        gert.clear_faults()
+    assert geared.stats()["recoveries"] == 1
+    assert geared._workers[0].stream is not old_stream
+    assert _hot(geared)["prepared"] == 0
+    for i in range(3):
+        np.testing.assert_array_equal(geared.run({"x": _x(3, i)})["y"], _x(3, i) * 2)
+    assert _hot(geared)["prepared"] == 1
+
+
+def test_auto_tier_promotion_runs_on_the_static_graph(device):
+    """Policy auto: a size runs on the dynamic graph (never prepared), and once promoted on its static graph."""
+    import time
+
+    with gert.load(scale_model(2.0, shape=("batch", 4)), shape_policy={"batch": "auto"}, hot_after=2) as m:
+        x = _x(3, 0)
+        for _ in range(2):
+            np.testing.assert_array_equal(m.run({"x": x})["y"], x * 2)
+        deadline = time.monotonic() + 30
+        while not all(w.has((("batch", 3),)) for w in m._workers):
+            assert time.monotonic() < deadline, "the static graph of the hot size"
+            time.sleep(0.01)
+        before = m.stats()["static_hits"]
+        for i in range(3):
+            np.testing.assert_array_equal(m.run({"x": _x(3, i)})["y"], _x(3, i) * 2)
+        assert m.stats()["static_hits"] == before + 3
+        assert _hot(m)["prepared"] == 0  # tiered models keep the Python path (their routing counts every request)
+
+
+def test_fused_call_checks_its_buffers(device):
+    """gert._cann.FusedCall, the prepared call: host buffers of the wrong size are refused."""
+    m = gert.load(scale_model(2.0, shape=(1, 4)))
+    try:
+        m.run({"x": _x(1, 0)})
+        w = m._workers[0]
+        entry = next(iter(w.graphs.values()))
+        inb, outb = next(iter(w.in_bufs.values())), next(iter(w.out_bufs.values()))
+        call = _cann.FusedCall(w.session, entry.graph_id, w.stream, [(inb.ptr, inb.nbytes, 16)], [],
+                               [(inb.ptr, 16, entry.in_meta["x"][2], (1, 4))],
+                               [(outb.ptr, 16, entry.out_meta[0][2], (1, 4))], [(outb.ptr, 16)])
+        y = np.empty((1, 4), np.float32)
+        call([_x(1, 5)], [y])
+        np.testing.assert_array_equal(y, _x(1, 5) * 2)
+        with pytest.raises(ValueError, match="upload 0 holds 32 bytes, the copy is 16"):
+            call([_x(2, 5)], [y])
+    finally:
+        m.close()
