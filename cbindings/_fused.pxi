@@ -6,6 +6,8 @@ from cpython.pycapsule cimport PyCapsule_New
 
 
 ctypedef int (*gert_fused_exec_t)(object call, const void** srcs, void** dsts, int32_t timeout_ms) except -1
+ctypedef int (*gert_fused_exec_parts_t)(object call, const void** srcs, const size_t* lens, Py_ssize_t parts,
+                                        void** dsts, int32_t timeout_ms) except -1
 
 
 cdef class FusedCall:
@@ -126,5 +128,50 @@ cdef int _fused_exec(object obj, const void** srcs, void** dsts, int32_t timeout
     return 0
 
 
+cdef int _fused_exec_parts(object obj, const void** srcs, const size_t* lens, Py_ssize_t parts, void** dsts,
+                           int32_t timeout_ms) except -1:
+    """As _fused_exec, each upload made of ``parts`` host pieces laid one after the other (a batch merged from
+    requests: ``srcs[i * parts + j]`` of ``lens[i * parts + j]`` bytes is input i's piece j); their sizes must add
+    up to the upload's."""
+    cdef FusedCall call = <FusedCall?>obj
+    call.session._check()
+    call.stream._check()
+    cdef vector[cge.gert_copy] cin
+    cdef cge.gert_copy c
+    cdef size_t i, j, k, offset
+    for i in range(call.cin.size()):
+        offset = 0
+        for j in range(<size_t>parts):
+            k = i * <size_t>parts + j
+            c = call.cin[i]
+            c.dst = <char*>call.cin[i].dst + offset
+            c.dmax = call.cin[i].dmax - offset
+            c.src = srcs[k]
+            c.n = lens[k]
+            if offset + c.n > call.cin[i].n:
+                raise ValueError(f"FusedCall: the pieces of upload {i} hold more than its {call.cin[i].n} bytes")
+            offset += c.n
+            cin.push_back(c)
+        if offset != call.cin[i].n:
+            raise ValueError(f"FusedCall: the pieces of upload {i} hold {offset} bytes, the copy is {call.cin[i].n}")
+    for i in range(call.cout.size()):
+        call.cout[i].dst = dsts[i]
+    cdef int kind = 0
+    cdef string msg
+    cdef int code
+    cdef void* sh = call.stream._h
+    cdef cge.Session* s = call.session._s
+    with nogil:
+        code = cge.gert_run_fused(s, call.graph_id, sh, cin, call.cfill, call.ins, call.outs, call.cout,
+                                  timeout_ms, &kind, &msg)
+    if code != 0:
+        text = msg.decode("utf-8", "replace")
+        if kind == 2:
+            raise _errors.GeError(<unsigned int>code, text)
+        raise _errors.AclError(code, text)
+    return 0
+
+
+FUSED_PARTS_API = PyCapsule_New(<void*>_fused_exec_parts, b"gert._cann.fused_exec_parts", NULL)
 # the hot path's entry: int (*)(object call, const void** srcs, void** dsts, int32_t timeout_ms) except -1
 FUSED_API = PyCapsule_New(<void*>_fused_exec, b"gert._cann.fused_exec", NULL)

@@ -239,6 +239,10 @@ class Model:
                             f"{type(inputs).__name__}")
         if out is not None:
             raise GertError("run: out= is for a single request, not a list")
+        if timeout is None and type(inputs) is list:
+            results = self._hot.run_list(inputs)  # one merged batch the compiled path knows, or None
+            if results is not None:
+                return results
         return self.engine.run_many(list(inputs), timeout)
 
     def submit(self, inputs: Mapping[str, np.ndarray], *, timeout: Optional[float] = None) -> concurrent.futures.Future:
@@ -500,14 +504,17 @@ def _hot_path(model: Model, request_timeout_s: Optional[float], split_batch: boo
         with model._lock:
             model._idle.notify_all()
 
-    def count(prepared, runs: int, seconds: float) -> None:
+    def count(prepared, runs: int, lone: int, seconds: float) -> None:
         prepared.worker.count_fast(prepared.label, runs, runs * prepared.real_elements,
                                    runs * prepared.padded_elements, seconds)
-        if prepared.batched:  # each a lone request the dynamic batcher would have run as its batch of one
-            engine.batching_stats.record_alone(runs, prepared.label)
+        if prepared.batched and lone:  # each a lone request the dynamic batcher would have run as its batch of one
+            engine.batching_stats.record_alone(lone, prepared.label)
 
     hot = HotPath(engine.validator.names, model._queue, failed, idle, _trace, count)
     hot.batch_limit = engine.batch_limit
+    batcher = engine.batcher  # run(list) merges on axis 0 where every input and output carries the batch there
+    hot.lists = batcher.enabled and all(a == 0 for a in batcher.in_axes.values()) \
+        and all(a == 0 for a in batcher.out_axes.values())
     waits = batching is not None and bool(batching.max_queue_delay_ms or batching.latency_slo_ms)
     hot.enabled = request_timeout_s is None and not split_batch and not (waits and engine.batch_limit)
     model._recovery.listeners.append(lambda started: hot.suspend() if started else hot.resume())

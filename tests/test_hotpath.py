@@ -240,3 +240,24 @@ def test_fused_call_checks_its_buffers(device):
             call([_x(2, 5)], [y])
     finally:
         m.close()
+
+
+def test_run_list_merges_on_the_compiled_path_and_splits_each_requests_rows(geared):
+    """run(list): the merged batch's signature (8 rows) is prepared by its first run (Rows laid one after the
+    other); the next lists of that total run in one call, each request getting its own rows."""
+    lists = [[{"x": _x(n, 100 * k + i)} for i, n in enumerate((1, 3, 2, 2))] for k in range(3)]
+    outs = [geared.run(reqs) for reqs in lists]
+    assert _hot(geared)["hits"] == 2
+    for reqs, res in zip(lists, outs):
+        assert [o["y"].shape for o in res] == [(1, 4), (3, 4), (2, 4), (2, 4)]
+        for r, o in zip(reqs, res):
+            np.testing.assert_array_equal(o["y"], r["x"] * 2)
+    assert not np.shares_memory(outs[1][0]["y"], outs[2][0]["y"])
+    one = _x(8, 7)  # a single request of the merged signature runs on the same preparation
+    np.testing.assert_array_equal(geared.run({"x": one})["y"], one * 2)
+    assert _hot(geared)["hits"] == 3
+    st = geared.stats()
+    assert st["streams"][0]["requests"] == 4 and st["batching"]["batches"] == 0
+    mixed = [{"x": _x(2, 1)}, {"x": _x(2, 2).astype(np.float64)}]  # a bad request: the Python path's error
+    with pytest.raises(GertError, match="input 'x': expected dtype float32"):
+        geared.run(mixed)

@@ -38,8 +38,12 @@ cdef extern from "<time.h>" nogil:
     int CLOCK_MONOTONIC
 
 ctypedef int (*fused_exec_t)(object call, const void** srcs, void** dsts, int32_t timeout_ms) except -1
+ctypedef int (*fused_exec_parts_t)(object call, const void** srcs, const size_t* lens, Py_ssize_t parts, void** dsts,
+                                   int32_t timeout_ms) except -1
 
 cdef fused_exec_t _exec = <fused_exec_t>PyCapsule_GetPointer(_cann.FUSED_API, b"gert._cann.fused_exec")
+cdef fused_exec_parts_t _exec_parts = <fused_exec_parts_t>PyCapsule_GetPointer(
+    _cann.FUSED_PARTS_API, b"gert._cann.fused_exec_parts")
 cdef object _ndarray = np.ndarray
 cdef object _empty = np.empty
 _KEPT = 1024  # signatures kept (cleared when full, as the validator's)
@@ -64,6 +68,7 @@ cdef class Prepared:
     cdef readonly bint batched  # a lone run of a request dynamic batching would have queued (its stats)
     cdef readonly bint valid
     cdef readonly int64_t hits, busy_ns
+    cdef readonly int64_t merged  # runs of those that were run(list) batches (not lone requests)
     cdef vector[Py_ssize_t] in_bytes, out_bytes
 
     def __init__(self, worker, call, use_limits, tuple out_names, tuple out_shapes, tuple out_dtypes, str label,
@@ -92,6 +97,7 @@ cdef class HotPath:
     cdef object queue, on_error, on_idle, trace, count
     cdef public bint enabled
     cdef public Py_ssize_t batch_limit  # rows under which dynamic batching queues a request (0: off)
+    cdef public bint lists  # run(list) may merge on axis 0: every input and output carries the batch there
     cdef readonly bint closed
     cdef readonly int suspended
     cdef readonly Py_ssize_t in_flight
@@ -167,10 +173,105 @@ cdef class HotPath:
         finally:
             _release(views, held)
 
-    cdef object _run_on(self, Prepared p, object w, vector[Py_buffer]& views, Py_ssize_t n_in):
+    cpdef object run_list(self, object requests):
+        """The outputs of ``requests`` (a list of dicts of input name -> array, all of one dtype and non-batch shape per
+        input) merged on axis 0 as run(list) merges them, run once on the compiled path and split back (each
+        request's rows: views of this call's own arrays); or None: take the Python path (nothing was run)."""
+        if not self.enabled or not self.lists or self.closed or self.suspended or type(requests) is not list \
+                or self.trace.active is not None:
+            return None
+        cdef Py_ssize_t k = len(requests), i, j, n_in = self.n_in
+        if k < 2:
+            return None
+        cdef list arrays = []   # request-major: arrays[j * n_in + i]
+        cdef list rows = []
+        cdef PyObject* item
+        cdef object a, r, first
+        cdef Py_ssize_t total = 0, n
+        for j in range(k):
+            r = requests[j]
+            if type(r) is not dict or PyDict_Size(r) != n_in:
+                return None
+            n = -1
+            for i in range(n_in):
+                item = PyDict_GetItem(r, self.names[i])
+                if item == NULL or type(<object>item) is not _ndarray:
+                    return None
+                a = <object>item
+                if a.ndim == 0:
+                    return None
+                if j:
+                    first = arrays[i]
+                    if a.dtype is not first.dtype and a.dtype != first.dtype or a.shape[1:] != first.shape[1:]:
+                        return None
+                if n < 0:
+                    n = a.shape[0]
+                    if n == 0:
+                        return None
+                elif a.shape[0] != n:
+                    return None
+                arrays.append(a)
+            rows.append(n)
+            total += n
+        cdef list parts = []
+        for i in range(n_in):
+            a = arrays[i]
+            parts.append(((total,) + a.shape[1:], a.dtype))
+        cdef object found = self.table.get(tuple(parts))
+        if found is None:
+            self.misses += 1
+            return None
+        cdef object out = None
+        cdef vector[Py_buffer] views
+        views.resize(n_in * k + 1)
+        cdef Py_ssize_t held = 0
+        cdef object w
+        cdef Prepared p = None
+        try:
+            try:
+                for i in range(n_in):  # input-major: views[i * k + j]
+                    for j in range(k):
+                        PyObject_GetBuffer(arrays[j * n_in + i], &views[held], PyBUF_C_CONTIGUOUS)
+                        held += 1
+            except (BufferError, ValueError):
+                self.misses += 1
+                return None
+            w = self.queue.try_take()
+            if w is None:
+                self.misses += 1
+                return None
+            for cand in <list>found:
+                if (<Prepared>cand).worker is w:
+                    p = <Prepared>cand
+                    break
+            if p is None:
+                self.queue.release(w)
+                self.misses += 1
+                return None
+            self.in_flight += 1
+            try:
+                out = self._run_on(p, w, views, n_in, k)
+            finally:
+                self.in_flight -= 1
+                if self.closed and self.in_flight == 0:
+                    self.on_idle()
+        finally:
+            _release(views, held)
+        if out is None:
+            return None
+        cdef list results = []
+        cdef Py_ssize_t start = 0
+        for j in range(k):
+            n = rows[j]
+            results.append({name: value[start:start + n] for name, value in (<dict>out).items()})
+            start += n
+        return results
+
+    cdef object _run_on(self, Prepared p, object w, vector[Py_buffer]& views, Py_ssize_t n_in, Py_ssize_t k=1):
         """Run ``p`` on ``w`` (taken from the queue, given back here)."""
         cdef Py_ssize_t i, n_out = len(p.out_names)
         cdef vector[const void*] srcs
+        cdef vector[size_t] lens
         cdef vector[void*] dsts
         cdef vector[Py_buffer] outv
         cdef Py_ssize_t out_held = 0
@@ -185,10 +286,15 @@ cdef class HotPath:
                     raise GertError("the model was closed before this request started")
                 if not p.valid:  # forgotten since the lookup (its stream's buffers or graph changed)
                     return None
-                for i in range(n_in):
-                    if views[i].len != p.in_bytes[i]:
-                        return None
-                    srcs.push_back(views[i].buf)
+                if k == 1:
+                    for i in range(n_in):
+                        if views[i].len != p.in_bytes[i]:
+                            return None
+                        srcs.push_back(views[i].buf)
+                else:  # views[i * k + j]: input i of request j, laid one after the other
+                    for i in range(n_in * k):
+                        srcs.push_back(views[i].buf)
+                        lens.push_back(views[i].len)
                 outv.resize(n_out + 1)
                 for i in range(n_out):
                     a = _empty(p.out_shapes[i], p.out_dtypes[i])
@@ -202,12 +308,17 @@ cdef class HotPath:
                     p.use_limits()
                 t0 = _now_ns()
                 try:
-                    _exec(p.call, srcs.data(), dsts.data(), -1)
+                    if k == 1:
+                        _exec(p.call, srcs.data(), dsts.data(), -1)
+                    else:
+                        _exec_parts(p.call, srcs.data(), lens.data(), k, dsts.data(), -1)
                 except Exception as e:
                     self.on_error(w, e)  # recovery's handling (it may reopen the stream), then this request fails
                     raise
                 p.busy_ns += _now_ns() - t0
                 p.hits += 1
+                if k > 1:
+                    p.merged += 1
                 ran = True
             finally:
                 _release(outv, out_held)
@@ -293,12 +404,13 @@ cdef class HotPath:
                 self._count(<Prepared>q)
 
     cdef _count(self, Prepared q):
-        cdef int64_t hits = q.hits, busy = q.busy_ns
+        cdef int64_t hits = q.hits, busy = q.busy_ns, merged = q.merged
         if not hits:
             return
         q.hits = 0
         q.busy_ns = 0
-        self.count(q, hits, busy * 1e-9)
+        q.merged = 0
+        self.count(q, hits, hits - merged, busy * 1e-9)
 
 
 cdef inline void _release(vector[Py_buffer]& views, Py_ssize_t n) noexcept:

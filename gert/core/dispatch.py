@@ -66,11 +66,17 @@ class StreamQueue(Generic[W]):
         """A free worker now, or None (none free, the queue's lock held by another thread, or the queue closed):
         never waits. The compiled hot path's acquire (gert/core/_hotpath.pyx); a request that gets None takes the
         Python path, which queues it. Give the worker back with release()."""
+        if not self._free:
+            return None
         lock = self._lock
         if not lock.acquire(False):
             return None
         try:
-            return self._take_free(self._workers) if self._free and not self._closed else None
+            if self._closed or not self._free:
+                return None
+            if len(self._workers) == 1:  # one stream: it is the free one
+                return self._free.pop()
+            return self._take_free(self._workers)
         finally:
             lock.release()
 

@@ -222,17 +222,23 @@ class Worker(StreamGraphs):
         evicted, nothing of the request's own (out=, timeout, device tensors, sequence copies)."""
         if (req.out or req.device_out or req.before or req.after or req.real_batch is not None
                 or req.timeout is not None or entry.evictable or self.tiers is not None
-                or len(uploads) != len(self.plan.inputs) or len(downloads) != len(self.plan.outputs)):
+                or len(downloads) != len(self.plan.outputs)):
             return
         names = [t.name for t in self.plan.inputs]
         arrays = [req.arrays[n] for n in names]
-        if any(type(a) is not np.ndarray or u[2] is not a for a, u in zip(arrays, uploads)):
+        if all(type(a) is Rows for a in arrays):  # a merged batch (run(list)): parts laid one after the other
+            if any(a.shape[1:] != tuple(i[1][1:]) for a, i in zip(arrays, inputs)) \
+                    or len(uploads) != sum(1 for a in arrays for part in a.parts if part.nbytes):
+                return
+            whole = [(b.ptr, b.nbytes, a.nbytes) for a, (b, _, _, _, _) in zip(arrays, inputs)]
+        elif len(uploads) == len(arrays) and all(type(a) is np.ndarray and u[2] is a for a, u in zip(arrays, uploads)):
+            whole = [(dptr, dmax, host.nbytes) for dptr, dmax, host in uploads]
+        else:
             return
         outs = [results[o.name] for o in self.plan.outputs]
         if any(host is not out for (host, _), out in zip(downloads, outs)):
             return
-        call = _cann.FusedCall(self.session, entry.graph_id, self.stream,
-                               [(dptr, dmax, host.nbytes) for dptr, dmax, host in uploads], fills,
+        call = _cann.FusedCall(self.session, entry.graph_id, self.stream, whole, fills,
                                [(b.ptr, n, g, s) for b, s, _, n, g in inputs], outputs,
                                [(dptr, host.nbytes) for host, dptr in downloads])
         self.hot.offer(self, tuple((a.shape, a.dtype) for a in arrays), req.sizes, call,
