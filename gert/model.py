@@ -222,12 +222,9 @@ class Model:
         """
         self._check_open()
         if (type(inputs) is dict or isinstance(inputs, Mapping)):
-            if out is None:
-                if timeout is None:
-                    result = self._hot.run(inputs)  # None: not a signature the compiled path knows (or can run now)
-                    if result is not None:
-                        return result
-                return self.engine.run(inputs, None, timeout)
+            if out is None:  # the compiled path, else (None: a signature it does not know, ...) the Engine
+                result = self._hot.run(inputs) if timeout is None else None
+                return result if result is not None else self.engine.run(inputs, None, timeout)
             names = {o.name for o in self.plan.outputs}
             for name in out:
                 if name not in names:
@@ -239,11 +236,8 @@ class Model:
                             f"{type(inputs).__name__}")
         if out is not None:
             raise GertError("run: out= is for a single request, not a list")
-        if timeout is None and type(inputs) is list:
-            results = self._hot.run_list(inputs)  # one merged batch the compiled path knows, or None
-            if results is not None:
-                return results
-        return self.engine.run_many(list(inputs), timeout)
+        results = self._hot.run_list(inputs) if timeout is None else None  # a merged batch it knows, or None
+        return results if results is not None else self.engine.run_many(list(inputs), timeout)
 
     def submit(self, inputs: Mapping[str, np.ndarray], *, timeout: Optional[float] = None) -> concurrent.futures.Future:
         """Run in the background; the Future resolves to the outputs dict (close() cancels the ones not started and
@@ -408,22 +402,8 @@ class Model:
         otherwise."""
         fallback = self._tiers.fallback_key if self._tiers is not None else None
         keys = warmup_keys(self.plan, sizes, fallback)  # gert/core/shapes.py
-        compiled = 0
         with self._counted():  # close() waits for the graph being compiled, then warmup stops
-            from gert.tools.progress import Progress  # a tool: not on the runtime's import path
-
-            with Progress(len(keys) * len(self._workers), "gert warmup", enabled=progress) as bar:
-                for key in keys:
-                    label = ",".join(f"{n}={v}" for n, v in key) or "static"
-                    for w in self._workers:
-                        with w.lock:
-                            if self._closed:
-                                raise GertError(f"the model was closed during warmup ({compiled} graphs compiled)")
-                            if not w.has(key):
-                                w.compile(key)
-                                compiled += 1
-                        bar.step(f"stream {w.index}: {label}")
-        return compiled
+            return _compile_all(self._workers, keys, progress, lambda: self._closed)
 
     def stats(self) -> Stats:
         """Per stream: effective core limits, requests, busy seconds, compiles, requests served by static / dynamic
@@ -488,6 +468,25 @@ class Model:
 
     def _repr_html_(self) -> str:  # Jupyter
         return _display().model_html(self)
+
+
+def _compile_all(workers: list, keys: list, progress: bool, closed) -> int:
+    """Model.warmup's compiles: each key's graph on every stream that has none (``closed()`` stops it); how many."""
+    from gert.tools.progress import Progress  # a tool: not on the runtime's import path
+
+    compiled = 0
+    with Progress(len(keys) * len(workers), "gert warmup", enabled=progress) as bar:
+        for key in keys:
+            label = ",".join(f"{n}={v}" for n, v in key) or "static"
+            for w in workers:
+                with w.lock:
+                    if closed():
+                        raise GertError(f"the model was closed during warmup ({compiled} graphs compiled)")
+                    if not w.has(key):
+                        w.compile(key)
+                        compiled += 1
+                bar.step(f"stream {w.index}: {label}")
+    return compiled
 
 
 def _hot_path(model: Model, request_timeout_s: Optional[float], split_batch: bool,

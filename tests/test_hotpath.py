@@ -261,3 +261,50 @@ def test_run_list_merges_on_the_compiled_path_and_splits_each_requests_rows(gear
     mixed = [{"x": _x(2, 1)}, {"x": _x(2, 2).astype(np.float64)}]  # a bad request: the Python path's error
     with pytest.raises(GertError, match="input 'x': expected dtype float32"):
         geared.run(mixed)
+
+
+def _wait_for(cond, what: str, timeout: float = 30.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+@pytest.mark.hostnpu_only
+def test_close_aborts_a_request_stuck_on_the_compiled_path_without_recovering_the_device(geared):
+    """close(timeout) waits for the compiled path's request in flight, then aborts its stream: the request fails
+    with the abort's code, as on the Python path, and the device is not recovered (no aclrtDeviceTaskAbort)."""
+    from gert.core import recovery
+
+    x = _x(3, 0)
+    geared.run({"x": x})
+    before = gert.host_counters()
+    gert.clear_faults()
+    gert.inject_fault("hang", count=1)
+    res: dict = {}
+
+    def call() -> None:
+        try:
+            res["run"] = geared.run({"x": x})
+        except BaseException as e:  # noqa: BLE001 - examined below
+            res["run"] = e
+
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    try:
+        _wait_for(lambda: gert.host_counters()["faults"]["hang"] > before["faults"]["hang"], "the run to hang")
+        assert geared._hot.in_flight == 1  # on the compiled path
+        closer = threading.Thread(target=geared.close, args=(0.3,), daemon=True)
+        closer.start()
+        closer.join(30)
+        assert not closer.is_alive(), "close(timeout=0.3) waited for the stuck request"
+        t.join(30)
+        assert not t.is_alive()
+    finally:
+        gert.clear_faults()
+    assert isinstance(res["run"], gert.AclError) and res["run"].code in recovery.RECOVERING_CODES, res
+    assert gert.host_counters()["device_task_aborts"] == before["device_task_aborts"]
+    assert geared._recovery.stats.recoveries == 0
