@@ -95,6 +95,10 @@ cdef class HotPath:
     cdef Py_ssize_t n_in
     cdef dict table  # signature -> [Prepared, one per stream it ran on]
     cdef object queue, on_error, on_idle, trace, count
+    cdef object q_acquire, q_release  # the queue's lock (one stream: taken and given back inline, _take / _give)
+    cdef list q_free
+    cdef object q_waiting
+    cdef bint q_single
     cdef public bint enabled
     cdef public Py_ssize_t batch_limit  # rows under which dynamic batching queues a request (0: off)
     cdef public bint lists  # run(list) may merge on axis 0: every input and output carries the batch there
@@ -108,9 +112,33 @@ cdef class HotPath:
         self.n_in = len(self.names)
         self.table = {}
         self.queue, self.on_error, self.on_idle, self.trace, self.count = queue, on_error, on_idle, trace, count
+        lock, self.q_free, self.q_waiting, self.q_single = queue.parts_for_hot_path()
+        self.q_acquire, self.q_release = lock.acquire, lock.release
         self.enabled = True
 
     # ---- the call -------------------------------------------------------------------------------------------------
+    cdef object _take(self):
+        """A free stream now, or None (StreamQueue.try_take; inline for one stream)."""
+        if not self.q_single:
+            return self.queue.try_take()
+        if not self.q_free or not self.q_acquire(False):
+            return None
+        try:
+            return self.q_free.pop() if self.q_free else None
+        finally:
+            self.q_release()
+
+    cdef _give(self, object w):
+        """Give ``w`` back (StreamQueue.release: to the request that waits longest, else the free list)."""
+        if self.q_single:
+            self.q_acquire()
+            if not self.q_waiting:
+                self.q_free.append(w)
+                self.q_release()
+                return
+            self.q_release()
+        self.queue.release(w)
+
     cpdef object run(self, object inputs):
         """The outputs dict of ``inputs`` (a dict of input name -> array) run on the compiled path, or None: take the
         Python path (nothing was run)."""
@@ -151,7 +179,7 @@ cdef class HotPath:
             _release(views, held)
             return None
         try:
-            w = self.queue.try_take()
+            w = self._take()
             if w is None:  # no stream free now: the Python path queues (and may batch) it
                 self.misses += 1
                 return None
@@ -160,7 +188,7 @@ cdef class HotPath:
                     p = <Prepared>cand
                     break
             if p is None:  # not prepared on this stream yet: the Python path runs it there and offers it
-                self.queue.release(w)
+                self._give(w)
                 self.misses += 1
                 return None
             self.in_flight += 1
@@ -236,7 +264,7 @@ cdef class HotPath:
             except (BufferError, ValueError):
                 self.misses += 1
                 return None
-            w = self.queue.try_take()
+            w = self._take()
             if w is None:
                 self.misses += 1
                 return None
@@ -245,7 +273,7 @@ cdef class HotPath:
                     p = <Prepared>cand
                     break
             if p is None:
-                self.queue.release(w)
+                self._give(w)
                 self.misses += 1
                 return None
             self.in_flight += 1
@@ -324,7 +352,7 @@ cdef class HotPath:
                 _release(outv, out_held)
                 lock.release()
         finally:
-            self.queue.release(w)
+            self._give(w)
         if not ran:
             return None
         self.hits += 1
@@ -341,6 +369,13 @@ cdef class HotPath:
         rows = sizes.get("batch", 0)
         self.add(signature, Prepared(worker, call, use_limits, out_names, out_shapes, out_dtypes, label,
                                      real_elements, padded_elements, 0 < rows < self.batch_limit))
+
+    def wants(self, tuple signature, worker) -> bool:
+        """Whether an offer of ``signature`` run on ``worker`` would be taken (on, and not prepared there yet)."""
+        if self.closed or not self.enabled:
+            return False
+        found = self.table.get(signature)
+        return found is None or not any((<Prepared>q).worker is worker for q in found)
 
     def add(self, tuple signature, Prepared prepared) -> None:
         """Remember ``prepared`` for ``signature`` on its stream (replacing that stream's earlier one)."""

@@ -80,6 +80,13 @@ class StreamQueue(Generic[W]):
         finally:
             lock.release()
 
+    def parts_for_hot_path(self) -> tuple:
+        """(lock, free workers, waiting requests, single): what the compiled hot path (gert/core/_hotpath.pyx) takes
+        a free stream with and gives it back by, inline and under this queue's lock, when the Model has one stream
+        (``single``): take = a non-blocking acquire and a pop of the free list; give back = under the lock, the
+        free list when no request waits (else release(), which hands it over)."""
+        return self._lock, self._free, self._waiters, len(self._workers) == 1
+
     def acquire_batch(self, eligible: Sequence[W], item, key: tuple, rows: int, limit: int) -> tuple:
         """As acquire(), for a request that may share its run with queued requests of the same ``key``:
         (worker, [item, the items it takes along]) when this request leads a batch (at most ``limit`` rows in

@@ -224,8 +224,10 @@ class Worker(StreamGraphs):
                 or req.timeout is not None or entry.evictable or self.tiers is not None
                 or len(downloads) != len(self.plan.outputs)):
             return
-        names = [t.name for t in self.plan.inputs]
-        arrays = [req.arrays[n] for n in names]
+        arrays = [req.arrays[t.name] for t in self.plan.inputs]
+        signature = tuple((a.shape, a.dtype) for a in arrays)
+        if not self.hot.wants(signature, self):  # off, or prepared on this stream already
+            return
         if all(type(a) is Rows for a in arrays):  # a merged batch (run(list)): parts laid one after the other
             if any(a.shape[1:] != tuple(i[1][1:]) for a, i in zip(arrays, inputs)) \
                     or len(uploads) != sum(1 for a in arrays for part in a.parts if part.nbytes):
@@ -241,7 +243,7 @@ class Worker(StreamGraphs):
         call = _cann.FusedCall(self.session, entry.graph_id, self.stream, whole, fills,
                                [(b.ptr, n, g, s) for b, s, _, n, g in inputs], outputs,
                                [(dptr, host.nbytes) for host, dptr in downloads])
-        self.hot.offer(self, tuple((a.shape, a.dtype) for a in arrays), req.sizes, call,
+        self.hot.offer(self, signature, req.sizes, call,
                        self.stream.use_in_current_thread if self.limited else None,
                        tuple(o.name for o in self.plan.outputs), tuple(o.shape for o in outs),
                        tuple(o.dtype for o in outs), label, real_elements, padded_elements)
