@@ -308,3 +308,15 @@ def test_close_aborts_a_request_stuck_on_the_compiled_path_without_recovering_th
     assert isinstance(res["run"], gert.AclError) and res["run"].code in recovery.RECOVERING_CODES, res
     assert gert.host_counters()["device_task_aborts"] == before["device_task_aborts"]
     assert geared._recovery.stats.recoveries == 0
+
+
+def test_sequential_requests_keep_every_stream_serving(device):
+    """Two streams, one caller: a stream the hot path has not prepared yet gets the request's Python path (the round
+    robin turns back to it: StreamQueue.untake), so both streams serve and both get prepared (the Python path had
+    moved on to the stream that was prepared, starving the other)."""
+    with gert.load(scale_model(2.0, shape=("batch", 4)), streams=2, gears={"batch": [4]}) as m:
+        for i in range(10):
+            np.testing.assert_array_equal(m.run({"x": _x(3, i)})["y"], _x(3, i) * 2)
+        st = m.stats()
+        assert all(s["requests"] >= 4 for s in st["streams"]), st["streams"]
+        assert st["hot_path"]["prepared"] == 2 and st["hot_path"]["hits"] == 8

@@ -188,7 +188,7 @@ cdef class HotPath:
                     p = <Prepared>cand
                     break
             if p is None:  # not prepared on this stream yet: the Python path runs it there and offers it
-                self._give(w)
+                self.queue.untake(w)
                 self.misses += 1
                 return None
             self.in_flight += 1
@@ -273,7 +273,7 @@ cdef class HotPath:
                     p = <Prepared>cand
                     break
             if p is None:
-                self._give(w)
+                self.queue.untake(w)
                 self.misses += 1
                 return None
             self.in_flight += 1

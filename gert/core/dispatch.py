@@ -80,6 +80,14 @@ class StreamQueue(Generic[W]):
         finally:
             lock.release()
 
+    def untake(self, w: W) -> None:
+        """Give back ``w`` taken by try_take() and not used: as release(), and the round robin turns back to it, so
+        that the request's Python path runs there (the hot path then prepares that stream too)."""
+        self.release(w)
+        with self._lock:
+            if w in self._free:
+                self._next = self._workers.index(w)
+
     def parts_for_hot_path(self) -> tuple:
         """(lock, free workers, waiting requests, single): what the compiled hot path (gert/core/_hotpath.pyx) takes
         a free stream with and gives it back by, inline and under this queue's lock, when the Model has one stream
