@@ -320,3 +320,27 @@ def test_sequential_requests_keep_every_stream_serving(device):
         st = m.stats()
         assert all(s["requests"] >= 4 for s in st["streams"]), st["streams"]
         assert st["hot_path"]["prepared"] == 2 and st["hot_path"]["hits"] == 8
+
+
+def test_a_batched_sequence_step_gathers_and_scatters_inside_the_fused_call(device):
+    """A step of several sequences on a static graph: its gather (zero fill of the pad rows, then each state's rows)
+    and scatter copies ride in the one fused call (Session.run_fused's before / after: on the host NPU they run on
+    the calling thread), instead of separate stream work and a second synchronize; results equal ONNX Runtime's."""
+    from recurrent_models import HIDDEN, INPUT, gru_model, reference
+
+    gru = gru_model()
+    rng = np.random.default_rng(0)
+    with gert.load(gru, state={"h": "h_out"}, batch_dim="N", gears={"batch": [1, 4, 8]}) as model:
+        seqs = [model.sequence() for _ in range(3)]  # 3 rows padded to gear 4: a zero fill first, then the copies
+        refs = [{"h": np.zeros((1, 1, HIDDEN), np.float32)} for _ in seqs]
+        separate = []
+        for w in model._workers:
+            real = w.enqueue
+            w.enqueue = lambda ops, real=real: (separate.append(len(ops)), real(ops))
+        for step in range(4):
+            feeds = [rng.standard_normal((1, 1, INPUT)).astype(np.float32) for _ in seqs]
+            outs = model.step([(s, {"x": x}) for s, x in zip(seqs, feeds)])
+            for x, out, ref in zip(feeds, outs, refs):
+                want = reference(gru, [{"x": x}], ref, {"h": "h_out"})[0]
+                np.testing.assert_allclose(out["y"], want["y"], rtol=1e-5, atol=1e-6, err_msg=f"step {step}")
+        assert separate == []

@@ -151,7 +151,8 @@ class Worker(StreamGraphs):
             padded_elements += math.prod(shape)
         results = {}
         fused = False  # ran by the fused call: the compiled hot path may run its signature again (_offer)
-        if req.before:
+        staged = entry.is_static and tr is not None and tr.stages and req.timeout is None
+        if req.before and (staged or not entry.is_static):  # else in the fused call (on the host NPU: inline)
             self.enqueue(req.before)
         if entry.is_static:
             # the whole request in one call without the GIL: uploads, run, downloads, synchronize
@@ -167,23 +168,23 @@ class Worker(StreamGraphs):
                 host, results[o.name] = self._plan_download(o.name, shape, dtype, req)
                 if host.nbytes:
                     downloads.append((host, buf.ptr))
-            if tr is not None and tr.stages and req.timeout is None:  # separate calls, each timed by the stream
+            if staged:  # separate calls, each timed by the stream
                 # (a request with a timeout keeps the fused call: its timeout ends a hung run there, see staged.py)
                 tr.span("prepare", track, t0, time.perf_counter())
                 run_staged(self, tr, track, entry, req, uploads, fills, inputs, downloads)
             else:
                 if tr is not None:
                     t1 = time.perf_counter()
+                # a sequence step's gather (before) and scatter (after, into staged buffers swapped in only once the
+                # step succeeded) in the same call: no hand-off to the stream's worker for them on the host NPU
                 self.session.run_fused(entry.graph_id, self.stream, uploads, fills,
                                        [(b.ptr, n, g, s) for b, s, _, n, g in inputs], outputs, downloads,
-                                       -1 if req.timeout is None else max(1, round(req.timeout * 1000)))
+                                       -1 if req.timeout is None else max(1, round(req.timeout * 1000)),
+                                       req.before, req.after)
                 fused = tr is None
                 if tr is not None:
                     tr.span("execute", track, t1, time.perf_counter(),
                             args={"clock": "host", "fused": "h2d, execute, d2h, synchronize in one call"})
-                if req.after:
-                    self.enqueue(req.after)
-                    self.stream.synchronize(req.timeout)
         else:
             if req.timeout is None:  # the host NPU runs it on this thread (a timeout needs the worker to abort)
                 with hooks.current().inline(self.stream.handle):
