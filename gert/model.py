@@ -493,7 +493,7 @@ def _hot_path(model: Model, request_timeout_s: Optional[float], split_batch: boo
               batching: Optional[BatchingConfig]) -> HotPath:
     """The Model's compiled hot path, wired to its queue, recovery, close() and stats; off where every request needs
     the Python path: a model-wide timeout, split_batch, dynamic batching that waits for company (max_queue_delay_ms,
-    latency_slo_ms)."""
+    latency_slo_ms), or GERT_HOT_PATH=0 in the environment."""
     engine = model.engine
 
     def failed(w: Worker, e: BaseException) -> None:
@@ -515,7 +515,8 @@ def _hot_path(model: Model, request_timeout_s: Optional[float], split_batch: boo
     hot.lists = batcher.enabled and all(a == 0 for a in batcher.in_axes.values()) \
         and all(a == 0 for a in batcher.out_axes.values())
     waits = batching is not None and bool(batching.max_queue_delay_ms or batching.latency_slo_ms)
-    hot.enabled = request_timeout_s is None and not split_batch and not (waits and engine.batch_limit)
+    hot.enabled = request_timeout_s is None and not split_batch and not (waits and engine.batch_limit) \
+        and os.environ.get("GERT_HOT_PATH", "1") != "0"  # GERT_HOT_PATH=0: every request on the Python path
     model._recovery.listeners.append(lambda started: hot.suspend() if started else hot.resume())
     for w in model._workers:
         w.hot = hot
