@@ -42,6 +42,11 @@ CANN_LIBRARIES = ["ascendcl", "ge_runner", "graph", "graph_base", "ge_common", "
                   "fmk_onnx_parser"]
 
 
+def hotpath_extension(common: dict) -> Extension:
+    """gert.core._hotpath: the request pipeline's compiled hot path; it calls gert._cann through a capsule (no link)."""
+    return Extension("gert.core._hotpath", sources=["gert/core/_hotpath.pyx"], **common)
+
+
 def extensions():
     root = toolkit_root()
     common = dict(
@@ -49,7 +54,7 @@ def extensions():
         extra_compile_args=["-std=c++17", "-O2", "-fvisibility=hidden", "-Wno-unused-function"],
     )
     if root is None:
-        return [Extension(
+        return [hotpath_extension(common), Extension(
             "gert._cann",
             sources=[f"{CB}/_cann_hostnpu.pyx"] + sorted(glob.glob(f"{CB}/hostnpu/*.cpp")),
             define_macros=[("GERT_HOSTNPU", "1")],
@@ -67,7 +72,7 @@ def extensions():
         runtime_library_dirs=libdirs[:1],
         **common,
     )
-    exts = [Extension(
+    exts = [hotpath_extension(common), Extension(
         "gert._cann",
         sources=[f"{CB}/_cann.pyx", f"{CB}/hostnpu/onnx_model.cpp"],  # the ONNX I/O reader needs no toolkit
         libraries=CANN_LIBRARIES,

@@ -329,7 +329,7 @@ cdef class Session:
         return produced
 
     def run_fused(self, uint32_t graph_id, Stream stream, list uploads, list fills, list inputs, list outputs,
-                  list downloads, int32_t timeout_ms=-1):
+                  list downloads, int32_t timeout_ms=-1, list before=None, list after=None):
         """One request of a static graph, enqueued and waited for in a single call without the GIL.
 
         ``uploads``: [(device_ptr, device_max, host_buffer)] H2D copies of the whole host buffer;
@@ -337,7 +337,10 @@ cdef class Session:
         ge_dtype, shape)] the graph's tensors; ``downloads``: [(host_buffer, device_ptr)] D2H copies filling the
         whole (writable) host buffer. Then the stream is synchronized (``timeout_ms`` >= 1: with that timeout; when
         it expires the stream is aborted and ACL_ERROR_RT_STREAM_SYNC_TIMEOUT raised). Faster than separate calls:
-        the stream's worker never waits for this thread's GIL.
+        the stream's worker never waits for this thread's GIL. ``before``: device-side work ahead of the uploads,
+        zero fills (device_ptr, device_max, nbytes) and D2D copies (dst, dst_max, src, nbytes) (a batch of sequences
+        gathering its states); ``after``: D2D copies after the downloads, before the synchronize (scattered back).
+        Fills run before copies.
         """
         self._check()
         stream._check()
@@ -349,6 +352,20 @@ cdef class Session:
         cdef vector[int64_t] dims
         cdef _HeldBuffer h
         cdef list held = []
+        for op in before or ():
+            if len(op) == 3:
+                f.dst = <void*><intptr_t>op[0]
+                f.dmax = op[1]
+                f.n = op[2]
+                f.value = 0
+                cfill.push_back(f)
+            else:
+                c.dst = <void*><intptr_t>op[0]
+                c.dmax = op[1]
+                c.src = <const void*><intptr_t>op[2]
+                c.n = op[3]
+                c.kind = ACL_MEMCPY_DEVICE_TO_DEVICE
+                cin.push_back(c)
         for dptr, dmax, obj in uploads:
             h = _acquire(obj, False, "run_fused upload")
             held.append(h)
@@ -382,6 +399,13 @@ cdef class Session:
             c.src = <const void*><intptr_t>dptr
             c.n = h.view.len
             c.kind = ACL_MEMCPY_DEVICE_TO_HOST
+            cout.push_back(c)
+        for dst, dmax, src, n in after or ():
+            c.dst = <void*><intptr_t>dst
+            c.dmax = dmax
+            c.src = <const void*><intptr_t>src
+            c.n = n
+            c.kind = ACL_MEMCPY_DEVICE_TO_DEVICE
             cout.push_back(c)
         cdef int kind = 0
         cdef string msg

@@ -192,14 +192,16 @@ static inline int gert_run_fused_impl(ge::Session *s, uint32_t graph_id, void *s
   }
 #endif
   if (!stream_busy) {
+    /* fills first: a zero fill of a whole buffer (a gathered batch's pad rows) precedes the copies into its rows;
+     * an upload's pad fill covers only the rows past its copy */
+    for (auto &f : fills) {
+      if (code) break;
+      acl_fail(aclrtMemsetAsync(f.dst, f.dmax, f.value, f.n, stream));
+    }
     for (auto &c : in) {
       if (code) break;
       if (c.n == 0) continue; /* an empty tensor: nothing to copy (CANN refuses count 0 with 107000) */
       acl_fail(aclrtMemcpyAsync(c.dst, c.dmax, c.src, c.n, static_cast<aclrtMemcpyKind>(c.kind), stream));
-    }
-    for (auto &f : fills) {
-      if (code) break;
-      acl_fail(aclrtMemsetAsync(f.dst, f.dmax, f.value, f.n, stream));
     }
     if (code == 0) {
       ge::Status st = s->ExecuteGraphWithStreamAsync(graph_id, stream, inputs, outputs);

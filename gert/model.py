@@ -19,6 +19,7 @@ import numpy as np
 
 from gert import _cann
 from gert.core import onnx_io, trace as _trace
+from gert.core._hotpath import HotPath
 from gert.core.dynamic import BatchingConfig, Pending
 from gert.core.engine import Engine, Streams, write_out
 from gert._cann import Graph, ge_initialize
@@ -177,6 +178,8 @@ class Model:
         self.engine = Engine(self.plan, Streams(self._dispatch, self._queue.idle, lambda: len(self._workers),
                                                 self._recovery.timeout_for, self._parts_pool, self._dispatch_batch),
                              split_batch, batching)
+        # the compiled hot path (gert/core/_hotpath.pyx): a signature seen before runs in one call, without the above
+        self._hot = _hot_path(self, request_timeout_s, split_batch, batching)
         # submit()'s threads: with dynamic batching, enough for a full batch to queue behind every stream
         self._futures = FutureRunner(max(4, 2 * len(self._workers), self.engine.batch_limit + len(self._workers)),
                                      "gert-model")
@@ -219,8 +222,9 @@ class Model:
         """
         self._check_open()
         if (type(inputs) is dict or isinstance(inputs, Mapping)):
-            if out is None:
-                return self.engine.run(inputs, None, timeout)
+            if out is None:  # the compiled path, else (None: a signature it does not know, ...) the Engine
+                result = self._hot.run(inputs) if timeout is None else None
+                return result if result is not None else self.engine.run(inputs, None, timeout)
             names = {o.name for o in self.plan.outputs}
             for name in out:
                 if name not in names:
@@ -232,7 +236,8 @@ class Model:
                             f"{type(inputs).__name__}")
         if out is not None:
             raise GertError("run: out= is for a single request, not a list")
-        return self.engine.run_many(list(inputs), timeout)
+        results = self._hot.run_list(inputs) if timeout is None else None  # a merged batch it knows, or None
+        return results if results is not None else self.engine.run_many(list(inputs), timeout)
 
     def submit(self, inputs: Mapping[str, np.ndarray], *, timeout: Optional[float] = None) -> concurrent.futures.Future:
         """Run in the background; the Future resolves to the outputs dict (close() cancels the ones not started and
@@ -397,22 +402,8 @@ class Model:
         otherwise."""
         fallback = self._tiers.fallback_key if self._tiers is not None else None
         keys = warmup_keys(self.plan, sizes, fallback)  # gert/core/shapes.py
-        compiled = 0
         with self._counted():  # close() waits for the graph being compiled, then warmup stops
-            from gert.tools.progress import Progress  # a tool: not on the runtime's import path
-
-            with Progress(len(keys) * len(self._workers), "gert warmup", enabled=progress) as bar:
-                for key in keys:
-                    label = ",".join(f"{n}={v}" for n, v in key) or "static"
-                    for w in self._workers:
-                        with w.lock:
-                            if self._closed:
-                                raise GertError(f"the model was closed during warmup ({compiled} graphs compiled)")
-                            if not w.has(key):
-                                w.compile(key)
-                                compiled += 1
-                        bar.step(f"stream {w.index}: {label}")
-        return compiled
+            return _compile_all(self._workers, keys, progress, lambda: self._closed)
 
     def stats(self) -> Stats:
         """Per stream: effective core limits, requests, busy seconds, compiles, requests served by static / dynamic
@@ -421,7 +412,10 @@ class Model:
         gert.tools.display.Stats, which also shows as tables in Jupyter and IPython)."""
         from gert.tools.stats import collect_stats  # a tool: imported when asked for
 
+        self._hot.flush()  # the compiled hot path's runs, counted in C
         out = collect_stats(self._workers, self._recovery.stats, self._tiers)
+        out["hot_path"] = {"enabled": self._hot.enabled, "hits": self._hot.hits, "misses": self._hot.misses,
+                           "prepared": self._hot.size}
         out["batching"] = dict(self.engine.batching_stats.snapshot(), enabled=bool(self.engine.batch_limit),
                                max_batch=self.engine.batch_limit, queued=self._queue.waiting())
         return out
@@ -435,6 +429,7 @@ class Model:
             if self._closed:
                 return
             self._closed = True
+        self._hot.close()  # no request starts on the compiled path; those running are waited for below
         self._queue.close()  # requests waiting for a stream fail; running ones complete
         self._futures.close()  # submits not started: cancelled, their waiters woken
         if getattr(self, "_parts", None) is not None:
@@ -443,12 +438,12 @@ class Model:
             self._tiers.close()  # a compile in flight finishes in its retired Session, which it then closes
         deadline = time.monotonic() + timeout
         with self._lock:
-            while self._in_flight:
+            while self._in_flight or self._hot.in_flight:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 self._idle.wait(left)
-            stuck = self._in_flight > 0
+            stuck = self._in_flight > 0 or self._hot.in_flight > 0
             busy = self._queue.busy()
         self._recovery.close()  # from here a failed request is this close's doing, never a device failure
         if stuck:
@@ -473,6 +468,59 @@ class Model:
 
     def _repr_html_(self) -> str:  # Jupyter
         return _display().model_html(self)
+
+
+def _compile_all(workers: list, keys: list, progress: bool, closed) -> int:
+    """Model.warmup's compiles: each key's graph on every stream that has none (``closed()`` stops it); how many."""
+    from gert.tools.progress import Progress  # a tool: not on the runtime's import path
+
+    compiled = 0
+    with Progress(len(keys) * len(workers), "gert warmup", enabled=progress) as bar:
+        for key in keys:
+            label = ",".join(f"{n}={v}" for n, v in key) or "static"
+            for w in workers:
+                with w.lock:
+                    if closed():
+                        raise GertError(f"the model was closed during warmup ({compiled} graphs compiled)")
+                    if not w.has(key):
+                        w.compile(key)
+                        compiled += 1
+                bar.step(f"stream {w.index}: {label}")
+    return compiled
+
+
+def _hot_path(model: Model, request_timeout_s: Optional[float], split_batch: bool,
+              batching: Optional[BatchingConfig]) -> HotPath:
+    """The Model's compiled hot path, wired to its queue, recovery, close() and stats; off where every request needs
+    the Python path: a model-wide timeout, split_batch, dynamic batching that waits for company (max_queue_delay_ms,
+    latency_slo_ms), or GERT_HOT_PATH=0 in the environment."""
+    engine = model.engine
+
+    def failed(w: Worker, e: BaseException) -> None:
+        model._recovery.failed(w, e)
+
+    def idle() -> None:
+        with model._lock:
+            model._idle.notify_all()
+
+    def count(prepared, runs: int, lone: int, seconds: float) -> None:
+        prepared.worker.count_fast(prepared.label, runs, runs * prepared.real_elements,
+                                   runs * prepared.padded_elements, seconds)
+        if prepared.batched and lone:  # each a lone request the dynamic batcher would have run as its batch of one
+            engine.batching_stats.record_alone(lone, prepared.label)
+
+    hot = HotPath(engine.validator.names, model._queue, failed, idle, _trace, count)
+    hot.batch_limit = engine.batch_limit
+    batcher = engine.batcher  # run(list) merges on axis 0 where every input and output carries the batch there
+    hot.lists = batcher.enabled and all(a == 0 for a in batcher.in_axes.values()) \
+        and all(a == 0 for a in batcher.out_axes.values())
+    waits = batching is not None and bool(batching.max_queue_delay_ms or batching.latency_slo_ms)
+    hot.enabled = request_timeout_s is None and not split_batch and not (waits and engine.batch_limit) \
+        and os.environ.get("GERT_HOT_PATH", "1") != "0"  # GERT_HOT_PATH=0: every request on the Python path
+    model._recovery.listeners.append(lambda started: hot.suspend() if started else hot.resume())
+    for w in model._workers:
+        w.hot = hot
+    return hot
 
 
 def _close_worker(w: Worker) -> None:

@@ -30,7 +30,7 @@ CORE_EXCEPTIONS = {
 }
 MAX_CLASS_LINES = 350
 # modules of gert that exist only compiled (cbindings/)
-COMPILED = {"gert._cann", "gert._hostnpu"}
+COMPILED = {"gert._cann", "gert._hostnpu", "gert.core._hotpath"}
 # x._name uses that are right, and why
 PRIVATE_ALLOWED: dict = {}
 

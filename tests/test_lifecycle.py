@@ -153,6 +153,7 @@ def test_close_aborting_a_stuck_request_never_recovers_the_device_under_another_
     other.run({"x": x})
     m.run({"x": x})
     w = m._workers[0]
+    m._hot.enabled = False  # the hook below wraps Worker.run: the Python path (the compiled one: tests/test_hotpath.py)
     real_run, failed, closed = w.run, threading.Event(), threading.Event()
 
     def run(req):  # Worker.run, holding the failure until close() returned

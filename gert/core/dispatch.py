@@ -62,6 +62,39 @@ class StreamQueue(Generic[W]):
             raise GertError("the model was closed before this request started")
         return waiter.worker
 
+    def try_take(self) -> Optional[W]:
+        """A free worker now, or None (none free, the queue's lock held by another thread, or the queue closed):
+        never waits. The compiled hot path's acquire (gert/core/_hotpath.pyx); a request that gets None takes the
+        Python path, which queues it. Give the worker back with release()."""
+        if not self._free:
+            return None
+        lock = self._lock
+        if not lock.acquire(False):
+            return None
+        try:
+            if self._closed or not self._free:
+                return None
+            if len(self._workers) == 1:  # one stream: it is the free one
+                return self._free.pop()
+            return self._take_free(self._workers)
+        finally:
+            lock.release()
+
+    def untake(self, w: W) -> None:
+        """Give back ``w`` taken by try_take() and not used: as release(), and the round robin turns back to it, so
+        that the request's Python path runs there (the hot path then prepares that stream too)."""
+        self.release(w)
+        with self._lock:
+            if w in self._free:
+                self._next = self._workers.index(w)
+
+    def parts_for_hot_path(self) -> tuple:
+        """(lock, free workers, waiting requests, single): what the compiled hot path (gert/core/_hotpath.pyx) takes
+        a free stream with and gives it back by, inline and under this queue's lock, when the Model has one stream
+        (``single``): take = a non-blocking acquire and a pop of the free list; give back = under the lock, the
+        free list when no request waits (else release(), which hands it over)."""
+        return self._lock, self._free, self._waiters, len(self._workers) == 1
+
     def acquire_batch(self, eligible: Sequence[W], item, key: tuple, rows: int, limit: int) -> tuple:
         """As acquire(), for a request that may share its run with queued requests of the same ``key``:
         (worker, [item, the items it takes along]) when this request leads a batch (at most ``limit`` rows in

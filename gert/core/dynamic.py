@@ -156,6 +156,18 @@ class BatchingStats:
             self.wait_seconds += sum(waits)
             self._waits.extend(waits)
 
+    def record_alone(self, requests: int, gear: str) -> None:
+        """``requests`` lone requests that found a stream free and ran as batches of one without waiting (the
+        compiled hot path counts them in C: gert/core/_hotpath.pyx)."""
+        with self._lock:
+            self.batches += requests
+            self.requests += requests
+            self.sizes[1] += requests
+            g = self.gears.setdefault(gear, [0, 0])
+            g[0] += requests
+            g[1] += requests
+            self._waits.extend([0.0] * min(requests, _WAITS_KEPT))
+
     def retried(self) -> None:
         """A batch merged by run(list), gert_triton or a sequence step whose run faulted and was retried member by
         member (the dynamic batcher's own are counted by record())."""

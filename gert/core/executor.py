@@ -104,6 +104,7 @@ class Worker(StreamGraphs):
         buf = pool.get(name)
         if buf is None or buf.nbytes < nbytes:
             if buf is not None:
+                self.forget_prepared()  # the hot path's runs over the old buffer
                 buf.free()  # no work is queued: the previous request was synchronized
             buf = DeviceBuffer(max(nbytes, 1), self.device)
             pool[name] = buf
@@ -149,7 +150,9 @@ class Worker(StreamGraphs):
             real_elements += arr.size if req.real_batch is None else self._real_elements(t.name, arr, req)
             padded_elements += math.prod(shape)
         results = {}
-        if req.before:
+        fused = False  # ran by the fused call: the compiled hot path may run its signature again (_offer)
+        staged = entry.is_static and tr is not None and tr.stages and req.timeout is None
+        if req.before and (staged or not entry.is_static):  # else in the fused call (on the host NPU: inline)
             self.enqueue(req.before)
         if entry.is_static:
             # the whole request in one call without the GIL: uploads, run, downloads, synchronize
@@ -165,22 +168,23 @@ class Worker(StreamGraphs):
                 host, results[o.name] = self._plan_download(o.name, shape, dtype, req)
                 if host.nbytes:
                     downloads.append((host, buf.ptr))
-            if tr is not None and tr.stages and req.timeout is None:  # separate calls, each timed by the stream
+            if staged:  # separate calls, each timed by the stream
                 # (a request with a timeout keeps the fused call: its timeout ends a hung run there, see staged.py)
                 tr.span("prepare", track, t0, time.perf_counter())
                 run_staged(self, tr, track, entry, req, uploads, fills, inputs, downloads)
             else:
                 if tr is not None:
                     t1 = time.perf_counter()
+                # a sequence step's gather (before) and scatter (after, into staged buffers swapped in only once the
+                # step succeeded) in the same call: no hand-off to the stream's worker for them on the host NPU
                 self.session.run_fused(entry.graph_id, self.stream, uploads, fills,
                                        [(b.ptr, n, g, s) for b, s, _, n, g in inputs], outputs, downloads,
-                                       -1 if req.timeout is None else max(1, round(req.timeout * 1000)))
+                                       -1 if req.timeout is None else max(1, round(req.timeout * 1000)),
+                                       req.before, req.after)
+                fused = tr is None
                 if tr is not None:
                     tr.span("execute", track, t1, time.perf_counter(),
                             args={"clock": "host", "fused": "h2d, execute, d2h, synchronize in one call"})
-                if req.after:
-                    self.enqueue(req.after)
-                    self.stream.synchronize(req.timeout)
         else:
             if req.timeout is None:  # the host NPU runs it on this thread (a timeout needs the worker to abort)
                 with hooks.current().inline(self.stream.handle):
@@ -203,10 +207,57 @@ class Worker(StreamGraphs):
         else:
             self.stats.dynamic_hits += 1
         self.stats.busy_seconds += time.perf_counter() - t0
+        if fused and self.hot is not None:
+            self._offer(req, entry, uploads, fills, inputs, outputs, downloads, results, label, real_elements,
+                        padded_elements)
         if tr is not None:
             tr.span("run", track, t0, time.perf_counter(), "run",
                     {"rows": req.sizes.get("batch"), "key": label, "graph": "static" if entry.is_static else "dynamic"})
         return results
+
+    def _offer(self, req: Request, entry: GraphEntry, uploads: list, fills: list, inputs: list, outputs: list,
+               downloads: list, results: dict, label: str, real_elements: int, padded_elements: int) -> None:
+        """Offer the request just run to the compiled hot path (gert/core/_hotpath.pyx), when running its signature
+        again is this same fused call with only the host arrays changed: numpy inputs each uploaded whole (no staged
+        padding), every output downloaded whole into a fresh array (no slice of a padded one), a graph that is not
+        evicted, nothing of the request's own (out=, timeout, device tensors, sequence copies)."""
+        if (req.out or req.device_out or req.before or req.after or req.real_batch is not None
+                or req.timeout is not None or entry.evictable or self.tiers is not None
+                or len(downloads) != len(self.plan.outputs)):
+            return
+        arrays = [req.arrays[t.name] for t in self.plan.inputs]
+        signature = tuple((a.shape, a.dtype) for a in arrays)
+        if not self.hot.wants(signature, self):  # off, or prepared on this stream already
+            return
+        if all(type(a) is Rows for a in arrays):  # a merged batch (run(list)): parts laid one after the other
+            if any(a.shape[1:] != tuple(i[1][1:]) for a, i in zip(arrays, inputs)) \
+                    or len(uploads) != sum(1 for a in arrays for part in a.parts if part.nbytes):
+                return
+            whole = [(b.ptr, b.nbytes, a.nbytes) for a, (b, _, _, _, _) in zip(arrays, inputs)]
+        elif len(uploads) == len(arrays) and all(type(a) is np.ndarray and u[2] is a for a, u in zip(arrays, uploads)):
+            whole = [(dptr, dmax, host.nbytes) for dptr, dmax, host in uploads]
+        else:
+            return
+        outs = [results[o.name] for o in self.plan.outputs]
+        if any(host is not out for (host, _), out in zip(downloads, outs)):
+            return
+        call = _cann.FusedCall(self.session, entry.graph_id, self.stream, whole, fills,
+                               [(b.ptr, n, g, s) for b, s, _, n, g in inputs], outputs,
+                               [(dptr, host.nbytes) for host, dptr in downloads])
+        self.hot.offer(self, signature, req.sizes, call,
+                       self.stream.use_in_current_thread if self.limited else None,
+                       tuple(o.name for o in self.plan.outputs), tuple(o.shape for o in outs),
+                       tuple(o.dtype for o in outs), label, real_elements, padded_elements)
+
+    def count_fast(self, label: str, runs: int, real_elements: int, padded_elements: int, seconds: float) -> None:
+        """Runs of the compiled hot path on this stream, added to its stats as Worker.run counts its own."""
+        gear = self.gear_stats.setdefault(label, GearStats())
+        gear.hits += runs
+        gear.real_elements += real_elements
+        gear.padded_elements += padded_elements
+        self.stats.requests += runs
+        self.stats.static_hits += runs
+        self.stats.busy_seconds += seconds
 
     def _run_dynamic(self, entry: GraphEntry, req: Request, uploads: list, fills: list, inputs: list,
                      results: dict, tr: Optional[_trace.Recorder] = None) -> None:

@@ -74,6 +74,9 @@ class Recovery:
         self._recovering: set = set()
         self._closing = False
         self.stats = FaultStats()
+        # called with True when a device's recovery starts, False when it ends (the compiled hot path stops taking
+        # requests meanwhile: gert/core/_hotpath.pyx)
+        self.listeners: list = []
 
     def timeout_for(self, timeout: Optional[float]) -> Optional[float]:
         """The request's timeout: its own, else the model's."""
@@ -123,6 +126,13 @@ class Recovery:
             self._failed(w, e)
             raise
 
+    def failed(self, w, e: BaseException) -> None:
+        """A run on ``w`` (whose lock the caller holds) raised ``e`` outside Recovery.run (the compiled hot path, which
+        runs without a timeout): a device fault is handled as Recovery.run handles it (probe, recover)."""
+        if isinstance(e, (AclError, GeError)):
+            _traced("fault", w, e)
+            self._failed(w, e)
+
     def close(self) -> None:
         """The model is closing: from now on a failed request is the close's doing (its stream aborted, or closed
         under a stuck request), never a device failure: no probe, no aclrtDeviceTaskAbort, which would fail the
@@ -162,6 +172,8 @@ class Recovery:
                 return  # another worker leads this device's recovery
             self._recovering.add(device)
         started = time.perf_counter()
+        for listener in self.listeners:
+            listener(True)
         try:
             _cann.device_task_abort(device, DEVICE_ABORT_TIMEOUT_MS)
             for w in self._workers():
@@ -176,6 +188,8 @@ class Recovery:
         finally:
             with self._lock:
                 self._recovering.discard(device)
+            for listener in self.listeners:
+                listener(False)
             tr = _trace.active
             if tr is not None:  # aclrtDeviceTaskAbort and the device's streams reopened
                 tr.span("recovery", tr.stream_track(current), started, time.perf_counter(), "error",

@@ -106,6 +106,9 @@ class StreamGraphs:
         self.exact = SegmentedLRU(max_exact_graphs)  # the evictable (exact) graphs' keys: always those in graphs
         self.tiers = None  # gert.core.tiers.Tiers when a dim uses the auto policy (set by the Model)
         self.cache = None  # gert.core.compile_cache.CompileCache when the model has a cache directory (set by the Model)
+        # gert.core._hotpath.HotPath: runs prepared over this stream's buffers and graphs (set by the Model); told to
+        # forget them whenever the buffers or graphs change (forget_prepared)
+        self.hot = None
         self._graph_ids = itertools.count(1)  # thread-safe: the tiers' thread compiles too
         self.in_bufs: dict = {}
         self.out_bufs: dict = {}
@@ -209,6 +212,7 @@ class StreamGraphs:
         entry = self.graphs.pop(key, None)
         if entry is None:
             return False
+        self.forget_prepared()
         self.session.remove_graph(entry.graph_id)
         return True
 
@@ -228,6 +232,7 @@ class StreamGraphs:
             old = self._ctx
             old.retired = True
             last = old.builds == 0
+        self.forget_prepared()
         if last:
             self._dispose(old, synchronize=False)
         try:
@@ -304,8 +309,14 @@ class StreamGraphs:
                 entry.out_meta.append((dtype, math.prod(shape) * dtype.itemsize, ge_dtype(dtype)))
         return entry
 
+    def forget_prepared(self) -> None:
+        """The compiled hot path must not run what it prepared over this stream's buffers and graphs any more."""
+        if self.hot is not None:
+            self.hot.forget(self)
+
     def free_buffers(self) -> None:
         """Free the device I/O buffers (no work may be queued); they grow again on demand."""
+        self.forget_prepared()
         for b in list(self.in_bufs.values()) + list(self.out_bufs.values()):
             b.free()
         self.in_bufs.clear()
@@ -321,6 +332,7 @@ class StreamGraphs:
             ctx = self._ctx
             ctx.retired = True
             last = ctx.builds == 0
+        self.forget_prepared()
         self.graphs.clear()
         try:
             if last:

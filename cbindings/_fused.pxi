@@ -1,0 +1,177 @@
+# A static graph's request laid out once (FusedCall): what Session.run_fused parses from Python lists on every call
+# (the graph's device tensors, the copies' device ends, the padding fills) is built at construction; a call gives
+# only the host ends of the copies. The request pipeline's compiled hot path (gert/core/_hotpath.pyx) calls it through
+# the C function in the capsule ``FUSED_API`` without building a Python object per call.
+from cpython.pycapsule cimport PyCapsule_New
+
+
+ctypedef int (*gert_fused_exec_t)(object call, const void** srcs, void** dsts, int32_t timeout_ms) except -1
+ctypedef int (*gert_fused_exec_parts_t)(object call, const void** srcs, const size_t* lens, Py_ssize_t parts,
+                                        void** dsts, int32_t timeout_ms) except -1
+
+
+cdef class FusedCall:
+    """One static graph on one stream with fixed device buffers: ``uploads`` [(device_ptr, device_max, nbytes)] H2D
+    copies (their host ends given per call), ``fills`` [(device_ptr, device_max, nbytes, value)] memsets (padding),
+    ``inputs`` / ``outputs`` [(device_ptr, nbytes, ge_dtype, shape)] the graph's tensors, ``downloads``
+    [(device_ptr, nbytes)] D2H copies (their host ends given per call). ``keep``: objects kept alive with it (the
+    device buffers). A call runs what Session.run_fused runs, in one call without the GIL."""
+    cdef Session session
+    cdef Stream stream
+    cdef uint32_t graph_id
+    cdef cge.gert_tensor_list ins, outs
+    cdef vector[cge.gert_copy] cin, cout
+    cdef vector[cge.gert_fill] cfill
+    cdef readonly object keep
+
+    def __init__(self, Session session, uint32_t graph_id, Stream stream, list uploads, list fills, list inputs,
+                 list outputs, list downloads, keep=None):
+        session._check()
+        stream._check()
+        self.session, self.stream, self.graph_id, self.keep = session, stream, graph_id, keep
+        cdef cge.gert_copy c
+        cdef cge.gert_fill f
+        cdef vector[int64_t] dims
+        for dptr, dmax, n in uploads:
+            c.dst = <void*><intptr_t>dptr
+            c.dmax = dmax
+            c.src = NULL
+            c.n = n
+            c.kind = ACL_MEMCPY_HOST_TO_DEVICE
+            self.cin.push_back(c)
+        for dptr, dmax, n, value in fills:
+            f.dst = <void*><intptr_t>dptr
+            f.dmax = dmax
+            f.n = n
+            f.value = value
+            self.cfill.push_back(f)
+        for dptr, n, dt, shape in inputs:
+            dims.clear()
+            for d in shape:
+                dims.push_back(d)
+            cge.gert_push_device_tensor(self.ins, <void*><intptr_t>dptr, n, dt, dims)
+        for dptr, n, dt, shape in outputs:
+            dims.clear()
+            for d in shape:
+                dims.push_back(d)
+            cge.gert_push_device_tensor(self.outs, <void*><intptr_t>dptr, n, dt, dims)
+        for dptr, n in downloads:
+            c.dst = NULL
+            c.dmax = n
+            c.src = <const void*><intptr_t>dptr
+            c.n = n
+            c.kind = ACL_MEMCPY_DEVICE_TO_HOST
+            self.cout.push_back(c)
+
+    @property
+    def upload_sizes(self) -> list:
+        """Bytes each upload copies (the host buffer given for it must hold exactly that)."""
+        return [self.cin[i].n for i in range(self.cin.size())]
+
+    @property
+    def download_sizes(self) -> list:
+        return [self.cout[i].n for i in range(self.cout.size())]
+
+    def __call__(self, hosts_in, hosts_out, int32_t timeout_ms=-1):
+        """Run once: ``hosts_in`` one C-contiguous buffer per upload, ``hosts_out`` one writable one per download,
+        each of exactly its copy's size (checked)."""
+        if len(hosts_in) != <Py_ssize_t>self.cin.size() or len(hosts_out) != <Py_ssize_t>self.cout.size():
+            raise ValueError(f"FusedCall: {self.cin.size()} upload(s) and {self.cout.size()} download(s), got "
+                             f"{len(hosts_in)} and {len(hosts_out)}")
+        cdef list held = []
+        cdef vector[const void*] srcs
+        cdef vector[void*] dsts
+        cdef _HeldBuffer h
+        cdef size_t i = 0
+        for obj in hosts_in:
+            h = _acquire(obj, False, "FusedCall upload")
+            held.append(h)
+            if <size_t>h.view.len != self.cin[i].n:
+                raise ValueError(f"FusedCall: upload {i} holds {h.view.len} bytes, the copy is {self.cin[i].n}")
+            srcs.push_back(h.view.buf)
+            i += 1
+        i = 0
+        for obj in hosts_out:
+            h = _acquire(obj, True, "FusedCall download")
+            held.append(h)
+            if <size_t>h.view.len != self.cout[i].n:
+                raise ValueError(f"FusedCall: download {i} holds {h.view.len} bytes, the copy is {self.cout[i].n}")
+            dsts.push_back(h.view.buf)
+            i += 1
+        _fused_exec(self, srcs.data(), dsts.data(), timeout_ms)
+
+
+cdef int _fused_exec(object obj, const void** srcs, void** dsts, int32_t timeout_ms) except -1:
+    """Run ``obj`` (a FusedCall) with these host ends of its copies (``srcs``: one per upload, ``dsts``: one per
+    download, each of its copy's size: the caller checked); AclError / GeError as Session.run_fused raises."""
+    cdef FusedCall call = <FusedCall?>obj
+    call.session._check()
+    call.stream._check()  # also binds the device's context to this thread
+    cdef size_t i
+    for i in range(call.cin.size()):
+        call.cin[i].src = srcs[i]
+    for i in range(call.cout.size()):
+        call.cout[i].dst = dsts[i]
+    cdef int kind = 0
+    cdef string msg
+    cdef int code
+    cdef void* sh = call.stream._h
+    cdef cge.Session* s = call.session._s
+    with nogil:
+        code = cge.gert_run_fused(s, call.graph_id, sh, call.cin, call.cfill, call.ins, call.outs, call.cout,
+                                  timeout_ms, &kind, &msg)
+    if code != 0:
+        text = msg.decode("utf-8", "replace")
+        if kind == 2:
+            raise _errors.GeError(<unsigned int>code, text)
+        raise _errors.AclError(code, text)
+    return 0
+
+
+cdef int _fused_exec_parts(object obj, const void** srcs, const size_t* lens, Py_ssize_t parts, void** dsts,
+                           int32_t timeout_ms) except -1:
+    """As _fused_exec, each upload made of ``parts`` host pieces laid one after the other (a batch merged from
+    requests: ``srcs[i * parts + j]`` of ``lens[i * parts + j]`` bytes is input i's piece j); their sizes must add
+    up to the upload's."""
+    cdef FusedCall call = <FusedCall?>obj
+    call.session._check()
+    call.stream._check()
+    cdef vector[cge.gert_copy] cin
+    cdef cge.gert_copy c
+    cdef size_t i, j, k, offset
+    for i in range(call.cin.size()):
+        offset = 0
+        for j in range(<size_t>parts):
+            k = i * <size_t>parts + j
+            c = call.cin[i]
+            c.dst = <char*>call.cin[i].dst + offset
+            c.dmax = call.cin[i].dmax - offset
+            c.src = srcs[k]
+            c.n = lens[k]
+            if offset + c.n > call.cin[i].n:
+                raise ValueError(f"FusedCall: the pieces of upload {i} hold more than its {call.cin[i].n} bytes")
+            offset += c.n
+            cin.push_back(c)
+        if offset != call.cin[i].n:
+            raise ValueError(f"FusedCall: the pieces of upload {i} hold {offset} bytes, the copy is {call.cin[i].n}")
+    for i in range(call.cout.size()):
+        call.cout[i].dst = dsts[i]
+    cdef int kind = 0
+    cdef string msg
+    cdef int code
+    cdef void* sh = call.stream._h
+    cdef cge.Session* s = call.session._s
+    with nogil:
+        code = cge.gert_run_fused(s, call.graph_id, sh, cin, call.cfill, call.ins, call.outs, call.cout,
+                                  timeout_ms, &kind, &msg)
+    if code != 0:
+        text = msg.decode("utf-8", "replace")
+        if kind == 2:
+            raise _errors.GeError(<unsigned int>code, text)
+        raise _errors.AclError(code, text)
+    return 0
+
+
+FUSED_PARTS_API = PyCapsule_New(<void*>_fused_exec_parts, b"gert._cann.fused_exec_parts", NULL)
+# the hot path's entry: int (*)(object call, const void** srcs, void** dsts, int32_t timeout_ms) except -1
+FUSED_API = PyCapsule_New(<void*>_fused_exec, b"gert._cann.fused_exec", NULL)

@@ -1,0 +1,454 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+# distutils: language = c++
+"""The request pipeline's hot loop, compiled: a request whose (names, shapes, dtypes) signature already ran alone on
+a static graph runs again in one call here, without the Python pipeline (docs/architecture.md, "The data path").
+
+    signature -> the stream's prepared run (graph, device buffers, padding, slicing: gert._cann.FusedCall)
+    -> a free stream (StreamQueue.try_take) -> its lock -> uploads, execute, downloads, synchronize without the GIL
+    -> fresh output arrays -> release
+
+Filled by the Python path: gert.core.executor.Worker offers (``add``) a request it ran that qualifies (every input a
+numpy array uploaded whole, every output downloaded whole into a fresh array, a static graph that is not evicted,
+no out= / timeout / device tensors / sequence copies / tracing). Anything else returns None from ``run`` and takes
+the Python path: a signature seen first, no free stream (a queue to join: dynamic batching), the model closed, a
+device under recovery, tracing on. Invalidated by the stream's owner (``forget``) whenever what a prepared run
+points at changes: the stream's buffers freed or grown, a graph evicted or released, the stream reopened after a
+device fault, the worker closed.
+
+Counters are kept in C per prepared run and added to the workers' stats by ``flush`` (Model.stats()).
+"""
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE
+from cpython.dict cimport PyDict_GetItem, PyDict_Size
+from cpython.pycapsule cimport PyCapsule_GetPointer
+from cpython.ref cimport PyObject
+from libc.stdint cimport int32_t, int64_t
+from libcpp.vector cimport vector
+
+import numpy as np
+
+from gert import _cann
+from gert.errors import GertError
+
+cdef extern from "<time.h>" nogil:
+    ctypedef long time_t
+    struct timespec:
+        time_t tv_sec
+        long tv_nsec
+    int clock_gettime(int clk_id, timespec* tp)
+    int CLOCK_MONOTONIC
+
+ctypedef int (*fused_exec_t)(object call, const void** srcs, void** dsts, int32_t timeout_ms) except -1
+ctypedef int (*fused_exec_parts_t)(object call, const void** srcs, const size_t* lens, Py_ssize_t parts, void** dsts,
+                                   int32_t timeout_ms) except -1
+
+cdef fused_exec_t _exec = <fused_exec_t>PyCapsule_GetPointer(_cann.FUSED_API, b"gert._cann.fused_exec")
+cdef fused_exec_parts_t _exec_parts = <fused_exec_parts_t>PyCapsule_GetPointer(
+    _cann.FUSED_PARTS_API, b"gert._cann.fused_exec_parts")
+cdef object _ndarray = np.ndarray
+cdef object _empty = np.empty
+_KEPT = 1024  # signatures kept (cleared when full, as the validator's)
+
+
+cdef inline int64_t _now_ns() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
+
+
+cdef class Prepared:
+    """One signature's run on one stream: the FusedCall over the stream's buffers, the outputs' names, shapes and
+    dtypes (padding already sliced off: the downloads copy the real rows only), the gear label and element counts
+    of one run (for the gear stats), and the C counters of the runs since the last flush."""
+    cdef readonly object worker
+    cdef readonly object call
+    cdef readonly object use_limits  # the stream's use_in_current_thread, for workers with core limits; else None
+    cdef readonly tuple out_names, out_shapes, out_dtypes
+    cdef readonly str label
+    cdef readonly int64_t real_elements, padded_elements
+    cdef readonly bint batched  # a lone run of a request dynamic batching would have queued (its stats)
+    cdef readonly bint valid
+    cdef readonly int64_t hits, busy_ns
+    cdef readonly int64_t merged  # runs of those that were run(list) batches (not lone requests)
+    cdef vector[Py_ssize_t] in_bytes, out_bytes
+
+    def __init__(self, worker, call, use_limits, tuple out_names, tuple out_shapes, tuple out_dtypes, str label,
+                 int64_t real_elements, int64_t padded_elements, bint batched):
+        self.worker, self.call, self.use_limits = worker, call, use_limits
+        self.out_names, self.out_shapes, self.out_dtypes = out_names, out_shapes, out_dtypes
+        self.label, self.real_elements, self.padded_elements = label, real_elements, padded_elements
+        self.batched = batched
+        self.valid = True
+        for n in call.upload_sizes:
+            self.in_bytes.push_back(n)
+        for n in call.download_sizes:
+            self.out_bytes.push_back(n)
+        if self.out_bytes.size() != len(out_names):
+            raise ValueError("Prepared: one download per output")
+
+
+cdef class HotPath:
+    """A Model's compiled hot path (one per Model). ``names``: the model's inputs in order; ``queue``: its
+    StreamQueue (``try_take``, ``release``); ``on_error(worker, error)``: the Python handling of a failed run (device
+    faults: gert.core.recovery), called holding the worker's lock; ``on_idle()``: wakes close() once the last request
+    in flight here ends; ``trace``: gert.core.trace (its ``active`` recorder turns this path off)."""
+    cdef tuple names
+    cdef Py_ssize_t n_in
+    cdef dict table  # signature -> [Prepared, one per stream it ran on]
+    cdef object queue, on_error, on_idle, trace, count
+    cdef object q_acquire, q_release  # the queue's lock (one stream: taken and given back inline, _take / _give)
+    cdef list q_free
+    cdef object q_waiting
+    cdef bint q_single
+    cdef public bint enabled
+    cdef public Py_ssize_t batch_limit  # rows under which dynamic batching queues a request (0: off)
+    cdef public bint lists  # run(list) may merge on axis 0: every input and output carries the batch there
+    cdef readonly bint closed
+    cdef readonly int suspended
+    cdef readonly Py_ssize_t in_flight
+    cdef readonly int64_t hits, misses
+
+    def __init__(self, names, queue, on_error, on_idle, trace, count):
+        self.names = tuple(names)
+        self.n_in = len(self.names)
+        self.table = {}
+        self.queue, self.on_error, self.on_idle, self.trace, self.count = queue, on_error, on_idle, trace, count
+        lock, self.q_free, self.q_waiting, self.q_single = queue.parts_for_hot_path()
+        self.q_acquire, self.q_release = lock.acquire, lock.release
+        self.enabled = True
+
+    # ---- the call -------------------------------------------------------------------------------------------------
+    cdef object _take(self):
+        """A free stream now, or None (StreamQueue.try_take; inline for one stream)."""
+        if not self.q_single:
+            return self.queue.try_take()
+        if not self.q_free or not self.q_acquire(False):
+            return None
+        try:
+            return self.q_free.pop() if self.q_free else None
+        finally:
+            self.q_release()
+
+    cdef _give(self, object w):
+        """Give ``w`` back (StreamQueue.release: to the request that waits longest, else the free list)."""
+        if self.q_single:
+            self.q_acquire()
+            if not self.q_waiting:
+                self.q_free.append(w)
+                self.q_release()
+                return
+            self.q_release()
+        self.queue.release(w)
+
+    cpdef object run(self, object inputs):
+        """The outputs dict of ``inputs`` (a dict of input name -> array) run on the compiled path, or None: take the
+        Python path (nothing was run)."""
+        if not self.enabled or self.closed or self.suspended or type(inputs) is not dict \
+                or PyDict_Size(inputs) != self.n_in or self.trace.active is not None:
+            return None
+        cdef Py_ssize_t i, n_in = self.n_in, n_out
+        cdef PyObject* item
+        cdef object a
+        cdef list arrays = []
+        cdef list parts = []
+        for i in range(n_in):
+            item = PyDict_GetItem(inputs, self.names[i])
+            if item == NULL:
+                self.misses += 1
+                return None
+            a = <object>item
+            if type(a) is not _ndarray:
+                self.misses += 1
+                return None
+            arrays.append(a)
+            parts.append((a.shape, a.dtype))
+        cdef object found = self.table.get(tuple(parts))
+        if found is None:
+            self.misses += 1
+            return None
+        cdef vector[Py_buffer] views
+        views.resize(n_in + 8)
+        cdef Py_ssize_t held = 0
+        cdef Prepared p = None
+        cdef object w
+        try:
+            for i in range(n_in):  # C-contiguous (else the Python path copies it)
+                PyObject_GetBuffer(arrays[i], &views[held], PyBUF_C_CONTIGUOUS)
+                held += 1
+        except (BufferError, ValueError):
+            self.misses += 1
+            _release(views, held)
+            return None
+        try:
+            w = self._take()
+            if w is None:  # no stream free now: the Python path queues (and may batch) it
+                self.misses += 1
+                return None
+            for cand in <list>found:
+                if (<Prepared>cand).worker is w:
+                    p = <Prepared>cand
+                    break
+            if p is None:  # not prepared on this stream yet: the Python path runs it there and offers it
+                self.queue.untake(w)
+                self.misses += 1
+                return None
+            self.in_flight += 1
+            try:
+                return self._run_on(p, w, views, n_in)
+            finally:
+                self.in_flight -= 1
+                if self.closed and self.in_flight == 0:
+                    self.on_idle()
+        finally:
+            _release(views, held)
+
+    cpdef object run_list(self, object requests):
+        """The outputs of ``requests`` (a list of dicts of input name -> array, all of one dtype and non-batch shape per
+        input) merged on axis 0 as run(list) merges them, run once on the compiled path and split back (each
+        request's rows: views of this call's own arrays); or None: take the Python path (nothing was run)."""
+        if not self.enabled or not self.lists or self.closed or self.suspended or type(requests) is not list \
+                or self.trace.active is not None:
+            return None
+        cdef Py_ssize_t k = len(requests), i, j, n_in = self.n_in
+        if k < 2:
+            return None
+        cdef list arrays = []   # request-major: arrays[j * n_in + i]
+        cdef list rows = []
+        cdef PyObject* item
+        cdef object a, r, first
+        cdef Py_ssize_t total = 0, n
+        for j in range(k):
+            r = requests[j]
+            if type(r) is not dict or PyDict_Size(r) != n_in:
+                return None
+            n = -1
+            for i in range(n_in):
+                item = PyDict_GetItem(r, self.names[i])
+                if item == NULL or type(<object>item) is not _ndarray:
+                    return None
+                a = <object>item
+                if a.ndim == 0:
+                    return None
+                if j:
+                    first = arrays[i]
+                    if a.dtype is not first.dtype and a.dtype != first.dtype or a.shape[1:] != first.shape[1:]:
+                        return None
+                if n < 0:
+                    n = a.shape[0]
+                    if n == 0:
+                        return None
+                elif a.shape[0] != n:
+                    return None
+                arrays.append(a)
+            rows.append(n)
+            total += n
+        cdef list parts = []
+        for i in range(n_in):
+            a = arrays[i]
+            parts.append(((total,) + a.shape[1:], a.dtype))
+        cdef object found = self.table.get(tuple(parts))
+        if found is None:
+            self.misses += 1
+            return None
+        cdef object out = None
+        cdef vector[Py_buffer] views
+        views.resize(n_in * k + 1)
+        cdef Py_ssize_t held = 0
+        cdef object w
+        cdef Prepared p = None
+        try:
+            try:
+                for i in range(n_in):  # input-major: views[i * k + j]
+                    for j in range(k):
+                        PyObject_GetBuffer(arrays[j * n_in + i], &views[held], PyBUF_C_CONTIGUOUS)
+                        held += 1
+            except (BufferError, ValueError):
+                self.misses += 1
+                return None
+            w = self._take()
+            if w is None:
+                self.misses += 1
+                return None
+            for cand in <list>found:
+                if (<Prepared>cand).worker is w:
+                    p = <Prepared>cand
+                    break
+            if p is None:
+                self.queue.untake(w)
+                self.misses += 1
+                return None
+            self.in_flight += 1
+            try:
+                out = self._run_on(p, w, views, n_in, k)
+            finally:
+                self.in_flight -= 1
+                if self.closed and self.in_flight == 0:
+                    self.on_idle()
+        finally:
+            _release(views, held)
+        if out is None:
+            return None
+        cdef list results = []
+        cdef Py_ssize_t start = 0
+        for j in range(k):
+            n = rows[j]
+            results.append({name: value[start:start + n] for name, value in (<dict>out).items()})
+            start += n
+        return results
+
+    cdef object _run_on(self, Prepared p, object w, vector[Py_buffer]& views, Py_ssize_t n_in, Py_ssize_t k=1):
+        """Run ``p`` on ``w`` (taken from the queue, given back here)."""
+        cdef Py_ssize_t i, n_out = len(p.out_names)
+        cdef vector[const void*] srcs
+        cdef vector[size_t] lens
+        cdef vector[void*] dsts
+        cdef vector[Py_buffer] outv
+        cdef Py_ssize_t out_held = 0
+        cdef list outs = []
+        cdef int64_t t0
+        cdef object lock = w.lock
+        cdef bint ran = False
+        try:
+            lock.acquire()
+            try:
+                if self.closed:
+                    raise GertError("the model was closed before this request started")
+                if not p.valid:  # forgotten since the lookup (its stream's buffers or graph changed)
+                    return None
+                if k == 1:
+                    for i in range(n_in):
+                        if views[i].len != p.in_bytes[i]:
+                            return None
+                        srcs.push_back(views[i].buf)
+                else:  # views[i * k + j]: input i of request j, laid one after the other
+                    for i in range(n_in * k):
+                        srcs.push_back(views[i].buf)
+                        lens.push_back(views[i].len)
+                outv.resize(n_out + 1)
+                for i in range(n_out):
+                    a = _empty(p.out_shapes[i], p.out_dtypes[i])
+                    outs.append(a)
+                    PyObject_GetBuffer(a, &outv[i], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
+                    out_held += 1
+                    if outv[i].len != p.out_bytes[i]:
+                        return None
+                    dsts.push_back(outv[i].buf)
+                if p.use_limits is not None:
+                    p.use_limits()
+                t0 = _now_ns()
+                try:
+                    if k == 1:
+                        _exec(p.call, srcs.data(), dsts.data(), -1)
+                    else:
+                        _exec_parts(p.call, srcs.data(), lens.data(), k, dsts.data(), -1)
+                except Exception as e:
+                    self.on_error(w, e)  # recovery's handling (it may reopen the stream), then this request fails
+                    raise
+                p.busy_ns += _now_ns() - t0
+                p.hits += 1
+                if k > 1:
+                    p.merged += 1
+                ran = True
+            finally:
+                _release(outv, out_held)
+                lock.release()
+        finally:
+            self._give(w)
+        if not ran:
+            return None
+        self.hits += 1
+        if n_out == 1:
+            return {p.out_names[0]: outs[0]}
+        return dict(zip(p.out_names, outs))
+
+    # ---- filling and invalidation ---------------------------------------------------------------------------------
+    def offer(self, worker, tuple signature, dict sizes, call, use_limits, tuple out_names, tuple out_shapes,
+              tuple out_dtypes, str label, int64_t real_elements, int64_t padded_elements) -> None:
+        """A request of ``signature`` (dim ``sizes``) that ``worker`` just ran alone by ``call`` (a FusedCall):
+        prepared for the next ones on that stream. ``batch_limit``: a request of fewer rows would have been queued
+        by dynamic batching (a lone run here is counted as its batch of one)."""
+        rows = sizes.get("batch", 0)
+        self.add(signature, Prepared(worker, call, use_limits, out_names, out_shapes, out_dtypes, label,
+                                     real_elements, padded_elements, 0 < rows < self.batch_limit))
+
+    def wants(self, tuple signature, worker) -> bool:
+        """Whether an offer of ``signature`` run on ``worker`` would be taken (on, and not prepared there yet)."""
+        if self.closed or not self.enabled:
+            return False
+        found = self.table.get(signature)
+        return found is None or not any((<Prepared>q).worker is worker for q in found)
+
+    def add(self, tuple signature, Prepared prepared) -> None:
+        """Remember ``prepared`` for ``signature`` on its stream (replacing that stream's earlier one)."""
+        if self.closed or not self.enabled:
+            return
+        found = self.table.get(signature)
+        if found is None:
+            if len(self.table) >= _KEPT:
+                self.flush()
+                for old in self.table.values():
+                    for q in old:
+                        (<Prepared>q).valid = False
+                self.table.clear()
+            self.table[signature] = [prepared]
+            return
+        for i, q in enumerate(found):
+            if (<Prepared>q).worker is prepared.worker:
+                (<Prepared>q).valid = False
+                self._count(<Prepared>q)
+                found[i] = prepared
+                return
+        found.append(prepared)
+
+    def forget(self, worker=None) -> None:
+        """Drop what was prepared on ``worker`` (every stream's when None): its buffers, graphs or stream change."""
+        for sig in list(self.table):
+            kept = []
+            for q in self.table[sig]:
+                if worker is None or (<Prepared>q).worker is worker:
+                    (<Prepared>q).valid = False
+                    self._count(<Prepared>q)
+                else:
+                    kept.append(q)
+            if kept:
+                self.table[sig] = kept
+            else:
+                del self.table[sig]
+
+    def suspend(self) -> None:
+        """A device is being recovered: every request takes the Python path until resume()."""
+        self.suspended += 1
+
+    def resume(self) -> None:
+        self.suspended -= 1
+
+    def close(self) -> None:
+        """The model closes: no request starts here any more; what ran is counted."""
+        self.closed = True
+        self.forget()
+
+    @property
+    def size(self) -> int:
+        """Prepared runs kept (over all streams)."""
+        return sum(len(v) for v in self.table.values())
+
+    # ---- stats --------------------------------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Add the runs counted in C since the last flush to the Python stats (``count``)."""
+        for found in list(self.table.values()):
+            for q in found:
+                self._count(<Prepared>q)
+
+    cdef _count(self, Prepared q):
+        cdef int64_t hits = q.hits, busy = q.busy_ns, merged = q.merged
+        if not hits:
+            return
+        q.hits = 0
+        q.busy_ns = 0
+        q.merged = 0
+        self.count(q, hits, hits - merged, busy * 1e-9)
+
+
+cdef inline void _release(vector[Py_buffer]& views, Py_ssize_t n) noexcept:
+    cdef Py_ssize_t i
+    for i in range(n):
+        PyBuffer_Release(&views[i])

@@ -1,0 +1,346 @@
+"""The compiled hot path (issue 23, gert/core/_hotpath.pyx): a request whose signature ran before runs in one
+compiled call; its results are the Python path's, never another request's rows nor a buffer another request reuses;
+it is forgotten whenever what it prepared changes (buffers grown, graphs released, a device recovered, close); and
+every front door and feature that needs Python keeps working."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import gert
+from gert import _cann
+from gert.errors import GertError
+from _helpers import RUNTIME
+from models import scale_model
+
+pytestmark = RUNTIME
+
+
+def _x(rows: int, seed: int, cols: int = 4) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((rows, cols)).astype(np.float32)
+
+
+def _hot(m) -> dict:
+    return m.stats()["hot_path"]
+
+
+@pytest.fixture
+def geared(device):
+    m = gert.load(scale_model(2.0, shape=("batch", 4)), gears={"batch": [1, 4, 8]})
+    yield m
+    m.close()
+
+
+def test_a_seen_signature_runs_on_the_compiled_path_with_the_python_paths_results(geared):
+    x = _x(3, 0)  # 3 rows padded to gear 4 and sliced back
+    first = geared.run({"x": x})["y"]
+    assert _hot(geared)["hits"] == 0 and _hot(geared)["prepared"] == 1
+    again = [geared.run({"x": _x(3, i)})["y"] for i in range(1, 4)]
+    assert _hot(geared)["hits"] == 3
+    np.testing.assert_array_equal(first, x * 2)
+    for i, y in enumerate(again, 1):
+        assert y.shape == (3, 4)  # never the padding row
+        np.testing.assert_array_equal(y, _x(3, i) * 2)
+    # each result its own array: a later request does not write into an earlier result
+    assert len({id(y) for y in again}) == 3 and not any(np.shares_memory(again[0], y) for y in again[1:])
+    np.testing.assert_array_equal(again[0], _x(3, 1) * 2)
+
+
+def test_stats_count_the_compiled_runs_as_the_python_path_does(geared):
+    for i in range(5):
+        geared.run({"x": _x(3, i)})
+    st = geared.stats()
+    assert st["hot_path"]["hits"] == 4
+    assert st["streams"][0]["requests"] == 5 and st["static_hits"] == 5
+    assert st["gears"]["batch=4"]["hits"] == 5
+    assert st["gears"]["batch=4"]["padding_ratio"] == pytest.approx(0.25)
+    assert st["batching"]["batches"] == 5 and st["batching"]["batch_sizes"] == {1: 5}
+
+
+def test_buffers_grown_by_a_larger_gear_are_not_used_through_an_old_preparation(geared):
+    """Gear 1 prepares over the stream's first buffers; gear 8 grows (frees and reallocates) them, so the
+    preparation of gear 1 is forgotten, not run over freed device memory."""
+    geared.run({"x": _x(1, 0)})
+    geared.run({"x": _x(1, 1)})
+    assert _hot(geared) == dict(_hot(geared), hits=1, prepared=1)
+    geared.run({"x": _x(8, 2)})  # grows the buffers: the gear-1 preparation goes
+    assert _hot(geared)["prepared"] == 1
+    for i in range(3, 6):
+        np.testing.assert_array_equal(geared.run({"x": _x(1, i)})["y"], _x(1, i) * 2)
+    np.testing.assert_array_equal(geared.run({"x": _x(8, 9)})["y"], _x(8, 9) * 2)
+
+
+def test_out_of_memory_release_forgets_the_streams_preparations(geared):
+    """Worker.release (after out of device memory) frees the buffers and the other graphs."""
+    geared.run({"x": _x(3, 0)})
+    geared.run({"x": _x(1, 0)})  # gear 1 fits gear 4's buffers
+    assert _hot(geared)["prepared"] == 2
+    w = geared._workers[0]
+    with w.lock:
+        w.release(keep=(("batch", 4),))
+    assert _hot(geared)["prepared"] == 0
+    for rows in (1, 3, 1, 3):
+        np.testing.assert_array_equal(geared.run({"x": _x(rows, rows)})["y"], _x(rows, rows) * 2)
+
+
+def test_close_forgets_everything_and_refuses(geared):
+    geared.run({"x": _x(3, 0)})
+    geared.run({"x": _x(3, 1)})
+    geared.close()
+    assert geared._hot.size == 0 and geared._hot.closed
+    with pytest.raises(GertError, match="closed"):
+        geared.run({"x": _x(3, 2)})
+
+
+def test_features_that_need_python_take_the_python_path(geared):
+    x = _x(3, 0)
+    geared.run({"x": x})
+    hits = _hot(geared)["hits"]
+    out = {"y": np.empty((3, 4), np.float32)}
+    assert geared.run({"x": x}, out=out)["y"] is out["y"]
+    np.testing.assert_array_equal(out["y"], x * 2)
+    np.testing.assert_array_equal(geared.run({"x": x}, timeout=5.0)["y"], x * 2)
+    big = _x(20, 1)  # above the largest gear: chunks
+    np.testing.assert_array_equal(geared.run({"x": big})["y"], big * 2)
+    strided = _x(6, 2)[::2]  # not C-contiguous: the Python path copies it
+    np.testing.assert_array_equal(geared.run({"x": strided})["y"], strided * 2)
+    with pytest.raises(GertError, match="input 'x': expected dtype float32"):
+        geared.run({"x": x.astype(np.float64)})
+    assert _hot(geared)["hits"] == hits
+    with gert.trace():
+        np.testing.assert_array_equal(geared.run({"x": x})["y"], x * 2)
+    assert _hot(geared)["hits"] == hits  # tracing: the Python path, traced
+
+
+def test_front_doors_run_list_and_inference_session(device, tmp_path):
+    model = scale_model(3.0, shape=("batch", 4))
+    with gert.load(model, gears={"batch": [1, 4, 8]}) as m:
+        reqs = [{"x": _x(1, i)} for i in range(8)]
+        for _ in range(2):
+            outs = m.run(reqs)
+            for r, o in zip(reqs, outs):
+                np.testing.assert_array_equal(o["y"], r["x"] * 3)
+    path = tmp_path / "scale.onnx"
+    path.write_bytes(scale_model(3.0, shape=(2, 4)))  # the facade's symbolic dims are auto (tiered): a static model
+    sess = gert.InferenceSession(str(path))
+    try:
+        for i in range(3):
+            y, = sess.run(None, {"x": _x(2, i)})
+            np.testing.assert_array_equal(y, _x(2, i) * 3)
+        assert _hot(sess._model)["hits"] == 2
+    finally:
+        sess._model.close()
+
+
+def test_concurrent_callers_on_two_streams_get_their_own_rows(device):
+    with gert.load(scale_model(2.0, shape=("batch", 4)), streams=2, gears={"batch": [4]}) as m:
+        errors = []
+
+        def client(seed: int) -> None:
+            try:
+                for i in range(200):
+                    x = _x(3, seed * 1000 + i)
+                    y = m.run({"x": x})["y"]
+                    if y.shape != (3, 4) or not np.array_equal(y, x * 2):
+                        errors.append((seed, i))
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append(repr(e))
+
+        threads = [threading.Thread(target=client, args=(s,)) for s in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads)
+        assert errors == []
+        st = m.stats()
+        assert st["hot_path"]["hits"] > 0
+        assert sum(s["requests"] for s in st["streams"]) + 0 >= 800 - st["batching"]["requests"] + \
+            st["batching"]["requests"]
+
+
+@pytest.mark.hostnpu_only
+def test_a_device_fault_on_the_compiled_path_fails_only_its_request(geared):
+    gert.clear_faults()
+    try:
+        geared.run({"x": _x(3, 0)})
+        gert.inject_fault("execute", after=1)
+        results = []
+        for i in range(4):
+            try:
+                np.testing.assert_array_equal(geared.run({"x": _x(3, i)})["y"], _x(3, i) * 2)
+                results.append("ok")
+            except gert.AclError as e:
+                results.append(e.code)
+    finally:
+        gert.clear_faults()
+    assert results == ["ok", 507015, "ok", "ok"]
+    st = geared.stats()
+    assert st["failed_tasks"] == 1 and st["hot_path"]["hits"] >= 3
+
+
+@pytest.mark.hostnpu_only
+def test_a_recovered_device_is_not_run_through_preparations_of_its_old_stream(geared):
+    """A device-wide fault: the stream and Session are replaced; what the hot path prepared over the old ones is
+    forgotten, and the next requests prepare again on the new stream."""
+    gert.clear_faults()
+    try:
+        geared.run({"x": _x(3, 0)})
+        geared.run({"x": _x(3, 1)})
+        old_stream = geared._workers[0].stream
+        gert.inject_fault("sticky", after=0)
+        with pytest.raises(gert.AclError):
+            geared.run({"x": _x(3, 2)})
+    finally:
+        gert.clear_faults()
+    assert geared.stats()["recoveries"] == 1
+    assert geared._workers[0].stream is not old_stream
+    assert _hot(geared)["prepared"] == 0
+    for i in range(3):
+        np.testing.assert_array_equal(geared.run({"x": _x(3, i)})["y"], _x(3, i) * 2)
+    assert _hot(geared)["prepared"] == 1
+
+
+def test_auto_tier_promotion_runs_on_the_static_graph(device):
+    """Policy auto: a size runs on the dynamic graph (never prepared), and once promoted on its static graph."""
+    import time
+
+    with gert.load(scale_model(2.0, shape=("batch", 4)), shape_policy={"batch": "auto"}, hot_after=2) as m:
+        x = _x(3, 0)
+        for _ in range(2):
+            np.testing.assert_array_equal(m.run({"x": x})["y"], x * 2)
+        deadline = time.monotonic() + 30
+        while not all(w.has((("batch", 3),)) for w in m._workers):
+            assert time.monotonic() < deadline, "the static graph of the hot size"
+            time.sleep(0.01)
+        before = m.stats()["static_hits"]
+        for i in range(3):
+            np.testing.assert_array_equal(m.run({"x": _x(3, i)})["y"], _x(3, i) * 2)
+        assert m.stats()["static_hits"] == before + 3
+        assert _hot(m)["prepared"] == 0  # tiered models keep the Python path (their routing counts every request)
+
+
+def test_fused_call_checks_its_buffers(device):
+    """gert._cann.FusedCall, the prepared call: host buffers of the wrong size are refused."""
+    m = gert.load(scale_model(2.0, shape=(1, 4)))
+    try:
+        m.run({"x": _x(1, 0)})
+        w = m._workers[0]
+        entry = next(iter(w.graphs.values()))
+        inb, outb = next(iter(w.in_bufs.values())), next(iter(w.out_bufs.values()))
+        call = _cann.FusedCall(w.session, entry.graph_id, w.stream, [(inb.ptr, inb.nbytes, 16)], [],
+                               [(inb.ptr, 16, entry.in_meta["x"][2], (1, 4))],
+                               [(outb.ptr, 16, entry.out_meta[0][2], (1, 4))], [(outb.ptr, 16)])
+        y = np.empty((1, 4), np.float32)
+        call([_x(1, 5)], [y])
+        np.testing.assert_array_equal(y, _x(1, 5) * 2)
+        with pytest.raises(ValueError, match="upload 0 holds 32 bytes, the copy is 16"):
+            call([_x(2, 5)], [y])
+    finally:
+        m.close()
+
+
+def test_run_list_merges_on_the_compiled_path_and_splits_each_requests_rows(geared):
+    """run(list): the merged batch's signature (8 rows) is prepared by its first run (Rows laid one after the
+    other); the next lists of that total run in one call, each request getting its own rows."""
+    lists = [[{"x": _x(n, 100 * k + i)} for i, n in enumerate((1, 3, 2, 2))] for k in range(3)]
+    outs = [geared.run(reqs) for reqs in lists]
+    assert _hot(geared)["hits"] == 2
+    for reqs, res in zip(lists, outs):
+        assert [o["y"].shape for o in res] == [(1, 4), (3, 4), (2, 4), (2, 4)]
+        for r, o in zip(reqs, res):
+            np.testing.assert_array_equal(o["y"], r["x"] * 2)
+    assert not np.shares_memory(outs[1][0]["y"], outs[2][0]["y"])
+    one = _x(8, 7)  # a single request of the merged signature runs on the same preparation
+    np.testing.assert_array_equal(geared.run({"x": one})["y"], one * 2)
+    assert _hot(geared)["hits"] == 3
+    st = geared.stats()
+    assert st["streams"][0]["requests"] == 4 and st["batching"]["batches"] == 0
+    mixed = [{"x": _x(2, 1)}, {"x": _x(2, 2).astype(np.float64)}]  # a bad request: the Python path's error
+    with pytest.raises(GertError, match="input 'x': expected dtype float32"):
+        geared.run(mixed)
+
+
+def _wait_for(cond, what: str, timeout: float = 30.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+@pytest.mark.hostnpu_only
+def test_close_aborts_a_request_stuck_on_the_compiled_path_without_recovering_the_device(geared):
+    """close(timeout) waits for the compiled path's request in flight, then aborts its stream: the request fails
+    with the abort's code, as on the Python path, and the device is not recovered (no aclrtDeviceTaskAbort)."""
+    from gert.core import recovery
+
+    x = _x(3, 0)
+    geared.run({"x": x})
+    before = gert.host_counters()
+    gert.clear_faults()
+    gert.inject_fault("hang", count=1)
+    res: dict = {}
+
+    def call() -> None:
+        try:
+            res["run"] = geared.run({"x": x})
+        except BaseException as e:  # noqa: BLE001 - examined below
+            res["run"] = e
+
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    try:
+        _wait_for(lambda: gert.host_counters()["faults"]["hang"] > before["faults"]["hang"], "the run to hang")
+        assert geared._hot.in_flight == 1  # on the compiled path
+        closer = threading.Thread(target=geared.close, args=(0.3,), daemon=True)
+        closer.start()
+        closer.join(30)
+        assert not closer.is_alive(), "close(timeout=0.3) waited for the stuck request"
+        t.join(30)
+        assert not t.is_alive()
+    finally:
+        gert.clear_faults()
+    assert isinstance(res["run"], gert.AclError) and res["run"].code in recovery.RECOVERING_CODES, res
+    assert gert.host_counters()["device_task_aborts"] == before["device_task_aborts"]
+    assert geared._recovery.stats.recoveries == 0
+
+
+def test_sequential_requests_keep_every_stream_serving(device):
+    """Two streams, one caller: a stream the hot path has not prepared yet gets the request's Python path (the round
+    robin turns back to it: StreamQueue.untake), so both streams serve and both get prepared (the Python path had
+    moved on to the stream that was prepared, starving the other)."""
+    with gert.load(scale_model(2.0, shape=("batch", 4)), streams=2, gears={"batch": [4]}) as m:
+        for i in range(10):
+            np.testing.assert_array_equal(m.run({"x": _x(3, i)})["y"], _x(3, i) * 2)
+        st = m.stats()
+        assert all(s["requests"] >= 4 for s in st["streams"]), st["streams"]
+        assert st["hot_path"]["prepared"] == 2 and st["hot_path"]["hits"] == 8
+
+
+def test_a_batched_sequence_step_gathers_and_scatters_inside_the_fused_call(device):
+    """A step of several sequences on a static graph: its gather (zero fill of the pad rows, then each state's rows)
+    and scatter copies ride in the one fused call (Session.run_fused's before / after: on the host NPU they run on
+    the calling thread), instead of separate stream work and a second synchronize; results equal ONNX Runtime's."""
+    from recurrent_models import HIDDEN, INPUT, gru_model, reference
+
+    gru = gru_model()
+    rng = np.random.default_rng(0)
+    with gert.load(gru, state={"h": "h_out"}, batch_dim="N", gears={"batch": [1, 4, 8]}) as model:
+        seqs = [model.sequence() for _ in range(3)]  # 3 rows padded to gear 4: a zero fill first, then the copies
+        refs = [{"h": np.zeros((1, 1, HIDDEN), np.float32)} for _ in seqs]
+        separate = []
+        for w in model._workers:
+            real = w.enqueue
+            w.enqueue = lambda ops, real=real: (separate.append(len(ops)), real(ops))
+        for step in range(4):
+            feeds = [rng.standard_normal((1, 1, INPUT)).astype(np.float32) for _ in seqs]
+            outs = model.step([(s, {"x": x}) for s, x in zip(seqs, feeds)])
+            for x, out, ref in zip(feeds, outs, refs):
+                want = reference(gru, [{"x": x}], ref, {"h": "h_out"})[0]
+                np.testing.assert_allclose(out["y"], want["y"], rtol=1e-5, atol=1e-6, err_msg=f"step {step}")
+        assert separate == []
