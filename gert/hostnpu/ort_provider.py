@@ -8,7 +8,6 @@ ONNX Runtime releases it while it computes.
 from __future__ import annotations
 
 import ctypes
-import functools
 import hashlib
 import json
 import os
@@ -26,7 +25,6 @@ from gert.dtypes import DT_BF16, ONNX_BFLOAT16, ge_dtype, numpy_dtype, onnx_to_n
 
 TensorArg = tuple  # (ptr: int, nbytes: int, ge_dtype: int, dims: tuple[int, ...])
 
-_BIND_CACHE_LIMIT = 64
 _PROBED_LIMIT = 256
 # Spinning: ONNX Runtime's pool threads can busy-wait for work between the parallel sections of a run (its default)
 # instead of sleeping. Off by default on the host NPU: spinning threads take the cores that other runs need
@@ -93,9 +91,7 @@ class OrtExecutable:
         self.out_names = list(out_names)
         self._provider = provider
         self._sessions: dict[tuple, object] = {}  # (threads, spin) -> ONNX Runtime session
-        # key of a run's raw tensor descriptions -> a callable that repeats it (see _cann's provider trampoline)
-        self.fast: dict[object, Callable[[], object]] = {}
-        self._tls = threading.local()  # .last_run: the run this thread just made, for remember()
+        self._tls = threading.local()  # .last_run: the run this thread just made, for take_replay()
 
     def _overrides(self) -> dict[str, int]:
         """Free-dimension overrides for dims the graph fixes (ge.inputShape / input_shape) but ONNX names."""
@@ -142,7 +138,7 @@ class OrtExecutable:
                 io.bind_output(name, "cpu")
         sess.run_with_iobinding(io)
         if bound_all:
-            self._tls.last_run = functools.partial(sess.run_with_iobinding, io)
+            self._tls.last_run = _replay(sess, io)
             return [None] * len(outputs)
         self._tls.last_run = None
         # Outputs ONNX Runtime allocated: one copy from its buffer (OrtValue) into device memory. Read through the
@@ -189,14 +185,25 @@ class OrtExecutable:
                            "out_names": self.out_names, "overrides": self._overrides()}).encode()
         return len(head).to_bytes(4, "little") + head + model
 
-    def remember(self, key) -> None:
-        """Let the run just made (if it wrote every output in place) be repeated by ``fast[key]()``."""
-        last: Optional[Callable[[], object]] = getattr(self._tls, "last_run", None)
-        if last is not None:
-            if len(self.fast) >= _BIND_CACHE_LIMIT:
-                self.fast.clear()
-            self.fast[key] = last
-            self._tls.last_run = None
+    def take_replay(self) -> Optional[tuple]:
+        """How to repeat the run this thread just made, if it wrote every output in place: (callable, args, keep),
+        kept by the host NPU's replay cache (cbindings/_provider.pxi) for runs with the same tensors; else None."""
+        last = getattr(self._tls, "last_run", None)
+        self._tls.last_run = None
+        return last
+
+
+def _replay(sess, io) -> tuple:
+    """(callable, args, keep) that repeats ``sess.run_with_iobinding(io)``. ONNX Runtime's Python method checks
+    WebGPU graph capture at every call (two more calls into ONNX Runtime's module, about 1 us); a CPU session never
+    captures, so the replay calls what that method calls: the session's run_with_iobinding on the native binding.
+    The public method where this ONNX Runtime has no such attributes."""
+    native_sess = getattr(sess, "_sess", None)
+    native_io = getattr(io, "_iobinding", None)
+    run = getattr(native_sess, "run_with_iobinding", None)
+    if run is None or native_io is None or getattr(io, "_session", None) is not native_sess:
+        return sess.run_with_iobinding, (io,), io
+    return run, (native_io, None), io
 
 
 class OrtGraphProvider:
