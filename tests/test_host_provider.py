@@ -301,3 +301,61 @@ def test_the_replay_calls_onnxruntimes_native_run_without_the_python_wrapper():
     assert keep is io
     call(*args)
     np.testing.assert_array_equal(y, 2 * x)
+
+
+def _dynamic_model(value_dependent: bool) -> bytes:
+    """x: [n, 4] float32 -> y: Relu(x) of the same shape, or (value_dependent) NonZero(x): [2, count of non-zeros]."""
+    x = oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["n", 4])
+    if value_dependent:
+        y = oh.make_tensor_value_info("y", onnx.TensorProto.INT64, [2, None])
+        node = oh.make_node("NonZero", ["x"], ["y"])
+    else:
+        y = oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["n", 4])
+        node = oh.make_node("Relu", ["x"], ["y"])
+    m = oh.make_model(oh.make_graph([node], "dyn_vd" if value_dependent else "dyn", [x], [y]),
+                      opset_imports=[oh.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+def _run_dynamic(session, stream, array):
+    (out,) = session.execute_async(1, stream, [gert.DeviceTensor.from_numpy(array)])  # GE allocates the output
+    stream.synchronize()
+    return out.to_numpy()
+
+
+@pytest.mark.parametrize("value_dependent", [False, True])
+def test_dynamic_outputs_are_written_straight_into_device_memory_once_their_shape_is_known(monkeypatch,
+                                                                                          value_dependent):
+    """A dynamic graph's output at input shapes seen before is bound to device memory at the shape that run produced:
+    ONNX Runtime writes it there, no copy from its own buffer. A graph whose output shape follows input values fails
+    ONNX Runtime's check of the bound shape once, runs again unbound (right result) and stops binding; the device
+    buffer allocated for the failed attempt is freed."""
+    import ctypes
+
+    copies = []
+    memmove = ctypes.memmove
+    monkeypatch.setattr(ctypes, "memmove", lambda dst, src, n: (copies.append(n), memmove(dst, src, n))[1])
+    data = _dynamic_model(value_dependent)
+    graph = gert.Graph.from_onnx(data)
+    rng = np.random.default_rng(7)
+    with gert.Stream() as stream, gert.Session() as session:
+        session.add_graph(1, graph)
+        session.compile_graph(1)
+        session.load_graph(1, stream)
+        (wrapped,) = [w for w in gert.hostnpu.host_executables() if w.executable.model == data]
+        in_use = gert.host_counters()["device_memory_in_use"]
+        for k in range(4):
+            x = rng.standard_normal((3, 4)).astype(np.float32)
+            x[x < (0.5 if k % 2 else -0.5)] = 0  # different non-zero counts at the same input shape
+            got = _run_dynamic(session, stream, x)
+            np.testing.assert_array_equal(got, np.stack(np.nonzero(x)) if value_dependent else np.maximum(x, 0))
+            del got
+        import gc
+
+        gc.collect()
+        assert gert.host_counters()["device_memory_in_use"] == in_use  # nothing left of the failed attempt
+        if value_dependent:
+            assert copies and not wrapped.executable._learning  # every run copies: the shape is never known
+        else:
+            assert len(copies) == 1  # the first run only: the others wrote straight into device memory
