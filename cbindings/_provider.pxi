@@ -277,9 +277,9 @@ cdef int _prov_prepare(void* exe, int32_t threads, int32_t alone, char* err, siz
     return _prov_prepare_gil(exe, threads, alone, err, err_len)
 
 
-cdef int _prov_replay_gil(_Replay* e, char* err, size_t err_len) noexcept with gil:
-    """Runs a cached binding again; the entry stays busy meanwhile (ONNX Runtime releases the GIL while it
-    computes, and another thread with the same tensors must not share the binding)."""
+cdef int _prov_replay(_Replay* e, char* err, size_t err_len) noexcept:
+    """Runs a cached binding again (the GIL held); the entry stays busy meanwhile (ONNX Runtime releases the GIL
+    while it computes, and another thread with the same tensors must not share the binding)."""
     e.busy = 1
     try:
         PyObject_CallObject(<object>e.call, <object>e.args)
@@ -300,7 +300,7 @@ cdef int _prov_run_gil(void* exe, uint64_t h, int32_t threads, int32_t alone, in
     cdef _Replay* e = w.find(h, threads, alone, n_in, ins, n_out, outs)
     if e != NULL and not e.busy:  # found after the GIL was taken: another thread may have added it meanwhile
         w.replayed += 1
-        return _prov_replay_gil(e, err, err_len)
+        return _prov_replay(e, err, err_len)
     cdef object executable = w.py
     try:
         a = _OutputAllocator.__new__(_OutputAllocator)
