@@ -2,9 +2,11 @@
 
 Cases (issue 3): a one-node Relu graph (1x64), and PP-OCR cls at 8x3x48x192 with 1 and 2 threads. gert:
 ``Session.execute_async`` on a stream with device-resident inputs and caller-allocated outputs, then
-``Stream.synchronize``. Baseline: an ONNX Runtime session with the same intra-op thread count, inputs and outputs
-bound once, ``run_with_iobinding``. Both give the same result, bitwise. Targets: Relu at most 10 us above ONNX
-Runtime; cls ratio <= 1.03.
+``Stream.synchronize`` (the stream's worker runs the graph: a hand-off to it and back); ``gert_fused``: the
+executor's call, ``Session.run_fused`` with no copies (the graph runs on the calling thread, stream inline).
+Baseline: an ONNX Runtime session with the same intra-op thread count, inputs and outputs bound once,
+``run_with_iobinding``. All give the same result, bitwise. Targets (issue 23): the graph call at most ONNX Runtime's
+IOBinding + 2 us; cls ratio <= 1.03.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import numpy as np
 import pytest
 
 import gert
+from gert.dtypes import ge_dtype
 from _common import CLS, ort_session, read_ppocr, relu_model, tag, warm
 
 CASES = {"relu-1x64": (1, (1, 64)), "cls-8x3x48x192-t1": (1, (8, 3, 48, 192)), "cls-8x3x48x192-t2": (2, (8, 3, 48, 192))}
@@ -34,11 +37,11 @@ def _ort(model: bytes, feeds: dict, threads: int, out_shapes: list, out_dtypes: 
     return sess, io, outs
 
 
-@pytest.mark.parametrize("kind", ["ort_iobinding", "gert"])  # a group's runs back to back
+@pytest.mark.parametrize("kind", ["ort_iobinding", "gert", "gert_fused"])  # a group's runs back to back
 @pytest.mark.parametrize("case", list(CASES))
 def test_graph_call(benchmark, measuring, case, kind):
     model, feeds, threads = _feeds(case)
-    tag(benchmark, f"graph call {case}", "gert" if kind == "gert" else "baseline", threads=threads)
+    tag(benchmark, f"graph call {case}", "baseline" if kind == "ort_iobinding" else "gert", threads=threads)
     input_shape = ";".join(f"{k}:{','.join(map(str, v.shape))}" for k, v in feeds.items())
     graph = gert.Graph.from_onnx(model, {"input_shape": input_shape})
     with gert.Stream() as stream:
@@ -60,6 +63,13 @@ def test_graph_call(benchmark, measuring, case, kind):
             def call():
                 session.execute_async(1, stream, inputs, outputs)
                 stream.synchronize()
+
+            if kind == "gert_fused":
+                ins = [(t.ptr, t.nbytes, ge_dtype(t.dtype), t.shape) for t in inputs]
+                outs = [(t.ptr, t.nbytes, ge_dtype(t.dtype), t.shape) for t in outputs]
+
+                def call():  # noqa: F811 - the executor's call: inline on this thread, synchronized
+                    session.run_fused(1, stream, [], [], ins, outs, [])
 
             warm(call, measuring)
             benchmark(call)

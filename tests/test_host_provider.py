@@ -199,7 +199,6 @@ def test_runs_on_two_streams_at_once_share_the_devices_cube_cores():
     import gc
 
     from gert import _cann
-    from gert._ort_provider import OrtExecutable
     from model_helpers import matmul_chain_model
 
     cores = _cann.get_device_info(0, _cann.DEV_ATTR_CUBE_CORE_NUM)
@@ -208,8 +207,8 @@ def test_runs_on_two_streams_at_once_share_the_devices_cube_cores():
     data = matmul_chain_model(384, 8, seed=4242)  # bytes unique to this test
 
     def thread_counts() -> set:
-        exes = [o for o in gc.get_objects() if isinstance(o, OrtExecutable) and o.model == data]
-        return {k[0] for e in exes for k in e.fast}  # the provider replays a run keyed by its thread count
+        exes = [w for w in gert.hostnpu.host_executables() if w.executable.model == data]
+        return {k[0] for w in exes for k in w.replay_keys()}  # the provider replays a run keyed by its thread count
 
     with gert.load(data, streams=2, gears={"batch": [32]}) as model:
         model.warmup()
@@ -253,3 +252,110 @@ def test_a_model_compiled_at_many_sizes_is_copied_and_hashed_once():
         exes = [o for o in gc.get_objects() if isinstance(o, OrtExecutable) and o.group in groups]
         assert len(exes) == 6  # the dynamic graph and 2 sizes, on 2 streams
         assert len({id(e.model) for e in exes}) == 1 and len({e.digest for e in exes}) == 1
+
+
+def test_a_repeated_static_run_replays_its_binding_from_the_c_cache():
+    """A static graph run again on the same device buffers (the executor's steady state) is replayed by the host
+    NPU's C-level cache (cbindings/_provider.pxi): ONNX Runtime's native run_with_iobinding on the binding the first
+    run made, no Python frame. It reads the buffers' current contents; other buffers get a binding of their own."""
+    data = _double(3)  # a fixed [3, 4] graph whose bytes no other test compiles
+    x1 = np.arange(12, dtype=np.float32).reshape(3, 4)
+    graph = gert.Graph.from_onnx(data, {"input_shape": "x:3,4"})
+    with gert.Stream() as stream, gert.Session() as session:
+        session.add_graph(1, graph)
+        session.compile_graph(1)
+        session.load_graph(1, stream)
+        (wrapped,) = [w for w in gert.hostnpu.host_executables() if w.executable.model == data]
+        x = gert.DeviceTensor.from_numpy(x1)
+        y = gert.DeviceTensor.empty((3, 4), np.float32)
+        for k in range(3):
+            x.buffer.copy_from(x1 + k)  # new contents, same buffer: the replay reads them
+            session.execute_async(1, stream, [x], [y])
+            stream.synchronize()
+            np.testing.assert_array_equal(y.to_numpy(), 2 * (x1 + k))
+        assert wrapped.replayed == 2 and len(wrapped.replay_keys()) == 1
+        y2 = gert.DeviceTensor.empty((3, 4), np.float32)
+        session.execute_async(1, stream, [x], [y2])  # another output buffer: bound anew, then kept too
+        stream.synchronize()
+        np.testing.assert_array_equal(y2.to_numpy(), 2 * (x1 + 2))
+        assert wrapped.replayed == 2 and len(wrapped.replay_keys()) == 2
+
+
+def test_the_replay_calls_onnxruntimes_native_run_without_the_python_wrapper():
+    """ONNX Runtime's InferenceSession.run_with_iobinding checks WebGPU graph capture at each call (Python and two
+    calls into its module); the replay calls the native method it ends in, with the same binding."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(_double(3), so, providers=["CPUExecutionProvider"])
+    io = sess.io_binding()
+    x = np.ones((3, 4), np.float32)
+    y = np.zeros((3, 4), np.float32)
+    io.bind_input("x", "cpu", 0, np.float32, [3, 4], x.ctypes.data)
+    io.bind_output("y", "cpu", 0, np.float32, [3, 4], y.ctypes.data)
+    import inspect
+
+    call, args, keep = _ort_provider._replay(sess, io)
+    assert not inspect.isfunction(getattr(call, "__func__", call)), "the replay calls ONNX Runtime's Python wrapper"
+    assert keep is io
+    call(*args)
+    np.testing.assert_array_equal(y, 2 * x)
+
+
+def _dynamic_model(value_dependent: bool) -> bytes:
+    """x: [n, 4] float32 -> y: Relu(x) of the same shape, or (value_dependent) NonZero(x): [2, count of non-zeros]."""
+    x = oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["n", 4])
+    if value_dependent:
+        y = oh.make_tensor_value_info("y", onnx.TensorProto.INT64, [2, None])
+        node = oh.make_node("NonZero", ["x"], ["y"])
+    else:
+        y = oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["n", 4])
+        node = oh.make_node("Relu", ["x"], ["y"])
+    m = oh.make_model(oh.make_graph([node], "dyn_vd" if value_dependent else "dyn", [x], [y]),
+                      opset_imports=[oh.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+def _run_dynamic(session, stream, array):
+    (out,) = session.execute_async(1, stream, [gert.DeviceTensor.from_numpy(array)])  # GE allocates the output
+    stream.synchronize()
+    return out.to_numpy()
+
+
+@pytest.mark.parametrize("value_dependent", [False, True])
+def test_dynamic_outputs_are_written_straight_into_device_memory_once_their_shape_is_known(monkeypatch,
+                                                                                          value_dependent):
+    """A dynamic graph's output at input shapes seen before is bound to device memory at the shape that run produced:
+    ONNX Runtime writes it there, no copy from its own buffer. A graph whose output shape follows input values fails
+    ONNX Runtime's check of the bound shape once, runs again unbound (right result) and stops binding; the device
+    buffer allocated for the failed attempt is freed."""
+    import ctypes
+
+    copies = []
+    memmove = ctypes.memmove
+    monkeypatch.setattr(ctypes, "memmove", lambda dst, src, n: (copies.append(n), memmove(dst, src, n))[1])
+    data = _dynamic_model(value_dependent)
+    graph = gert.Graph.from_onnx(data)
+    rng = np.random.default_rng(7)
+    with gert.Stream() as stream, gert.Session() as session:
+        session.add_graph(1, graph)
+        session.compile_graph(1)
+        session.load_graph(1, stream)
+        (wrapped,) = [w for w in gert.hostnpu.host_executables() if w.executable.model == data]
+        in_use = gert.host_counters()["device_memory_in_use"]
+        for k in range(4):
+            x = rng.standard_normal((3, 4)).astype(np.float32)
+            x[x < (0.5 if k % 2 else -0.5)] = 0  # different non-zero counts at the same input shape
+            got = _run_dynamic(session, stream, x)
+            np.testing.assert_array_equal(got, np.stack(np.nonzero(x)) if value_dependent else np.maximum(x, 0))
+            del got
+        import gc
+
+        gc.collect()
+        assert gert.host_counters()["device_memory_in_use"] == in_use  # nothing left of the failed attempt
+        if value_dependent:
+            assert copies and not wrapped.executable._learning  # every run copies: the shape is never known
+        else:
+            assert len(copies) == 1  # the first run only: the others wrote straight into device memory

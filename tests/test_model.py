@@ -281,7 +281,8 @@ def test_core_limit_effect(cores):
 
         # the run computed with the stream's limit (it ran alone on the device): the thread count keys the provider's
         # replay of a run
-        assert {k[0] for e in _executables(data) for k in e.fast} == {cores}
+        assert {k[0] for w in gert.hostnpu.host_executables() if w.executable.model == data
+                for k in w.replay_keys()} == {cores}
         # sessions: the compile-time probe (the device's cube cores), and what LoadGraph prepares: the limit, and the
         # share a run gets beside another run on the device
         prepared = {threads for e in _executables(data) for threads, _ in e._sessions}

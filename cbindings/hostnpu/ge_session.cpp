@@ -320,6 +320,21 @@ void *device_alloc_cb(void *ctx, uint64_t nbytes) {
   return p;
 }
 
+// After a successful run: frees the outputs the provider allocated but returned none of (a provider may allocate for
+// a shape it expected, then find another one and allocate again: gert.hostnpu.ort_provider's learned shapes).
+void release_unused(DeviceAllocCtx &c, const std::vector<gertHostTensorRef> &outs) {
+  if (c.allocated.empty()) return;
+  size_t kept = 0;
+  for (void *p : c.allocated) {
+    bool used = std::any_of(outs.begin(), outs.end(), [p](const gertHostTensorRef &o) { return o.data == p; });
+    if (used)
+      c.allocated[kept++] = p;
+    else
+      aclrtFree(p);
+  }
+  c.allocated.resize(kept);
+}
+
 struct HostAllocCtx {
   std::vector<std::vector<uint8_t>> buffers;
 };
@@ -839,6 +854,7 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
                               device_alloc_cb, &done->alloc, err, sizeof err);
     r->in_flight.fetch_sub(1);
     aclError result = ACL_SUCCESS;
+    if (rc == 0) release_unused(done->alloc, *run_out);
     if (rc != 0) {
       msg = "graph " + std::to_string(r->id) + " (" + r->graph->name + ") failed: " + err;
       if (!done->alloc.error.empty()) msg += " (" + done->alloc.error + ")";

@@ -8,7 +8,6 @@ ONNX Runtime releases it while it computes.
 from __future__ import annotations
 
 import ctypes
-import functools
 import hashlib
 import json
 import os
@@ -26,8 +25,8 @@ from gert.dtypes import DT_BF16, ONNX_BFLOAT16, ge_dtype, numpy_dtype, onnx_to_n
 
 TensorArg = tuple  # (ptr: int, nbytes: int, ge_dtype: int, dims: tuple[int, ...])
 
-_BIND_CACHE_LIMIT = 64
 _PROBED_LIMIT = 256
+_LEARNED_KEPT = 256  # input shapes whose output shapes a dynamic graph remembers
 # Spinning: ONNX Runtime's pool threads can busy-wait for work between the parallel sections of a run (its default)
 # instead of sleeping. Off by default on the host NPU: spinning threads take the cores that other runs need
 # (PP-OCR det, 2 streams, 4 clients, bench_shapes: 0.71-0.88x ONNX Runtime's throughput with spinning pools
@@ -93,9 +92,10 @@ class OrtExecutable:
         self.out_names = list(out_names)
         self._provider = provider
         self._sessions: dict[tuple, object] = {}  # (threads, spin) -> ONNX Runtime session
-        # key of a run's raw tensor descriptions -> a callable that repeats it (see _cann's provider trampoline)
-        self.fast: dict[object, Callable[[], object]] = {}
-        self._tls = threading.local()  # .last_run: the run this thread just made, for remember()
+        self._tls = threading.local()  # .last_run: the run this thread just made, for take_replay()
+        # input shapes -> the output shapes a run at them produced (dynamic graphs: outputs bound by them next time)
+        self._learned: dict[tuple, tuple] = {}
+        self._learning = True  # False once a graph's output shapes did not follow its input shapes
 
     def _overrides(self) -> dict[str, int]:
         """Free-dimension overrides for dims the graph fixes (ge.inputShape / input_shape) but ONNX names."""
@@ -125,33 +125,59 @@ class OrtExecutable:
 
     def run(self, threads: int, alone: bool, inputs: Sequence[TensorArg], outputs: Sequence[TensorArg],
             alloc: Callable[[int], int]) -> list:
-        """Runs once; returns per output None (written in place) or (ptr, nbytes, dims) of what it produced."""
+        """Runs once; returns per output None (written in place) or (ptr, nbytes, dims) of what it produced.
+
+        Outputs whose shape the graph does not fix (a dynamic graph) are written straight into device memory when a
+        run at the same input shapes showed their shapes before (``_learned``): ONNX Runtime checks a bound output's
+        shape against the one it computes, so a graph whose output shapes follow input values (NonZero) fails that
+        check once, runs again without it, and stops learning. Otherwise ONNX Runtime allocates them and they are
+        copied into device memory once."""
         sess = self.session(threads, alone)
         bound_all = all(o[0] and all(d >= 0 for d in o[3]) for o in outputs)
-        # A repeat of a run whose outputs were all bound never gets here: the trampoline's `fast` cache replays it.
+        # A repeat of a run whose outputs were all bound never gets here: the host NPU replays it (take_replay).
+        in_key = tuple(i[3] for i in inputs)
+        learned = None if bound_all or not self._learning else self._learned.get(in_key)
         io = sess.io_binding()
         for name, (ptr, nbytes, dt, dims) in zip(self.in_names, inputs):
             if ptr == 0:  # an empty tensor: ONNX Runtime wants an address even for zero bytes
                 _bind_host_input(io, name, dt, dims)
             else:
                 io.bind_input(name, "cpu", 0, _elem(dt), list(dims), ptr)
-        for name, (ptr, nbytes, dt, dims) in zip(self.out_names, outputs):
+        planned: dict[int, tuple] = {}  # output index -> (ptr, nbytes, shape) bound by a learned shape
+        for i, (name, (ptr, nbytes, dt, dims)) in enumerate(zip(self.out_names, outputs)):
             if ptr and all(d >= 0 for d in dims):
                 io.bind_output(name, "cpu", 0, _elem(dt), list(dims), ptr)
-            else:
-                io.bind_output(name, "cpu")
-        sess.run_with_iobinding(io)
+                continue
+            if learned is not None:
+                shape = learned[i]
+                size = math.prod(shape) * numpy_dtype(dt).itemsize
+                dst = ptr if ptr and size <= nbytes else (0 if ptr else alloc(size))
+                if dst:  # (a device buffer the host NPU allocated and no output keeps is freed after the run)
+                    io.bind_output(name, "cpu", 0, _elem(dt), list(shape), dst)
+                    planned[i] = (dst, size, shape)
+                    continue
+            io.bind_output(name, "cpu")
+        try:
+            sess.run_with_iobinding(io)
+        except Exception:
+            if not planned:
+                raise
+            self._learning = False  # output shapes that follow input values: bound shapes cannot be known
+            return self.run(threads, alone, inputs, outputs, alloc)
         if bound_all:
-            self._tls.last_run = functools.partial(sess.run_with_iobinding, io)
+            self._tls.last_run = _replay(sess, io)
             return [None] * len(outputs)
         self._tls.last_run = None
         # Outputs ONNX Runtime allocated: one copy from its buffer (OrtValue) into device memory. Read through the
         # OrtValue, not numpy: that keeps 0-d shapes and works for bfloat16.
         produced = io.get_outputs()
         results = []
-        for (ptr, nbytes, dt, dims), value in zip(outputs, produced):
+        for i, ((ptr, nbytes, dt, dims), value) in enumerate(zip(outputs, produced)):
             if ptr and all(d >= 0 for d in dims):
                 results.append(None)
+                continue
+            if i in planned:
+                results.append(planned[i])
                 continue
             shape = tuple(int(d) for d in value.shape())
             size = math.prod(shape) * numpy_dtype(dt).itemsize
@@ -164,8 +190,11 @@ class OrtExecutable:
             if size:
                 ctypes.memmove(dst, value.data_ptr(), size)
             results.append((dst, size, shape))
+        if self._learning and learned is None:
+            if len(self._learned) >= _LEARNED_KEPT:
+                self._learned.clear()
+            self._learned[in_key] = tuple(r[2] if r is not None else tuple(o[3]) for r, o in zip(results, outputs))
         return results
-
 
     def save(self) -> bytes:
         """What GE's compile cache keeps of this graph (gertHostGraphProvider.save): ONNX Runtime's optimized model
@@ -189,14 +218,25 @@ class OrtExecutable:
                            "out_names": self.out_names, "overrides": self._overrides()}).encode()
         return len(head).to_bytes(4, "little") + head + model
 
-    def remember(self, key) -> None:
-        """Let the run just made (if it wrote every output in place) be repeated by ``fast[key]()``."""
-        last: Optional[Callable[[], object]] = getattr(self._tls, "last_run", None)
-        if last is not None:
-            if len(self.fast) >= _BIND_CACHE_LIMIT:
-                self.fast.clear()
-            self.fast[key] = last
-            self._tls.last_run = None
+    def take_replay(self) -> Optional[tuple]:
+        """How to repeat the run this thread just made, if it wrote every output in place: (callable, args, keep),
+        kept by the host NPU's replay cache (cbindings/_provider.pxi) for runs with the same tensors; else None."""
+        last = getattr(self._tls, "last_run", None)
+        self._tls.last_run = None
+        return last
+
+
+def _replay(sess, io) -> tuple:
+    """(callable, args, keep) that repeats ``sess.run_with_iobinding(io)``. ONNX Runtime's Python method checks
+    WebGPU graph capture at every call (two more calls into ONNX Runtime's module, about 1 us); a CPU session never
+    captures, so the replay calls what that method calls: the session's run_with_iobinding on the native binding.
+    The public method where this ONNX Runtime has no such attributes."""
+    native_sess = getattr(sess, "_sess", None)
+    native_io = getattr(io, "_iobinding", None)
+    run = getattr(native_sess, "run_with_iobinding", None)
+    if run is None or native_io is None or getattr(io, "_session", None) is not native_sess:
+        return sess.run_with_iobinding, (io,), io
+    return run, (native_io, None), io
 
 
 class OrtGraphProvider:
