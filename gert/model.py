@@ -32,6 +32,7 @@ from gert.preview import cann_ops as preview_ops, precision as preview_precision
 from gert import sequence as _sequence
 from gert.sequence import Sequences
 from gert.core.shapes import ShapePlan, plan_shapes, warmup_keys
+from gert.core.host_memory import parse as parse_host_memory
 from gert.core.tiers import COMPILE_SHARE, HOT_AFTER, HOT_WINDOW, Tiers, check_settings
 
 if TYPE_CHECKING:
@@ -139,9 +140,11 @@ class Model:
                  sequence_wait_s: float = 0.0, cache_dir: Optional[Union[str, os.PathLike]] = None,
                  cache_mode: Union[int, str, None] = None, trust_foreign_entries: bool = False,
                  cann_ops: Optional[str] = None, precision_mode: Optional[str] = None,
-                 keep_fp32: Sequence[str] = (), dynamic_batching: Union[bool, Mapping] = True):
+                 keep_fp32: Sequence[str] = (), dynamic_batching: Union[bool, Mapping] = True,
+                 host_memory: Union[int, str, None] = None):
         data = _read_model(model)
         check_settings(hot_after, hot_window, max_exact_graphs, compile_share)
+        host_memory = parse_host_memory(host_memory)  # bytes the auto policy's static graphs may hold (tiers)
         batching = BatchingConfig.parse(dynamic_batching)  # concurrent callers batched (gert/core/dynamic.py)
         devices = _check_devices(devices, streams, cube_cores, vector_cores)
         self.cann_report, self._graph = _parse(data, cann_ops)  # first: what GE's parser refuses fails here
@@ -168,7 +171,7 @@ class Model:
                                             (cube_cores, vector_cores, max_exact_graphs), self.compile_cache)
         self._recovery = Recovery(lambda: self._workers, request_timeout_s)  # device faults: gert/core/recovery.py
         # policy auto: requests route through the tiers (dynamic graph now, static graphs once hot)
-        self._tiers = (Tiers(self._workers, max_exact_graphs, hot_after, hot_window, compile_share)
+        self._tiers = (Tiers(self._workers, max_exact_graphs, hot_after, hot_window, compile_share, host_memory)
                        if self.plan.tiered else None)
         for w in self._workers:
             w.tiers = self._tiers

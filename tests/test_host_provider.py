@@ -46,12 +46,14 @@ def _sessions_of(model) -> dict:
 
 def test_gears_of_all_streams_share_one_onnxruntime_session_per_share_of_the_device():
     """Gears without named dims (no overrides) of both streams run on one ONNX Runtime session per share of the
-    device a run gets: all its cube cores, spinning, when alone on it; one core beside another run."""
+    device a run gets. LoadGraph prepares only the session of a run alone on the device (all its cube cores); the
+    share's (one core beside another run) is made by the first run beside another, not before (issue 28: a process
+    whose graphs never run side by side holds one session per graph)."""
     with gert.load(_double(None), streams=2, gears={"batch": [1, 2, 4, 8]}) as model:
         assert model.warmup() == 8  # 4 gears x 2 streams
         cores = model._workers[0].stream.cube_cores
         sessions = _sessions_of(model)
-        expected = {(cores, _ort_provider._SPIN and cores > 1), (max(1, cores // 2), False)}
+        expected = {(cores, _ort_provider._SPIN and cores > 1)}
         assert set(sessions) == expected and all(len(ids) == 1 for ids in sessions.values()), sessions
         x = np.arange(20, dtype=np.float32).reshape(5, 4)
         np.testing.assert_array_equal(model.run({"x": x})["y"], 2 * x)
@@ -81,14 +83,15 @@ def test_a_run_spins_only_when_alone_on_the_device_and_asked_to(monkeypatch, spi
     def entry(sess, key: str) -> str:
         return sess.get_session_options().get_session_config_entry(key)
 
-    alone, shared = exe.session(2, True), exe.session(2, False)
+    assert exe.session(1, False) is None and (1, False) not in exe._sessions  # LoadGraph: a share's is not made
+    alone, shared = exe.run_session(2, True), exe.run_session(2, False)
     assert entry(shared, "session.intra_op.allow_spinning") == "0"
     if spinning:
         assert alone is not shared and entry(alone, "session.force_spinning_stop") == "1"
     else:
         assert alone is shared
-    assert exe.session(1, True) is exe.session(1, False)  # one thread: nothing to spin
-    assert entry(exe.session(1, True), "session.intra_op.allow_spinning") == "0"
+    assert exe.run_session(1, True) is exe.run_session(1, False)  # one thread: nothing to spin
+    assert entry(exe.run_session(1, True), "session.intra_op.allow_spinning") == "0"
 
 
 def test_fused_runs_inline_while_other_threads_queue_on_the_same_stream():
@@ -140,11 +143,14 @@ def test_streams_share_the_static_sessions_of_a_hot_size():
         static = [w.graphs[k] for w in workers for k in w.graphs if k != model._tiers.fallback_key]
         assert len(static) == 2, "the hot size was not compiled for both streams"
         provider = gert.hostnpu.host_provider()
-        shared = [s for k, s in list(provider._shared.items()) if dict(k[2]).get("n") == 3]
-        # one session per share of the device (alone, beside another run), not one per stream
+        items = [(k, s) for k, s in list(provider._shared.items()) if dict(k[2]).get("n") == 3]
+        shared = [s for _, s in items]
+        shares = [(k[1], k[3]) for k, _ in items]
+        # one session per share of the device (alone; beside another run once one ran so), not one per stream
         cores = workers[0].stream.cube_cores
-        assert len(shared) == len({(cores, _ort_provider._SPIN and cores > 1), (max(1, cores // 2), False)}), \
-            "each stream made its own session for the hot size"
+        assert (cores, _ort_provider._SPIN and cores > 1) in shares
+        assert len(shares) == len(set(shares)), "each stream made its own session for the hot size"
+        assert set(shares) <= {(cores, _ort_provider._SPIN and cores > 1), (max(1, cores // 2), False)}
         assert all(_session_config(s, "session.use_env_allocators") == "1" for s in shared)
         for _ in range(2):
             check_echo(model.run({"x": x}), x)
