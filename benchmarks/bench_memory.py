@@ -8,10 +8,10 @@ ONNX Runtime), and PP-OCR det over ``N`` varied sizes (multiples of 32, each see
 tiers compile static graphs for them: the worst case for memory) through ``gert.InferenceSession`` against
 ``onnxruntime.InferenceSession``. Reported per process: wall time, peak RSS (VmHWM) and the RSS at the end (steady:
 after the work, models still open), and for gert where the bytes go: the host NPU's ONNX Runtime sessions (by model
-and by thread count), the bytes of the models' initializers those sessions hold (each session a copy, unless shared),
-the shared initializer buffers, the emulated device's memory in use (I/O buffers), thread stacks, and the anonymous
-memory of the rest (ONNX Runtime's optimized graphs and arenas, Python) from /proc/self/smaps; Python's own
-allocations from tracemalloc with ``--tracemalloc`` (slow).
+and by thread count; each holds its own optimized copy of the model's weights), the emulated device's memory (I/O
+buffers), the heap and the other anonymous memory (ONNX Runtime's graphs and arenas, Python) from /proc/self/smaps,
+and Python's own allocations from tracemalloc with ``--tracemalloc`` (slow). ONNX Runtime's Python API reports no
+memory figures of a session.
 """
 from __future__ import annotations
 
@@ -45,9 +45,8 @@ def status() -> dict:
 
 
 def smaps() -> dict:
-    """Resident bytes by kind of mapping (/proc/self/smaps): thread stacks (8 MB-class anonymous mappings next to a
-    guard page are hard to tell from other anonymous memory, so the kernel's [stack] plus each thread's stack size
-    is estimated from the Threads count instead), heap, other anonymous, and file-backed (shared libraries)."""
+    """Resident bytes by kind of mapping (/proc/self/smaps): the heap, the main thread's stack, other anonymous
+    memory (mmap'd blocks of malloc and ONNX Runtime, the other threads' stacks) and files (libraries, the models)."""
     kinds = {"heap": 0, "anon": 0, "file": 0, "stack": 0}
     name = ""
     with open("/proc/self/smaps") as f:
@@ -68,15 +67,6 @@ def smaps() -> dict:
                 else:
                     kinds["file"] += rss
     return kinds
-
-
-def initializer_bytes(model: bytes) -> int:
-    """The bytes of a model's initializers (what each ONNX Runtime session of it holds a copy of, unless shared)."""
-    import onnx
-    from onnx import numpy_helper
-
-    proto = onnx.load_from_string(model)
-    return sum(numpy_helper.to_array(t).nbytes for t in proto.graph.initializer)
 
 
 def gert_breakdown() -> dict:
@@ -158,7 +148,11 @@ def child(work: str, side: str, n: int, trace: bool) -> dict:
     t = time.perf_counter()
     kept = (work_det if work == "det" else work_rapidocr)(side, n)
     wall = time.perf_counter() - t
-    out = {"work": work, "side": side, "n": n, "wall_s": round(wall, 2), **status(), "smaps": smaps()}
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    out = {"work": work, "side": side, "n": n, "wall_s": round(wall, 2), "cpu_s": round(ru.ru_utime + ru.ru_stime, 2),
+           **status(), "smaps": smaps()}
     if trace:
         import tracemalloc
 
@@ -187,10 +181,10 @@ def mb(v: float) -> str:
 
 
 def table(results: dict) -> list:
-    lines = ["| work | side | wall s | peak RSS MB | end RSS MB | peak gert/ORT | wall gert/ORT | threads |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| work | side | wall s | CPU s | peak RSS MB | end RSS MB | peak gert/ORT | wall gert/ORT | threads |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for (work, n), sides in results.items():
-        med = {s: {k: statistics.median(r[k] for r in runs) for k in ("wall_s", "VmHWM", "VmRSS")}
+        med = {s: {k: statistics.median(r.get(k, 0) for r in runs) for k in ("wall_s", "cpu_s", "VmHWM", "VmRSS")}
                for s, runs in sides.items()}
         for s in ("ort", "gert"):
             if s not in med:
@@ -199,7 +193,7 @@ def table(results: dict) -> list:
             if s == "gert" and "ort" in med:
                 ratio = f"{med['gert']['VmHWM'] / med['ort']['VmHWM']:.2f}x"
                 wall = f"{med['gert']['wall_s'] / med['ort']['wall_s']:.2f}x"
-            lines.append(f"| {work} x{n} | {s} | {med[s]['wall_s']:.1f} | {mb(med[s]['VmHWM'])} | "
+            lines.append(f"| {work} x{n} | {s} | {med[s]['wall_s']:.1f} | {med[s]['cpu_s']:.1f} | {mb(med[s]['VmHWM'])} | "
                          f"{mb(med[s]['VmRSS'])} | {ratio} | {wall} | {sides[s][-1].get('Threads', '')} |")
     return lines
 
@@ -214,12 +208,12 @@ def breakdown(results: dict) -> list:
             lines.append(f"  heap {mb(sm['heap'])} MB, other anonymous {mb(sm['anon'])} MB, stacks (main) "
                          f"{mb(sm['stack'])} MB")
             for m in g.get("models", []):
-                lines.append(f"  model {m['digest']}: {m['sessions']} ONNX Runtime sessions {m['by_threads']}, "
-                             f"initializers {mb(m['initializer_bytes'])} MB each; held {mb(m['copies_bytes'])} MB "
-                             f"({'shared: one copy' if m['shared'] else 'a copy per session'})")
+                lines.append(f"  model {m['digest']} ({mb(m['model_bytes'])} MB): {m['sessions']} ONNX Runtime "
+                             f"sessions by compute threads {m['by_threads']}, each its own optimized copy")
             if g:
-                lines.append(f"  emulated device memory in use {mb(g['device_in_use'])} MB (charged {mb(g['device_charged'])}"
-                             f" MB of {mb(g['device_total'])} MB); graphs' estimated bytes {mb(g['graph_bytes'])} MB")
+                lines.append(f"  emulated device memory: {mb(g['device_in_use'])} MB in use (peak "
+                             f"{mb(g['device_peak'])} MB), aclrtGetMemInfo used {mb(g['device_used'])} of "
+                             f"{mb(g['device_total'])} MB")
             if "python_heap" in r:
                 lines.append(f"  Python (tracemalloc) {mb(r['python_heap'])} MB now, {mb(r['python_heap_peak'])} MB peak")
     return lines
@@ -247,7 +241,7 @@ def main() -> int:
             for side in args.sides.split(","):
                 r = run_child(work, side, int(n), args.tracemalloc)
                 results.setdefault((work, int(n)), {}).setdefault(side, []).append(r)
-                print(f"{work}:{n} {side}: wall {r['wall_s']} s, peak {mb(r['VmHWM'])} MB, end {mb(r['VmRSS'])} MB",
+                print(f"{work}:{n} {side}: wall {r['wall_s']} s, CPU {r.get('cpu_s')} s, peak {mb(r['VmHWM'])} MB, end {mb(r['VmRSS'])} MB",
                       file=sys.stderr, flush=True)
         sides = results[(work, int(n))]
         if "texts" in sides.get("ort", [{}])[-1] and "gert" in sides:

@@ -32,7 +32,6 @@ from gert.preview import cann_ops as preview_ops, precision as preview_precision
 from gert import sequence as _sequence
 from gert.sequence import Sequences
 from gert.core.shapes import ShapePlan, plan_shapes, warmup_keys
-from gert.core.host_memory import parse as parse_host_memory
 from gert.core.tiers import COMPILE_SHARE, HOT_AFTER, HOT_WINDOW, Tiers, check_settings
 
 if TYPE_CHECKING:
@@ -143,8 +142,7 @@ class Model:
                  keep_fp32: Sequence[str] = (), dynamic_batching: Union[bool, Mapping] = True,
                  host_memory: Union[int, str, None] = None):
         data = _read_model(model)
-        check_settings(hot_after, hot_window, max_exact_graphs, compile_share)
-        host_memory = parse_host_memory(host_memory)  # bytes the auto policy's static graphs may hold (tiers)
+        check_settings(hot_after, hot_window, max_exact_graphs, compile_share, host_memory)
         batching = BatchingConfig.parse(dynamic_batching)  # concurrent callers batched (gert/core/dynamic.py)
         devices = _check_devices(devices, streams, cube_cores, vector_cores)
         self.cann_report, self._graph = _parse(data, cann_ops)  # first: what GE's parser refuses fails here

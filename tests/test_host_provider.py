@@ -129,8 +129,8 @@ def _session_config(sess, key: str) -> str:
 
 def test_streams_share_the_static_sessions_of_a_hot_size():
     """Policy auto compiles a hot size for every stream; those graphs run on the same ONNX Runtime sessions, so the
-    second stream's compile creates none. Every session the host NPU makes allocates from ONNX Runtime's environment
-    arena (one device workspace)."""
+    second stream's compile creates none. No session the host NPU makes keeps an arena of its own (by default none,
+    with GERT_HOST_ORT_ARENA=shared ONNX Runtime's environment arena, one device workspace)."""
     with gert.load(echo_model(), streams=2, gears={"batch": [1]}, hot_after=1) as model:
         model.warmup()
         x = echo_input(7, 1, 3)
@@ -151,7 +151,12 @@ def test_streams_share_the_static_sessions_of_a_hot_size():
         assert (cores, _ort_provider._SPIN and cores > 1) in shares
         assert len(shares) == len(set(shares)), "each stream made its own session for the hot size"
         assert set(shares) <= {(cores, _ort_provider._SPIN and cores > 1), (max(1, cores // 2), False)}
-        assert all(_session_config(s, "session.use_env_allocators") == "1" for s in shared)
+        # no arena (issue 28: an arena keeps its peak for the life of the process): intermediates come from the
+        # heap; GERT_HOST_ORT_ARENA=shared: ONNX Runtime's environment arena, shared by every session
+        if _ort_provider._ARENA == "shared":
+            assert all(_session_config(s, "session.use_env_allocators") == "1" for s in shared)
+        else:
+            assert all(not s.get_session_options().enable_cpu_mem_arena for s in shared)
         for _ in range(2):
             check_echo(model.run({"x": x}), x)
         assert model.stats()["static_hits"] >= 2
@@ -259,3 +264,18 @@ def test_a_model_compiled_at_many_sizes_is_copied_and_hashed_once():
         exes = [o for o in gc.get_objects() if isinstance(o, OrtExecutable) and o.group in groups]
         assert len(exes) == 6  # the dynamic graph and 2 sizes, on 2 streams
         assert len({id(e.model) for e in exes}) == 1 and len({e.digest for e in exes}) == 1
+
+
+def test_the_default_sessions_keep_no_arena_and_shared_ones_use_the_environment_arena(monkeypatch):
+    """Issue 28: ONNX Runtime's arena keeps the most a session's runs ever held at once (rounded up to powers of
+    two) for the life of the process; the host NPU's sessions take their intermediates from the heap by default, and
+    with GERT_HOST_ORT_ARENA=shared from the one arena of ONNX Runtime's environment, never an arena per session."""
+    from gert import _ort_provider
+
+    so = _ort_provider._session_options(1, {})
+    assert not so.enable_cpu_mem_arena
+    with pytest.raises(RuntimeError, match="use_env_allocators"):  # not set
+        so.get_session_config_entry("session.use_env_allocators")
+    monkeypatch.setattr(_ort_provider, "_ARENA", "shared")
+    so = _ort_provider._session_options(1, {})
+    assert so.get_session_config_entry("session.use_env_allocators") == "1"

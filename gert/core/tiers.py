@@ -60,9 +60,10 @@ ADMIT_HORIZON = 4
 
 
 def check_settings(hot_after: int, hot_window: int, max_exact_graphs: int,
-                   compile_share: float = COMPILE_SHARE) -> None:
-    """GertError naming the setting, unless hot_after >= 1, hot_window >= hot_after, max_exact_graphs >= 1 and
-    0 < compile_share <= 1."""
+                   compile_share: float = COMPILE_SHARE, host_memory=None) -> None:
+    """GertError naming the setting, unless hot_after >= 1, hot_window >= hot_after, max_exact_graphs >= 1,
+    0 < compile_share <= 1 and host_memory is a number of bytes (gert/core/host_memory.py)."""
+    _host_memory.parse(host_memory)
     if not 0 < float(compile_share) <= 1:
         raise GertError(f"compile_share must be in (0, 1], got {compile_share}")
     if int(hot_after) < 1:

@@ -44,6 +44,13 @@ _SPIN = os.environ.get("GERT_HOST_ORT_SPINNING", "0") == "1"
 # size and stream, 2 streams, 4 clients: 0.77x the throughput of one dynamic session per stream with an arena per
 # session, 1.01x with the shared arena; 87 sessions after one run each held 2.0 GB, 0.9 GB without their arenas.
 # Sessions a user makes are not affected: only sessions that ask for it ("session.use_env_allocators") use it.
+# But an arena keeps the most its runs ever held at once for the life of the process, rounded up as it grew (ONNX
+# Runtime extends an arena by powers of two): RapidOCR over 24 images of 12 sizes, one process, held 1.36 GB after
+# its runs with the shared arena, 0.61 GB without an arena, against 0.56 GB for RapidOCR on ONNX Runtime (which turns
+# its sessions' arenas off); peak RSS 1.47 GB against 1.20 GB (benchmarks/bench_memory.py, issue 28). So by default
+# the host NPU's sessions take their intermediates from the heap (malloc: what a run frees, the next reuses, and the
+# heap is trimmed); GERT_HOST_ORT_ARENA=shared: the shared arena above.
+_ARENA = os.environ.get("GERT_HOST_ORT_ARENA", "none")
 _ENV_ARENA_LOCK = threading.Lock()
 _env_arena: Optional[bool] = None  # registered (or registered before, by someone else): True; failed: False
 
@@ -112,8 +119,17 @@ class OrtExecutable:
         return {k: v for k, v in fixed.items() if k not in clash}
 
     def session(self, threads: int, alone: bool = False):
-        """The session a run with ``threads`` compute threads takes; it spins when the run is ``alone`` on its device
-        (and has threads to spin)."""
+        """What LoadGraph prepares (gertHostGraphProvider.prepare) for a run with ``threads`` compute threads, ``alone``
+        on its device or not: the session of a run alone is made now; a share's (a run beside another, fewer
+        threads) only when such a run comes (run_session): a process whose graphs never run side by side (one
+        client: RapidOCR) holds one ONNX Runtime session per graph, not two (benchmarks/bench_memory.py)."""
+        if alone or (max(1, int(threads)), False) in self._sessions:
+            return self.run_session(threads, alone)
+        return None
+
+    def run_session(self, threads: int, alone: bool = False):
+        """The session a run with ``threads`` compute threads takes, made on first use; it spins when the run is
+        ``alone`` on its device (and has threads to spin)."""
         threads = max(1, int(threads))
         spin = _SPIN and alone and threads > 1
         sess = self._sessions.get((threads, spin))
@@ -126,7 +142,7 @@ class OrtExecutable:
     def run(self, threads: int, alone: bool, inputs: Sequence[TensorArg], outputs: Sequence[TensorArg],
             alloc: Callable[[int], int]) -> list:
         """Runs once; returns per output None (written in place) or (ptr, nbytes, dims) of what it produced."""
-        sess = self.session(threads, alone)
+        sess = self.run_session(threads, alone)
         bound_all = all(o[0] and all(d >= 0 for d in o[3]) for o in outputs)
         # A repeat of a run whose outputs were all bound never gets here: the trampoline's `fast` cache replays it.
         io = sess.io_binding()
@@ -211,6 +227,7 @@ class OrtGraphProvider:
         # the same shapes is not validated and probed again for the next (auto compiles each hot size per stream)
         self._probed: dict = {}
         self._digests: dict = {}  # id(model bytes) -> (the bytes, their digest)
+        self._sizes: dict = {}  # model digest -> its size in bytes (what sessions() reports)
 
     def digest(self, model: bytes) -> bytes:
         """The model's digest (the key of its sessions), computed once per bytes object: the host NPU hands the
@@ -260,7 +277,14 @@ class OrtGraphProvider:
                     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
                 sess = _ort_session(model, sess_options=so, providers=["CPUExecutionProvider"])
                 self._shared[key] = sess
+                self._sizes[digest] = len(model)
         return sess
+
+    def sessions(self) -> list:
+        """The live ONNX Runtime sessions: (model digest, model bytes, compute threads, overrides, spinning) per
+        session (benchmarks/bench_memory.py: each holds its own optimized copy of the model's weights)."""
+        with self._lock:
+            return [(k[0], self._sizes.get(k[0], 0), k[1], dict(k[2]), k[3]) for k in list(self._shared.keys())]
 
     def _parsed_model(self, model: bytes, digest: bytes):
         """The ModelProto shape inference runs on, parsed once per model (the last few are kept)."""
@@ -291,7 +315,7 @@ class OrtGraphProvider:
         known = self._probed.get(probe_key)
         if known is not None:  # the same graph at the same shapes, compiled for another stream: validated already
             return exe, list(known[0]), known[1]
-        sess = exe.session(_device_threads(), True)  # the session LoadGraph prepares for a stream without limits
+        sess = exe.run_session(_device_threads(), True)  # the session LoadGraph prepares for a stream without limits
         ort_in = [m.name for m in sess.get_inputs()]
         if ort_in != exe.in_names:
             raise ValueError(f"ONNX Runtime sees inputs {ort_in}, the parser saw {exe.in_names}")
@@ -358,7 +382,9 @@ def _session_options(threads: int, overrides: dict):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    if _shared_arena():
+    if _ARENA != "shared":  # no arena (the default: _ARENA)
+        so.enable_cpu_mem_arena = False
+    elif _shared_arena():
         so.add_session_config_entry("session.use_env_allocators", "1")
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
