@@ -71,8 +71,10 @@ def smaps() -> dict:
 
 def gert_breakdown() -> dict:
     """Where a gert process's bytes go, from the host NPU's provider and the emulated device (gert.hostnpu)."""
-    from gert.hostnpu import memory_report
-
+    try:
+        from gert.hostnpu import memory_report
+    except ImportError:  # a gert from before issue 28 (an A/B against an older checkout on PYTHONPATH)
+        return {}
     return memory_report()
 
 
