@@ -184,6 +184,12 @@ class StreamGraphs:
         self.stats.compile_seconds += entry.compile_seconds
         return True
 
+    def discard(self, entry: GraphEntry) -> None:
+        """Drop a graph built but not installed (the caller holds lock): refused by the tiers' host_memory budget.
+        A graph of a Session retired meanwhile went with that Session."""
+        if not self._closed and entry.generation == self._ctx.generation:
+            self.session.remove_graph(entry.graph_id)
+
     def compile(self, key: tuple) -> GraphEntry:
         """The graph for ``key``: the installed one, else built and installed now (the caller holds lock). Exact
         graphs are bounded by max_exact_graphs: the scan-resistant set picks what to evict first."""

@@ -9,8 +9,8 @@ TinyLFU-style admission: a hot shape replaces the least frequent static one only
 often over a longer horizon (ADMIT_HORIZON windows), so a scan of one-off sizes (never hot) cannot evict the hot
 set, and shapes of about equal frequency do not keep swapping places. The static set is also bounded in bytes by
 ``host_memory`` (gert/core/host_memory.py): a shape is admitted only if its graphs (on every stream; their size
-estimated from the static graphs built before) fit in what the set leaves of the budget, and a graph found over it
-once built is dropped again; a shape turned down runs on the dynamic graph, as before.
+estimated from the static graphs built before) fit in what the set leaves of the budget, and its first graph built
+is checked again before it is installed (GE's summary of the dynamic graph gives no sizes to estimate the first); a shape turned down runs on the dynamic graph, as before.
 The compiler thread keeps to a share of one CPU (``compile_share``), resting between compiles.
 
 Policy ``exact`` compiles on the request path (it has no other graph to run on); its bounded set is a segmented LRU
@@ -287,6 +287,19 @@ class Tiers:
         built, measured, and dropped again if it does not fit)."""
         return self._largest
 
+    def _fits(self, key: tuple, cost: int) -> bool:
+        """Whether the shape's graphs (``cost`` bytes on all streams, from the first one built) fit in the
+        host_memory budget beside the other static shapes; if not, it is turned down (before it is installed)."""
+        with self._lock:
+            self._largest = max(self._largest, cost)
+            if key in self._static and self.static_bytes() - self._bytes.get(key, 0) + cost <= self.host_memory:
+                return True
+            self._static.pop(key, None)
+            self._bytes.pop(key, None)
+            self._turn_down(key)
+            self.memory_refusals += 1
+            return False
+
     def _account(self, key: tuple) -> None:
         """Record what the shape's graphs hold once built; over the host_memory budget (the estimate was short),
         drop them again: the shape stays on the dynamic graph."""
@@ -335,6 +348,10 @@ class Tiers:
                     self._static.pop(key, None)
                 with w.lock:
                     w.stats.failed_background_compiles += 1
+                return
+            if not self._fits(key, entry.memory * len(self.workers)):  # never installed: no request runs on it
+                with w.lock:
+                    w.discard(entry)
                 return
             with w.lock:
                 if w.install(entry):  # routing switches here, atomically for this stream
