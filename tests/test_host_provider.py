@@ -1,6 +1,7 @@
 """The host NPU's compute provider: ONNX Runtime sessions shared per GE Session (spinning pools) or by all streams
 (no spinning), one environment arena, and requests (fused static ones, dynamic-shape ones) that run inline on the
 waiting thread while other threads queue work on the same stream."""
+import gc
 import threading
 import time
 
@@ -59,12 +60,19 @@ def test_gears_of_all_streams_share_one_onnxruntime_session_per_share_of_the_dev
         np.testing.assert_array_equal(model.run({"x": x})["y"], 2 * x)
 
 
-def test_named_batch_dims_keep_a_session_per_override():
-    """A named batch dim gets free-dimension overrides per gear (static graphs), so those sessions differ."""
-    with gert.load(_double("N"), streams=1, gears={"batch": [1, 2]}) as model:
-        model.warmup()
-        cores = model._workers[0].stream.cube_cores
-        assert len(_sessions_of(model)[(cores, _ort_provider._SPIN and cores > 1)]) == 2
+def test_the_gears_of_a_named_batch_dim_share_one_session(monkeypatch):
+    """Issue 28: a named batch dim's gears are static graphs at different sizes of one model; they run on one ONNX
+    Runtime session (one optimized graph, one copy of the weights), not one per size (free-dimension overrides), and
+    each computes its own size right. GERT_HOST_ORT_SESSION_PER_SIZE=1 keeps a session per size."""
+    for per_size, sessions in ((False, 1), (True, 2)):
+        monkeypatch.setattr(_ort_provider, "_SESSION_PER_SIZE", per_size)
+        with gert.load(_double("N"), streams=1, gears={"batch": [1, 2]}) as model:
+            model.warmup()
+            cores = model._workers[0].stream.cube_cores
+            assert len(_sessions_of(model)[(cores, _ort_provider._SPIN and cores > 1)]) == sessions
+            for n in (1, 2):
+                x = np.arange(4 * n, dtype=np.float32).reshape(n, 4)
+                np.testing.assert_array_equal(model.run({"x": x})["y"], 2 * x)
 
 
 @pytest.mark.parametrize("spinning", [False, True])
@@ -143,7 +151,9 @@ def test_streams_share_the_static_sessions_of_a_hot_size():
         static = [w.graphs[k] for w in workers for k in w.graphs if k != model._tiers.fallback_key]
         assert len(static) == 2, "the hot size was not compiled for both streams"
         provider = gert.hostnpu.host_provider()
-        items = [(k, s) for k, s in list(provider._shared.items()) if dict(k[2]).get("n") == 3]
+        digests = {e.digest for e in gc.get_objects() if isinstance(e, _ort_provider.OrtExecutable)
+                   and e.group in {w.session.session_id for w in workers}}
+        items = [(k, s) for k, s in list(provider._shared.items()) if k[0] in digests]
         shared = [s for _, s in items]
         shares = [(k[1], k[3]) for k, _ in items]
         # one session per share of the device (alone; beside another run once one ran so), not one per stream

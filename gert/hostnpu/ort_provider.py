@@ -51,6 +51,16 @@ _SPIN = os.environ.get("GERT_HOST_ORT_SPINNING", "0") == "1"
 # the host NPU's sessions take their intermediates from the heap (malloc: what a run frees, the next reuses, and the
 # heap is trimmed); GERT_HOST_ORT_ARENA=shared: the shared arena above.
 _ARENA = os.environ.get("GERT_HOST_ORT_ARENA", "none")
+# One session per model, not one per static size: the graphs of a model compiled at any size (gears, policy auto's
+# hot sizes, exact sizes) run on the session of its dynamic-shape graph, which takes the sizes as they come. A
+# session per size (free-dimension overrides) held its own optimized graph and copy of the weights (PP-OCR det:
+# ~15 MB each, 17 sessions over 90 sizes: 450 MB peak RSS against ONNX Runtime's 194 MB) and ran no faster (det,
+# 2 threads, one session against the other in turns: 320x448 63 / 77 ms, 224x288 38 / 32 ms, 640x640 637 / 627 ms,
+# dynamic / static; benchmarks/bench_memory.py, issue 28). GE's graphs stay apart (each its own summary, output
+# shapes from shape inference, I/O bindings); only ONNX Runtime's session is shared. A graph loaded from GE's compile
+# cache is ONNX Runtime's model optimized at its size, and keeps a session of its own. GERT_HOST_ORT_SESSION_PER_SIZE=1:
+# a session per size, as before.
+_SESSION_PER_SIZE = os.environ.get("GERT_HOST_ORT_SESSION_PER_SIZE", "0") == "1"
 _ENV_ARENA_LOCK = threading.Lock()
 _env_arena: Optional[bool] = None  # registered (or registered before, by someone else): True; failed: False
 
@@ -82,9 +92,8 @@ def _ort_session(*args, **kwargs):
 
 class OrtExecutable:
     """One compiled graph. Its ONNX Runtime session per (compute-thread count, spinning) comes from the provider,
-    shared with the other graphs of the same model and shape overrides (OrtGraphProvider.shared_session): one
-    stream's gears share one session and thread pool, and the graphs of a size compiled for each stream (policy auto's
-    hot sizes, every stream's gears) share one session and one copy of its weights."""
+    shared with the other graphs of the same model (OrtGraphProvider.shared_session; _SESSION_PER_SIZE): the gears
+    and hot sizes of every stream run on one session, one thread pool and one copy of the weights."""
 
     def __init__(self, model: bytes, in_names: Sequence[str], in_dims: Sequence[tuple], out_names: Sequence[str],
                  provider: "OrtGraphProvider", group: int = 0, overrides: Optional[dict] = None):
@@ -134,8 +143,8 @@ class OrtExecutable:
         spin = _SPIN and alone and threads > 1
         sess = self._sessions.get((threads, spin))
         if sess is None:
-            sess = self._provider.shared_session(self.model, self.digest, threads, self._overrides(), self.optimized,
-                                                 spin)
+            overrides = self._overrides() if self.optimized or _SESSION_PER_SIZE else {}
+            sess = self._provider.shared_session(self.model, self.digest, threads, overrides, self.optimized, spin)
             self._sessions[(threads, spin)] = sess
         return sess
 
