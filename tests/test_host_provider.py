@@ -276,16 +276,34 @@ def test_a_model_compiled_at_many_sizes_is_copied_and_hashed_once():
         assert len({id(e.model) for e in exes}) == 1 and len({e.digest for e in exes}) == 1
 
 
-def test_the_default_sessions_keep_no_arena_and_shared_ones_use_the_environment_arena(monkeypatch):
-    """Issue 28: ONNX Runtime's arena keeps the most a session's runs ever held at once (rounded up to powers of
-    two) for the life of the process; the host NPU's sessions take their intermediates from the heap by default, and
-    with GERT_HOST_ORT_ARENA=shared from the one arena of ONNX Runtime's environment, never an arena per session."""
+def test_sessions_use_the_environment_arena_unless_the_application_turns_the_arena_off():
+    """Issue 28: the host NPU's sessions take their intermediates from ONNX Runtime's one environment arena (never an
+    arena per session); an application that turns ONNX Runtime's arena off (SessionOptions.enable_cpu_mem_arena =
+    False, as RapidOCR does: an arena keeps its peak for the life of the process) gets sessions without an arena."""
+    import onnxruntime as ort
+
     from gert import _ort_provider
 
-    so = _ort_provider._session_options(1, {})
-    assert not so.enable_cpu_mem_arena
-    with pytest.raises(RuntimeError, match="use_env_allocators"):  # not set
-        so.get_session_config_entry("session.use_env_allocators")
-    monkeypatch.setattr(_ort_provider, "_ARENA", "shared")
-    so = _ort_provider._session_options(1, {})
-    assert so.get_session_config_entry("session.use_env_allocators") == "1"
+    if _ort_provider._ARENA != "shared":
+        pytest.skip("GERT_HOST_ORT_ARENA=none: no session takes an arena")
+    model = _double(None)
+    with gert.InferenceSession(model) as default:
+        default.run(None, {"x": np.ones((2, 4), np.float32)})
+        held = [s for k, s in _live_sessions() if k[0] == _digest(model)]
+        assert held and all(_session_config(s, "session.use_env_allocators") == "1" for s in held)
+    model = _double("M")  # another model: its own digest
+    so = ort.SessionOptions()
+    so.enable_cpu_mem_arena = False
+    with gert.InferenceSession(model, so) as no_arena:
+        x = np.ones((3, 4), np.float32)
+        np.testing.assert_array_equal(no_arena.run(None, {"x": x})[0], 2 * x)
+        held = [s for k, s in _live_sessions() if k[0] == _digest(model)]
+        assert held and all(not s.get_session_options().enable_cpu_mem_arena for s in held)
+
+
+def _digest(model: bytes) -> bytes:
+    return gert.hostnpu.host_provider().digest(model)
+
+
+def _live_sessions() -> list:
+    return list(gert.hostnpu.host_provider()._shared.items())

@@ -93,6 +93,14 @@ hooks.register(hooks.BindingHooks(inline=inline, compile_cache_result=_compile_c
 
 
 
+def without_arena(model: bytes) -> None:
+    """Let the host NPU's sessions of ``model`` take their intermediates from the heap instead of an arena (what
+    ONNX Runtime's SessionOptions.enable_cpu_mem_arena = False asks; gert.InferenceSession passes it on). Nothing on
+    a real CANN toolkit (GE manages the device's memory)."""
+    if available():
+        host_provider().without_arena(model)
+
+
 def memory_report() -> dict:
     """Where the host NPU's bytes go (benchmarks/bench_memory.py): its ONNX Runtime sessions per model (each holds
     its own optimized copy of the model's weights) and thread count, and the emulated device's memory (aclrtMalloc'd

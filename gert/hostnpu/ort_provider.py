@@ -44,13 +44,15 @@ _SPIN = os.environ.get("GERT_HOST_ORT_SPINNING", "0") == "1"
 # size and stream, 2 streams, 4 clients: 0.77x the throughput of one dynamic session per stream with an arena per
 # session, 1.01x with the shared arena; 87 sessions after one run each held 2.0 GB, 0.9 GB without their arenas.
 # Sessions a user makes are not affected: only sessions that ask for it ("session.use_env_allocators") use it.
-# But an arena keeps the most its runs ever held at once for the life of the process, rounded up as it grew (ONNX
-# Runtime extends an arena by powers of two): RapidOCR over 24 images of 12 sizes, one process, held 1.36 GB after
-# its runs with the shared arena, 0.61 GB without an arena, against 0.56 GB for RapidOCR on ONNX Runtime (which turns
-# its sessions' arenas off); peak RSS 1.47 GB against 1.20 GB (benchmarks/bench_memory.py, issue 28). So by default
-# the host NPU's sessions take their intermediates from the heap (malloc: what a run frees, the next reuses, and the
-# heap is trimmed); GERT_HOST_ORT_ARENA=shared: the shared arena above.
-_ARENA = os.environ.get("GERT_HOST_ORT_ARENA", "none")
+# An arena keeps the most its runs ever held at once for the life of the process, rounded up as it grew (ONNX
+# Runtime extends an arena by powers of two), as ONNX Runtime's own sessions do unless the application turns their
+# arena off (SessionOptions.enable_cpu_mem_arena = False). gert.InferenceSession passes that on (without_arena): the
+# model's sessions take their intermediates from the heap. RapidOCR turns it off: over 24 images of 12 sizes it held
+# 1.33 GB after its runs with the shared arena, 0.61 GB without, against 0.56 GB for RapidOCR on ONNX Runtime; peak
+# RSS 1.44 / 1.20 / 1.07 GB. PP-OCR det over 90 sizes (an application that keeps the arena) peaked at 246 MB with the
+# shared arena, 324 MB without (the heap fragments), against 194 MB for ONNX Runtime (benchmarks/bench_memory.py,
+# issue 28). GERT_HOST_ORT_ARENA=none: no arena for any session.
+_ARENA = os.environ.get("GERT_HOST_ORT_ARENA", "shared")
 # One session per model, not one per static size: the graphs of a model compiled at any size (gears, policy auto's
 # hot sizes, exact sizes) run on the session of its dynamic-shape graph, which takes the sizes as they come. A
 # session per size (free-dimension overrides) held its own optimized graph and copy of the weights (PP-OCR det:
@@ -237,6 +239,7 @@ class OrtGraphProvider:
         self._probed: dict = {}
         self._digests: dict = {}  # id(model bytes) -> (the bytes, their digest)
         self._sizes: dict = {}  # model digest -> its size in bytes (what sessions() reports)
+        self._no_arena: set = set()  # digests of models whose sessions take no arena (without_arena)
 
     def digest(self, model: bytes) -> bytes:
         """The model's digest (the key of its sessions), computed once per bytes object: the host NPU hands the
@@ -275,7 +278,7 @@ class OrtGraphProvider:
         with self._lock:
             sess = self._shared.get(key)
             if sess is None:
-                so = _session_options(threads, overrides)
+                so = _session_options(threads, overrides, digest not in self._no_arena)
                 if optimized:
                     import onnxruntime as ort
 
@@ -288,6 +291,13 @@ class OrtGraphProvider:
                 self._shared[key] = sess
                 self._sizes[digest] = len(model)
         return sess
+
+    def without_arena(self, model: bytes) -> None:
+        """The sessions of ``model`` (made from now on) take their intermediates from the heap, not from an arena:
+        what an application asks ONNX Runtime with SessionOptions.enable_cpu_mem_arena = False."""
+        digest = self.digest(model)
+        with self._lock:
+            self._no_arena.add(digest)
 
     def sessions(self) -> list:
         """The live ONNX Runtime sessions: (model digest, model bytes, compute threads, overrides, spinning) per
@@ -387,11 +397,11 @@ def _shared_arena() -> bool:
     return bool(_env_arena)
 
 
-def _session_options(threads: int, overrides: dict):
+def _session_options(threads: int, overrides: dict, arena: bool = True):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    if _ARENA != "shared":  # no arena (the default: _ARENA)
+    if _ARENA != "shared" or not arena:  # no arena: intermediates from the heap
         so.enable_cpu_mem_arena = False
     elif _shared_arena():
         so.add_session_config_entry("session.use_env_allocators", "1")
