@@ -51,7 +51,9 @@ _SPIN = os.environ.get("GERT_HOST_ORT_SPINNING", "0") == "1"
 # 1.33 GB after its runs with the shared arena, 0.61 GB without, against 0.56 GB for RapidOCR on ONNX Runtime; peak
 # RSS 1.44 / 1.20 / 1.07 GB. PP-OCR det over 90 sizes (an application that keeps the arena) peaked at 246 MB with the
 # shared arena, 324 MB without (the heap fragments), against 194 MB for ONNX Runtime (benchmarks/bench_memory.py,
-# issue 28). GERT_HOST_ORT_ARENA=none: no arena for any session.
+# issue 28). The heap costs time, though: RapidOCR x24 took 41-46 s of CPU without an arena, 27.6 s with it (ONNX
+# Runtime itself: 55 s, spinning). GERT_HOST_ORT_ARENA=none: no arena for any session; =always: the shared arena
+# for every session, even where the application turned the arena off.
 _ARENA = os.environ.get("GERT_HOST_ORT_ARENA", "shared")
 # One session per model, not one per static size: the graphs of a model compiled at any size (gears, policy auto's
 # hot sizes, exact sizes) run on the session of its dynamic-shape graph, which takes the sizes as they come. A
@@ -401,7 +403,7 @@ def _session_options(threads: int, overrides: dict, arena: bool = True):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    if _ARENA != "shared" or not arena:  # no arena: intermediates from the heap
+    if _ARENA == "none" or (not arena and _ARENA != "always"):  # no arena: intermediates from the heap
         so.enable_cpu_mem_arena = False
     elif _shared_arena():
         so.add_session_config_entry("session.use_env_allocators", "1")
