@@ -140,9 +140,10 @@ class Model:
                  sequence_wait_s: float = 0.0, cache_dir: Optional[Union[str, os.PathLike]] = None,
                  cache_mode: Union[int, str, None] = None, trust_foreign_entries: bool = False,
                  cann_ops: Optional[str] = None, precision_mode: Optional[str] = None,
-                 keep_fp32: Sequence[str] = (), dynamic_batching: Union[bool, Mapping] = True):
+                 keep_fp32: Sequence[str] = (), dynamic_batching: Union[bool, Mapping] = True,
+                 host_memory: Union[int, str, None] = None):
         data = _read_model(model)
-        check_settings(hot_after, hot_window, max_exact_graphs, compile_share)
+        check_settings(hot_after, hot_window, max_exact_graphs, compile_share, host_memory)
         batching = BatchingConfig.parse(dynamic_batching)  # concurrent callers batched (gert/core/dynamic.py)
         devices = _check_devices(devices, streams, cube_cores, vector_cores)
         self.cann_report, self._graph = _parse(data, cann_ops)  # first: what GE's parser refuses fails here
@@ -169,7 +170,7 @@ class Model:
                                             (cube_cores, vector_cores, max_exact_graphs), self.compile_cache)
         self._recovery = Recovery(lambda: self._workers, request_timeout_s)  # device faults: gert/core/recovery.py
         # policy auto: requests route through the tiers (dynamic graph now, static graphs once hot)
-        self._tiers = (Tiers(self._workers, max_exact_graphs, hot_after, hot_window, compile_share)
+        self._tiers = (Tiers(self._workers, max_exact_graphs, hot_after, hot_window, compile_share, host_memory)
                        if self.plan.tiered else None)
         for w in self._workers:
             w.tiers = self._tiers

@@ -45,7 +45,7 @@ _LOAD_INT_KEYS = {"streams", "cube_cores", "vector_cores", "max_batch", "max_exa
 # SessionOptions attributes gert accepts and does not apply: warned about once each when not ONNX Runtime's default
 _IGNORED_SESSION_OPTIONS = ("inter_op_num_threads", "graph_optimization_level", "execution_mode", "log_severity_level",
                             "log_verbosity_level", "enable_profiling", "enable_mem_pattern", "enable_mem_reuse",
-                            "enable_cpu_mem_arena", "use_deterministic_compute", "optimized_model_filepath",
+                            "use_deterministic_compute", "optimized_model_filepath",
                             "execution_order", "logid", "profile_file_prefix")
 _ORT_PREFIX = re.compile(r"^\[(ONNXRuntimeError|gert)\] : (\d+ : )?[A-Z_]+ : ")
 _NO_VERSION = 2**63 - 1  # what ONNX Runtime reports as the version of a model that sets none
@@ -331,7 +331,10 @@ class InferenceSession(SessionRunVariants):
 
     def _load_model(self):
         import gert
+        from gert import hostnpu
 
+        if getattr(self._sess_options, "enable_cpu_mem_arena", True) is False:
+            hostnpu.without_arena(self._data)  # the host NPU's sessions of this model: no arena (issue 28)
         model = gert.load(self._data, **self._load_options)
         try:
             model.warmup()  # compile now, as ONNX Runtime does at session creation, not on the first run

@@ -18,6 +18,9 @@ Keys (all string values, as Triton passes them):
   max_exact_graphs       static graphs kept per stream for exact / auto sizes (default 16)
   compile_share  auto: the share of one CPU that background compiles may take on average, in (0, 1] (default 0.25):
                  after a compile of d seconds the compiler rests d * (1 - share) / share seconds
+  host_memory    bytes the auto policy's static graphs may hold per model instance ("2GB", "512MB", "1073741824"):
+                 a hot size whose graphs would not fit runs on the dynamic graph (default: 1/8 of the machine's
+                 memory, or of the container's limit; gert/core/host_memory.py)
   pad_value      a number
   max_batch      largest batch gear (defaults to the config's max_batch_size)
   device_ids     "0,1": spread this instance over several devices (default: the instance's device)
@@ -58,13 +61,14 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from gert.core.cache_trust import parse_mode
+from gert.core.host_memory import parse as parse_host_memory
 from gert.errors import GertError
 from gert.core.shapes import POLICIES
 
 TRITON_KEYS = {"EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS"}
 KNOWN_KEYS = {"onnx_file", "streams", "cube_cores", "vector_cores", "gears", "shape_policy", "pad_value",
               "max_batch", "device_ids", "split_batch", "metrics_interval_ms", "warmup", "request_timeout_ms",
-              "hot_after", "hot_window", "max_exact_graphs", "compile_share", "state", "batch_dim",
+              "hot_after", "hot_window", "max_exact_graphs", "compile_share", "host_memory", "state", "batch_dim",
               "cache_dir", "cache_mode", "trust_foreign_entries", "cann_ops",
               "precision_mode", "keep_fp32", "trace_file"}
 
@@ -95,6 +99,7 @@ class GertParams:
     hot_window: Optional[int] = None
     max_exact_graphs: Optional[int] = None
     compile_share: Optional[float] = None
+    host_memory: Optional[int] = None  # bytes; None: gert.load's default (gert/core/host_memory.py)
     cache_dir: Optional[str] = None  # as given: absolute, or relative to the model dir (see cache_path)
     cache_mode: Optional[int] = None  # None: GERT_CACHE_MODE, else 0o700 (gert.core.cache_trust)
     trust_foreign_entries: bool = False
@@ -109,6 +114,7 @@ class GertParams:
     def load_kwargs(self) -> dict:
         """The gert.load() keyword arguments the config sets that have no default of gert_triton's own."""
         out = {k: getattr(self, k) for k in ("hot_after", "hot_window", "max_exact_graphs", "compile_share",
+                                             "host_memory",
                                              "batch_dim", "cann_ops", "precision_mode")
                if getattr(self, k) is not None}
         if self.state:
@@ -191,6 +197,12 @@ def parse_parameters(raw: dict) -> GertParams:
                 p.pad_value = float(value)
             except ValueError:
                 raise ConfigError(f"parameter 'pad_value': expected a number, got {value!r}") from None
+        elif key == "host_memory":
+            try:
+                p.host_memory = parse_host_memory(value)
+            except GertError:
+                raise ConfigError(f"parameter 'host_memory': expected bytes (a number, or with a unit: '2GB', "
+                                  f"'512MB'), got {value!r}") from None
         elif key == "compile_share":
             try:
                 share = float(value)

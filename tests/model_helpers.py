@@ -68,9 +68,12 @@ def matmul_chain_model(width: int = 384, depth: int = 8, seed: int = 0) -> bytes
 
 
 def ort_static(model, feeds: dict, threads: int, overrides: dict) -> list:
-    """ONNX Runtime with every symbolic dim fixed (free-dimension overrides), as gert's static graphs are compiled:
-    the reference that a static gert graph must match bitwise at the same thread count."""
-    sess = ort_session(model, threads, overrides)
+    """ONNX Runtime as the host NPU computes a static graph: the reference it must match bitwise at the same thread
+    count. On the model's one session at the feeds' sizes (issue 28), or with every symbolic dim fixed
+    (free-dimension overrides) where each size has a session of its own (GERT_HOST_ORT_SESSION_PER_SIZE=1)."""
+    from models import session_per_size
+
+    sess = ort_session(model, threads, overrides if session_per_size() else None)
     return sess.run(None, feeds)
 
 

@@ -270,6 +270,15 @@ def _input_dim_names(key) -> tuple:
                                 for d in i.type.tensor_type.shape.dim)) for i in m.graph.input)
 
 
+def session_per_size() -> bool:
+    """Whether the host NPU computes a static graph on an ONNX Runtime session of its own, with its sizes fixed
+    (GERT_HOST_ORT_SESSION_PER_SIZE=1), rather than on the model's one session at the graph's sizes (the default,
+    issue 28: gert/hostnpu/ort_provider.py). The bitwise reference of a static graph follows it."""
+    from gert.hostnpu import ort_provider
+
+    return ort_provider._SESSION_PER_SIZE
+
+
 def static_overrides(model, feeds) -> dict:
     """Free-dimension overrides that fix the model's named symbolic input dims to the sizes of ``feeds`` (a list in
     input order): ONNX Runtime with the shape information a static graph (input_shape / ge.inputShape) has. Without
@@ -287,11 +296,12 @@ def static_overrides(model, feeds) -> dict:
 
 def ort_run(model, feeds, threads: int = 1, output_names=None, static: bool = False) -> list[np.ndarray]:
     """ONNX Runtime run directly: ``feeds`` a list (graph input order) of numpy arrays; every output as numpy.
-    ``static``: with the feeds' shapes fixed (see static_overrides), the reference for static graphs.
+    ``static``: the reference for static graphs: with the feeds' shapes fixed (see static_overrides) where the host
+    NPU runs a static graph on a session of its own (session_per_size).
 
     Bound through IOBinding with ONNX element types (not numpy's), so bfloat16 works; outputs are copied from ORT's
     own buffers."""
-    sess = ort_session(model, threads, static_overrides(model, feeds) if static else None)
+    sess = ort_session(model, threads, static_overrides(model, feeds) if static and session_per_size() else None)
     feeds = dict(zip([i.name for i in sess.get_inputs()], feeds))
     names = list(output_names) if output_names is not None else [o.name for o in sess.get_outputs()]
     io = sess.io_binding()

@@ -1,6 +1,7 @@
 """The host NPU's compute provider: ONNX Runtime sessions shared per GE Session (spinning pools) or by all streams
 (no spinning), one environment arena, and requests (fused static ones, dynamic-shape ones) that run inline on the
 waiting thread while other threads queue work on the same stream."""
+import gc
 import threading
 import time
 
@@ -46,23 +47,32 @@ def _sessions_of(model) -> dict:
 
 def test_gears_of_all_streams_share_one_onnxruntime_session_per_share_of_the_device():
     """Gears without named dims (no overrides) of both streams run on one ONNX Runtime session per share of the
-    device a run gets: all its cube cores, spinning, when alone on it; one core beside another run."""
+    device a run gets. LoadGraph prepares only the session of a run alone on the device (all its cube cores); the
+    share's (one core beside another run) is made by the first run beside another, not before (issue 28: a process
+    whose graphs never run side by side holds one session per graph)."""
     with gert.load(_double(None), streams=2, gears={"batch": [1, 2, 4, 8]}) as model:
         assert model.warmup() == 8  # 4 gears x 2 streams
         cores = model._workers[0].stream.cube_cores
         sessions = _sessions_of(model)
-        expected = {(cores, _ort_provider._SPIN and cores > 1), (max(1, cores // 2), False)}
+        expected = {(cores, _ort_provider._SPIN and cores > 1)}
         assert set(sessions) == expected and all(len(ids) == 1 for ids in sessions.values()), sessions
         x = np.arange(20, dtype=np.float32).reshape(5, 4)
         np.testing.assert_array_equal(model.run({"x": x})["y"], 2 * x)
 
 
-def test_named_batch_dims_keep_a_session_per_override():
-    """A named batch dim gets free-dimension overrides per gear (static graphs), so those sessions differ."""
-    with gert.load(_double("N"), streams=1, gears={"batch": [1, 2]}) as model:
-        model.warmup()
-        cores = model._workers[0].stream.cube_cores
-        assert len(_sessions_of(model)[(cores, _ort_provider._SPIN and cores > 1)]) == 2
+def test_the_gears_of_a_named_batch_dim_share_one_session(monkeypatch):
+    """Issue 28: a named batch dim's gears are static graphs at different sizes of one model; they run on one ONNX
+    Runtime session (one optimized graph, one copy of the weights), not one per size (free-dimension overrides), and
+    each computes its own size right. GERT_HOST_ORT_SESSION_PER_SIZE=1 keeps a session per size."""
+    for per_size, sessions in ((False, 1), (True, 2)):
+        monkeypatch.setattr(_ort_provider, "_SESSION_PER_SIZE", per_size)
+        with gert.load(_double("N"), streams=1, gears={"batch": [1, 2]}) as model:
+            model.warmup()
+            cores = model._workers[0].stream.cube_cores
+            assert len(_sessions_of(model)[(cores, _ort_provider._SPIN and cores > 1)]) == sessions
+            for n in (1, 2):
+                x = np.arange(4 * n, dtype=np.float32).reshape(n, 4)
+                np.testing.assert_array_equal(model.run({"x": x})["y"], 2 * x)
 
 
 @pytest.mark.parametrize("spinning", [False, True])
@@ -81,14 +91,15 @@ def test_a_run_spins_only_when_alone_on_the_device_and_asked_to(monkeypatch, spi
     def entry(sess, key: str) -> str:
         return sess.get_session_options().get_session_config_entry(key)
 
-    alone, shared = exe.session(2, True), exe.session(2, False)
+    assert exe.session(1, False) is None and (1, False) not in exe._sessions  # LoadGraph: a share's is not made
+    alone, shared = exe.run_session(2, True), exe.run_session(2, False)
     assert entry(shared, "session.intra_op.allow_spinning") == "0"
     if spinning:
         assert alone is not shared and entry(alone, "session.force_spinning_stop") == "1"
     else:
         assert alone is shared
-    assert exe.session(1, True) is exe.session(1, False)  # one thread: nothing to spin
-    assert entry(exe.session(1, True), "session.intra_op.allow_spinning") == "0"
+    assert exe.run_session(1, True) is exe.run_session(1, False)  # one thread: nothing to spin
+    assert entry(exe.run_session(1, True), "session.intra_op.allow_spinning") == "0"
 
 
 def test_fused_runs_inline_while_other_threads_queue_on_the_same_stream():
@@ -126,8 +137,8 @@ def _session_config(sess, key: str) -> str:
 
 def test_streams_share_the_static_sessions_of_a_hot_size():
     """Policy auto compiles a hot size for every stream; those graphs run on the same ONNX Runtime sessions, so the
-    second stream's compile creates none. Every session the host NPU makes allocates from ONNX Runtime's environment
-    arena (one device workspace)."""
+    second stream's compile creates none. No session the host NPU makes keeps an arena of its own (by default none,
+    with GERT_HOST_ORT_ARENA=shared ONNX Runtime's environment arena, one device workspace)."""
     with gert.load(echo_model(), streams=2, gears={"batch": [1]}, hot_after=1) as model:
         model.warmup()
         x = echo_input(7, 1, 3)
@@ -140,12 +151,22 @@ def test_streams_share_the_static_sessions_of_a_hot_size():
         static = [w.graphs[k] for w in workers for k in w.graphs if k != model._tiers.fallback_key]
         assert len(static) == 2, "the hot size was not compiled for both streams"
         provider = gert.hostnpu.host_provider()
-        shared = [s for k, s in list(provider._shared.items()) if dict(k[2]).get("n") == 3]
-        # one session per share of the device (alone, beside another run), not one per stream
+        digests = {e.digest for e in gc.get_objects() if isinstance(e, _ort_provider.OrtExecutable)
+                   and e.group in {w.session.session_id for w in workers}}
+        items = [(k, s) for k, s in list(provider._shared.items()) if k[0] in digests]
+        shared = [s for _, s in items]
+        shares = [(k[1], k[3]) for k, _ in items]
+        # one session per share of the device (alone; beside another run once one ran so), not one per stream
         cores = workers[0].stream.cube_cores
-        assert len(shared) == len({(cores, _ort_provider._SPIN and cores > 1), (max(1, cores // 2), False)}), \
-            "each stream made its own session for the hot size"
-        assert all(_session_config(s, "session.use_env_allocators") == "1" for s in shared)
+        assert (cores, _ort_provider._SPIN and cores > 1) in shares
+        assert len(shares) == len(set(shares)), "each stream made its own session for the hot size"
+        assert set(shares) <= {(cores, _ort_provider._SPIN and cores > 1), (max(1, cores // 2), False)}
+        # no arena (issue 28: an arena keeps its peak for the life of the process): intermediates come from the
+        # heap; GERT_HOST_ORT_ARENA=shared: ONNX Runtime's environment arena, shared by every session
+        if _ort_provider._ARENA == "shared":
+            assert all(_session_config(s, "session.use_env_allocators") == "1" for s in shared)
+        else:
+            assert all(not s.get_session_options().enable_cpu_mem_arena for s in shared)
         for _ in range(2):
             check_echo(model.run({"x": x}), x)
         assert model.stats()["static_hits"] >= 2
@@ -359,3 +380,36 @@ def test_dynamic_outputs_are_written_straight_into_device_memory_once_their_shap
             assert copies and not wrapped.executable._learning  # every run copies: the shape is never known
         else:
             assert len(copies) == 1  # the first run only: the others wrote straight into device memory
+
+
+def test_sessions_use_the_environment_arena_unless_the_application_turns_the_arena_off():
+    """Issue 28: the host NPU's sessions take their intermediates from ONNX Runtime's one environment arena (never an
+    arena per session); an application that turns ONNX Runtime's arena off (SessionOptions.enable_cpu_mem_arena =
+    False, as RapidOCR does: an arena keeps its peak for the life of the process) gets sessions without an arena."""
+    import onnxruntime as ort
+
+    from gert import _ort_provider
+
+    if _ort_provider._ARENA != "shared":
+        pytest.skip("GERT_HOST_ORT_ARENA=none: no session takes an arena")
+    model = _double(None)
+    with gert.InferenceSession(model) as default:
+        default.run(None, {"x": np.ones((2, 4), np.float32)})
+        held = [s for k, s in _live_sessions() if k[0] == _digest(model)]
+        assert held and all(_session_config(s, "session.use_env_allocators") == "1" for s in held)
+    model = _double("M")  # another model: its own digest
+    so = ort.SessionOptions()
+    so.enable_cpu_mem_arena = False
+    with gert.InferenceSession(model, so) as no_arena:
+        x = np.ones((3, 4), np.float32)
+        np.testing.assert_array_equal(no_arena.run(None, {"x": x})[0], 2 * x)
+        held = [s for k, s in _live_sessions() if k[0] == _digest(model)]
+        assert held and all(not s.get_session_options().enable_cpu_mem_arena for s in held)
+
+
+def _digest(model: bytes) -> bytes:
+    return gert.hostnpu.host_provider().digest(model)
+
+
+def _live_sessions() -> list:
+    return list(gert.hostnpu.host_provider()._shared.items())

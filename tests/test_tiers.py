@@ -490,3 +490,80 @@ def test_compile_share_is_checked():
         gert.load(echo_model(), compile_share=0)
     with pytest.raises(gert.GertError, match="compile_share must be in"):
         gert.load(echo_model(), compile_share=1.5)
+
+
+# ---- the host_memory budget (issue 28) ----------------------------------------------------------------------------
+
+def test_a_hot_shape_over_the_host_memory_budget_stays_on_the_dynamic_graph_and_is_correct():
+    """host_memory bounds the bytes the static graphs hold: with a budget below one static graph's bytes (GE's
+    summary: const + feature memory, on every stream), a hot shape is turned down, counted, and its requests keep
+    running on the dynamic graph with the right results; a budget with room admits it."""
+    with gert.load(echo_model(), streams=2, gears={"batch": [1]}, hot_after=2, host_memory=1) as m:
+        m.warmup()
+        assert list(m.stats()["graphs"]) == ["batch=-1,n=-1"]  # the dynamic graph
+        for uid in range(1, 6):
+            x = echo_input(uid, 1, 3)
+            check_echo(m.run({"x": x}), x)
+        wait_for(lambda: m.stats()["tiers"]["memory_refusals"] >= 1, "the budget's refusal")
+        wait_for(lambda: m.stats()["tiers"]["pending"] == 0, "the admission decision")
+        st = m.stats()
+        assert not any(key_of(3) in w.graphs for w in m._workers), "a static graph was built over the budget"
+        assert st["tiers"]["static_shapes"] == 0 and st["tiers"]["static_bytes"] == 0
+        assert st["static_hits"] == 0 and st["dynamic_hits"] == 5 and st["tiers"]["host_memory"] == 1
+        x = echo_input(99, 1, 3)
+        check_echo(m.run({"x": x}), x)  # still served, by the dynamic graph
+    with gert.load(echo_model(), streams=2, gears={"batch": [1]}, hot_after=2, host_memory="1GB") as m:
+        m.warmup()
+        for uid in range(1, 4):
+            x = echo_input(uid, 1, 3)
+            check_echo(m.run({"x": x}), x)
+        wait_for(lambda: on_all_streams(m, key_of(3)), "the static graph within the budget")
+        wait_for(lambda: m.stats()["tiers"]["pending"] == 0, "the accounting")
+        st = m.stats()
+        label = "batch=1,n=3"
+        assert st["graphs"][label]["static"] and st["graphs"][label]["streams"] == 2
+        assert st["tiers"]["static_bytes"] == st["graphs"][label]["memory"] > 0
+        assert st["tiers"]["memory_refusals"] == 0 and st["tiers"]["host_memory"] == 1 << 30
+        assert "static graph budget" in str(st) and label in str(st)
+
+
+def test_a_second_shape_that_would_pass_the_budget_is_turned_down():
+    """Room for one static shape's graphs, not two: the second hot shape is refused and stays dynamic."""
+    with gert.load(echo_model(), gears={"batch": [1]}, hot_after=2) as probe:
+        probe.warmup()
+        for uid in range(1, 4):
+            probe.run({"x": echo_input(uid, 1, 3)})
+        wait_for(lambda: on_all_streams(probe, key_of(3)), "the probe's static graph")
+        one = probe._workers[0].graphs[key_of(3)].memory
+    with gert.load(echo_model(), gears={"batch": [1]}, hot_after=2, host_memory=one + one // 2) as m:
+        m.warmup()
+        for uid in range(1, 4):
+            x = echo_input(uid, 1, 3)
+            check_echo(m.run({"x": x}), x)
+        wait_for(lambda: on_all_streams(m, key_of(3)), "the first static graph")
+        for uid in range(4, 8):
+            x = echo_input(uid, 1, 3)
+            check_echo(m.run({"x": x}), x)
+        for uid in range(10, 13):
+            x = echo_input(uid, 1, 4)
+            check_echo(m.run({"x": x}), x)
+        wait_for(lambda: m.stats()["tiers"]["memory_refusals"] >= 1, "the budget's refusal of the second shape")
+        assert on_all_streams(m, key_of(3)) and not any(key_of(4) in w.graphs for w in m._workers)
+        x = echo_input(20, 1, 4)
+        check_echo(m.run({"x": x}), x)
+
+
+@pytest.mark.parametrize("value,message", [(-1, ">= 0"), ("lots", "string like"), (1.5, "number of bytes"),
+                                           (True, "number of bytes"), ("2XB", "string like")])
+def test_host_memory_is_checked(value, message):
+    with pytest.raises(gert.GertError, match=f"host_memory must .*{message}"):
+        gert.load(echo_model(), host_memory=value)
+
+
+def test_host_memory_default_is_a_share_of_the_machine():
+    from gert.core import host_memory
+
+    assert host_memory.parse(None) == host_memory.default_budget() > 0
+    assert host_memory.default_budget() <= host_memory.machine_memory()
+    assert host_memory.parse("1.5GB") == 3 << 29 and host_memory.parse("512MB") == 512 << 20
+    assert host_memory.parse("1024") == 1024

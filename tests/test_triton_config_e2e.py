@@ -348,3 +348,39 @@ def test_cli_repo_init_with_colon_state_names_loads(server, http, grpc, root):
     out = answer(grpc, case, "colon_cli")
     np.testing.assert_allclose(out["y:0"], case.expected["y:0"], rtol=1e-5, atol=1e-6)
     http.unload_model("colon_cli")
+
+
+# ---- issue 28: the host_memory budget reaches the model ------------------------------------------------------------
+
+def test_host_memory_parameter_keeps_static_graphs_within_its_budget(server, http, root):
+    """Two instances of one auto model, one with room for static graphs (host_memory 1GB), one with none (1 byte):
+    a size sent often enough turns hot in both; the first serves it from a static graph, the second never builds one
+    into service and keeps answering from the dynamic graph, correctly."""
+    path = write_onnx(root, "relu_hm", relu_model(dims=("N", "S")))
+    for name, budget in (("hm_room", "1GB"), ("hm_none", "1")):
+        init_repo(path, repo_of(server), name=name,
+                  parameters={**P, "metrics_interval_ms": "0", "hot_after": "2", "host_memory": budget})
+        load(server, http, name)
+    rng = np.random.default_rng(0)
+
+    def ask(model: str) -> None:
+        x = rng.standard_normal((1, 5)).astype(np.float32)
+        np.testing.assert_array_equal(http.infer(model, inputs_of(httpclient, {"x": x}, {})).as_numpy("y"),
+                                      np.maximum(x, 0))
+
+    def static_hits(model: str) -> float:
+        return sum(v for lab, v in series(server, "gert_graph_requests_total", model) if lab.get("graph") == "static")
+
+    def served_static() -> bool:
+        for model in ("hm_none", "hm_room"):
+            ask(model)
+        return static_hits("hm_room") > 0
+
+    assert wait_for(served_static, timeout=60), "the size never turned static with room in the budget"
+    ask("hm_none")
+    assert static_hits("hm_none") == 0
+    assert sum(v for _, v in series(server, "gert_background_compiles_total", "hm_none")) == 0
+    assert sum(v for lab, v in series(server, "gert_graph_requests_total", "hm_none")
+               if lab.get("graph") == "dynamic") >= 3
+    for name in ("hm_room", "hm_none"):
+        http.unload_model(name)

@@ -136,9 +136,11 @@ def test_parameters_every_key():
 
 def test_parameters_shape_tiers():
     p = parse_parameters(params(shape_policy="W:auto;H:exact", hot_after="2", hot_window="64", max_exact_graphs="4",
-                                compile_share="0.5"))
+                                compile_share="0.5", host_memory="1.5GB"))
     assert p.shape_policy == {"W": "auto", "H": "exact"}
-    assert p.load_kwargs() == {"hot_after": 2, "hot_window": 64, "max_exact_graphs": 4, "compile_share": 0.5}
+    assert p.load_kwargs() == {"hot_after": 2, "hot_window": 64, "max_exact_graphs": 4, "compile_share": 0.5,
+                               "host_memory": 3 << 29}
+    assert parse_parameters(params(host_memory="1048576")).host_memory == 1 << 20
     assert GertParams().load_kwargs() == {}  # gert.load's defaults
 
 
@@ -147,9 +149,10 @@ def test_tiers_parameters_reach_the_model_and_its_metrics(pb, loaded, tmp_path, 
     in the background; the graph_requests / background_compiles metrics count what the model's stats count."""
     m = loaded(model_dir(tmp_path, seq_bytes, name="tiered"),
                parameters={**ONE_STREAM, **params(hot_after="2", hot_window="16", max_exact_graphs="3",
-                                                  compile_share="0.75")})
+                                                  compile_share="0.75", host_memory="256MB")})
     tiers = m.model._tiers
     assert (tiers.hot_after, tiers._window.size, tiers.max_static, tiers.compile_share) == (2, 16, 3, 0.75)
+    assert tiers.host_memory == 256 << 20
     assert m.model.plan.dims["S"].policy == "auto" and m.model.stats()["compiles"] == 1  # the dynamic graph
     for uid in range(2):
         m.execute([request(pb, seq_inputs(1, 3, uid))])
@@ -202,6 +205,7 @@ def test_dim_names_with_colons():
     ("onnx_file", ""), ("onnx_file", "  "), ("metrics_interval_ms", "-1"), ("metrics_interval_ms", "1e3"),
     ("warmup", "maybe"), ("hot_after", "0"), ("hot_after", "often"), ("hot_window", "0"), ("max_exact_graphs", "0"),
     ("shape_policy", "W:tiered"), ("compile_share", "0"), ("compile_share", "1.5"), ("compile_share", "half"),
+    ("host_memory", "lots"), ("host_memory", "-1"), ("host_memory", ""), ("host_memory", "2XB"),
 ])
 def test_malformed_parameter_names_key(key, value):
     with pytest.raises(ConfigError, match=f"'{key}'"):

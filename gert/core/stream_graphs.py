@@ -17,6 +17,7 @@ import numpy as np
 
 from gert._cann import Graph, Session, Stream
 from gert.core.compile_cache import compile_graph
+from gert.core.host_memory import graph_bytes
 from gert.dtypes import ge_dtype
 from gert.errors import GeError, GertError, SessionReplaced
 from gert.core.handoff import HandOffLock
@@ -38,6 +39,7 @@ class GraphEntry:
     out_meta: list = field(default_factory=list)
     generation: int = 0          # the Session it was built in (StreamGraphs.install refuses an older one)
     compile_seconds: float = 0.0
+    memory: int = 0              # bytes GE's summary reports: const (weights) + feature memory (gert.core.host_memory)
 
 
 @dataclass
@@ -185,6 +187,12 @@ class StreamGraphs:
         self.stats.compile_seconds += entry.compile_seconds
         return True
 
+    def discard(self, entry: GraphEntry) -> None:
+        """Drop a graph built but not installed (the caller holds lock): refused by the tiers' host_memory budget.
+        A graph of a Session retired meanwhile went with that Session."""
+        if not self._closed and entry.generation == self._ctx.generation:
+            self.session.remove_graph(entry.graph_id)
+
     def compile(self, key: tuple) -> GraphEntry:
         """The graph for ``key``: the installed one, else built and installed now (the caller holds lock). Exact
         graphs are bounded by max_exact_graphs: the scan-resistant set picks what to evict first."""
@@ -299,7 +307,7 @@ class StreamGraphs:
             raise
         static = summary.is_static  # an unknown-shape graph's summary has no output shapes (GE's getters fail)
         entry = GraphEntry(gid, key, shapes, static, summary.output_shapes if static else [],
-                           summary.output_dtypes if static else [], False)
+                           summary.output_dtypes if static else [], False, memory=graph_bytes(summary))
         if entry.is_static:
             for t in plan.inputs:
                 shape = shapes[t.name]

@@ -7,8 +7,11 @@ a static graph for it on every stream, outside the streams' locks (GE compiles o
 graphs execute), loads it, and routes the shape to it. The static set is bounded by ``max_exact_graphs`` with
 TinyLFU-style admission: a hot shape replaces the least frequent static one only if it was seen more than twice as
 often over a longer horizon (ADMIT_HORIZON windows), so a scan of one-off sizes (never hot) cannot evict the hot
-set, and shapes of about equal frequency do not keep swapping places. The compiler thread keeps to a share of one
-CPU (``compile_share``), resting between compiles.
+set, and shapes of about equal frequency do not keep swapping places. The static set is also bounded in bytes by
+``host_memory`` (gert/core/host_memory.py): a shape is admitted only if its graphs (on every stream; their size
+estimated from the static graphs built before) fit in what the set leaves of the budget, and its first graph built
+is checked again before it is installed (GE's summary of the dynamic graph gives no sizes to estimate the first); a shape turned down runs on the dynamic graph, as before.
+The compiler thread keeps to a share of one CPU (``compile_share``), resting between compiles.
 
 Policy ``exact`` compiles on the request path (it has no other graph to run on); its bounded set is a segmented LRU
 (SegmentedLRU): new sizes enter a probation segment and only a second hit protects them, so a scan of one-off sizes
@@ -23,6 +26,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Optional
 
+from gert.core import host_memory as _host_memory
 from gert.core import trace as _trace
 from gert.errors import GertError, SessionReplaced
 
@@ -56,9 +60,10 @@ ADMIT_HORIZON = 4
 
 
 def check_settings(hot_after: int, hot_window: int, max_exact_graphs: int,
-                   compile_share: float = COMPILE_SHARE) -> None:
-    """GertError naming the setting, unless hot_after >= 1, hot_window >= hot_after, max_exact_graphs >= 1 and
-    0 < compile_share <= 1."""
+                   compile_share: float = COMPILE_SHARE, host_memory=None) -> None:
+    """GertError naming the setting, unless hot_after >= 1, hot_window >= hot_after, max_exact_graphs >= 1,
+    0 < compile_share <= 1 and host_memory is a number of bytes (gert/core/host_memory.py)."""
+    _host_memory.parse(host_memory)
     if not 0 < float(compile_share) <= 1:
         raise GertError(f"compile_share must be in (0, 1], got {compile_share}")
     if int(hot_after) < 1:
@@ -143,8 +148,9 @@ class Tiers:
     counts hotness, and compiles static graphs for hot shapes in one background thread."""
 
     def __init__(self, workers: list, max_static: int, hot_after: int = HOT_AFTER, hot_window: int = HOT_WINDOW,
-                 compile_share: float = COMPILE_SHARE):
+                 compile_share: float = COMPILE_SHARE, host_memory=None):
         check_settings(hot_after, hot_window, max_static, compile_share)
+        self.host_memory = _host_memory.parse(host_memory)  # bytes the static graphs may hold (all streams)
         self.compile_share = float(compile_share)
         self.workers = workers
         self.max_static = int(max_static)
@@ -166,6 +172,9 @@ class Tiers:
         self._stopping = False
         self.evictions = 0
         self.rejections = 0
+        self.memory_refusals = 0  # hot shapes turned down (or dropped once built) for the host_memory budget
+        self._bytes: dict = {}    # admitted keys -> bytes of their graphs on every stream (once built)
+        self._largest = 0         # the most bytes one static shape's graphs took (the estimate for the next)
         self.resting = 0.0  # seconds the compiler thread rested between compiles (COMPILE_SHARE)
         self._rest_until = 0.0  # time.monotonic() before which the compiler thread starts no compile
         _live.add(self)
@@ -228,6 +237,7 @@ class Tiers:
             t0 = time.monotonic()
             p0 = time.perf_counter()
             self._build(key)
+            self._account(key)
             t1 = time.monotonic()
             tr = _trace.active
             if tr is not None:  # a background compile, on the compiler thread's track
@@ -238,23 +248,75 @@ class Tiers:
                 self._rest_until = t1 + (t1 - t0) * (1 - self.compile_share) / self.compile_share
 
     def _admit(self, key):
-        """None: admitted with room to spare; a key: admitted in place of that victim; False: turned down."""
+        """None: admitted with room to spare; a key: admitted in place of that victim; False: turned down (too rare
+        to replace the least frequent static shape, or over the host_memory budget)."""
         victim = None
         if len(self._static) >= self.max_static:
             if not self._static:
                 return False
             victim = min(self._static, key=lambda k: (self._long.count(k), self._static[k]))
             if self._long.count(key) <= ADMIT_FACTOR * self._long.count(victim):
-                if len(self._rejected) >= _REJECTED_KEPT:
-                    self._rejected.clear()
-                self._rejected[key] = (self._window.count(key), self._tick)
-                self.rejections += 1
+                self._turn_down(key)
                 return False
+        freed = self._bytes.get(victim, 0) if victim is not None else 0
+        if self.static_bytes() - freed + self._estimate() > self.host_memory:
+            self._turn_down(key)
+            self.memory_refusals += 1
+            return False
+        if victim is not None:
             del self._static[victim]
+            self._bytes.pop(victim, None)
             self.evictions += 1
         self._static[key] = self._tick
         self._rejected.pop(key, None)
         return victim
+
+    def _turn_down(self, key) -> None:
+        if len(self._rejected) >= _REJECTED_KEPT:
+            self._rejected.clear()
+        self._rejected[key] = (self._window.count(key), self._tick)
+        self.rejections += 1
+
+    def static_bytes(self) -> int:
+        """Bytes the admitted static graphs hold on all streams (those built so far)."""
+        return sum(self._bytes.values())
+
+    def _estimate(self) -> int:
+        """The bytes a new static shape's graphs will take on all streams: the most a static shape's took so far
+        (0 before the first is built: GE's summary of a dynamic graph has no memory sizes, so the first one is
+        built, measured, and dropped again if it does not fit)."""
+        return self._largest
+
+    def _fits(self, key: tuple, cost: int) -> bool:
+        """Whether the shape's graphs (``cost`` bytes on all streams, from the first one built) fit in the
+        host_memory budget beside the other static shapes; if not, it is turned down (before it is installed)."""
+        with self._lock:
+            self._largest = max(self._largest, cost)
+            if key in self._static and self.static_bytes() - self._bytes.get(key, 0) + cost <= self.host_memory:
+                return True
+            self._static.pop(key, None)
+            self._bytes.pop(key, None)
+            self._turn_down(key)
+            self.memory_refusals += 1
+            return False
+
+    def _account(self, key: tuple) -> None:
+        """Record what the shape's graphs hold once built; over the host_memory budget (the estimate was short),
+        drop them again: the shape stays on the dynamic graph."""
+        used = sum(getattr(w.entry(key), "memory", 0) for w in self.workers if w.has(key))
+        with self._lock:
+            if key not in self._static:
+                return
+            self._bytes[key] = used
+            self._largest = max(self._largest, used)
+            over = self.static_bytes() > self.host_memory
+            if over:
+                del self._static[key]
+                del self._bytes[key]
+                self._turn_down(key)
+                self.memory_refusals += 1
+        if over:
+            self._evict(key)
 
     def _evict(self, key: tuple) -> None:
         for w in self.workers:
@@ -287,6 +349,10 @@ class Tiers:
                 with w.lock:
                     w.stats.failed_background_compiles += 1
                 return
+            if not self._fits(key, entry.memory * len(self.workers)):  # never installed: no request runs on it
+                with w.lock:
+                    w.discard(entry)
+                return
             with w.lock:
                 if w.install(entry):  # routing switches here, atomically for this stream
                     w.stats.background_compiles += 1
@@ -312,6 +378,8 @@ class Tiers:
         with self._lock:
             return {"static_shapes": len(self._static), "max_static": self.max_static, "pending": len(self._queued),
                     "evictions": self.evictions, "rejections": self.rejections,
+                    "host_memory": self.host_memory, "static_bytes": self.static_bytes(),
+                    "memory_refusals": self.memory_refusals,
                     "compile_share": self.compile_share, "resting_s": round(self.resting, 3),
                     "failed_background_compiles": {_label(k): str(e) for k, e in self._failed.items()}}
 

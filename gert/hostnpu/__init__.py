@@ -91,3 +91,31 @@ def _compile_cache_result() -> Optional[str]:
 
 
 hooks.register(hooks.BindingHooks(inline=inline, compile_cache_result=_compile_cache_result))
+
+
+
+def without_arena(model: bytes) -> None:
+    """Let the host NPU's sessions of ``model`` take their intermediates from the heap instead of an arena (what
+    ONNX Runtime's SessionOptions.enable_cpu_mem_arena = False asks; gert.InferenceSession passes it on). Nothing on
+    a real CANN toolkit (GE manages the device's memory)."""
+    if available():
+        host_provider().without_arena(model)
+
+
+def memory_report() -> dict:
+    """Where the host NPU's bytes go (benchmarks/bench_memory.py): its ONNX Runtime sessions per model (each holds
+    its own optimized copy of the model's weights) and thread count, and the emulated device's memory (aclrtMalloc'd
+    buffers, charged against aclrtGetMemInfo's total)."""
+    import collections
+
+    models: dict = {}
+    for digest, size, threads, _overrides, spin in host_provider().sessions():
+        m = models.setdefault(digest.hex()[:12], {"digest": digest.hex()[:12], "model_bytes": size, "sessions": 0,
+                                                 "by_threads": collections.Counter()})
+        m["sessions"] += 1
+        m["by_threads"][f"{threads}{' spinning' if spin else ''}"] += 1
+    counters = host_counters()
+    info = _cann.memory_info(0)
+    return {"models": [dict(m, by_threads=dict(m["by_threads"])) for m in models.values()],
+            "device_in_use": counters["device_memory_in_use"], "device_peak": counters["device_memory_peak"],
+            "device_used": info.used, "device_total": info.total}

@@ -43,6 +43,27 @@ _SPIN = os.environ.get("GERT_HOST_ORT_SPINNING", "0") == "1"
 # size and stream, 2 streams, 4 clients: 0.77x the throughput of one dynamic session per stream with an arena per
 # session, 1.01x with the shared arena; 87 sessions after one run each held 2.0 GB, 0.9 GB without their arenas.
 # Sessions a user makes are not affected: only sessions that ask for it ("session.use_env_allocators") use it.
+# An arena keeps the most its runs ever held at once for the life of the process, rounded up as it grew (ONNX
+# Runtime extends an arena by powers of two), as ONNX Runtime's own sessions do unless the application turns their
+# arena off (SessionOptions.enable_cpu_mem_arena = False). gert.InferenceSession passes that on (without_arena): the
+# model's sessions take their intermediates from the heap. RapidOCR turns it off: over 24 images of 12 sizes it held
+# 1.33 GB after its runs with the shared arena, 0.61 GB without, against 0.56 GB for RapidOCR on ONNX Runtime; peak
+# RSS 1.44 / 1.20 / 1.07 GB. PP-OCR det over 90 sizes (an application that keeps the arena) peaked at 246 MB with the
+# shared arena, 324 MB without (the heap fragments), against 194 MB for ONNX Runtime (benchmarks/bench_memory.py,
+# issue 28). The heap costs time, though: RapidOCR x24 took 41-46 s of CPU without an arena, 27.6 s with it (ONNX
+# Runtime itself: 55 s, spinning). GERT_HOST_ORT_ARENA=none: no arena for any session; =always: the shared arena
+# for every session, even where the application turned the arena off.
+_ARENA = os.environ.get("GERT_HOST_ORT_ARENA", "shared")
+# One session per model, not one per static size: the graphs of a model compiled at any size (gears, policy auto's
+# hot sizes, exact sizes) run on the session of its dynamic-shape graph, which takes the sizes as they come. A
+# session per size (free-dimension overrides) held its own optimized graph and copy of the weights (PP-OCR det:
+# ~15 MB each, 17 sessions over 90 sizes: 450 MB peak RSS against ONNX Runtime's 194 MB) and ran no faster (det,
+# 2 threads, one session against the other in turns: 320x448 63 / 77 ms, 224x288 38 / 32 ms, 640x640 637 / 627 ms,
+# dynamic / static; benchmarks/bench_memory.py, issue 28). GE's graphs stay apart (each its own summary, output
+# shapes from shape inference, I/O bindings); only ONNX Runtime's session is shared. A graph loaded from GE's compile
+# cache is ONNX Runtime's model optimized at its size, and keeps a session of its own. GERT_HOST_ORT_SESSION_PER_SIZE=1:
+# a session per size, as before.
+_SESSION_PER_SIZE = os.environ.get("GERT_HOST_ORT_SESSION_PER_SIZE", "0") == "1"
 _ENV_ARENA_LOCK = threading.Lock()
 _env_arena: Optional[bool] = None  # registered (or registered before, by someone else): True; failed: False
 
@@ -74,9 +95,8 @@ def _ort_session(*args, **kwargs):
 
 class OrtExecutable:
     """One compiled graph. Its ONNX Runtime session per (compute-thread count, spinning) comes from the provider,
-    shared with the other graphs of the same model and shape overrides (OrtGraphProvider.shared_session): one
-    stream's gears share one session and thread pool, and the graphs of a size compiled for each stream (policy auto's
-    hot sizes, every stream's gears) share one session and one copy of its weights."""
+    shared with the other graphs of the same model (OrtGraphProvider.shared_session; _SESSION_PER_SIZE): the gears
+    and hot sizes of every stream run on one session, one thread pool and one copy of the weights."""
 
     def __init__(self, model: bytes, in_names: Sequence[str], in_dims: Sequence[tuple], out_names: Sequence[str],
                  provider: "OrtGraphProvider", group: int = 0, overrides: Optional[dict] = None):
@@ -112,14 +132,23 @@ class OrtExecutable:
         return {k: v for k, v in fixed.items() if k not in clash}
 
     def session(self, threads: int, alone: bool = False):
-        """The session a run with ``threads`` compute threads takes; it spins when the run is ``alone`` on its device
-        (and has threads to spin)."""
+        """What LoadGraph prepares (gertHostGraphProvider.prepare) for a run with ``threads`` compute threads, ``alone``
+        on its device or not: the session of a run alone is made now; a share's (a run beside another, fewer
+        threads) only when such a run comes (run_session): a process whose graphs never run side by side (one
+        client: RapidOCR) holds one ONNX Runtime session per graph, not two (benchmarks/bench_memory.py)."""
+        if alone or (max(1, int(threads)), False) in self._sessions:
+            return self.run_session(threads, alone)
+        return None
+
+    def run_session(self, threads: int, alone: bool = False):
+        """The session a run with ``threads`` compute threads takes, made on first use; it spins when the run is
+        ``alone`` on its device (and has threads to spin)."""
         threads = max(1, int(threads))
         spin = _SPIN and alone and threads > 1
         sess = self._sessions.get((threads, spin))
         if sess is None:
-            sess = self._provider.shared_session(self.model, self.digest, threads, self._overrides(), self.optimized,
-                                                 spin)
+            overrides = self._overrides() if self.optimized or _SESSION_PER_SIZE else {}
+            sess = self._provider.shared_session(self.model, self.digest, threads, overrides, self.optimized, spin)
             self._sessions[(threads, spin)] = sess
         return sess
 
@@ -132,7 +161,7 @@ class OrtExecutable:
         shape against the one it computes, so a graph whose output shapes follow input values (NonZero) fails that
         check once, runs again without it, and stops learning. Otherwise ONNX Runtime allocates them and they are
         copied into device memory once."""
-        sess = self.session(threads, alone)
+        sess = self.run_session(threads, alone)
         bound_all = all(o[0] and all(d >= 0 for d in o[3]) for o in outputs)
         # A repeat of a run whose outputs were all bound never gets here: the host NPU replays it (take_replay).
         in_key = tuple(i[3] for i in inputs)
@@ -251,6 +280,8 @@ class OrtGraphProvider:
         # the same shapes is not validated and probed again for the next (auto compiles each hot size per stream)
         self._probed: dict = {}
         self._digests: dict = {}  # id(model bytes) -> (the bytes, their digest)
+        self._sizes: dict = {}  # model digest -> its size in bytes (what sessions() reports)
+        self._no_arena: set = set()  # digests of models whose sessions take no arena (without_arena)
 
     def digest(self, model: bytes) -> bytes:
         """The model's digest (the key of its sessions), computed once per bytes object: the host NPU hands the
@@ -289,7 +320,7 @@ class OrtGraphProvider:
         with self._lock:
             sess = self._shared.get(key)
             if sess is None:
-                so = _session_options(threads, overrides)
+                so = _session_options(threads, overrides, digest not in self._no_arena)
                 if optimized:
                     import onnxruntime as ort
 
@@ -300,7 +331,21 @@ class OrtGraphProvider:
                     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
                 sess = _ort_session(model, sess_options=so, providers=["CPUExecutionProvider"])
                 self._shared[key] = sess
+                self._sizes[digest] = len(model)
         return sess
+
+    def without_arena(self, model: bytes) -> None:
+        """The sessions of ``model`` (made from now on) take their intermediates from the heap, not from an arena:
+        what an application asks ONNX Runtime with SessionOptions.enable_cpu_mem_arena = False."""
+        digest = self.digest(model)
+        with self._lock:
+            self._no_arena.add(digest)
+
+    def sessions(self) -> list:
+        """The live ONNX Runtime sessions: (model digest, model bytes, compute threads, overrides, spinning) per
+        session (benchmarks/bench_memory.py: each holds its own optimized copy of the model's weights)."""
+        with self._lock:
+            return [(k[0], self._sizes.get(k[0], 0), k[1], dict(k[2]), k[3]) for k in list(self._shared.keys())]
 
     def _parsed_model(self, model: bytes, digest: bytes):
         """The ModelProto shape inference runs on, parsed once per model (the last few are kept)."""
@@ -331,7 +376,7 @@ class OrtGraphProvider:
         known = self._probed.get(probe_key)
         if known is not None:  # the same graph at the same shapes, compiled for another stream: validated already
             return exe, list(known[0]), known[1]
-        sess = exe.session(_device_threads(), True)  # the session LoadGraph prepares for a stream without limits
+        sess = exe.run_session(_device_threads(), True)  # the session LoadGraph prepares for a stream without limits
         ort_in = [m.name for m in sess.get_inputs()]
         if ort_in != exe.in_names:
             raise ValueError(f"ONNX Runtime sees inputs {ort_in}, the parser saw {exe.in_names}")
@@ -394,11 +439,13 @@ def _shared_arena() -> bool:
     return bool(_env_arena)
 
 
-def _session_options(threads: int, overrides: dict):
+def _session_options(threads: int, overrides: dict, arena: bool = True):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    if _shared_arena():
+    if _ARENA == "none" or (not arena and _ARENA != "always"):  # no arena: intermediates from the heap
+        so.enable_cpu_mem_arena = False
+    elif _shared_arena():
         so.add_session_config_entry("session.use_env_allocators", "1")
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1

@@ -48,7 +48,21 @@ def stats_sections(stats: dict) -> list:
     memory = Section("device memory", ["device", "used", "total"])
     for d, m in sorted(stats.get("device_memory", {}).items()):
         memory.rows.append([d, _mb(m["used"]), _mb(m["total"])])
-    return [streams, gears, faults, memory] + batching_sections(stats.get("batching"))
+    return [streams, gears, faults, memory, *graphs_sections(stats)] + batching_sections(stats.get("batching"))
+
+
+def graphs_sections(stats: dict) -> list:
+    """Memory per graph (GE's summary: const + feature memory, on all its streams) and, with the auto policy, the
+    static graphs' budget (host_memory, gert/core/host_memory.py)."""
+    graphs = Section("graphs", ["graph", "kind", "streams", "memory"], note="no graphs compiled yet")
+    for label, g in sorted(stats.get("graphs", {}).items()):
+        graphs.rows.append([label, "static" if g["static"] else "dynamic", g["streams"], _mb(g["memory"])])
+    tiers = stats.get("tiers")
+    if not tiers or "host_memory" not in tiers:
+        return [graphs]
+    budget = Section("static graph budget", ["host_memory", "static graphs hold", "sizes turned down for it"])
+    budget.rows.append([_mb(tiers["host_memory"]), _mb(tiers["static_bytes"]), tiers["memory_refusals"]])
+    return [graphs, budget]
 
 
 def batching_sections(b) -> list:

@@ -9,6 +9,19 @@ from gert.tools import display
 from gert.core.executor import GearStats
 
 
+def graph_memory(workers: list) -> dict:
+    """Per graph key ("H=320,W=448", "H=-1,W=-1" for the dynamic graph): static or not, the streams it is loaded on
+    and the bytes it holds on them together (GE's summary: const + feature memory; gert/core/host_memory.py)."""
+    out: dict = {}
+    for w in workers:
+        for key, entry in list(w.graphs.items()):  # a snapshot: the tiers install graphs meanwhile
+            label = ",".join(f"{k}={v}" for k, v in key) or "static"
+            g = out.setdefault(label, {"static": entry.is_static, "streams": 0, "memory": 0})
+            g["streams"] += 1
+            g["memory"] += entry.memory
+    return out
+
+
 def collect_stats(workers: list, faults, tiers: Optional[object]) -> display.Stats:
     """The stats of ``workers`` (gert.core.executor.Worker), the model's fault counters (gert.core.recovery.FaultStats) and
     its tiers (gert.core.tiers.Tiers, or None), as one gert.tools.display.Stats."""
@@ -33,6 +46,7 @@ def collect_stats(workers: list, faults, tiers: Optional[object]) -> display.Sta
     for k in ("compiles", "static_hits", "dynamic_hits", "background_compiles", "request_path_compiles",
               "cache_hits", "cache_misses"):
         out[k] = sum(s[k] for s in streams)
+    out["graphs"] = graph_memory(workers)
     if tiers is not None:
         out["tiers"] = tiers.stats()
     if trace.last is not None:  # a trace ran (gert.trace): per stage of these streams, count, mean and p99 (ms)
