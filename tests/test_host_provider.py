@@ -382,29 +382,32 @@ def test_dynamic_outputs_are_written_straight_into_device_memory_once_their_shap
             assert len(copies) == 1  # the first run only: the others wrote straight into device memory
 
 
-def test_sessions_use_the_environment_arena_unless_the_application_turns_the_arena_off():
+def test_sessions_use_the_environment_arena_and_follow_the_application_only_when_asked(monkeypatch):
     """Issue 28: the host NPU's sessions take their intermediates from ONNX Runtime's one environment arena (never an
-    arena per session); an application that turns ONNX Runtime's arena off (SessionOptions.enable_cpu_mem_arena =
-    False, as RapidOCR does: an arena keeps its peak for the life of the process) gets sessions without an arena."""
+    arena per session), as GE's graphs take feature memory from one pool, also for a model whose application turned
+    ONNX Runtime's arena off (SessionOptions.enable_cpu_mem_arena = False, as RapidOCR does). With
+    GERT_HOST_ORT_ARENA=app such a model's sessions take no arena."""
     import onnxruntime as ort
 
     from gert import _ort_provider
 
-    if _ort_provider._ARENA != "shared":
+    if _ort_provider._ARENA == "none":
         pytest.skip("GERT_HOST_ORT_ARENA=none: no session takes an arena")
-    model = _double(None)
-    with gert.InferenceSession(model) as default:
-        default.run(None, {"x": np.ones((2, 4), np.float32)})
-        held = [s for k, s in _live_sessions() if k[0] == _digest(model)]
-        assert held and all(_session_config(s, "session.use_env_allocators") == "1" for s in held)
-    model = _double("M")  # another model: its own digest
-    so = ort.SessionOptions()
-    so.enable_cpu_mem_arena = False
-    with gert.InferenceSession(model, so) as no_arena:
-        x = np.ones((3, 4), np.float32)
-        np.testing.assert_array_equal(no_arena.run(None, {"x": x})[0], 2 * x)
-        held = [s for k, s in _live_sessions() if k[0] == _digest(model)]
-        assert held and all(not s.get_session_options().enable_cpu_mem_arena for s in held)
+    no_arena = ort.SessionOptions()
+    no_arena.enable_cpu_mem_arena = False
+    for mode, name, want_arena in (("shared", None, True), ("shared", "A", True), ("app", "M", False)):
+        monkeypatch.setattr(_ort_provider, "_ARENA", mode)
+        model = _double(name)  # its own digest: new sessions
+        so = None if name is None else no_arena
+        with gert.InferenceSession(model, so) as s:
+            x = np.ones((3, 4), np.float32)
+            np.testing.assert_array_equal(s.run(None, {"x": x})[0], 2 * x)
+            held = [v for k, v in _live_sessions() if k[0] == _digest(model)]
+            assert held, (mode, name)
+            if want_arena:
+                assert all(_session_config(v, "session.use_env_allocators") == "1" for v in held), (mode, name)
+            else:
+                assert all(not v.get_session_options().enable_cpu_mem_arena for v in held), (mode, name)
 
 
 def _digest(model: bytes) -> bytes:

@@ -44,15 +44,15 @@ _SPIN = os.environ.get("GERT_HOST_ORT_SPINNING", "0") == "1"
 # session, 1.01x with the shared arena; 87 sessions after one run each held 2.0 GB, 0.9 GB without their arenas.
 # Sessions a user makes are not affected: only sessions that ask for it ("session.use_env_allocators") use it.
 # An arena keeps the most its runs ever held at once for the life of the process, rounded up as it grew (ONNX
-# Runtime extends an arena by powers of two), as ONNX Runtime's own sessions do unless the application turns their
-# arena off (SessionOptions.enable_cpu_mem_arena = False). gert.InferenceSession passes that on (without_arena): the
-# model's sessions take their intermediates from the heap. RapidOCR turns it off: over 24 images of 12 sizes it held
-# 1.33 GB after its runs with the shared arena, 0.61 GB without, against 0.56 GB for RapidOCR on ONNX Runtime; peak
-# RSS 1.44 / 1.20 / 1.07 GB. PP-OCR det over 90 sizes (an application that keeps the arena) peaked at 246 MB with the
-# shared arena, 324 MB without (the heap fragments), against 194 MB for ONNX Runtime (benchmarks/bench_memory.py,
-# issue 28). The heap costs time, though: RapidOCR x24 took 41-46 s of CPU without an arena, 27.6 s with it (ONNX
-# Runtime itself: 55 s, spinning). GERT_HOST_ORT_ARENA=none: no arena for any session; =always: the shared arena
-# for every session, even where the application turned the arena off.
+# Runtime extends an arena by powers of two). That is the device's model too: GE's graphs take their feature memory
+# from a pool that stays allocated, and an application's SessionOptions.enable_cpu_mem_arena concerns its CPU
+# sessions, not the device's memory. So by default every host NPU session takes the shared arena, also for a model
+# whose application turned ONNX Runtime's arena off (RapidOCR does). Measured (benchmarks/bench_memory.py, issue 28),
+# RapidOCR x24: with the arena 27.6 s of CPU and 1.44 GB peak RSS; without (intermediates from the heap) 41-46 s of
+# CPU and 1.2-1.3 GB; RapidOCR on ONNX Runtime itself 55 s of CPU (spinning) and 1.07 GB. PP-OCR det over 90 sizes:
+# 246 MB with the arena, 324 MB without (the heap fragments), 194 MB for ONNX Runtime. The heap's 1.5x CPU is not
+# worth its 10-15% of RSS by default. GERT_HOST_ORT_ARENA=app: follow the application (gert.InferenceSession passes
+# enable_cpu_mem_arena = False on: without_arena); =none: no arena for any session.
 _ARENA = os.environ.get("GERT_HOST_ORT_ARENA", "shared")
 # One session per model, not one per static size: the graphs of a model compiled at any size (gears, policy auto's
 # hot sizes, exact sizes) run on the session of its dynamic-shape graph, which takes the sizes as they come. A
@@ -443,7 +443,7 @@ def _session_options(threads: int, overrides: dict, arena: bool = True):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    if _ARENA == "none" or (not arena and _ARENA != "always"):  # no arena: intermediates from the heap
+    if _ARENA == "none" or (not arena and _ARENA == "app"):  # no arena: intermediates from the heap
         so.enable_cpu_mem_arena = False
     elif _shared_arena():
         so.add_session_config_entry("session.use_env_allocators", "1")
