@@ -1,7 +1,7 @@
 # The host NPU's compute provider: ONNX Runtime (gert.hostnpu.ort_provider) computes host NPU GE graphs, called through
 # gertHostSetGraphProvider's table. Host NPU only: compiled into gert._cann when the host NPU is built in, into
 # gert._hostnpu when gert is built against the host NPU packaged as a toolkit; never in a build against real CANN.
-from libc.stdint cimport intptr_t, int32_t, uint64_t
+from libc.stdint cimport intptr_t, int32_t, int64_t, uint64_t
 from libc.string cimport strncpy, memcmp, memcpy as c_memcpy
 from libc.stdlib cimport malloc as c_malloc, free as c_free
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF, Py_XDECREF
