@@ -280,9 +280,10 @@ def test_core_limit_effect(cores):
         from gert._ort_provider import _device_threads
 
         # the run computed with the stream's limit (it ran alone on the device): the thread count keys the provider's
-        # replay of a run
-        assert {k[0] for w in gert.hostnpu.host_executables() if w.executable.model == data
-                for k in w.replay_keys()} == {cores}
+        # replay of a run (the host NPU's replay cache: not in a build against a toolkit)
+        if gert.hostnpu.available():
+            assert {k[0] for w in gert.hostnpu.host_executables() if w.executable.model == data
+                    for k in w.replay_keys()} == {cores}
         # sessions: the compile-time probe (the device's cube cores), and what LoadGraph prepares: the limit, and the
         # share a run gets beside another run on the device
         prepared = {threads for e in _executables(data) for threads, _ in e._sessions}
