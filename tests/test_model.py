@@ -469,20 +469,30 @@ def _chain_inputs(k: int = 4):
 
 @pytest.mark.hostnpu_only  # reads gert.host_counters()
 def test_close_with_submits_in_flight():
-    """submit() many, then close(): every future completes with the right result or is cancelled / fails with a
-    clear GertError; close() returns promptly and nothing hangs."""
+    """submit() many, then close() while two of them run and the rest are queued: every future completes with the
+    right result or is cancelled / fails with a clear GertError; close() returns promptly and nothing hangs. The
+    streams are held (a host function each, waiting for one event) until close() has begun, so requests are in flight
+    and queued when it comes, however fast they run."""
     data = matmul_chain_model(256, 6, seed=7)
     xs = _chain_inputs()
     refs = [ort_run(data, [x], hw_cores())[0] for x in xs]
     alive = gert.host_counters()["streams_alive"]
     m = gert.load(data, streams=2)
-    m.run({"x": xs[0]})  # compiled, so requests are in flight when close() comes
+    m.run({"x": xs[0]})  # compiled
+    gate = threading.Event()
+    for w in m._workers:
+        w.stream.launch_host_func(lambda: gate.wait(60))  # noqa: B023 - the one gate
     futures = [m.submit({"x": xs[i % 4]}) for i in range(80)]
-    deadline = time.monotonic() + 10
-    while not any(f.running() or f.done() for f in futures) and time.monotonic() < deadline:
-        time.sleep(0.001)  # at least one request is in flight
+    deadline = time.monotonic() + 30
+    while m.engine.streams.idle() > 0:  # a request has taken each stream (and waits behind its hold)
+        assert time.monotonic() < deadline, "no request took the streams"
+        time.sleep(0.005)
     closer = threading.Thread(target=m.close)
     closer.start()
+    while not m.closed:
+        assert time.monotonic() < deadline, "close() did not begin"
+        time.sleep(0.005)
+    gate.set()  # the two running requests complete; everything else was queued when close() came
     closer.join(30)
     assert not closer.is_alive(), "close() hung"
     wait_all(futures, 30)
