@@ -279,11 +279,13 @@ def test_core_limit_effect(cores):
         assert bound == {"cube": cores, "vector": 1}
         from gert._ort_provider import _device_threads
 
-        # the run computed with the stream's limit (it ran alone on the device): the thread count keys the provider's
-        # replay of a run (the host NPU's replay cache: not in a build against a toolkit)
+        # the run computed with the stream's limit, or with its share of the device's cores when another run was on
+        # the device lately (ComputeShare, cbindings/hostnpu/runtime.h: an earlier test's run in this process counts):
+        # the thread count keys the provider's replay of a run (the host NPU's replay cache: not in a toolkit build)
         if gert.hostnpu.available():
-            assert {k[0] for w in gert.hostnpu.host_executables() if w.executable.model == data
-                    for k in w.replay_keys()} == {cores}
+            used = {k[0] for w in gert.hostnpu.host_executables() if w.executable.model == data
+                    for k in w.replay_keys()}
+            assert len(used) == 1 and used <= {cores, max(1, min(cores, hw_cores() // 2))}, used
         # sessions: the compile-time probe (the device's cube cores), and what LoadGraph prepares: the limit, and the
         # share a run gets beside another run on the device
         prepared = {threads for e in _executables(data) for threads, _ in e._sessions}
