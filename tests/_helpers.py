@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -49,6 +50,21 @@ def settled_thread_count(expected: int, timeout: float = 2.0) -> int:
         if n == expected or time.monotonic() >= deadline:
             return n
         time.sleep(0.001)
+
+
+def live_threads(name: str) -> set:
+    """The live threads called ``name`` (compare with the set taken before a test's own work: other tests' models
+    may still hold theirs)."""
+    return {t for t in threading.enumerate() if t.name == name and t.is_alive()}
+
+
+def still_alive(threads, timeout: float = 30.0) -> list:
+    """Join ``threads`` until ``timeout`` seconds passed in all; the ones still alive then (a thread told to stop
+    needs a moment to wake up and return: wait for that, don't sample it)."""
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    return [t for t in threads if t.is_alive()]
 
 
 def acl_code(name: str) -> int:

@@ -21,7 +21,7 @@ import pytest
 import gert
 from gert._ort_provider import OrtGraphProvider, _device_threads
 from gert.tiers import FrequencyWindow, SegmentedLRU
-from _helpers import RUNTIME, run_python
+from _helpers import RUNTIME, live_threads, run_python, still_alive
 from model_helpers import check_echo, echo_input, echo_model, ort_static
 from models import DET, ort_run, ppocr_model, text_image
 
@@ -259,6 +259,7 @@ def test_concurrent_requests_while_a_background_compile_is_in_flight():
 
 def test_close_during_a_background_compile_returns_promptly_and_releases_everything():
     gate, compiled_on = threading.Event(), []
+    threads_before = live_threads("gert-tiers")
     used_before = device_used()
     with held_static_compiles(gate, compiled_on):
         m = gert.load(echo_model(), streams=2, gears={"batch": [1]}, hot_after=1)
@@ -282,7 +283,7 @@ def test_close_during_a_background_compile_returns_promptly_and_releases_everyth
         assert m._tiers.join(WAIT), "the compiler thread did not end"
     assert _session_closed(busy)
     assert device_used() == used_before
-    assert not [t for t in threading.enumerate() if t.name == "gert-tiers"]
+    assert not still_alive(live_threads("gert-tiers") - threads_before)
 
 
 def _session_closed(w) -> bool:
