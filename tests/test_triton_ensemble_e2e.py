@@ -42,7 +42,7 @@ sys.path.insert(0, EXAMPLES)
 import ocr_pipeline as op  # noqa: E402  (examples/ocr_pipeline.py)
 
 N = 4                      # images per test, sent at once
-WAIT_US = 500_000          # the batchers of ocr and det wait this long for N requests
+WAIT_US = 1_500_000        # the batchers of ocr and det wait this long for N requests
 START_TIMEOUT = 150.0
 CALL_TIMEOUT = 60.0
 TEXTS = ["Hello gert 123", "Ascend NPU runtime", "quick brown fox 42", "GE graph compile"]
