@@ -98,11 +98,12 @@ def test_memset_rules(dev, stream):
 
 # ---- aclrtMemcpyAsync with pageable vs. pinned host memory -------------------------------------------------------
 
-def _returns_while_gated(call) -> bool:
-    """Whether ``call`` returns while the stream it uses is held behind a gate (waits up to 0.3 s)."""
+def _returns_while_gated(call, wait: float = 0.3) -> bool:
+    """Whether ``call`` returns while the stream it uses is held behind a gate (waits up to ``wait`` s: short where
+    the call must block, since the gate holds it as long as the test wants; long where it must return)."""
     t = threading.Thread(target=call)
     t.start()
-    t.join(0.3)
+    t.join(wait)
     return not t.is_alive(), t
 
 
@@ -137,7 +138,7 @@ def test_pinned_copies_are_really_queued(dev, stream):
     gate = Gate(stream)
     returned, _ = _returns_while_gated(
         lambda: (_cann.memcpy_async(dev, 64, src.ctypes.data, 64, H2D, stream.handle),
-                 _cann.memcpy_async(out.ctypes.data, 64, dev, 64, D2H, stream.handle)))
+                 _cann.memcpy_async(out.ctypes.data, 64, dev, 64, D2H, stream.handle)), wait=5)  # < the gate's own 10 s
     assert returned, "aclrtMallocHost memory: both copies are enqueued, the calls do not wait"
     assert not stream.query() and not out.any()
     gate.open()

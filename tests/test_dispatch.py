@@ -68,8 +68,9 @@ def test_a_stream_that_comes_free_goes_to_the_longest_waiting_request():
     threads[0].join(WAIT)
     assert got[0] == [held[1]] and q.waiting() == 2 and q.idle() == 0, "no hand-off to the first in line"
     late = []
-    _waiter(q, [a, b], late).join(0.05)  # a newcomer cannot barge ahead of requests 1 and 2
-    assert late == [] and q.waiting() == 3
+    _waiter(q, [a, b], late)  # a newcomer cannot barge ahead of requests 1 and 2
+    _until(lambda: q.waiting() == 3, "the newcomer did not queue")
+    assert late == []
     q.release(held[0])
     threads[1].join(WAIT)
     assert got[1] == [held[0]] and got[2] == []
