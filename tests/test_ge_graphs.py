@@ -11,6 +11,8 @@
 Equality is bitwise when ONNX Runtime runs with as many intra-op threads as the stream's cube limit (the host NPU's
 compute threads); against a reference at another thread count the tolerance is ``CROSS_THREAD_TOL``.
 """
+import gc
+
 import numpy as np
 import pytest
 
@@ -476,6 +478,7 @@ def _counted_runs(session, gid, stream, feeds, iterations):
     results = [[np.empty(shape, dt) for shape, dt in zip(s.output_shapes, s.output_dtypes)] for _ in range(iterations)]
     session.execute_async(gid, stream, ins, outs)  # warm up (ORT binding, first-run allocations)
     stream.synchronize()
+    gc.collect()  # an earlier test's garbage freed now, not during the counted runs
     before = gert.host_counters()["device_memory_in_use"]
     gert.reset_host_counters()
     for it in range(iterations):
