@@ -416,3 +416,71 @@ def _digest(model: bytes) -> bytes:
 
 def _live_sessions() -> list:
     return list(gert.hostnpu.host_provider()._shared.items())
+
+
+def _conv_model(static: bool, channels: int = 64) -> bytes:
+    """y = Conv(x, w), w channels x 8x3x3 (4608 elements at 64: a weight the shape work never reads), x [2, 8, 6, 6]
+    (static) or [N, 8, H, W]."""
+    w = onnx.numpy_helper.from_array(np.random.default_rng(28).random((channels, 8, 3, 3), dtype=np.float32), "w")
+    dims = [2, 8, 6, 6] if static else ["N", 8, "H", "W"]
+    x = oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, dims)
+    y = oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)
+    m = oh.make_model(oh.make_graph([oh.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "conv", [x], [y],
+                                    [w]), opset_imports=[oh.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+def test_the_model_kept_for_shape_inference_is_a_skeleton():
+    """Issue 28: the provider keeps a ModelProto per model for the shape inference of each static graph it compiles:
+    the model's skeleton (gert/core/skeleton.py), not a parsed copy of its weights."""
+    import hashlib
+
+    model = _conv_model(static=True)
+    with gert.load(model) as m:
+        m.run({"x": np.ones((2, 8, 6, 6), np.float32)})
+        parsed = gert.hostnpu.memory_report()["parsed_models"]
+        key = hashlib.blake2b(model, digest_size=16).hexdigest()[:12]
+        assert key in parsed, parsed
+        assert parsed[key] < len(model) // 10, (parsed[key], len(model))
+
+
+def _live_copies(size: int) -> int:
+    """Distinct bytes objects of ``size`` bytes that Python objects hold. gc tracks neither bytes nor tuples and dicts
+    that hold only such atoms: they are found as referents of tracked objects, through untracked tuples and dicts."""
+    gc.collect()
+    found, seen = set(), set()
+    todo = [ref for obj in gc.get_objects() for ref in gc.get_referents(obj) if type(ref) in (bytes, tuple, dict)]
+    while todo:
+        ref = todo.pop()
+        if type(ref) is bytes:
+            if len(ref) == size:
+                found.add(id(ref))
+            continue
+        if id(ref) in seen or gc.is_tracked(ref):  # a tracked container is among gc's objects already
+            continue
+        seen.add(id(ref))
+        items = list(ref.keys()) + list(ref.values()) if type(ref) is dict else list(ref)
+        todo.extend(r for r in items if type(r) in (bytes, tuple, dict))
+    return len(found)
+
+
+@pytest.mark.parametrize("arena", [True, False])
+def test_an_inference_session_keeps_one_copy_of_its_model_in_python(tmp_path, arena):
+    """Issue 28: a gert.InferenceSession made from a file holds the model's bytes once on the Python side: the host
+    NPU provider's (the ONNX Runtime sessions it makes, gert/hostnpu/ort_provider.py). The session kept the file's
+    bytes too, and a model whose application turned the arena off was kept once more by its digest."""
+    import onnxruntime as ort
+
+    model = _conv_model(static=False, channels=64 if arena else 65)  # a size of its own: found by it
+    path = tmp_path / "conv.onnx"
+    path.write_bytes(model)
+    size = len(model)
+    del model
+    so = ort.SessionOptions()
+    so.enable_cpu_mem_arena = arena
+    with gert.InferenceSession(str(path), so) as s:
+        out = s.run(None, {"x": np.ones((1, 8, 5, 4), np.float32)})[0]
+        assert out.shape == (1, 64 if arena else 65, 5, 4)
+        assert _live_copies(size) == 1
+

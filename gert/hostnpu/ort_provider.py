@@ -20,6 +20,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from gert.core import shape_infer as _shape_infer
+from gert.core.skeleton import skeleton
 from gert.preview import precision
 from gert.dtypes import DT_BF16, ONNX_BFLOAT16, ge_dtype, numpy_dtype, onnx_to_numpy
 
@@ -337,7 +338,7 @@ class OrtGraphProvider:
     def without_arena(self, model: bytes) -> None:
         """The sessions of ``model`` (made from now on) take their intermediates from the heap, not from an arena:
         what an application asks ONNX Runtime with SessionOptions.enable_cpu_mem_arena = False."""
-        digest = self.digest(model)
+        digest = hashlib.blake2b(model, digest_size=16).digest()  # not self.digest: that keeps the bytes object
         with self._lock:
             self._no_arena.add(digest)
 
@@ -347,16 +348,21 @@ class OrtGraphProvider:
         with self._lock:
             return [(k[0], self._sizes.get(k[0], 0), k[1], dict(k[2]), k[3]) for k in list(self._shared.keys())]
 
+    def parsed_models(self) -> list:
+        """(model digest, bytes) of the ModelProtos kept for shape inference (benchmarks/bench_memory.py): skeletons,
+        a few KB per model, not the model's size."""
+        with self._lock:
+            return [(digest, proto.ByteSize()) for digest, proto in self._parsed.items()]
+
     def _parsed_model(self, model: bytes, digest: bytes):
-        """The ModelProto shape inference runs on, parsed once per model (the last few are kept)."""
+        """The ModelProto shape inference runs on, parsed once per model (the last few are kept): the model's
+        skeleton (gert/core/skeleton.py), which holds no copy of its weights."""
         with self._lock:
             proto = self._parsed.get(digest)
             if proto is not None:
                 self._parsed.move_to_end(digest)
                 return proto
-        import onnx
-
-        proto = onnx.load_from_string(model)
+        proto = skeleton(model)
         with self._lock:
             self._parsed[digest] = proto
             while len(self._parsed) > _PARSED_KEPT:
