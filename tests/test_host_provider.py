@@ -484,3 +484,23 @@ def test_an_inference_session_keeps_one_copy_of_its_model_in_python(tmp_path, ar
         assert out.shape == (1, 64 if arena else 65, 5, 4)
         assert _live_copies(size) == 1
 
+
+def test_sessions_on_the_shared_arena_plan_no_memory_pattern(monkeypatch):
+    """Issue 28: a host NPU session on the environment arena takes each intermediate from it as a chunk of its own,
+    not a memory pattern's one block per input shape (blocks of many sizes fragment the arena: RapidOCR x24 peaked
+    at 1.37 GB with them, 0.99 GB without); a session without an arena keeps ONNX Runtime's default."""
+    import onnxruntime as ort
+
+    if _ort_provider._ARENA == "none" or _ort_provider._MEM_PATTERN:
+        pytest.skip("GERT_HOST_ORT_ARENA=none or GERT_HOST_ORT_MEM_PATTERN=1")
+    no_arena = ort.SessionOptions()
+    no_arena.enable_cpu_mem_arena = False
+    for mode, name, pattern in (("shared", "P", False), ("app", "Q", True)):
+        monkeypatch.setattr(_ort_provider, "_ARENA", mode)
+        model = _double(name)
+        with gert.InferenceSession(model, no_arena if mode == "app" else None) as s:
+            x = np.ones((3, 4), np.float32)
+            np.testing.assert_array_equal(s.run(None, {"x": x})[0], 2 * x)
+            held = [v for k, v in _live_sessions() if k[0] == _digest(model)]
+            assert held, mode
+            assert all(v.get_session_options().enable_mem_pattern is pattern for v in held), mode
