@@ -11,7 +11,7 @@ import onnx.helper as oh
 import pytest
 
 import gert
-from _helpers import RUNTIME
+from _helpers import RUNTIME, run_python_result
 from gert import _ort_provider
 from model_helpers import check_echo, echo_input, echo_model
 
@@ -504,3 +504,50 @@ def test_sessions_on_the_shared_arena_plan_no_memory_pattern(monkeypatch):
             held = [v for k, v in _live_sessions() if k[0] == _digest(model)]
             assert held, mode
             assert all(v.get_session_options().enable_mem_pattern is pattern for v in held), mode
+
+
+def _weights_charged(used0: int, in_use0: int) -> int:
+    """Device memory aclrtGetMemInfo reports in use beyond the aclrtMalloc'd buffers, since (used0, in_use0)."""
+    return (gert.memory_info(0).used - used0) - (gert.host_counters()["device_memory_in_use"] - in_use0)
+
+
+def test_loaded_graphs_charge_their_models_weights_once_against_device_memory():
+    """Issue 28: a loaded graph's weights count against the device's memory (aclrtGetMemInfo), as a device's const
+    memory does; every graph of one model (each gear, on each stream) runs on the provider's one session and its one
+    copy of the weights, so the model is charged once, and released when its last graph goes."""
+    model = _conv_model(static=False, channels=66)
+    used0, in_use0 = gert.memory_info(0).used, gert.host_counters()["device_memory_in_use"]
+    with gert.load(model, streams=2, gears={"H": [4, 8], "W": [4, 8]}) as m:
+        m.warmup()
+        graphs = m.stats()["graphs"]  # every gear's graph, loaded on both streams
+        assert len(graphs) >= 4 and all(g["streams"] == 2 for g in graphs.values()), graphs
+        out = m.run({"x": np.ones((1, 8, 4, 8), np.float32)})
+        assert out["y"].shape == (1, 66, 4, 8)
+        assert _weights_charged(used0, in_use0) == len(model)
+        with gert.load(model) as again:  # another parse of the same bytes: the provider's same session
+            again.warmup()
+            assert _weights_charged(used0, in_use0) == len(model)
+        assert _weights_charged(used0, in_use0) == len(model)
+    assert _weights_charged(used0, in_use0) == 0
+
+
+def test_load_graph_refuses_weights_beyond_the_device_memory():
+    """A model whose weights do not fit the device's free memory fails at LoadGraph with GE's memory allocation error
+    naming the bytes, and the device keeps working (issue 28)."""
+    res = run_python_result('''
+        import onnx, onnx.helper as oh
+        w = onnx.numpy_helper.from_array(np.ones((64, 8, 3, 3), np.float32), "w")
+        x = oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 8, 4, 4])
+        y = oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)
+        m = oh.make_model(oh.make_graph([oh.make_node("Conv", ["x", "w"], ["y"])], "conv", [x], [y], [w]),
+                          opset_imports=[oh.make_opsetid("", 17)])
+        m.ir_version = 8
+        err = None
+        try:
+            gert.load(m.SerializeToString()).warmup()
+        except Exception as e:  # noqa: BLE001 - what the load raised, checked by the test
+            err = f"{type(e).__name__}: {e}"
+        emit({"err": err, "used": gert.memory_info().used, "ok": roundtrip(n=100)})
+    ''', env={"GERT_HOST_DEVICE_MEMORY": "16K"})
+    assert res["err"] and "out of memory for the graph's weights" in res["err"], res
+    assert res["used"] == 0 and res["ok"], res
