@@ -105,8 +105,9 @@ def without_arena(model: bytes) -> None:
 def memory_report() -> dict:
     """Where the host NPU's bytes go (benchmarks/bench_memory.py): its ONNX Runtime sessions per model (each holds
     its own optimized copy of the model's weights) and thread count, the ModelProtos kept for shape inference (bytes
-    per model digest: skeletons without the weights, gert/core/skeleton.py), and the emulated device's memory
-    (aclrtMalloc'd buffers, charged against aclrtGetMemInfo's total)."""
+    per model digest: skeletons without the weights, gert/core/skeleton.py), and the emulated device's memory:
+    ``device_in_use`` / ``device_peak`` the aclrtMalloc'd buffers, ``device_used`` what aclrtGetMemInfo reports in
+    use (the buffers and the loaded models' weights, each model once: LoadGraph in cbindings/hostnpu/ge_session.cpp)."""
     import collections
 
     models: dict = {}
