@@ -212,10 +212,14 @@ def breakdown(results: dict) -> list:
             for m in g.get("models", []):
                 lines.append(f"  model {m['digest']} ({mb(m['model_bytes'])} MB): {m['sessions']} ONNX Runtime "
                              f"sessions by compute threads {m['by_threads']}, each its own optimized copy")
+            parsed = g.get("parsed_models") or {}
+            if parsed:
+                lines.append("  ModelProtos kept for shape inference (skeletons): " + ", ".join(
+                    f"{d} {v / 1024:.0f} KB" for d, v in parsed.items()))
             if g:
-                lines.append(f"  emulated device memory: {mb(g['device_in_use'])} MB in use (peak "
+                lines.append(f"  emulated device memory: buffers {mb(g['device_in_use'])} MB in use (peak "
                              f"{mb(g['device_peak'])} MB), aclrtGetMemInfo used {mb(g['device_used'])} of "
-                             f"{mb(g['device_total'])} MB")
+                             f"{mb(g['device_total'])} MB (the buffers and the loaded models' weights)")
             if "python_heap" in r:
                 lines.append(f"  Python (tracemalloc) {mb(r['python_heap'])} MB now, {mb(r['python_heap_peak'])} MB peak")
     return lines

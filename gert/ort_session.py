@@ -293,8 +293,11 @@ class InferenceSession(SessionRunVariants):
     def __init__(self, path_or_bytes: Union[str, bytes, "os.PathLike"], sess_options=None,
                  providers: Optional[Sequence] = None, provider_options: Optional[Sequence[dict]] = None,
                  **load_options: Any):
+        # What set_providers loads again, as ONNX Runtime keeps it: the bytes given, or only the path (a session made
+        # from a file holds no copy of its weights: the loaded model holds what it needs; issue 28)
+        self._model_bytes: Optional[bytes] = None
         if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
-            data = bytes(path_or_bytes)
+            data = self._model_bytes = bytes(path_or_bytes)
             self._model_path = None
         else:
             self._model_path = str(path_or_bytes)
@@ -303,12 +306,12 @@ class InferenceSession(SessionRunVariants):
         self._sess_options = sess_options
         self._overrides = dict(getattr(sess_options, "gert_free_dimension_overrides", {}) or {})
         self._info = _read_model(data, self._overrides)
-        self._data, self._extra_load = data, dict(load_options)
+        self._extra_load = dict(load_options)
         if self._info.overridable:
             _warn_once("overridable", "gert.InferenceSession: initializers listed as graph inputs are constants in "
                                       "the compiled graph; feeding them is refused")
         self._providers, self._load_options = self._load_arguments(providers, provider_options)
-        self._model = self._load_model()
+        self._model = self._load_model(data)
         self._profiler = Profiler(sess_options)
         self._input_info = {t.name: t for t in self._model.inputs}
         self._input_args = {a.name: a for a in self._info.inputs}
@@ -329,13 +332,20 @@ class InferenceSession(SessionRunVariants):
             load["shape_policy"] = dict(load.get("shape_policy") or {}, batch="auto")
         return reported, load
 
-    def _load_model(self):
+    def _load_model(self, data: Optional[bytes] = None):
+        """A gert.Model of this session's model (``data``: its bytes; else the bytes given, or the file read again)
+        with this session's load options, compiled."""
         import gert
         from gert import hostnpu
 
+        if data is None:
+            data = self._model_bytes
+        if data is None:
+            with open(self._model_path, "rb") as f:
+                data = f.read()
         if getattr(self._sess_options, "enable_cpu_mem_arena", True) is False:
-            hostnpu.without_arena(self._data)  # the host NPU's sessions of this model: no arena (issue 28)
-        model = gert.load(self._data, **self._load_options)
+            hostnpu.without_arena(data)  # the host NPU's sessions of this model: no arena (issue 28)
+        model = gert.load(data, **self._load_options)
         try:
             model.warmup()  # compile now, as ONNX Runtime does at session creation, not on the first run
         except BaseException:

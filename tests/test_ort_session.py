@@ -458,8 +458,15 @@ def test_run_with_ort_values_as_in_onnx_runtime(smul):
     assert str(g.value) == str(w.value)
 
 
-def test_set_providers_loads_the_model_again_with_the_new_options():
-    with gert.InferenceSession(scalar_mul_model()) as sess:
+@pytest.mark.parametrize("source", ["bytes", "path"])
+def test_set_providers_loads_the_model_again_with_the_new_options(tmp_path, source):
+    """From the bytes given, or from the file read again (a session made from a file keeps only its path, as ONNX
+    Runtime does: issue 28)."""
+    model = scalar_mul_model()
+    if source == "path":
+        (tmp_path / "m.onnx").write_bytes(model)
+        model = str(tmp_path / "m.onnx")
+    with gert.InferenceSession(model) as sess:
         first = sess.model
         sess.set_providers([("CANNExecutionProvider", {"streams": 2})])
         assert first.closed and sess.model.num_streams == 2

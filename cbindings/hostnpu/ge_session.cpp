@@ -7,6 +7,7 @@
 #include <cstring>
 #include <optional>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include "ge_cache.h"
@@ -24,6 +25,81 @@ namespace {
 std::mutex g_provider_mu;
 std::shared_ptr<const gertHostGraphProvider> g_provider;
 
+// A model's weights on a device, charged once against the device's memory (aclrtGetMemInfo) while any graph of the
+// model is loaded on it. On a device a loaded graph's weights (its const memory) live in device memory; on the host
+// NPU every graph of one model runs on the provider's one session per model and its one copy of the weights
+// (gert/hostnpu/ort_provider.py), so the model's graphs on every stream (gears, hot sizes) share one charge. The
+// bytes are the summary's const memory (the model's size); a run's intermediates (the provider's arena) and
+// aclrtMalloc'd buffers are not part of it. See docs/host-memory.md.
+struct WeightsCharge {
+  int32_t device = 0;
+  uint64_t bytes = 0;
+  // The models charged (one per parse of the same bytes: each gert.load parses its own): held, so that no other
+  // model takes one's address while the charge is found by it.
+  std::vector<std::shared_ptr<const std::string>> models;
+  ~WeightsCharge() {
+    if (Device *d = find_device(device)) d->in_use.fetch_sub(bytes);
+  }
+};
+
+struct ChargeRegistry {
+  std::mutex mu;
+  // (device, model address) -> its charge: the graphs of one parsed model find it without reading the bytes
+  std::map<std::pair<int32_t, const std::string *>, std::weak_ptr<WeightsCharge>> by_model;
+  // (device, size, hash of the bytes) -> the charge of those bytes: another parse of the same model (the provider
+  // shares its session by the bytes too) finds it once per parse
+  std::map<std::tuple<int32_t, size_t, size_t>, std::weak_ptr<WeightsCharge>> by_bytes;
+};
+ChargeRegistry &charges() {
+  static ChargeRegistry *r = new ChargeRegistry();
+  return *r;
+}
+
+// The charge of `model`'s weights on `device`: the one the loaded graphs of the same bytes hold, or a new one when
+// the device has `bytes` free (else null, with the error set).
+std::shared_ptr<WeightsCharge> charge_weights(Device &d, const std::shared_ptr<const std::string> &model,
+                                              uint64_t bytes, uint32_t graph_id, ge::Status *st) {
+  ChargeRegistry &reg = charges();
+  std::lock_guard<std::mutex> lk(reg.mu);
+  std::shared_ptr<WeightsCharge> held;
+  auto by_model = std::make_pair(d.id, model.get());
+  std::tuple<int32_t, size_t, size_t> by_bytes{d.id, 0, 0};
+  if (model) {
+    auto it = reg.by_model.find(by_model);
+    if (it != reg.by_model.end() && (held = it->second.lock())) return held;
+    by_bytes = {d.id, model->size(), std::hash<std::string>()(*model)};
+    auto same = reg.by_bytes.find(by_bytes);
+    if (same != reg.by_bytes.end() && (held = same->second.lock()) && *held->models.front() == *model) {
+      held->models.push_back(model);
+      reg.by_model[by_model] = held;
+      return held;
+    }
+  }
+  for (auto it = reg.by_model.begin(); it != reg.by_model.end();)  // forget released charges
+    it = it->second.expired() ? reg.by_model.erase(it) : std::next(it);
+  for (auto it = reg.by_bytes.begin(); it != reg.by_bytes.end();)
+    it = it->second.expired() ? reg.by_bytes.erase(it) : std::next(it);
+  uint64_t used = d.in_use.load();
+  do {
+    if (used + bytes > d.capacity) {
+      *st = ge_fail(ACL_ERROR_GE_MEMORY_ALLOCATION,
+                    "LoadGraph: graph %u: device %d is out of memory for the graph's weights: %llu bytes needed, "
+                    "%llu of %llu bytes in use", graph_id, d.id, static_cast<unsigned long long>(bytes),
+                    static_cast<unsigned long long>(used), static_cast<unsigned long long>(d.capacity));
+      return nullptr;
+    }
+  } while (!d.in_use.compare_exchange_weak(used, used + bytes));
+  auto charge = std::make_shared<WeightsCharge>();
+  charge->device = d.id;
+  charge->bytes = bytes;
+  if (model) {  // (a graph without a model's bytes shares nothing)
+    charge->models.push_back(model);
+    reg.by_model[by_model] = charge;
+    if (!held) reg.by_bytes[by_bytes] = charge;  // (a hash collision keeps the first bytes' entry)
+  }
+  return charge;
+}
+
 struct GraphRecord {
   uint32_t id = 0;
   ge::GraphImplPtr graph;
@@ -36,6 +112,7 @@ struct GraphRecord {
   std::shared_ptr<const gertHostGraphProvider> provider;
   void *exe = nullptr;
   std::atomic<uint64_t> loaded_stream{0};    // 0: not loaded
+  std::shared_ptr<WeightsCharge> weights;    // once loaded: the model's weights on the device (shared per model)
   std::atomic<int> in_flight{0};
   // Compiling and loading one graph. Not the Session's launch lock: GE's CompileGraph and LoadGraph take no
   // InnerSession::build_run_mutex_, so a graph compiles while other graphs of the Session execute.
@@ -706,6 +783,8 @@ Status Session::LoadGraph(const uint32_t graph_id, const std::map<AscendString, 
                    "to run it on another stream)", graph_id);
   Device *d = find_device(sp->device());
   uint32_t threads = s->aicore_cube ? s->aicore_cube : effective_limit(*d, sp.get(), ACL_RT_DEV_RES_CUBE_CORE);
+  auto weights = charge_weights(*d, r->graph->model, r->const_memory, graph_id, &st);
+  if (!weights) return st;
   if (r->provider->prepare) {
     // What its runs get (ComputeShare): the whole limit alone on the device, a share beside one other run.
     uint32_t shared = std::max<uint32_t>(1, std::min(threads, d->cube_cores / 2));
@@ -716,6 +795,7 @@ Status Session::LoadGraph(const uint32_t graph_id, const std::map<AscendString, 
         return ge_fail(ACL_ERROR_GE_LOAD_MODEL, "LoadGraph: graph %u: %s", graph_id, err);
     }
   }
+  r->weights = std::move(weights);
   r->loaded_stream = sp->id();
   return SUCCESS;
 } HOSTNPU_GE_GUARD

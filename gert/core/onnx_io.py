@@ -16,6 +16,7 @@ import onnx
 
 from gert import _cann
 from gert.core import valuedep
+from gert.core.skeleton import skeleton
 from gert.errors import GertError
 
 _SYMBOL = "__gert_dim_{}__"
@@ -33,10 +34,11 @@ class ModelIO:
 
 
 def read(data: bytes) -> ModelIO:
-    """Read a serialized ONNX model's I/O (the only place gert parses a model's inputs and outputs)."""
+    """Read a serialized ONNX model's I/O (the only place gert parses a model's inputs and outputs). The ModelProto
+    kept is the model's skeleton (gert/core/skeleton.py): the shape work at load reads no weights."""
     io = _cann.read_onnx_io(data)  # first: a file that is no ONNX model fails here, with a GertError saying why
     try:
-        proto = onnx.load_from_string(data)
+        proto = skeleton(data)
     except Exception as e:  # noqa: BLE001 - protobuf's DecodeError and the like
         raise GertError(f"the ONNX model cannot be parsed: {type(e).__name__}: {e}") from None
     io = valuedep.complete_outputs(proto, io)

@@ -104,8 +104,10 @@ def without_arena(model: bytes) -> None:
 
 def memory_report() -> dict:
     """Where the host NPU's bytes go (benchmarks/bench_memory.py): its ONNX Runtime sessions per model (each holds
-    its own optimized copy of the model's weights) and thread count, and the emulated device's memory (aclrtMalloc'd
-    buffers, charged against aclrtGetMemInfo's total)."""
+    its own optimized copy of the model's weights) and thread count, the ModelProtos kept for shape inference (bytes
+    per model digest: skeletons without the weights, gert/core/skeleton.py), and the emulated device's memory:
+    ``device_in_use`` / ``device_peak`` the aclrtMalloc'd buffers, ``device_used`` what aclrtGetMemInfo reports in
+    use (the buffers and the loaded models' weights, each model once: LoadGraph in cbindings/hostnpu/ge_session.cpp)."""
     import collections
 
     models: dict = {}
@@ -116,6 +118,8 @@ def memory_report() -> dict:
         m["by_threads"][f"{threads}{' spinning' if spin else ''}"] += 1
     counters = host_counters()
     info = _cann.memory_info(0)
+    parsed = {digest.hex()[:12]: size for digest, size in host_provider().parsed_models()}
     return {"models": [dict(m, by_threads=dict(m["by_threads"])) for m in models.values()],
+            "parsed_models": parsed,
             "device_in_use": counters["device_memory_in_use"], "device_peak": counters["device_memory_peak"],
             "device_used": info.used, "device_total": info.total}

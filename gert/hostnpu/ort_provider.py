@@ -20,6 +20,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from gert.core import shape_infer as _shape_infer
+from gert.core.skeleton import skeleton
 from gert.preview import precision
 from gert.dtypes import DT_BF16, ONNX_BFLOAT16, ge_dtype, numpy_dtype, onnx_to_numpy
 
@@ -51,9 +52,21 @@ _SPIN = os.environ.get("GERT_HOST_ORT_SPINNING", "0") == "1"
 # RapidOCR x24: with the arena 27.6 s of CPU and 1.44 GB peak RSS; without (intermediates from the heap) 41-46 s of
 # CPU and 1.2-1.3 GB; RapidOCR on ONNX Runtime itself 55 s of CPU (spinning) and 1.07 GB. PP-OCR det over 90 sizes:
 # 246 MB with the arena, 324 MB without (the heap fragments), 194 MB for ONNX Runtime. The heap's 1.5x CPU is not
-# worth its 10-15% of RSS by default. GERT_HOST_ORT_ARENA=app: follow the application (gert.InferenceSession passes
+# worth its 10-15% of RSS by default (and with no memory pattern on the arena, below, the arena's RSS is ONNX
+# Runtime's: RapidOCR x24 0.99 GB, det 197 MB). GERT_HOST_ORT_ARENA=app: follow the application (gert.InferenceSession passes
 # enable_cpu_mem_arena = False on: without_arena); =none: no arena for any session.
 _ARENA = os.environ.get("GERT_HOST_ORT_ARENA", "shared")
+# No memory pattern on the shared arena. ONNX Runtime's memory pattern plans a run's intermediates as one block per
+# input shape, taken from the arena at each run: over varied shapes (det at every image size, rec at every batch and
+# width) blocks of many sizes fragment the arena, which keeps every page it ever touched. Without it each intermediate
+# is a chunk of its own, freed and coalesced as the run goes, and the arena stays near the largest run's live set.
+# Measured (benchmarks/bench_memory.py, issue 28, fresh processes, load 5-6 on 2 cores): RapidOCR x24 peak RSS
+# 1370 MB with the pattern, 985 MB without (ONNX Runtime itself, heap: 956 MB), 25.2 / 26.6 s of CPU; PP-OCR det over
+# 90 sizes 234 / 197 MB (ONNX Runtime 194 MB), 15.9 / 15.5 s of CPU; one session against the other in turns, per
+# run, within the noise of the load (det 224x288 .. 736x1024, rec 1..6x48x320..640, cls 6x48x192). Sessions without
+# the shared arena (GERT_HOST_ORT_ARENA=none / app) keep ONNX Runtime's default. GERT_HOST_ORT_MEM_PATTERN=1: the
+# pattern on the shared arena too.
+_MEM_PATTERN = os.environ.get("GERT_HOST_ORT_MEM_PATTERN", "0") == "1"
 # One session per model, not one per static size: the graphs of a model compiled at any size (gears, policy auto's
 # hot sizes, exact sizes) run on the session of its dynamic-shape graph, which takes the sizes as they come. A
 # session per size (free-dimension overrides) held its own optimized graph and copy of the weights (PP-OCR det:
@@ -337,7 +350,7 @@ class OrtGraphProvider:
     def without_arena(self, model: bytes) -> None:
         """The sessions of ``model`` (made from now on) take their intermediates from the heap, not from an arena:
         what an application asks ONNX Runtime with SessionOptions.enable_cpu_mem_arena = False."""
-        digest = self.digest(model)
+        digest = hashlib.blake2b(model, digest_size=16).digest()  # not self.digest: that keeps the bytes object
         with self._lock:
             self._no_arena.add(digest)
 
@@ -347,16 +360,21 @@ class OrtGraphProvider:
         with self._lock:
             return [(k[0], self._sizes.get(k[0], 0), k[1], dict(k[2]), k[3]) for k in list(self._shared.keys())]
 
+    def parsed_models(self) -> list:
+        """(model digest, bytes) of the ModelProtos kept for shape inference (benchmarks/bench_memory.py): skeletons,
+        a few KB per model, not the model's size."""
+        with self._lock:
+            return [(digest, proto.ByteSize()) for digest, proto in self._parsed.items()]
+
     def _parsed_model(self, model: bytes, digest: bytes):
-        """The ModelProto shape inference runs on, parsed once per model (the last few are kept)."""
+        """The ModelProto shape inference runs on, parsed once per model (the last few are kept): the model's
+        skeleton (gert/core/skeleton.py), which holds no copy of its weights."""
         with self._lock:
             proto = self._parsed.get(digest)
             if proto is not None:
                 self._parsed.move_to_end(digest)
                 return proto
-        import onnx
-
-        proto = onnx.load_from_string(model)
+        proto = skeleton(model)
         with self._lock:
             self._parsed[digest] = proto
             while len(self._parsed) > _PARSED_KEPT:
@@ -447,6 +465,7 @@ def _session_options(threads: int, overrides: dict, arena: bool = True):
         so.enable_cpu_mem_arena = False
     elif _shared_arena():
         so.add_session_config_entry("session.use_env_allocators", "1")
+        so.enable_mem_pattern = _MEM_PATTERN
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.log_severity_level = 3

@@ -1,0 +1,111 @@
+"""A model's skeleton (gert/core/skeleton.py): the shape work at load reads a model without its weights' bytes, and
+learns from it exactly what it learns from the whole model (issue 28: host memory)."""
+import numpy as np
+import onnx
+import onnx.helper as oh
+import pytest
+from onnx import numpy_helper
+
+from gert.core import onnx_io, shape_infer
+from gert.core.skeleton import KEPT_ELEMENTS, is_skeleton_tensor, skeleton, strip
+from models import DET, ppocr_model
+
+
+def _weights_model() -> onnx.ModelProto:
+    """x [N, 8, H, W] -> Conv (a 64x8x3x3 weight: 4608 elements) -> ReduceMean over H, W -> MatMul by a Constant node
+    (64x100) -> Reshape by a small shape initializer to [N, 10, 10]; plus an If whose branch holds a large Constant
+    (never taken: the condition is a constant)."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.random((64, 8, 3, 3), dtype=np.float32), "w")
+    shape = numpy_helper.from_array(np.array([-1, 10, 10], np.int64), "shape")
+    cond = numpy_helper.from_array(np.array(True), "cond")
+    big = oh.make_node("Constant", [], ["m"], value=numpy_helper.from_array(rng.random((64, 100), dtype=np.float32)))
+    branch_const = oh.make_node("Constant", [], ["b"],
+                                value=numpy_helper.from_array(rng.random((5000,), dtype=np.float32)))
+    then_g = oh.make_graph([oh.make_node("Identity", ["z"], ["t"])], "then", [],
+                           [oh.make_tensor_value_info("t", onnx.TensorProto.FLOAT, None)])
+    else_g = oh.make_graph([branch_const, oh.make_node("Mul", ["z", "b0"], ["e"]),
+                            oh.make_node("Constant", [], ["b0"], value_float=1.0)], "else", [],
+                           [oh.make_tensor_value_info("e", onnx.TensorProto.FLOAT, None)])
+    nodes = [oh.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             oh.make_node("ReduceMean", ["c"], ["r"], axes=[2, 3], keepdims=0),
+             big, oh.make_node("MatMul", ["r", "m"], ["p"]),
+             oh.make_node("Reshape", ["p", "shape"], ["z"]),
+             oh.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g)]
+    g = oh.make_graph(nodes, "weights", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 8, "H", "W"])],
+                      [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], [w, shape, cond])
+    m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m
+
+
+def _constants(graph: onnx.GraphProto) -> dict:
+    """name -> TensorProto of every initializer and Constant value, subgraphs included."""
+    out = {t.name: t for t in graph.initializer}
+    for n in graph.node:
+        for a in n.attribute:
+            if a.type == onnx.AttributeProto.TENSOR:
+                out[n.output[0]] = a.t
+            elif a.type == onnx.AttributeProto.GRAPH:
+                out.update(_constants(a.g))
+    return out
+
+
+def test_strip_drops_the_data_of_large_constants_only():
+    m = _weights_model()
+    before = {k: (t.data_type, list(t.dims), numpy_helper.to_array(t)) for k, t in _constants(m.graph).items()}
+    assert strip(m) == 3  # the Conv weight, the MatMul Constant, the branch's Constant
+    after = _constants(m.graph)
+    assert set(after) == set(before)
+    for name, t in after.items():
+        dtype, dims, value = before[name]
+        assert (t.data_type, list(t.dims)) == (dtype, dims), name  # the type shape work reads stays
+        if value.size > KEPT_ELEMENTS:
+            assert is_skeleton_tensor(t) and not t.raw_data and not t.float_data, name
+            with pytest.raises(Exception):  # a reader of its values is told, never given an empty tensor
+                numpy_helper.to_array(t)
+        else:
+            assert not is_skeleton_tensor(t), name
+            np.testing.assert_array_equal(numpy_helper.to_array(t), value)
+    assert strip(m) == 0  # stripped once
+
+
+def test_a_skeleton_holds_no_weights_and_leaves_the_model_as_it_is():
+    m = _weights_model()
+    full = m.SerializeToString()
+    small = skeleton(full)
+    assert small.ByteSize() < 4096 < len(full) // 10
+    assert skeleton(m).ByteSize() == small.ByteSize()
+    assert m.SerializeToString() == full  # a ModelProto given is not stripped in place
+
+
+def test_the_model_read_at_load_is_a_skeleton():
+    """gert.load keeps the ModelProto of onnx_io.read for its shape work (gert/model.py): without its weights."""
+    full = _weights_model().SerializeToString()
+    read = onnx_io.read(full)
+    assert read.proto.ByteSize() < len(full) // 10
+    assert [v.name for v in read.proto.graph.input] == ["x"]
+
+
+def test_shape_work_on_a_skeleton_learns_what_the_full_model_tells():
+    m = _weights_model()
+    small = skeleton(m)
+    axes = {("x", 0): "batch", ("x", 2): "H", ("x", 3): "W"}
+    assert onnx_io.output_dims(small, axes) == onnx_io.output_dims(m, axes)
+    assert onnx_io.output_dims(small, axes)["y"] == ("batch", 10, 10)
+    for dims in ((2, 8, 5, 7), (1, 8, 32, 3)):
+        a, b = shape_infer.infer(m, {"x": dims}), shape_infer.infer(small, {"x": dims})
+        assert (a.output_dims, a.all_known, a.unknown) == (b.output_dims, b.all_known, b.unknown)
+        assert a.output_dims == [[dims[0], 10, 10]] or a.output_dims == [(dims[0], 10, 10)]
+
+
+def test_shape_work_on_the_ppocr_det_skeleton_learns_what_the_full_model_tells():
+    with open(ppocr_model(DET), "rb") as f:
+        data = f.read()
+    full, small = onnx.load_from_string(data), skeleton(data)
+    assert small.ByteSize() < len(data) // 10  # its many small constants (batch norms) stay
+    axes = {("x", 0): "batch", ("x", 2): "H", ("x", 3): "W"}
+    assert onnx_io.output_dims(small, axes) == onnx_io.output_dims(full, axes)
+    a, b = shape_infer.infer(full, {"x": (1, 3, 96, 160)}), shape_infer.infer(small, {"x": (1, 3, 96, 160)})
+    assert (a.output_dims, a.all_known) == (b.output_dims, b.all_known)
+    assert a.all_known
