@@ -1,6 +1,6 @@
 """Host memory of a fresh process: gert against ONNX Runtime on the same work (issue 28).
 
-    python benchmarks/bench_memory.py [--work rapidocr:24,rapidocr:96,det:90] [--pairs 1] [--json out.json]
+    python benchmarks/bench_memory.py [--work rapidocr:24,rapidocr:96,det:90,triton3:30] [--pairs 1] [--json out.json]
 
 Each (work, side) runs in its own fresh process, the sides alternating per pair: RapidOCR 1.4.4 unmodified over
 ``N`` generated text images (examples/rapidocr_on_gert.py: ``gert.patch_onnxruntime(when="always")`` against plain
@@ -12,6 +12,17 @@ and by thread count; each holds its own optimized copy of the model's weights), 
 buffers), the heap and the other anonymous memory (ONNX Runtime's graphs and arenas, Python) from /proc/self/smaps,
 and Python's own allocations from tracemalloc with ``--tracemalloc`` (slow). ONNX Runtime's Python API reports no
 memory figures of a session.
+
+``triton3:N``: a 3-model Triton repository (PP-OCR det, cls, rec; `gert repo init`'s config: max_batch_size 8,
+dynamic batching 2 ms, one CPU instance each) served by a fresh real tritonserver (free loopback ports, explicit model
+control loading the three), on side gert with the one-line ``from gert_triton import TritonPythonModel``, on side
+ort with the same configs and a hand-written model.py running ``onnxruntime.InferenceSession`` with ORT's defaults
+(ORT_MODEL_PY). N requests per model of varied sizes (det at N/4 sizes, 4 in a row; cls and rec 1-4 lines at
+varied widths) through tritonclient's gRPC from 4 threads, then, once the summed RSS has settled, the figures of the
+server's process tree (tritonserver and its three Python stubs, benchmarks/_proctree.py): peak = the processes'
+VmHWM summed, which OVER-STATES a true simultaneous peak (they need not peak together; the summed VmRSS sampled every
+0.25 s is reported beside it, a lower bound), end = the summed VmRSS, CPU = the tree's user + system seconds after
+the models loaded, wall = the requests' time (server start and model loads excluded, reported apart).
 """
 from __future__ import annotations
 
@@ -21,6 +32,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -142,13 +154,223 @@ def work_rapidocr(side: str, n: int) -> dict:
     return {"keep": engine, "texts": texts}
 
 
+# ---- triton3: three PP-OCR models on a real tritonserver ------------------------------------------------------------
+TRITON_MODELS = (("det", "ch_PP-OCRv4_det_infer.onnx"), ("cls", "ch_ppocr_mobile_v2.0_cls_infer.onnx"),
+                 ("rec", "ch_PP-OCRv4_rec_infer.onnx"))
+TRITON_CLIENTS = 4  # client threads sending the requests (dynamic batching merges what arrives together)
+
+ORT_MODEL_PY = '''"""Hand-written Python-backend model: ONNX Runtime with its defaults on the CPU (what a user writes
+without gert): requests of one shape concatenated, one run, split."""
+import os
+
+import numpy as np
+import onnxruntime as ort
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        path = os.path.join(args["model_repository"], args["model_version"], "model.onnx")
+        self.sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        self.inp = self.sess.get_inputs()[0].name
+        self.outs = [o.name for o in self.sess.get_outputs()]
+
+    def execute(self, requests):
+        xs = [pb_utils.get_input_tensor_by_name(r, self.inp).as_numpy() for r in requests]
+        responses = [None] * len(requests)
+        groups = {}
+        for i, x in enumerate(xs):
+            groups.setdefault(x.shape[1:], []).append(i)
+        for idx in groups.values():
+            ys = self.sess.run(self.outs, {self.inp: np.concatenate([xs[i] for i in idx])})
+            offset = 0
+            for i in idx:
+                n = xs[i].shape[0]
+                responses[i] = pb_utils.InferenceResponse(
+                    [pb_utils.Tensor(name, y[offset:offset + n]) for name, y in zip(self.outs, ys)])
+                offset += n
+        return responses
+'''
+
+
+def build_triton3(root: str, side: str) -> str:
+    """REPO with det, cls and rec: for gert `gert repo init`'s layout (the one-line model.py, its default config: the
+    one the tests use), for ort the same config.pbtxt with ORT_MODEL_PY."""
+    from _common import ppocr_model
+    from gert_triton.repo import init_repo
+
+    repo = os.path.join(root, "repo")
+    for name, file in TRITON_MODELS:
+        path = ppocr_model(file)
+        if path is None:
+            raise SystemExit("PP-OCR models not found: pip install --no-deps rapidocr-onnxruntime==1.4.4")
+        init_repo(path, repo, name=name)
+        if side == "ort":
+            with open(os.path.join(repo, name, "config.pbtxt")) as f:
+                assert "parameters" not in f.read(), "the ort side must share gert's config as is"
+            with open(os.path.join(repo, name, "1", "model.py"), "w") as f:
+                f.write(ORT_MODEL_PY)
+    return repo
+
+
+def triton3_requests(n: int) -> list:
+    """(model, input) for ``n`` requests per model, interleaved: det at ceil(n/4) sizes (det_sizes) each sent 4
+    times in a row; cls and rec 1-4 text lines of height 48 at widths varying per request."""
+    import numpy as np
+    from _common import images
+
+    det = det_sizes(-(-n // 4))
+    out = []
+    for i in range(n):
+        h, w = det[i // 4]
+        out.append(("det", images(1, h, w, seed=i)))
+        out.append(("cls", images(1 + i % 4, 48, 64 + 32 * (i % 18), seed=1000 + i)))
+        out.append(("rec", images(1 + (i + 2) % 4, 48, 96 + 48 * (i % 19), seed=2000 + i)))
+    assert all(x.dtype == np.float32 for _, x in out)
+    return out
+
+
+def start_triton(repo: str, log: str, attempts: int = 3):
+    """A ready tritonserver on free loopback ports (new ports when one was taken meanwhile), explicit model control
+    loading the three models, as tests/triton_server.py starts it."""
+    import gert
+    from gert_triton.server import TritonServer
+
+    args = ["--model-control-mode=explicit", *(f"--load-model={m}" for m, _ in TRITON_MODELS),
+            "--exit-timeout-secs=5"]
+    for attempt in range(attempts):
+        srv = TritonServer(repo, log_path=log, extra_args=args)
+        srv.start()
+        try:
+            srv.wait_ready(600)
+            return srv
+        except gert.GertError:
+            stop_triton(srv)
+            with open(log, errors="replace") as f:
+                tail = f.read()[-4000:]
+            if "already in use" in tail and attempt + 1 < attempts:
+                continue
+            raise SystemExit(f"tritonserver did not get ready:\n{tail}")
+        except BaseException:
+            stop_triton(srv)
+            raise
+    raise AssertionError("unreachable")
+
+
+def stop_triton(srv) -> None:
+    """Stop the server's process group and reap it; any process of its tree still alive (a stub that left the
+    group) is killed by pid."""
+    import signal
+
+    from _proctree import tree_pids
+
+    pids = tree_pids(srv.process.pid) if srv.process is not None and srv.process.poll() is None else []
+    srv.stop(timeout=30)
+    for pid in pids[1:]:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"triton" not in f.read():
+                    continue  # the pid was reused
+            os.kill(pid, signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            pass
+
+
+def send_all(url: str, requests: list) -> None:
+    """Every request through the real tritonclient (gRPC, loopback), TRITON_CLIENTS threads with a client each;
+    each answer's batch dimension checked."""
+    import concurrent.futures
+
+    import tritonclient.grpc as grpcclient
+
+    local = threading.local()
+
+    def one(item) -> None:
+        model, x = item
+        if not hasattr(local, "client"):
+            local.client = grpcclient.InferenceServerClient(url)
+        inp = grpcclient.InferInput("x", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        res = local.client.infer(model, [inp], client_timeout=600)
+        out = res.get_response(as_json=True)["outputs"][0]
+        if int(out["shape"][0]) != x.shape[0]:
+            raise AssertionError(f"{model}: {out['shape']} for a batch of {x.shape[0]}")
+
+    with concurrent.futures.ThreadPoolExecutor(TRITON_CLIENTS, thread_name_prefix="triton3-client") as pool:
+        for f in [pool.submit(one, item) for item in requests]:
+            f.result()
+
+
+def settle(root: int, timeout: float = 120.0, quiet: float = 3.0) -> None:
+    """Wait until the tree's summed RSS stays within 1 MB for ``quiet`` seconds (gert's background compiles after
+    the last request are done), at most ``timeout`` seconds."""
+    from _proctree import tree_memory
+
+    deadline = time.monotonic() + timeout
+    last, since = tree_memory(root).rss, time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - since < quiet:
+        time.sleep(0.5)
+        now = tree_memory(root).rss
+        if abs(now - last) > MB:
+            last, since = now, time.monotonic()
+
+
+def work_triton3(side: str, n: int) -> dict:
+    """A fresh tritonserver serving det, cls and rec (gert_triton or hand-written ONNX Runtime), ``n`` requests per
+    model; the server tree's memory and CPU (tritonserver and its three Python stubs, _proctree)."""
+    import shutil
+    import tempfile
+
+    from _proctree import RssSampler, tree_memory
+
+    root = tempfile.mkdtemp(prefix="gert-bench-triton3-")
+    log = os.path.join(root, "server.log")
+    requests = triton3_requests(n)
+    srv = None
+    try:
+        t = time.perf_counter()
+        srv = start_triton(build_triton3(root, side), log)
+        started = time.perf_counter() - t
+        pid = srv.process.pid
+        loaded = tree_memory(pid)
+        with RssSampler(pid) as sampler:
+            t = time.perf_counter()
+            send_all(srv.url("grpc"), requests)
+            wall = time.perf_counter() - t
+            settle(pid)
+        end = tree_memory(pid)
+    except BaseException:
+        if os.path.exists(log):
+            with open(log, errors="replace") as f:
+                print(f.read()[-3000:], file=sys.stderr)
+        raise
+    finally:
+        if srv is not None:
+            stop_triton(srv)
+        shutil.rmtree(root, ignore_errors=True)
+    return {"keep": None, "server": {
+        "wall_s": round(wall, 2), "start_s": round(started, 2), "cpu_s": round(end.cpu_s - loaded.cpu_s, 2),
+        "cpu_total_s": round(end.cpu_s, 2), "VmHWM": end.hwm,
+        "VmRSS": end.rss, "sampled_peak": sampler.peak, "loaded_rss": loaded.rss, "requests": len(requests),
+        "processes": [{"name": process_label(p), "hwm": p.hwm, "rss": p.rss, "cpu_s": round(p.cpu_s, 2)}
+                      for p in end.procs]}}
+
+
+def process_label(p) -> str:
+    """tritonserver, or "stub <model>" for a Python stub (its command line names the model's directory)."""
+    for name, _ in TRITON_MODELS:
+        if f"/{name}/1/" in p.cmdline:
+            return f"stub {name}"
+    return p.name
+
+
 def child(work: str, side: str, n: int, trace: bool) -> dict:
     if trace:
         import tracemalloc
 
         tracemalloc.start()
     t = time.perf_counter()
-    kept = (work_det if work == "det" else work_rapidocr)(side, n)
+    kept = {"det": work_det, "rapidocr": work_rapidocr, "triton3": work_triton3}[work](side, n)
     wall = time.perf_counter() - t
     import resource
 
@@ -160,7 +382,11 @@ def child(work: str, side: str, n: int, trace: bool) -> dict:
 
         cur, peak = tracemalloc.get_traced_memory()
         out["python_heap"], out["python_heap_peak"] = cur, peak
-    if side == "gert":
+    if "server" in kept:  # triton3: the server tree's figures, not this client's
+        for key in ("RssAnon", "RssFile", "Threads", "smaps"):
+            out.pop(key, None)
+        out.update(kept["server"])
+    elif side == "gert":
         out["gert"] = gert_breakdown()
     if "texts" in kept:
         out["texts"] = kept["texts"]
@@ -200,9 +426,26 @@ def table(results: dict) -> list:
     return lines
 
 
+def tree_lines(n: int, sides: dict) -> list:
+    """triton3: each side's last server, process by process (peak = each process's own VmHWM; their sum over-states
+    the simultaneous peak, the sampled summed RSS under-states it)."""
+    lines = []
+    for side in ("ort", "gert"):
+        for r in sides.get(side, [])[-1:]:
+            lines.append(f"\ntriton3 x{n} ({r['requests']} requests), {side}: server ready in {r['start_s']} s, RSS "
+                         f"{mb(r['loaded_rss'])} MB with the models loaded; summed peak {mb(r['VmHWM'])} MB, sampled "
+                         f"summed RSS peak {mb(r['sampled_peak'])} MB, end {mb(r['VmRSS'])} MB, CPU {r['cpu_s']} s serving "
+                         f"({r['cpu_total_s']} s with the start)")
+            lines.extend(f"  {p['name']}: peak {mb(p['hwm'])} MB, end {mb(p['rss'])} MB, CPU {p['cpu_s']} s"
+                         for p in r["processes"])
+    return lines
+
 def breakdown(results: dict) -> list:
     lines = []
     for (work, n), sides in results.items():
+        if work == "triton3":
+            lines.extend(tree_lines(n, sides))
+            continue
         for r in sides.get("gert", [])[-1:]:
             g, sm = r.get("gert", {}), r["smaps"]
             lines.append(f"\ngert, {work} x{n}: end RSS {mb(r['VmRSS'])} MB (anon {mb(r['RssAnon'])}, files "
@@ -228,7 +471,7 @@ def breakdown(results: dict) -> list:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", default="rapidocr:24,rapidocr:96,det:90",
-                    help="comma-separated work:count, work one of rapidocr, det")
+                    help="comma-separated work:count, work one of rapidocr, det, triton3")
     ap.add_argument("--pairs", type=int, default=1, help="alternating ort/gert process pairs per work")
     ap.add_argument("--sides", default="ort,gert")
     ap.add_argument("--tracemalloc", action="store_true", help="Python's allocations too (slows the runs)")
