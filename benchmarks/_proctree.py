@@ -4,7 +4,9 @@ A tree is a root pid and every live descendant, found from each process's parent
 /proc/<pid>/task/<tid>/children, which lists only the children a given thread started). ``tree_memory`` sums the
 processes' VmHWM (each one's own peak RSS) and VmRSS: the summed VmHWM over-states the tree's true simultaneous peak
 (the processes need not peak at the same moment), which ``RssSampler`` bounds from below by sampling the summed
-VmRSS.
+VmRSS. The summed RSS also counts twice the pages two processes share (Triton's Python backend passes tensors
+through shared memory mapped by the server and a stub); the summed Pss (/proc/<pid>/smaps_rollup: each shared page
+split among its processes) does not.
 """
 from __future__ import annotations
 
@@ -18,13 +20,14 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 @dataclass
 class ProcMemory:
-    """One process: its pid, command name, VmHWM and VmRSS (bytes), user + system CPU seconds, command line."""
+    """One process: its pid, command name, VmHWM, VmRSS and Pss (bytes), user + system CPU seconds, command line."""
     pid: int
     name: str
     hwm: int
     rss: int
     cpu_s: float
     cmdline: str = ""
+    pss: int = 0
 
 
 @dataclass
@@ -39,6 +42,10 @@ class TreeMemory:
     @property
     def rss(self) -> int:
         return sum(p.rss for p in self.procs)
+
+    @property
+    def pss(self) -> int:
+        return sum(p.pss for p in self.procs)
 
     @property
     def cpu_s(self) -> float:
@@ -88,12 +95,17 @@ def proc_memory(pid: int) -> Optional[ProcMemory]:
             fields = f.read().rsplit(")", 1)[1].split()
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        pss = 0
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for ln in f:
+                if ln.startswith("Pss:"):
+                    pss = int(ln.split()[1]) * 1024
     except (OSError, IndexError):
         return None
     if "VmRSS" not in values:  # a zombie has no memory left
         return None
     cpu = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime (fields 14, 15 of stat)
-    return ProcMemory(pid, values.get("Name", "?"), values.get("VmHWM", 0), values["VmRSS"], cpu, cmdline)
+    return ProcMemory(pid, values.get("Name", "?"), values.get("VmHWM", 0), values["VmRSS"], cpu, cmdline, pss)
 
 
 def tree_memory(root: int) -> TreeMemory:
@@ -102,18 +114,23 @@ def tree_memory(root: int) -> TreeMemory:
 
 
 class RssSampler:
-    """Samples the tree's summed VmRSS every ``interval`` seconds in a thread: ``peak`` is the highest sum seen, a
-    lower bound of the tree's simultaneous peak (the summed VmHWM is an upper bound)."""
+    """Samples the tree's summed VmRSS and Pss every ``interval`` seconds in a thread: ``peak`` is the highest summed
+    RSS seen, a lower bound of the tree's simultaneous peak (the summed VmHWM is an upper bound); ``pss_peak`` the
+    highest summed Pss."""
 
     def __init__(self, root: int, interval: float = 0.25):
-        self.root, self.interval, self.peak = root, interval, 0
+        self.root, self.interval, self.peak, self.pss_peak = root, interval, 0, 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, tree_memory(self.root).rss)
+            self._sample()
             self._stop.wait(self.interval)
+
+    def _sample(self) -> None:
+        tree = tree_memory(self.root)
+        self.peak, self.pss_peak = max(self.peak, tree.rss), max(self.pss_peak, tree.pss)
 
     def __enter__(self) -> "RssSampler":
         self._thread.start()
@@ -122,4 +139,4 @@ class RssSampler:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, tree_memory(self.root).rss)
+        self._sample()
