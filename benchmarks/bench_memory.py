@@ -474,7 +474,7 @@ def breakdown(results: dict) -> list:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--work", default="rapidocr:24,rapidocr:96,det:90",
+    ap.add_argument("--work", default="rapidocr:24,rapidocr:96,det:90,triton3:30",
                     help="comma-separated work:count, work one of rapidocr, det, triton3")
     ap.add_argument("--pairs", type=int, default=1, help="alternating ort/gert process pairs per work")
     ap.add_argument("--sides", default="ort,gert")

@@ -8,7 +8,8 @@ The microbenchmarks are pytest-benchmark tests (``benchmarks/test_*.py``): this 
 group's gert entries and their baseline (measured in the same process), the ratio and the difference of their
 median times. The benchmarks that run several processes stay scripts, and their output is appended as it is:
 ``bench_triton.py`` (one real tritonserver, several model.py variants), ``bench_rapidocr.py`` (RapidOCR on
-ONNX Runtime and on gert, in alternating processes) and ``bench_memory.py`` (peak and steady RSS of fresh processes).
+ONNX Runtime and on gert, in alternating processes) and ``bench_memory.py`` (peak and steady RSS of fresh processes, and
+of a fresh tritonserver's process tree serving three models).
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ SCRIPTS = [
     ("precision", "bench_precision.py", [], []),
     ("inproc", "bench_inproc_batching.py", [], ["--seconds", "1", "--rounds", "1"]),
     ("ensemble", "bench_ensemble.py", [], ["--duration", "6", "--rounds", "2", "--warmup", "1"]),
-    ("memory", "bench_memory.py", [], ["--work", "rapidocr:12,det:10"]),
+    ("memory", "bench_memory.py", [], ["--work", "rapidocr:12,det:10,triton3:4"]),
 ]
 
 
