@@ -21,9 +21,10 @@ ort with the same configs and a hand-written model.py running ``onnxruntime.Infe
 varied widths) through tritonclient's gRPC from 4 threads, then, once the summed RSS has settled, the figures of the
 server's process tree (tritonserver and its three Python stubs, benchmarks/_proctree.py): peak = the processes'
 VmHWM summed, which OVER-STATES a true simultaneous peak (they need not peak together; the summed VmRSS sampled every
-0.25 s is reported beside it, a lower bound), end = the summed VmRSS (both count the shared-memory pages the server
-and a stub pass tensors through twice; the summed Pss, end and sampled peak, splits them), CPU = the tree's user + system seconds after
-the models loaded, wall = the requests' time (server start and model loads excluded, reported apart).
+0.25 s while serving is reported beside it, a lower bound), end = the summed VmRSS (both count twice the
+shared-memory pages the server and a stub pass tensors through; the summed Pss, end and sampled peak, splits them),
+CPU = the tree's user + system seconds after the models loaded, wall = the requests' time (server start and model
+loads excluded, reported apart).
 """
 from __future__ import annotations
 
@@ -352,9 +353,9 @@ def work_triton3(side: str, n: int) -> dict:
         shutil.rmtree(root, ignore_errors=True)
     return {"keep": None, "server": {
         "wall_s": round(wall, 2), "start_s": round(started, 2), "cpu_s": round(end.cpu_s - loaded.cpu_s, 2),
-        "cpu_total_s": round(end.cpu_s, 2), "VmHWM": end.hwm,
-        "VmRSS": end.rss, "sampled_peak": sampler.peak,
-        "pss": end.pss, "pss_peak": sampler.pss_peak, "load": [load_before, round(os.getloadavg()[0], 1)], "loaded_rss": loaded.rss, "requests": len(requests),
+        "cpu_total_s": round(end.cpu_s, 2), "VmHWM": end.hwm, "VmRSS": end.rss, "sampled_peak": sampler.peak,
+        "pss": end.pss, "pss_peak": sampler.pss_peak, "loaded_rss": loaded.rss, "requests": len(requests),
+        "load": [load_before, round(os.getloadavg()[0], 1)],
         "processes": [{"name": process_label(p), "hwm": p.hwm, "rss": p.rss, "pss": p.pss, "cpu_s": round(p.cpu_s, 2)}
                       for p in end.procs]}}
 
@@ -437,8 +438,8 @@ def tree_lines(n: int, sides: dict) -> list:
         for r in sides.get(side, [])[-1:]:
             lines.append(f"\ntriton3 x{n} ({r['requests']} requests), {side}: server ready in {r['start_s']} s, RSS "
                          f"{mb(r['loaded_rss'])} MB with the models loaded; summed peak {mb(r['VmHWM'])} MB, sampled "
-                         f"summed RSS peak {mb(r['sampled_peak'])} MB, end {mb(r['VmRSS'])} MB, CPU {r['cpu_s']} s serving "
-                         f"({r['cpu_total_s']} s with the start); summed Pss {mb(r['pss'])} MB at the end, "
+                         f"summed RSS peak {mb(r['sampled_peak'])} MB, end {mb(r['VmRSS'])} MB, CPU {r['cpu_s']} s "
+                         f"serving ({r['cpu_total_s']} s with the start); summed Pss {mb(r['pss'])} MB at the end, "
                          f"{mb(r['pss_peak'])} MB sampled peak; load average {r['load'][0]} -> {r['load'][1]}")
             lines.extend(f"  {p['name']}: peak {mb(p['hwm'])} MB, end {mb(p['rss'])} MB (Pss {mb(p['pss'])}), "
                          f"CPU {p['cpu_s']} s" for p in r["processes"])
