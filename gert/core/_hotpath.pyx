@@ -169,7 +169,6 @@ cdef class HotPath:
         views.resize(n_in + 8)
         cdef Py_ssize_t held = 0
         cdef Prepared p = None
-        cdef object w
         try:
             for i in range(n_in):  # C-contiguous (else the Python path copies it)
                 PyObject_GetBuffer(arrays[i], &views[held], PyBUF_C_CONTIGUOUS)
@@ -179,25 +178,10 @@ cdef class HotPath:
             _release(views, held)
             return None
         try:
-            w = self._take()
-            if w is None:  # no stream free now: the Python path queues (and may batch) it
-                self.misses += 1
+            p = self._take_prepared(<list>found)
+            if p is None:
                 return None
-            for cand in <list>found:
-                if (<Prepared>cand).worker is w:
-                    p = <Prepared>cand
-                    break
-            if p is None:  # not prepared on this stream yet: the Python path runs it there and offers it
-                self.queue.untake(w)
-                self.misses += 1
-                return None
-            self.in_flight += 1
-            try:
-                return self._run_on(p, w, views, n_in)
-            finally:
-                self.in_flight -= 1
-                if self.closed and self.in_flight == 0:
-                    self.on_idle()
+            return self._run_in_flight(p, views, n_in, 1)
         finally:
             _release(views, held)
 
@@ -253,7 +237,6 @@ cdef class HotPath:
         cdef vector[Py_buffer] views
         views.resize(n_in * k + 1)
         cdef Py_ssize_t held = 0
-        cdef object w
         cdef Prepared p = None
         try:
             try:
@@ -264,25 +247,10 @@ cdef class HotPath:
             except (BufferError, ValueError):
                 self.misses += 1
                 return None
-            w = self._take()
-            if w is None:
-                self.misses += 1
-                return None
-            for cand in <list>found:
-                if (<Prepared>cand).worker is w:
-                    p = <Prepared>cand
-                    break
+            p = self._take_prepared(<list>found)
             if p is None:
-                self.queue.untake(w)
-                self.misses += 1
                 return None
-            self.in_flight += 1
-            try:
-                out = self._run_on(p, w, views, n_in, k)
-            finally:
-                self.in_flight -= 1
-                if self.closed and self.in_flight == 0:
-                    self.on_idle()
+            out = self._run_in_flight(p, views, n_in, k)
         finally:
             _release(views, held)
         if out is None:
@@ -294,6 +262,31 @@ cdef class HotPath:
             results.append({name: value[start:start + n] for name, value in (<dict>out).items()})
             start += n
         return results
+
+    cdef Prepared _take_prepared(self, list found):
+        """A free stream and the run of ``found`` (the signature's Prepared runs) prepared on it; or None, a miss
+        counted: no stream free now (the Python path queues, and may batch, the request) or the stream taken has no
+        prepared run of this signature yet (given back with untake(): the Python path runs it there and offers it)."""
+        cdef object w = self._take()
+        if w is None:
+            self.misses += 1
+            return None
+        for cand in found:
+            if (<Prepared>cand).worker is w:
+                return <Prepared>cand
+        self.queue.untake(w)
+        self.misses += 1
+        return None
+
+    cdef object _run_in_flight(self, Prepared p, vector[Py_buffer]& views, Py_ssize_t n_in, Py_ssize_t k):
+        """_run_on(p) on its stream (taken by _take_prepared), counted in flight: close() waits for it (on_idle)."""
+        self.in_flight += 1
+        try:
+            return self._run_on(p, p.worker, views, n_in, k)
+        finally:
+            self.in_flight -= 1
+            if self.closed and self.in_flight == 0:
+                self.on_idle()
 
     cdef object _run_on(self, Prepared p, object w, vector[Py_buffer]& views, Py_ssize_t n_in, Py_ssize_t k=1):
         """Run ``p`` on ``w`` (taken from the queue, given back here)."""
