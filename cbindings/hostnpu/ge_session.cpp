@@ -884,11 +884,33 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
     return ACL_SUCCESS;
   };
   task.fault = draw_fault(FaultSite::Kernel, sp->device());
-  if (aclError e = sp->launch(std::move(task), api)) {
-    r->in_flight.fetch_sub(1);
-    return ge_fail(static_cast<ge::Status>(e), "%s", aclGetRecentErrMsg());
+  // Inline launch: on an idle stream the run goes ahead on this thread, before the launch returns, instead of being
+  // handed to the stream's worker thread. The stream's order holds (nothing is queued before it; work other threads
+  // queue meanwhile waits behind it, stream.cpp Stream::enqueue), and so do its faults (reported by the next
+  // synchronize, as from the worker). A device runs a kernel whatever the host thread does; on the host NPU a worker
+  // would only start it once this thread gave up the GIL the compute provider needs (gert/hostnpu/ort_provider.py),
+  // so the caller would wait for the run anyway, plus two thread hand-offs. An injected hang still runs on the worker
+  // (the launch returns, a synchronize can time out). The session's launch lock is not held during the run.
+  struct InlineClaim {  // ends the stream's inline mode however the launch leaves
+    Stream *s = nullptr;
+    ~InlineClaim() {
+      if (s) s->end_inline();
+    }
+  } claim;
+  if (task.fault.hang_ms == 0 && inline_launches() && sp->begin_inline_if_idle()) {
+    claim.s = sp.get();
+    launch.unlock();
   }
-  launch.unlock();
+  aclError launched = sp->launch(std::move(task), api);
+  if (claim.s) {
+    claim.s = nullptr;
+    sp->end_inline();
+  }
+  if (launched != ACL_SUCCESS) {
+    r->in_flight.fetch_sub(1);
+    return ge_fail(static_cast<ge::Status>(launched), "%s", aclGetRecentErrMsg());
+  }
+  if (launch.owns_lock()) launch.unlock();
   if (!wait) return SUCCESS;
 
   // Unknown-shape graph: the output shapes are known once the run finished.
