@@ -20,7 +20,8 @@ Counters are kept in C per prepared run and added to the workers' stats by ``flu
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE
 from cpython.dict cimport PyDict_GetItem, PyDict_Size
 from cpython.pycapsule cimport PyCapsule_GetPointer
-from cpython.ref cimport PyObject
+from cpython.ref cimport PyObject, Py_INCREF
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport int32_t, int64_t
 from libcpp.vector cimport vector
 
@@ -47,6 +48,8 @@ cdef fused_exec_parts_t _exec_parts = <fused_exec_parts_t>PyCapsule_GetPointer(
 cdef object _ndarray = np.ndarray
 cdef object _empty = np.empty
 _KEPT = 1024  # signatures kept (cleared when full, as the validator's)
+cdef enum:
+    _SMALL = 8  # inputs / outputs a call holds on the C stack (more: on the heap)
 
 
 cdef inline int64_t _now_ns() noexcept nogil:
@@ -60,6 +63,8 @@ cdef class Prepared:
     dtypes (padding already sliced off: the downloads copy the real rows only), the gear label and element counts
     of one run (for the gear stats), and the C counters of the runs since the last flush."""
     cdef readonly object worker
+    cdef object l_acquire, l_release, l_run_handed  # the stream's HandOffLock (parts_for_hot_path)
+    cdef list l_handed
     cdef readonly object call
     cdef readonly object use_limits  # the stream's use_in_current_thread, for workers with core limits; else None
     cdef readonly tuple out_names, out_shapes, out_dtypes
@@ -74,6 +79,7 @@ cdef class Prepared:
     def __init__(self, worker, call, use_limits, tuple out_names, tuple out_shapes, tuple out_dtypes, str label,
                  int64_t real_elements, int64_t padded_elements, bint batched):
         self.worker, self.call, self.use_limits = worker, call, use_limits
+        self.l_acquire, self.l_release, self.l_handed, self.l_run_handed = worker.lock.parts_for_hot_path()
         self.out_names, self.out_shapes, self.out_dtypes = out_names, out_shapes, out_dtypes
         self.label, self.real_elements, self.padded_elements = label, real_elements, padded_elements
         self.batched = batched
@@ -148,8 +154,8 @@ cdef class HotPath:
         cdef Py_ssize_t i, n_in = self.n_in, n_out
         cdef PyObject* item
         cdef object a
-        cdef list arrays = []
-        cdef list parts = []
+        cdef tuple arrays = PyTuple_New(n_in)  # filled below (PyTuple_SET_ITEM steals: a reference taken first)
+        cdef tuple parts = PyTuple_New(n_in)   # the signature: ((shape, dtype) per input)
         for i in range(n_in):
             item = PyDict_GetItem(inputs, self.names[i])
             if item == NULL:
@@ -159,14 +165,21 @@ cdef class HotPath:
             if type(a) is not _ndarray:
                 self.misses += 1
                 return None
-            arrays.append(a)
-            parts.append((a.shape, a.dtype))
-        cdef object found = self.table.get(tuple(parts))
+            Py_INCREF(a)
+            PyTuple_SET_ITEM(arrays, i, a)
+            sig = (a.shape, a.dtype)
+            Py_INCREF(sig)
+            PyTuple_SET_ITEM(parts, i, sig)
+        cdef object found = self.table.get(parts)
         if found is None:
             self.misses += 1
             return None
-        cdef vector[Py_buffer] views
-        views.resize(n_in + 8)
+        cdef Py_buffer small[_SMALL]
+        cdef vector[Py_buffer] big
+        cdef Py_buffer* views = small
+        if n_in > _SMALL:
+            big.resize(n_in)
+            views = big.data()
         cdef Py_ssize_t held = 0
         cdef Prepared p = None
         try:
@@ -234,8 +247,9 @@ cdef class HotPath:
             self.misses += 1
             return None
         cdef object out = None
-        cdef vector[Py_buffer] views
-        views.resize(n_in * k + 1)
+        cdef vector[Py_buffer] all_views
+        all_views.resize(n_in * k + 1)
+        cdef Py_buffer* views = all_views.data()
         cdef Py_ssize_t held = 0
         cdef Prepared p = None
         try:
@@ -278,7 +292,7 @@ cdef class HotPath:
         self.misses += 1
         return None
 
-    cdef object _run_in_flight(self, Prepared p, vector[Py_buffer]& views, Py_ssize_t n_in, Py_ssize_t k):
+    cdef object _run_in_flight(self, Prepared p, Py_buffer* views, Py_ssize_t n_in, Py_ssize_t k):
         """_run_on(p) on its stream (taken by _take_prepared), counted in flight: close() waits for it (on_idle)."""
         self.in_flight += 1
         try:
@@ -288,20 +302,33 @@ cdef class HotPath:
             if self.closed and self.in_flight == 0:
                 self.on_idle()
 
-    cdef object _run_on(self, Prepared p, object w, vector[Py_buffer]& views, Py_ssize_t n_in, Py_ssize_t k=1):
+    cdef object _run_on(self, Prepared p, object w, Py_buffer* views, Py_ssize_t n_in, Py_ssize_t k=1):
         """Run ``p`` on ``w`` (taken from the queue, given back here)."""
         cdef Py_ssize_t i, n_out = len(p.out_names)
-        cdef vector[const void*] srcs
+        cdef const void* small_srcs[_SMALL]
+        cdef void* small_dsts[_SMALL]
+        cdef Py_buffer small_outv[_SMALL]
+        cdef vector[const void*] big_srcs
+        cdef vector[void*] big_dsts
+        cdef vector[Py_buffer] big_outv
         cdef vector[size_t] lens
-        cdef vector[void*] dsts
-        cdef vector[Py_buffer] outv
+        cdef const void** srcs = small_srcs
+        cdef void** dsts = small_dsts
+        cdef Py_buffer* outv = small_outv
+        if n_in * k > _SMALL:
+            big_srcs.resize(n_in * k)
+            srcs = big_srcs.data()
+        if n_out > _SMALL:
+            big_dsts.resize(n_out)
+            big_outv.resize(n_out)
+            dsts = big_dsts.data()
+            outv = big_outv.data()
         cdef Py_ssize_t out_held = 0
         cdef list outs = []
         cdef int64_t t0
-        cdef object lock = w.lock
         cdef bint ran = False
         try:
-            lock.acquire()
+            p.l_acquire()
             try:
                 if self.closed:
                     raise GertError("the model was closed before this request started")
@@ -311,12 +338,11 @@ cdef class HotPath:
                     for i in range(n_in):
                         if views[i].len != p.in_bytes[i]:
                             return None
-                        srcs.push_back(views[i].buf)
+                        srcs[i] = views[i].buf
                 else:  # views[i * k + j]: input i of request j, laid one after the other
                     for i in range(n_in * k):
-                        srcs.push_back(views[i].buf)
+                        srcs[i] = views[i].buf
                         lens.push_back(views[i].len)
-                outv.resize(n_out + 1)
                 for i in range(n_out):
                     a = _empty(p.out_shapes[i], p.out_dtypes[i])
                     outs.append(a)
@@ -324,15 +350,15 @@ cdef class HotPath:
                     out_held += 1
                     if outv[i].len != p.out_bytes[i]:
                         return None
-                    dsts.push_back(outv[i].buf)
+                    dsts[i] = outv[i].buf
                 if p.use_limits is not None:
                     p.use_limits()
                 t0 = _now_ns()
                 try:
                     if k == 1:
-                        _exec(p.call, srcs.data(), dsts.data(), -1)
+                        _exec(p.call, srcs, dsts, -1)
                     else:
-                        _exec_parts(p.call, srcs.data(), lens.data(), k, dsts.data(), -1)
+                        _exec_parts(p.call, srcs, lens.data(), k, dsts, -1)
                 except Exception as e:
                     self.on_error(w, e)  # recovery's handling (it may reopen the stream), then this request fails
                     raise
@@ -343,7 +369,9 @@ cdef class HotPath:
                 ran = True
             finally:
                 _release(outv, out_held)
-                lock.release()
+                p.l_release()  # HandOffLock.release: then what close() handed over while the run held the lock
+                if p.l_handed and p.l_acquire(False):
+                    p.l_run_handed()
         finally:
             self._give(w)
         if not ran:
@@ -441,7 +469,7 @@ cdef class HotPath:
         self.count(q, hits, hits - merged, busy * 1e-9)
 
 
-cdef inline void _release(vector[Py_buffer]& views, Py_ssize_t n) noexcept:
+cdef inline void _release(Py_buffer* views, Py_ssize_t n) noexcept:
     cdef Py_ssize_t i
     for i in range(n):
         PyBuffer_Release(&views[i])
