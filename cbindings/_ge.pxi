@@ -1,5 +1,6 @@
 # GE: initialize/finalize, ONNX parsing, sessions, compile / load / execute on a stream. (The host NPU's compute
 # provider behind it is in _provider.pxi.)
+from libc.string cimport memcpy as _c_memcpy
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 from libcpp.pair cimport pair
@@ -129,6 +130,7 @@ cdef class _GeTensorOwner:
 
 
 cdef object _device_tensor_cls = None
+cdef object _np = None, _ge_dtype = None, _numpy_dtype = None  # imported by the first Session.run_graph
 
 
 cdef object _DeviceTensor():
@@ -422,20 +424,29 @@ cdef class Session:
     def run_graph(self, uint32_t graph_id, inputs):
         """RunGraph: synchronous, numpy arrays in and out (compiles the graph on first use)."""
         self._check()
-        import numpy as np
-        from gert.dtypes import ge_dtype, numpy_dtype
+        global _np, _ge_dtype, _numpy_dtype
+        if _np is None:
+            import numpy
+            from gert.dtypes import ge_dtype, numpy_dtype
+            _np, _ge_dtype, _numpy_dtype = numpy, ge_dtype, numpy_dtype
+        np = _np
         # np.require keeps 0-d arrays 0-d (np.ascontiguousarray would make them shape (1,))
-        arrays = [np.require(a, requirements="C") for a in inputs]
+        arrays = [a if type(a) is np.ndarray and a.flags.c_contiguous else np.require(a, requirements="C")
+                  for a in inputs]
         cdef vector[const void*] data
         cdef vector[size_t] sizes
         cdef vector[int] dtypes
         cdef vector[vector[int64_t]] dims
         cdef vector[int64_t] d
         cdef vector[cge.GeTensor] out
+        cdef _HeldBuffer h
+        cdef list held = []
         for a in arrays:
-            data.push_back(<const void*><intptr_t>a.ctypes.data)
-            sizes.push_back(a.nbytes)
-            dtypes.push_back(ge_dtype(a.dtype))
+            dtypes.push_back(_ge_dtype(a.dtype))  # first: it names a dtype GE has no type for
+            h = _acquire(a, False, "run_graph input")
+            held.append(h)
+            data.push_back(h.view.buf)
+            sizes.push_back(h.view.len)
             d.clear()
             for x in a.shape:
                 d.push_back(x)
@@ -445,12 +456,18 @@ cdef class Session:
             st = cge.gert_run_graph(self._s, graph_id, data, sizes, dtypes, dims, &out)
         _check_ge(st, f"RunGraph({graph_id}) failed")
         results = []
+        cdef size_t n
         for i in range(out.size()):
             shape = tuple(cge.gert_ge_tensor_dims(out[i]))
-            dt = numpy_dtype(cge.gert_ge_tensor_dtype(out[i]))
+            result = np.empty(shape, _numpy_dtype(cge.gert_ge_tensor_dtype(out[i])))
             n = out[i].GetSize()
-            raw = (<const char*>out[i].GetData())[:n] if n else b""
-            results.append(np.frombuffer(raw, dtype=dt).reshape(shape).copy())
+            if n:
+                h = _acquire(result, True, "run_graph output")
+                if <size_t>h.view.len != n:
+                    raise _errors.GeError(0xFFFFFFFF, f"RunGraph({graph_id}): output {i} holds {n} bytes, its shape "
+                                          f"{shape} needs {h.view.len}")
+                _c_memcpy(h.view.buf, <const void*>out[i].GetData(), n)
+            results.append(result)
         return results
 
     def remove_graph(self, uint32_t graph_id):

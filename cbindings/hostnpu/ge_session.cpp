@@ -40,6 +40,11 @@ struct GraphRecord {
   // Compiling and loading one graph. Not the Session's launch lock: GE's CompileGraph and LoadGraph take no
   // InnerSession::build_run_mutex_, so a graph compiles while other graphs of the Session execute.
   std::mutex compile_mu;
+  // RunGraph of a static graph stages its host tensors in buffers of the graph's own, as GE copies them to device
+  // memory and back: a repeated run hands the provider the same tensors, so that it replays its binding.
+  // One RunGraph at a time uses them (try-locked: a concurrent one runs on its own memory, as before).
+  std::mutex staging_mu;
+  std::vector<std::vector<uint8_t>> staged_in, staged_out;
   ~GraphRecord() {
     if (exe && provider && provider->release) provider->release(exe);
   }
@@ -342,6 +347,31 @@ void *host_alloc_cb(void *ctx, uint64_t nbytes) {
   auto *c = static_cast<HostAllocCtx *>(ctx);
   c->buffers.emplace_back(nbytes ? nbytes : 1);
   return c->buffers.back().data();
+}
+
+// RunGraph on a static graph (the caller holds r.staging_mu): the inputs copied into the graph's staging buffers and
+// the outputs pointed at its own, each of the size its compiled shape needs, written in place by the provider. Leaves
+// the refs as they are when a tensor is empty (nothing to stage).
+void stage_run_graph(GraphRecord &r, std::vector<gertHostTensorRef> &ins, std::vector<gertHostTensorRef> &outs) {
+  std::vector<int64_t> out_bytes(outs.size());
+  for (auto &ref : ins)
+    if (ref.nbytes == 0) return;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (!tensor_bytes(r.outputs[i].dims, r.outputs[i].dtype, out_bytes[i]) || out_bytes[i] <= 0) return;
+  }
+  r.staged_in.resize(ins.size());
+  r.staged_out.resize(outs.size());
+  for (size_t i = 0; i < ins.size(); ++i) {
+    auto &buf = r.staged_in[i];
+    if (buf.size() != ins[i].nbytes) buf.assign(ins[i].nbytes, 0);
+    std::memcpy(buf.data(), ins[i].data, ins[i].nbytes);
+    ins[i].data = buf.data();
+  }
+  for (size_t i = 0; i < outs.size(); ++i) {
+    auto &buf = r.staged_out[i];
+    if (buf.size() != static_cast<size_t>(out_bytes[i])) buf.assign(static_cast<size_t>(out_bytes[i]), 0);
+    fill_ref(outs[i], buf.data(), static_cast<uint64_t>(out_bytes[i]), r.outputs[i].dtype, r.outputs[i].dims);
+  }
 }
 
 // The graph this thread's provider->compile call is compiling, for gertHostCompileOption.
@@ -1043,6 +1073,8 @@ Status Session::RunGraph(uint32_t graph_id, const std::vector<Tensor> &inputs, s
   }
   if (Status e = check_gears(*r, in_dims, api)) return e;
   for (size_t i = 0; i < outs.size(); ++i) fill_ref(outs[i], nullptr, 0, r->outputs[i].dtype, r->outputs[i].dims);
+  std::unique_lock<std::mutex> staging(r->staging_mu, std::defer_lock);
+  if (r->is_static && staging.try_lock()) stage_run_graph(*r, ins, outs);
   HostAllocCtx alloc;
   uint32_t threads = s->aicore_cube ? s->aicore_cube : hw_cube_cores(s->device);
   Device *dev = find_device(s->device);
