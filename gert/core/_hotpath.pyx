@@ -25,6 +25,8 @@ from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport int32_t, int64_t
 from libcpp.vector cimport vector
 
+import sys
+
 import numpy as np
 
 from gert import _cann
@@ -45,6 +47,9 @@ ctypedef int (*fused_exec_parts_t)(object call, const void** srcs, const size_t*
 cdef fused_exec_t _exec = <fused_exec_t>PyCapsule_GetPointer(_cann.FUSED_API, b"gert._cann.fused_exec")
 cdef fused_exec_parts_t _exec_parts = <fused_exec_parts_t>PyCapsule_GetPointer(
     _cann.FUSED_PARTS_API, b"gert._cann.fused_exec_parts")
+# The GIL serializes this module's C-level steps between Python calls (not a free-threaded build): _take / _give
+# then skip the queue's lock when nobody holds it.
+cdef bint _GIL = bool(getattr(sys, "_is_gil_enabled", lambda: True)())
 cdef object _ndarray = np.ndarray
 cdef object _empty = np.empty
 _KEPT = 1024  # signatures kept (cleared when full, as the validator's)
@@ -102,6 +107,9 @@ cdef class HotPath:
     cdef dict table  # signature -> [Prepared, one per stream it ran on]
     cdef object queue, on_error, on_idle, trace, count
     cdef object q_acquire, q_release  # the queue's lock (one stream: taken and given back inline, _take / _give)
+    cdef object q_locked
+    cdef tuple last_sig  # the signature last found in the table, and its runs (reset whenever the table changes)
+    cdef object last_found
     cdef list q_free
     cdef object q_waiting
     cdef bint q_single
@@ -119,7 +127,7 @@ cdef class HotPath:
         self.table = {}
         self.queue, self.on_error, self.on_idle, self.trace, self.count = queue, on_error, on_idle, trace, count
         lock, self.q_free, self.q_waiting, self.q_single = queue.parts_for_hot_path()
-        self.q_acquire, self.q_release = lock.acquire, lock.release
+        self.q_acquire, self.q_release, self.q_locked = lock.acquire, lock.release, lock.locked
         self.enabled = True
 
     # ---- the call -------------------------------------------------------------------------------------------------
@@ -127,7 +135,13 @@ cdef class HotPath:
         """A free stream now, or None (StreamQueue.try_take; inline for one stream)."""
         if not self.q_single:
             return self.queue.try_take()
-        if not self.q_free or not self.q_acquire(False):
+        if not self.q_free:
+            return None
+        if _GIL and not self.q_locked():
+            # Nobody is inside the queue's critical section, and nobody can enter it before this pop returns: this
+            # thread holds the GIL from the check to the end of the pop (no Python code runs in between).
+            return self.q_free.pop()
+        if not self.q_acquire(False):
             return None
         try:
             return self.q_free.pop() if self.q_free else None
@@ -137,6 +151,9 @@ cdef class HotPath:
     cdef _give(self, object w):
         """Give ``w`` back (StreamQueue.release: to the request that waits longest, else the free list)."""
         if self.q_single:
+            if _GIL and not self.q_waiting and not self.q_locked():  # as in _take: the GIL covers these steps
+                self.q_free.append(w)
+                return
             self.q_acquire()
             if not self.q_waiting:
                 self.q_free.append(w)
@@ -155,7 +172,7 @@ cdef class HotPath:
         cdef PyObject* item
         cdef object a
         cdef tuple arrays = PyTuple_New(n_in)  # filled below (PyTuple_SET_ITEM steals: a reference taken first)
-        cdef tuple parts = PyTuple_New(n_in)   # the signature: ((shape, dtype) per input)
+        cdef tuple parts  # the signature: ((shape, dtype) per input)
         for i in range(n_in):
             item = PyDict_GetItem(inputs, self.names[i])
             if item == NULL:
@@ -167,13 +184,28 @@ cdef class HotPath:
                 return None
             Py_INCREF(a)
             PyTuple_SET_ITEM(arrays, i, a)
-            sig = (a.shape, a.dtype)
-            Py_INCREF(sig)
-            PyTuple_SET_ITEM(parts, i, sig)
-        cdef object found = self.table.get(parts)
+        cdef object found = None
+        cdef tuple last = self.last_sig
+        if last is not None:  # the signature of the last request, as most are: no key built, no hash
+            found = self.last_found
+            for i in range(n_in):
+                a = arrays[i]
+                sig = last[i]
+                if a.dtype is not (<tuple>sig)[1] or a.shape != (<tuple>sig)[0]:
+                    found = None
+                    break
         if found is None:
-            self.misses += 1
-            return None
+            parts = PyTuple_New(n_in)
+            for i in range(n_in):
+                a = arrays[i]
+                sig = (a.shape, a.dtype)
+                Py_INCREF(sig)
+                PyTuple_SET_ITEM(parts, i, sig)
+            found = self.table.get(parts)
+            if found is None:
+                self.misses += 1
+                return None
+            self.last_sig, self.last_found = parts, found
         cdef Py_buffer small[_SMALL]
         cdef vector[Py_buffer] big
         cdef Py_buffer* views = small
@@ -402,6 +434,7 @@ cdef class HotPath:
         """Remember ``prepared`` for ``signature`` on its stream (replacing that stream's earlier one)."""
         if self.closed or not self.enabled:
             return
+        self.last_sig = self.last_found = None
         found = self.table.get(signature)
         if found is None:
             if len(self.table) >= _KEPT:
@@ -422,6 +455,7 @@ cdef class HotPath:
 
     def forget(self, worker=None) -> None:
         """Drop what was prepared on ``worker`` (every stream's when None): its buffers, graphs or stream change."""
+        self.last_sig = self.last_found = None
         for sig in list(self.table):
             kept = []
             for q in self.table[sig]:
