@@ -159,6 +159,8 @@ cdef DeviceBuffer _device_buffer_of(t, int i, str what, str api):
 cdef int _push_tensors(cge.gert_tensor_list& v, list tensors, str what) except -1:
     cdef DeviceBuffer buf
     cdef vector[int64_t] dims
+    dims.reserve(8)
+    v.reserve(len(tensors))
     for i, t in enumerate(tensors):
         buf = _device_buffer_of(t, i, what, "ExecuteGraphWithStreamAsync")
         dims.clear()
@@ -285,11 +287,23 @@ cdef class Session:
         cdef void* h = stream._h
         with nogil:
             st = self._s.ExecuteGraphWithStreamAsync(graph_id, h, ins, outs)
-        _check_ge(st, f"ExecuteGraphWithStreamAsync({graph_id}) failed")
+        if st != 0:  # (the message formatted on failure only: these are per-request calls)
+            _check_ge(st, f"ExecuteGraphWithStreamAsync({graph_id}) failed")
         stream._keep_alive((in_list, out_list))
+        cdef vector[int64_t] got
+        cdef object had
+        cdef Py_ssize_t k
         if out_list:
             for i in range(outs.size()):  # GE writes each output's shape into its tensor (unknown-shape graphs)
-                out_list[i].shape = tuple(cge.gert_tensor_dims(outs[i]))
+                got = cge.gert_tensor_dims(outs[i])
+                had = out_list[i].shape
+                if <size_t>len(had) == got.size():
+                    for k in range(len(had)):
+                        if had[k] != got[k]:
+                            break
+                    else:
+                        continue  # unchanged (a static graph's): no new tuple
+                out_list[i].shape = tuple(got)
             return out_list
         cdef list produced = []
         cdef _GeTensorOwner owner
@@ -315,7 +329,8 @@ cdef class Session:
         cdef void* h = stream._h
         with nogil:
             st = self._s.RunGraphWithStreamAsync(graph_id, h, ins, outs)
-        _check_ge(st, f"RunGraphWithStreamAsync({graph_id}) failed")
+        if st != 0:  # (the message formatted on failure only: these are per-request calls)
+            _check_ge(st, f"RunGraphWithStreamAsync({graph_id}) failed")
         self._loaded.setdefault(graph_id, stream)
         stream._keep_alive((in_list, out_list))
         if out_list:
@@ -454,7 +469,8 @@ cdef class Session:
         cdef cge.Status st
         with nogil:
             st = cge.gert_run_graph(self._s, graph_id, data, sizes, dtypes, dims, &out)
-        _check_ge(st, f"RunGraph({graph_id}) failed")
+        if st != 0:  # (the message formatted on failure only: these are per-request calls)
+            _check_ge(st, f"RunGraph({graph_id}) failed")
         results = []
         cdef size_t n
         for i in range(out.size()):

@@ -773,6 +773,8 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
   auto run_in = std::make_shared<std::vector<gertHostTensorRef>>(inputs.size());
   std::vector<std::vector<int64_t>> in_dims;
   std::vector<AllocationPtr> held;
+  in_dims.reserve(inputs.size());
+  held.reserve(inputs.size() + outputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const gert::Tensor &t = inputs[i];
     const IOSpec &spec = r->inputs[i];
@@ -781,7 +783,6 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
                      graph_id, i, spec.name.c_str(), dtype_name(t.GetDataType()), dtype_name(spec.dtype));
     auto dims = shape_dims(t.GetStorageShape());
     if (Status e = check_input_shape(*r, i, dims, api)) return e;
-    in_dims.push_back(dims);
     int64_t need = 0;
     if (!tensor_bytes(dims, spec.dtype, need))
       return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u input %zu '%s': shape %s holds more bytes than int64 "
@@ -803,7 +804,8 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
       return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u input %zu '%s' holds %zu bytes, shape %s needs %lld", api,
                      graph_id, i, spec.name.c_str(), t.GetSize(), dims_str(dims).c_str(), static_cast<long long>(need));
     fill_ref((*run_in)[i], const_cast<void *>(addr), static_cast<uint64_t>(need < 0 ? 0 : need), spec.dtype, dims);
-    held.push_back(a);
+    held.push_back(std::move(a));
+    in_dims.push_back(std::move(dims));
   }
   if (Status e = check_gears(*r, in_dims, api)) return e;
   // Outputs: static graphs need them allocated by the caller; dynamic graphs may leave them to GE.
