@@ -242,9 +242,12 @@ cdef class HotPath:
             return None
         cdef list arrays = []   # request-major: arrays[j * n_in + i]
         cdef list rows = []
+        cdef list shapes = []   # the first request's shape and dtype of each input
+        cdef list dtypes = []
         cdef PyObject* item
-        cdef object a, r, first
-        cdef Py_ssize_t total = 0, n
+        cdef object a, r, dt, fdt
+        cdef tuple s, fs
+        cdef Py_ssize_t total = 0, n, m, nd, d
         for j in range(k):
             r = requests[j]
             if type(r) is not dict or PyDict_Size(r) != n_in:
@@ -255,25 +258,37 @@ cdef class HotPath:
                 if item == NULL or type(<object>item) is not _ndarray:
                     return None
                 a = <object>item
-                if a.ndim == 0:
+                s = a.shape
+                nd = len(s)
+                if nd == 0:
                     return None
-                if j:
-                    first = arrays[i]
-                    if a.dtype is not first.dtype and a.dtype != first.dtype or a.shape[1:] != first.shape[1:]:
+                dt = a.dtype
+                if j:  # one dtype and non-batch shape per input
+                    fs = <tuple>shapes[i]
+                    if len(fs) != nd:
                         return None
+                    for d in range(1, nd):
+                        if s[d] is not fs[d] and s[d] != fs[d]:
+                            return None
+                    fdt = dtypes[i]
+                    if dt is not fdt and dt != fdt:
+                        return None
+                else:
+                    shapes.append(s)
+                    dtypes.append(dt)
+                m = s[0]
                 if n < 0:
-                    n = a.shape[0]
+                    n = m
                     if n == 0:
                         return None
-                elif a.shape[0] != n:
+                elif m != n:
                     return None
                 arrays.append(a)
             rows.append(n)
             total += n
         cdef list parts = []
         for i in range(n_in):
-            a = arrays[i]
-            parts.append(((total,) + a.shape[1:], a.dtype))
+            parts.append(((total,) + (<tuple>shapes[i])[1:], dtypes[i]))
         cdef object found = self.table.get(tuple(parts))
         if found is None:
             self.misses += 1
@@ -302,10 +317,15 @@ cdef class HotPath:
         if out is None:
             return None
         cdef list results = []
-        cdef Py_ssize_t start = 0
+        cdef list out_names = list((<dict>out).keys()), out_values = list((<dict>out).values())
+        cdef Py_ssize_t start = 0, o, n_out = len(out_names)
+        cdef dict one
         for j in range(k):
             n = rows[j]
-            results.append({name: value[start:start + n] for name, value in (<dict>out).items()})
+            one = {}
+            for o in range(n_out):
+                one[out_names[o]] = out_values[o][start:start + n]
+            results.append(one)
             start += n
         return results
 
