@@ -258,6 +258,8 @@ struct Runtime {
   std::vector<std::unique_ptr<Device>> devices;
   std::unordered_map<uint64_t, Context> contexts;
   std::unordered_map<uint64_t, StreamPtr> streams;
+  // Bumped (under mu) whenever a stream leaves `streams`: find_stream's per-thread entry is valid while it holds.
+  std::atomic<uint64_t> streams_gone{0};
   std::unordered_map<uint64_t, EventPtr> events;
   uint64_t next_handle = 1;
 

@@ -408,6 +408,7 @@ aclError destroy_stream(aclrtStream stream, const char *api) {
       return fail(ACL_ERROR_RT_PARAM_INVALID, "%s: %p is not a live stream (already destroyed?)", api, stream);
     s = std::move(it->second);
     r.streams.erase(it);
+    r.streams_gone.fetch_add(1, std::memory_order_release);
   }
   if (tls_res_stream == s->id()) tls_res_stream = 0;
   s->drain_and_stop();  // pending work runs first, as in CANN
