@@ -194,3 +194,45 @@ def test_a_hanging_kernel_runs_on_the_worker_so_the_launch_returns_and_a_synchro
     session.execute_async(gid, stream, ins, outs)
     stream.synchronize()
     np.testing.assert_array_equal(outs[0].to_numpy(stream), X * 3)
+
+
+def test_a_graph_whose_last_run_was_long_is_launched_on_the_worker_and_the_launch_returns_at_once(fresh, monkeypatch):
+    """Only short runs go inline: once a graph's run took longer than a hand-off costs (the host NPU's kInlineMaxNs,
+    100 us), its next launch returns while the run goes on on the stream's worker, as a launch on a device does (one
+    thread launching on several streams gets them to overlap; a synchronize with a timeout can time out)."""
+    session, gid, stream = fresh
+    original = OrtExecutable.run
+    go = threading.Event()
+    calls: list = []
+
+    def slow(self, *args, **kwargs):  # every run through the provider's Python (not a replay) is long
+        calls.append(threading.get_ident())
+        if len(calls) == 1:
+            go.wait(0.01)  # the first: 10 ms, on the launching thread (its length was not known yet)
+        else:
+            assert go.wait(30)  # the second: until the test lets it go
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(OrtExecutable, "run", slow)
+    ins, outs = _tensors(stream)
+    stream.synchronize()
+    gert.reset_host_counters()
+    session.execute_async(gid, stream, ins, outs)
+    assert calls == [threading.get_ident()] and gert.host_counters()["inline_tasks"] == 1
+    stream.synchronize()
+    ins2, outs2 = _tensors(stream)  # other tensors: a run through the provider's Python again, not a replay
+    stream.synchronize()
+    launched = threading.Event()
+    launcher = threading.Thread(target=lambda: (session.execute_async(gid, stream, ins2, outs2), launched.set()),
+                                daemon=True)
+    launcher.start()
+    try:
+        assert launched.wait(10), "the launch of a graph known to run long waited for its run"
+        assert stream.query() is False  # the run goes on
+    finally:
+        go.set()
+    launcher.join(30)
+    stream.synchronize()
+    assert len(calls) == 2 and calls[1] not in (threading.get_ident(), launcher.ident)  # the worker ran it
+    assert gert.host_counters()["inline_tasks"] == 1
+    np.testing.assert_array_equal(outs2[0].to_numpy(stream), X * 3)

@@ -2,6 +2,7 @@
 // ExecuteGraphWithStreamAsync, RunGraph, RemoveGraph) and the compute provider registry.
 // Rules follow real GE: static graphs take only their compiled shapes and caller-allocated outputs, inputs must be
 // device memory, a graph loads once, launches through one Session are serialized.
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -37,6 +38,9 @@ struct GraphRecord {
   void *exe = nullptr;
   std::atomic<uint64_t> loaded_stream{0};    // 0: not loaded
   std::atomic<int> in_flight{0};
+  // How long the compute provider's last run of this graph took (ns; -1 before its first run): the inline launch
+  // takes only graphs that run about as long as a hand-off to the stream's worker costs (kInlineMaxNs).
+  std::atomic<int64_t> last_run_ns{-1};
   // Compiling and loading one graph. Not the Session's launch lock: GE's CompileGraph and LoadGraph take no
   // InnerSession::build_run_mutex_, so a graph compiles while other graphs of the Session execute.
   std::mutex compile_mu;
@@ -50,6 +54,10 @@ struct GraphRecord {
   }
 };
 using GraphRecordPtr = std::shared_ptr<GraphRecord>;
+
+// The longest last run (ns) of a graph that ExecuteGraphWithStreamAsync still runs on the launching thread: about
+// what handing the run to the stream's worker costs, so the launch takes at most that much longer than on a device.
+constexpr int64_t kInlineMaxNs = 100000;
 
 struct SessionState {
   uint64_t id = 0;
@@ -880,10 +888,14 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
   Task task{[r, run_in, run_out, held, done, wait, raw_stream, d](std::string &msg) -> aclError {
     ComputeShare share(*d, effective_limit(*d, raw_stream, ACL_RT_DEV_RES_CUBE_CORE));
     char err[2048] = {0};
+    const auto t0 = std::chrono::steady_clock::now();
     int rc = r->provider->run(r->exe, static_cast<int32_t>(share.threads()), share.alone() ? 1 : 0,
                               static_cast<int32_t>(run_in->size()),
                               run_in->data(), static_cast<int32_t>(run_out->size()), run_out->data(),
                               device_alloc_cb, &done->alloc, err, sizeof err);
+    r->last_run_ns.store(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count(),
+        std::memory_order_relaxed);
     r->in_flight.fetch_sub(1);
     aclError result = ACL_SUCCESS;
     if (rc == 0) release_unused(done->alloc, *run_out);
@@ -923,13 +935,18 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
   // would only start it once this thread gave up the GIL the compute provider needs (gert/hostnpu/ort_provider.py),
   // so the caller would wait for the run anyway, plus two thread hand-offs. An injected hang still runs on the worker
   // (the launch returns, a synchronize can time out). The session's launch lock is not held during the run.
+  // Only a short run goes inline (its last run took at most kInlineMaxNs, or it has not run yet), or one the caller
+  // waits for anyway (an unknown-shape graph): a longer one is launched on the worker as on a device, so that one
+  // thread launching on two streams gets them to overlap, and a synchronize with a timeout can time out.
   struct InlineClaim {  // ends the stream's inline mode however the launch leaves
     Stream *s = nullptr;
     ~InlineClaim() {
       if (s) s->end_inline();
     }
   } claim;
-  if (task.fault.hang_ms == 0 && inline_launches() && sp->begin_inline_if_idle()) {
+  const int64_t last_ns = r->last_run_ns.load(std::memory_order_relaxed);
+  const bool short_run = wait || last_ns <= kInlineMaxNs;  // -1: not run yet
+  if (task.fault.hang_ms == 0 && short_run && inline_launches() && sp->begin_inline_if_idle()) {
     claim.s = sp.get();
     launch.unlock();
   }
