@@ -2,8 +2,9 @@
 
 Cases (issue 3): a one-node Relu graph (1x64), and PP-OCR cls at 8x3x48x192 with 1 and 2 threads. gert:
 ``Session.execute_async`` on a stream with device-resident inputs and caller-allocated outputs, then
-``Stream.synchronize`` (the stream's worker runs the graph: a hand-off to it and back); ``gert_fused``: the
-executor's call, ``Session.run_fused`` with no copies (the graph runs on the calling thread, stream inline).
+``Stream.synchronize`` (on an idle stream the host NPU runs the graph on the launching thread: its inline launch);
+``gert_fused``: the executor's call, ``Session.run_fused`` with no copies (the graph runs on the calling thread,
+stream inline); ``gert_run_graph`` (Relu only): GE's RunGraph, ``Session.run_graph`` with numpy arrays in and out.
 Baseline: an ONNX Runtime session with the same intra-op thread count, inputs and outputs bound once,
 ``run_with_iobinding``. All give the same result, bitwise. Targets (issue 23): the graph call at most ONNX Runtime's
 IOBinding + 2 us; cls ratio <= 1.03.
@@ -37,9 +38,11 @@ def _ort(model: bytes, feeds: dict, threads: int, out_shapes: list, out_dtypes: 
     return sess, io, outs
 
 
-@pytest.mark.parametrize("kind", ["ort_iobinding", "gert", "gert_fused"])  # a group's runs back to back
+@pytest.mark.parametrize("kind", ["ort_iobinding", "gert", "gert_fused", "gert_run_graph"])  # a group's runs back to back
 @pytest.mark.parametrize("case", list(CASES))
 def test_graph_call(benchmark, measuring, case, kind):
+    if kind == "gert_run_graph" and not case.startswith("relu"):
+        pytest.skip("RunGraph computes with the session's cores, not the stream's: compared on the one-node graph")
     model, feeds, threads = _feeds(case)
     tag(benchmark, f"graph call {case}", "baseline" if kind == "ort_iobinding" else "gert", threads=threads)
     input_shape = ";".join(f"{k}:{','.join(map(str, v.shape))}" for k, v in feeds.items())
@@ -64,6 +67,18 @@ def test_graph_call(benchmark, measuring, case, kind):
                 session.execute_async(1, stream, inputs, outputs)
                 stream.synchronize()
 
+            if kind == "gert_run_graph":
+                arrays = list(feeds.values())
+
+                def call():  # noqa: F811 - numpy in, numpy out (GE stages them on the device)
+                    session.run_graph(1, arrays)
+
+                warm(call, measuring)
+                benchmark(call)
+                sess.run_with_iobinding(io)
+                for got, want in zip(session.run_graph(1, arrays), host_out):
+                    np.testing.assert_array_equal(got, want)
+                return
             if kind == "gert_fused":
                 ins = [(t.ptr, t.nbytes, ge_dtype(t.dtype), t.shape) for t in inputs]
                 outs = [(t.ptr, t.nbytes, ge_dtype(t.dtype), t.shape) for t in outputs]

@@ -1,5 +1,6 @@
 # GE: initialize/finalize, ONNX parsing, sessions, compile / load / execute on a stream. (The host NPU's compute
 # provider behind it is in _provider.pxi.)
+from libc.string cimport memcpy as _c_memcpy
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 from libcpp.pair cimport pair
@@ -129,6 +130,7 @@ cdef class _GeTensorOwner:
 
 
 cdef object _device_tensor_cls = None
+cdef object _np = None, _ge_dtype = None, _numpy_dtype = None  # imported by the first Session.run_graph
 
 
 cdef object _DeviceTensor():
@@ -157,6 +159,8 @@ cdef DeviceBuffer _device_buffer_of(t, int i, str what, str api):
 cdef int _push_tensors(cge.gert_tensor_list& v, list tensors, str what) except -1:
     cdef DeviceBuffer buf
     cdef vector[int64_t] dims
+    dims.reserve(8)
+    v.reserve(len(tensors))
     for i, t in enumerate(tensors):
         buf = _device_buffer_of(t, i, what, "ExecuteGraphWithStreamAsync")
         dims.clear()
@@ -283,11 +287,23 @@ cdef class Session:
         cdef void* h = stream._h
         with nogil:
             st = self._s.ExecuteGraphWithStreamAsync(graph_id, h, ins, outs)
-        _check_ge(st, f"ExecuteGraphWithStreamAsync({graph_id}) failed")
+        if st != 0:  # (the message formatted on failure only: these are per-request calls)
+            _check_ge(st, f"ExecuteGraphWithStreamAsync({graph_id}) failed")
         stream._keep_alive((in_list, out_list))
+        cdef vector[int64_t] got
+        cdef object had
+        cdef Py_ssize_t k
         if out_list:
             for i in range(outs.size()):  # GE writes each output's shape into its tensor (unknown-shape graphs)
-                out_list[i].shape = tuple(cge.gert_tensor_dims(outs[i]))
+                got = cge.gert_tensor_dims(outs[i])
+                had = out_list[i].shape
+                if <size_t>len(had) == got.size():
+                    for k in range(len(had)):
+                        if had[k] != got[k]:
+                            break
+                    else:
+                        continue  # unchanged (a static graph's): no new tuple
+                out_list[i].shape = tuple(got)
             return out_list
         cdef list produced = []
         cdef _GeTensorOwner owner
@@ -313,7 +329,8 @@ cdef class Session:
         cdef void* h = stream._h
         with nogil:
             st = self._s.RunGraphWithStreamAsync(graph_id, h, ins, outs)
-        _check_ge(st, f"RunGraphWithStreamAsync({graph_id}) failed")
+        if st != 0:  # (the message formatted on failure only: these are per-request calls)
+            _check_ge(st, f"RunGraphWithStreamAsync({graph_id}) failed")
         self._loaded.setdefault(graph_id, stream)
         stream._keep_alive((in_list, out_list))
         if out_list:
@@ -422,20 +439,29 @@ cdef class Session:
     def run_graph(self, uint32_t graph_id, inputs):
         """RunGraph: synchronous, numpy arrays in and out (compiles the graph on first use)."""
         self._check()
-        import numpy as np
-        from gert.dtypes import ge_dtype, numpy_dtype
+        global _np, _ge_dtype, _numpy_dtype
+        if _np is None:
+            import numpy
+            from gert.dtypes import ge_dtype, numpy_dtype
+            _np, _ge_dtype, _numpy_dtype = numpy, ge_dtype, numpy_dtype
+        np = _np
         # np.require keeps 0-d arrays 0-d (np.ascontiguousarray would make them shape (1,))
-        arrays = [np.require(a, requirements="C") for a in inputs]
+        arrays = [a if type(a) is np.ndarray and a.flags.c_contiguous else np.require(a, requirements="C")
+                  for a in inputs]
         cdef vector[const void*] data
         cdef vector[size_t] sizes
         cdef vector[int] dtypes
         cdef vector[vector[int64_t]] dims
         cdef vector[int64_t] d
         cdef vector[cge.GeTensor] out
+        cdef _HeldBuffer h
+        cdef list held = []
         for a in arrays:
-            data.push_back(<const void*><intptr_t>a.ctypes.data)
-            sizes.push_back(a.nbytes)
-            dtypes.push_back(ge_dtype(a.dtype))
+            dtypes.push_back(_ge_dtype(a.dtype))  # first: it names a dtype GE has no type for
+            h = _acquire(a, False, "run_graph input")
+            held.append(h)
+            data.push_back(h.view.buf)
+            sizes.push_back(h.view.len)
             d.clear()
             for x in a.shape:
                 d.push_back(x)
@@ -443,14 +469,21 @@ cdef class Session:
         cdef cge.Status st
         with nogil:
             st = cge.gert_run_graph(self._s, graph_id, data, sizes, dtypes, dims, &out)
-        _check_ge(st, f"RunGraph({graph_id}) failed")
+        if st != 0:  # (the message formatted on failure only: these are per-request calls)
+            _check_ge(st, f"RunGraph({graph_id}) failed")
         results = []
+        cdef size_t n
         for i in range(out.size()):
             shape = tuple(cge.gert_ge_tensor_dims(out[i]))
-            dt = numpy_dtype(cge.gert_ge_tensor_dtype(out[i]))
+            result = np.empty(shape, _numpy_dtype(cge.gert_ge_tensor_dtype(out[i])))
             n = out[i].GetSize()
-            raw = (<const char*>out[i].GetData())[:n] if n else b""
-            results.append(np.frombuffer(raw, dtype=dt).reshape(shape).copy())
+            if n:
+                h = _acquire(result, True, "run_graph output")
+                if <size_t>h.view.len != n:
+                    raise _errors.GeError(0xFFFFFFFF, f"RunGraph({graph_id}): output {i} holds {n} bytes, its shape "
+                                          f"{shape} needs {h.view.len}")
+                _c_memcpy(h.view.buf, <const void*>out[i].GetData(), n)
+            results.append(result)
         return results
 
     def remove_graph(self, uint32_t graph_id):

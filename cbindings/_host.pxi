@@ -5,7 +5,7 @@ from libc.stdint cimport uint32_t, intptr_t
 from backend cimport (gertHostCounters, gertHostGetCounters, gertHostResetCounters, gertHostSetSpinMicros,
                       gertHostGetSpinMicros, gertHostInjectFault, gertHostClearFaults,
                       gertHostLastCompileCache, gertHostStreamBeginInline, gertHostStreamEndInline,
-                      gertHostCompileOption)
+                      gertHostCompileOption, gertHostSetInlineLaunch, gertHostGetInlineLaunch)
 
 FAULT_KINDS = ("execute", "sticky", "hang", "malloc", "memcpy")
 
@@ -21,6 +21,7 @@ def host_counters() -> dict:
         "faults": {"execute": c.faults_execute, "sticky": c.faults_sticky, "hang": c.faults_hang,
                    "malloc": c.faults_malloc, "memcpy": c.faults_memcpy},
         "stream_aborts": c.stream_aborts, "device_task_aborts": c.device_task_aborts,
+        "inline_tasks": c.inline_tasks,
     }
 
 
@@ -55,6 +56,15 @@ def inject_fault(str kind, *, int device=0, after=0, count=1, every=0, duration_
 def clear_faults() -> None:
     """Disarm every injected fault (faults already fired stay as they are: recover the device for a sticky one)."""
     gertHostClearFaults()
+
+
+def host_inline_launch(value=None) -> bool:
+    """Get (and with ``value``, set) whether a graph run launched on an idle stream runs on the launching thread
+    before the launch returns (True, the default; GERT_HOST_INLINE_LAUNCH=0 starts with False) instead of on the
+    stream's worker thread. Either way the stream's order, events and fault reports are CANN's."""
+    if value is not None:
+        gertHostSetInlineLaunch(1 if value else 0)
+    return gertHostGetInlineLaunch() != 0
 
 
 def reset_host_counters() -> None:

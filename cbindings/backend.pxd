@@ -25,6 +25,7 @@ cdef extern from "gert_backend.h" nogil:
         uint64_t faults_memcpy
         uint64_t stream_aborts
         uint64_t device_task_aborts
+        uint64_t inline_tasks
 
     void gertHostGetCounters(gertHostCounters* out)
     int gertHostInjectFault(const char* kind, int32_t device, uint64_t after, uint64_t count, uint64_t every,
@@ -33,6 +34,8 @@ cdef extern from "gert_backend.h" nogil:
     void gertHostResetCounters()
     void gertHostSetSpinMicros(uint32_t us)
     uint32_t gertHostGetSpinMicros()
+    void gertHostSetInlineLaunch(int on)
+    int gertHostGetInlineLaunch()
     int gertHostStreamBeginInline(void* stream) nogil
     void gertHostStreamEndInline(void* stream) nogil
     int gertHostLastCompileCache()

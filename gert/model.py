@@ -221,11 +221,14 @@ class Model:
         the caller's order. ``out``: a dict of output name -> array (or HostBuffer view) to write the results into.
         ``timeout``: seconds on the device (default: the model's request_timeout_s), else RequestTimeout.
         """
+        if out is None and timeout is None and type(inputs) is dict:  # the compiled path first (it refuses when
+            result = self._hot.run(inputs)                           # closed); None: the checks and paths below
+            if result is not None:
+                return result
         self._check_open()
         if (type(inputs) is dict or isinstance(inputs, Mapping)):
-            if out is None:  # the compiled path, else (None: a signature it does not know, ...) the Engine
-                result = self._hot.run(inputs) if timeout is None else None
-                return result if result is not None else self.engine.run(inputs, None, timeout)
+            if out is None:  # the Engine (the compiled path takes dicts only, above)
+                return self.engine.run(inputs, None, timeout)
             names = {o.name for o in self.plan.outputs}
             for name in out:
                 if name not in names:

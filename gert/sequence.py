@@ -485,8 +485,12 @@ class Sequences:
 
     def _step_key(self, seq: Sequence, arrays: dict) -> tuple:
         """Steps with equal keys can share one run: same device, batch key, non-batch state shapes."""
-        return self._batcher.key(arrays, (seq.device,) + tuple(
-            (lambda s: s[:p.axis] + s[p.axis + 1:])(seq._shapes[p.input.name]) for p in self.pairs))
+        extra = [seq.device]  # (once per step item: a plain loop)
+        shapes = seq._shapes
+        for p in self.pairs:
+            s = shapes[p.input.name]
+            extra.append(s[:p.axis] + s[p.axis + 1:])
+        return self._batcher.key(arrays, tuple(extra))
 
     def _run_group(self, members: list) -> list:
         """One graph run for ``members`` [(seq, arrays)]: their states bound (one member whose rows fill the run) or

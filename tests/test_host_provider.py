@@ -302,6 +302,40 @@ def test_a_repeated_static_run_replays_its_binding_from_the_c_cache():
         assert wrapped.replayed == 2 and len(wrapped.replay_keys()) == 2
 
 
+def test_a_repeated_run_graph_of_a_static_graph_replays_its_binding_and_returns_arrays_of_its_own():
+    """Session.run_graph (GE's RunGraph: host arrays in and out) on a static graph stages its tensors in the graph's
+    own buffers, as GE copies them to device memory and back (cbindings/hostnpu/ge_session.cpp stage_run_graph): new
+    input arrays every call still give the provider the same tensors, so the runs after the first replay the binding.
+    Each call's results are fresh arrays (a later run does not change them); from two threads at once, each gets its
+    own inputs' results."""
+    data = _double(6)  # a fixed [6, 4] graph whose bytes no other test compiles
+    graph = gert.Graph.from_onnx(data, {"input_shape": "x:6,4"})
+    base = np.arange(24, dtype=np.float32).reshape(6, 4)
+    with gert.Session() as session:
+        session.add_graph(1, graph)
+        results = [session.run_graph(1, [base + k])[0] for k in range(4)]  # a new input array each call
+        (wrapped,) = [w for w in gert.hostnpu.host_executables() if w.executable.model == data]
+        assert wrapped.replayed == 3 and len(wrapped.replay_keys()) == 1
+        for k, y in enumerate(results):
+            np.testing.assert_array_equal(y, 2 * (base + k))
+        failures = []
+
+        def many(offset: float) -> None:
+            try:
+                for k in range(200):
+                    x = base + offset + k
+                    np.testing.assert_array_equal(session.run_graph(1, [x])[0], 2 * x)
+            except BaseException as e:  # noqa: BLE001 - reported by the main thread
+                failures.append(e)
+
+        threads = [threading.Thread(target=many, args=(1000.0 * (t + 1),)) for t in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads) and failures == []
+
+
 def test_the_replay_calls_onnxruntimes_native_run_without_the_python_wrapper():
     """ONNX Runtime's InferenceSession.run_with_iobinding checks WebGPU graph capture at each call (Python and two
     calls into its module); the replay calls the native method it ends in, with the same binding."""

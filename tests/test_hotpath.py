@@ -344,3 +344,19 @@ def test_a_batched_sequence_step_gathers_and_scatters_inside_the_fused_call(devi
                 want = reference(gru, [{"x": x}], ref, {"h": "h_out"})[0]
                 np.testing.assert_allclose(out["y"], want["y"], rtol=1e-5, atol=1e-6, err_msg=f"step {step}")
         assert separate == []
+
+
+def test_a_request_of_another_shape_with_the_same_bytes_is_not_run_through_the_last_signatures_run(device):
+    """The compiled path checks a request against the last signature it found first (no key, no hash): a request
+    of the same bytes and dtype but another shape must still find its own prepared run (its own graph and slicing),
+    alternating both ways, with each result of its request's shape and values."""
+    m = gert.load(scale_model(3.0, shape=("n", "m")), gears={"n": [1, 2], "m": [32, 64]})
+    try:
+        wide, tall = _x(1, 0, cols=64), _x(2, 1, cols=32)  # 256 bytes each
+        for x in (wide, wide, tall, tall, wide, tall, wide):
+            y = m.run({"x": x})["y"]
+            assert y.shape == x.shape
+            np.testing.assert_array_equal(y, x * 3)
+        assert _hot(m)["prepared"] == 2 and _hot(m)["hits"] == 5
+    finally:
+        m.close()

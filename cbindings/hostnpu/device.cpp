@@ -70,9 +70,22 @@ aclError current_device(int32_t *device, const char *api) {
 
 StreamPtr find_stream(aclrtStream s) {
   auto &r = rt();
+  const uint64_t id = from_handle(s);
+  // A thread's launches, copies and synchronizes name the same stream call after call: each thread remembers the
+  // stream it found last (weakly: a destroyed stream is not kept alive), valid while no stream left the table since
+  // (handles are never reused). A lookup racing a destroy is ordered before it, as with the lock.
+  thread_local uint64_t last_id = 0, last_gone = 0;
+  thread_local std::weak_ptr<Stream> last;
+  if (id == last_id && r.streams_gone.load(std::memory_order_acquire) == last_gone) {
+    if (StreamPtr p = last.lock()) return p;
+  }
   std::lock_guard<std::mutex> lk(r.mu);
-  auto it = r.streams.find(from_handle(s));
-  return it == r.streams.end() ? nullptr : it->second;
+  auto it = r.streams.find(id);
+  if (it == r.streams.end()) return nullptr;
+  last_id = id;
+  last_gone = r.streams_gone.load(std::memory_order_relaxed);
+  last = it->second;
+  return it->second;
 }
 
 EventPtr find_event(aclrtEvent e) {
@@ -99,6 +112,7 @@ DeviceResources take_device_resources_locked(int32_t device) {
     if (it->second->device() == device) {
       out.streams.push_back(it->second);
       it = r.streams.erase(it);
+      r.streams_gone.fetch_add(1, std::memory_order_release);
     } else {
       ++it;
     }

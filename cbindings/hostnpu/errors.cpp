@@ -1,6 +1,7 @@
 // Host NPU: thread-local recent error message (aclGetRecentErrMsg), counters and tuning knobs.
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <new>
 
@@ -15,6 +16,10 @@ thread_local aclError tls_last = ACL_SUCCESS;  // aclrtGetLastError: set by ever
 std::atomic<uint32_t> g_spin_us{[] {
   const char *v = std::getenv("GERT_HOST_SPIN_US");
   return v ? static_cast<uint32_t>(std::strtoul(v, nullptr, 10)) : 50u;
+}()};
+std::atomic<bool> g_inline_launch{[] {
+  const char *v = std::getenv("GERT_HOST_INLINE_LAUNCH");
+  return !(v && std::strcmp(v, "0") == 0);
 }()};
 }  // namespace
 
@@ -58,6 +63,7 @@ Counters &counters() {
 }
 
 uint32_t spin_micros() { return g_spin_us.load(std::memory_order_relaxed); }
+bool inline_launches() { return g_inline_launch.load(std::memory_order_relaxed); }
 
 // CANN 8.5 (acl.cpp, API reference 0133): aclGetRecentErrMsg returns the thread's message and clears it; nullptr
 // when there is none; the pointer stays valid until the thread's next call.
@@ -94,6 +100,7 @@ void gertHostGetCounters(gertHostCounters *out) try {
   out->faults_memcpy = c.faults[4].load();
   out->stream_aborts = c.stream_aborts.load();
   out->device_task_aborts = c.device_task_aborts.load();
+  out->inline_tasks = c.inline_tasks.load();
 } HOSTNPU_PASS_UNWIND catch (...) {
 }
 
@@ -104,11 +111,14 @@ void gertHostResetCounters(void) try {
   for (auto &f : c.faults) f.store(0);
   c.stream_aborts.store(0);
   c.device_task_aborts.store(0);
+  c.inline_tasks.store(0);
   c.mem_peak.store(c.mem_in_use.load());
 } HOSTNPU_PASS_UNWIND catch (...) {
 }
 
 void gertHostSetSpinMicros(uint32_t us) { g_spin_us.store(us); }
 uint32_t gertHostGetSpinMicros(void) { return g_spin_us.load(); }
+void gertHostSetInlineLaunch(int on) { g_inline_launch.store(on != 0); }
+int gertHostGetInlineLaunch(void) { return g_inline_launch.load() ? 1 : 0; }
 
 }  // extern "C"

@@ -2,6 +2,7 @@
 // ExecuteGraphWithStreamAsync, RunGraph, RemoveGraph) and the compute provider registry.
 // Rules follow real GE: static graphs take only their compiled shapes and caller-allocated outputs, inputs must be
 // device memory, a graph loads once, launches through one Session are serialized.
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -114,14 +115,26 @@ struct GraphRecord {
   std::atomic<uint64_t> loaded_stream{0};    // 0: not loaded
   std::shared_ptr<WeightsCharge> weights;    // once loaded: the model's weights on the device (shared per model)
   std::atomic<int> in_flight{0};
+  // How long the compute provider's last run of this graph took (ns; -1 before its first run): the inline launch
+  // takes only graphs that run about as long as a hand-off to the stream's worker costs (kInlineMaxNs).
+  std::atomic<int64_t> last_run_ns{-1};
   // Compiling and loading one graph. Not the Session's launch lock: GE's CompileGraph and LoadGraph take no
   // InnerSession::build_run_mutex_, so a graph compiles while other graphs of the Session execute.
   std::mutex compile_mu;
+  // RunGraph of a static graph stages its host tensors in buffers of the graph's own, as GE copies them to device
+  // memory and back: a repeated run hands the provider the same tensors, so that it replays its binding.
+  // One RunGraph at a time uses them (try-locked: a concurrent one runs on its own memory, as before).
+  std::mutex staging_mu;
+  std::vector<std::vector<uint8_t>> staged_in, staged_out;
   ~GraphRecord() {
     if (exe && provider && provider->release) provider->release(exe);
   }
 };
 using GraphRecordPtr = std::shared_ptr<GraphRecord>;
+
+// The longest last run (ns) of a graph that ExecuteGraphWithStreamAsync still runs on the launching thread: about
+// what handing the run to the stream's worker costs, so the launch takes at most that much longer than on a device.
+constexpr int64_t kInlineMaxNs = 100000;
 
 struct SessionState {
   uint64_t id = 0;
@@ -419,6 +432,31 @@ void *host_alloc_cb(void *ctx, uint64_t nbytes) {
   auto *c = static_cast<HostAllocCtx *>(ctx);
   c->buffers.emplace_back(nbytes ? nbytes : 1);
   return c->buffers.back().data();
+}
+
+// RunGraph on a static graph (the caller holds r.staging_mu): the inputs copied into the graph's staging buffers and
+// the outputs pointed at its own, each of the size its compiled shape needs, written in place by the provider. Leaves
+// the refs as they are when a tensor is empty (nothing to stage).
+void stage_run_graph(GraphRecord &r, std::vector<gertHostTensorRef> &ins, std::vector<gertHostTensorRef> &outs) {
+  std::vector<int64_t> out_bytes(outs.size());
+  for (auto &ref : ins)
+    if (ref.nbytes == 0) return;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (!tensor_bytes(r.outputs[i].dims, r.outputs[i].dtype, out_bytes[i]) || out_bytes[i] <= 0) return;
+  }
+  r.staged_in.resize(ins.size());
+  r.staged_out.resize(outs.size());
+  for (size_t i = 0; i < ins.size(); ++i) {
+    auto &buf = r.staged_in[i];
+    if (buf.size() != ins[i].nbytes) buf.assign(ins[i].nbytes, 0);
+    std::memcpy(buf.data(), ins[i].data, ins[i].nbytes);
+    ins[i].data = buf.data();
+  }
+  for (size_t i = 0; i < outs.size(); ++i) {
+    auto &buf = r.staged_out[i];
+    if (buf.size() != static_cast<size_t>(out_bytes[i])) buf.assign(static_cast<size_t>(out_bytes[i]), 0);
+    fill_ref(outs[i], buf.data(), static_cast<uint64_t>(out_bytes[i]), r.outputs[i].dtype, r.outputs[i].dims);
+  }
 }
 
 // The graph this thread's provider->compile call is compiling, for gertHostCompileOption.
@@ -823,6 +861,8 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
   auto run_in = std::make_shared<std::vector<gertHostTensorRef>>(inputs.size());
   std::vector<std::vector<int64_t>> in_dims;
   std::vector<AllocationPtr> held;
+  in_dims.reserve(inputs.size());
+  held.reserve(inputs.size() + outputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const gert::Tensor &t = inputs[i];
     const IOSpec &spec = r->inputs[i];
@@ -831,7 +871,6 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
                      graph_id, i, spec.name.c_str(), dtype_name(t.GetDataType()), dtype_name(spec.dtype));
     auto dims = shape_dims(t.GetStorageShape());
     if (Status e = check_input_shape(*r, i, dims, api)) return e;
-    in_dims.push_back(dims);
     int64_t need = 0;
     if (!tensor_bytes(dims, spec.dtype, need))
       return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u input %zu '%s': shape %s holds more bytes than int64 "
@@ -853,7 +892,8 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
       return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u input %zu '%s' holds %zu bytes, shape %s needs %lld", api,
                      graph_id, i, spec.name.c_str(), t.GetSize(), dims_str(dims).c_str(), static_cast<long long>(need));
     fill_ref((*run_in)[i], const_cast<void *>(addr), static_cast<uint64_t>(need < 0 ? 0 : need), spec.dtype, dims);
-    held.push_back(a);
+    held.push_back(std::move(a));
+    in_dims.push_back(std::move(dims));
   }
   if (Status e = check_gears(*r, in_dims, api)) return e;
   // Outputs: static graphs need them allocated by the caller; dynamic graphs may leave them to GE.
@@ -928,10 +968,14 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
   Task task{[r, run_in, run_out, held, done, wait, raw_stream, d](std::string &msg) -> aclError {
     ComputeShare share(*d, effective_limit(*d, raw_stream, ACL_RT_DEV_RES_CUBE_CORE));
     char err[2048] = {0};
+    const auto t0 = std::chrono::steady_clock::now();
     int rc = r->provider->run(r->exe, static_cast<int32_t>(share.threads()), share.alone() ? 1 : 0,
                               static_cast<int32_t>(run_in->size()),
                               run_in->data(), static_cast<int32_t>(run_out->size()), run_out->data(),
                               device_alloc_cb, &done->alloc, err, sizeof err);
+    r->last_run_ns.store(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count(),
+        std::memory_order_relaxed);
     r->in_flight.fetch_sub(1);
     aclError result = ACL_SUCCESS;
     if (rc == 0) release_unused(done->alloc, *run_out);
@@ -964,11 +1008,38 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
     return ACL_SUCCESS;
   };
   task.fault = draw_fault(FaultSite::Kernel, sp->device());
-  if (aclError e = sp->launch(std::move(task), api)) {
-    r->in_flight.fetch_sub(1);
-    return ge_fail(static_cast<ge::Status>(e), "%s", aclGetRecentErrMsg());
+  // Inline launch: on an idle stream the run goes ahead on this thread, before the launch returns, instead of being
+  // handed to the stream's worker thread. The stream's order holds (nothing is queued before it; work other threads
+  // queue meanwhile waits behind it, stream.cpp Stream::enqueue), and so do its faults (reported by the next
+  // synchronize, as from the worker). A device runs a kernel whatever the host thread does; on the host NPU a worker
+  // would only start it once this thread gave up the GIL the compute provider needs (gert/hostnpu/ort_provider.py),
+  // so the caller would wait for the run anyway, plus two thread hand-offs. An injected hang still runs on the worker
+  // (the launch returns, a synchronize can time out). The session's launch lock is not held during the run.
+  // Only a short run goes inline (its last run took at most kInlineMaxNs, or it has not run yet), or one the caller
+  // waits for anyway (an unknown-shape graph): a longer one is launched on the worker as on a device, so that one
+  // thread launching on two streams gets them to overlap, and a synchronize with a timeout can time out.
+  struct InlineClaim {  // ends the stream's inline mode however the launch leaves
+    Stream *s = nullptr;
+    ~InlineClaim() {
+      if (s) s->end_inline();
+    }
+  } claim;
+  const int64_t last_ns = r->last_run_ns.load(std::memory_order_relaxed);
+  const bool short_run = wait || last_ns <= kInlineMaxNs;  // -1: not run yet
+  if (task.fault.hang_ms == 0 && short_run && inline_launches() && sp->begin_inline_if_idle()) {
+    claim.s = sp.get();
+    launch.unlock();
   }
-  launch.unlock();
+  aclError launched = sp->launch(std::move(task), api);
+  if (claim.s) {
+    claim.s = nullptr;
+    sp->end_inline();
+  }
+  if (launched != ACL_SUCCESS) {
+    r->in_flight.fetch_sub(1);
+    return ge_fail(static_cast<ge::Status>(launched), "%s", aclGetRecentErrMsg());
+  }
+  if (launch.owns_lock()) launch.unlock();
   if (!wait) return SUCCESS;
 
   // Unknown-shape graph: the output shapes are known once the run finished.
@@ -1101,6 +1172,8 @@ Status Session::RunGraph(uint32_t graph_id, const std::vector<Tensor> &inputs, s
   }
   if (Status e = check_gears(*r, in_dims, api)) return e;
   for (size_t i = 0; i < outs.size(); ++i) fill_ref(outs[i], nullptr, 0, r->outputs[i].dtype, r->outputs[i].dims);
+  std::unique_lock<std::mutex> staging(r->staging_mu, std::defer_lock);
+  if (r->is_static && staging.try_lock()) stage_run_graph(*r, ins, outs);
   HostAllocCtx alloc;
   uint32_t threads = s->aicore_cube ? s->aicore_cube : hw_cube_cores(s->device);
   Device *dev = find_device(s->device);

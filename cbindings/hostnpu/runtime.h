@@ -38,9 +38,12 @@ struct Counters {
   std::atomic<uint64_t> faults[5]{};  // injected faults fired, indexed by FaultKind
   std::atomic<uint64_t> stream_aborts{0};
   std::atomic<uint64_t> device_task_aborts{0};
+  std::atomic<uint64_t> inline_tasks{0};  // tasks run on the thread that launched them
 };
 Counters &counters();
 uint32_t spin_micros();
+// Whether a graph run launched on an idle stream runs on the launching thread (gertHostSetInlineLaunch).
+bool inline_launches();
 
 // Spin (bounded) until pred() holds; returns whether it did. Between short bursts of polling the spinner
 // yields its core, so a spinner that shares a core with the thread it waits for does not starve it.
@@ -170,6 +173,9 @@ class Stream {
   // begin_inline waiting at most timeout_ms (< 0: forever) for the stream to go idle; false: it did not (not inline).
   bool begin_inline_for(int64_t timeout_ms);
   void end_inline();
+  // Inline mode for the calling thread's next launches, only if the stream is idle now (nothing queued or running,
+  // no thread inline, not aborting or destroyed): never waits. true: end it with end_inline().
+  bool begin_inline_if_idle();
   // Whether the calling thread holds this stream in inline mode (its tasks run as it enqueues them).
   bool inline_here() {
     std::lock_guard<std::mutex> lk(mu_);
@@ -252,6 +258,8 @@ struct Runtime {
   std::vector<std::unique_ptr<Device>> devices;
   std::unordered_map<uint64_t, Context> contexts;
   std::unordered_map<uint64_t, StreamPtr> streams;
+  // Bumped (under mu) whenever a stream leaves `streams`: find_stream's per-thread entry is valid while it holds.
+  std::atomic<uint64_t> streams_gone{0};
   std::unordered_map<uint64_t, EventPtr> events;
   uint64_t next_handle = 1;
 

@@ -42,6 +42,7 @@ bool Stream::enqueue(Task &task) {
       if (task.fault.hang_ms == 0 && queue_.empty()) {  // inline mode: run it here, in order
         lk.unlock();
         enqueued_.fetch_add(1, std::memory_order_seq_cst);
+        counters().inline_tasks.fetch_add(1, std::memory_order_relaxed);
         run_task(task);
         return true;
       }
@@ -250,6 +251,15 @@ bool Stream::begin_inline_for(int64_t timeout_ms) {
   return ok;
 }
 
+bool Stream::begin_inline_if_idle() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (stop_ || aborting_.load() || inline_owner_ != std::thread::id() || !queue_.empty() ||
+      !done_for(enqueued_.load(std::memory_order_seq_cst)))
+    return false;
+  inline_owner_ = std::this_thread::get_id();
+  return true;
+}
+
 void Stream::end_inline() {
   bool wake;
   {
@@ -398,6 +408,7 @@ aclError destroy_stream(aclrtStream stream, const char *api) {
       return fail(ACL_ERROR_RT_PARAM_INVALID, "%s: %p is not a live stream (already destroyed?)", api, stream);
     s = std::move(it->second);
     r.streams.erase(it);
+    r.streams_gone.fetch_add(1, std::memory_order_release);
   }
   if (tls_res_stream == s->id()) tls_res_stream = 0;
   s->drain_and_stop();  // pending work runs first, as in CANN

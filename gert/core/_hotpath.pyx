@@ -20,9 +20,12 @@ Counters are kept in C per prepared run and added to the workers' stats by ``flu
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE
 from cpython.dict cimport PyDict_GetItem, PyDict_Size
 from cpython.pycapsule cimport PyCapsule_GetPointer
-from cpython.ref cimport PyObject
+from cpython.ref cimport PyObject, Py_INCREF
+from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport int32_t, int64_t
 from libcpp.vector cimport vector
+
+import sys
 
 import numpy as np
 
@@ -44,9 +47,14 @@ ctypedef int (*fused_exec_parts_t)(object call, const void** srcs, const size_t*
 cdef fused_exec_t _exec = <fused_exec_t>PyCapsule_GetPointer(_cann.FUSED_API, b"gert._cann.fused_exec")
 cdef fused_exec_parts_t _exec_parts = <fused_exec_parts_t>PyCapsule_GetPointer(
     _cann.FUSED_PARTS_API, b"gert._cann.fused_exec_parts")
+# The GIL serializes this module's C-level steps between Python calls (not a free-threaded build): _take / _give
+# then skip the queue's lock when nobody holds it.
+cdef bint _GIL = bool(getattr(sys, "_is_gil_enabled", lambda: True)())
 cdef object _ndarray = np.ndarray
 cdef object _empty = np.empty
 _KEPT = 1024  # signatures kept (cleared when full, as the validator's)
+cdef enum:
+    _SMALL = 8  # inputs / outputs a call holds on the C stack (more: on the heap)
 
 
 cdef inline int64_t _now_ns() noexcept nogil:
@@ -60,6 +68,8 @@ cdef class Prepared:
     dtypes (padding already sliced off: the downloads copy the real rows only), the gear label and element counts
     of one run (for the gear stats), and the C counters of the runs since the last flush."""
     cdef readonly object worker
+    cdef object l_acquire, l_release, l_run_handed  # the stream's HandOffLock (parts_for_hot_path)
+    cdef list l_handed
     cdef readonly object call
     cdef readonly object use_limits  # the stream's use_in_current_thread, for workers with core limits; else None
     cdef readonly tuple out_names, out_shapes, out_dtypes
@@ -74,6 +84,7 @@ cdef class Prepared:
     def __init__(self, worker, call, use_limits, tuple out_names, tuple out_shapes, tuple out_dtypes, str label,
                  int64_t real_elements, int64_t padded_elements, bint batched):
         self.worker, self.call, self.use_limits = worker, call, use_limits
+        self.l_acquire, self.l_release, self.l_handed, self.l_run_handed = worker.lock.parts_for_hot_path()
         self.out_names, self.out_shapes, self.out_dtypes = out_names, out_shapes, out_dtypes
         self.label, self.real_elements, self.padded_elements = label, real_elements, padded_elements
         self.batched = batched
@@ -96,6 +107,9 @@ cdef class HotPath:
     cdef dict table  # signature -> [Prepared, one per stream it ran on]
     cdef object queue, on_error, on_idle, trace, count
     cdef object q_acquire, q_release  # the queue's lock (one stream: taken and given back inline, _take / _give)
+    cdef object q_locked
+    cdef tuple last_sig  # the signature last found in the table, and its runs (reset whenever the table changes)
+    cdef object last_found
     cdef list q_free
     cdef object q_waiting
     cdef bint q_single
@@ -113,7 +127,7 @@ cdef class HotPath:
         self.table = {}
         self.queue, self.on_error, self.on_idle, self.trace, self.count = queue, on_error, on_idle, trace, count
         lock, self.q_free, self.q_waiting, self.q_single = queue.parts_for_hot_path()
-        self.q_acquire, self.q_release = lock.acquire, lock.release
+        self.q_acquire, self.q_release, self.q_locked = lock.acquire, lock.release, lock.locked
         self.enabled = True
 
     # ---- the call -------------------------------------------------------------------------------------------------
@@ -121,7 +135,13 @@ cdef class HotPath:
         """A free stream now, or None (StreamQueue.try_take; inline for one stream)."""
         if not self.q_single:
             return self.queue.try_take()
-        if not self.q_free or not self.q_acquire(False):
+        if not self.q_free:
+            return None
+        if _GIL and not self.q_locked():
+            # Nobody is inside the queue's critical section, and nobody can enter it before this pop returns: this
+            # thread holds the GIL from the check to the end of the pop (no Python code runs in between).
+            return self.q_free.pop()
+        if not self.q_acquire(False):
             return None
         try:
             return self.q_free.pop() if self.q_free else None
@@ -131,6 +151,9 @@ cdef class HotPath:
     cdef _give(self, object w):
         """Give ``w`` back (StreamQueue.release: to the request that waits longest, else the free list)."""
         if self.q_single:
+            if _GIL and not self.q_waiting and not self.q_locked():  # as in _take: the GIL covers these steps
+                self.q_free.append(w)
+                return
             self.q_acquire()
             if not self.q_waiting:
                 self.q_free.append(w)
@@ -148,8 +171,8 @@ cdef class HotPath:
         cdef Py_ssize_t i, n_in = self.n_in, n_out
         cdef PyObject* item
         cdef object a
-        cdef list arrays = []
-        cdef list parts = []
+        cdef tuple arrays = PyTuple_New(n_in)  # filled below (PyTuple_SET_ITEM steals: a reference taken first)
+        cdef tuple parts  # the signature: ((shape, dtype) per input)
         for i in range(n_in):
             item = PyDict_GetItem(inputs, self.names[i])
             if item == NULL:
@@ -159,17 +182,38 @@ cdef class HotPath:
             if type(a) is not _ndarray:
                 self.misses += 1
                 return None
-            arrays.append(a)
-            parts.append((a.shape, a.dtype))
-        cdef object found = self.table.get(tuple(parts))
+            Py_INCREF(a)
+            PyTuple_SET_ITEM(arrays, i, a)
+        cdef object found = None
+        cdef tuple last = self.last_sig
+        if last is not None:  # the signature of the last request, as most are: no key built, no hash
+            found = self.last_found
+            for i in range(n_in):
+                a = arrays[i]
+                sig = last[i]
+                if a.dtype is not (<tuple>sig)[1] or a.shape != (<tuple>sig)[0]:
+                    found = None
+                    break
         if found is None:
-            self.misses += 1
-            return None
-        cdef vector[Py_buffer] views
-        views.resize(n_in + 8)
+            parts = PyTuple_New(n_in)
+            for i in range(n_in):
+                a = arrays[i]
+                sig = (a.shape, a.dtype)
+                Py_INCREF(sig)
+                PyTuple_SET_ITEM(parts, i, sig)
+            found = self.table.get(parts)
+            if found is None:
+                self.misses += 1
+                return None
+            self.last_sig, self.last_found = parts, found
+        cdef Py_buffer small[_SMALL]
+        cdef vector[Py_buffer] big
+        cdef Py_buffer* views = small
+        if n_in > _SMALL:
+            big.resize(n_in)
+            views = big.data()
         cdef Py_ssize_t held = 0
         cdef Prepared p = None
-        cdef object w
         try:
             for i in range(n_in):  # C-contiguous (else the Python path copies it)
                 PyObject_GetBuffer(arrays[i], &views[held], PyBUF_C_CONTIGUOUS)
@@ -179,25 +223,10 @@ cdef class HotPath:
             _release(views, held)
             return None
         try:
-            w = self._take()
-            if w is None:  # no stream free now: the Python path queues (and may batch) it
-                self.misses += 1
+            p = self._take_prepared(<list>found)
+            if p is None:
                 return None
-            for cand in <list>found:
-                if (<Prepared>cand).worker is w:
-                    p = <Prepared>cand
-                    break
-            if p is None:  # not prepared on this stream yet: the Python path runs it there and offers it
-                self.queue.untake(w)
-                self.misses += 1
-                return None
-            self.in_flight += 1
-            try:
-                return self._run_on(p, w, views, n_in)
-            finally:
-                self.in_flight -= 1
-                if self.closed and self.in_flight == 0:
-                    self.on_idle()
+            return self._run_in_flight(p, views, n_in, 1)
         finally:
             _release(views, held)
 
@@ -213,9 +242,12 @@ cdef class HotPath:
             return None
         cdef list arrays = []   # request-major: arrays[j * n_in + i]
         cdef list rows = []
+        cdef list shapes = []   # the first request's shape and dtype of each input
+        cdef list dtypes = []
         cdef PyObject* item
-        cdef object a, r, first
-        cdef Py_ssize_t total = 0, n
+        cdef object a, r, dt, fdt
+        cdef tuple s, fs
+        cdef Py_ssize_t total = 0, n, m, nd, d
         for j in range(k):
             r = requests[j]
             if type(r) is not dict or PyDict_Size(r) != n_in:
@@ -226,34 +258,46 @@ cdef class HotPath:
                 if item == NULL or type(<object>item) is not _ndarray:
                     return None
                 a = <object>item
-                if a.ndim == 0:
+                s = a.shape
+                nd = len(s)
+                if nd == 0:
                     return None
-                if j:
-                    first = arrays[i]
-                    if a.dtype is not first.dtype and a.dtype != first.dtype or a.shape[1:] != first.shape[1:]:
+                dt = a.dtype
+                if j:  # one dtype and non-batch shape per input
+                    fs = <tuple>shapes[i]
+                    if len(fs) != nd:
                         return None
+                    for d in range(1, nd):
+                        if s[d] is not fs[d] and s[d] != fs[d]:
+                            return None
+                    fdt = dtypes[i]
+                    if dt is not fdt and dt != fdt:
+                        return None
+                else:
+                    shapes.append(s)
+                    dtypes.append(dt)
+                m = s[0]
                 if n < 0:
-                    n = a.shape[0]
+                    n = m
                     if n == 0:
                         return None
-                elif a.shape[0] != n:
+                elif m != n:
                     return None
                 arrays.append(a)
             rows.append(n)
             total += n
         cdef list parts = []
         for i in range(n_in):
-            a = arrays[i]
-            parts.append(((total,) + a.shape[1:], a.dtype))
+            parts.append(((total,) + (<tuple>shapes[i])[1:], dtypes[i]))
         cdef object found = self.table.get(tuple(parts))
         if found is None:
             self.misses += 1
             return None
         cdef object out = None
-        cdef vector[Py_buffer] views
-        views.resize(n_in * k + 1)
+        cdef vector[Py_buffer] all_views
+        all_views.resize(n_in * k + 1)
+        cdef Py_buffer* views = all_views.data()
         cdef Py_ssize_t held = 0
-        cdef object w
         cdef Prepared p = None
         try:
             try:
@@ -264,51 +308,79 @@ cdef class HotPath:
             except (BufferError, ValueError):
                 self.misses += 1
                 return None
-            w = self._take()
-            if w is None:
-                self.misses += 1
-                return None
-            for cand in <list>found:
-                if (<Prepared>cand).worker is w:
-                    p = <Prepared>cand
-                    break
+            p = self._take_prepared(<list>found)
             if p is None:
-                self.queue.untake(w)
-                self.misses += 1
                 return None
-            self.in_flight += 1
-            try:
-                out = self._run_on(p, w, views, n_in, k)
-            finally:
-                self.in_flight -= 1
-                if self.closed and self.in_flight == 0:
-                    self.on_idle()
+            out = self._run_in_flight(p, views, n_in, k)
         finally:
             _release(views, held)
         if out is None:
             return None
         cdef list results = []
-        cdef Py_ssize_t start = 0
+        cdef list out_names = list((<dict>out).keys()), out_values = list((<dict>out).values())
+        cdef Py_ssize_t start = 0, o, n_out = len(out_names)
+        cdef dict one
         for j in range(k):
             n = rows[j]
-            results.append({name: value[start:start + n] for name, value in (<dict>out).items()})
+            one = {}
+            for o in range(n_out):
+                one[out_names[o]] = out_values[o][start:start + n]
+            results.append(one)
             start += n
         return results
 
-    cdef object _run_on(self, Prepared p, object w, vector[Py_buffer]& views, Py_ssize_t n_in, Py_ssize_t k=1):
+    cdef Prepared _take_prepared(self, list found):
+        """A free stream and the run of ``found`` (the signature's Prepared runs) prepared on it; or None, a miss
+        counted: no stream free now (the Python path queues, and may batch, the request) or the stream taken has no
+        prepared run of this signature yet (given back with untake(): the Python path runs it there and offers it)."""
+        cdef object w = self._take()
+        if w is None:
+            self.misses += 1
+            return None
+        for cand in found:
+            if (<Prepared>cand).worker is w:
+                return <Prepared>cand
+        self.queue.untake(w)
+        self.misses += 1
+        return None
+
+    cdef object _run_in_flight(self, Prepared p, Py_buffer* views, Py_ssize_t n_in, Py_ssize_t k):
+        """_run_on(p) on its stream (taken by _take_prepared), counted in flight: close() waits for it (on_idle)."""
+        self.in_flight += 1
+        try:
+            return self._run_on(p, p.worker, views, n_in, k)
+        finally:
+            self.in_flight -= 1
+            if self.closed and self.in_flight == 0:
+                self.on_idle()
+
+    cdef object _run_on(self, Prepared p, object w, Py_buffer* views, Py_ssize_t n_in, Py_ssize_t k=1):
         """Run ``p`` on ``w`` (taken from the queue, given back here)."""
         cdef Py_ssize_t i, n_out = len(p.out_names)
-        cdef vector[const void*] srcs
+        cdef const void* small_srcs[_SMALL]
+        cdef void* small_dsts[_SMALL]
+        cdef Py_buffer small_outv[_SMALL]
+        cdef vector[const void*] big_srcs
+        cdef vector[void*] big_dsts
+        cdef vector[Py_buffer] big_outv
         cdef vector[size_t] lens
-        cdef vector[void*] dsts
-        cdef vector[Py_buffer] outv
+        cdef const void** srcs = small_srcs
+        cdef void** dsts = small_dsts
+        cdef Py_buffer* outv = small_outv
+        if n_in * k > _SMALL:
+            big_srcs.resize(n_in * k)
+            srcs = big_srcs.data()
+        if n_out > _SMALL:
+            big_dsts.resize(n_out)
+            big_outv.resize(n_out)
+            dsts = big_dsts.data()
+            outv = big_outv.data()
         cdef Py_ssize_t out_held = 0
         cdef list outs = []
         cdef int64_t t0
-        cdef object lock = w.lock
         cdef bint ran = False
         try:
-            lock.acquire()
+            p.l_acquire()
             try:
                 if self.closed:
                     raise GertError("the model was closed before this request started")
@@ -318,12 +390,11 @@ cdef class HotPath:
                     for i in range(n_in):
                         if views[i].len != p.in_bytes[i]:
                             return None
-                        srcs.push_back(views[i].buf)
+                        srcs[i] = views[i].buf
                 else:  # views[i * k + j]: input i of request j, laid one after the other
                     for i in range(n_in * k):
-                        srcs.push_back(views[i].buf)
+                        srcs[i] = views[i].buf
                         lens.push_back(views[i].len)
-                outv.resize(n_out + 1)
                 for i in range(n_out):
                     a = _empty(p.out_shapes[i], p.out_dtypes[i])
                     outs.append(a)
@@ -331,15 +402,15 @@ cdef class HotPath:
                     out_held += 1
                     if outv[i].len != p.out_bytes[i]:
                         return None
-                    dsts.push_back(outv[i].buf)
+                    dsts[i] = outv[i].buf
                 if p.use_limits is not None:
                     p.use_limits()
                 t0 = _now_ns()
                 try:
                     if k == 1:
-                        _exec(p.call, srcs.data(), dsts.data(), -1)
+                        _exec(p.call, srcs, dsts, -1)
                     else:
-                        _exec_parts(p.call, srcs.data(), lens.data(), k, dsts.data(), -1)
+                        _exec_parts(p.call, srcs, lens.data(), k, dsts, -1)
                 except Exception as e:
                     self.on_error(w, e)  # recovery's handling (it may reopen the stream), then this request fails
                     raise
@@ -350,7 +421,9 @@ cdef class HotPath:
                 ran = True
             finally:
                 _release(outv, out_held)
-                lock.release()
+                p.l_release()  # HandOffLock.release: then what close() handed over while the run held the lock
+                if p.l_handed and p.l_acquire(False):
+                    p.l_run_handed()
         finally:
             self._give(w)
         if not ran:
@@ -381,6 +454,7 @@ cdef class HotPath:
         """Remember ``prepared`` for ``signature`` on its stream (replacing that stream's earlier one)."""
         if self.closed or not self.enabled:
             return
+        self.last_sig = self.last_found = None
         found = self.table.get(signature)
         if found is None:
             if len(self.table) >= _KEPT:
@@ -401,6 +475,7 @@ cdef class HotPath:
 
     def forget(self, worker=None) -> None:
         """Drop what was prepared on ``worker`` (every stream's when None): its buffers, graphs or stream change."""
+        self.last_sig = self.last_found = None
         for sig in list(self.table):
             kept = []
             for q in self.table[sig]:
@@ -448,7 +523,7 @@ cdef class HotPath:
         self.count(q, hits, hits - merged, busy * 1e-9)
 
 
-cdef inline void _release(vector[Py_buffer]& views, Py_ssize_t n) noexcept:
+cdef inline void _release(Py_buffer* views, Py_ssize_t n) noexcept:
     cdef Py_ssize_t i
     for i in range(n):
         PyBuffer_Release(&views[i])

@@ -46,8 +46,9 @@ class HandOffLock:
         """Run what was handed over, holding the lock (the caller took it), then release."""
         try:
             while True:
-                with self._meta:
-                    actions, self._handed = self._handed, []
+                with self._meta:  # emptied in place: parts_for_hot_path's list stays this lock's
+                    actions = self._handed[:]
+                    self._handed.clear()
                 if not actions:
                     return
                 for action in actions:
@@ -59,6 +60,13 @@ class HandOffLock:
             self._lock.release()
             if self._handed and self._lock.acquire(blocking=False):  # handed over while the last ones ran
                 self._run_handed()
+
+    def parts_for_hot_path(self) -> tuple:
+        """(acquire, release, handed, run_handed): what the compiled hot path (gert/core/_hotpath.pyx) takes and
+        releases this lock by without a Python call per request: ``release`` is the plain lock's, then, as release()
+        does, when ``handed`` (the list of handed-over actions) is not empty and ``acquire(False)`` succeeds, call
+        ``run_handed()``."""
+        return self._lock.acquire, self._lock.release, self._handed, self._run_handed
 
     def run_or_hand_over(self, action: Callable[[], None], timeout: Optional[float]) -> bool:
         """Run ``action`` holding the lock if it comes free within ``timeout`` seconds (None: wait; True then); else

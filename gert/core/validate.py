@@ -49,13 +49,22 @@ class Validator:
     def check(self, inputs: Mapping[str, object]) -> tuple:
         """(arrays by input name, {dim: size}); InputError naming the input, the expected and the actual value."""
         names = self.names
-        if type(inputs) is dict and len(inputs) == len(names):
-            arrays = [inputs.get(n) for n in names]
-            if all(type(a) in _LAID_OUT for a in arrays):
-                sizes = self._passed.get(tuple((a.shape, a.dtype) for a in arrays))
+        if type(inputs) is dict and len(inputs) == len(names):  # a signature that passed: one loop, no generators
+            key = []
+            for n in names:
+                a = inputs.get(n)
+                if type(a) not in _LAID_OUT:
+                    break
+                key.append((a.shape, a.dtype))
+            else:
+                sizes = self._passed.get(tuple(key))
                 if sizes is not None:
-                    return ({n: a if type(a) is not np.ndarray or a.flags.c_contiguous
-                             else np.require(a, requirements="C") for n, a in zip(names, arrays)}, dict(sizes))
+                    arrays = {}
+                    for n in names:
+                        a = inputs[n]
+                        arrays[n] = a if type(a) is not np.ndarray or a.flags.c_contiguous \
+                            else np.require(a, requirements="C")
+                    return arrays, dict(sizes)
         arrays, sizes = self._check(inputs)
         if all(type(a) in _LAID_OUT for a in arrays.values()):
             if len(self._passed) >= _KEPT:

@@ -61,6 +61,7 @@ def _host_only(name: str) -> Callable:
 host_counters = _host_only("host_counters")
 reset_host_counters = _host_only("reset_host_counters")
 host_spin_micros = _host_only("host_spin_micros")
+host_inline_launch = _host_only("host_inline_launch")
 host_provider = _host_only("host_provider")
 host_executables = _host_only("host_executables")
 inject_fault = _host_only("inject_fault")

@@ -12,7 +12,8 @@ from typing import Mapping, Optional, Sequence
 from gert.tools.usage import UsageError  # noqa: F401 - raised here and by the commands it loads
 
 ENV_SETTINGS = ("GERT_BACKEND", "GERT_HOST_DEVICES", "GERT_HOST_DEVICE_MEMORY", "GERT_HOST_CUBE_CORES",
-                "GERT_HOST_VECTOR_CORES", "GERT_HOST_SPIN_US", "GERT_TRITONSERVER", "GERT_CACHE_DIR", "GERT_CANN_OPS",
+                "GERT_HOST_VECTOR_CORES", "GERT_HOST_SPIN_US", "GERT_HOST_INLINE_LAUNCH", "GERT_TRITONSERVER",
+                "GERT_CACHE_DIR", "GERT_CANN_OPS",
                 "ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")
 
 

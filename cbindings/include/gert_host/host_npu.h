@@ -25,6 +25,7 @@ typedef struct gertHostCounters {
   uint64_t faults_memcpy;
   uint64_t stream_aborts;      /* aclrtStreamAbort calls */
   uint64_t device_task_aborts; /* aclrtDeviceTaskAbort calls */
+  uint64_t inline_tasks;       /* stream tasks run on the thread that launched them (inline mode, inline launches) */
 } gertHostCounters;
 
 void gertHostGetCounters(gertHostCounters *out);
@@ -43,6 +44,11 @@ void gertHostResetCounters(void);
 /* How long a stream worker and a synchronizing thread spin before they block, in microseconds. */
 void gertHostSetSpinMicros(uint32_t us);
 uint32_t gertHostGetSpinMicros(void);
+/* Inline launches (on by default; GERT_HOST_INLINE_LAUNCH=0 turns them off at start): a graph run launched
+ * (ExecuteGraphWithStreamAsync) on an idle stream runs on the launching thread before the launch returns, in the
+ * stream's order, instead of being handed to the stream's worker thread. 0 off, 1 on. */
+void gertHostSetInlineLaunch(int on);
+int gertHostGetInlineLaunch(void);
 /* Inline mode for a caller that enqueues work and then waits for it anyway: once the stream is idle, the work this
  * thread enqueues runs on this thread, in order, until End (no hand-off to the stream's worker thread). The stream
  * argument is an aclrtStream. Begin returns 0, or -1 for an unknown stream. */
