@@ -49,6 +49,18 @@ def proc_resources(pid: int) -> dict:
             "fds": len(os.listdir(f"/proc/{pid}/fd"))}
 
 
+def settled_resources(pid: int, before: dict, timeout: float = 3.0) -> dict:
+    """The process's resources once they are flat against ``before``, or after ``timeout`` seconds: a stream reopened
+    after a device fault joins its old worker thread, and a joined thread can stay listed in /proc for a moment
+    (a leak stays; a thread on its way out does not count)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = proc_resources(pid)
+        if all(flat(before, now).values()) or time.monotonic() >= deadline:
+            return now
+        time.sleep(0.05)
+
+
 def flat(before: dict, after: dict) -> dict:
     """Per resource: within FLAT of the warmed-up level (fds and threads: at most one more, for small counts)."""
     out = {}
@@ -210,7 +222,7 @@ def soak_triton(args) -> dict:
         t0 = time.monotonic()
         sent = run_clients(args.clients, t0 + args.duration, args.requests, one, tally)
         seconds = time.monotonic() - t0
-        after = proc_resources(stub[0])
+        after = settled_resources(stub[0], before)
         for c in clients:
             c.close()
         out = tally.summary(seconds, sent, args.fault_every)
@@ -278,7 +290,7 @@ def soak_model(args) -> dict:
         t0 = time.monotonic()
         sent = run_clients(args.clients, t0 + args.duration, args.requests, one, tally)
         seconds = time.monotonic() - t0
-        after = proc_resources(os.getpid())
+        after = settled_resources(os.getpid(), before)
         gert.clear_faults()
         out = tally.summary(seconds, sent, args.fault_every)
         out["faults_fired"] = gert.host_counters()["faults"]["execute"] - fired0  # the host NPU's count
