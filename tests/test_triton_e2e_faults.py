@@ -19,8 +19,8 @@ import pytest
 
 from gert_triton.repo import init_repo
 from gert_triton.server import pytriton_root
-from test_triton_e2e import (CALL_TIMEOUT, InferenceServerException, client_for, infer, load_model, stub_processes,
-                             unload_model, wait_for)
+from test_triton_e2e import (CALL_TIMEOUT, InferenceServerException, client_for, infer, load_model, metrics,
+                             stub_processes, unload_model, wait_for)
 from triton_server import gone, start_server
 from triton_models import SEQ_OUTPUTS, seq_expected, seq_inputs, seq_model
 
@@ -100,6 +100,16 @@ def test_task_fault_internal_timeout_unavailable_model_stays_ready(server, proto
         unload_model(server, "faulty")
 
 
+def _metrics_settled(server, pid: int) -> bool:
+    """The stub's gert_* series are there and unchanged over two reads more than a publication interval apart."""
+    def mine() -> list:
+        return sorted((name, sorted(labels.items()), value) for name, series in metrics(server).items()
+                      if name.startswith("gert_") for labels, value in series if labels.get("pid") == str(pid))
+    first = mine()
+    time.sleep(0.3)  # the publisher's interval is 100 ms
+    return bool(first) and mine() == first
+
+
 def test_stub_killed_with_sigkill_fails_fast_and_a_reload_serves_again(server):
     """The Python backend bundled here (Triton 2.51 in nvidia-pytriton) does not restart a dead stub: its
     libtriton_python.so has no restart path, so every later request of the instance is answered INTERNAL ("stub
@@ -112,6 +122,11 @@ def test_stub_killed_with_sigkill_fails_fast_and_a_reload_serves_again(server):
         assert _outcome(client, "killed", 1) == "ok"
         stubs = stub_processes(server, "killed")
         assert len(stubs) == 1, stubs
+        # the stub publishes its gert_* metrics after the request, each metric call an IPC round trip under a lock
+        # in the shared memory it shares with the server: killed inside one, Triton 2.51 aborts (boost interprocess
+        # lock_exception, as in triton-inference-server/server#8882). A user's stub can die anywhere; this test is
+        # about the requests after it, so it kills the stub once its publisher is idle
+        wait_for(lambda: _metrics_settled(server, stubs[0]), 30, "the stub's metrics publication")
         os.kill(stubs[0], signal.SIGKILL)
         wait_for(lambda: gone(stubs[0]), 30, "the killed stub has exited")
         t0 = time.monotonic()
