@@ -52,6 +52,14 @@ def warm(fn: Callable[[], object], measuring: bool, seconds: float = 0.2) -> Non
         fn()
 
 
+def per_call(fn: Callable[[], object], calls: int) -> float:
+    """Mean seconds per call of ``fn`` over ``calls`` calls."""
+    t = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - t) / calls
+
+
 def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
 

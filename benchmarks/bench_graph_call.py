@@ -29,17 +29,10 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import machine, ort_session, relu_model  # noqa: E402
+from _common import machine, ort_session, per_call, relu_model  # noqa: E402
 
 import gert  # noqa: E402
 from gert.dtypes import ge_dtype  # noqa: E402
-
-
-def _per_call(fn, calls: int) -> float:
-    t = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter() - t) / calls
 
 
 def measure(rounds: int, calls: int) -> dict:
@@ -85,7 +78,7 @@ def measure(rounds: int, calls: int) -> dict:
         times: dict = {name: [] for name in sides}
         for name, fn in sides.items():  # warm
             if fn is not None:
-                _per_call(fn, calls // 4)
+                per_call(fn, calls // 4)
         for _ in range(rounds):
             for name, fn in sides.items():
                 if fn is None:
@@ -93,7 +86,7 @@ def measure(rounds: int, calls: int) -> dict:
                     execute_sync_worker()
                     times[name].append((time.perf_counter() - t) / calls)
                 else:
-                    times[name].append(_per_call(fn, calls))
+                    times[name].append(per_call(fn, calls))
         sess.run_with_iobinding(io)
         execute_sync()
         np.testing.assert_array_equal(outputs[0].to_numpy(), want)

@@ -24,22 +24,13 @@ import os
 import pstats
 import statistics
 import sys
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import machine, ort_session, relu_model  # noqa: E402
+from _common import machine, ort_session, per_call, relu_model  # noqa: E402
 
 import gert  # noqa: E402
-
-
-def _per_call(fn, calls: int) -> float:
-    """Mean seconds per call of ``fn`` over ``calls`` calls."""
-    t = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    return (time.perf_counter() - t) / calls
 
 
 def cases() -> dict:
@@ -90,11 +81,11 @@ def measure(rounds: int, calls: int) -> dict:
     try:
         for name, (_, g, o, _, py) in built.items():  # warm every side
             for fn in (g, py, o):
-                _per_call(fn, calls // 4)
+                per_call(fn, calls // 4)
         for _ in range(rounds):
             for name, (_, g, o, _, py) in built.items():
                 for side, fn in zip(sides, (g, py, o)):
-                    times[name][side].append(_per_call(fn, calls))
+                    times[name][side].append(per_call(fn, calls))
         hits = {name: c[0].stats()["hot_path"]["hits"] for name, c in built.items()}
     finally:
         _close(built)
@@ -112,7 +103,7 @@ def profile(calls: int, python_path: bool = False) -> None:
     built = cases()
     try:
         g = built["one-node"][4 if python_path else 1]
-        _per_call(g, 1000)
+        per_call(g, 1000)
         prof = cProfile.Profile()
         prof.enable()
         for _ in range(calls):
