@@ -5,10 +5,10 @@ created on START (a START on a live id resets it), freed on END, or by its own i
 releases an idle sequence's slot without any END reaching the model. Clients send only the step inputs; one
 execute() runs every live request as one gert ``model.step`` (states gathered and scattered on the device).
 
-Controls arrive as ordinary inputs (START / END / READY / CORRID, shape [1, 1] with max_batch_size > 0); the
-request's own ``flags()`` and ``correlation_id()`` say the same (Triton >= 22.02) and are what is read; the controls
-only when the request carries no correlation id: Direct's null requests (READY false, id 0) get an empty response and
-never touch a state.
+What is read of a request is its own ``flags()`` and ``correlation_id()`` (Triton >= 22.02; string ids included), so
+``gert repo init`` declares no control inputs. A config that declares them gets them as ordinary inputs (START / END /
+READY / CORRID, shape [1, 1] with max_batch_size > 0), read only when the request carries no correlation id: Direct's
+null requests (id 0, or READY false) get an empty response and never touch a state.
 """
 from __future__ import annotations
 
@@ -49,7 +49,11 @@ def idle_seconds(config: dict) -> float:
 
 def sequence_block(strategy: str = "oldest", idle_us: int = 5_000_000, max_batch_size: int = 8,
                    queue_delay_us: int = 1000) -> str:
-    """config.pbtxt's sequence_batching block with the four controls (int32 flags, uint64 correlation id)."""
+    """config.pbtxt's sequence_batching block, without control inputs: the adapter reads each request's ``flags()``
+    and ``correlation_id()`` (Triton >= 22.02), and Direct's null requests carry id 0. Every control would be one
+    more tensor per request through the stub (measured: READY + CORRID cost ~10 us of stub CPU and as much of the
+    server's per step, benchmarks/bench_sequences.py). A config that declares controls still works (they are read
+    only for a request without a correlation id)."""
     if strategy == "oldest":
         strat = (f"  oldest {{\n    max_candidate_sequences: {max(1, 4 * max_batch_size)}\n"
                  f"    preferred_batch_size: [ {max_batch_size} ]\n    max_queue_delay_microseconds: {queue_delay_us}\n"
@@ -59,13 +63,7 @@ def sequence_block(strategy: str = "oldest", idle_us: int = 5_000_000, max_batch
                  "    minimum_slot_utilization: 0.5\n  }\n")
     else:
         raise GertError(f"sequence strategy must be 'oldest' or 'direct', got {strategy!r}")
-    controls = []
-    for name, kind in (("START", "START"), ("END", "END"), ("READY", "READY")):
-        controls.append(f'    {{ name: "{name}", control [ {{ kind: CONTROL_SEQUENCE_{kind}, '
-                        f'int32_false_true: [ 0, 1 ] }} ] }}')
-    controls.append('    { name: "CORRID", control [ { kind: CONTROL_SEQUENCE_CORRID, data_type: TYPE_UINT64 } ] }')
-    return (f"sequence_batching {{\n  max_sequence_idle_microseconds: {int(idle_us)}\n{strat}"
-            "  control_input [\n" + ",\n".join(controls) + "\n  ]\n}\n")
+    return f"sequence_batching {{\n  max_sequence_idle_microseconds: {int(idle_us)}\n{strat}}}\n"
 
 
 @dataclass

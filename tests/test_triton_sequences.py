@@ -244,9 +244,8 @@ def test_repo_config_for_a_stateful_model(tmp_path):
                         sequence={"state": STATE, "batch_dim": "N", "strategy": "direct", "idle_us": 2000})
     assert "dynamic_batching" not in text and "direct {" in text and "max_sequence_idle_microseconds: 2000" in text
     assert 'name: "h"' not in text and 'name: "h_out"' not in text
-    for control in ("CONTROL_SEQUENCE_START", "CONTROL_SEQUENCE_END", "CONTROL_SEQUENCE_READY",
-                    "CONTROL_SEQUENCE_CORRID"):
-        assert control in text
+    # no control inputs: the adapter reads flags() and correlation_id(); each control is one more tensor per request
+    assert "control_input" not in text and "CONTROL_SEQUENCE" not in text
     from gert.errors import GertError
     with pytest.raises(GertError, match="no batch axis: name it with batch_dim"):
         config_pbtxt("gru", onnx_io_of(tmp_path), 8, sequence={"state": STATE})
@@ -327,6 +326,24 @@ def test_e2e_sequences_equal_onnxruntime(server, kind):
             np.testing.assert_allclose(y, ref.step(k, x), rtol=1e-5, atol=1e-6, err_msg=f"{kind} seq {k} {step}")
     with pytest.raises(Exception, match="START|not active"):
         infer_step(mod, client, "gru", keys[0], step_x(0))  # ended
+
+
+@e2e
+@pytest.mark.parametrize("model", ["gru", "gru_idle"])
+def test_e2e_string_sequence_ids_are_served_by_repo_inits_config(server, model):
+    """tritonclient's string sequence ids (Triton >= 24.04): the adapter keys states by correlation_id(), a str here.
+    Two string sequences and an int one, interleaved, each get their own state (Oldest, and Direct, whose null
+    requests carry id 0)."""
+    mod, client = client_of(server, "grpc")
+    ref = Reference()
+    keys = [f"{model}-a", f"{model}-b", 4242 if model == "gru" else 4343]
+    for k in keys:
+        ref.start(k)
+    for step in range(3):
+        for k in keys:
+            x = step_x(100 * keys.index(k) + step)
+            y = infer_step(mod, client, model, k, x, sequence_start=step == 0, sequence_end=step == 2)
+            np.testing.assert_allclose(y, ref.step(k, x), rtol=1e-5, atol=1e-6, err_msg=f"{model} seq {k!r} {step}")
 
 
 @e2e
