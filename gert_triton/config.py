@@ -24,8 +24,10 @@ Keys (all string values, as Triton passes them):
   pad_value      a number
   max_batch      largest batch gear (defaults to the config's max_batch_size)
   device_ids     "0,1": spread this instance over several devices (default: the instance's device)
-  metrics_interval_ms   publish the gert_* metrics at most this often (default 100; 0: after every batch). Each
-                 metric call is an IPC round trip to the server, which competes with the requests
+  metrics_interval_ms   publish the gert_* metrics at most this often (default 1000; 0: after every batch). Each
+                 metric call is an IPC round trip to the server, which competes with the requests (at 100 ms: ~10 us
+                 of stub CPU per request with 32 GRU sequences, benchmarks/bench_sequences.py); Triton's own
+                 per-interval metrics default to 2000 ms (--metrics-interval-ms)
   warmup         "true"/"false": compile every declared gear combination on every stream at load (default true),
                  and for auto dims the dynamic-shape graph, so that no request pays a compile
   request_timeout_ms   a request not done on the device in this time fails with UNAVAILABLE; its stream is aborted and
@@ -92,7 +94,7 @@ class GertParams:
     max_batch: Optional[int] = None
     device_ids: Optional[tuple] = None
     split_batch: Optional[bool] = None
-    metrics_interval_ms: int = 100
+    metrics_interval_ms: int = 1000
     warmup: bool = True
     request_timeout_ms: Optional[int] = None
     hot_after: Optional[int] = None

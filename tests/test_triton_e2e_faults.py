@@ -30,6 +30,7 @@ pytestmark = [pytest.mark.hostnpu_only, pytest.mark.skipif(pytriton_root() is No
 # 8-12 run, 13 fails device-wide (sticky: gert.Model recovers the device), the rest run
 FAULTS = "execute:after=2:count=1,hang:after=6:count=1:duration_ms=0,sticky:after=12:count=1"
 TIMEOUT_MS = 500
+METRICS_INTERVAL_MS = 100  # the models publish their gert_* metrics this often (the SIGKILL test waits for an idle publisher)
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,8 @@ def server(tmp_path_factory):
     # the positions hold whatever ran before (another test, or this one again with --count).
     for name in ("faulty", "killed", "bystander"):
         init_repo(str(seq_file), str(repo), name=name,
-                  parameters={"streams": "1", "request_timeout_ms": str(TIMEOUT_MS)})
+                  parameters={"streams": "1", "request_timeout_ms": str(TIMEOUT_MS),
+                              "metrics_interval_ms": str(METRICS_INTERVAL_MS)})
     log = str(root / "server.log")
     old = os.environ.get("GERT_HOST_FAULTS")
     os.environ["GERT_HOST_FAULTS"] = FAULTS  # the server (and its stubs) inherit it
@@ -106,7 +108,7 @@ def _metrics_settled(server, pid: int) -> bool:
         return sorted((name, sorted(labels.items()), value) for name, series in metrics(server).items()
                       if name.startswith("gert_") for labels, value in series if labels.get("pid") == str(pid))
     first = mine()
-    time.sleep(0.3)  # the publisher's interval is 100 ms
+    time.sleep(3 * METRICS_INTERVAL_MS / 1000)
     return bool(first) and mine() == first
 
 
