@@ -95,13 +95,37 @@ class _Pool:
                 return free.pop()
         return DeviceBuffer(max(nbytes, 1), device)
 
-    def put(self, buf: DeviceBuffer) -> None:
+    def get_many(self, device: int, sizes: list) -> list:
+        """A buffer of each size (one lock for all: a batched step takes one per member)."""
+        out = []
         with self._lock:
-            free = self._free.setdefault((buf.device_id, buf.nbytes), [])
-            if len(free) < self._keep and not self._closed:
-                free.append(buf)
-                return
-        buf.free()
+            for nbytes in sizes:
+                free = self._free.get((device, nbytes))
+                out.append(free.pop() if free else None)
+        try:
+            for i, nbytes in enumerate(sizes):
+                if out[i] is None:
+                    out[i] = DeviceBuffer(max(nbytes, 1), device)
+        except BaseException:
+            self.put_many([b for b in out if b is not None])
+            raise
+        return out
+
+    def put(self, buf: DeviceBuffer) -> None:
+        self.put_many((buf,))
+
+    def put_many(self, bufs) -> None:
+        """Give buffers back (one lock for all); those past ``keep`` per size, or after close(), are freed."""
+        extra = []
+        with self._lock:
+            for buf in bufs:
+                free = self._free.setdefault((buf.device_id, buf.nbytes), [])
+                if len(free) < self._keep and not self._closed:
+                    free.append(buf)
+                else:
+                    extra.append(buf)
+        for buf in extra:
+            buf.free()
 
     def clear(self, close: bool = False) -> None:
         """Free the spare buffers (``close``: and every buffer given back from now on)."""
@@ -123,6 +147,8 @@ class Sequence:
         self.device = device
         self._bufs: dict = {}     # state input name -> DeviceBuffer
         self._shapes: dict = {}   # state input name -> shape
+        self._rows = 1            # rows along the batch axis (set with _shapes, Sequences.write_state)
+        self._key_extra: tuple = ()  # what of the sequence a step's batch key holds (Sequences._step_key)
         self._lock = HandOffLock()  # held by a step; close() hands the free to a step still holding it
         self._closed = False
         self.steps = 0
@@ -134,8 +160,7 @@ class Sequence:
     @property
     def rows(self) -> int:
         """Rows along the batch axis (1 unless the initial state had more)."""
-        p = self._owner.pairs[0]
-        return self._shapes[p.input.name][p.axis] if p.axis is not None else 1
+        return self._rows
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict:
         """One step: the non-state inputs in, the non-state outputs out; the state advances on the device."""
@@ -371,6 +396,11 @@ class Sequences:
         for buf in old.values():
             buf.free()
         seq._bufs, seq._shapes = new, shapes
+        p = self.pairs[0]
+        seq._rows = shapes[p.input.name][p.axis] if p.axis is not None else 1
+        # steps with equal keys can share one run: same device, same non-batch state shapes (and batch key)
+        seq._key_extra = (seq.device,) + tuple(shapes[p.input.name][:p.axis] + shapes[p.input.name][p.axis + 1:]
+                                               if p.axis is not None else shapes[p.input.name] for p in self.pairs)
 
     def _default_size(self, t: TensorInfo, axis: int) -> int:
         """A symbolic state dim without an initial state: 1 on the batch axis (or a dim the step inputs share)."""
@@ -476,21 +506,17 @@ class Sequences:
     def _groups(self, checked: list) -> list:
         """Items that can share one graph run (gert/core/batching.py): same device, same batch key, same non-batch
         state shapes; at most the batch's largest gear of rows."""
+        if not self.batchable:  # a state without the batch axis: each sequence's step runs alone
+            return [[item] for item in checked]
         batcher = self._batcher
-
         batch = self.plan.batch
         top = batch.gears[-1] if batch is not None and batch.policy == "pad" and batch.gears else None
-        return [chunk for members in batcher.group(checked, lambda item: self._step_key(item[1], item[2]))
-                for chunk in batcher.chunks(members, lambda item: item[1].rows, top)]
+        return [chunk for members in batcher.group(checked, lambda item: batcher.key(item[2], item[1]._key_extra))
+                for chunk in batcher.chunks(members, lambda item: item[1]._rows, top)]
 
     def _step_key(self, seq: Sequence, arrays: dict) -> tuple:
         """Steps with equal keys can share one run: same device, batch key, non-batch state shapes."""
-        extra = [seq.device]  # (once per step item: a plain loop)
-        shapes = seq._shapes
-        for p in self.pairs:
-            s = shapes[p.input.name]
-            extra.append(s[:p.axis] + s[p.axis + 1:])
-        return self._batcher.key(arrays, tuple(extra))
+        return self._batcher.key(arrays, seq._key_extra)
 
     def _run_group(self, members: list) -> list:
         """One graph run for ``members`` [(seq, arrays)]: their states bound (one member whose rows fill the run) or
@@ -509,7 +535,7 @@ class Sequences:
     def _run_locked(self, members: list, run=None) -> list:
         plan, model = self.plan, self.model
         device = members[0][0].device
-        rows = [s.rows for s, _ in members]
+        rows = [s._rows for s, _ in members]
         n = sum(rows)
         g = n
         if self.batchable:
@@ -518,10 +544,11 @@ class Sequences:
                 raise GertError(f"a step of {n} rows is larger than the largest batch gear {g}")
         direct = len(members) == 1 and g == n
         # the step inputs as one batch (axis 0: each member's rows copied straight to the device), filler rows to g
-        arrays = self._batcher.merge([a for _, a in members], pad_to=g) if self.batchable else dict(members[0][1])
+        arrays = self._batcher.merge([a for _, a in members], pad_to=g, total=n) if self.batchable \
+            else dict(members[0][1])
         # all-or-nothing: a batch's new states are scattered into fresh buffers, swapped in only once the step
         # succeeded (a copy failing halfway leaves every member's state as it was)
-        taken, device_out, before, after, staged = [], {}, [], [], {}
+        taken, device_out, before, after, new_states = [], {}, [], [], {}
         try:
             for p in self.pairs:
                 name = p.input.name
@@ -530,35 +557,33 @@ class Sequences:
                     shape[p.axis] = g
                 shape = tuple(shape)
                 nbytes = math.prod(shape) * p.input.dtype.itemsize
-                if direct:
+                if direct:  # the state bound as it is; the output becomes the new state
                     src = members[0][0]._bufs[name]
-                else:
-                    src = self._pool.get(device, nbytes)
-                    taken.append(src)
+                    dst = self._pool.get(device, nbytes)
+                    taken.append(dst)
+                    new_states[name] = [dst]
+                else:  # gathered into src, the output scattered into one fresh buffer per member
+                    bufs = self._pool.get_many(device, [nbytes, nbytes] + [seq._bufs[name].nbytes
+                                                                           for seq, _ in members])
+                    taken += bufs
+                    src, dst, fresh = bufs[0], bufs[1], bufs[2:]
                     before += self._gather(p, members, src, shape, rows)
+                    after += self._scatter(p, members, dst, rows, g, fresh)
+                    new_states[name] = fresh
                 arrays[name] = DeviceTensor(src, shape, p.input.dtype)
-                dst = self._pool.get(device, nbytes)
-                taken.append(dst)
                 device_out[p.output.name] = dst
-                if not direct:
-                    for seq, _ in members:
-                        fresh = self._pool.get(device, seq._bufs[name].nbytes)
-                        taken.append(fresh)
-                        staged[(seq.id, name)] = fresh
-                    after += self._scatter(p, members, dst, rows, g, staged)
             out = model.engine.run_prepared(arrays, run, device_out=device_out, device=device,
                                             real_batch=n if g != n else None, before=before, after=after)
             # the step succeeded: the new states replace the old ones, which go back to the pool
-            for seq, _ in members:
-                for p in self.pairs:
-                    name = p.input.name
-                    new = device_out[p.output.name] if direct else staged[(seq.id, name)]
-                    taken.remove(new)
-                    taken.append(seq._bufs[name])
+            became, old = set(), []
+            for name, news in new_states.items():
+                for (seq, _), new in zip(members, news):
+                    old.append(seq._bufs[name])
                     seq._bufs[name] = new
+                    became.add(id(new))
+            taken = [b for b in taken if id(b) not in became] + old
         finally:
-            for b in taken:
-                self._pool.put(b)
+            self._pool.put_many(taken)
         for s, _ in members:
             s.steps += 1
         return self._split(out, members, rows, g, n)
@@ -582,14 +607,13 @@ class Sequences:
             offset += r
         return ops
 
-    def _scatter(self, p: StatePair, members: list, src: DeviceBuffer, rows: list, g: int, staged: dict) -> list:
-        """The device-to-device copies that put each member's rows of the batch's new state into its staged buffer
-        (``staged[(seq id, state input)]``), which becomes its state once the step succeeded."""
+    def _scatter(self, p: StatePair, members: list, src: DeviceBuffer, rows: list, g: int, fresh: list) -> list:
+        """The device-to-device copies that put each member's rows of the batch's new state into its fresh buffer
+        (``fresh``, in the members' order), which becomes its state once the step succeeded."""
         shape = members[0][0]._shapes[p.input.name]
         outer, inner = self._layout(p, shape)
         ops, offset = [], 0
-        for (seq, _), r in zip(members, rows):
-            dst = staged[(seq.id, p.input.name)]
+        for (seq, _), r, dst in zip(members, rows, fresh):
             for j in range(outer):
                 ops.append((dst.ptr + j * r * inner, dst.nbytes - j * r * inner, src.ptr + (j * g + offset) * inner,
                             r * inner))

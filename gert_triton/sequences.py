@@ -87,6 +87,8 @@ class SequenceServer:
         self.idle = idle_seconds(config)
         self.step_inputs = model.step_inputs
         self.state_outputs = set(model.state.values())
+        # one output: what a request asks for is that output (Triton checks the names), so it is not asked
+        self._one_output = sum(1 for t in model.outputs if t.name not in self.state_outputs) == 1
         self._live: dict = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -125,9 +127,10 @@ class SequenceServer:
     def execute(self, requests: list, pb_utils) -> list:
         responses: list = [None] * len(requests)
         ready = []  # (index, key, live, inputs, wanted, end)
+        now = time.monotonic()
         for i, request in enumerate(requests):
             try:
-                item = self._prepare(request, pb_utils)
+                item = self._prepare(request, pb_utils, now)
             except GertError as e:  # out of device memory for its state: UNAVAILABLE (gert_triton.error_codes)
                 responses[i] = error_response(pb_utils, e, checking=True)
                 continue
@@ -144,7 +147,7 @@ class SequenceServer:
             self._run(now, responses, pb_utils)
         return responses
 
-    def _prepare(self, request, pb_utils) -> Optional[tuple]:
+    def _prepare(self, request, pb_utils, now: float) -> Optional[tuple]:
         """(key, live, model inputs, requested outputs, end) of one request; None for a null request."""
         flags = request.flags()
         key = request.correlation_id()
@@ -167,18 +170,18 @@ class SequenceServer:
         with self._lock:
             live = self._live.get(key)
             if live is not None:
-                live.last_used = time.monotonic()
+                live.last_used = now
         if start:
             if live is not None:
                 live.seq.reset()  # a START on a live id: Triton ended the previous sequence early
             else:
-                live = _Live(self.model.sequence(), time.monotonic())
+                live = _Live(self.model.sequence(), now)
                 with self._lock:
                     self._live[key] = live
         elif live is None:
             raise GertError(f"sequence {key!r} of model '{self.name}' is not active (never started, ended, or idle "
                             f"for more than {self.idle:g} s): send its first request with sequence_start=True")
-        return key, live, inputs, request.requested_output_names(), end
+        return key, live, inputs, None if self._one_output else request.requested_output_names(), end
 
     def _control_value(self, request, kind: str, pb_utils):
         name = self.controls.get(kind)
@@ -208,20 +211,20 @@ class SequenceServer:
         except Exception as e:  # noqa: BLE001 - answered as the requests' error
             results = [e] * len(good)
         now = time.monotonic()
+        to_triton = self.layout.to_triton
         for (i, key, live, _, wanted, end), out in zip(good, results):
             if isinstance(out, BaseException):
                 responses[i] = error_response(pb_utils, out)
             else:
-                tensors = [to_tensor(pb_utils, n, self.layout.to_triton(n, a))
-                           for n, a in out.items() if not wanted or n in wanted]
+                tensors = [to_tensor(pb_utils, n, to_triton(n, a)) for n, a in out.items() if not wanted or n in wanted]
                 responses[i] = pb_utils.InferenceResponse(output_tensors=tensors)
             live.last_used = now
-            self._finish(key, live, end)
+            if end:
+                self._finish(key, live)
 
-    def _finish(self, key, live: _Live, end: bool) -> None:
+    def _finish(self, key, live: _Live) -> None:
         """After a sequence's last request (END): free its state."""
-        if end:
-            with self._lock:
-                if self._live.get(key) is live:
-                    del self._live[key]
-            live.seq.close()
+        with self._lock:
+            if self._live.get(key) is live:
+                del self._live[key]
+        live.seq.close()

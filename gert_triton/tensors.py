@@ -172,4 +172,4 @@ def to_tensor(pb_utils, name: str, arr: np.ndarray):
     """A pb_utils output tensor of ``arr`` (C-contiguous); bfloat16 goes as a TYPE_BF16 tensor through DLPack."""
     if BFLOAT16 is not None and arr.dtype == BFLOAT16:
         return pb_utils.Tensor.from_dlpack(name, DLPackArray(arr))
-    return pb_utils.Tensor(name, np.require(arr, requirements="C"))
+    return pb_utils.Tensor(name, arr if arr.flags.c_contiguous else np.ascontiguousarray(arr))

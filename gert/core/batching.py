@@ -49,12 +49,14 @@ class Batcher:
         return 1
 
     def merge(self, requests: Sequence[Mapping[str, object]], pad_to: Optional[int] = None,
-              pad_value: Optional[Mapping[str, float]] = None) -> dict:
+              pad_value: Optional[Mapping[str, float]] = None, total: Optional[int] = None) -> dict:
         """One batch of ``requests`` (equal keys): axis 0 joined as Rows (no host copy), another axis
         concatenated; inputs without the batch axis taken from the first request. ``pad_to``: rows of filler
-        (``pad_value``, else the plan's) appended up to that many rows."""
+        (``pad_value``, else the plan's) appended up to that many rows; ``total``: the requests' rows, when the
+        caller counted them already."""
         first = requests[0]
-        total = sum(self.rows(r) for r in requests)
+        if total is None:
+            total = sum(self.rows(r) for r in requests)
         out = {}
         for n in first:
             axis = self.in_axes.get(n)
