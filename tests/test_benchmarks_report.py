@@ -47,3 +47,26 @@ def test_benchmark_only_measures_and_run_all_reports_ratios(tmp_path):
         row = next(l for l in text.splitlines() if l.startswith(f"| {group} |") and "| gert |" in l)
         cells = [c.strip() for c in row.split("|")]
         assert float(cells[8]) == round(med["gert"] / med["baseline"], 3), row
+
+
+def test_run_all_shows_the_spread_of_several_runs(tmp_path):
+    """--from-json with one JSON per run (what --runs N writes): each entry's median is the median over the runs,
+    and the ratio cell is the median of the runs' ratios with their [min, max]."""
+    def bench(name: str, role: str, median: float) -> dict:
+        return {"name": name, "fullname": f"benchmarks/test_model_run.py::{name}", "group": "g", "param": name,
+                "extra_info": {"role": role}, "stats": {"median": median, "iqr": 1e-7, "rounds": 10}}
+
+    paths = []
+    for k, (base, gert) in enumerate([(4e-6, 4.4e-6), (5e-6, 5.0e-6), (4e-6, 4.8e-6)]):
+        p = tmp_path / f"b{k}.json"
+        p.write_text(json.dumps({"benchmarks": [bench("ort", "baseline", base), bench("gert", "gert", gert)]}))
+        paths.append(str(p))
+    md = tmp_path / "RESULTS.md"
+    scripts = [name for name, *_ in run_all_scripts()]
+    r = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "run_all.py"), "--from-json", *paths,
+                        "--skip", ",".join(scripts), "--out", str(md)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    row = next(l for l in md.read_text().splitlines() if l.startswith("| g |") and "| gert |" in l)
+    cells = [c.strip() for c in row.split("|")]
+    # the runs' ratios 1.1, 1.0, 1.2; gert's median over the runs 4.8 us
+    assert cells[4] == "4.80 us" and cells[8] == "1.100 [1.000, 1.200]", row
