@@ -21,7 +21,7 @@ from gert_triton.gears import GearSplitter
 from gert_triton.layout import Layout
 from gert_triton.metrics import Publisher, StatsChanges
 from gert_triton.model_config import (DEFAULT_MAX_BATCH, auto_complete, check_config, describe, io_config,  # noqa: F401
-                                      onnx_io, squeezed_inputs, triton_dtype)
+                                      onnx_io, only_output, squeezed_inputs, triton_dtype)
 from gert_triton.tensors import as_array, to_tensor
 from gert_triton.tracing import AdapterTrace, trace_path
 
@@ -131,6 +131,7 @@ class TritonPythonModel:
         # Without them requests wait in the instance's queue unchecked: ask in execute().
         self.check_cancelled = not ("dynamic_batching" in self.config or "sequence_batching" in self.config)
         self.sequences = "sequence_batching" in self.config
+        self._wanted = only_output(self.config)  # a config of one output: every request asks for it
         self._init_metrics(params.metrics_interval_ms, args.get("model_version", ""),
                            args.get("model_instance_name", ""))
         path = trace_path(params.trace_file, args["model_repository"], self.name, args.get("model_instance_name", ""))
@@ -205,7 +206,7 @@ class TritonPythonModel:
                         inputs[t.name] = self.triton_layout.to_model(t.name, as_array(tensor))
                 inputs = self.preprocess(inputs)
                 self.model.validate(inputs)
-                ready.append((i, inputs, request.requested_output_names()))
+                ready.append((i, inputs, self._wanted or request.requested_output_names()))
             except Exception as e:  # this request alone is bad
                 responses[i] = error_response(pb_utils, e, checking=True)
         # grouped by the model's batch key (gert/core/batching.py), each group one batch through the model's Engine;

@@ -223,3 +223,10 @@ def sequence_io(io: dict, state: dict, batch_dim) -> tuple:
     """(inputs, outputs) with batching of a model whose batch axis ``batch_dim`` names (with a ``state``: its step
     inputs and non-state outputs)."""
     return config_io(describe(io, state, batch_dim), 1)
+
+
+def only_output(config: dict) -> Optional[frozenset]:
+    """The outputs every request asks for when the config declares one: Triton checks the requested names against
+    the config and fills in all of them when a client names none, so asking each request is not needed."""
+    names = [o.get("name") for o in config.get("output", []) or []]
+    return frozenset(names) if len(names) == 1 else None

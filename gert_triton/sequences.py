@@ -23,6 +23,7 @@ from gert.errors import GertError
 from gert_triton.config import ConfigError
 from gert_triton.error_codes import error_response
 from gert_triton.layout import Layout
+from gert_triton.model_config import only_output
 from gert_triton.tensors import as_array, to_tensor
 
 START, END = 1, 2  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END
@@ -87,8 +88,7 @@ class SequenceServer:
         self.idle = idle_seconds(config)
         self.step_inputs = model.step_inputs
         self.state_outputs = set(model.state.values())
-        # one output: what a request asks for is that output (Triton checks the names), so it is not asked
-        self._one_output = sum(1 for t in model.outputs if t.name not in self.state_outputs) == 1
+        self._wanted = only_output(config)  # a config of one output: every request asks for it
         self._live: dict = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -181,7 +181,7 @@ class SequenceServer:
         elif live is None:
             raise GertError(f"sequence {key!r} of model '{self.name}' is not active (never started, ended, or idle "
                             f"for more than {self.idle:g} s): send its first request with sequence_start=True")
-        return key, live, inputs, None if self._one_output else request.requested_output_names(), end
+        return key, live, inputs, self._wanted or request.requested_output_names(), end
 
     def _control_value(self, request, kind: str, pb_utils):
         name = self.controls.get(kind)
