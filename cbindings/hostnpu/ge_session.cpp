@@ -857,8 +857,19 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
     return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u takes %zu input(s) (%s), got %zu", api, graph_id,
                    r->inputs.size(), names.c_str(), inputs.size());
   }
+  struct Done {  // the run's tensors and its end, shared by the caller and the task (one allocation)
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    ge::Status status = SUCCESS;
+    std::string msg;
+    DeviceAllocCtx alloc;
+    std::vector<gertHostTensorRef> in, out;  // what the provider runs on
+  };
+  auto done = std::make_shared<Done>();
+  std::vector<gertHostTensorRef> &run_in = done->in;
+  run_in.resize(inputs.size());
   // Validate inputs: dtype, shape, device memory large enough.
-  auto run_in = std::make_shared<std::vector<gertHostTensorRef>>(inputs.size());
   std::vector<std::vector<int64_t>> in_dims;
   std::vector<AllocationPtr> held;
   in_dims.reserve(inputs.size());
@@ -891,7 +902,7 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
     if (t.GetSize() < static_cast<size_t>(need < 0 ? 0 : need))
       return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u input %zu '%s' holds %zu bytes, shape %s needs %lld", api,
                      graph_id, i, spec.name.c_str(), t.GetSize(), dims_str(dims).c_str(), static_cast<long long>(need));
-    fill_ref((*run_in)[i], const_cast<void *>(addr), static_cast<uint64_t>(need < 0 ? 0 : need), spec.dtype, dims);
+    fill_ref(run_in[i], const_cast<void *>(addr), static_cast<uint64_t>(need < 0 ? 0 : need), spec.dtype, dims);
     held.push_back(std::move(a));
     in_dims.push_back(std::move(dims));
   }
@@ -901,10 +912,11 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
   if (allocate_outputs && r->is_static)
     return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u is static: allocate its %zu output(s) and pass them (GE "
                    "allocates outputs only for dynamic graphs)", api, graph_id, r->outputs.size());
-  auto run_out = std::make_shared<std::vector<gertHostTensorRef>>(r->outputs.size());
+  std::vector<gertHostTensorRef> &run_out = done->out;
+  run_out.resize(r->outputs.size());
   if (allocate_outputs) {  // GE allocates them: the provider still needs each output's dtype (and the dims known)
     for (size_t i = 0; i < r->outputs.size(); ++i)
-      fill_ref((*run_out)[i], nullptr, 0, r->outputs[i].dtype, r->outputs[i].dims);
+      fill_ref(run_out[i], nullptr, 0, r->outputs[i].dtype, r->outputs[i].dims);
   } else {
     if (outputs.size() != r->outputs.size())
       return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u has %zu output(s), got %zu", api, graph_id,
@@ -937,7 +949,7 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
                        api, graph_id, i, spec.name.c_str(), addr, have);
       // Unknown-shape graphs: GE computes each output's shape (the caller's is overwritten) and copies into the
       // caller's buffer, failing if it is too small (rt2 TensorToOut).
-      fill_ref((*run_out)[i], addr, have, spec.dtype, spec.dims);
+      fill_ref(run_out[i], addr, have, spec.dtype, spec.dims);
       held.push_back(a);
     }
   }
@@ -950,35 +962,27 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
     sp->limit[ACL_RT_DEV_RES_CUBE_CORE] = std::min(s->aicore_cube, d->cube_cores);
     if (s->aicore_vector) sp->limit[ACL_RT_DEV_RES_VECTOR_CORE] = std::min(s->aicore_vector, d->vector_cores);
   }
-  struct Done {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    ge::Status status = SUCCESS;
-    std::string msg;
-    DeviceAllocCtx alloc;
-  };
-  auto done = std::make_shared<Done>();
   done->alloc.device = sp->device();
   // An unknown-shape graph's output shapes are known once it ran: the call waits for the run (GE syncs the stream
   // for DEPEND_COMPUTE operators) and writes them into the output tensors.
   const bool wait = !r->is_static;
   r->in_flight.fetch_add(1);
   Stream *raw_stream = sp.get();
-  Task task{[r, run_in, run_out, held, done, wait, raw_stream, d](std::string &msg) -> aclError {
+  // (held: moved in, released with the task once it ran, as a device releases a kernel's arguments)
+  Task task{[r, held = std::move(held), done, wait, raw_stream, d](std::string &msg) -> aclError {
     ComputeShare share(*d, effective_limit(*d, raw_stream, ACL_RT_DEV_RES_CUBE_CORE));
     char err[2048] = {0};
     const auto t0 = std::chrono::steady_clock::now();
     int rc = r->provider->run(r->exe, static_cast<int32_t>(share.threads()), share.alone() ? 1 : 0,
-                              static_cast<int32_t>(run_in->size()),
-                              run_in->data(), static_cast<int32_t>(run_out->size()), run_out->data(),
+                              static_cast<int32_t>(done->in.size()),
+                              done->in.data(), static_cast<int32_t>(done->out.size()), done->out.data(),
                               device_alloc_cb, &done->alloc, err, sizeof err);
     r->last_run_ns.store(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count(),
         std::memory_order_relaxed);
     r->in_flight.fetch_sub(1);
     aclError result = ACL_SUCCESS;
-    if (rc == 0) release_unused(done->alloc, *run_out);
+    if (rc == 0) release_unused(done->alloc, done->out);
     if (rc != 0) {
       msg = "graph " + std::to_string(r->id) + " (" + r->graph->name + ") failed: " + err;
       if (!done->alloc.error.empty()) msg += " (" + done->alloc.error + ")";
@@ -1051,7 +1055,7 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
     return ge_fail(done->status, "%s: %s", api, done->msg.c_str());
   if (!allocate_outputs) {
     for (size_t i = 0; i < outputs.size(); ++i) {
-      const gertHostTensorRef &ref = (*run_out)[i];
+      const gertHostTensorRef &ref = run_out[i];
       gert::Shape shape;
       for (int32_t k = 0; k < ref.ndim; ++k) shape.AppendDim(ref.dims[k]);
       outputs[i].MutableStorageShape() = shape;
@@ -1060,8 +1064,8 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
     return SUCCESS;
   }
   outputs.clear();
-  outputs.reserve(run_out->size());
-  for (auto &ref : *run_out) {
+  outputs.reserve(run_out.size());
+  for (auto &ref : run_out) {
     gert::StorageShape shape;
     for (int32_t k = 0; k < ref.ndim; ++k) {
       shape.MutableStorageShape().AppendDim(ref.dims[k]);
