@@ -265,6 +265,9 @@ struct Runtime {
 
   std::mutex mem_mu;
   std::map<uintptr_t, AllocationPtr> device_mem;  // by base address
+  // Bumped (under mem_mu) whenever an allocation leaves `device_mem` (aclrtFree, a device reset): a check that found
+  // device memory live holds while it has not moved (ge_session.cpp CheckedLaunch).
+  std::atomic<uint64_t> device_frees{0};
   std::map<uintptr_t, AllocationPtr> host_mem;
 };
 Runtime &rt();
