@@ -1069,15 +1069,17 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
   Stream *raw_stream = sp.get();
   // (held: moved in, released with the task once it ran, as a device releases a kernel's arguments)
   Task task{[r, held = std::move(held), done, wait, raw_stream, d](std::string &msg) -> aclError {
-    ComputeShare share(*d, effective_limit(*d, raw_stream, ACL_RT_DEV_RES_CUBE_CORE));
-    char err[2048] = {0};
-    const auto t0 = std::chrono::steady_clock::now();
+    ComputeShare share(*d, effective_limit(*d, raw_stream, ACL_RT_DEV_RES_CUBE_CORE));  // (reads the clock: t0)
+    char err[2048];  // a provider that fails writes its message, NUL-terminated (no 2 KB zero fill per run)
+    err[0] = 0;
     int rc = r->provider->run(r->exe, static_cast<int32_t>(share.threads()), share.alone() ? 1 : 0,
                               static_cast<int32_t>(done->in.size()),
                               done->in.data(), static_cast<int32_t>(done->out.size()), done->out.data(),
                               device_alloc_cb, &done->alloc, err, sizeof err);
+    err[sizeof err - 1] = 0;  // (a message that fills the buffer is cut, never read past it)
     r->last_run_ns.store(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count(),
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+                .count() - share.start_ns(),
         std::memory_order_relaxed);
     r->in_flight.fetch_sub(1);
     aclError result = ACL_SUCCESS;
