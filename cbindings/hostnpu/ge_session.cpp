@@ -691,8 +691,8 @@ ge::Status compile(SessionState &s, GraphRecord &r, const char *api) {
 // memory large enough) and outputs (static graphs: allocated by the caller, large enough; device memory). Fills the
 // provider's refs and the allocations the run holds.
 ge::Status check_launch(GraphRecord &r, uint32_t graph_id, const std::vector<gert::Tensor> &inputs,
-                    std::vector<gert::Tensor> &outputs, const char *api, std::vector<gertHostTensorRef> &run_in,
-                    std::vector<gertHostTensorRef> &run_out, std::vector<AllocationPtr> &held) {
+                        std::vector<gert::Tensor> &outputs, const char *api, std::vector<gertHostTensorRef> &run_in,
+                        std::vector<gertHostTensorRef> &run_out, std::vector<AllocationPtr> &held) {
   run_in.resize(inputs.size());
   // Validate inputs: dtype, shape, device memory large enough.
   std::vector<std::vector<int64_t>> in_dims;
