@@ -3,6 +3,7 @@
 # only the host ends of the copies. The request pipeline's compiled hot path (gert/core/_hotpath.pyx) calls it through
 # the C function in the capsule ``FUSED_API`` without building a Python object per call.
 from cpython.pycapsule cimport PyCapsule_New
+from libc.string cimport memcpy as _gather_copy
 
 
 ctypedef int (*gert_fused_exec_t)(object call, const void** srcs, void** dsts, int32_t timeout_ms) except -1
@@ -128,18 +129,49 @@ cdef int _fused_exec(object obj, const void** srcs, void** dsts, int32_t timeout
     return 0
 
 
+# An upload of at most this many bytes made of pieces (a merged batch) is gathered on the host first and copied once:
+# a copy costs more than its bytes when they are few (the host NPU validates and runs each as a stream task, ~150 ns;
+# a device copy from pageable memory synchronizes the stream each time). Larger ones are copied piece by piece (no
+# second pass over their bytes with the GIL held).
+cdef size_t _GATHER_MAX = 65536
+
+
 cdef int _fused_exec_parts(object obj, const void** srcs, const size_t* lens, Py_ssize_t parts, void** dsts,
                            int32_t timeout_ms) except -1:
     """As _fused_exec, each upload made of ``parts`` host pieces laid one after the other (a batch merged from
     requests: ``srcs[i * parts + j]`` of ``lens[i * parts + j]`` bytes is input i's piece j); their sizes must add
-    up to the upload's."""
+    up to the upload's. A small upload's pieces are gathered into one host buffer and copied once (_GATHER_MAX)."""
     cdef FusedCall call = <FusedCall?>obj
     call.session._check()
     call.stream._check()
     cdef vector[cge.gert_copy] cin
     cdef cge.gert_copy c
-    cdef size_t i, j, k, offset
+    cdef size_t i, j, k, offset, gathered = 0
+    for i in range(call.cin.size()):  # check the pieces' sizes first
+        offset = 0
+        for j in range(<size_t>parts):
+            k = i * <size_t>parts + j
+            if lens[k] > call.cin[i].n - offset:
+                raise ValueError(f"FusedCall: the pieces of upload {i} hold more than its {call.cin[i].n} bytes")
+            offset += lens[k]
+        if offset != call.cin[i].n:
+            raise ValueError(f"FusedCall: the pieces of upload {i} hold {offset} bytes, the copy is {call.cin[i].n}")
+        if call.cin[i].n <= _GATHER_MAX:
+            gathered += call.cin[i].n
+    cdef vector[char] staged  # the gathered uploads, one after the other (alive until the run synchronized)
+    staged.resize(gathered + 1)
+    cdef char* at = staged.data()
     for i in range(call.cin.size()):
+        if call.cin[i].n <= _GATHER_MAX:
+            c = call.cin[i]
+            c.src = at
+            for j in range(<size_t>parts):
+                k = i * <size_t>parts + j
+                if lens[k]:
+                    _gather_copy(at, srcs[k], lens[k])
+                    at += lens[k]
+            cin.push_back(c)
+            continue
         offset = 0
         for j in range(<size_t>parts):
             k = i * <size_t>parts + j
@@ -148,12 +180,8 @@ cdef int _fused_exec_parts(object obj, const void** srcs, const size_t* lens, Py
             c.dmax = call.cin[i].dmax - offset
             c.src = srcs[k]
             c.n = lens[k]
-            if offset + c.n > call.cin[i].n:
-                raise ValueError(f"FusedCall: the pieces of upload {i} hold more than its {call.cin[i].n} bytes")
             offset += c.n
             cin.push_back(c)
-        if offset != call.cin[i].n:
-            raise ValueError(f"FusedCall: the pieces of upload {i} hold {offset} bytes, the copy is {call.cin[i].n}")
     for i in range(call.cout.size()):
         call.cout[i].dst = dsts[i]
     cdef int kind = 0

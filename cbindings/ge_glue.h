@@ -158,7 +158,9 @@ static inline int gert_run_fused_impl(ge::Session *s, uint32_t graph_id, void *s
   int code = 0;
   *kind = 0;
   /* timeout_ms bounds the whole call, every wait in it included (one deadline). */
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms < 0 ? 0 : timeout_ms);
+  /* (no timeout: no deadline, and no clock read: gert_ms_left does not look at it then) */
+  const auto deadline = timeout_ms < 0 ? std::chrono::steady_clock::time_point{}
+                                       : std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   auto acl_fail = [&](aclError e) {
     if (code == 0 && e != ACL_SUCCESS) {
       code = e;

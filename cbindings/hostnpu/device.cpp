@@ -134,6 +134,7 @@ DeviceResources take_device_resources_locked(int32_t device) {
     if (it->second->device == device) {
       out.memory.push_back(std::move(it->second));
       it = r.device_mem.erase(it);
+      r.device_frees.fetch_add(1, std::memory_order_release);
     } else {
       ++it;
     }

@@ -101,6 +101,87 @@ std::shared_ptr<WeightsCharge> charge_weights(Device &d, const std::shared_ptr<c
   return charge;
 }
 
+// The last launch of a graph whose tensors passed ExecuteGraphWithStreamAsync's checks, with what the checks made of
+// them (the provider's refs, the allocations found). A launch of the same tensors (address, size, dtype, placement,
+// shape), while no device memory left the runtime since (Runtime::device_frees) and each allocation found is alive,
+// passes the same checks by construction: a graph's inputs, outputs and gears are fixed once it is compiled, and an
+// allocation goes only by aclrtFree or a device reset. It takes the refs without running them again (the executor's
+// steady state: the same device buffers every run). Any difference runs the checks; what they pass replaces the entry.
+// What can change between launches is checked per launch as before: the graph loaded, the stream alive, the device's
+// faults and aborts (Stream::launch).
+class CheckedLaunch {
+ public:
+  // The refs and held allocations of `inputs` / `outputs` when they are the entry's; false: check them.
+  bool take(const std::vector<gert::Tensor> &inputs, const std::vector<gert::Tensor> &outputs, uint64_t frees,
+            std::vector<gertHostTensorRef> &run_in, std::vector<gertHostTensorRef> &run_out,
+            std::vector<AllocationPtr> &held) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!valid_ || frees != frees_ || inputs.size() != in_.size() || outputs.size() != out_.size()) return false;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (!in_[i].same(inputs[i])) return false;
+    for (size_t i = 0; i < outputs.size(); ++i)
+      if (!out_[i].same(outputs[i])) return false;
+    held.clear();
+    for (auto &[weak, found] : held_) {
+      AllocationPtr a = weak.lock();
+      if (found && !a) return false;
+      held.push_back(std::move(a));
+    }
+    run_in = run_in_;
+    run_out = run_out_;
+    return true;
+  }
+  // Remember the tensors that just passed the checks (`frees`: read before the checks began).
+  void keep(const std::vector<gert::Tensor> &inputs, const std::vector<gert::Tensor> &outputs, uint64_t frees,
+            const std::vector<gertHostTensorRef> &run_in, const std::vector<gertHostTensorRef> &run_out,
+            const std::vector<AllocationPtr> &held) {
+    std::lock_guard<std::mutex> lk(mu_);
+    in_.resize(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) in_[i].set(inputs[i]);
+    out_.resize(outputs.size());
+    for (size_t i = 0; i < outputs.size(); ++i) out_[i].set(outputs[i]);
+    held_.resize(held.size());
+    for (size_t i = 0; i < held.size(); ++i) held_[i] = {held[i], held[i] != nullptr};
+    run_in_ = run_in;
+    run_out_ = run_out;
+    frees_ = frees;
+    valid_ = true;
+  }
+
+ private:
+  struct Key {
+    const void *addr = nullptr;
+    size_t size = 0;
+    ge::DataType dtype = ge::DT_UNDEFINED;
+    gert::TensorPlacement placement = gert::kTensorPlacementEnd;
+    std::vector<int64_t> dims;
+    void set(const gert::Tensor &t) {
+      addr = t.GetAddr();
+      size = t.GetSize();
+      dtype = t.GetDataType();
+      placement = t.GetPlacement();
+      const gert::Shape &s = t.GetStorageShape();
+      dims.resize(s.GetDimNum());
+      for (size_t k = 0; k < dims.size(); ++k) dims[k] = s.GetDim(k);
+    }
+    bool same(const gert::Tensor &t) const {
+      if (t.GetAddr() != addr || t.GetSize() != size || t.GetDataType() != dtype || t.GetPlacement() != placement)
+        return false;
+      const gert::Shape &s = t.GetStorageShape();
+      if (s.GetDimNum() != dims.size()) return false;
+      for (size_t k = 0; k < dims.size(); ++k)
+        if (s.GetDim(k) != dims[k]) return false;
+      return true;
+    }
+  };
+  std::mutex mu_;
+  bool valid_ = false;
+  uint64_t frees_ = 0;
+  std::vector<Key> in_, out_;
+  std::vector<gertHostTensorRef> run_in_, run_out_;
+  std::vector<std::pair<std::weak_ptr<Allocation>, bool>> held_;  // (allocation, one was found: not a 0-byte tensor)
+};
+
 struct GraphRecord {
   uint32_t id = 0;
   ge::GraphImplPtr graph;
@@ -118,6 +199,7 @@ struct GraphRecord {
   // How long the compute provider's last run of this graph took (ns; -1 before its first run): the inline launch
   // takes only graphs that run about as long as a hand-off to the stream's worker costs (kInlineMaxNs).
   std::atomic<int64_t> last_run_ns{-1};
+  CheckedLaunch checked;  // the last launch's tensors that passed the checks
   // Compiling and loading one graph. Not the Session's launch lock: GE's CompileGraph and LoadGraph take no
   // InnerSession::build_run_mutex_, so a graph compiles while other graphs of the Session execute.
   std::mutex compile_mu;
@@ -605,6 +687,98 @@ ge::Status compile(SessionState &s, GraphRecord &r, const char *api) {
   return ge::SUCCESS;
 }
 
+// ExecuteGraphWithStreamAsync's checks of a launch's tensors against graph `r`: inputs (dtype, shape, gears, device
+// memory large enough) and outputs (static graphs: allocated by the caller, large enough; device memory). Fills the
+// provider's refs and the allocations the run holds.
+ge::Status check_launch(GraphRecord &r, uint32_t graph_id, const std::vector<gert::Tensor> &inputs,
+                        std::vector<gert::Tensor> &outputs, const char *api, std::vector<gertHostTensorRef> &run_in,
+                        std::vector<gertHostTensorRef> &run_out, std::vector<AllocationPtr> &held) {
+  run_in.resize(inputs.size());
+  // Validate inputs: dtype, shape, device memory large enough.
+  std::vector<std::vector<int64_t>> in_dims;
+  in_dims.reserve(inputs.size());
+  held.reserve(inputs.size() + outputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const gert::Tensor &t = inputs[i];
+    const IOSpec &spec = r.inputs[i];
+    if (t.GetDataType() != spec.dtype)
+      return ge_fail(ACL_ERROR_GE_DATATYPE_INVALID, "%s: graph %u input %zu '%s' has dtype %s, the graph takes %s", api,
+                     graph_id, i, spec.name.c_str(), dtype_name(t.GetDataType()), dtype_name(spec.dtype));
+    auto dims = shape_dims(t.GetStorageShape());
+    if (ge::Status e = check_input_shape(r, i, dims, api)) return e;
+    int64_t need = 0;
+    if (!tensor_bytes(dims, spec.dtype, need))
+      return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u input %zu '%s': shape %s holds more bytes than int64 "
+                     "counts", api, graph_id, i, spec.name.c_str(), dims_str(dims).c_str());
+    const void *addr = t.GetAddr();
+    if (!gert::TensorPlacementUtils::IsOnDevice(t.GetPlacement()))
+      return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u input %zu '%s' is placed on the host; inputs must be "
+                     "device memory (copy them with aclrtMemcpy first)", api, graph_id, i, spec.name.c_str());
+    AllocationPtr a;
+    if (need > 0) {
+      std::lock_guard<std::mutex> lk(rt().mem_mu);
+      a = find_allocation(addr, static_cast<size_t>(need), false);
+    }
+    if (need > 0 && !a)
+      return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u input %zu '%s' at %p is not %lld bytes of device memory "
+                     "(a host pointer, freed memory, or a buffer too small for shape %s)", api, graph_id, i,
+                     spec.name.c_str(), addr, static_cast<long long>(need), dims_str(dims).c_str());
+    if (t.GetSize() < static_cast<size_t>(need < 0 ? 0 : need))
+      return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u input %zu '%s' holds %zu bytes, shape %s needs %lld", api,
+                     graph_id, i, spec.name.c_str(), t.GetSize(), dims_str(dims).c_str(), static_cast<long long>(need));
+    fill_ref(run_in[i], const_cast<void *>(addr), static_cast<uint64_t>(need < 0 ? 0 : need), spec.dtype, dims);
+    held.push_back(std::move(a));
+    in_dims.push_back(std::move(dims));
+  }
+  if (ge::Status e = check_gears(r, in_dims, api)) return e;
+  // Outputs: static graphs need them allocated by the caller; dynamic graphs may leave them to GE.
+  const bool allocate_outputs = outputs.empty();
+  if (allocate_outputs && r.is_static)
+    return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u is static: allocate its %zu output(s) and pass them (GE "
+                   "allocates outputs only for dynamic graphs)", api, graph_id, r.outputs.size());
+  run_out.resize(r.outputs.size());
+  if (allocate_outputs) {  // GE allocates them: the provider still needs each output's dtype (and the dims known)
+    for (size_t i = 0; i < r.outputs.size(); ++i)
+      fill_ref(run_out[i], nullptr, 0, r.outputs[i].dtype, r.outputs[i].dims);
+  } else {
+    if (outputs.size() != r.outputs.size())
+      return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u has %zu output(s), got %zu", api, graph_id,
+                     r.outputs.size(), outputs.size());
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      gert::Tensor &t = outputs[i];
+      const IOSpec &spec = r.outputs[i];
+      if (t.GetDataType() != spec.dtype)
+        return ge_fail(ACL_ERROR_GE_DATATYPE_INVALID, "%s: graph %u output %zu '%s' has dtype %s, the graph produces %s",
+                       api, graph_id, i, spec.name.c_str(), dtype_name(t.GetDataType()), dtype_name(spec.dtype));
+      void *addr = t.GetAddr();
+      size_t have = t.GetSize();
+      if (r.is_static) {
+        int64_t need = 0;
+        if (!tensor_bytes(spec.dims, spec.dtype, need) || need < 0)
+          return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u output %zu '%s': shape %s holds more bytes than "
+                         "int64 counts", api, graph_id, i, spec.name.c_str(), dims_str(spec.dims).c_str());
+        if (have < static_cast<size_t>(need))
+          return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u output %zu '%s' holds %zu bytes, its shape %s needs %lld",
+                         api, graph_id, i, spec.name.c_str(), have, dims_str(spec.dims).c_str(),
+                         static_cast<long long>(need));
+      }
+      AllocationPtr a;
+      if (have > 0) {
+        std::lock_guard<std::mutex> lk(rt().mem_mu);
+        a = find_allocation(addr, have, false);
+      }
+      if (have > 0 && !a)
+        return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u output %zu '%s' at %p is not %zu bytes of device memory",
+                       api, graph_id, i, spec.name.c_str(), addr, have);
+      // Unknown-shape graphs: GE computes each output's shape (the caller's is overwritten) and copies into the
+      // caller's buffer, failing if it is too small (rt2 TensorToOut).
+      fill_ref(run_out[i], addr, have, spec.dtype, spec.dims);
+      held.push_back(a);
+    }
+  }
+  return ge::SUCCESS;
+}
+
 }  // namespace
 
 std::shared_ptr<const gertHostGraphProvider> graph_provider() {
@@ -857,89 +1031,26 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
     return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u takes %zu input(s) (%s), got %zu", api, graph_id,
                    r->inputs.size(), names.c_str(), inputs.size());
   }
-  // Validate inputs: dtype, shape, device memory large enough.
-  auto run_in = std::make_shared<std::vector<gertHostTensorRef>>(inputs.size());
-  std::vector<std::vector<int64_t>> in_dims;
+  struct Done {  // the run's tensors and its end, shared by the caller and the task (one allocation)
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    ge::Status status = SUCCESS;
+    std::string msg;
+    DeviceAllocCtx alloc;
+    std::vector<gertHostTensorRef> in, out;  // what the provider runs on
+  };
+  auto done = std::make_shared<Done>();
+  std::vector<gertHostTensorRef> &run_in = done->in;
+  std::vector<gertHostTensorRef> &run_out = done->out;
   std::vector<AllocationPtr> held;
-  in_dims.reserve(inputs.size());
-  held.reserve(inputs.size() + outputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const gert::Tensor &t = inputs[i];
-    const IOSpec &spec = r->inputs[i];
-    if (t.GetDataType() != spec.dtype)
-      return ge_fail(ACL_ERROR_GE_DATATYPE_INVALID, "%s: graph %u input %zu '%s' has dtype %s, the graph takes %s", api,
-                     graph_id, i, spec.name.c_str(), dtype_name(t.GetDataType()), dtype_name(spec.dtype));
-    auto dims = shape_dims(t.GetStorageShape());
-    if (Status e = check_input_shape(*r, i, dims, api)) return e;
-    int64_t need = 0;
-    if (!tensor_bytes(dims, spec.dtype, need))
-      return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u input %zu '%s': shape %s holds more bytes than int64 "
-                     "counts", api, graph_id, i, spec.name.c_str(), dims_str(dims).c_str());
-    const void *addr = t.GetAddr();
-    if (!gert::TensorPlacementUtils::IsOnDevice(t.GetPlacement()))
-      return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u input %zu '%s' is placed on the host; inputs must be "
-                     "device memory (copy them with aclrtMemcpy first)", api, graph_id, i, spec.name.c_str());
-    AllocationPtr a;
-    if (need > 0) {
-      std::lock_guard<std::mutex> lk(rt().mem_mu);
-      a = find_allocation(addr, static_cast<size_t>(need), false);
-    }
-    if (need > 0 && !a)
-      return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u input %zu '%s' at %p is not %lld bytes of device memory "
-                     "(a host pointer, freed memory, or a buffer too small for shape %s)", api, graph_id, i,
-                     spec.name.c_str(), addr, static_cast<long long>(need), dims_str(dims).c_str());
-    if (t.GetSize() < static_cast<size_t>(need < 0 ? 0 : need))
-      return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u input %zu '%s' holds %zu bytes, shape %s needs %lld", api,
-                     graph_id, i, spec.name.c_str(), t.GetSize(), dims_str(dims).c_str(), static_cast<long long>(need));
-    fill_ref((*run_in)[i], const_cast<void *>(addr), static_cast<uint64_t>(need < 0 ? 0 : need), spec.dtype, dims);
-    held.push_back(std::move(a));
-    in_dims.push_back(std::move(dims));
-  }
-  if (Status e = check_gears(*r, in_dims, api)) return e;
-  // Outputs: static graphs need them allocated by the caller; dynamic graphs may leave them to GE.
-  bool allocate_outputs = outputs.empty();
-  if (allocate_outputs && r->is_static)
-    return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u is static: allocate its %zu output(s) and pass them (GE "
-                   "allocates outputs only for dynamic graphs)", api, graph_id, r->outputs.size());
-  auto run_out = std::make_shared<std::vector<gertHostTensorRef>>(r->outputs.size());
-  if (allocate_outputs) {  // GE allocates them: the provider still needs each output's dtype (and the dims known)
-    for (size_t i = 0; i < r->outputs.size(); ++i)
-      fill_ref((*run_out)[i], nullptr, 0, r->outputs[i].dtype, r->outputs[i].dims);
-  } else {
-    if (outputs.size() != r->outputs.size())
-      return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u has %zu output(s), got %zu", api, graph_id,
-                     r->outputs.size(), outputs.size());
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      gert::Tensor &t = outputs[i];
-      const IOSpec &spec = r->outputs[i];
-      if (t.GetDataType() != spec.dtype)
-        return ge_fail(ACL_ERROR_GE_DATATYPE_INVALID, "%s: graph %u output %zu '%s' has dtype %s, the graph produces %s",
-                       api, graph_id, i, spec.name.c_str(), dtype_name(t.GetDataType()), dtype_name(spec.dtype));
-      void *addr = t.GetAddr();
-      size_t have = t.GetSize();
-      if (r->is_static) {
-        int64_t need = 0;
-        if (!tensor_bytes(spec.dims, spec.dtype, need) || need < 0)
-          return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u output %zu '%s': shape %s holds more bytes than "
-                         "int64 counts", api, graph_id, i, spec.name.c_str(), dims_str(spec.dims).c_str());
-        if (have < static_cast<size_t>(need))
-          return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u output %zu '%s' holds %zu bytes, its shape %s needs %lld",
-                         api, graph_id, i, spec.name.c_str(), have, dims_str(spec.dims).c_str(),
-                         static_cast<long long>(need));
-      }
-      AllocationPtr a;
-      if (have > 0) {
-        std::lock_guard<std::mutex> lk(rt().mem_mu);
-        a = find_allocation(addr, have, false);
-      }
-      if (have > 0 && !a)
-        return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: graph %u output %zu '%s' at %p is not %zu bytes of device memory",
-                       api, graph_id, i, spec.name.c_str(), addr, have);
-      // Unknown-shape graphs: GE computes each output's shape (the caller's is overwritten) and copies into the
-      // caller's buffer, failing if it is too small (rt2 TensorToOut).
-      fill_ref((*run_out)[i], addr, have, spec.dtype, spec.dims);
-      held.push_back(a);
-    }
+  const bool allocate_outputs = outputs.empty();
+  // The checks, unless the last launch's tensors passed them and nothing they found changed since (CheckedLaunch).
+  const uint64_t frees = rt().device_frees.load(std::memory_order_acquire);
+  if (!r->checked.take(inputs, outputs, frees, run_in, run_out, held)) {
+    held.clear();
+    if (Status e = check_launch(*r, graph_id, inputs, outputs, api, run_in, run_out, held)) return e;
+    r->checked.keep(inputs, outputs, frees, run_in, run_out, held);
   }
 
   // Enqueue. Launches through one Session are serialized, as in GE; the lock is released once the run is queued,
@@ -950,35 +1061,29 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
     sp->limit[ACL_RT_DEV_RES_CUBE_CORE] = std::min(s->aicore_cube, d->cube_cores);
     if (s->aicore_vector) sp->limit[ACL_RT_DEV_RES_VECTOR_CORE] = std::min(s->aicore_vector, d->vector_cores);
   }
-  struct Done {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    ge::Status status = SUCCESS;
-    std::string msg;
-    DeviceAllocCtx alloc;
-  };
-  auto done = std::make_shared<Done>();
   done->alloc.device = sp->device();
   // An unknown-shape graph's output shapes are known once it ran: the call waits for the run (GE syncs the stream
   // for DEPEND_COMPUTE operators) and writes them into the output tensors.
   const bool wait = !r->is_static;
   r->in_flight.fetch_add(1);
   Stream *raw_stream = sp.get();
-  Task task{[r, run_in, run_out, held, done, wait, raw_stream, d](std::string &msg) -> aclError {
-    ComputeShare share(*d, effective_limit(*d, raw_stream, ACL_RT_DEV_RES_CUBE_CORE));
-    char err[2048] = {0};
-    const auto t0 = std::chrono::steady_clock::now();
+  // (held: moved in, released with the task once it ran, as a device releases a kernel's arguments)
+  Task task{[r, held = std::move(held), done, wait, raw_stream, d](std::string &msg) -> aclError {
+    ComputeShare share(*d, effective_limit(*d, raw_stream, ACL_RT_DEV_RES_CUBE_CORE));  // (reads the clock: t0)
+    char err[2048];  // a provider that fails writes its message, NUL-terminated (no 2 KB zero fill per run)
+    err[0] = 0;
     int rc = r->provider->run(r->exe, static_cast<int32_t>(share.threads()), share.alone() ? 1 : 0,
-                              static_cast<int32_t>(run_in->size()),
-                              run_in->data(), static_cast<int32_t>(run_out->size()), run_out->data(),
+                              static_cast<int32_t>(done->in.size()),
+                              done->in.data(), static_cast<int32_t>(done->out.size()), done->out.data(),
                               device_alloc_cb, &done->alloc, err, sizeof err);
+    err[sizeof err - 1] = 0;  // (a message that fills the buffer is cut, never read past it)
     r->last_run_ns.store(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count(),
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+                .count() - share.start_ns(),
         std::memory_order_relaxed);
     r->in_flight.fetch_sub(1);
     aclError result = ACL_SUCCESS;
-    if (rc == 0) release_unused(done->alloc, *run_out);
+    if (rc == 0) release_unused(done->alloc, done->out);
     if (rc != 0) {
       msg = "graph " + std::to_string(r->id) + " (" + r->graph->name + ") failed: " + err;
       if (!done->alloc.error.empty()) msg += " (" + done->alloc.error + ")";
@@ -1051,7 +1156,7 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
     return ge_fail(done->status, "%s: %s", api, done->msg.c_str());
   if (!allocate_outputs) {
     for (size_t i = 0; i < outputs.size(); ++i) {
-      const gertHostTensorRef &ref = (*run_out)[i];
+      const gertHostTensorRef &ref = run_out[i];
       gert::Shape shape;
       for (int32_t k = 0; k < ref.ndim; ++k) shape.AppendDim(ref.dims[k]);
       outputs[i].MutableStorageShape() = shape;
@@ -1060,8 +1165,8 @@ Status Session::ExecuteGraphWithStreamAsync(uint32_t graph_id, void *stream, con
     return SUCCESS;
   }
   outputs.clear();
-  outputs.reserve(run_out->size());
-  for (auto &ref : *run_out) {
+  outputs.reserve(run_out.size());
+  for (auto &ref : run_out) {
     gert::StorageShape shape;
     for (int32_t k = 0; k < ref.ndim; ++k) {
       shape.MutableStorageShape().AppendDim(ref.dims[k]);

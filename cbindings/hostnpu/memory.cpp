@@ -255,6 +255,7 @@ aclError aclrtFree(void *devPtr) try {
     if (it != rt().device_mem.end()) {
       a = std::move(it->second);
       rt().device_mem.erase(it);
+      rt().device_frees.fetch_add(1, std::memory_order_release);
     }
   }
   if (!a)

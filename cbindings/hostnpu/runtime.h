@@ -265,6 +265,9 @@ struct Runtime {
 
   std::mutex mem_mu;
   std::map<uintptr_t, AllocationPtr> device_mem;  // by base address
+  // Bumped (under mem_mu) whenever an allocation leaves `device_mem` (aclrtFree, a device reset): a check that found
+  // device memory live holds while it has not moved (ge_session.cpp CheckedLaunch).
+  std::atomic<uint64_t> device_frees{0};
   std::map<uintptr_t, AllocationPtr> host_mem;
 };
 Runtime &rt();
@@ -334,15 +337,19 @@ class ComputeShare {
     }
     alone_ = peak == 1;
     threads_ = std::max<uint32_t>(1, std::min(limit, d.cube_cores / peak));
+    start_ns_ = now;
   }
   ~ComputeShare() { d_.running_graphs.fetch_sub(1); }
   ComputeShare(const ComputeShare &) = delete;
   ComputeShare &operator=(const ComputeShare &) = delete;
   uint32_t threads() const { return threads_; }
   bool alone() const { return alone_; }
+  // When the share was taken (steady clock, ns since its epoch): the start of the run it is for.
+  int64_t start_ns() const { return start_ns_; }
 
  private:
   Device &d_;
+  int64_t start_ns_ = 0;
   uint32_t threads_ = 1;
   bool alone_ = false;
 };

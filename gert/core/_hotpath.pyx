@@ -376,7 +376,10 @@ cdef class HotPath:
             dsts = big_dsts.data()
             outv = big_outv.data()
         cdef Py_ssize_t out_held = 0
-        cdef list outs = []
+        cdef list outs = None  # the outputs when more than one (one: ``first``, no list built)
+        cdef object first = None
+        if n_out > 1:
+            outs = []
         cdef int64_t t0
         cdef bint ran = False
         try:
@@ -397,7 +400,10 @@ cdef class HotPath:
                         lens.push_back(views[i].len)
                 for i in range(n_out):
                     a = _empty(p.out_shapes[i], p.out_dtypes[i])
-                    outs.append(a)
+                    if outs is None:
+                        first = a
+                    else:
+                        outs.append(a)
                     PyObject_GetBuffer(a, &outv[i], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
                     out_held += 1
                     if outv[i].len != p.out_bytes[i]:
@@ -429,8 +435,8 @@ cdef class HotPath:
         if not ran:
             return None
         self.hits += 1
-        if n_out == 1:
-            return {p.out_names[0]: outs[0]}
+        if outs is None:
+            return {p.out_names[0]: first} if n_out == 1 else {}
         return dict(zip(p.out_names, outs))
 
     # ---- filling and invalidation ---------------------------------------------------------------------------------

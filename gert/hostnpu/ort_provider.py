@@ -272,13 +272,20 @@ def _replay(sess, io) -> tuple:
     """(callable, args, keep) that repeats ``sess.run_with_iobinding(io)``. ONNX Runtime's Python method checks
     WebGPU graph capture at every call (two more calls into ONNX Runtime's module, about 1 us); a CPU session never
     captures, so the replay calls what that method calls: the session's run_with_iobinding on the native binding.
-    The public method where this ONNX Runtime has no such attributes."""
+    The public method where this ONNX Runtime has no such attributes.
+
+    The run options passed are a default ``RunOptions`` of the binding's own, not None: ONNX Runtime runs a binding
+    without options with default ones (the same run), but pybind11 matches None against the options' type only after
+    a failed lookup of a foreign type on NoneType (an AttributeError built and dropped per call: about 0.7 us of a
+    2.3 us replay of a one-node graph, benchmarks/bench_graph_call.py)."""
     native_sess = getattr(sess, "_sess", None)
     native_io = getattr(io, "_iobinding", None)
     run = getattr(native_sess, "run_with_iobinding", None)
     if run is None or native_io is None or getattr(io, "_session", None) is not native_sess:
         return sess.run_with_iobinding, (io,), io
-    return run, (native_io, None), io
+    import onnxruntime as ort
+
+    return run, (native_io, ort.RunOptions()), io
 
 
 class OrtGraphProvider:
