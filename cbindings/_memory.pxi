@@ -1,4 +1,5 @@
 # Memory: device buffers (aclrtMalloc) and pinned host buffers (aclrtMallocHost) with the buffer protocol.
+cimport cython
 from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE,
                              PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES)
 from cpython.pycapsule cimport PyCapsule_New, PyCapsule_IsValid, PyCapsule_GetPointer
@@ -82,8 +83,14 @@ cdef _HeldBuffer _acquire(obj, bint writable, str what):
     return h
 
 
+@cython.no_gc_clear
 cdef class DeviceBuffer:
-    """``nbytes`` of device memory (aclrtMalloc), freed when the object dies or on free()."""
+    """``nbytes`` of device memory (aclrtMalloc), freed when the object dies or on free().
+
+    no_gc_clear: __dealloc__ reads ``_owner`` to know whether the memory is its own. A buffer over memory GE
+    allocated, collected in a garbage cycle (an exception's traceback holding the frame that held the output), had
+    ``_owner`` set to None by the cycle collector's tp_clear before its __dealloc__, then freed memory its owner
+    frees too: a double free."""
     cdef intptr_t _ptr
     cdef readonly size_t nbytes
     cdef readonly int device_id
