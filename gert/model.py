@@ -223,14 +223,9 @@ class Model:
         """
         if out is None and timeout is None:  # the compiled path first (it refuses when closed); None: the checks
             kind = type(inputs)                 # and paths below (no ABC checks before it: ~0.3 us a call)
-            if kind is dict:
-                result = self._hot.run(inputs)
-                if result is not None:
-                    return result
-            elif kind is list:
-                results = self._hot.run_list(inputs)  # a merged batch it knows, or None
-                if results is not None:
-                    return results
+            result = self._hot.run(inputs) if kind is dict else self._hot.run_list(inputs) if kind is list else None
+            if result is not None:  # (run_list: a merged batch it knows)
+                return result
         self._check_open()
         if (type(inputs) is dict or isinstance(inputs, Mapping)):
             if out is None:  # the Engine (the compiled path takes dicts only, above)
