@@ -29,6 +29,7 @@ import numpy as np
 import pytest
 
 import gert
+from gert_triton.config import GertParams
 from gert_triton.model import io_config, onnx_io
 from gert_triton.repo import init_repo
 from gert_triton.server import pytriton_root
@@ -752,7 +753,7 @@ def test_metrics_endpoint_exposes_gert_metrics(server, grpc):
     of MAX_BATCH // 2 rows each; one stream runs it at gear MAX_BATCH), all at an image width of their own. The gear
     label shows a width only where it is a declared gear (bounded labels: other sizes show as "dynamic"), so this
     test's hits are the change from a snapshot taken once gert's earlier publications have settled (no change for
-    many publication intervals); it then waits (deadline) until gert's publisher thread has published them."""
+    two publication intervals); it then waits (deadline) until gert's publisher thread has published them."""
     w = next(_METRICS_WIDTHS)
 
     def gear_hits(m) -> dict:  # cls's gear hits by batch gear
@@ -763,9 +764,9 @@ def test_metrics_endpoint_exposes_gert_metrics(server, grpc):
                 out[int(dims["batch"])] = out.get(int(dims["batch"]), 0) + v
         return out
 
-    def settled():  # the publisher is idle: two reads 0.5 s apart (5 publication intervals) agree
+    def settled():  # the publisher is idle: two reads more than two publication intervals apart agree
         first = gear_hits(metrics(server))
-        time.sleep(0.5)
+        time.sleep(2.5 * GertParams().metrics_interval_ms / 1000)  # cls publishes at the default interval
         return (first,) if gear_hits(metrics(server)) == first else None
 
     (before,) = wait_for(settled, 30, "earlier publications settled")
