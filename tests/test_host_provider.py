@@ -336,9 +336,8 @@ def test_a_repeated_run_graph_of_a_static_graph_replays_its_binding_and_returns_
         assert not any(t.is_alive() for t in threads) and failures == []
 
 
-def test_the_replay_calls_onnxruntimes_native_run_without_the_python_wrapper():
-    """ONNX Runtime's InferenceSession.run_with_iobinding checks WebGPU graph capture at each call (Python and two
-    calls into its module); the replay calls the native method it ends in, with the same binding."""
+def _bound_double() -> tuple:
+    """(session, IOBinding, x, y): _double(3) on ONNX Runtime's CPU provider, x [3, 4] of ones and y bound."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -349,6 +348,13 @@ def test_the_replay_calls_onnxruntimes_native_run_without_the_python_wrapper():
     y = np.zeros((3, 4), np.float32)
     io.bind_input("x", "cpu", 0, np.float32, [3, 4], x.ctypes.data)
     io.bind_output("y", "cpu", 0, np.float32, [3, 4], y.ctypes.data)
+    return sess, io, x, y
+
+
+def test_the_replay_calls_onnxruntimes_native_run_without_the_python_wrapper():
+    """ONNX Runtime's InferenceSession.run_with_iobinding checks WebGPU graph capture at each call (Python and two
+    calls into its module); the replay calls the native method it ends in, with the same binding."""
+    sess, io, x, y = _bound_double()
     import inspect
 
     call, args, keep = _ort_provider._replay(sess, io)
@@ -358,21 +364,13 @@ def test_the_replay_calls_onnxruntimes_native_run_without_the_python_wrapper():
     np.testing.assert_array_equal(y, 2 * x)
 
 
-
 def test_the_replay_passes_default_run_options_of_its_own_not_none():
     """ONNX Runtime runs a binding without run options with default ones; the replay passes a default RunOptions of
     its own instead of None, which pybind11 matches only after a failed foreign-type lookup on NoneType (an
     AttributeError built per call, about 0.7 us of a one-node replay). Same run: every option at its default."""
     import onnxruntime as ort
 
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(_double(3), so, providers=["CPUExecutionProvider"])
-    io = sess.io_binding()
-    x = np.ones((3, 4), np.float32)
-    y = np.zeros((3, 4), np.float32)
-    io.bind_input("x", "cpu", 0, np.float32, [3, 4], x.ctypes.data)
-    io.bind_output("y", "cpu", 0, np.float32, [3, 4], y.ctypes.data)
+    sess, io, _, _ = _bound_double()
     _, args, _ = _ort_provider._replay(sess, io)
     options = args[-1]
     assert isinstance(options, ort.RunOptions)
@@ -381,6 +379,7 @@ def test_the_replay_passes_default_run_options_of_its_own_not_none():
         assert getattr(options, name) == getattr(default, name), name
     _, again, _ = _ort_provider._replay(sess, sess.io_binding())
     assert again[-1] is not options  # each binding's own: no options object shared between threads' bindings
+
 
 def _dynamic_model(value_dependent: bool) -> bytes:
     """x: [n, 4] float32 -> y: Relu(x) of the same shape, or (value_dependent) NonZero(x): [2, count of non-zeros]."""
