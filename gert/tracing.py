@@ -17,8 +17,10 @@ on the stream (gert/core/staged.py); ``stages=False`` keeps the one fused call (
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import threading
 from typing import Optional
 
 from gert.core import trace as _core
@@ -65,16 +67,34 @@ class Trace:
         return {"traceEvents": self.events, "displayTimeUnit": "ms",
                 "otherData": {"producer": "gert", "stages": self.stages}}
 
-    def write(self, path: str | os.PathLike) -> str:
-        """Write the trace to ``path`` (a .json file); the path."""
-        path = os.fspath(path)
-        with open(path, "w") as f:
-            json.dump(self.to_json(), f)
-        return path
+    def write(self, path: str | os.PathLike, other_data: Optional[dict] = None) -> str:
+        """Write the trace to ``path`` (a .json file), ``other_data`` merged into its "otherData"; the path.
+
+        Atomic: the JSON goes to a temporary file beside ``path`` that is renamed over it, so a reader (a viewer, a
+        test polling for the file) sees no file or the whole trace, never a half-written one."""
+        data = self.to_json()
+        data["otherData"].update(other_data or {})
+        return write_json(path, data)
 
     def stage_stats(self) -> dict:
         """Per stage: count, mean_ms, p99_ms."""
         return {} if self.recorder is None else self.recorder.stage_stats()
+
+
+def write_json(path: str | os.PathLike, data: dict) -> str:
+    """Write ``data`` as JSON to ``path`` through a temporary file in the same directory and a rename; the path."""
+    path = os.fspath(path)
+    tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)  # the umask applies
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
 
 
 def trace(path: Optional[str | os.PathLike] = None, *, stages: bool = True) -> Trace:

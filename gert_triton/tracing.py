@@ -13,7 +13,6 @@ std::chrono::steady_clock (CLOCK_MONOTONIC on Linux, the clock of Python's time.
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Optional
@@ -77,12 +76,8 @@ class AdapterTrace:
     def close(self) -> str:
         """Stop recording and write the JSON; its path."""
         self.trace.stop()
-        data = self.trace.to_json()
-        data["otherData"].update(model=self.model_name, wall_clock_origin_ns=self.wall_origin_ns,
-                                 monotonic_origin_ns=round(self._recorder.origin * 1e9))
-        with open(self.path, "w") as f:
-            json.dump(data, f)
-        return self.path
+        return self.trace.write(self.path, {"model": self.model_name, "wall_clock_origin_ns": self.wall_origin_ns,
+                                            "monotonic_origin_ns": round(self._recorder.origin * 1e9)})
 
 
 def _request_id(request) -> str:

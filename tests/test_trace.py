@@ -198,6 +198,30 @@ def test_unfused_trace_has_one_execute_span(model):
     assert names.count("execute") == 1 and "h2d" not in names
 
 
+def test_a_trace_file_is_whole_or_absent_never_half_written(model, tmp_path, monkeypatch):
+    """A reader polling for the file (a viewer, Triton's finalize writing while a client waits) never reads a
+    truncated JSON: the write goes to a temporary file renamed over the path, and a failed write leaves the previous
+    trace as it was and no temporary file behind."""
+    path = tmp_path / "run.json"
+    with gert.trace(path) as t:
+        model.run({"x": _x(4)})
+    first = path.read_text()
+    assert json.loads(first)["traceEvents"]
+
+    def half_then_fail(data, f):
+        f.write(json.dumps(data)[:100])
+        raise OSError("disk full")
+
+    monkeypatch.setattr(gert.tracing.json, "dump", half_then_fail)
+    with pytest.raises(OSError, match="disk full"):
+        t.write(path, {"model": "m"})
+    assert path.read_text() == first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.json"]
+    monkeypatch.undo()
+    t.write(path, {"model": "m"})
+    assert json.loads(path.read_text())["otherData"]["model"] == "m"
+
+
 def test_one_trace_at_a_time():
     with gert.trace():
         with pytest.raises(gert.GertError, match="another gert.trace"):
