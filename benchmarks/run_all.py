@@ -48,7 +48,7 @@ SCRIPTS = [
     ("memory", "bench_memory.py", [], ["--work", "rapidocr:12,det:10,triton3:4"]),
     ("hotpath", "bench_hotpath.py", [], ["--rounds", "3", "--calls", "1000"]),
     ("graph_call", "bench_graph_call.py", [], ["--rounds", "3", "--calls", "1000"]),
-    ("single_client", "bench_single_client.py", [], ["--passes", "2"]),
+    ("single_client", "bench_single_client.py", [], ["--rounds", "2", "--requests", "20"]),
 ]
 
 

@@ -77,9 +77,9 @@ def test_the_gears_of_a_named_batch_dim_share_one_session(monkeypatch):
 
 @pytest.mark.parametrize("spinning", [False, True])
 def test_a_run_spins_only_when_alone_on_the_device_and_asked_to(monkeypatch, spinning):
-    """By default no session spins. With GERT_HOST_ORT_SPINNING=1 (the provider's _SPIN) the session a run alone on
-    its device takes lets its pool threads spin (busy-wait between parallel sections) and stops them when the run
-    ends (an idle pool never spins against the next run); a run that shares the device never spins."""
+    """By default (the provider's _SPIN; GERT_HOST_ORT_SPINNING=0 turns it off) the session a run alone on its device
+    takes lets its pool threads spin (busy-wait between parallel sections) and stops them when the run ends (an idle
+    pool never spins against the next run); a run that shares the device never spins."""
     from gert import _ort_provider
     from gert.dtypes import ge_dtype
 

@@ -29,14 +29,15 @@ TensorArg = tuple  # (ptr: int, nbytes: int, ge_dtype: int, dims: tuple[int, ...
 _PROBED_LIMIT = 256
 _LEARNED_KEPT = 256  # input shapes whose output shapes a dynamic graph remembers
 # Spinning: ONNX Runtime's pool threads can busy-wait for work between the parallel sections of a run (its default)
-# instead of sleeping. Off by default on the host NPU: spinning threads take the cores that other runs need
-# (PP-OCR det, 2 streams, 4 clients, bench_shapes: 0.71-0.88x ONNX Runtime's throughput with spinning pools
-# everywhere; spinning only for a run alone on its device still cost the first pass 0.85-0.88x against 0.95-1.0x,
-# and p99 1.1x against 0.8x, in back-to-back A/B runs), while a lone client gained little (det over 30 sizes:
-# 1.15x ONNX Runtime's time per image against 1.19x). GERT_HOST_ORT_SPINNING=1: a run alone on its device (no
-# other run lately: ComputeShare in cbindings/hostnpu/runtime.h) spins, and stops when it ends
-# (session.force_spinning_stop), so an idle pool never spins against the next run.
-_SPIN = os.environ.get("GERT_HOST_ORT_SPINNING", "0") == "1"
+# instead of sleeping. On the host NPU a run alone on its device (no other run within ComputeShare's 50 ms window:
+# cbindings/hostnpu/runtime.h) spins, as ONNX Runtime's default session does, and stops when it ends
+# (session.force_spinning_stop), so an idle pool never spins against the next run; a run that shares the device never
+# spins (spinning threads take the cores the other runs need: PP-OCR det, 2 streams, 4 clients, bench_shapes: 0.71-0.88x
+# ONNX Runtime's throughput with spinning pools everywhere). Measured (issue 23, 2 cores): PP-OCR det, one client, a
+# hot size in blocks of 5 runs alternated with ONNX Runtime's default session, gert / ORT 1.27x and 1.33x without
+# spinning, 1.05x-1.10x with; bench_shapes det (4 clients, 2 streams), gert / ORT throughput over 2 runs x 3 passes
+# 0.90-0.98 (mean 0.937) without, 0.91-0.98 (mean 0.937) with. GERT_HOST_ORT_SPINNING=0: no run spins.
+_SPIN = os.environ.get("GERT_HOST_ORT_SPINNING", "1") != "0"
 # The device's workspace: every session of the host NPU allocates its intermediate tensors from one arena that ONNX
 # Runtime's environment holds (as GE's graphs share one feature-memory pool), not from an arena of its own. With an
 # arena per session, a model with many static graphs (policy auto over many sizes) ran each request in memory last
