@@ -6,10 +6,10 @@ The requests are bench_shapes.py's: single images whose sizes are 70% three hot 
 of 32, a new tail in each pass. gert: ``gert.load(det)`` with its defaults, ``warmup()``, then one client calling
 ``Model.run``; ONNX Runtime: one InferenceSession with default options (its pool threads spin), ``run``. A round is
 one pass of each over the same requests, whole passes, their order alternating from round to round (gert first in
-the first, ORT first in the second, ...), 0.2 s apart (ORT's pool spins on after a run); the first round included (gert compiles its hot sizes in the background
-then). Reported: each round's mean and p99 latency ratios gert / ORT, their median over the rounds (issue 23's
-measure: the median of 5 interleaved rounds; targets mean <= 1.05x, p99 <= 1.2x), and per side the mean and p99
-over all rounds.
+the first, ORT first in the second, ...), 0.2 s apart (ORT's pool spins on after a run); the first round included
+(gert compiles its hot sizes in the background then). Reported: each round's mean and p99 latency ratios
+gert / ORT, their median over the rounds (issue 23's measure: the median of 5 interleaved rounds; targets
+mean <= 1.05x, p99 <= 1.2x), and per side the mean and p99 over all rounds.
 """
 from __future__ import annotations
 
