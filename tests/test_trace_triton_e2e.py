@@ -54,6 +54,18 @@ def served(tmp_path_factory):
         stop_server(srv)
 
 
+def _whole_json(path, timeout: float = CALL_TIMEOUT):
+    """A JSON file another process (Triton's trace writer) may still be writing: parsed once it is whole."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def test_triton_trace_names_each_requests_batch_and_lines_up_with_tritons(served):
     srv, client, root, log = served
     try:
@@ -87,7 +99,7 @@ def test_triton_trace_names_each_requests_batch_and_lines_up_with_tritons(served
     origin = data["otherData"]["monotonic_origin_ns"]
     records = []  # log-frequency=1: Triton writes each request's trace to triton.json.<n> as it completes
     for part in sorted(root.glob("triton.json.*")):
-        records += json.loads(part.read_text())
+        records += _whole_json(part)
     stamps: dict = {}
     for r in records:
         for t in r.get("timestamps", []):
