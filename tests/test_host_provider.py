@@ -102,6 +102,31 @@ def test_a_run_spins_only_when_alone_on_the_device_and_asked_to(monkeypatch, spi
     assert entry(exe.run_session(1, True), "session.intra_op.allow_spinning") == "0"
 
 
+@pytest.mark.parametrize("setting", [None, "0"])
+def test_a_lone_run_spins_by_default_and_the_variable_turns_it_off(setting):
+    """A fresh process (GERT_HOST_ORT_SPINNING unset): a run alone on its device takes the spinning session, as ONNX
+    Runtime's default session spins; GERT_HOST_ORT_SPINNING=0: no session spins."""
+    res = run_python_result('''
+        import onnx, onnx.helper as oh
+        from gert.hostnpu import memory_report
+        x = oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", 4])
+        y = oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["batch", 4])
+        m = oh.make_model(oh.make_graph([oh.make_node("Add", ["x", "x"], ["y"])], "double", [x], [y]),
+                          opset_imports=[oh.make_opsetid("", 17)])
+        m.ir_version = 8
+        with gert.load(m.SerializeToString(), streams=1) as model:
+            model.warmup()
+            assert (model.run({"x": np.ones((2, 4), np.float32)})["y"] == 2).all()
+            emit({"by_threads": [k for mm in memory_report()["models"] for k in mm["by_threads"]],
+                  "cores": model._workers[0].stream.cube_cores})
+    ''', env={} if setting is None else {"GERT_HOST_ORT_SPINNING": setting})
+    spinning = [k for k in res["by_threads"] if k.endswith(" spinning")]
+    if setting == "0" or res["cores"] == 1:
+        assert not spinning, res
+    else:
+        assert spinning == [f"{res['cores']} spinning"], res
+
+
 def test_fused_runs_inline_while_other_threads_queue_on_the_same_stream():
     """A fused request runs on the waiting thread once the stream is idle; host functions that another thread
     queues meanwhile run after it, in order, and nothing is lost or run twice."""
