@@ -36,7 +36,9 @@ _LEARNED_KEPT = 256  # input shapes whose output shapes a dynamic graph remember
 # ONNX Runtime's throughput with spinning pools everywhere). Measured (issue 23, 2 cores): PP-OCR det, one client, a
 # hot size in blocks of 5 runs alternated with ONNX Runtime's default session, gert / ORT 1.27x and 1.33x without
 # spinning, 1.05x-1.10x with; bench_shapes det (4 clients, 2 streams), gert / ORT throughput over 2 runs x 3 passes
-# 0.90-0.98 (mean 0.937) without, 0.91-0.98 (mean 0.937) with. GERT_HOST_ORT_SPINNING=0: no run spins.
+# 0.90-0.98 (mean 0.937) without, 0.91-0.98 (mean 0.937) with. Without the stop at the end of a run (a pool spinning
+# on for ~50 ms, as ONNX Runtime's default does) bench_shapes det lost 5% (0.85-0.97, mean 0.893) and one client gained
+# nothing measurable. GERT_HOST_ORT_SPINNING=0: no run spins.
 _SPIN = os.environ.get("GERT_HOST_ORT_SPINNING", "1") != "0"
 # The device's workspace: every session of the host NPU allocates its intermediate tensors from one arena that ONNX
 # Runtime's environment holds (as GE's graphs share one feature-memory pool), not from an arena of its own. With an
