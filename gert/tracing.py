@@ -17,13 +17,12 @@ on the stream (gert/core/staged.py); ``stages=False`` keeps the one fused call (
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import threading
 from typing import Optional
 
 from gert.core import trace as _core
+from gert.core.atomic_file import atomic_open
 from gert.errors import GertError
 
 
@@ -82,18 +81,10 @@ class Trace:
 
 
 def write_json(path: str | os.PathLike, data: dict) -> str:
-    """Write ``data`` as JSON to ``path`` through a temporary file in the same directory and a rename; the path."""
+    """Write ``data`` as JSON to ``path`` whole or not at all (gert/core/atomic_file.py); the path."""
     path = os.fspath(path)
-    tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)  # the umask applies
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    with atomic_open(path) as f:
+        json.dump(data, f)
     return path
 
 

@@ -17,10 +17,10 @@ import glob
 import hashlib
 import json
 import os
-import threading
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
+from gert.core.atomic_file import atomic_open
 from gert.core.cache_trust import Trust
 
 SUFFIX = ".gert.json"
@@ -159,26 +159,9 @@ def write_record(directory: str, record: Record, trust: Trust) -> None:
     for stale in glob.glob(glob.escape(path) + ".tmp*"):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(stale)
-    tmp = f"{path}.tmp{os.getpid()}-{threading.get_ident()}"
     perms = 0o600 | (trust.mode & 0o040) | (trust.mode & 0o004)  # readable where the directory is shared
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, perms)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(record.to_bytes())
-            f.flush()
-            os.fsync(f.fileno())
-        os.rename(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    with atomic_open(path, "wb", perms, durable=True) as f:
+        f.write(record.to_bytes())
 
 
 def _signature(path: str) -> list:
