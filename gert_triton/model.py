@@ -104,8 +104,10 @@ class TritonPythonModel:
         self.triton_layout = Layout(self.model.plan, self.max_batch_size > 0, squeezed_inputs(self.config, spec))
         self.stateful = None
         try:
-            # a merged batch of a size that is not a batch gear runs as gear-sized pieces (gert_triton.gears)
-            self._gears = GearSplitter.for_plan(self.model.plan) if self.max_batch_size > 0 else GearSplitter()
+            # a merged batch of a size that is not a batch gear runs as gear-sized pieces (gert_triton.gears); never
+            # for a model whose batch may not be split (batcher.enabled: each request then runs alone, as it is)
+            self._gears = GearSplitter.for_plan(self.model.plan) \
+                if self.max_batch_size > 0 and self.model.engine.batcher.enabled else GearSplitter()
             self._gears.check(self.max_batch_size)
             if params.state:
                 from gert_triton.sequences import SequenceServer

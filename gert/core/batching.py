@@ -3,8 +3,14 @@
 Every front door that batches (Model.run(list) / run_batch / split batches, Sequences.step and seq.run, gert_triton's
 execute and its sequence batcher) goes through one Batcher, so "which axis carries the batch" is decided once (at
 load, by shape inference: gert.core.onnx_io) and used the same everywhere. Requests are merged without a host
-concatenate where the batch is axis 0 (gert.core.rows.Rows: each request's rows are copied straight into the device
-buffer); padding rows, when a door pads a batch up to a gear itself, are one more part.
+concatenate (gert.core.rows.Rows: on axis 0 each request's rows are copied straight into the device buffer; on another
+axis the executor lays the parts out once); padding rows, when a door pads a batch up to a gear itself, are one more
+part. Outputs are split and joined on each output's own batch axis.
+
+``Batcher.enabled`` is the one answer to "may gert pad, merge, split or chunk this model's batch": every path that does
+(Engine.run's chunks and split_batch, run_batch, run_many, dynamic batching, sequence step batches, gert_triton's
+gear pieces, the compiled path's run(list)) asks it, and merge / split / join refuse to work for a model where it is
+False (a bug then fails loudly instead of handing a caller rows it did not send).
 """
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ import numpy as np
 
 from gert.core.rows import Rows
 from gert.core.shapes import ShapePlan
+from gert.errors import GertError
 
 
 class Batcher:
@@ -23,8 +30,23 @@ class Batcher:
         self.plan = plan
         self.in_axes = {t.name: plan.batch_axis(t.name) for t in plan.inputs}
         self.out_axes = {t.name: plan.batch_axis(t.name, output=True) for t in plan.outputs}
-        # requests may share a run: the model has a batch axis and every output computed from it carries it
-        self.enabled = plan.batch is not None and plan.separable
+        # an output with the batch on two axes ([N, N] of x @ x^T): a request's part of it is not one slice
+        several = [(t.name, axes) for t in plan.outputs
+                   for axes in [[a for a in range(len(t.shape)) if plan.output_axes.get((t.name, a)) == "batch"]]
+                   if len(axes) > 1]
+        if plan.batch is None:
+            self.why = "the model has no batch axis"
+        elif not plan.separable:
+            self.why = (f"outputs {list(plan.unsplit)} are computed from the batch but do not carry it, so one "
+                        "request's rows cannot be told apart in them")
+        elif several:
+            self.why = (f"output '{several[0][0]}' carries the batch on axes {several[0][1]}, so one request's part "
+                        "of it is not one slice")
+        else:
+            self.why = ""
+        # requests may share a run, and a batch may be padded, split or chunked: the model has a batch axis and every
+        # output computed from it carries it on exactly one axis
+        self.enabled = not self.why
 
     def key(self, arrays: Mapping[str, object], extra: tuple = ()) -> tuple:
         """Requests with equal keys form one batch: the same dtypes and non-batch shapes, and equal values of the
@@ -50,13 +72,15 @@ class Batcher:
 
     def merge(self, requests: Sequence[Mapping[str, object]], pad_to: Optional[int] = None,
               pad_value: Optional[Mapping[str, float]] = None, total: Optional[int] = None) -> dict:
-        """One batch of ``requests`` (equal keys): axis 0 joined as Rows (no host copy), another axis
-        concatenated; inputs without the batch axis taken from the first request. ``pad_to``: rows of filler
+        """One batch of ``requests`` (equal keys): each batched input joined on its batch axis as Rows (no host
+        copy); inputs without the batch axis taken from the first request. ``pad_to``: rows of filler
         (``pad_value``, else the plan's) appended up to that many rows; ``total``: the requests' rows, when the
         caller counted them already."""
         first = requests[0]
         if total is None:
             total = sum(self.rows(r) for r in requests)
+        if len(requests) > 1 or (pad_to is not None and pad_to > total):
+            self._check("merged or padded")
         out = {}
         for n in first:
             axis = self.in_axes.get(n)
@@ -70,17 +94,14 @@ class Batcher:
                 shape[axis] = pad_to - total
                 value = (pad_value or self.plan.pad_value).get(n, 0)
                 parts.append(np.full(shape, value, like.dtype))
-            if len(parts) == 1:
-                out[n] = parts[0]
-            elif axis == 0:
-                out[n] = Rows(parts, f"input '{n}'")
-            else:
-                out[n] = np.concatenate([np.asarray(p) for p in parts], axis=axis)
+            out[n] = parts[0] if len(parts) == 1 else Rows(parts, f"input '{n}'", axis)
         return out
 
     def split(self, out: Mapping[str, np.ndarray], rows: Sequence[int]) -> list:
         """Each request's rows of the outputs that carry the batch (views); an output without the batch axis (one
         that no batched input reaches: the same for all) as it is."""
+        if len(rows) > 1:
+            self._check("split")
         results: list = [dict() for _ in rows]
         for name, value in out.items():
             axis = self.out_axes.get(name)
@@ -91,12 +112,33 @@ class Batcher:
         return results
 
     def join(self, parts: Sequence[Mapping[str, np.ndarray]]) -> dict:
-        """The outputs of consecutive row ranges of one request, joined back on the batch axis."""
+        """The outputs of consecutive row ranges of one request, joined back on each output's batch axis."""
+        if len(parts) > 1:
+            self._check("joined from chunks")
         out = {}
         for name in parts[0]:
             axis = self.out_axes.get(name)
             out[name] = parts[-1][name] if axis is None else np.concatenate([p[name] for p in parts], axis=axis)
         return out
+
+    def piece(self, arrays: Mapping[str, object], start: int, rows: int) -> dict:
+        """Rows start:start+rows of a request's batched inputs (a chunk of it, or its share of a split batch),
+        without a copy: on axis 0 a view (C-contiguous, uploaded as it is); on another axis a Rows of that view, which
+        the executor lays out once (a strided view never reaches the compiled path)."""
+        self._check("cut into chunks")
+        out = {}
+        for n, a in arrays.items():
+            axis = self.in_axes.get(n)
+            part = take(a, axis, start, rows)
+            if type(part) is np.ndarray and not part.flags.c_contiguous:
+                part = Rows([part], f"input '{n}'", axis)
+            out[n] = part
+        return out
+
+    def _check(self, what: str) -> None:
+        """Refuse to pad, merge, split or chunk a batch of a model whose rows cannot be told apart."""
+        if not self.enabled:
+            raise GertError(f"a batch of this model cannot be {what}: {self.why}")
 
     @staticmethod
     def chunks(items: Sequence, rows: Callable[[object], int], top: Optional[int]) -> list:
@@ -127,6 +169,8 @@ def take(value, axis: Optional[int], start: int, rows: int):
     """Rows start:start+rows of ``value`` along its batch ``axis`` (a view); all of it when it has no batch axis."""
     if axis is None or len(value.shape) <= axis:
         return value
+    if type(value) is Rows:
+        return value.take(start, rows)
     if axis == 0:
         return value[start:start + rows]
     index = [slice(None)] * len(value.shape)

@@ -20,7 +20,7 @@ from typing import Callable, Mapping, Optional, Sequence
 import numpy as np
 
 from gert.core import trace as _trace
-from gert.core.batching import Batcher, take
+from gert.core.batching import Batcher
 from gert.core.dynamic import BatchingConfig, BatchingStats, Pending, RunTimes
 from gert.core.validate import Validator
 from gert.errors import GertError, RequestTimeout
@@ -58,6 +58,9 @@ class Engine:
         self.split_batch = bool(split_batch)
         self.validator = Validator(plan)
         self.batcher = Batcher(plan)
+        batch = plan.batch
+        # the batch is padded up to gears and run in chunks above the largest: only where rows can be told apart
+        self._pads = batch is not None and batch.policy == "pad" and self.batcher.enabled
         self._resolved: dict = {}
         self.batching = dynamic_batching
         self.batch_limit = self._batch_limit(dynamic_batching)  # rows of a dynamic batch at most (0: off)
@@ -94,9 +97,8 @@ class Engine:
     def check(self, inputs: Mapping[str, object]) -> None:
         """Raise GertError if run(inputs) would refuse it (the inputs, and whether its sizes have a graph)."""
         _, sizes = self.validator.check(inputs)
-        batch = self.plan.batch
-        if batch is not None and batch.policy == "pad" and sizes["batch"] > batch.gears[-1]:
-            sizes = dict(sizes, batch=batch.gears[-1])  # larger batches run in chunks
+        if self._pads and sizes["batch"] > self.plan.batch.gears[-1]:
+            sizes = dict(sizes, batch=self.plan.batch.gears[-1])  # larger batches run in chunks
         self.resolve(sizes)
 
     def resolve(self, sizes: dict) -> tuple:
@@ -110,6 +112,11 @@ class Engine:
             dim = dims[name]
             axes = ", ".join(f"{i}:{a}" for i, a in dim.axes)
             run_sizes[name] = dim.resolve(value, f"inputs ({axes})")
+            if name == "batch" and run_sizes[name] != value and not self._pads:
+                raise GertError(f"inputs ({axes}): a batch of {value} rows would be padded to {run_sizes[name]} or "
+                                f"cut into chunks, but this model's rows cannot be padded, merged or split "
+                                f"({self.batcher.why}); send a batch of one of its gears {list(dim.gears)}, or load it "
+                                f"with shape_policy={{'batch': 'exact'}}")
         key = tuple(sorted((n, -1 if dims[n].policy == "dynamic" else v) for n, v in run_sizes.items()))
         if len(self._resolved) >= _RESOLVED_KEPT:
             self._resolved.clear()
@@ -130,9 +137,8 @@ class Engine:
             arrays, sizes = self.validator.check(inputs)
             if tr is not None:
                 tr.span("validate", tr.thread_track(), t0, time.perf_counter())
-            batch = self.plan.batch
-            if batch is not None and batch.policy == "pad" and sizes["batch"] > batch.gears[-1]:
-                chunk, total = batch.gears[-1], sizes["batch"]
+            if self._pads and sizes["batch"] > self.plan.batch.gears[-1]:
+                chunk, total = self.plan.batch.gears[-1], sizes["batch"]
                 return self._run_chunks(arrays, sizes, [(s, min(chunk, total - s)) for s in range(0, total, chunk)],
                                         timeout)
             parts = self._idle_parts(sizes)
@@ -249,11 +255,10 @@ class Engine:
 
     def _run_chunks(self, arrays: dict, sizes: dict, chunks: list, timeout: Optional[float]) -> dict:
         """Row ranges [(start, rows)] of one request run as separate requests (concurrently with split_batch),
-        their outputs joined back on the batch axis."""
-        axes = self.batcher.in_axes
-
+        their outputs joined back on each output's batch axis. Each chunk's inputs are views (Batcher.piece): no
+        copy here, one at upload where the batch is not on axis 0."""
         def one(start: int, rows: int) -> dict:
-            sub = {k: take(v, axes.get(k), start, rows) for k, v in arrays.items()}
+            sub = self.batcher.piece(arrays, start, rows)
             sub_sizes = dict(sizes, batch=rows)
             run_sizes, key = self.resolve(sub_sizes)
             return self.streams.dispatch(Request(sub, sub_sizes, run_sizes, key, timeout=timeout))

@@ -229,7 +229,7 @@ class Worker(StreamGraphs):
         signature = tuple((a.shape, a.dtype) for a in arrays)
         if not self.hot.wants(signature, self):  # off, or prepared on this stream already
             return
-        if all(type(a) is Rows for a in arrays):  # a merged batch (run(list)): parts laid one after the other
+        if all(type(a) is Rows and a.axis == 0 for a in arrays):  # a merged batch (run(list)): parts in a row
             if any(a.shape[1:] != tuple(i[1][1:]) for a, i in zip(arrays, inputs)) \
                     or len(uploads) != sum(1 for a in arrays for part in a.parts if part.nbytes):
                 return
@@ -340,8 +340,11 @@ class Worker(StreamGraphs):
     def _plan_upload(arr, shape: tuple, buf: DeviceBuffer, pad_value, uploads: list,
                      fills: list) -> None:
         """The H2D copies (and memsets) that lay ``arr`` out in ``buf`` as ``shape`` (>= arr.shape on every axis).
-        A Rows (a batch kept in parts) is copied part by part into its place: no host concatenation."""
-        if arr.shape[1:] == shape[1:] and len(shape) > 0:  # real rows first, then pad rows (if the batch is padded)
+        A Rows (a batch kept in parts) on axis 0 is copied part by part into its place: no host concatenation. A batch
+        on another axis (a Rows, or a strided view) is laid out once in a host array of ``shape`` (padding included):
+        only C-contiguous memory is uploaded."""
+        strided = type(arr) is np.ndarray and not arr.flags.c_contiguous or type(arr) is Rows and arr.axis != 0
+        if not strided and arr.shape[1:] == shape[1:] and len(shape) > 0:  # real rows, then pad rows (if padded)
             if isinstance(arr, Rows):
                 offset = 0
                 for part in arr.parts:
@@ -358,11 +361,15 @@ class Worker(StreamGraphs):
                     pad = np.full((shape[0] - arr.shape[0],) + shape[1:], pad_value, arr.dtype)
                     uploads.append((buf.ptr + arr.nbytes, buf.nbytes - arr.nbytes, pad))
             return
-        if arr.shape == shape:  # 0-d
+        if not strided and arr.shape == shape:  # 0-d
             uploads.append((buf.ptr, buf.nbytes, arr))
             return
-        staged = np.full(shape, pad_value, arr.dtype)  # a padded non-batch axis: stage on the host
-        staged[tuple(slice(0, s) for s in arr.shape)] = np.asarray(arr)
+        # a padded non-batch axis or batch on another axis: staged on the host in one copy
+        staged = np.empty(shape, arr.dtype) if arr.shape == tuple(shape) else np.full(shape, pad_value, arr.dtype)
+        if type(arr) is Rows:
+            arr.write_to(staged)
+        else:
+            staged[tuple(slice(0, s) for s in arr.shape)] = arr
         uploads.append((buf.ptr, buf.nbytes, staged))
 
     def _plan_download(self, name: str, shape: tuple, dtype: np.dtype, req: Request) -> tuple:
