@@ -38,8 +38,9 @@ Keys (all string values, as Triton passes them):
                  stateful model served with Triton's sequence batcher; each state input is kept on the device per
                  correlation id (gert_triton.sequences) and clients send only the step inputs
   batch_dim      the batch axis where it is not axis 0: an ONNX dim name ("N") or axes ("x:1,h:1")
-  cache_dir      GE's compile cache directory (absolute, or relative to the model dir; created if missing): graphs
-                 compiled once are loaded by later loads, restarts and other instances (default: GERT_CACHE_DIR)
+  cache_dir      GE's compile cache directory, relative to the model dir and inside it (created if missing): graphs
+                 compiled once are loaded by later loads, restarts and other instances. An absolute path (or a link
+                 out of the model dir) only inside GERT_CACHE_DIR, the server's cache root (default: GERT_CACHE_DIR)
   cache_mode     octal mode of the cache directory ("0700" default, "0770" / "2770" for one shared with the
                  directory's group; default GERT_CACHE_MODE): who besides this user and root may write it. A
                  directory others can write is refused (see gert/core/cache_trust.py)
@@ -51,8 +52,9 @@ Keys (all string values, as Triton passes them):
                  by the host NPU (default must_keep_origin_dtype: results equal ONNX Runtime's)
   keep_fp32      "name1,OpType2": nodes / op types kept in fp32 under precision_mode
   trace_file     write a Chrome trace-event JSON (Perfetto, chrome://tracing) of every request this instance serves,
-                 with each execute()'s batches by Triton request id (absolute, or relative to the model dir; default:
-                 GERT_TRACE, a directory, if set; gert_triton/tracing.py)
+                 with each execute()'s batches by Triton request id (relative to the model dir and inside it; an
+                 absolute path, or a link out of the model dir, only inside the directory GERT_TRACE_DIR names in the
+                 server's environment; default: GERT_TRACE, a directory, if set; gert_triton/tracing.py)
   ge.K           GEInitialize option K;  session.ge.K  Session option;  graph.ge.K  AddGraph option
 Triton's own keys (EXECUTION_ENV_PATH, FORCE_CPU_ONLY_INPUT_TENSORS) are left to Triton.
 """
@@ -180,8 +182,8 @@ def parse_parameters(raw: dict) -> GertParams:
                 raise ConfigError(str(e)) from None
         elif key == "trace_file":
             if not value.strip() or value.strip().endswith(("/", os.sep)):
-                raise ConfigError(f"parameter 'trace_file': expected a file path (absolute, or relative to the "
-                                  f"model's directory), got {value!r}")
+                raise ConfigError(f"parameter 'trace_file': expected a file path (relative to the model's "
+                                  f"directory), got {value!r}")
             p.trace_file = value.strip()
         elif key == "onnx_file":
             if not value.strip():
@@ -379,9 +381,51 @@ def find_onnx_file(model_dir: str, version: str, onnx_file: Optional[str]) -> st
                       + ("" if onnx_file is not None else " (parameter 'onnx_file' names another file)"))
 
 
+# the environment variables naming where, besides the model dir, a path parameter may point (an absolute path, or a
+# link out of the model dir): the server's operator decides, not the config
+PATH_ROOTS = {"cache_dir": "GERT_CACHE_DIR", "trace_file": "GERT_TRACE_DIR"}
+
+
+def model_path(key: str, value: str, model_dir: str) -> str:
+    """``value`` of path parameter ``key`` (cache_dir, trace_file) made absolute, with ``onnx_file``'s rule: a path
+    relative to the model dir that stays inside it ('..' may not climb past it; symlinks resolved), or a path inside
+    the directory the server's environment variable PATH_ROOTS[key] names (absolute, or a link there); else
+    ConfigError naming the parameter, the path and the variable."""
+    env = PATH_ROOTS[key]
+    if "\x00" in value:
+        raise ConfigError(f"parameter '{key}': {value!r} contains a NUL character, which no path can hold")
+    model_dir = os.path.realpath(model_dir)
+    root = os.environ.get(env) or None
+    real_root = os.path.realpath(root) if root else None
+    value = os.path.expanduser(value)
+    path = os.path.normpath(os.path.join(model_dir, value))  # an absolute value stays as it is
+    allow = (f"an absolute path only inside the directory the server's environment variable {env} names ("
+             + (f"{env}={root!r}" if root else f"{env} is not set") + ")")
+    if not os.path.isabs(value) and not _inside(path, model_dir):
+        raise ConfigError(f"parameter '{key}': {value!r} climbs out of the model directory {model_dir} ('..'); "
+                          f"give a path inside it, or {allow}")
+    real = os.path.realpath(path)
+    inside_root = real_root is not None and _inside(real, real_root)
+    if os.path.isabs(value) and not inside_root:
+        raise ConfigError(f"parameter '{key}': {value!r} is an absolute path; give a path relative to the model "
+                          f"directory {model_dir}, or {allow}")
+    if not (_inside(real, model_dir) or inside_root):
+        raise ConfigError(f"parameter '{key}': {value!r} leads out of the model directory {model_dir} through a "
+                          f"symlink (to {real}); give a path inside it, or {allow}")
+    return real
+
+
 def cache_path(p: GertParams, model_dir: str) -> Optional[str]:
-    """The compile cache directory for gert.load(cache_dir=...): the parameter made absolute against the model dir,
-    or None (gert then takes GERT_CACHE_DIR, if set)."""
+    """The compile cache directory for gert.load(cache_dir=...): the parameter resolved by ``model_path``, or None
+    (gert then takes GERT_CACHE_DIR, if set)."""
     if p.cache_dir is None:
         return None
-    return os.path.normpath(os.path.join(os.path.realpath(model_dir), os.path.expanduser(p.cache_dir)))
+    return model_path("cache_dir", p.cache_dir, model_dir)
+
+
+def trace_file_path(p: GertParams, model_dir: str) -> Optional[str]:
+    """The trace file of parameter trace_file resolved by ``model_path``, or None (gert_triton.tracing then takes
+    GERT_TRACE, if set)."""
+    if p.trace_file is None:
+        return None
+    return model_path("trace_file", p.trace_file, model_dir)

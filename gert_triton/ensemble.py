@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from gert.errors import GertError
-from gert_triton.pbtxt import instances_and_parameters, pbtxt_string, tensor_block
+from gert_triton.pbtxt import instance_group, parameters, write_config
 from gert_triton.steps import declared, resolve
 
 STEP_MODEL_PY = ("from gert_triton.steps import TritonPythonModel  # noqa: F401  (parameter 'function' names the "
@@ -37,6 +37,35 @@ class StepSource:
     file: Optional[str]  # the file to copy, for the path form
 
 
+# module names a step file may not have in a step model's version dir: the step model's own model.py, and the module
+# only the stub has (gert_triton.steps imports the step as "module:function" there)
+RESERVED_MODULES = ("model", "triton_python_backend_utils", "c_python_backend_utils")
+
+
+def step_module_name(path: str) -> str:
+    """The module name the step file ``path`` is copied and imported under (its own file name, without .py), or
+    GertError when the stub could not import it by that name: not an identifier, the step model's own ``model``,
+    or the name of a module the server's Python finds first (json.py, numpy.py: the stub would import that one)."""
+    module = os.path.splitext(os.path.basename(path))[0]
+    if not module.isidentifier():
+        raise GertError(f"step file {path}: its module name {module!r} is not a Python identifier; rename the file "
+                        "(e.g. my_steps.py)")
+    if module in RESERVED_MODULES:
+        raise GertError(f"step file {path}: it would be copied as {module}.py into the step model's version dir, "
+                        f"where {module!r} is the step model's own module; rename the file (e.g. {module}_steps.py)")
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        found = None
+    origin = getattr(found, "origin", None)
+    if found is not None and not (origin and os.path.isfile(origin)
+                                  and os.path.realpath(origin) == os.path.realpath(path)):
+        raise GertError(f"step file {path}: its module name {module!r} is also the module "
+                        f"{origin or module!r} the server's Python imports first; rename the file "
+                        f"(e.g. {module}_steps.py)")
+    return module
+
+
 def load_step(text: str) -> StepSource:
     """Import the step ``text`` names (before anything is written: a bad name fails here)."""
     target, sep, attr = str(text).rpartition(":")
@@ -46,7 +75,7 @@ def load_step(text: str) -> StepSource:
         return StepSource(text, resolve(text), None)
     if not os.path.isfile(target):
         raise GertError(f"step {text!r}: {target} is not a file")
-    module = os.path.splitext(os.path.basename(target))[0]
+    module = step_module_name(target)
     spec = importlib.util.spec_from_file_location(module, target)
     mod = importlib.util.module_from_spec(spec)
     folder = os.path.dirname(os.path.abspath(target))
@@ -63,6 +92,13 @@ def load_step(text: str) -> StepSource:
 
 def _entries(tensors) -> list:
     return [{"name": t.name, "data_type": t.data_type, "dims": list(t.dims)} for t in tensors]
+
+
+def _step_config(entry: str, mbs: int, inputs: list, outputs: list, src: StepSource, role: str) -> str:
+    """The config.pbtxt of a step model (gert_triton.steps serves it; parameter 'function' names the step)."""
+    return write_config({"name": entry, "backend": "python", "max_batch_size": mbs, "input": inputs,
+                         "output": outputs, "instance_group": instance_group(1),
+                         "parameters": parameters({"function": src.spec, "role": role})})
 
 
 @dataclass(frozen=True)
@@ -93,9 +129,7 @@ def plan(name: str, mbs: int, model_inputs: list, model_outputs: list, pre: Opti
         clash = sorted(({e["name"] for e in extra} & model_out) | ({e["name"] for e in client_inputs} & model_in))
         if clash:
             raise GertError(f"pre step {pre.spec!r}: tensor names {clash} are the model's own; rename them")
-        text = (f'name: "{name}_pre"\nbackend: "python"\nmax_batch_size: {mbs}\n'
-                + tensor_block("input", client_inputs) + tensor_block("output", model_inputs + extra))
-        configs[f"{name}_pre"] = text + instances_and_parameters(1, {"function": pre.spec, "role": "pre"})
+        configs[f"{name}_pre"] = _step_config(f"{name}_pre", mbs, client_inputs, model_inputs + extra, pre, "pre")
         steps[f"{name}_pre"] = pre
     client_outputs = model_outputs
     if post is not None:
@@ -103,29 +137,25 @@ def plan(name: str, mbs: int, model_inputs: list, model_outputs: list, pre: Opti
         if not client_outputs:
             raise GertError(f"post step {post.spec!r} declares no outputs: decorate it with "
                             "gert_triton.steps.step(outputs={name: (dtype, dims)})")
-        text = (f'name: "{name}_post"\nbackend: "python"\nmax_batch_size: {mbs}\n'
-                + tensor_block("input", model_outputs + extra) + tensor_block("output", client_outputs))
-        configs[f"{name}_post"] = text + instances_and_parameters(1, {"function": post.spec, "role": "post"})
+        configs[f"{name}_post"] = _step_config(f"{name}_post", mbs, model_outputs + extra, client_outputs, post,
+                                               "post")
         steps[f"{name}_post"] = post
 
-    def map_block(kind: str, names) -> str:
-        return "".join(f"      {kind} {{ key: {pbtxt_string(n)} value: {pbtxt_string(n)} }}\n" for n in names)
-
-    def step_block(model: str, inputs, outputs) -> str:
-        return (f"    {{\n      model_name: \"{model}\"\n      model_version: -1\n"
-                + map_block("input_map", inputs) + map_block("output_map", outputs) + "    }")
+    def step_entry(model: str, inputs, outputs) -> dict:
+        return {"model_name": model, "model_version": -1, "input_map": {n: n for n in inputs},
+                "output_map": {n: n for n in outputs}}
 
     chain = []
     if pre is not None:
-        chain.append(step_block(f"{name}_pre", [e["name"] for e in client_inputs],
+        chain.append(step_entry(f"{name}_pre", [e["name"] for e in client_inputs],
                                 [e["name"] for e in model_inputs + extra]))
-    chain.append(step_block(name, [e["name"] for e in model_inputs], [e["name"] for e in model_outputs]))
+    chain.append(step_entry(name, [e["name"] for e in model_inputs], [e["name"] for e in model_outputs]))
     if post is not None:
-        chain.append(step_block(f"{name}_post", [e["name"] for e in model_outputs + extra],
+        chain.append(step_entry(f"{name}_post", [e["name"] for e in model_outputs + extra],
                                 [e["name"] for e in client_outputs]))
-    configs[f"{name}_ensemble"] = (f'name: "{name}_ensemble"\nplatform: "ensemble"\nmax_batch_size: {mbs}\n'
-                                   + tensor_block("input", client_inputs) + tensor_block("output", client_outputs)
-                                   + "ensemble_scheduling {\n  step [\n" + ",\n".join(chain) + "\n  ]\n}\n")
+    configs[f"{name}_ensemble"] = write_config({"name": f"{name}_ensemble", "platform": "ensemble",
+                                                "max_batch_size": mbs, "input": client_inputs,
+                                                "output": client_outputs, "ensemble_scheduling": {"step": chain}})
     return Ensemble(configs, steps)
 
 
@@ -144,6 +174,6 @@ def write(repo: str, ensemble: Ensemble, overwrite: bool = False) -> list:
         if src is not None:
             with open(os.path.join(version, "model.py"), "w") as f:
                 f.write(STEP_MODEL_PY)
-            if src.file:
-                shutil.copyfile(src.file, os.path.join(version, os.path.basename(src.file)))
+            if src.file:  # under its own module name (step_module_name): never over the model.py just written
+                shutil.copyfile(src.file, os.path.join(version, step_module_name(src.file) + ".py"))
     return targets

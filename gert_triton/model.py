@@ -15,7 +15,7 @@ import gert
 from gert import _cann
 from gert.errors import GertError
 from gert_triton.config import (ConfigError, cache_path, find_onnx_file, parse_parameters, served_version,
-                                stream_layout)
+                                stream_layout, trace_file_path)
 from gert_triton.error_codes import error_response
 from gert_triton.gears import GearSplitter
 from gert_triton.layout import Layout
@@ -92,6 +92,7 @@ class TritonPythonModel:
         batching = self.max_batch_size > 0 and spec.batchable
         self.layout = stream_layout(params, batching, lambda: _device_cores(devices))
         cache = cache_path(params, args["model_repository"])  # else gert.load takes GERT_CACHE_DIR, if set
+        trace_file = trace_file_path(params, args["model_repository"])  # checked before the load compiles
         cache_kwargs = {"cache_dir": cache} if cache else {}
         self.model = gert.load(path, devices=devices, streams=self.layout.streams,
                                cube_cores=self.layout.cube_cores, vector_cores=self.layout.vector_cores,
@@ -136,7 +137,7 @@ class TritonPythonModel:
         self._wanted = only_output(self.config)  # a config of one output: every request asks for it
         self._init_metrics(params.metrics_interval_ms, args.get("model_version", ""),
                            args.get("model_instance_name", ""))
-        path = trace_path(params.trace_file, args["model_repository"], self.name, args.get("model_instance_name", ""))
+        path = trace_path(trace_file, args["model_repository"], self.name, args.get("model_instance_name", ""))
         self.trace = AdapterTrace(path, self.name) if path else None  # gert_triton/tracing.py
 
     def _config_fixed_sizes(self) -> dict:

@@ -10,7 +10,7 @@ from typing import Optional
 from gert.errors import GertError
 from gert_triton.config import parse_batch_dim, parse_state, state_parameter
 from gert_triton.model_config import DEFAULT_MAX_BATCH, config_io, describe, onnx_io
-from gert_triton.pbtxt import instances_and_parameters, tensor_block
+from gert_triton.pbtxt import block_dict, instance_group, parameters as parameter_entries, write_config
 
 MODEL_PY = "from gert_triton import TritonPythonModel  # noqa: F401  (config.pbtxt parameters drive the rest)\n"
 
@@ -32,15 +32,31 @@ def config_pbtxt(name: str, io: dict, max_batch_size: Optional[int] = None, para
     if sequence and mbs < 1:
         raise GertError(f"a stateful model batches its sequences: max_batch_size must be >= 1, got {mbs}")
     inputs, outputs = config_io(spec, mbs)
-    text = f'name: "{name}"\nbackend: "python"\nmax_batch_size: {mbs}\n'
-    text += tensor_block("input", inputs) + tensor_block("output", outputs)
+    config = {"name": check_model_name(name), "backend": "python", "max_batch_size": mbs, "input": inputs,
+              "output": outputs}
     if sequence:
         from gert_triton.sequences import sequence_block
 
-        text += sequence_block(sequence.get("strategy", "oldest"), sequence.get("idle_us", 5_000_000), mbs)
+        config.update(block_dict(sequence_block(sequence.get("strategy", "oldest"), sequence.get("idle_us", 5_000_000),
+                                                mbs)))
     elif mbs > 0:
-        text += "dynamic_batching {\n  max_queue_delay_microseconds: 2000\n}\n"
-    return text + instances_and_parameters(instances, parameters)
+        config["dynamic_batching"] = {"max_queue_delay_microseconds": 2000}
+    config["instance_group"] = instance_group(instances)
+    if parameters:
+        config["parameters"] = parameter_entries(parameters)
+    return write_config(config)  # escaped, parsed back and compared (gert_triton/pbtxt.py)
+
+
+def check_model_name(name: str) -> str:
+    """``name`` if it can be a model's directory and config name: not empty, no '/', no leading '.', no control
+    character (a newline in a directory name only hides it); else GertError naming the character."""
+    if not name or "/" in name or name.startswith("."):
+        raise GertError(f"model name {name!r} is not a valid directory name")
+    bad = next((c for c in name if ord(c) < 0x20 or ord(c) == 0x7f), None)
+    if bad is not None:
+        raise GertError(f"model name {name!r} contains the control character {bad!r} (U+{ord(bad):04X}); choose "
+                        "another with --name")
+    return name
 
 
 def init_repo(model_path: str, repo: str, name: Optional[str] = None, max_batch_size: Optional[int] = None,
@@ -53,9 +69,7 @@ def init_repo(model_path: str, repo: str, name: Optional[str] = None, max_batch_
         raise GertError(f"{model_path!r} is not a file")
     if int(instances) < 1:
         raise GertError(f"instances must be >= 1, got {instances}")
-    name = name or os.path.splitext(os.path.basename(model_path))[0]
-    if not name or "/" in name or name.startswith("."):
-        raise GertError(f"model name {name!r} is not a valid directory name")
+    name = check_model_name(name or os.path.splitext(os.path.basename(model_path))[0])
     io = onnx_io(model_path)
     if sequence:  # the state and batch axis go to the parameters the model loads with
         parameters = {**(parameters or {}), "state": state_parameter(sequence["state"])}

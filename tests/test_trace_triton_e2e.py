@@ -42,9 +42,11 @@ def served(tmp_path_factory):
     cfg.write_text(text + "dynamic_batching {\n  max_queue_delay_microseconds: 20000\n}\n")
     log = str(root / "server.log")
     triton_trace = str(root / "triton.json")
-    srv = start_server(str(repo), log, [*EXPLICIT, f"--trace-config=triton,file={triton_trace}",
-                                        "--trace-config=triton,log-frequency=1", "--trace-config=rate=1",
-                                        "--trace-config=level=TIMESTAMPS"])
+    with pytest.MonkeyPatch.context() as mp:  # an absolute trace_file must be inside GERT_TRACE_DIR (the server's)
+        mp.setenv("GERT_TRACE_DIR", str(root))
+        srv = start_server(str(repo), log, [*EXPLICIT, f"--trace-config=triton,file={triton_trace}",
+                                            "--trace-config=triton,log-frequency=1", "--trace-config=rate=1",
+                                            "--trace-config=level=TIMESTAMPS"])
     client = httpclient.InferenceServerClient(srv.url("http"), connection_timeout=CALL_TIMEOUT,
                                               network_timeout=CALL_TIMEOUT, concurrency=8)
     try:

@@ -15,7 +15,7 @@ import pytest
 from gert import cache_entry
 from gert_triton.repo import init_repo
 from gert_triton.server import pytriton_root
-from triton_server import log_tail, running_server
+from triton_server import log_tail, start_server, stop_server
 from models import mlp_model, ort_run, scale_model
 
 httpclient = pytest.importorskip("tritonclient.http")
@@ -35,8 +35,13 @@ def root(tmp_path_factory):
 def server(root):
     repo = root / "repo"
     repo.mkdir()
-    with running_server(str(repo), str(root / "server.log")) as srv:
+    with pytest.MonkeyPatch.context() as mp:  # the server's cache root: the absolute cache_dirs below are inside it
+        mp.setenv("GERT_CACHE_DIR", str(root))  # (gert_triton.config.model_path); set for the server process only
+        srv = start_server(str(repo), str(root / "server.log"))
+    try:
         yield srv
+    finally:
+        stop_server(srv)
 
 
 @pytest.fixture(scope="module")
