@@ -8,7 +8,7 @@ from gert import _moved
 _moved.install()  # old module paths (gert.rows, gert.bench, ...) stay importable; first: the binding imports some
 
 from gert.errors import (AclError, CacheWarning, DeviceUnavailable, GeError, GertError, HostFunctionError,
-                         RequestTimeout)
+                         RequestTimeout, RowsNotIndependent)
 from gert._cann import (
     Graph,
     Session,
@@ -56,6 +56,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "AclError", "CacheWarning", "DeviceUnavailable", "GeError", "GertError", "HostFunctionError", "RequestTimeout",
+    "RowsNotIndependent",
     "Device", "DeviceBuffer", "Event", "HostBuffer", "MemoryInfo", "Stream",
     "Graph", "Session", "ge_initialize", "ge_finalize", "ge_last_warning", "DeviceTensor", "GraphSummary", "dtypes",
     "Model", "load", "Sequence", "TensorInfo", "Trace", "trace",

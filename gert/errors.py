@@ -71,6 +71,11 @@ class GeError(_CodedError):
 _E_CODE = re.compile(r"\bE[0-9A-Z][0-9]{4}\b")
 
 
+class RowsNotIndependent(UserWarning):
+    """gert.load's note that a model's requests run alone on the batch axis (never padded, merged or split), because
+    the rows of an output are not proved independent (gert/core/row_proof.py); it names the output and the node."""
+
+
 class CacheWarning(UserWarning):
     """A compile cache entry was broken (changed, swapped, truncated, planted, unrecorded, or failing to load): gert
     removed it and compiled again (gert/core/compile_cache.py)."""

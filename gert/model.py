@@ -141,7 +141,8 @@ class Model:
                  cache_mode: Union[int, str, None] = None, trust_foreign_entries: bool = False,
                  cann_ops: Optional[str] = None, precision_mode: Optional[str] = None,
                  keep_fp32: Sequence[str] = (), dynamic_batching: Union[bool, Mapping] = True,
-                 host_memory: Union[int, str, None] = None):
+                 host_memory: Union[int, str, None] = None,
+                 rows_independent: Union[bool, Sequence[str], None] = None):
         data = _read_model(model)
         check_settings(hot_after, hot_window, max_exact_graphs, compile_share, host_memory)
         batching = BatchingConfig.parse(dynamic_batching)  # concurrent callers batched (gert/core/dynamic.py)
@@ -151,7 +152,7 @@ class Model:
         self.value_dependent = described.value_dependent
         self.plan: ShapePlan = plan_shapes(described.io, gears, shape_policy, pad_value, max_batch, output_dims,
                                            batch_dim, state, model=described.proto,
-                                           value_dependent=described.value_dependent)
+                                           value_dependent=described.value_dependent, rows_independent=rows_independent)
         # stateful models: state input -> output pairs, and the device-resident sequences (gert/sequence.py)
         self._sequences = Sequences(self, state, sequence_wait_s, devices) if state else None
         glob, sess, graph_opts = _split_options(options)

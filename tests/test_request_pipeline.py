@@ -140,15 +140,24 @@ def test_reduction_over_the_batch_sees_only_the_request():
 
 
 def test_reduction_with_pad_is_refused():
-    with pytest.raises(gert.GertError, match="output 'y' does not carry the batch axis"):
+    with pytest.raises(gert.GertError, match=r"output 'y' are not proved independent \(node ReduceMax.*batch axis 0"):
         gert.load(reduce_max_model(), shape_policy={"batch": "pad"})
 
 
-def test_output_inference_cannot_place_is_refused_unless_named():
+def test_output_whose_batch_axis_is_not_proved_runs_requests_alone_and_says_why():
+    """Reshape [N, 4] -> [4N]: no output axis carries the batch, so the proof cannot show one request's rows are one
+    slice: the load says so (naming the node) and each request runs alone, unpadded; 'pad' is refused."""
     model = flatten_model()
-    with pytest.raises(gert.GertError, match=r"output 'y': shape inference cannot tell.*output_dims="):
-        gert.load(model)
     x = rows(3, 1, 4)
+    with pytest.warns(gert.RowsNotIndependent, match=r"output 'y'.*Reshape.*moves values between rows"):
+        m = gert.load(model)
+    with m:
+        assert m.plan.batch.policy == "exact" and not m.plan.separable
+        got = m.run([{"x": x}, {"x": x[:1]}])
+        assert_same(got[0], ort_alone(model, {"x": x}))
+        assert_same(got[1], ort_alone(model, {"x": x[:1]}))
+    with pytest.raises(gert.GertError, match=r"output 'y' are not proved independent"):
+        gert.load(model, shape_policy={"batch": "pad"})
     with gert.load(model, output_dims={"y": {}}) as m:  # "it has no batch axis": requests run alone, unpadded
         assert m.plan.batch.policy == "exact"
         assert_same(m.run({"x": x}), ort_alone(model, {"x": x}))

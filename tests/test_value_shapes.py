@@ -312,11 +312,11 @@ def test_model_requests_with_unsplittable_outputs_run_one_by_one():
                 np.testing.assert_array_equal(got["selected"], ort_run(model, [r["boxes"], r["scores"]])[0])
 
 
-def test_model_pad_on_value_dependent_model_warns():
-    with pytest.warns(UserWarning, match="depend on input values"):
-        m = gert.load(nms_batch_model(), shape_policy={"batch": "pad"})
-    with m:
-        assert m.plan.batch.policy == "pad"
+def test_model_pad_on_value_dependent_model_is_refused_naming_the_output_and_node():
+    """NMS's [selected, 3] has no row of its own per image: padding would add boxes of the filler images, so 'pad'
+    is refused at load (it used to be only warned about, and the padding rows came back)."""
+    with pytest.raises(gert.GertError, match=r"output 'selected'.*NonMaxSuppression"):
+        gert.load(nms_batch_model(), shape_policy={"batch": "pad"})
 
 
 def test_model_static_model_keeps_pad():

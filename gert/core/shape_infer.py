@@ -332,3 +332,44 @@ def infer(model, input_dims: Mapping[str, Sequence]) -> Inferred:
     outs = [_known(t) for t in types]
     return Inferred(outs, not inf.unknown and all(s is not None for s in outs), inf.unknown,
                     [None if t is None else t.dims for t in types], [0 if t is None else t.elem for t in types])
+
+
+@dataclass
+class Traced:
+    """Every tensor of a graph (its top level) at fixed input sizes: ``dims`` per name (as ``_T.dims``: ints, a
+    dim_param str or None; None for an unknown rank) and ``values`` of the constants folded (at most
+    ``_FOLD_ELEMENTS`` elements). What gert.core.row_proof reads to check a layout op at two batch sizes."""
+
+    dims: dict
+    values: dict
+
+    def shape(self, name: str) -> Optional[tuple]:
+        """The known sizes of ``name``, or None."""
+        d = self.dims.get(name)
+        return d if d is not None and all(type(x) is int for x in d) else None
+
+
+def trace(model: onnx.ModelProto, input_dims: Mapping[str, Sequence]) -> Traced:
+    """As ``infer``, keeping every top-level tensor's dims and folded value (ShapeError if the sizes do not fit)."""
+    inf = _Inferer(model)
+    scope = _Scope()
+    inits = {i.name for i in model.graph.initializer}
+    for i in model.graph.input:
+        if i.name in inits:
+            continue
+        dims = input_dims.get(i.name)
+        scope.types[i.name] = _T(i.type.tensor_type.elem_type, None if dims is None else tuple(
+            d if isinstance(d, str) else (int(d) if d is not None and d >= 0 else None) for d in dims))
+    inf.graph(model.graph, scope)
+    names = set(scope.types) | set(scope.protos)
+    dims = {}
+    for n in names:
+        t = scope.type(n)
+        if t is not None and t.proto is None:
+            dims[n] = t.dims
+    values = {}
+    for n in names:
+        v = scope.value(n)
+        if v is not None:
+            values[n] = v
+    return Traced(dims, values)

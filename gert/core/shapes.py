@@ -20,9 +20,10 @@ from typing import Mapping, Optional, Sequence, Union
 import numpy as np
 
 from gert.dtypes import onnx_to_numpy
-from gert.errors import GertError
+from gert.errors import GertError, RowsNotIndependent
 
 POLICIES = ("pad", "exact", "dynamic", "auto")
+
 DEFAULT_BATCH_GEARS = (1, 2, 4, 8, 16, 32)
 
 
@@ -71,10 +72,10 @@ class ShapePlan:
     has_batch: bool = False
     pad_value: dict = field(default_factory=dict)     # input name -> pad value
     aliases: dict = field(default_factory=dict)       # another name of a dim (ONNX name, "input:axis") -> dim name
-    # outputs computed from the batch that do not carry it (a reduction over the batch; a value-dependent output
-    # such as NMS's [selected, 3]): requests are then never padded, merged or split (docs/architecture.md)
+    # outputs whose rows are not proved independent of other rows (gert.core.row_proof: a reduction or softmax over
+    # the batch, NMS's [selected, 3], an op without a rule): requests are then never padded, merged or split
     unsplit: tuple = ()
-    unknown: tuple = ()                               # of those, the ones inference could not place
+    mixing: dict = field(default_factory=dict)        # output -> why its rows are not proved independent
     value_dependent: tuple = ()
 
     @property
@@ -175,8 +176,8 @@ def plan_shapes(io: dict, gears: Optional[Mapping[str, Sequence[int]]] = None,
                 max_batch: Optional[int] = None,
                 output_dims: Optional[Mapping[str, Mapping[int, str]]] = None,
                 batch_dim: Union[str, Sequence[str], None] = None,
-                state: Optional[Mapping[str, str]] = None, *, model=None, value_dependent: Sequence[str] = ()
-                ) -> ShapePlan:
+                state: Optional[Mapping[str, str]] = None, *, model=None, value_dependent: Sequence[str] = (),
+                rows_independent: Union[bool, Sequence[str], None] = None) -> ShapePlan:
     """Build the shape plan from ONNX I/O metadata (``gert._cann.read_onnx_io``) and the user's settings. With
     ``model`` (the parsed ONNX model) the outputs' dims come from shape inference (gert.core.onnx_io.output_dims),
     else from the dim names the file declares (config tools that only describe a model)."""
@@ -203,7 +204,8 @@ def plan_shapes(io: dict, gears: Optional[Mapping[str, Sequence[int]]] = None,
             dim.axes.append((t.name, axis))
             plan.input_axes[(t.name, axis)] = name
     plan.aliases = _aliases(inputs, keys, plan.input_axes)
-    _output_axes(plan, keys, batch_dim, batch_out, batch_names, model, value_dependent, state, output_dims)
+    _output_axes(plan, keys, batch_dim, batch_out, batch_names, model, value_dependent, state, output_dims,
+                 rows_independent)
     # policies and gears
     policy = {plan.dim_name(k, "shape_policy"): v for k, v in (shape_policy or {}).items()}
     user_gears = {plan.dim_name(k, "gears"): v for k, v in (gears or {}).items()}
@@ -259,30 +261,38 @@ def _aliases(inputs: list, keys: dict, input_axes: dict) -> dict:
 
 
 def _output_axes(plan: ShapePlan, keys: dict, batch_dim, batch_out: set, batch_names: set, model,
-                 value_dependent: Sequence[str], state, output_dims) -> None:
-    """plan.output_axes ({(output, axis): dim}) and plan.unsplit: by shape inference when the model is given."""
+                 value_dependent: Sequence[str], state, output_dims, rows_independent) -> None:
+    """plan.output_axes ({(output, axis): dim}) and plan.unsplit. With the model: the batch axis of each output and
+    whether its rows are independent come from the row proof (gert.core.row_proof), the other dims' axes from shape
+    inference; ``output_dims`` adds to or corrects what they found, ``rows_independent`` declares outputs whose rows
+    the user knows to be independent."""
     inputs, outputs = plan.inputs, plan.outputs
-    unknown: set = set()
+    names = [t.name for t in outputs]
+    declared = _declared(rows_independent, names)
+    mixing: dict = {}
     if model is not None:
         from gert.core.onnx_io import output_dims as infer_output_dims
+        from gert.core import row_proof
 
         inferred = infer_output_dims(model, plan.input_axes)
+        proof = row_proof.prove(model, plan.input_axes) if plan.batch is not None else {}
         for t in outputs:
             dims = inferred.get(t.name)
-            if dims is None or len(dims) != len(t.shape):
-                unknown.add(t.name)
-                continue
-            if dims.count("batch") > 1:  # [N, N]: one request's rows are not one slice
-                unknown.add(t.name)
-                continue
+            dims = dims if dims is not None and len(dims) == len(t.shape) else ()
             for axis, d in enumerate(dims):
-                if isinstance(d, str):
+                if isinstance(d, str) and d != "batch":
                     plan.output_axes[(t.name, axis)] = d
-            if "batch" not in dims and None in dims:
-                unknown.add(t.name)  # the batch may hide in a dim inference could not tell (a Reshape to [-1])
+            p = proof.get(t.name)
+            if p is None:
+                continue
+            if p.axis is not None:
+                plan.output_axes[(t.name, p.axis)] = "batch"
+            elif t.name in declared and dims.count("batch") == 1:  # the user's word, inference's axis
+                plan.output_axes[(t.name, dims.index("batch"))] = "batch"
+            if not p.independent:
+                mixing[t.name] = p.reason
         for n, a in batch_out:  # batch_dim names an output axis: the user's word, as output_dims
-            plan.output_axes[(n, a)] = "batch"
-            unknown.discard(n)
+            _place(plan, n, a, "batch")
     else:  # by the names the file declares
         in_names = {k for t in inputs for k in keys[t.name] if isinstance(k, str)}
         for t in outputs:
@@ -296,67 +306,89 @@ def _output_axes(plan: ShapePlan, keys: dict, batch_dim, batch_out: set, batch_n
                     plan.output_axes[(t.name, axis)] = d
     for in_name, out_name in (state.items() if isinstance(state, Mapping) else ()):  # a state output carries its state input's dims
         t = next((t for t in inputs if t.name == in_name), None)
-        if t is not None and out_name in {o.name for o in outputs}:
+        if t is not None and out_name in names:
             for axis in range(len(t.shape)):
                 if (in_name, axis) in plan.input_axes:
                     plan.output_axes[(out_name, axis)] = plan.input_axes[(in_name, axis)]
-            unknown.discard(out_name)
     for out_name, mapping in (output_dims or {}).items():
-        if out_name not in {t.name for t in outputs}:
-            raise GertError(f"output_dims names '{out_name}', which is not a model output; outputs: "
-                            f"{[t.name for t in outputs]}")
-        for key in [k for k in plan.output_axes if k[0] == out_name]:  # the user's word replaces inference
-            del plan.output_axes[key]
-        unknown.discard(out_name)
-        for axis, dim_name in mapping.items():
-            plan.output_axes[(out_name, int(axis))] = plan.dim_name(dim_name, f"output_dims['{out_name}'][{axis}]")
+        if out_name not in names:
+            raise GertError(f"output_dims names '{out_name}', which is not a model output; outputs: {names}")
+        if not mapping:  # {}: the output carries no dim of the inputs
+            for key in [k for k in plan.output_axes if k[0] == out_name]:
+                del plan.output_axes[key]
+        for axis, dim_name in mapping.items():  # merged with what the proof and inference found
+            _place(plan, out_name, int(axis), plan.dim_name(dim_name, f"output_dims['{out_name}'][{axis}]"))
     plan.value_dependent = tuple(value_dependent)
     if plan.batch is None:
         return
-    carried = {n for n, a in plan.output_axes if plan.output_axes[(n, a)] == "batch"}
-    if model is not None:
-        from gert.core.onnx_io import depends_on
+    for t in outputs:
+        axes = [a for (n, a), d in plan.output_axes.items() if n == t.name and d == "batch"]
+        if len(axes) > 1:  # [N, N]: one request's rows are not one slice
+            mixing.setdefault(t.name, f"it carries the batch on axes {sorted(axes)}")
+        elif t.name in declared:
+            mixing.pop(t.name, None)
+            if not axes and model is not None and t.name in _batched(model, plan):
+                raise GertError(f"rows_independent declares output '{t.name}', but no axis of it is known to carry "
+                                f"the batch; name it with output_dims={{'{t.name}': {{AXIS: 'batch'}}}}")
+    if model is None:
+        carried = {n for (n, a), d in plan.output_axes.items() if d == "batch"}
+        mixing = {t.name: "it does not carry the batch" for t in outputs if t.name not in carried}
+    plan.mixing = mixing
+    plan.unsplit = tuple(n for n in names if n in mixing)
 
-        batched = depends_on(model, {n for n, _ in plan.batch.axes})
-    else:
-        batched = {t.name for t in outputs}
-    plan.unsplit = tuple(t.name for t in outputs if t.name in batched and t.name not in carried)
-    plan.unknown = tuple(n for n in plan.unsplit if n in unknown and n not in plan.value_dependent)
+
+def _place(plan: ShapePlan, output: str, axis: int, dim: str) -> None:
+    """Output axis ``axis`` carries ``dim``; placing the batch moves it there from any other axis."""
+    if dim == "batch":
+        for key in [k for k, d in plan.output_axes.items() if k[0] == output and d == "batch"]:
+            del plan.output_axes[key]
+    plan.output_axes[(output, axis)] = dim
+
+
+def _declared(rows_independent, names: list) -> set:
+    """The outputs ``rows_independent`` declares (True: all of them)."""
+    if rows_independent is None or rows_independent is False:
+        return set()
+    if rows_independent is True:
+        return set(names)
+    if isinstance(rows_independent, str):
+        rows_independent = [rows_independent]
+    declared = set(rows_independent)
+    unknown = sorted(declared - set(names))
+    if unknown:
+        raise GertError(f"rows_independent names {unknown}, which are not model outputs; outputs: {names}")
+    return declared
+
+
+def _batched(model, plan: ShapePlan) -> set:
+    from gert.core.onnx_io import depends_on
+
+    return depends_on(model, {n for n, _ in plan.batch.axes})
 
 
 def _unsplit_policy(plan: ShapePlan, policy_given: bool, gears_given: bool) -> None:
-    """A model with outputs that do not carry the batch (plan.unsplit) never has filler rows added to a request:
-    its batch defaults to ``exact``. Asking for ``pad`` is refused, unless the outputs are value-dependent (NMS over
-    filler images: a documented choice, warned about); an output inference could not place must be named."""
+    """A model with outputs whose rows are not proved independent (plan.unsplit) never has filler rows added to a
+    request, nor its rows merged or split: its batch defaults to ``exact``, and ``pad`` is refused."""
     batch = plan.batch
     if batch is None or not plan.unsplit:
         return
-    unknown = plan.unknown
-    if unknown and batch.policy == "pad":
-        name = unknown[0]
-        raise GertError(f"output '{name}': shape inference cannot tell which of its axes carries the batch (its shape "
-                        f"is {next(t.shape for t in plan.outputs if t.name == name)} in the file), so a padded or "
-                        f"merged batch could hand a request rows it did not send; pass output_dims={{'{name}': "
-                        f"{{0: 'batch'}}}} naming its batch axis (or {{'{name}': {{}}}} if it has none), or "
-                        f"shape_policy={{'batch': 'exact'}}")
+    name = plan.unsplit[0]
     if not policy_given:
         batch.policy = "exact"
         if not gears_given:
             batch.gears = ()
-        return
-    if batch.policy == "pad":
-        reduced = [n for n in plan.unsplit if n not in plan.value_dependent]
-        if reduced:
-            raise GertError(f"shape_policy batch='pad': output '{reduced[0]}' does not carry the batch axis (it is "
-                            f"computed over the whole batch, e.g. a reduction), so filler rows would change it; use "
-                            f"'exact' (the default for such models), or pass output_dims={{'{reduced[0]}': "
-                            f"{{0: 'batch'}}}} if it does carry the batch")
         import warnings
 
-        warnings.warn(f"shape_policy batch='pad' on a model whose outputs {list(plan.value_dependent)} depend on "
-                      f"input values: the filler rows of a padded batch are run too and can change those outputs (e.g. "
-                      f"NMS over padded images adds boxes); 'exact' (the default for such models) runs each batch size "
-                      f"as it is", stacklevel=4)
+        warnings.warn(f"gert.load: requests of this model run alone on the batch axis (never padded, merged or "
+                      f"split): the rows of output '{name}' are not proved independent: {plan.mixing.get(name, '')}; "
+                      f"declare rows_independent=['{name}'] if each of its rows depends on the same input row alone",
+                      RowsNotIndependent, stacklevel=4)
+        return
+    if batch.policy == "pad":
+        raise GertError(f"shape_policy batch='pad': the rows of output '{name}' are not proved independent "
+                        f"({plan.mixing.get(name, '')}), so filler rows or another caller's rows could change its "
+                        f"values; use 'exact' (the default for such models), or declare rows_independent="
+                        f"['{name}'] if each of its rows depends on the same input row alone")
 
 
 def warmup_keys(plan: ShapePlan, sizes: Optional[Mapping[str, Sequence[int]]] = None,
