@@ -29,6 +29,7 @@ from gert.errors import GertError
 from gert.core.executor import Request, Worker
 from gert.core.futures import FutureRunner
 from gert.core.recovery import Recovery
+from gert.core.row_check import check_rows
 from gert.preview import cann_ops as preview_ops, precision as preview_precision
 from gert import sequence as _sequence
 from gert.sequence import Sequences
@@ -397,14 +398,15 @@ class Model:
                             "to run sequences")
         return self._sequences
 
+    def check_rows(self, rows: int = 3, seed: int = 0, sizes: Optional[Mapping[str, int]] = None) -> dict:
+        """The row proof cross-checked (gert/core/row_check.py): ``rows`` random rows run together and each alone."""
+        return check_rows(self.plan, self.run, rows, seed, sizes)
+
     # ---- lifecycle and stats -------------------------------------------------------------------------------------
     def warmup(self, sizes: Optional[Mapping[str, Sequence[int]]] = None, progress: bool = False) -> int:
-        """Compile every declared gear combination on every stream; returns how many graphs were compiled.
-        An exact or auto dim without gears takes the sizes ``sizes[dim]`` (e.g. what a server's config fixes); if
-        one has neither, only its requests can tell its sizes and no static graph is compiled: with the auto
-        policy the stream's dynamic-shape graph is compiled instead, to serve every shape until one is hot.
-        ``progress=True`` shows a bar (tqdm when installed, else one line per graph) on stderr; nothing is printed
-        otherwise."""
+        """Compile every declared gear combination on every stream; returns how many graphs were compiled. An exact
+        or auto dim without gears takes the sizes ``sizes[dim]``; with neither, only the auto policy's dynamic-shape
+        graph is compiled. ``progress=True`` shows a bar on stderr (tqdm when installed, else a line per graph)."""
         fallback = self._tiers.fallback_key if self._tiers is not None else None
         keys = warmup_keys(self.plan, sizes, fallback)  # gert/core/shapes.py
         with self._counted():  # close() waits for the graph being compiled, then warmup stops
