@@ -8,6 +8,7 @@ can write the directory and each file (gert/core/cache_trust.py). Ownership case
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -248,7 +249,10 @@ def test_world_writable_directory_is_refused(tmp_path):
     assert "world-writable without the sticky bit" in msg and f"chmod o-w {cache}" in msg
     with pytest.raises(gert.GertError, match="world-writable"):  # whatever cache_mode says
         gert.load(scale_model(2.0), cache_dir=cache, cache_mode=0o770)
-    os.chmod(cache, 0o1777)  # sticky (as /tmp): others may add files, each entry's files are checked
+    os.chmod(cache, 0o1777)  # sticky (as /tmp): others may still add entries, so it is refused too
+    with pytest.raises(gert.GertError, match=r"mode 0o1777\): every user can write it .*the sticky bit does not"):
+        gert.load(scale_model(2.0), cache_dir=cache)
+    os.chmod(cache, 0o755)
     assert fill(cache)["cache_misses"] == 1
 
 
@@ -263,23 +267,43 @@ def test_group_shared_directory_needs_cache_mode(tmp_path, monkeypatch):
     assert serve(cache)[1:] == (1, 0, [])
 
 
+def _group_member() -> tuple:
+    """(uid, gid) of a user other than root whose primary group has no other member but root (from pwd / grp),
+    e.g. daemon: the member a group-shared cache trusts."""
+    import grp
+    import pwd
+
+    from gert.core.cache_trust import group_members
+
+    for u in pwd.getpwall():
+        if u.pw_uid not in (0, os.geteuid()) and u.pw_gid != 0 and group_members(u.pw_gid) <= {u.pw_uid, 0}:
+            with contextlib.suppress(KeyError):
+                grp.getgrgid(u.pw_gid)
+                return u.pw_uid, u.pw_gid
+    pytest.skip("no user with a group of its own in the user database")
+
+
 @root_only
 def test_directory_of_another_user_is_refused_unless_group_shared(tmp_path):
+    member, gid = _group_member()
     cache = tmp_path / "c"
     cache.mkdir()
-    os.chown(cache, OTHER_UID, os.getegid())
+    os.chown(cache, OTHER_UID, gid)
     os.chmod(cache, 0o700)
     with pytest.raises(gert.GertError, match=f"owner uid {OTHER_UID}.*owned by another user.*chown"):
         gert.load(scale_model(2.0), cache_dir=cache)
-    os.chmod(cache, 0o2770)  # group-writable by this user's group: a shared cache with cache_mode 0o770
+    os.chmod(cache, 0o2770)  # owned by a user who is not a member of the group either
+    with pytest.raises(gert.GertError, match=f"owner uid {OTHER_UID}.*owned by another user"):
+        gert.load(scale_model(2.0), cache_dir=cache, cache_mode=0o770)
+    os.chown(cache, member, gid)  # a member's directory, writable by the group: a shared cache with cache_mode 0o770
     fill(cache, cache_mode=0o770)
     for f in os.listdir(cache):  # entries another member of the group wrote are served
-        os.chown(cache / f, OTHER_UID, os.getegid())
+        os.chown(cache / f, member, gid)
     assert serve(cache, cache_mode=0o770)[1:] == (1, 0, [])
     os.chown(cache, os.geteuid(), os.getegid())
     os.chmod(cache, 0o700)  # but not by a private cache
     y, hits, misses, msgs = serve(cache)
-    assert (hits, misses) == (0, 1) and f"owned by uid {OTHER_UID}" in msgs[0]
+    assert (hits, misses) == (0, 1) and f"(uid {member})" in msgs[0] and "may not write" in msgs[0]
 
 
 @pytest.mark.parametrize("value, said", [(0o777, "every user"), ("0o660", "owner needs rwx"), ("abc", "octal"),

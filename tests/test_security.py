@@ -95,3 +95,89 @@ def test_malformed_onnx_file_fails_the_triton_load_with_a_message(pb, tmp_path, 
     with pytest.raises(GertError) as e:
         TritonPythonModel().initialize(init_args(mdir, cfg))
     assert str(e.value).strip()
+
+
+# ---- raw copies: the host side of a copy, against the pinned memory the host NPU registered (issue 37) ---------------
+
+INVALID_PARAM = 100000  # ACL_ERROR_INVALID_PARAM, CANN's parameter error
+
+
+@pytest.mark.parametrize("case", ["d2h_overrun", "h2d_overrun", "h2d_freed", "d2h_freed", "host_into_device",
+                                  "host_into_pinned", "h2h_overrun"])
+@pytest.mark.parametrize("use_stream", [False, True])
+def test_raw_copy_host_range_is_checked_against_pinned_allocations(case, use_stream, streams):
+    """A host range past the end of a HostBuffer, in a freed one, or running into a registered allocation from
+    outside is refused with ACL_ERROR_INVALID_PARAM naming the allocation; nothing is copied, and the same buffers
+    copy correctly afterwards. Before: heap overflow (segfault / abort) or a silent use after free."""
+    import numpy as np
+
+    import gert
+    from gert import _cann
+
+    n = 1 << 20
+    d = gert.DeviceBuffer(n)
+    d.memset(0x41)
+    hb, spare = gert.HostBuffer(64), gert.HostBuffer(64)
+    st = streams[0]
+    h2d, d2h, h2h = _cann.MEMCPY_HOST_TO_DEVICE, _cann.MEMCPY_DEVICE_TO_HOST, _cann.MEMCPY_HOST_TO_HOST
+    freed = gert.HostBuffer(64)
+    freed_ptr = freed.ptr
+    freed.free()
+    other = gert.DeviceBuffer(64)
+    calls = {
+        "d2h_overrun": ((hb.ptr, n, d.ptr, n, d2h), "runs 1048512 bytes past the end of the 64-byte aclrtMallocHost"),
+        "h2d_overrun": ((d.ptr, n, hb.ptr, n, h2d), "runs 1048512 bytes past the end of the 64-byte aclrtMallocHost"),
+        "h2d_freed": ((d.ptr, 64, freed_ptr, 64, h2d), "which aclrtFreeHost freed"),
+        "d2h_freed": ((freed_ptr + 8, 8, d.ptr, 8, d2h), "which aclrtFreeHost freed"),
+        "host_into_device": ((other.ptr - 32, 4096, d.ptr, 4096, d2h), "runs into the device allocation"),
+        "host_into_pinned": ((d.ptr, 128, spare.ptr - 64, 128, h2d), "runs into the aclrtMallocHost allocation"),
+        "h2h_overrun": ((spare.ptr, 128, hb.ptr, 128, h2h), "past the end of the 64-byte aclrtMallocHost"),
+    }
+    args, said = calls[case]
+    if use_stream and case == "h2h_overrun":
+        pytest.skip("aclrtMemcpyAsync refuses host-to-host copies anyway")
+    with pytest.raises(gert.AclError) as info:
+        if use_stream:
+            _cann.memcpy_async(*args, st.handle)
+        else:
+            _cann.memcpy(*args)
+    assert info.value.code == INVALID_PARAM and said in str(info.value), str(info.value)
+    _cann.memcpy(hb.ptr, 64, d.ptr, 64, d2h)  # the same buffers, in range: copied
+    assert bytes(hb) == b"\x41" * 64
+    page = np.full(4096, 7, np.uint8)  # pageable memory stays the caller's to get right, as on CANN: copied
+    _cann.memcpy(d.ptr, n, page.ctypes.data, 4096, h2d)
+    _cann.memcpy(page.ctypes.data, 4096, d.ptr + 4000, 96, d2h)
+    assert page[:96].tolist() == [7] * 96
+
+
+# ---- constant folding bounds what it produces (issue 37) ------------------------------------------------------------
+
+def _range_model(length: int):
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("Range", ["s", "l", "d"], ["r"]), helper.make_node("Shape", ["r"], ["n"]),
+             helper.make_node("Cast", ["n"], ["nf"], to=TensorProto.FLOAT), helper.make_node("Add", ["x", "nf"], ["y"])]
+    inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in (("s", 0), ("l", length), ("d", 1))]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("length", [8, 50_000_000])
+def test_constant_folding_bounds_its_output(length):
+    """A Range of scalar constants folds while its output is small; a 400 MB one is sized by inference instead of
+    being computed (before: the fold allocated it, ~1 GB of peak memory for a 207-byte model). Shapes are the same."""
+    import tracemalloc
+
+    from gert.core import shape_infer
+
+    model = _range_model(length)
+    tracemalloc.start()
+    try:
+        inferred = shape_infer.infer(model, {"x": (1, 1)})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert inferred.output_shapes == [(1, 1)] and inferred.all_known
+    assert peak < 32 << 20, f"shape inference allocated {peak >> 20} MB"

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -62,13 +63,39 @@ bool fsync_dir(const std::string &dir) {
   return ok;
 }
 
-// Writes through a temporary file and a rename, so a reader never sees half a file (GE writes in place; the
-// lock already keeps GE's readers out, the rename also survives a crash mid-write). The data is fsync'ed before
-// the rename and the directory after it: after a power loss the name refers to the whole file or is absent, never
-// to a truncated one (an index naming a truncated .om would fail the key's every compile).
+// An unpredictable suffix for a temporary file's name (as mkstemp's): getrandom, else the clock and the pid.
+std::string random_suffix() {
+  uint64_t v = 0;
+  if (::getrandom(&v, sizeof v, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof v))
+    v = static_cast<uint64_t>(std::time(nullptr)) * 6364136223846793005ULL ^ reinterpret_cast<uintptr_t>(&v) ^
+        static_cast<uint64_t>(::getpid()) << 32;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// Creates a new file beside ``path`` as mkstemp does: O_CREAT | O_EXCL | O_NOFOLLOW under an unpredictable name
+// ({path}.tmp{pid}.{random}: the pid lets remove_stale_temps tell a dead writer's file), never opening what someone
+// else put there (a symlink, a hard link to another file). Returns the fd (tmp set) or -1 (errno set).
+int create_temp(const std::string &path, mode_t mode, std::string &tmp) {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    tmp = path + ".tmp" + std::to_string(::getpid()) + "." + random_suffix();
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+    if (fd >= 0 || errno != EEXIST) return fd;
+  }
+  errno = EEXIST;
+  return -1;
+}
+
+// Writes through a new temporary file (create_temp) and a rename, so a reader never sees half a file and no name
+// another user can plant in a shared directory is ever opened for writing (GE writes in place; the lock already keeps
+// GE's readers out, the rename also survives a crash mid-write). The data is fsync'ed before the rename and the
+// directory after it: after a power loss the name refers to the whole file or is absent, never to a truncated one (an
+// index naming a truncated .om would fail the key's every compile). rename() replaces a symlink at ``path``, never
+// follows it.
 bool write_file(const std::string &dir, const std::string &path, const std::string &data) {
-  std::string tmp = path + ".tmp" + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  std::string tmp;
+  int fd = create_temp(path, 0644, tmp);
   if (fd < 0) return false;
   bool ok = write_all(fd, data) && ::fsync(fd) == 0;
   int saved = errno;
@@ -82,8 +109,42 @@ bool write_file(const std::string &dir, const std::string &path, const std::stri
   return fsync_dir(dir);
 }
 
-// Removes the {key}*.tmp<pid> files of writers that died before their rename (the caller holds the key's lock, so
-// no live writer of this key is mid-write; a temp file of a live process of another key is left alone).
+// Opens (creating it if missing) the lock file ``path`` for flock: O_NOFOLLOW, so a planted symlink is never followed
+// (ELOOP: removed, then tried again); a missing one is created as a new temporary file (create_temp) and linked into
+// place, so that no one else's file is ever created or opened through the name. Returns the fd or -1 (errno set).
+int open_lock(const std::string &path) {
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+      struct stat st {};
+      if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) return fd;
+      ::close(fd);
+      errno = EINVAL;  // a directory, a FIFO...: not a lock file
+      return -1;
+    }
+    if (errno == ELOOP) {  // a symlink in its place: someone else's, removed (the directory is one gert checked)
+      ::unlink(path.c_str());
+      continue;
+    }
+    if (errno != ENOENT) return -1;
+    std::string tmp;
+    int tfd = create_temp(path, 0644, tmp);  // readable by a group sharing the cache (under the umask)
+    if (tfd < 0) return -1;
+    ::close(tfd);
+    int rc = ::link(tmp.c_str(), path.c_str());  // never replaces an existing lock file (someone may hold it)
+    int saved = errno;
+    ::unlink(tmp.c_str());
+    if (rc != 0 && saved != EEXIST) {
+      errno = saved;
+      return -1;
+    }
+  }
+  errno = ELOOP;
+  return -1;
+}
+
+// Removes the {key}*.tmp<pid>[.<random>] files of writers that died before their rename (the caller holds the key's
+// lock, so no live writer of this key is mid-write; a temp file of a live process of another key is left alone).
 void remove_stale_temps(const std::string &dir, const std::string &key) {
   DIR *d = ::opendir(dir.c_str());
   if (!d) return;
@@ -93,6 +154,9 @@ void remove_stale_temps(const std::string &dir, const std::string &key) {
     size_t at = name.rfind(".tmp");
     if (at == std::string::npos || at + 4 >= name.size()) continue;
     std::string pid_text = name.substr(at + 4);
+    size_t dot = pid_text.find('.');  // {pid}.{random} (create_temp)
+    if (dot != std::string::npos) pid_text = pid_text.substr(0, dot);
+    if (pid_text.empty()) continue;
     if (pid_text.find_first_not_of("0123456789") != std::string::npos || pid_text.size() > 9) continue;
     pid_t pid = static_cast<pid_t>(std::stol(pid_text));
     if (pid <= 0 || pid == ::getpid()) continue;
@@ -352,7 +416,7 @@ ge::Status ModelCache::init(const std::string &dir, const std::string &key, cons
     return ge_fail(ACL_ERROR_GE_PARAM_INVALID, "%s: the graph_key '%s' can't be used as a file name: it must match "
                    "^[A-Za-z0-9_\\-]{1,128}$ (ge.graph_key)", api, key.c_str());
   std::string lock = dir_ + key_ + ".lock";
-  int fd = ::open(lock.c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+  int fd = open_lock(lock);
   if (fd < 0)
     return ge_fail(ge::FAILED, "%s: cannot open the cache lock file '%s': %s", api, lock.c_str(), strerror(errno));
   int rc;

@@ -1,7 +1,11 @@
 // Host NPU: device and pinned host memory, checked copies and memsets.
 // Every allocation is registered, so a copy can prove that each pointer is what its kind says it is.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 
 #include "runtime.h"
 
@@ -38,6 +42,88 @@ AllocationPtr lookup(std::map<uintptr_t, AllocationPtr> &m, uintptr_t p) {
   --it;
   const AllocationPtr &a = it->second;
   return p < a->base + (a->size ? a->size : 1) ? a : nullptr;
+}
+
+// Pinned host memory (aclrtMallocHost) is mapped for itself, so that a freed range stays known: aclrtFreeHost keeps
+// the range reserved (its pages released) in a quarantine of the last kQuarantine frees, where a copy from or into it
+// is refused instead of reading or writing memory someone else got since. Caller holds rt().mem_mu.
+struct FreedHost {
+  size_t size;
+  std::weak_ptr<Allocation> alloc;  // a queued copy may still hold it: unmapped only after that
+};
+constexpr size_t kQuarantine = 1024;
+std::map<uintptr_t, FreedHost> &freed_host() {
+  static auto *m = new std::map<uintptr_t, FreedHost>;
+  return *m;
+}
+std::deque<uintptr_t> &freed_order() {
+  static auto *q = new std::deque<uintptr_t>;
+  return *q;
+}
+
+size_t mapped_size(size_t size) {
+  size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  return (size + page - 1) / page * page;
+}
+
+// Caller holds rt().mem_mu: the freed allocation ``a`` joins the quarantine; the oldest entries beyond kQuarantine
+// whose memory no queued copy holds any more are unmapped (their addresses may be reused from then on).
+void quarantine(const AllocationPtr &a) {
+  if (a.use_count() == 1) ::madvise(reinterpret_cast<void *>(a->base), mapped_size(a->size), MADV_DONTNEED);
+  freed_host()[a->base] = FreedHost{a->size, a};
+  freed_order().push_back(a->base);
+  while (freed_order().size() > kQuarantine) {
+    auto it = freed_host().find(freed_order().front());
+    if (it != freed_host().end()) {
+      if (!it->second.alloc.expired()) break;
+      ::munmap(reinterpret_cast<void *>(it->first), mapped_size(it->second.size));
+      freed_host().erase(it);
+    }
+    freed_order().pop_front();
+  }
+}
+
+// The first registered range of ``m`` that starts in (v, end), else m.end().
+template <class Map>
+typename Map::const_iterator starts_within(const Map &m, uintptr_t v, uintptr_t end) {
+  auto it = m.upper_bound(v);
+  return it != m.end() && it->first < end ? it : m.end();
+}
+
+// Caller holds rt().mem_mu. The host side [p, p + n) of a copy, against the ranges the host NPU knows: inside an
+// aclrtMallocHost allocation it must end within it; it may not lie in a freed one (the quarantine) nor run into an
+// allocation (pinned, freed or device) from outside. Other host memory is pageable: the caller's to get right, as on
+// CANN, which cannot check it either. ACL_ERROR_INVALID_PARAM (CANN's parameter error) when refused.
+aclError check_host_range(const char *api, const char *what, const void *p, size_t n) {
+  auto &r = rt();
+  uintptr_t v = reinterpret_cast<uintptr_t>(p);
+  if (AllocationPtr a = lookup(r.host_mem, v)) {
+    size_t left = a->size - (v - a->base);
+    if (n <= left) return ACL_SUCCESS;
+    return fail(ACL_ERROR_INVALID_PARAM,
+                "%s: %s %p + %zu bytes runs %zu bytes past the end of the %zu-byte aclrtMallocHost allocation at %p",
+                api, what, p, n, n - left, a->size, reinterpret_cast<void *>(a->base));
+  }
+  auto &freed = freed_host();
+  auto f = freed.upper_bound(v);
+  if (f != freed.begin() && v < std::prev(f)->first + std::max<size_t>(std::prev(f)->second.size, 1)) {
+    --f;
+    return fail(ACL_ERROR_INVALID_PARAM, "%s: %s %p is in the %zu-byte aclrtMallocHost allocation at %p, which "
+                "aclrtFreeHost freed", api, what, p, f->second.size, reinterpret_cast<void *>(f->first));
+  }
+  uintptr_t end = n > UINTPTR_MAX - v ? UINTPTR_MAX : v + n;
+  const char *into = nullptr;
+  uintptr_t base = 0;
+  auto h = starts_within(r.host_mem, v, end);
+  auto d = starts_within(r.device_mem, v, end);
+  auto q = starts_within(freed, v, end);
+  if (h != r.host_mem.end()) into = "the aclrtMallocHost allocation", base = h->first;
+  else if (d != r.device_mem.end()) into = "the device allocation", base = d->first;
+  else if (q != freed.end()) into = "the freed aclrtMallocHost allocation", base = q->first;
+  if (!into) return ACL_SUCCESS;
+  return fail(ACL_ERROR_INVALID_PARAM, "%s: host %s %p + %zu bytes runs into %s at %p (%zu bytes in): a host range "
+              "must lie within one buffer", api, what, p, n, into, reinterpret_cast<void *>(base),
+              static_cast<size_t>(base - v));
 }
 
 // A checked copy: the allocations it touches are held until it ran.
@@ -127,6 +213,10 @@ aclError plan_copy(void *dst, size_t destMax, const void *src, size_t count, acl
     return fail(ACL_ERROR_RT_PARAM_INVALID, "%s: src %p is device memory, but %s needs a host source", api, src,
                 kind_name(kind));
   }
+  if (!dst_dev)
+    if (aclError e = check_host_range(api, "dst", dst, count)) return e;
+  if (!src_dev)
+    if (aclError e = check_host_range(api, "src", src, count)) return e;
   // H2D / D2H from or to memory aclrtMallocHost did not give (HOST_TO_BUF_TO_DEVICE stages pageable memory itself)
   if (kind == ACL_MEMCPY_HOST_TO_DEVICE) plan.host_alloc = find_allocation(src, count, true);
   if (kind == ACL_MEMCPY_DEVICE_TO_HOST) plan.host_alloc = find_allocation(dst, count, true);
@@ -159,8 +249,9 @@ aclError check_memset(void *devPtr, size_t maxCount, size_t count, const char *a
 }  // namespace
 
 Allocation::~Allocation() {
+  if (host) return;  // its own mapping: unmapped by the quarantine of aclrtFreeHost (quarantine)
   std::free(reinterpret_cast<void *>(base));
-  if (!host) {
+  {
     if (Device *d = find_device(device)) d->in_use.fetch_sub(charged);
     counters().mem_in_use.fetch_sub(charged);
   }
@@ -270,8 +361,11 @@ aclError aclrtMallocHost(void **hostPtr, size_t size) try {
   if (!hostPtr) return fail(ACL_ERROR_INVALID_PARAM, "aclrtMallocHost: hostPtr is null");
   if (size == 0) return fail(ACL_ERROR_INVALID_PARAM, "aclrtMallocHost: size must be greater than 0");
   if (aclError e = check_init("aclrtMallocHost")) return e;
-  void *p = aligned_block(size);
-  if (!p) return fail(ACL_ERROR_BAD_ALLOC, "aclrtMallocHost: cannot allocate %zu bytes of host memory", size);
+  void *p = size > SIZE_MAX / 2 ? MAP_FAILED
+                                 : ::mmap(nullptr, mapped_size(size), PROT_READ | PROT_WRITE,
+                                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    return fail(ACL_ERROR_BAD_ALLOC, "aclrtMallocHost: cannot allocate %zu bytes of host memory", size);
   auto a = std::make_shared<Allocation>();
   a->base = reinterpret_cast<uintptr_t>(p);
   a->size = size;
@@ -293,6 +387,7 @@ aclError aclrtFreeHost(void *hostPtr) try {
     if (it != rt().host_mem.end()) {
       a = std::move(it->second);
       rt().host_mem.erase(it);
+      quarantine(a);
     }
   }
   if (!a)

@@ -17,6 +17,7 @@ import glob
 import hashlib
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
@@ -24,6 +25,7 @@ from gert.core.atomic_file import atomic_open
 from gert.core.cache_trust import Trust
 
 SUFFIX = ".gert.json"
+WEIGHT_DIR = "weight"  # GE's external weights (ge.externalWeight=1 without ge.externalWeightDir)
 # Hashing every file before each hit would cost ~10% of a warm load on the host NPU (benchmarks/bench_cache.py):
 # as git's index does, the record also keeps each file's identity and change time, and a file whose (inode, size,
 # mtime, ctime) are still the recorded ones is taken as unchanged since it was hashed. Any write, truncation or
@@ -142,6 +144,19 @@ def _short(value) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def weight_files(directory: str) -> list:
+    """(name, path) of the files in the cache's ``weight/`` directory (GE's external weights, ``ge.externalWeight``),
+    names as ``weight/<file>``; none if it is missing or not a directory of its own (a symlink)."""
+    path = os.path.join(directory, WEIGHT_DIR)
+    try:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            return []
+        names = sorted(os.listdir(path))
+    except OSError:
+        return []
+    return [(f"{WEIGHT_DIR}/{n}", os.path.join(path, n)) for n in names if ".tmp" not in n]
+
+
 def entry_files(directory: str, key: str) -> list:
     """(name, path) of the files GE would load for ``key``: the index and what it lists, else ``{key}.om``, else
     nothing (GE compiles). ValueError if the index is unreadable as GE's format."""
@@ -177,11 +192,13 @@ def _hash(path: str) -> tuple:
     return digest, (after if after == before else None)
 
 
-def new_record(directory: str, key: str, inputs: dict, precision: dict, known: Optional[dict] = None) -> Record:
+def new_record(directory: str, key: str, inputs: dict, precision: dict, known: Optional[dict] = None,
+               weights: bool = False) -> Record:
     """The record of the entry of ``key`` as it is now; ``known``: name -> (SHA-256, signature) that ``check`` just
-    verified (not hashed again)."""
+    verified (not hashed again). ``weights``: GE wrote the graph's weights to ``weight/`` (ge.externalWeight): every
+    file there is recorded (GE does not say which are this graph's; a later change to one fails the check)."""
     files, stats = {}, {}
-    for name, path in entry_files(directory, key):
+    for name, path in entry_files(directory, key) + (weight_files(directory) if weights else []):
         files[name], sig = known[name] if known and name in known else _hash(path)
         if sig is not None:
             stats[name] = sig
@@ -199,9 +216,10 @@ class Verdict:
     rehashed: Optional[dict] = None  # name -> (verified SHA-256, signature or None)
 
 
-def check(directory: str, key: str, trust: Trust, inputs: dict, precision: dict, trust_foreign: bool) -> Verdict:
+def check(directory: str, key: str, trust: Trust, inputs: dict, precision: dict, trust_foreign: bool,
+          weights: bool = False) -> Verdict:
     """Whether GE may load the entry of ``key``: who could have written its files, and whether they and the key's
-    inputs are what gert recorded when it saved the entry."""
+    inputs are what gert recorded when it saved the entry (with ``weights``, the ``weight/`` files it recorded)."""
     try:
         files = entry_files(directory, key)
     except ValueError as e:
@@ -228,6 +246,12 @@ def check(directory: str, key: str, trust: Trust, inputs: dict, precision: dict,
         with open(rec_path, "rb") as f:
             recorded_at = os.fstat(f.fileno()).st_mtime_ns
             record = Record.from_bytes(f.read())
+        if weights:
+            weight = [(n, os.path.join(directory, n)) for n in record.files if n.startswith(WEIGHT_DIR + "/")]
+            problems = [p for p in (trust.file_problem(path, name) for name, path in weight) if p]
+            if problems:
+                return Verdict("broken", problems)
+            files = files + weight
         now = {}
         for name, path in files:
             sig = _signature(path)

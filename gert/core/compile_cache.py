@@ -28,6 +28,8 @@ import glob
 import hashlib
 import json
 import os
+import secrets
+import stat
 import threading
 import time
 import warnings
@@ -59,6 +61,47 @@ def resolve_dir(cache_dir: Optional[os.PathLike | str], cache_mode: Union[int, s
     if cache_dir is None or str(cache_dir) == "":
         return None
     return prepare_directory(os.path.abspath(os.fspath(cache_dir)), parse_mode(cache_mode))
+
+
+# The files a CANN toolkit states its version in (relative to ASCEND_HOME_PATH / the toolkit gert was built with).
+_VERSION_FILES = ("version.cfg", "compiler/version.info", "runtime/version.info", "opp/version.info",
+                  "*-linux/ascend_toolkit_install.info")
+_toolkit_cache: dict = {}
+
+
+def toolkit_version(roots: Optional[tuple] = None) -> str:
+    """What the CANN toolkit's install says its version is (the digest of its version files, per root): part of every
+    key, as GE's cache is not guaranteed across CANN versions and GE compares none on a hit. '' with the host NPU
+    (its version is gert's, already in the key). ``roots``: the toolkit directories (default: the one gert was built
+    against and ASCEND_HOME_PATH / ASCEND_TOOLKIT_HOME); read once per process and roots."""
+    if roots is None:
+        if _cann.backend() == "hostnpu":
+            return ""
+        roots = tuple(dict.fromkeys(r for r in (_cann.toolkit_root(), os.environ.get("ASCEND_HOME_PATH"),
+                                                os.environ.get("ASCEND_TOOLKIT_HOME")) if r))
+    hit = _toolkit_cache.get(roots)
+    if hit is None:
+        digest = hashlib.blake2b(digest_size=12)
+        for root in roots:
+            for pattern in _VERSION_FILES:
+                for path in sorted(glob.glob(os.path.join(glob.escape(root), pattern))):
+                    with contextlib.suppress(OSError):
+                        with open(path, "rb") as f:
+                            digest.update(os.path.relpath(path, root).encode() + b"\0" + f.read() + b"\0")
+        hit = _toolkit_cache[roots] = digest.hexdigest()
+    return hit
+
+
+def external_weights(levels: Mapping[str, Mapping[str, str]]) -> bool:
+    """Whether GE writes the graph's weights to the cache's ``weight/`` directory: ``ge.externalWeight`` on (graph,
+    else session, else global) without ``ge.externalWeightDir`` (ge-shapes-and-cache.md B)."""
+    def option(key):
+        for level in ("graph", "session", "global"):
+            if key in levels.get(level, {}):
+                return str(levels[level][key])
+        return ""
+
+    return option("ge.externalWeight").strip().lower() in ("1", "true") and not option("ge.externalWeightDir")
 
 
 def _backend_tag() -> str:
@@ -116,7 +159,7 @@ class CompileCache:
 
         return {"model": self.model_digest, "global": [list(kv) for kv in self.global_options],
                 "session": keep(session_options), "graph": keep(graph_options),
-                "gert": core.__version__, "backend": _backend_tag()}
+                "gert": core.__version__, "backend": _backend_tag(), "toolkit": toolkit_version()}
 
     def graph_key(self, session_options: Mapping[str, str], graph_options: Mapping[str, str]) -> str:
         """``gert_`` + 32 hex digits (GE's key pattern ^[A-Za-z0-9_-]{1,128}$)."""
@@ -191,8 +234,10 @@ class CompileCache:
         key = self.graph_key(session_options, graph_options)
         inputs = self.key_inputs(session_options, graph_options)
         precision = self.precision_settings(session_options, graph_options)
+        weights = external_weights({"global": dict(self.global_options), "session": session_options,
+                                    "graph": graph_options})
         with self._entry_lock(key):
-            verdict = self._check(key, inputs, precision)
+            verdict = self._check(key, inputs, precision, weights)
             if verdict.state == "broken":
                 self._discard(key, verdict.problems)
                 if self._files(key):  # could not remove it: never let GE load it
@@ -200,27 +245,28 @@ class CompileCache:
             outcome = self._compile(session, graph_id, graph, graph_options, key,
                                     "hit" if verdict.state in ("verified", "foreign") else "miss")
             if outcome == "miss" and os.path.exists(os.path.join(self.directory, cache_entry.idx_name(key))):
-                self._record(key, inputs, precision)
+                self._record(key, inputs, precision, weights=weights)
             elif verdict.rehashed and outcome == "hit":
-                self._record(key, inputs, precision, verdict.rehashed, must=False)
+                self._record(key, inputs, precision, verdict.rehashed, must=False, weights=weights)
             return outcome
 
     def _record(self, key: str, inputs: dict, precision: dict, known: Optional[dict] = None,
-                must: bool = True) -> None:
+                must: bool = True, weights: bool = False) -> None:
         """Write the key's record: after GE saved the entry (``must``), or again with the current signatures of
         files verified by their hashes (an optimisation: skipped if the directory refuses it)."""
         try:
-            record = cache_entry.new_record(self.directory, key, inputs, precision, known)
+            record = cache_entry.new_record(self.directory, key, inputs, precision, known, weights)
             cache_entry.write_record(self.directory, record, self.trust)
         except (OSError, ValueError) as e:
             if must:  # the graph is compiled: it serves; the unrecorded entry is compiled again by later loads
                 warnings.warn(f"compile cache {self.directory}: cannot record entry {key} ({e}); later loads will "
                               f"compile it again", CacheWarning, stacklevel=4)
 
-    def _check(self, key: str, inputs: dict, precision: dict) -> cache_entry.Verdict:
+    def _check(self, key: str, inputs: dict, precision: dict, weights: bool = False) -> cache_entry.Verdict:
         start = time.perf_counter()
         self._check_lock_file(key)
-        verdict = cache_entry.check(self.directory, key, self.trust, inputs, precision, self.trust_foreign_entries)
+        verdict = cache_entry.check(self.directory, key, self.trust, inputs, precision, self.trust_foreign_entries,
+                                    weights)
         with self._stats_lock:
             self.stats.checks += 1
             self.stats.seconds += time.perf_counter() - start
@@ -272,25 +318,50 @@ class CompileCache:
 
 @contextlib.contextmanager
 def _flock(path: str, group_readable: bool = False) -> Iterator[None]:
-    """An exclusive flock on ``path`` (created, never through a symlink: a planted one is removed). Opened read-only,
-    so that a group sharing the directory can lock files another member created."""
-    for _ in range(3):
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         0o640 if group_readable else 0o600)
-            break
-        except OSError as e:
-            if e.errno != errno.ELOOP:
-                raise GertError(f"compile cache: cannot open the lock file {path!r}: {e.strerror}") from None
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)  # a symlink planted in place of the lock file
-    else:
-        raise GertError(f"compile cache: the lock file {path!r} keeps being replaced by a symlink")
+    """An exclusive flock on the lock file ``path``, on an fd opened with O_NOFOLLOW (a planted symlink is removed).
+    A missing lock file is created as a new file under an unpredictable name (O_CREAT | O_EXCL, atomic_file's way)
+    and linked into place, never replacing one another process may hold. Opened read-only, so that a group sharing
+    the directory can lock files another member created."""
+    fd = _open_lock(path, 0o640 if group_readable else 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # retried on EINTR by Python (PEP 475)
         yield
     finally:
         os.close(fd)
+
+
+def _open_lock(path: str, perms: int) -> int:
+    for _ in range(10):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            _create_lock(path, perms)
+            continue
+        except OSError as e:
+            if e.errno != errno.ELOOP:
+                raise GertError(f"compile cache: cannot open the lock file {path!r}: {e.strerror}") from None
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)  # a symlink planted in place of the lock file
+            continue
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+        os.close(fd)
+        raise GertError(f"compile cache: the lock file {path!r} is not a regular file; remove it")
+    raise GertError(f"compile cache: the lock file {path!r} keeps being replaced (by a symlink?)")
+
+
+def _create_lock(path: str, perms: int) -> None:
+    tmp = f"{path}.tmp{os.getpid()}-{secrets.token_hex(8)}"
+    try:
+        os.close(os.open(tmp, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, perms))
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process created it first: locked like any existing one
+        finally:
+            os.unlink(tmp)
+    except OSError as e:
+        raise GertError(f"compile cache: cannot create the lock file {path!r}: {e.strerror}") from None
 
 
 def compile_graph(session, graph_id: int, graph, session_options: Mapping[str, str],

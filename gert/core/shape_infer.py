@@ -25,6 +25,24 @@ from onnx import defs, helper, numpy_helper, shape_inference
 _FOLD_ELEMENTS = 4096
 # Constant inputs up to this many elements are handed to an operator's shape inference.
 _OPERAND_ELEMENTS = 16
+# What one fold may produce, in bytes (ONNX Runtime's constant folding has such a limit too, 1 GB by default): a
+# fold's output is predicted by shape inference first and a larger one is not folded, only inferred. A value above
+# _FOLD_ELEMENTS is never read again by a fold, so the bound loses nothing but the memory: a 207-byte model with
+# Range(0, 62.5M, 1) made loading allocate 500 MB.
+_FOLD_OUTPUT_BYTES = 1 << 20
+# Operators whose output can be far larger than their inputs: folded only when the output size is predicted.
+_GROWS = {"Constant", "Range", "ConstantOfShape", "Expand", "Tile", "Resize", "Upsample", "Pad", "OneHot", "EyeLike",
+          "CenterCropPad", "Col2Im", "MatMul", "Gemm", "Einsum", "Gather", "GatherElements", "GatherND",
+          "DFT", "STFT", "MelWeightMatrix", "HannWindow", "HammingWindow", "BlackmanWindow", "ConvTranspose",
+          "MaxUnpool", "StringSplit", "TfIdfVectorizer", "RoiAlign", "MaxRoiPool", "AffineGrid", "ImageDecoder"}
+# Operators whose output has at most prod(input size + 1) elements (broadcasting, reshaping, selecting, reducing:
+# the nodes of shape subgraphs): their folds are not sized by inference first while that bound is small.
+_BOUNDED = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Mod", "Equal", "Less", "Greater",
+            "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not", "Where", "Cast", "CastLike", "Identity",
+            "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Concat", "Slice", "Gather", "GatherElements", "Transpose",
+            "Shape", "Size", "Neg", "Abs", "Floor", "Ceil", "Round", "Sqrt", "Reciprocal", "Sign", "Exp", "Log",
+            "Relu", "Sigmoid", "Tanh", "Clip", "ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceMean",
+            "ArgMax", "ArgMin", "Split", "Unique", "CumSum", "IsNaN", "IsInf", "Softmax", "MatMul"}
 # Elementwise operators whose output has the (broadcast) shape and element type of their inputs.
 _UNARY = {"Relu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Selu", "Softplus", "Softsign",
           "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Round", "Erf", "Sin", "Cos", "Identity",
@@ -171,9 +189,41 @@ class _Inferer:
         sizes = [scope.size(i) if i else 0 for i in node.input]
         if op not in _NO_FOLD and all(n is not None and n <= _FOLD_ELEMENTS for n in sizes) and \
                 not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
-            if self._fold(node, scope, [scope.value(i) if i else None for i in node.input]):
+            ins = [scope.value(i) if i else None for i in node.input]
+            if self._fold_fits(node, scope, ins, sizes) and self._fold(node, scope, ins):
                 return None
         self._infer(node, scope)
+
+    def _fold_fits(self, node: onnx.NodeProto, scope: _Scope, ins: list, sizes: list) -> bool:
+        """Whether folding ``node`` stays within _FOLD_OUTPUT_BYTES per output, as ONNX's shape inference predicts
+        it given the constant inputs' values. An output it cannot size is allowed, except of an operator that can
+        grow (_GROWS): _fold checks the actual size afterwards, as ONNX Runtime's folding does."""
+        domain = node.domain or ""
+        if domain in ("", "ai.onnx") and node.op_type in _BOUNDED and \
+                math.prod(n + 1 for n in sizes) * 16 <= _FOLD_OUTPUT_BYTES:
+            return True  # cannot outgrow the bound, whatever inference would say (most folds: no call into ONNX)
+        try:
+            version = self.opsets.get(domain, self.opsets.get("ai.onnx", 1) if domain == "" else 1)
+            schema = defs.get_schema(node.op_type, version, domain)
+            types = {i: t.to_proto() for i in node.input if i for t in [scope.type(i)] if t is not None}
+            data = {i: numpy_helper.from_array(np.asarray(v), i) for i, v in zip(node.input, ins)
+                    if i and v is not None}
+            out = shape_inference.infer_node_outputs(schema, node, types, data, opset_imports=self.opset_protos,
+                                                     ir_version=self.ir_version)
+        except Exception:  # noqa: BLE001 - no schema or inference, or inputs it refuses: sized after the fold
+            out = {}
+        largest = max(sizes, default=1)
+        for name in node.output:
+            t = _T.of(out[name]) if name in out else None
+            if t is None or t.dims is None:
+                if name and node.op_type in _GROWS:
+                    return False
+                continue
+            # a dim inference leaves open (NonZero's count, Unique's) taken as the largest input's size
+            elements = math.prod(d if type(d) is int else largest for d in t.dims)
+            if elements * _itemsize(t.elem) > _FOLD_OUTPUT_BYTES:
+                return False
+        return True
 
     def _constant(self, node: onnx.NodeProto, scope: _Scope) -> None:
         """A Constant's tensor is kept as it is (converted only if a fold needs it); other forms are evaluated."""
@@ -182,8 +232,8 @@ class _Inferer:
             if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
                 scope.protos[name] = a.t
                 return
-        if not self._fold(node, scope, []):
-            self.unknown.append(name)
+        if not (self._fold_fits(node, scope, [], []) and self._fold(node, scope, [])):  # a sparse_value may be huge
+            self._infer(node, scope)
 
     def _fold(self, node: onnx.NodeProto, scope: _Scope, ins: list) -> bool:
         from onnx.reference import ReferenceEvaluator
@@ -194,6 +244,8 @@ class _Inferer:
             outs = ev.run(None, feeds)
         except Exception:  # noqa: BLE001 - not evaluable here: fall back to inference
             return False
+        if any(isinstance(v, np.ndarray) and v.nbytes > _FOLD_OUTPUT_BYTES for v in outs):
+            return False  # an output inference could not size beforehand: not kept (inferred instead)
         for name, v in zip(node.output, outs):
             if name and isinstance(v, np.ndarray):
                 scope.set_value(name, v)
@@ -300,6 +352,14 @@ class _Inferer:
                 scope.types[name] = t
             if _known(t) is None and name:
                 self.unknown.append(name)
+
+
+def _itemsize(elem: int) -> int:
+    """Bytes per element of an ONNX element type (8 for strings and types numpy does not know: an estimate)."""
+    try:
+        return max(1, np.dtype(helper.tensor_dtype_to_np_dtype(elem)).itemsize) if elem else 1
+    except Exception:  # noqa: BLE001 - a type without a numpy dtype
+        return 8
 
 
 def _merge(a: Optional[_T], b: Optional[_T]) -> Optional[_T]:
