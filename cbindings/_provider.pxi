@@ -300,7 +300,10 @@ cdef int _prov_run_gil(void* exe, uint64_t h, int32_t threads, int32_t alone, in
     cdef _Replay* e = w.find(h, threads, alone, n_in, ins, n_out, outs)
     if e != NULL and not e.busy:  # found after the GIL was taken: another thread may have added it meanwhile
         w.replayed += 1
-        return _prov_replay(e, err, err_len)
+        if _prov_replay(e, err, err_len) == 0:
+            return 0
+        # a replay that failed (bad input values at known shapes) runs again through the executable, whose error
+        # carries ONNX Runtime's status (INVALID_ARGUMENT, FAIL, ...): a failure path only
     cdef object executable = w.py
     try:
         a = _OutputAllocator.__new__(_OutputAllocator)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import threading
 import time
 from typing import Any, Mapping, Optional, Sequence
@@ -32,8 +33,17 @@ import numpy as np
 
 from gert.errors import GertError
 
+_ORT_STATUS = re.compile(r"\[ONNXRuntimeError\] : (\d+) : ([A-Z_]+) : ")
+# ONNX Runtime's status names -> its Python exception classes (onnxruntime_pybind11_state)
+_STATUS_CLASSES = {"FAIL": "Fail", "INVALID_ARGUMENT": "InvalidArgument", "NO_SUCHFILE": "NoSuchFile",
+                   "NO_MODEL": "NoModel", "ENGINE_ERROR": "EngineError", "RUNTIME_EXCEPTION": "RuntimeException",
+                   "INVALID_PROTOBUF": "InvalidProtobuf", "MODEL_LOADED": "ModelLoaded",
+                   "NOT_IMPLEMENTED": "NotImplemented", "INVALID_GRAPH": "InvalidGraph", "EP_FAIL": "EPFail"}
 _TERMINATED = "Exiting due to terminate flag being set to true."
 _DEVICES = ("cpu", "cuda", "cann", "npu", "dml", "gpu", "webgpu")  # OrtDevice.make names gert accepts for outputs
+
+
+_classes: dict = {}  # ONNX Runtime's exception class name -> gert's subclass of it (ort_class)
 
 
 def _state():
@@ -46,12 +56,87 @@ class Fail(GertError, _state().Fail):
     """ONNX Runtime's Fail (a run that failed: terminate flag, missing input), from gert."""
 
 
+_classes["Fail"] = Fail
+
+
 class ScalarInputShape(GertError, _state().InvalidArgument):
     """A 0-d input fed more than one element (ONNX Runtime's InvalidArgument class)."""
 
 
 class UnhandledFeed(GertError, RuntimeError):
     """A feed value ONNX Runtime's binding cannot convert (a Python or numpy scalar, a string): its RuntimeError."""
+
+
+def ort_class(name: str) -> type:
+    """gert's subclass of ONNX Runtime's exception class ``name`` (and of GertError), made once."""
+    cls = _classes.get(name)
+    if cls is None:
+        base = getattr(_state(), name, None) or _state().Fail
+        cls = _classes[name] = type(name, (GertError, base), {"__doc__": f"ONNX Runtime's {name}, from gert.",
+                                                              "__module__": __name__})
+    return cls
+
+
+def ort_run_error(e: BaseException) -> Optional[BaseException]:
+    """ONNX Runtime's exception for gert's error ``e`` raised while running (None: ``e`` already is one, or is no
+    gert error). A failure the host NPU's ONNX Runtime reported keeps its status (INVALID_ARGUMENT, FAIL, ...),
+    class and message; a device or runtime failure without one is ONNX Runtime's Fail. The gert error is the
+    translation's ``gert_error`` (and its cause)."""
+    if not isinstance(e, GertError) or isinstance(e, _ort_bases()):
+        return None
+    message = str(e)
+    m = _ORT_STATUS.search(message)
+    if m is not None:
+        told = ort_class(_STATUS_CLASSES.get(m.group(2), "Fail"))(message[m.start():])
+    else:
+        told = ort_class("Fail")(f"[ONNXRuntimeError] : 1 : FAIL : {message}")
+    told.gert_error = e
+    return told
+
+
+def _ort_bases() -> tuple:
+    state = _state()
+    return tuple(getattr(state, n) for n in set(_STATUS_CLASSES.values()) if hasattr(state, n)) + (RuntimeError,
+                                                                                                    ValueError)
+
+
+class ScalarFeedShapes:
+    """ONNX Runtime's output shapes for a feed that gives a 0-d input a one-element array of rank > 0: ONNX Runtime
+    computes with the array as given (a (1,) scalar broadcasts to (1,) outputs), gert's compiled graph with the 0-d
+    value. The shapes ONNX Runtime would give come from shape inference at the fed shapes (once per feed
+    signature); an output is reshaped to them when they are known and hold its elements, else kept."""
+
+    def __init__(self, load_model) -> None:
+        self._load = load_model  # () -> the model (bytes or a ModelProto), read when first needed
+        self._proto = None
+        self._known: dict = {}   # feed signature -> {output name: shape}
+
+    def apply(self, input_feed: Mapping[str, Any], result: Mapping[str, np.ndarray]) -> dict:
+        key = tuple((n, np.shape(v)) for n, v in input_feed.items())
+        shapes = self._known.get(key)
+        if shapes is None:
+            shapes = self._known[key] = self._infer(dict(key))
+            if len(self._known) > 64:
+                self._known.clear()
+        out = dict(result)
+        for name, shape in shapes.items():
+            a = out.get(name)
+            if a is not None and a.shape != shape and a.size == int(np.prod(shape, dtype=np.int64)):
+                out[name] = a.reshape(shape)
+        return out
+
+    def _infer(self, fed: dict) -> dict:
+        from gert.core import shape_infer
+        from gert.core.skeleton import skeleton
+
+        if self._proto is None:
+            self._proto = skeleton(self._load())
+        try:
+            done = shape_infer.infer(self._proto, fed)
+        except Exception:  # noqa: BLE001 - no inference: the outputs keep gert's shapes
+            return {}
+        return {o.name: tuple(dims) for o, dims in zip(self._proto.graph.output, done.output_dims)
+                if dims is not None and all(type(d) is int for d in dims)}
 
 
 def check_run_options(run_options) -> None:
@@ -216,10 +301,11 @@ class IOBinding:
 
 
 def _execution_error(e: BaseException) -> RuntimeError:
+    """run_with_iobinding's error: ONNX Runtime's status message without its status prefix."""
     message = str(e)
-    for prefix in ("[ONNXRuntimeError] : 1 : FAIL : ", "[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : "):
-        if message.startswith(prefix):
-            message = message[len(prefix):]
+    m = _ORT_STATUS.match(message)
+    if m is not None:
+        message = message[m.end():]
     return RuntimeError(f"Error in execution: {message}")
 
 

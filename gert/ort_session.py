@@ -32,7 +32,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from gert.errors import GertError
-from gert.ort_io import Profiler, SessionRunVariants, check_run_options, ort_feed
+from gert.ort_io import (Profiler, ScalarFeedShapes, SessionRunVariants, check_run_options, ort_class, ort_feed,
+                         ort_run_error)
 
 GERT_PROVIDER = "GertExecutionProvider"
 CANN_PROVIDER = "CANNExecutionProvider"
@@ -316,7 +317,9 @@ class InferenceSession(SessionRunVariants):
         self._input_info = {t.name: t for t in self._model.inputs}
         self._input_args = {a.name: a for a in self._info.inputs}
         self._output_names = [a.name for a in self._info.outputs]
+        self._outputs_twice = len(set(self._output_names)) != len(self._output_names)  # a tensor listed twice
         self._scalar_inputs = frozenset(t.name for t in self._model.inputs if len(t.shape) == 0)  # the graph's 0-d
+        self._scalar_shapes = ScalarFeedShapes(self._model_data)  # outputs of one-element feeds to 0-d inputs
 
     def _load_arguments(self, providers, provider_options) -> tuple:
         """(the providers as ONNX Runtime reports them, gert.load arguments) from providers and session options."""
@@ -339,10 +342,7 @@ class InferenceSession(SessionRunVariants):
         from gert import hostnpu
 
         if data is None:
-            data = self._model_bytes
-        if data is None:
-            with open(self._model_path, "rb") as f:
-                data = f.read()
+            data = self._model_data()
         if getattr(self._sess_options, "enable_cpu_mem_arena", True) is False:
             hostnpu.without_arena(data)  # the host NPU's sessions of this model: no arena (issue 28)
         model = gert.load(data, **self._load_options)
@@ -352,6 +352,13 @@ class InferenceSession(SessionRunVariants):
             model.close()
             raise
         return model
+
+    def _model_data(self) -> bytes:
+        """The model's bytes: those given, or the file read again."""
+        if self._model_bytes is not None:
+            return self._model_bytes
+        with open(self._model_path, "rb") as f:
+            return f.read()
 
     def _has_batch(self) -> bool:
         """gert's rule for a batch axis: the first dim of every input is symbolic (after the overrides)."""
@@ -434,7 +441,18 @@ class InferenceSession(SessionRunVariants):
                 self._check_dims(e.input, feed[e.input])
             except InvalidArgument as ort_error:
                 return ort_error
-        return e
+        if e.kind == "dim":  # sizes ONNX Runtime finds apart in the kernel that meets them: its Fail
+            return ort_class("Fail")(f"[ONNXRuntimeError] : 1 : FAIL : {e}")
+        return InvalidArgument(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : {e}")
+
+    def _run_error(self, e: BaseException, feed: Mapping[str, Any]) -> Optional[BaseException]:
+        """ONNX Runtime's exception for an error raised while running ``feed`` (None: raise ``e`` as it is)."""
+        from gert.core.validate import InputError
+
+        if isinstance(e, InputError):
+            told = self._ort_error(e, feed)
+            return None if told is e else told
+        return ort_run_error(e)
 
     def _check_dims(self, name: str, a) -> None:
         arg = self._input_args.get(name)
@@ -459,14 +477,23 @@ class InferenceSession(SessionRunVariants):
         """Run once; the outputs named (all for None or []) as a list of numpy arrays, in that order."""
         names = self._outputs(output_names)
         check_run_options(run_options)
-        feed = self._feed(ort_feed(input_feed, self._scalar_inputs))
-        if self._profiler.enabled:
-            t0 = time.monotonic_ns()
-            result = self._model.run(feed)
-            self._profiler.record("model_run", t0, time.monotonic_ns())
-        else:
-            result = self._model.run(feed)
-        return [result[n] for n in names]
+        fed = ort_feed(input_feed, self._scalar_inputs)
+        feed = self._feed(fed)
+        try:
+            if self._profiler.enabled:
+                t0 = time.monotonic_ns()
+                result = self._model.run(feed)
+                self._profiler.record("model_run", t0, time.monotonic_ns())
+            else:
+                result = self._model.run(feed)
+        except GertError as e:
+            told = self._run_error(e, feed)
+            if told is None:
+                raise
+            raise told from e
+        if fed is not input_feed:  # a one-element array fed to a 0-d input: ONNX Runtime's output shapes
+            result = self._scalar_shapes.apply(input_feed, result)
+        return _listed(result, names) if self._outputs_twice or output_names else [result[n] for n in names]
 
     def run_async(self, output_names: Optional[Sequence[str]], input_feed: Mapping[str, Any],
                   callback: Callable[[Optional[list], Any, str], None], user_data: Any = None,
@@ -476,7 +503,9 @@ class InferenceSession(SessionRunVariants):
         try:
             names = self._outputs(output_names)
             check_run_options(run_options)
-            fut = self._model.submit(self._feed(ort_feed(input_feed, self._scalar_inputs)))
+            fed = ort_feed(input_feed, self._scalar_inputs)
+            feed = self._feed(fed)
+            fut = self._model.submit(feed)
         except GertError as e:
             callback([], user_data, _ORT_PREFIX.sub("", str(e)))
             return
@@ -484,10 +513,13 @@ class InferenceSession(SessionRunVariants):
         def done(f) -> None:
             try:
                 result = f.result()
+                if fed is not input_feed:
+                    result = self._scalar_shapes.apply(input_feed, result)
             except BaseException as e:  # noqa: BLE001 - handed to the callback, as ONNX Runtime does
-                callback([], user_data, str(e) or type(e).__name__)
+                told = self._run_error(e, feed) or e
+                callback([], user_data, _ORT_PREFIX.sub("", str(told)) or type(e).__name__)
             else:
-                callback([result[n] for n in names], user_data, "")
+                callback(_listed(result, names), user_data, "")
 
         fut.add_done_callback(done)
 
@@ -509,6 +541,19 @@ class InferenceSession(SessionRunVariants):
                 model.close()
             except Exception:  # noqa: BLE001 - interpreter shutdown
                 pass
+
+
+def _listed(result: Mapping[str, np.ndarray], names: Sequence[str]) -> list:
+    """The outputs ``names`` in order; an output named twice is a copy of its own each time, as ONNX Runtime
+    returns two arrays for it."""
+    out = [result[n] for n in names]
+    if len(set(names)) != len(names):
+        seen: set = set()
+        for i, n in enumerate(names):
+            if n in seen:
+                out[i] = out[i].copy()
+            seen.add(n)
+    return out
 
 
 def _dtype_name(dtype: np.dtype) -> str:

@@ -19,7 +19,7 @@ import numpy as np
 from gert import _cann
 from gert._cann import DeviceBuffer, Graph
 from gert.errors import GeError, GertError
-from gert.core import hooks, trace as _trace
+from gert.core import empty_rows, hooks, trace as _trace
 from gert.core.staged import run_staged
 from gert.core.recovery import watchdog
 from gert.core.rows import Rows
@@ -113,6 +113,10 @@ class Worker(StreamGraphs):
     # ---- one request --------------------------------------------------------------------------------------
     def run(self, req: Request) -> dict:
         """Run one request (the caller holds self.lock)."""
+        if 0 in req.sizes.values():  # no graph runs on an empty tensor: answered from the plan, or refused
+            answered = empty_rows.answer(self.plan, req)
+            if answered is not None:
+                return answered
         if self.limited:
             # aclrtUseStreamResInCurrentThread on every launch (~40 ns): a thread that also launches on other
             # streams (another Model's, with other limits) must be bound to this stream's limits again

@@ -22,7 +22,8 @@ _LAID_OUT = (np.ndarray, Rows, DeviceTensor)  # taken as they are (Rows and devi
 class InputError(GertError):
     """Inputs a model refuses. ``kind``: "type" (not a dict), "names" (missing / unexpected), "dtype", "rank",
     "dims" (a fixed axis), "dim" (a dynamic dim whose size differs between inputs); ``input``: the input's name;
-    ``expected`` / ``actual``: dtype and shape (or the names, for "names")."""
+    "empty" (a dynamic dim other than the batch of size 0; a 0-row request gert cannot answer without a run:
+    gert/core/empty_rows.py); ``expected`` / ``actual``: dtype and shape (or the names, for "names")."""
 
     def __init__(self, message: str, kind: str, input: Optional[str] = None, expected=None, actual=None,
                  missing: Sequence[str] = (), unexpected: Sequence[str] = ()) -> None:
@@ -108,4 +109,56 @@ class Validator:
                 where.setdefault(dim, f"input '{t.name}'")
             # np.require keeps 0-d arrays 0-d; Rows and device tensors are laid out by the executor
             arrays[t.name] = a if isinstance(a, (Rows, DeviceTensor)) else np.require(a, requirements="C")
+        if 0 in sizes.values():
+            self._check_empty(arrays, sizes)
         return arrays, sizes
+
+    def _check_empty(self, arrays: dict, sizes: dict) -> None:
+        """A dim other than the batch of size 0 passes only when gert can answer without a run (every output
+        empty, its shape known: gert/core/empty_rows.py): no graph runs on an empty tensor, where a kernel may fail
+        or abort the process. 0 rows of the batch are the Engine's (a padded batch runs at a gear; else the
+        executor answers or refuses them)."""
+        for dim, size in sizes.items():
+            if size == 0 and dim != "batch":
+                _, why = empty_shapes(self.plan, sizes)
+                if why:
+                    raise empty_error(self.plan, dim, arrays, why)
+
+
+def empty_shapes(plan: ShapePlan, sizes: Mapping[str, int]) -> tuple:
+    """({output: shape}, "") when every output holds no element at these sizes (an axis carries a dim of size 0)
+    and its shape is known from the plan's output axes and the model's fixed dims: gert's answer without a run;
+    else (None, why not, naming the first output that needs a run)."""
+    shapes = {}
+    for o in plan.outputs:
+        if o.name in plan.value_dependent:
+            return None, f"output '{o.name}' has a shape that follows the input values"
+        dims = [plan.output_axes.get((o.name, a)) for a in range(len(o.shape))]
+        if not any(d is not None and sizes.get(d) == 0 for d in dims):
+            return None, f"output '{o.name}' carries none of the dims of size 0"
+        shape = []
+        for axis, (dim, fixed) in enumerate(zip(dims, o.shape)):
+            if dim is not None and dim in sizes:
+                shape.append(int(sizes[dim]))
+            elif type(fixed) is int and fixed >= 0:
+                shape.append(fixed)
+            else:
+                return None, f"output '{o.name}' has an axis {axis} whose size is not known without a run"
+        shapes[o.name] = tuple(shape)
+    return shapes, ""
+
+
+def empty_error(plan: ShapePlan, dim: str, arrays: Mapping[str, object], why: str) -> InputError:
+    """The InputError for a request whose dim ``dim`` has size 0 and that gert cannot answer without a run: names
+    the first input that carries the dim, its axis, and ``why``."""
+    name, axis = next(((n, a) for (n, a), d in plan.input_axes.items() if d == dim and n in arrays),
+                      (next(iter(arrays), "?"), 0))
+    arr = arrays.get(name)
+    spec = next((t for t in plan.inputs if t.name == name), None)
+    shape = tuple(arr.shape) if arr is not None else ()
+    dtype = getattr(arr, "dtype", None)
+    return InputError(f"input '{name}': expected dim '{dim}' (axis {axis}) of size >= 1, got 0: {why}, so the "
+                      f"answer needs a run, and gert runs no graph on an empty tensor (a kernel may fail or abort the "
+                      f"process on one) (the model takes {spec.dtype if spec else '?'} of shape "
+                      f"{spec.shape if spec else '?'}, the input is {dtype} of shape {shape})", "empty", name,
+                      (spec.dtype, spec.shape) if spec else None, (dtype, shape))

@@ -126,6 +126,11 @@ class OrtExecutable:
         self.in_names = list(in_names)
         self.in_dims = [tuple(d) for d in in_dims]
         self.out_names = list(out_names)
+        # Outputs ONNX Runtime does not write into a bound buffer: a graph input listed as an output (ORT hands back
+        # the input's own value) and a tensor listed twice (a name binds once). Real GE inserts an identity for them;
+        # the host NPU copies them after the run (output index -> ("in" | "out", index of the source))
+        self._copies = _output_copies(self.in_names, self.out_names)
+        self._bound = [i for i in range(len(self.out_names)) if i not in self._copies]
         self._provider = provider
         self._sessions: dict[tuple, object] = {}  # (threads, spin) -> ONNX Runtime session
         self._tls = threading.local()  # .last_run: the run this thread just made, for take_replay()
@@ -189,7 +194,10 @@ class OrtExecutable:
             else:
                 io.bind_input(name, "cpu", 0, _elem(dt), list(dims), ptr)
         planned: dict[int, tuple] = {}  # output index -> (ptr, nbytes, shape) bound by a learned shape
+        copies = self._copies
         for i, (name, (ptr, nbytes, dt, dims)) in enumerate(zip(self.out_names, outputs)):
+            if copies and i in copies:  # copied after the run (_copy_outputs)
+                continue
             if ptr and all(d >= 0 for d in dims):
                 io.bind_output(name, "cpu", 0, _elem(dt), list(dims), ptr)
                 continue
@@ -203,27 +211,36 @@ class OrtExecutable:
                     continue
             io.bind_output(name, "cpu")
         try:
-            sess.run_with_iobinding(io)
-        except Exception:
+            if self._bound:  # (a graph whose outputs are all its inputs runs nothing)
+                sess.run_with_iobinding(io)
+        except Exception as e:
             if not planned:
-                raise
+                told = _ort_status_error(sess, self.in_names, inputs, [self.out_names[i] for i in self._bound])
+                if told is None:
+                    raise
+                raise told from e
             self._learning = False  # output shapes that follow input values: bound shapes cannot be known
             return self.run(threads, alone, inputs, outputs, alloc)
         if bound_all:
-            self._tls.last_run = _replay(sess, io)
+            replay = _replay(sess, io) if self._bound else None
+            if copies:
+                moves = self._copy_outputs(inputs, outputs, [None] * len(outputs), alloc)
+                replay = _copying_replay(replay, moves, io)
+            self._tls.last_run = replay
             return [None] * len(outputs)
         self._tls.last_run = None
         # Outputs ONNX Runtime allocated: one copy from its buffer (OrtValue) into device memory. Read through the
         # OrtValue, not numpy: that keeps 0-d shapes and works for bfloat16.
-        produced = io.get_outputs()
+        produced = dict(zip(self._bound, io.get_outputs())) if self._bound else {}
         results = []
-        for i, ((ptr, nbytes, dt, dims), value) in enumerate(zip(outputs, produced)):
-            if ptr and all(d >= 0 for d in dims):
+        for i, (ptr, nbytes, dt, dims) in enumerate(outputs):
+            if (ptr and all(d >= 0 for d in dims)) or i in copies:
                 results.append(None)
                 continue
             if i in planned:
                 results.append(planned[i])
                 continue
+            value = produced[i]
             shape = tuple(int(d) for d in value.shape())
             size = math.prod(shape) * numpy_dtype(dt).itemsize
             if ptr:
@@ -235,11 +252,42 @@ class OrtExecutable:
             if size:
                 ctypes.memmove(dst, value.data_ptr(), size)
             results.append((dst, size, shape))
+        if copies:
+            self._copy_outputs(inputs, outputs, results, alloc)
         if self._learning and learned is None:
             if len(self._learned) >= _LEARNED_KEPT:
                 self._learned.clear()
             self._learned[in_key] = tuple(r[2] if r is not None else tuple(o[3]) for r, o in zip(results, outputs))
         return results
+
+    def _copy_outputs(self, inputs: Sequence[TensorArg], outputs: Sequence[TensorArg], results: list,
+                      alloc: Callable[[int], int]) -> list:
+        """Writes the outputs ONNX Runtime did not (``self._copies``) from their source: an input, or the output
+        listed first under the same name. Fills ``results`` as run() returns them; returns the (dst, src, nbytes)
+        copies made, which a replay of an in-place run repeats."""
+        moves = []
+        for i, (kind, j) in self._copies.items():
+            if kind == "in":
+                src, _, dt, shape = inputs[j]
+            else:
+                done = results[j]
+                src, _, dt, shape = (done[0], 0, outputs[j][2], done[2]) if done is not None else outputs[j]
+            shape = tuple(int(d) for d in shape)
+            size = math.prod(shape) * numpy_dtype(dt).itemsize
+            ptr, nbytes, _, dims = outputs[i]
+            if ptr and all(d >= 0 for d in dims):
+                if tuple(dims) != shape or size > nbytes:
+                    raise ValueError(f"output '{self.out_names[i]}' is a copy of a tensor of shape {shape}; its "
+                                     f"buffer is for shape {tuple(dims)} ({nbytes} bytes)")
+                dst = ptr
+                results[i] = None
+            else:
+                dst = ptr if ptr and size <= nbytes else (alloc(size) if size else 0)
+                results[i] = (dst, size, shape)
+            if size and src and dst != src:
+                ctypes.memmove(dst, src, size)
+                moves.append((dst, src, size))
+        return moves
 
     def save(self) -> bytes:
         """What GE's compile cache keeps of this graph (gertHostGraphProvider.save): ONNX Runtime's optimized model
@@ -289,6 +337,67 @@ def _replay(sess, io) -> tuple:
     import onnxruntime as ort
 
     return run, (native_io, ort.RunOptions()), io
+
+
+def _output_copies(in_names: Sequence[str], out_names: Sequence[str]) -> dict:
+    """Output index -> ("in", input index) for a graph input listed as an output, ("out", index of its first
+    listing) for an output listed again: the outputs OrtExecutable copies instead of binding."""
+    copies: dict = {}
+    first: dict = {}
+    for i, name in enumerate(out_names):
+        if name in in_names:
+            copies[i] = ("in", list(in_names).index(name))
+        elif name in first:
+            copies[i] = ("out", first[name])
+        else:
+            first[name] = i
+    return copies
+
+
+def _copying_replay(replay: Optional[tuple], moves: list, io) -> tuple:
+    """A replay (callable, args, keep) that runs ``replay`` (None: nothing to run) and then makes the output copies
+    ``moves`` ((dst, src, nbytes), the same addresses: a replay is of the same tensors)."""
+    moves = tuple(moves)
+    memmove = ctypes.memmove
+    if replay is None:
+        def run_copies() -> None:
+            for dst, src, n in moves:
+                memmove(dst, src, n)
+        return run_copies, (), io
+    call, args, keep = replay
+
+    def run_and_copy() -> None:
+        call(*args)
+        for dst, src, n in moves:
+            memmove(dst, src, n)
+    return run_and_copy, (), keep
+
+
+def _ort_status_error(sess, in_names: Sequence[str], inputs: Sequence[TensorArg],
+                      out_names: Sequence[str]) -> Optional[BaseException]:
+    """ONNX Runtime's own exception for a run that failed through IOBinding, or None. run_with_iobinding reports
+    every failure as RuntimeError("Error in execution: ..."), without the status (INVALID_ARGUMENT, FAIL, ...) that
+    ONNX Runtime's run() raises as its exception class; the failed run is made again with run() to learn it, so
+    that gert.InferenceSession can raise what ONNX Runtime raises. A failure path only."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as state
+
+    feed = {}
+    for name, (ptr, nbytes, dt, dims) in zip(in_names, inputs):
+        if dt == DT_BF16:
+            return None  # numpy cannot hold it; the run's own error stands
+        dtype = numpy_dtype(dt)
+        shape = tuple(int(d) for d in dims)
+        count = math.prod(shape)
+        if ptr == 0 or count == 0:
+            feed[name] = np.zeros(shape, dtype)
+        else:
+            raw = (ctypes.c_char * (count * dtype.itemsize)).from_address(ptr)
+            feed[name] = np.frombuffer(raw, dtype=dtype, count=count).reshape(shape)
+    try:
+        sess.run(list(out_names), feed)
+    except Exception as e:  # noqa: BLE001 - the exception is the answer
+        return e if type(e).__module__ == state.__name__ else None
+    return None
 
 
 class OrtGraphProvider:
