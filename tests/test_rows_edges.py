@@ -301,8 +301,12 @@ def test_zero_width_through_triton_is_invalid_arg(monkeypatch, tmp_path):
                       "model_repository": str(mdir), "model_version": "1", "model_name": "cls"})
     try:
         good, bad = np.ones((1, 3, 8, 16), np.float32), np.zeros((1, 3, 8, 0), np.float32)
-        reqs = [pb.InferenceRequest([pb.Tensor("x", a)], ["prob"]) for a in (good, bad, good)]
+        no_rows = np.zeros((0, 3, 8, 16), np.float32)
+        reqs = [pb.InferenceRequest([pb.Tensor("x", a)], ["prob"]) for a in (good, bad, good, no_rows)]
         responses = model.execute(reqs)
+        assert responses[3].output_tensors()[0].as_numpy().shape == (0, 2), "0 rows: 0 rows"
+        alone = model.execute([pb.InferenceRequest([pb.Tensor("x", no_rows)], ["prob"])])
+        assert alone[0].output_tensors()[0].as_numpy().shape == (0, 2), "0 rows alone: 0 rows"
         err = responses[1].error()
         assert responses[1].has_error() and err.code() == pb.TritonError.INVALID_ARG, err and err.message()
         assert "input 'x'" in err.message() and "'W' (axis 3)" in err.message(), err.message()
