@@ -599,6 +599,9 @@ def _keeps_batch(w: _Walk, node: onnx.NodeProto, label: str):
                 raise _Refuse("it steps through the batch axis (reversed or strided rows)")
             if shp is None:  # with step 1, the batch axis' size kept at both batch sizes means every row, in order
                 raise _Refuse("its output shapes are not known, so nothing shows it keeps every row")
+    elif op == "Resize" and _attr(node, "coordinate_transformation_mode", b"half_pixel") in (
+            b"tf_crop_and_resize", "tf_crop_and_resize"):
+        raise _Refuse("it crops by a region of interest, which can shift rows")
     elif op == "Tile":
         reps = w.const(node.input[1])
         if reps is None or int(np.asarray(reps).reshape(-1)[a]) != 1:
