@@ -316,10 +316,11 @@ def _check_ancestor(path: str, cur: str, st: os.stat_result, child: os.stat_resu
         return  # others may add entries, but not replace this one (the sticky bit)
     about = f"cache_dir {path!r}: the directory {cur!r} on the way to it {_about(cur, st)}: "
     if not trust.trusted_user(st.st_uid):
-        fix = f"use a cache directory under directories owned by this user or root"
+        fix = "use a cache directory under directories owned by this user or root"
     elif sticky:
-        problem += f", and the next step on the way is owned by {_user(child.st_uid)}, whom the sticky bit does not protect"
-        fix = f"use a cache directory whose parents this user or root own"
+        problem += (f", and the next step on the way is owned by {_user(child.st_uid)}, whom the sticky bit does not "
+                    f"protect")
+        fix = "use a cache directory whose parents this user or root own"
     else:
         fix = f"`chmod go-w {cur}` (or `chmod +t {cur}`, as /tmp), or put the cache elsewhere"
     raise GertError(about + problem + " (it could replace the cache directory)." + _WHY + " Fix: " + fix)
