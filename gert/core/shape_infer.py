@@ -202,6 +202,13 @@ class _Inferer:
         if domain in ("", "ai.onnx") and node.op_type in _BOUNDED and \
                 math.prod(n + 1 for n in sizes) * 16 <= _FOLD_OUTPUT_BYTES:
             return True  # cannot outgrow the bound, whatever inference would say (most folds: no call into ONNX)
+        if domain in ("", "ai.onnx") and node.op_type == "Range" and len(ins) == 3 and \
+                all(v is not None and np.size(v) == 1 for v in ins):
+            # its size from its operands (ONNX's inference refuses 1-element operands that are not 0-d, which
+            # ONNX Runtime's kernel takes: AffineGrid's expansion writes them)
+            start, limit, delta = (float(np.asarray(v).reshape(-1)[0]) for v in ins)
+            count = max(math.ceil((limit - start) / delta), 0) if delta else 0
+            return count * np.asarray(ins[0]).dtype.itemsize <= _FOLD_OUTPUT_BYTES
         try:
             version = self.opsets.get(domain, self.opsets.get("ai.onnx", 1) if domain == "" else 1)
             schema = defs.get_schema(node.op_type, version, domain)
