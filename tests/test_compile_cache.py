@@ -294,9 +294,14 @@ def test_unusable_cache_dir_is_a_clear_error(tmp_path):
 
 # ---- gert_triton ----------------------------------------------------------------------------------------------------
 
-def test_triton_cache_dir_parameter(tmp_path):
+def test_triton_cache_dir_parameter(tmp_path, monkeypatch):
     mdir = str(tmp_path / "m")
     assert cache_path(parse_parameters({"cache_dir": {"string_value": "cache"}}), mdir) == os.path.join(mdir, "cache")
+    # an absolute cache_dir only inside the root the server's environment allows (GERT_CACHE_DIR)
+    monkeypatch.delenv("GERT_CACHE_DIR", raising=False)
+    with pytest.raises(ConfigError, match="'cache_dir'.*GERT_CACHE_DIR"):
+        cache_path(parse_parameters({"cache_dir": "/var/cache/gert"}), mdir)
+    monkeypatch.setenv("GERT_CACHE_DIR", "/var/cache")
     assert cache_path(parse_parameters({"cache_dir": "/var/cache/gert"}), mdir) == "/var/cache/gert"
     assert cache_path(parse_parameters({}), mdir) is None
     with pytest.raises(ConfigError, match="'cache_dir'"):
