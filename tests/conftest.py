@@ -8,6 +8,7 @@ test can finalize the runtime under another one, whatever the order.
 from __future__ import annotations
 
 import gc
+import os
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -22,6 +23,9 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 settings.load_profile("gert")
+# tests/test_fuzz_rows.py's long run (`--hypothesis-profile long`, benchmarks/fuzz_rows.py): GERT_FUZZ_EXAMPLES examples
+settings.register_profile("long", parent=settings.get_profile("gert"),
+                          max_examples=int(os.environ.get("GERT_FUZZ_EXAMPLES", "3000")))
 
 
 @pytest.fixture(scope="session")
