@@ -155,7 +155,7 @@ class Worker(StreamGraphs):
             padded_elements += math.prod(shape)
         results = {}
         fused = False  # ran by the fused call: the compiled hot path may run its signature again (_offer)
-        staged = entry.is_static and tr is not None and tr.stages and req.timeout is None
+        staged = entry.is_static and tr is not None and tr.stages
         if req.before and (staged or not entry.is_static):  # else in the fused call (on the host NPU: inline)
             self.enqueue(req.before)
         if entry.is_static:
@@ -172,8 +172,7 @@ class Worker(StreamGraphs):
                 host, results[o.name] = self._plan_download(o.name, shape, dtype, req)
                 if host.nbytes:
                     downloads.append((host, buf.ptr))
-            if staged:  # separate calls, each timed by the stream
-                # (a request with a timeout keeps the fused call: its timeout ends a hung run there, see staged.py)
+            if staged:  # separate calls, each timed by the stream (its waits bounded by req.timeout: staged.py)
                 tr.span("prepare", track, t0, time.perf_counter())
                 run_staged(self, tr, track, entry, req, uploads, fills, inputs, downloads)
             else:

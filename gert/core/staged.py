@@ -7,9 +7,12 @@ separate calls with ACL timing events (ACL_EVENT_TIME_LINE) between them: aclrtE
 duration in stream order, as the device ran it, not as the host queued it. The span ends at the synchronize's return
 (the last event completed then); a stage's start is placed back from there by the device's durations.
 
-Only requests without a timeout run here: on the host NPU a static graph's ExecuteGraphWithStreamAsync waits for the
-run, and a hung run is ended only by run_fused's own timed synchronize (an abort from the watchdog of
-gert/core/recovery.py did not end it in this path); a request with a timeout keeps the fused call, one ``execute``.
+A request with a timeout runs here too, its waits bounded by it as the fused call's are: the calls that can wait for
+the device without a timeout of their own (a D2H copy into pageable host memory synchronizes the stream first, as
+CANN 8.5's aclrtMemcpyAsync does; a GE run that sizes its outputs) run under the watchdog of gert/core/recovery.py,
+whose abort (aclrtStreamAbort) past the timeout ends them, and the final synchronize waits only for what is left of
+the timeout. Either way the request raises ACL_ERROR_RT_STREAM_SYNC_TIMEOUT (Recovery.run: RequestTimeout, the stream
+aborted and reused).
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from typing import Optional
 from gert import _cann
 from gert._cann import Event
 from gert.core import hooks
+from gert.core.recovery import watchdog
 from gert.core.tensor import DeviceTensor
 
 STAGES = ("h2d", "execute", "d2h")
@@ -37,10 +41,31 @@ def timing_events(worker) -> Optional[list]:
 def run_staged(worker, tr, track: tuple, entry, req, uploads: list, fills: list, inputs: list,
                downloads: list) -> None:
     """Queue ``req``'s uploads, run and downloads on ``worker``'s stream as separate calls with a timing event
-    between each, synchronize, and record h2d / execute / d2h (device time) and synchronize (the host's wait)."""
-    stream, handle, plan = worker.stream, worker.stream.handle, worker.plan
+    between each, synchronize, and record h2d / execute / d2h (device time) and synchronize (the host's wait).
+    With ``req.timeout``, every wait ends by then (see the module's docstring): AclError 507046 past it."""
     events = timing_events(worker)
     host = [time.perf_counter()]  # the host's stamps: the fallback where the stream has no timing events
+    deadline = None if req.timeout is None else host[0] + req.timeout
+    with watchdog(worker.stream, req.timeout):  # past the timeout: the stream aborted, whatever call waits ends
+        _queue(worker, entry, req, uploads, fills, inputs, downloads, events, host)
+        waited = host[-1]
+        _synchronize(worker.stream, deadline)
+    done = time.perf_counter()
+    host.append(done)
+    spans = _device_spans(events, done, host[0]) if events else None
+    clock = "device" if spans else "host"
+    if spans is None:  # the host's view: when each stage was queued (the last one until the synchronize returned)
+        spans = list(zip(host[:3], host[1:3] + [done]))
+    for name, (start, end) in zip(STAGES, spans):
+        tr.span(name, track, start, end, args={"clock": clock})
+    tr.span("synchronize", tr.thread_track(), waited, done)
+
+
+def _queue(worker, entry, req, uploads: list, fills: list, inputs: list, downloads: list, events: Optional[list],
+           host: list) -> None:
+    """The request's calls on the stream, a timing event before and after each stage; ``host`` gets the host's
+    stamp after each stage was queued."""
+    stream, handle, plan = worker.stream, worker.stream.handle, worker.plan
     if events:
         events[0].record(stream)
     for dptr, dmax, data in uploads:
@@ -60,28 +85,23 @@ def run_staged(worker, tr, track: tuple, entry, req, uploads: list, fills: list,
     if events:
         events[2].record(stream)
     host.append(time.perf_counter())
-    for data, dptr in downloads:
+    for data, dptr in downloads:  # into pageable memory: each copy waits for the run first (CANN 8.5)
         _cann.memcpy_async(data.ctypes.data, data.nbytes, dptr, data.nbytes, _cann.MEMCPY_DEVICE_TO_HOST, handle)
     if req.after:
         worker.enqueue(req.after)
     if events:
         events[3].record(stream)
     host.append(time.perf_counter())
-    waited = host[-1]
-    if req.timeout is None:  # the host NPU runs it on this thread (as Worker._run_dynamic)
-        with hooks.current().inline(handle):
+
+
+def _synchronize(stream, deadline: Optional[float]) -> None:
+    """Wait for the stream: no limit without a deadline (the host NPU runs the work on this thread, as
+    Worker._run_dynamic), else only until the deadline (at least 1 ms: a timed synchronize of 0 is refused)."""
+    if deadline is None:
+        with hooks.current().inline(stream.handle):
             stream.synchronize()
     else:
-        stream.synchronize(req.timeout)
-    done = time.perf_counter()
-    host.append(done)
-    spans = _device_spans(events, done, host[0]) if events else None
-    clock = "device" if spans else "host"
-    if spans is None:  # the host's view: when each stage was queued (the last one until the synchronize returned)
-        spans = list(zip(host[:3], host[1:3] + [done]))
-    for name, (start, end) in zip(STAGES, spans):
-        tr.span(name, track, start, end, args={"clock": clock})
-    tr.span("synchronize", tr.thread_track(), waited, done)
+        stream.synchronize(max(0.001, deadline - time.perf_counter()))
 
 
 def _device_spans(events: list, done: float, earliest: float) -> Optional[list]:
