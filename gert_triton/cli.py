@@ -14,15 +14,23 @@ from gert.tools.usage import UsageError
 
 
 def cmd_serve(args) -> int:
-    from gert_triton.server import serve
+    from gert_triton.serve_policy import Policy
+    from gert_triton.supervisor import run_supervised
 
     if not os.path.isdir(args.repo):
         raise UsageError(f"gert serve: model repository {args.repo!r} is not a directory")
     if args.trace:  # every model instance writes its trace there (gert_triton/tracing.py)
         os.makedirs(args.trace, exist_ok=True)
         os.environ["GERT_TRACE"] = os.path.abspath(args.trace)
-    return serve(args.repo, args.http_port, args.grpc_port, args.metrics_port, args.tritonserver,
-                 args.passthrough_args, address=args.address)
+    for name in ("replica", "max_restarts", "max_reloads", "drain_timeout"):
+        if getattr(args, name) < 0:
+            raise UsageError(f"gert serve: --{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    if args.drain_delay < 0:
+        raise UsageError(f"gert serve: --drain-delay must be >= 0, got {args.drain_delay}")
+    policy = Policy(max_restarts=args.max_restarts, max_reloads=args.max_reloads, drain_delay_s=args.drain_delay,
+                    drain_timeout_s=args.drain_timeout)
+    return run_supervised(args.repo, (args.http_port, args.grpc_port, args.metrics_port), args.tritonserver,
+                          args.passthrough_args, args.address, args.health_port, args.replica, policy)
 
 
 def _parse_params(items: list) -> dict:
@@ -74,14 +82,34 @@ def add_serve(sub) -> None:
     """``gert serve REPO [options] [-- TRITONSERVER_ARGS...]``."""
     s = sub.add_parser("serve", help="run tritonserver for a model repository",
                        usage="gert serve REPO [options] [-- TRITONSERVER_ARGS...]",
-                       description="Run tritonserver for REPO; arguments after -- go to tritonserver as they are.")
+                       description="Run tritonserver for REPO under gert's supervision: an abnormal exit is "
+                                   "restarted, a model whose Python stub died is reloaded, readiness on "
+                                   "--health-port tells the truth, SIGTERM drains. Arguments after -- go to "
+                                   "tritonserver as they are (your own --model-control-mode is respected).")
     s.add_argument("repo")
     s.add_argument("--address", default="127.0.0.1",
                    help="address the HTTP, gRPC and metrics endpoints listen on (default 127.0.0.1, loopback only; "
                         "0.0.0.0 in a container)")
-    s.add_argument("--http-port", type=int, default=8000)
-    s.add_argument("--grpc-port", type=int, default=8001)
-    s.add_argument("--metrics-port", type=int, default=8002)
+    s.add_argument("--http-port", type=int, help="default 8000 (+ 10 per --replica)")
+    s.add_argument("--grpc-port", type=int, help="default 8001 (+ 10 per --replica)")
+    s.add_argument("--metrics-port", type=int, help="default 8002 (+ 10 per --replica)")
+    s.add_argument("--health-port", type=int,
+                   help="gert serve's own /healthz, /readyz, /readyz/MODEL and /metrics (restarts, reloads), on "
+                        "--address (default: the metrics port + 1, 8003; 0: none)")
+    s.add_argument("--replica", type=int, default=0, metavar="N",
+                   help="the Nth server on this host: default ports shifted by 10 * N (own shared-memory names "
+                        "are the default for every server)")
+    s.add_argument("--max-restarts", type=int, default=5,
+                   help="tritonserver exiting abnormally is started again, at most this often in 10 minutes "
+                        "(default 5; 0: never)")
+    s.add_argument("--max-reloads", type=int, default=5,
+                   help="a model whose Python stub died is reloaded, at most this often in 10 minutes (default 5)")
+    s.add_argument("--drain-delay", type=float, default=0.0, metavar="S",
+                   help="on SIGTERM, readiness says 503 this long before tritonserver stops taking requests "
+                        "(time for a load balancer to notice; default 0)")
+    s.add_argument("--drain-timeout", type=int, default=10, metavar="S",
+                   help="on SIGTERM, requests in flight get this long to finish (tritonserver's "
+                        "--exit-timeout-secs unless given after --; default 10)")
     s.add_argument("--tritonserver", help="path of the tritonserver binary (default: the nvidia-pytriton wheel's)")
     s.add_argument("--trace", metavar="DIR", help="every model instance writes a Chrome trace-event JSON of its "
                    "requests into DIR when it unloads (GERT_TRACE; open in ui.perfetto.dev)")

@@ -14,9 +14,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from gert.errors import GertError
 from gert_triton.stub_env import write_prefix
@@ -76,7 +77,8 @@ class TritonServer:
 
     def __init__(self, repo: str, http_port: Optional[int] = None, grpc_port: Optional[int] = None,
                  metrics_port: Optional[int] = None, tritonserver: Optional[str] = None,
-                 extra_args: Sequence[str] = (), log_path: Optional[str] = None, address: str = "127.0.0.1"):
+                 extra_args: Sequence[str] = (), log_path: Optional[str] = None, address: str = "127.0.0.1",
+                 on_line: Optional[Callable[[bytes], None]] = None):
         self.repo = os.path.abspath(repo)
         self.address = address
         if not os.path.isdir(self.repo):
@@ -90,7 +92,9 @@ class TritonServer:
         self.backends: Optional[str] = None
         self.stub_env: Optional[str] = None  # the prefix the stub's interpreter starts from (stub_env)
         self.process: Optional[subprocess.Popen] = None
+        self.on_line = on_line  # without log_path: every line of the server's output, read by a thread
         self._log = None
+        self._reader: Optional[threading.Thread] = None
 
     def command(self) -> list:
         return [self.binary, f"--model-repository={self.repo}", f"--backend-directory={self.backends}",
@@ -110,9 +114,24 @@ class TritonServer:
         if self.log_path:
             self._log = open(self.log_path, "wb")
             out = self._log
+        elif self.on_line is not None:
+            out = subprocess.PIPE
         self.process = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT if out else None,
                                         start_new_session=True, env=self.environment(root))
+        if out is subprocess.PIPE:
+            self._reader = threading.Thread(target=self._read_output, args=(self.process.stdout,),
+                                            name="tritonserver-output", daemon=True)
+            self._reader.start()
         return self
+
+    def _read_output(self, pipe) -> None:
+        """Hand each output line to on_line until the server (and every stub, which inherit the pipe) closed it."""
+        with pipe:
+            for line in iter(pipe.readline, b""):
+                try:
+                    self.on_line(line)
+                except Exception:  # a consumer's failure must not stop the server's output from draining
+                    pass
 
     def environment(self, server_root: str) -> dict:
         """The server's environment: the copied stub finds the wheel's bundled libraries (its RPATH is relative to
@@ -188,25 +207,11 @@ class TritonServer:
 
 
 def serve(repo: str, http_port: int = 8000, grpc_port: int = 8001, metrics_port: int = 8002,
-          tritonserver: Optional[str] = None, extra_args: Sequence[str] = (), address: str = "127.0.0.1") -> int:
-    """`gert serve`: run the server in the foreground, forward SIGINT/SIGTERM, return its exit code."""
-    server = TritonServer(repo, http_port, grpc_port, metrics_port, tritonserver, extra_args, address=address)
-    server.start()
+          tritonserver: Optional[str] = None, extra_args: Sequence[str] = (), address: str = "127.0.0.1",
+          health_port: Optional[int] = None, replica: int = 0, policy=None) -> int:
+    """`gert serve`: run the server in the foreground under gert_triton.supervisor (restarts, model reloads,
+    readiness on ``health_port``; 0: no health endpoint), drain on SIGINT/SIGTERM, return the server's exit code."""
+    from gert_triton.supervisor import run_supervised
 
-    def forward(signum, _frame):
-        if server.process and server.process.poll() is None:
-            os.killpg(server.process.pid, signum)
-
-    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        while True:
-            try:
-                code = server.process.wait()
-                break
-            except KeyboardInterrupt:
-                continue
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-        server.stop()
-    return code
+    return run_supervised(repo, (http_port, grpc_port, metrics_port), tritonserver, extra_args, address,
+                          health_port, replica, policy)
