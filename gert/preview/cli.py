@@ -1,4 +1,4 @@
-"""``gert check MODEL.onnx [--json] [--fix OUT.onnx]`` and ``gert precision MODEL.onnx ...`` (added to gert.tools.cli).
+"""``gert check MODEL.onnx [--json] [--fix OUT.onnx [--input NAME=FILE.npy] [--shape NAME=DxD...]]`` and ``gert precision MODEL.onnx ...`` (added to gert.tools.cli).
 
 Exit codes of ``gert check``: 0 when a stock CANN 8.x ONNX parser would parse the model (after --fix: the written
 model), 1 when it would refuse it (E13010), 2 for bad arguments or an unreadable model.
@@ -10,7 +10,6 @@ import os
 import sys
 import warnings
 
-import numpy as np
 
 
 def info_lines() -> list:
@@ -35,34 +34,33 @@ def _read(path: str):
 
 
 def cmd_check(args) -> int:
+    from gert.errors import GertError
     from gert.preview import cann_ops, fix as fixer
+    from gert.tools.input_options import input_files, input_shapes
+    from gert.tools.usage import UsageError
 
+    files, shapes = input_files(args.input, "gert check"), input_shapes(args.shape, "gert check")
+    if (files or shapes) and not args.fix:
+        raise UsageError("gert check: --input and --shape feed the comparison of --fix OUT.onnx; give --fix")
     proto = _read(args.model)
     report = cann_ops.check_proto(proto)
     out: dict = {"model": args.model, "report": report.to_dict()}
     final = report
+    result = None
+    if args.fix:  # first: an input given that does not fit the model is a usage error, before any report
+        try:
+            result = fixer.fix(proto, inputs=files, shapes=shapes, hint=lambda i: i.cli_hint())
+        except GertError as e:
+            raise UsageError(f"gert check: {e}") from None
     if not args.json:
         print(report)
-    if args.fix:
-        result = fixer.fix(proto)
-        out["fix"] = {"target_opset": result.target, "written": None, "max_abs_diff": result.max_abs_diff,
-                      "error": result.error}
+    if result is not None:
         if result.written:
-            with open(args.fix, "wb") as f:
-                f.write(result.model)
-            out["fix"]["written"] = args.fix
-            out["fix"]["report"] = result.report.to_dict()
+            fixer.write(result, args.fix)
             final = result.report
-            if not args.json:
-                diffs = ", ".join(f"{k} {v:.3g}" for k, v in result.max_abs_diff.items())
-                print(f"\nfix: converted opset {report.opsets.get('ai.onnx')} -> {result.target} with ONNX's "
-                      f"version_converter; ONNX Runtime on random inputs, max |d| per output: {diffs}; wrote "
-                      f"{args.fix}")
-                print(result.report)
-                if not result.report.ok:
-                    print("fix: could not fix the nodes still listed (no opset maps them; see the suggestions)")
-        elif not args.json:
-            print(f"\nfix: nothing written: {result.error}")
+        out["fix"] = result.to_dict()
+        if not args.json:
+            _print_fix(report, result)
     if args.json:
         print(json.dumps(out, indent=2))
     elif not final.ok:
@@ -71,28 +69,34 @@ def cmd_check(args) -> int:
     return 0 if final.ok else 1
 
 
-def _inputs(items) -> dict:
-    from gert.tools.usage import UsageError
+_ORIGIN = {"shape": " from --shape", "example": " (the model's example shape)", "static": "",
+           "declared": " (dynamic dims as 1)"}
 
-    out = {}
-    for item in items or []:
-        name, sep, path = item.partition("=")
-        if not sep or not name:
-            raise UsageError(f"gert precision: --input {item!r} is not NAME=file.npy")
-        try:
-            out[name] = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise UsageError(f"gert precision: --input {name}: cannot read {path!r}: {e}") from None
-    return out
+
+def _print_fix(report, result) -> None:
+    """--fix's lines: what was converted and written, on which inputs it was verified, or why nothing was."""
+    if not result.written:
+        print(f"\nfix: nothing written: {result.error}")
+        return
+    diffs = ", ".join(f"{k} {v:.3g}" for k, v in result.max_abs_diff.items())
+    made = {i.name: i for i in result.invented}
+    on = "; ".join(f"{name}: random {made[name].shape}{_ORIGIN[made[name].origin]}" if name in made
+                   else f"{name}: given" for name in result.inputs)
+    print(f"\nfix: converted opset {report.opsets.get('ai.onnx')} -> {result.target} with ONNX's version_converter; "
+          f"ONNX Runtime, inputs [{on}]: max |d| per output: {diffs}; wrote {result.path}")
+    print(result.report)
+    if not result.report.ok:
+        print("fix: could not fix the nodes still listed (no opset maps them; see the suggestions)")
 
 
 def cmd_precision(args) -> int:
     from gert.tools.usage import UsageError
     from gert.errors import GertError
     from gert.preview import compare
+    from gert.tools.input_options import input_files
 
     proto = _read(args.model)
-    feeds = _inputs(args.input)
+    feeds = input_files(args.input, "gert precision")
     modes = [m.strip() for m in (args.modes or ",".join(compare.DEFAULT_MODES)).split(",") if m.strip()]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", compare.RandomInputsWarning)
@@ -125,6 +129,10 @@ def add_commands(sub) -> None:
     c.add_argument("--json", action="store_true", help="the report as JSON on stdout")
     c.add_argument("--fix", metavar="OUT.onnx", help="convert a model above opset 18 down to the highest opset where "
                    "its ops map (ONNX's version_converter), verify it on ONNX Runtime, write it and check it again")
+    c.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input --fix verifies the converted "
+                   "model on (default: random values in the model's example or declared shape)")
+    c.add_argument("--shape", action="append", metavar="NAME=D0xD1x...", help="the shape of an input --fix fills "
+                   "with random values (for an input whose dynamic dims need a real size, e.g. audio=1x512)")
     c.set_defaults(func=cmd_check)
     p = sub.add_parser("precision", help="each GE precision mode's outputs against fp32 (emulated)")
     p.add_argument("model")

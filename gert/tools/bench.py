@@ -21,6 +21,7 @@ from typing import Optional
 import numpy as np
 
 from gert.errors import GertError
+from gert.tools.input_options import input_files, input_shapes
 from gert.tools.progress import Progress
 from gert.core.tiers import HOT_AFTER
 
@@ -88,19 +89,6 @@ def parse_dim_lists(items: Optional[list], what: str, value_parser) -> dict:
                 raise BenchArgError(f"--{what}: {part!r} is not 'dim:value'")
             out[name] = value_parser(rest, name)
     return out
-
-
-def _shape_arg(text: str) -> tuple:
-    name, sep, dims = text.partition("=")
-    if not sep or not name:
-        raise BenchArgError(f"--shape: {text!r} is not NAME=D0xD1x...")
-    try:
-        shape = tuple(int(d) for d in dims.lower().split("x"))
-    except ValueError:
-        raise BenchArgError(f"--shape: dims of {name!r} must be integers separated by 'x', got {dims!r}") from None
-    if any(d < 0 for d in shape):
-        raise BenchArgError(f"--shape: dims of {name!r} must be >= 0, got {dims!r}")
-    return name, shape
 
 
 def make_inputs(model, shapes: dict, files: dict, batch: Optional[int], rng: np.random.Generator) -> dict:
@@ -411,16 +399,8 @@ def main(args) -> int:
     vectors = parse_int_list(args.vector_cores, "vector-cores")
     batches = parse_int_list(args.batch, "batch")
     devices = tuple(parse_int_list(args.devices, "devices")) if args.devices else (0,)
-    shapes = dict(_shape_arg(s) for s in args.shape or [])
-    files = {}
-    for item in args.input or []:
-        name, sep, path = item.partition("=")
-        if not sep:
-            raise BenchArgError(f"--input: {item!r} is not NAME=file.npy")
-        try:
-            files[name] = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise BenchArgError(f"--input {name}: cannot read {path!r}: {e}") from None
+    shapes = input_shapes(args.shape, "gert bench")  # --shape, --input: parsed as gert check and precision do
+    files = input_files(args.input, "gert bench")
 
     def gear_values(text, dim):
         try:
