@@ -132,6 +132,49 @@ def test_a_shape_given_that_the_model_refuses_is_named_as_given(src, tmp_path, c
     assert not out.exists()
 
 
+def branchy_front(opset: int = 19) -> onnx.ModelProto:
+    """silero's full model keeps its front end in an If on ``sr`` (8 kHz or 16 kHz): the branches read ``input``
+    from the main graph by name, not as the If node's inputs."""
+    def branch(name: str, pad: int) -> onnx.GraphProto:
+        return oh.make_graph(
+            [oh.make_node("Unsqueeze", ["input", "axis1"], [f"{name}_x3"]),
+             oh.make_node("Constant", [], [f"{name}_pads"],
+                          value=nh.from_array(np.array([0, 0, 0, 0, 0, pad], np.int64))),
+             oh.make_node("Pad", [f"{name}_x3", f"{name}_pads"], [f"{name}_out"], mode="reflect")],
+            name, [], [oh.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, ["batch", 1, "padded"])])
+
+    graph = oh.make_graph(
+        [oh.make_node("Equal", ["sr", "sr16k"], ["is16k"], name="is16k"),
+         oh.make_node("If", ["is16k"], ["padded"], then_branch=branch("then", PAD), else_branch=branch("else", PAD // 2),
+                      name="by_rate"),
+         oh.make_node("Relu", ["padded"], ["y"], name="relu")],
+        "branchy", [oh.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", "samples"]),
+                    oh.make_tensor_value_info("sr", TensorProto.INT64, []),
+                    oh.make_tensor_value_info("unused", TensorProto.FLOAT, [4])],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 1, "padded"])],
+        [nh.from_array(np.array([1], np.int64), "axis1"), nh.from_array(np.array(16000, np.int64), "sr16k")])
+    m = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)])
+    m.ir_version = 9
+    onnx.checker.check_model(m)
+    return m
+
+
+def test_a_failure_inside_an_if_branch_names_the_inputs_the_branch_reads(tmp_path, capsys):
+    src, out = tmp_path / "branchy19.onnx", tmp_path / "branchy18.onnx"
+    onnx.save(branchy_front(), src)
+    assert main(["check", str(src), "--fix", str(out)]) == 1
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("fix:"))
+    assert "at node 'by_rate' (If): " in line and "Pad reflect" in line
+    assert "input 'input'" in line and "--shape input=<batch>x<samples>" in line  # read by the branch, by name
+    assert "'unused'" not in line
+    assert main(["check", str(src), "--fix", str(out), "--shape", "input=1x512"]) == 0
+    fixed = onnx.load(out)
+    for sr in (16000, 8000):
+        feeds = {"input": _audio(2, 512, sr)["input"], "sr": np.array(sr, np.int64), "unused": np.zeros(4, np.float32)}
+        np.testing.assert_array_equal(ort_run(fixed.SerializeToString(), feeds)["y"],
+                                      ort_run(branchy_front().SerializeToString(), feeds)["y"])
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--shape", "nope=1x512"], "unknown input 'nope' given a shape; the model's inputs are ['input', 'state', 'sr']"),
     (["--input", "nope={npy}"], "unknown input 'nope' given an array"),

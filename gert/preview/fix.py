@@ -113,8 +113,7 @@ def _run_original(proto, feeds: Feeds, target: int, before, hint: Hint):
     try:
         return run_session(sess, feeds.arrays)
     except Exception as e:  # noqa: BLE001 - the run refused its inputs (or failed for another reason)
-        msg = _first_line(e)
-        node, reason = _failure(msg)
+        node, reason = _failure(_first_line(e, limit=None))
         upstream = upstream_inputs(proto, node[0]) if node else None
         reached = feeds.invented if upstream is None else feeds.invented_named(upstream)
         suspects = sorted((i for i in reached if i.origin != "shape"), key=lambda i: not i.guessed_dims)
@@ -139,13 +138,13 @@ def _failure(message: str) -> tuple:
     """((node name, op type) or None, the reason) from ONNX Runtime's failure of a run ("[ONNXRuntimeError] : 2 :
     INVALID_ARGUMENT : Non-zero status code returned while running Pad node. Name:'pad' Status Message: ...")."""
     m = _NODE.search(message)
-    reason = message.split("Status Message: ", 1)[1] if "Status Message: " in message else message
-    return ((m.group(2), m.group(1)) if m and m.group(2) else None), reason.strip()
+    reason = message.rsplit("Status Message: ", 1)[1] if "Status Message: " in message else message  # innermost
+    return ((m.group(2), m.group(1)) if m and m.group(2) else None), reason.strip()[:400]
 
 
-def _first_line(e: BaseException) -> str:
+def _first_line(e: BaseException, limit: Optional[int] = 400) -> str:
     text = str(e).strip()
-    return (text.splitlines()[0] if text else type(e).__name__)[:400]
+    return (text.splitlines()[0] if text else type(e).__name__)[:limit]
 
 
 def write(result: FixResult, path) -> None:

@@ -189,13 +189,14 @@ def random_inputs(proto, given: Optional[Mapping[str, np.ndarray]] = None, seed:
 
 
 def upstream_inputs(proto, node_name: str) -> Optional[set]:
-    """The graph inputs the node named ``node_name`` of the main graph depends on (None: no such node)."""
+    """The graph inputs the node named ``node_name`` of the main graph depends on (None: no such node), through its
+    inputs and the outer names its subgraphs read (an If branch reads the main graph's tensors by name)."""
     producer = {o: n for n in proto.graph.node for o in n.output}
     node = next((n for n in proto.graph.node if n.name == node_name), None)
     if node is None:
         return None
     names = {v.name for v in graph_inputs(proto)}
-    found, seen, todo = set(), set(), list(node.input)
+    found, seen, todo = set(), set(), _reads(node)
     while todo:
         t = todo.pop()
         if t in seen or not t:
@@ -204,8 +205,18 @@ def upstream_inputs(proto, node_name: str) -> Optional[set]:
         if t in names:
             found.add(t)
         elif t in producer:
-            todo.extend(producer[t].input)
+            todo.extend(_reads(producer[t]))
     return found
+
+
+def _reads(node) -> list:
+    """The tensor names a node reads: its inputs, and every name its subgraphs' nodes read (outer ones among them)."""
+    out = list(node.input)
+    for a in node.attribute:
+        for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+            for n in g.node:
+                out.extend(_reads(n))
+    return out
 
 
 def ort_session(model: bytes):
