@@ -13,12 +13,13 @@ import contextlib
 import os
 import threading
 import time
+import warnings
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from gert import _cann
-from gert.core import onnx_io, trace as _trace
+from gert.core import external_data, onnx_io, trace as _trace
 from gert.core._hotpath import HotPath
 from gert.core.dynamic import BatchingConfig, Pending
 from gert.core.engine import Engine, Streams, write_out
@@ -85,20 +86,34 @@ def _check_devices(devices: Sequence[int], streams: int, cube_cores: Optional[in
     return devices
 
 
-def _read_model(model: ModelSource) -> bytes:
-    """The ONNX model's bytes: ``model`` is a path or the bytes themselves."""
+def _read_model(model: ModelSource) -> tuple:
+    """(the ONNX model's bytes, the model file's directory or None): ``model`` is a path or the bytes themselves. The
+    directory is where its external data resolves (gert/core/external_data.py)."""
     if isinstance(model, (bytes, bytearray, memoryview)):
-        return bytes(model)
+        return bytes(model), None
     with open(model, "rb") as f:
-        return f.read()
+        return f.read(), external_data.model_dir(model)
 
 
-def _parse(data: bytes, cann_ops: Optional[str]) -> tuple:
+def _parse(data: bytes, cann_ops: Optional[str], path: Optional[ModelSource] = None) -> tuple:
     """(what a real CANN's parser would refuse, warned about or refused by ``cann_ops``: gert/preview/cann_ops.py;
-    GE's graph of the model, failing with GE's code where GE's parser refuses it)."""
+    GE's graph of the model, failing with GE's code where GE's parser refuses it). A model file is parsed by its
+    ``path`` (aclgrphParseONNX), so that GE resolves its external data next to it."""
     report = preview_ops.enforce(data, cann_ops, stacklevel=5)  # the warning points at the caller of gert.load
     with preview_ops.checked():
-        return report, Graph.from_onnx(data)
+        return report, Graph.from_onnx(os.fspath(path) if path is not None else data)
+
+
+def _open_cache(cache_dir, data: bytes, glob: dict, cache_mode, trust_foreign: bool, external: bool):
+    """GE's compile cache for the model (None when off). A model with external data keeps none: its key would be the
+    model file's bytes, not the weights' (a changed data file would hit a stale entry), and the entry would hold a
+    second copy of weights that may exceed 2 GB."""
+    if external:
+        if cache_dir is not None:
+            warnings.warn("gert.load: the model keeps its weights in external data files; GE's compile cache is not "
+                          "used for it (cache_dir ignored)", UserWarning, stacklevel=4)
+        return None
+    return CompileCache.open(cache_dir, data, glob, cache_mode, trust_foreign)
 
 
 def _display():
@@ -144,12 +159,12 @@ class Model:
                  keep_fp32: Sequence[str] = (), dynamic_batching: Union[bool, Mapping] = True,
                  host_memory: Union[int, str, None] = None,
                  rows_independent: Union[bool, Sequence[str], None] = None):
-        data = _read_model(model)
+        data, model_dir = _read_model(model)  # model_dir: where external data resolves (None for bytes)
         check_settings(hot_after, hot_window, max_exact_graphs, compile_share, host_memory)
         batching = BatchingConfig.parse(dynamic_batching)  # concurrent callers batched (gert/core/dynamic.py)
         devices = _check_devices(devices, streams, cube_cores, vector_cores)
-        self.cann_report, self._graph = _parse(data, cann_ops)  # first: what GE's parser refuses fails here
-        described = onnx_io.read(data)  # the one ONNX I/O reader (gert/core/onnx_io.py)
+        self.cann_report, self._graph = _parse(data, cann_ops, model if model_dir else None)  # GE's refusals first
+        described = onnx_io.read(data, model_dir)  # the one ONNX I/O reader (gert/core/onnx_io.py)
         self.value_dependent = described.value_dependent
         self.plan: ShapePlan = plan_shapes(described.io, gears, shape_policy, pad_value, max_batch, output_dims,
                                            batch_dim, state, model=described.proto,
@@ -161,7 +176,7 @@ class Model:
         self.precision, graph_opts = preview_precision.model_settings(precision_mode, keep_fp32, sess, graph_opts)
         ge_initialize(glob)
         # GE's compile cache (gert/core/compile_cache.py): cache_dir, else GERT_CACHE_DIR; cache_mode, else GERT_CACHE_MODE
-        self.compile_cache = CompileCache.open(cache_dir, data, glob, cache_mode, trust_foreign_entries)
+        self.compile_cache = _open_cache(cache_dir, data, glob, cache_mode, trust_foreign_entries, described.external)
         if self.compile_cache is not None:
             sess = {**sess, CACHE_DIR_OPTION: self.compile_cache.directory}
         self._lock = threading.Lock()

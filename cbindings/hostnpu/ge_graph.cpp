@@ -4,6 +4,8 @@
 #include <new>
 #include <stdexcept>
 #include <cstdarg>
+#include <cstdlib>
+#include <stdlib.h>
 #include <cstring>
 #include <cstdio>
 #include <fstream>
@@ -291,7 +293,16 @@ ge::graphStatus parse_onnx_file(const char *path, const char *api,
   std::ifstream f(path, std::ios::binary);
   if (!f) return ge_fail(ge::GRAPH_FAILED, "%s: cannot open '%s'", api, path);
   auto bytes = std::make_shared<std::string>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  return parse_onnx(bytes, api, params, graph);
+  if (auto st = parse_onnx(bytes, api, params, graph)) return st;
+  // CANN's file-based parser resolves external data next to the model file: keep its (canonical) directory
+  char *real = ::realpath(path, nullptr);
+  if (real) {
+    std::string dir(real);
+    std::free(real);
+    auto slash = dir.rfind('/');
+    ge::GraphUtilsEx::Impl(graph)->model_dir = slash == 0 ? "/" : dir.substr(0, slash);
+  }
+  return ge::GRAPH_SUCCESS;
 }
 
 }  // namespace hostnpu

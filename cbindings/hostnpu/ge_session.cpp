@@ -792,6 +792,10 @@ using namespace hostnpu;
 
 extern "C" const char *gertHostCompileOption(const char *key) try {
   if (!key || !tls_compiling_session || !tls_compiling_graph) return nullptr;
+  if (std::strcmp(key, kModelDirOption) == 0) {  // where the graph's model file was: its external data's directory
+    tls_compile_option = tls_compiling_graph->graph ? tls_compiling_graph->graph->model_dir : std::string();
+    return tls_compile_option.c_str();
+  }
   tls_compile_option = context_option(*tls_compiling_session, *tls_compiling_graph, key);
   return tls_compile_option.c_str();
 } HOSTNPU_PASS_UNWIND catch (...) {  // out of memory copying the option: as if it were not set

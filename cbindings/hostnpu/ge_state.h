@@ -58,6 +58,9 @@ ge::graphStatus parse_onnx(std::shared_ptr<const std::string> bytes, const char 
 ge::graphStatus parse_onnx_file(const char *path, const char *api,
                                 const std::map<ge::AscendString, ge::AscendString> &params, ge::Graph &graph);
 
+// gertHostCompileOption's key for the compiled graph's model directory (GraphImpl::model_dir), not a GE option.
+constexpr const char *kModelDirOption = "gert.host.model_dir";
+
 // The provider registered by gertHostSetGraphProvider (a copy), or null.
 std::shared_ptr<const gertHostGraphProvider> graph_provider();
 
@@ -69,6 +72,9 @@ class GraphImpl {
  public:
   std::string name;
   std::shared_ptr<const std::string> model;  // the serialized ONNX ModelProto
+  // The directory of the model file it was parsed from (aclgrphParseONNX: its external data resolves there), "" when
+  // parsed from memory. Canonical (symlinks resolved), so the provider checks external data paths against it.
+  std::string model_dir;
   std::vector<hostnpu::IOSpec> inputs, outputs;
   size_t node_count = 0;
 };

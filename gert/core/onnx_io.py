@@ -15,8 +15,8 @@ from typing import Mapping, Optional
 import onnx
 
 from gert import _cann
-from gert.core import valuedep
-from gert.core.skeleton import skeleton
+from gert.core import external_data, valuedep
+from gert.core.skeleton import KEPT_ELEMENTS, skeleton
 from gert.errors import GertError
 
 _SYMBOL = "__gert_dim_{}__"
@@ -31,18 +31,25 @@ class ModelIO:
     io: dict
     value_dependent: list
     proto: onnx.ModelProto
+    external: bool = False  # some of its data is in external files (gert/core/external_data.py)
 
 
-def read(data: bytes) -> ModelIO:
+def read(data: bytes, model_dir: Optional[str] = None) -> ModelIO:
     """Read a serialized ONNX model's I/O (the only place gert parses a model's inputs and outputs). The ModelProto
-    kept is the model's skeleton (gert/core/skeleton.py): the shape work at load reads no weights."""
+    kept is the model's skeleton (gert/core/skeleton.py): the shape work at load reads no weights. ``model_dir``: the
+    directory of the model file (None for bytes); its external data's locations are checked as ONNX Runtime checks
+    them, and the small external constants shape work folds are read from there."""
     io = _cann.read_onnx_io(data)  # first: a file that is no ONNX model fails here, with a GertError saying why
     try:
         proto = skeleton(data)
     except Exception as e:  # noqa: BLE001 - protobuf's DecodeError and the like
         raise GertError(f"the ONNX model cannot be parsed: {type(e).__name__}: {e}") from None
+    external = external_data.has_external(proto)
+    if external and model_dir is not None:
+        external_data.check(proto, model_dir)
+        external_data.load_small(proto, model_dir, KEPT_ELEMENTS)
     io = valuedep.complete_outputs(proto, io)
-    return ModelIO(io, valuedep.value_dependent_outputs(proto), proto)
+    return ModelIO(io, valuedep.value_dependent_outputs(proto), proto, external)
 
 
 def output_dims(proto: onnx.ModelProto, input_axes: Mapping[tuple, str]) -> dict:

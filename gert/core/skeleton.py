@@ -39,7 +39,7 @@ def strip(model: onnx.ModelProto) -> int:
     """Drop the data of every constant larger than KEPT_ELEMENTS in ``model`` (initializers and Constant nodes'
     tensors, subgraphs included), in place; returns how many were stripped."""
     n = 0
-    for t in _tensors(model.graph):
+    for t in tensors(model.graph):
         if t.data_location == onnx.TensorProto.EXTERNAL or _elements(t) <= KEPT_ELEMENTS:
             continue
         for name in _DATA_FIELDS:
@@ -71,7 +71,7 @@ def _elements(t: onnx.TensorProto) -> int:
     return n
 
 
-def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+def tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
     """Every constant tensor of ``graph`` and its subgraphs: initializers and tensor attributes."""
     yield from graph.initializer
     for node in graph.node:
@@ -81,7 +81,7 @@ def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
             elif a.type == onnx.AttributeProto.TENSORS:
                 yield from a.tensors
             elif a.type == onnx.AttributeProto.GRAPH:
-                yield from _tensors(a.g)
+                yield from tensors(a.g)
             elif a.type == onnx.AttributeProto.GRAPHS:
                 for g in a.graphs:
-                    yield from _tensors(g)
+                    yield from tensors(g)

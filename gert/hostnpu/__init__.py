@@ -95,12 +95,12 @@ hooks.register(hooks.BindingHooks(inline=inline, compile_cache_result=_compile_c
 
 
 
-def without_arena(model: bytes) -> None:
+def without_arena(model: bytes, model_dir: str = "") -> None:
     """Let the host NPU's sessions of ``model`` take their intermediates from the heap instead of an arena (what
     ONNX Runtime's SessionOptions.enable_cpu_mem_arena = False asks; gert.InferenceSession passes it on). Nothing on
     a real CANN toolkit (GE manages the device's memory)."""
     if available():
-        host_provider().without_arena(model)
+        host_provider().without_arena(model, model_dir)  # model_dir: of a model loaded by path (external data)
 
 
 def memory_report() -> dict:

@@ -20,6 +20,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from gert.core import shape_infer as _shape_infer
+from gert.core.external_data import has_external
 from gert.core.skeleton import skeleton
 from gert.preview import precision
 from gert.dtypes import DT_BF16, ONNX_BFLOAT16, ge_dtype, numpy_dtype, onnx_to_numpy
@@ -115,13 +116,14 @@ class OrtExecutable:
     and hot sizes of every stream run on one session, one thread pool and one copy of the weights."""
 
     def __init__(self, model: bytes, in_names: Sequence[str], in_dims: Sequence[tuple], out_names: Sequence[str],
-                 provider: "OrtGraphProvider", group: int = 0, overrides: Optional[dict] = None):
+                 provider: "OrtGraphProvider", group: int = 0, overrides: Optional[dict] = None, model_dir: str = ""):
         self.model = model
+        self.model_dir = model_dir  # the model file's directory: its external data (gert/core/external_data.py)
         # Set for an executable loaded from GE's compile cache: its model is ONNX Runtime's optimized one (sessions
         # skip graph optimization) and its free-dimension overrides were saved with it.
         self.optimized = overrides is not None
         self._fixed_overrides = overrides
-        self.digest = provider.digest(model)
+        self.digest = provider.digest(model, model_dir)
         self.group = group
         self.in_names = list(in_names)
         self.in_dims = [tuple(d) for d in in_dims]
@@ -292,6 +294,8 @@ class OrtExecutable:
     def save(self) -> bytes:
         """What GE's compile cache keeps of this graph (gertHostGraphProvider.save): ONNX Runtime's optimized model
         (graph optimization is most of a host NPU compile) with the I/O names, dims and dim overrides."""
+        if self.model_dir:  # ONNX Runtime would write the external weights into the entry: a second copy, maybe > 2 GB
+            raise ValueError("a model with external data is not kept in GE's compile cache")
         if self.optimized:
             model = self.model
         else:
@@ -414,23 +418,29 @@ class OrtGraphProvider:
         self._digests: dict = {}  # id(model bytes) -> (the bytes, their digest)
         self._sizes: dict = {}  # model digest -> its size in bytes (what sessions() reports)
         self._no_arena: set = set()  # digests of models whose sessions take no arena (without_arena)
+        self._dirs: dict = {}  # digest -> the model file's directory, for models parsed from a file (external data)
 
-    def digest(self, model: bytes) -> bytes:
+    def digest(self, model: bytes, model_dir: str = "") -> bytes:
         """The model's digest (the key of its sessions), computed once per bytes object: the host NPU hands the
-        provider the same object for every compile of one GE graph's model."""
+        provider the same object for every compile of one GE graph's model. A model parsed from a file in
+        ``model_dir`` has a digest of its own there (the same bytes elsewhere resolve other external data)."""
         with self._lock:
             known = self._digests.get(id(model))
             if known is not None and known[0] is model:
-                return known[1]
+                return _with_dir(known[1], model_dir, self._dirs)
         digest = hashlib.blake2b(model, digest_size=16).digest()
         with self._lock:
             if len(self._digests) >= _PARSED_KEPT:
                 self._digests.clear()
             self._digests[id(model)] = (model, digest)  # holds the object, so its id stays its own
-        return digest
+            return _with_dir(digest, model_dir, self._dirs)
 
     def input_shapes(self, model: bytes, digest: bytes) -> list:
         shapes = self._meta.get(digest)
+        if shapes is None and digest in self._dirs:  # external weights: read the file's shapes, not a session's
+            shapes = _declared_input_shapes(self._parsed_model(model, digest))
+            with self._lock:
+                self._meta[digest] = shapes
         if shapes is None:
             import onnxruntime as ort
 
@@ -453,6 +463,8 @@ class OrtGraphProvider:
             sess = self._shared.get(key)
             if sess is None:
                 so = _session_options(threads, overrides, digest not in self._no_arena)
+                if digest in self._dirs:  # ONNX Runtime resolves (and checks) the external data there
+                    so.add_session_config_entry(_EXTERNAL_FOLDER, self._dirs[digest])
                 if optimized:
                     import onnxruntime as ort
 
@@ -466,12 +478,12 @@ class OrtGraphProvider:
                 self._sizes[digest] = len(model)
         return sess
 
-    def without_arena(self, model: bytes) -> None:
+    def without_arena(self, model: bytes, model_dir: str = "") -> None:
         """The sessions of ``model`` (made from now on) take their intermediates from the heap, not from an arena:
         what an application asks ONNX Runtime with SessionOptions.enable_cpu_mem_arena = False."""
         digest = hashlib.blake2b(model, digest_size=16).digest()  # not self.digest: that keeps the bytes object
         with self._lock:
-            self._no_arena.add(digest)
+            self._no_arena.add(_with_dir(digest, model_dir, {}))
 
     def sessions(self) -> list:
         """The live ONNX Runtime sessions: (model digest, model bytes, compute threads, overrides, spinning) per
@@ -500,6 +512,14 @@ class OrtGraphProvider:
                 self._parsed.popitem(last=False)
         return proto
 
+    def _external_dir(self, model: bytes) -> str:
+        """The directory the graph's model file was parsed from, when the model keeps data in external files
+        there; else "" (the model is the same wherever it was read)."""
+        model_dir = _compiled_model_dir()
+        if model_dir and has_external(self._parsed_model(model, self.digest(model))):
+            return model_dir
+        return ""
+
     def compile(self, model: bytes, inputs: Sequence[tuple], outputs: Sequence[tuple], group: int = 0):
         """inputs/outputs: (name, ge_dtype, dims) with -1 for dynamic dims; group: the GE Session.
         Returns (executable, [(dtype, dims)], unknown_shape). Output dtypes are ONNX Runtime's; shapes come from
@@ -507,7 +527,7 @@ class OrtGraphProvider:
         where not even the rank is; ``unknown_shape``: some tensor's shape depends on input values."""
         model = precision.for_compile(model)  # the compile's GE precision mode, emulated (the same bytes for origin)
         exe = OrtExecutable(model, [i[0] for i in inputs], [i[2] for i in inputs], [o[0] for o in outputs], self,
-                            group)
+                            group, model_dir=self._external_dir(model))
         probe_key = (exe.digest, tuple((i[0], i[1], tuple(i[2])) for i in inputs),
                      tuple((o[0], o[1], tuple(o[2])) for o in outputs))
         known = self._probed.get(probe_key)
@@ -594,6 +614,39 @@ def _session_options(threads: int, overrides: dict, arena: bool = True):
 
 
 _CACHE_FORMAT = "gert-ort-1"
+_EXTERNAL_FOLDER = "session.model_external_initializers_file_folder_path"  # ONNX Runtime's key (a model from bytes)
+_MODEL_DIR_OPTION = "gert.host.model_dir"  # gertHostCompileOption's key: the compiled graph's model directory
+
+
+def _compiled_model_dir() -> str:
+    """The directory of the model file the graph being compiled was parsed from ("" for a model from memory)."""
+    from gert import hostnpu
+
+    try:
+        return hostnpu.compile_option(_MODEL_DIR_OPTION) or ""
+    except Exception:  # noqa: BLE001 - a host NPU build without it: no directory
+        return ""
+
+
+def _with_dir(digest: bytes, model_dir: str, dirs: dict) -> bytes:
+    """``digest`` for the model parsed from a file in ``model_dir`` (remembered in ``dirs``), or as it is."""
+    if not model_dir:
+        return digest
+    out = hashlib.blake2b(digest + b"\0" + os.fsencode(model_dir), digest_size=16).digest()
+    dirs[out] = model_dir
+    return out
+
+
+def _declared_input_shapes(proto) -> list:
+    """The graph inputs' shapes as ONNX Runtime reports them (int, dim name or None per axis), from the file."""
+    inits = {t.name for t in proto.graph.initializer}
+    out = []
+    for v in proto.graph.input:
+        if v.name in inits:
+            continue
+        dims = v.type.tensor_type.shape.dim if v.type.HasField("tensor_type") else []
+        out.append([d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in dims])
+    return out
 _UNKNOWN_RANK = (-2,)  # GE's UNKNOWN_DIM_NUM
 _PARSED_KEPT = 4
 
