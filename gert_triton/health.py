@@ -19,7 +19,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 STALL_S = 30.0  # the supervisor's loop ticks twice a second; silent this long, it is not alive
 
@@ -42,6 +42,8 @@ class Health:
     last_exit: str = ""
     models: Dict[str, ModelHealth] = field(default_factory=dict)
     tick: float = field(default_factory=time.monotonic)
+    # asked at each probe: do the server and the stubs (of a model) still run (the supervisor's answer)
+    check: Callable[[Optional[str]], bool] = field(default=lambda model=None: True, repr=False, compare=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def update(self, **kw) -> None:
@@ -72,19 +74,21 @@ class Health:
         return self.phase not in ("failed", "stopped") and time.monotonic() - self.tick < STALL_S
 
     def ready(self) -> bool:
-        with self._lock:
-            return self.phase == "serving" and all(m.state == "ready" for m in self.models.values())
+        return self.snapshot()["ready"]
 
     def model_ready(self, name: str) -> Optional[bool]:
         """None: no such model."""
         with self._lock:
             m = self.models.get(name)
-            return None if m is None else (self.phase == "serving" and m.state == "ready")
+            ok = None if m is None else (self.phase == "serving" and m.state == "ready")
+        return ok and self.check(name) if ok is not None else None
 
     def snapshot(self) -> dict:
         with self._lock:
-            return {"ready": self.phase == "serving" and all(m.state == "ready" for m in self.models.values()),
-                    "phase": self.phase, "restarts": self.restarts, "last_exit": self.last_exit,
+            ready = self.phase == "serving" and all(m.state == "ready" for m in self.models.values())
+        ready = ready and self.check(None)
+        with self._lock:
+            return {"ready": ready, "phase": self.phase, "restarts": self.restarts, "last_exit": self.last_exit,
                     "models": {n: asdict(m) for n, m in sorted(self.models.items())}}
 
     def prometheus(self) -> str:
@@ -99,7 +103,7 @@ class Health:
                 ("gert_serve_stub_deaths_total", "stub_deaths", "counter", "Python stubs of the model found dead")):
             lines += [f"# HELP {metric} {help_}", f"# TYPE {metric} {kind}"]
             for name, m in s["models"].items():
-                value = int(s["phase"] == "serving" and m["state"] == "ready") if key is None else m[key]
+                value = int(bool(self.model_ready(name))) if key is None else m[key]
                 lines.append(f'{metric}{{model="{_label(name)}"}} {value}')
         return "\n".join(lines) + "\n"
 

@@ -1,9 +1,9 @@
 """`gert serve`'s watch over the models of the running tritonserver (gert_triton/supervisor.py runs it twice a
 second): which models readiness waits for, whether each one's Python stubs are alive, and their reload.
 
-A model is watched while Triton's repository index says READY: every instance whose stub was seen must still have a
-running one (a reload starts the new stub before the old one ends; an instance a reload with a smaller count dropped
-is told apart through the model's config). A dead or stopped stub gets its model unloaded (Triton then answers
+A model is watched while Triton's repository index says READY: every instance its config names (a Python model) and
+every instance whose stub was seen must have a running one (a reload starts the new stub before the old one ends; an
+instance a reload with a smaller count dropped is not in the config any more). A dead or stopped stub gets its model unloaded (Triton then answers
 ``/v2/models/M/ready`` 400 and requests NOT_FOUND) and loaded again, in a thread; where the model-control mode allows
 no reload, the server is restarted instead (``restart_server``).
 """
@@ -40,6 +40,7 @@ class ModelWatch:
         """A new server start: nothing of the last one's stubs or reloads applies."""
         self.client, self.generation = client, generation
         self.known: Dict[str, Dict[str, list]] = {}   # model -> instance -> stubs seen while it was ready
+        self.expected: Dict[str, Optional[Set[str]]] = {}  # model -> instances its config names (while READY)
         self.reloading: Set[str] = set()
         self.given_up: Set[str] = set()               # models past max_reloads (until the server restarts)
         self.stubs: List[stub_procs.Stub] = []
@@ -70,6 +71,7 @@ class ModelWatch:
                 self.check_stubs(name, grouped.get(name, {}))
             else:
                 self.known.pop(name, None)
+                self.expected.pop(name, None)
                 self.health.set_model(name, state="loading" if state == "LOADING" else "unavailable",
                                       stubs=0, reason=reason)
                 if self.plan.control == "gert" and state not in ("LOADING", "UNLOADING"):
@@ -96,32 +98,45 @@ class ModelWatch:
                 self.recover(name, "loaded before the server restarted")
         return set(self.desired)
 
+    def expected_instances(self, name: str) -> Optional[Set[str]]:
+        """The instances a READY Python model must have a running stub for, from its config (read once while it
+        stays READY); None when it has no stubs (another backend, an ensemble) or the config is unclear (GPU
+        groups, which gert does not write). A stub that died before the first look is found this way."""
+        if name not in self.expected:
+            try:
+                config = self.client.config(name, timeout=3.0)
+            except (OSError, GertError, ValueError):
+                return None  # asked again at the next look
+            groups = config.get("instance_group") or []
+            python = config.get("backend") == "python"
+            self.expected[name] = instance_names(config) if python and groups and not any(
+                g.get("kind") == "KIND_GPU" for g in groups) else None
+        return self.expected[name]
+
     def check_stubs(self, name: str, instances: Dict[str, list]) -> None:
         known = self.known.setdefault(name, {})
         known.update(instances)
-        dead = [i for i in known if i not in instances]
-        dead += [i for i, ss in instances.items() if all(stub_procs.stopped(s) for s in ss)]
-        if dead:
-            try:
-                expected = instance_names(self.client.config(name, timeout=3.0))
-            except (OSError, GertError, ValueError):
-                expected = set()
-            if expected & set(known):  # an instance a reload with a smaller count removed is not dead
-                for i in [i for i in dead if i not in expected]:
-                    known.pop(i, None)
-                dead = [i for i in dead if i in expected]
+        dead = {i for i in known if i not in instances}
+        expected = self.expected_instances(name)
+        if expected is not None:
+            for i in [i for i in known if i not in expected]:
+                known.pop(i, None)  # an instance a reload with a smaller count dropped is not dead
+            dead = {i for i in expected if i not in instances}
+        dead |= {i for i, ss in instances.items() if all(stub_procs.stopped(s) for s in ss)}
         if not dead:
             self.health.set_model(name, state="ready", stubs=sum(len(v) for v in instances.values()), reason="")
             return
+        dead_list = ", ".join(sorted(dead))
         self.health.count(name, "stub_deaths")
-        self.health.set_model(name, state="stub dead", reason=f"stub of {', '.join(sorted(dead))} died")
+        self.health.set_model(name, state="stub dead", reason=f"stub of {dead_list} died")
         stub_procs.kill([s for i in dead for s in instances.get(i, [])])
-        self.recover(name, f"the Python stub of instance {', '.join(sorted(dead))} died")
+        self.recover(name, f"the Python stub of instance {dead_list} died")
 
     def recover(self, name: str, why: str) -> None:
         """Reload ``name`` in a thread (unload, so Triton too reports it not ready, then load), or restart the server
         where the model-control mode allows no reload."""
         self.known.pop(name, None)
+        self.expected.pop(name, None)
         if not self.plan.can_reload:
             self.restart_server(f"model {name!r}: {why}, and --model-control-mode={self.plan.control} cannot "
                                 "reload it")

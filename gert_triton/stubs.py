@@ -76,6 +76,12 @@ def stubs_of(server_pid: int) -> List[Stub]:
     return found
 
 
+def pid_alive(pid: int) -> bool:
+    """The process runs (exists and is no zombie)."""
+    stat = _stat(pid)
+    return stat is not None and stat[0] not in ("Z", "X")
+
+
 def alive(stub: Stub) -> bool:
     """The stub still runs (not exited, not a zombie, its pid not reused)."""
     stat = _stat(stub.pid)

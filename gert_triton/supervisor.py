@@ -65,6 +65,8 @@ class Supervisor:
         self.fatal_at: Optional[float] = None
         self.restarts = Attempts(policy, policy.max_restarts)
         self.models = ModelWatch(plan, policy, health, self.log, self.wake, self.kill_server)
+        self.exited: set = set()
+        health.check = self.processes_alive
 
     # ---- plumbing ----------------------------------------------------------------------------------------------
 
@@ -96,6 +98,14 @@ class Supervisor:
         self.stop_signal = signum
         self.wake()
 
+    def processes_alive(self, model: Optional[str] = None) -> bool:
+        """Asked by the health endpoint on every probe, so readiness follows a death at once, not a poll later:
+        the server runs, and so does every stub (of ``model``) the last look found."""
+        srv = self.server
+        if srv is None or not stub_procs.pid_alive(srv.process.pid):
+            return False
+        return all(stub_procs.alive(s) for s in list(self.models.stubs) if model is None or s.model == model)
+
     def wait(self, timeout: float) -> None:
         """Sleep until ``timeout``, a signal, a line worth acting on, a finished reload or a stub's exit."""
         self.health.update()
@@ -106,6 +116,8 @@ class Supervisor:
             except OSError:
                 pass
         for s in self.models.stubs:
+            if s in self.exited:
+                continue
             try:
                 pidfds[os.pidfd_open(s.pid)] = s
             except OSError:
@@ -115,9 +127,8 @@ class Supervisor:
         finally:
             for fd in pidfds:
                 os.close(fd)
-        exited = {pidfds[fd] for fd in readable if pidfds.get(fd) is not None}
-        if exited:  # a zombie's pidfd stays readable: not waited on again
-            self.models.stubs = [s for s in self.models.stubs if s not in exited]
+        # a zombie's pidfd stays readable: not waited on again until the next look at the models
+        self.exited.update(pidfds[fd] for fd in readable if pidfds.get(fd) is not None)
         try:
             while os.read(self.wake_r, 64):
                 pass
@@ -205,6 +216,7 @@ class Supervisor:
             self.models.collect()
             if self.plan.http:
                 self.models.tick(self.server.process.pid)
+                self.exited.clear()
             elif self.health.phase != "serving":
                 self.health.update(phase="serving")
             self.health.update()
