@@ -7,4 +7,4 @@
 - ``engine``: the pipeline validate -> resolve -> batch -> dispatch -> run under recovery -> split.
 """
 
-__version__ = "0.1.0"  # gert's version (gert.__version__); part of every compile cache key
+__version__ = "0.2.0"  # gert.__version__ (= pyproject.toml's, CHANGELOG.md); part of every compile cache key
