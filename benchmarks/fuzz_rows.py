@@ -20,6 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -92,7 +93,7 @@ def main() -> int:
     ap.add_argument("--chunk", type=int, default=1000, help="examples per pytest subprocess")
     ap.add_argument("--strict", action="store_true", help="no known class: every failure counts")
     ap.add_argument("--seed", type=int, default=None)
-    ap.add_argument("--out", default=os.path.join(REPO, "benchmarks", "fuzz_rows_out"))
+    ap.add_argument("--out", default=os.path.join(tempfile.gettempdir(), "gert_fuzz_rows"))
     args = ap.parse_args()
     shutil.rmtree(args.out, ignore_errors=True)
     os.makedirs(args.out)

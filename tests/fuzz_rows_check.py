@@ -265,6 +265,8 @@ def classify(case: Case, kind: str, output: Optional[str], plan, index: int) -> 
         return "passthrough"
     if "value_dependent" in prefixes and policy.get("batch") == "pad":
         return "pad_value_dependent"
+    if kind == "wrong_shape" and "pad" in [v for k, v in policy.items() if k != "batch"]:
+        return "pad_dim_lost"   # a padded non-batch dim kept its padded size in an output
     if case.options.get("output_dims") and "pad" in [v for k, v in policy.items() if k != "batch"]:
         return "output_dims"
     if gert_batch is not None and axis != 0:
