@@ -103,6 +103,16 @@ def stub_pids(server_pid: int, model: str) -> List[int]:
     return out
 
 
+def kill_and_wait(pid: int) -> None:
+    """SIGKILL, then wait until the kernel finished it (a zombie or gone): until then the process still runs, and a
+    probe may truthfully say so (under load the teardown of a many-threaded process takes a while)."""
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while not gone(pid):
+        assert time.monotonic() < deadline, f"pid {pid} still runs 10 s after SIGKILL"
+        time.sleep(0.001)
+
+
 def serve(repo: str, log: str, *extra: str, health: Optional[int] = None, options=()) -> tuple:
     """gert serve running and ready: (process, ports, health port)."""
     health = health or free_port()
@@ -182,7 +192,7 @@ def test_killed_tritonserver_is_back_within_30s_and_readyz_not_200_meanwhile(tmp
         (old,) = children(p.pid)
         old_stubs = stub_pids(old, "seq")
         assert infer_ok(gp) is None
-        os.kill(old, signal.SIGKILL)
+        kill_and_wait(old)
         t0 = time.monotonic()
         samples, violations, back = [], [], None
         while time.monotonic() - t0 < BACK_WITHIN:
@@ -226,7 +236,7 @@ def test_killed_stub_is_reloaded_alone_other_models_and_replicas_keep_serving(tm
                     regions.add(f.read().split(b"\0")[2].decode().rsplit("_", 1)[0])
         assert len(regions) == 2 and all(r.startswith("gert_") for r in regions), regions
         (stub,) = stub_pids(srv_a, "seq")
-        os.kill(stub, signal.SIGKILL)
+        kill_and_wait(stub)
         t0 = time.monotonic()
         seen_down, back, wrong = False, None, []
         while time.monotonic() - t0 < BACK_WITHIN:
