@@ -41,6 +41,7 @@ from gert.core import __version__
 # ONNX Runtime's session API (gert.ort_session, gert.ort_patch): loaded on first use, so `import gert` stays light
 _ORT_FACADE = {"InferenceSession": "gert.ort_session", "SessionOptions": "gert.ort_session",
                "NodeArg": "gert.ort_session", "ModelMetadata": "gert.ort_session",
+               "RunOptions": "gert.ort_session", "LoraAdapter": "gert.ort_session",
                "patch_onnxruntime": "gert.ort_patch", "unpatch_onnxruntime": "gert.ort_patch",
                "compare_precision": "gert.preview.compare", "find_keep_fp32": "gert.preview.compare"}
 
@@ -61,6 +62,7 @@ __all__ = [
     "Graph", "Session", "ge_initialize", "ge_finalize", "ge_last_warning", "DeviceTensor", "GraphSummary", "dtypes",
     "Model", "load", "Sequence", "TensorInfo", "Trace", "trace",
     "InferenceSession", "SessionOptions", "NodeArg", "ModelMetadata", "patch_onnxruntime", "unpatch_onnxruntime",
+    "RunOptions", "LoraAdapter",
     "backend", "clear_faults", "device_count", "host_counters", "inject_fault", "host_spin_micros", "memory_info",
     "reset_host_counters", "cann_check", "CannReport", "CannCompatibilityWarning", "compare_precision",
     "find_keep_fp32",

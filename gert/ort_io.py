@@ -150,6 +150,16 @@ def check_run_options(run_options) -> None:
         raise Fail(f"[ONNXRuntimeError] : 1 : FAIL : {_TERMINATED}")
 
 
+def from_ortvalues(input_feed: Any) -> Any:
+    """The feed with onnxruntime.OrtValue values as host arrays (ONNX Runtime's run takes them as feeds too)."""
+    if not isinstance(input_feed, Mapping) or all(type(v) is np.ndarray for v in input_feed.values()):
+        return input_feed
+    OrtValue = _ortvalue_class()
+    if not any(isinstance(v, OrtValue) for v in input_feed.values()):
+        return input_feed
+    return {n: v.numpy() if isinstance(v, OrtValue) else v for n, v in input_feed.items()}
+
+
 def ort_feed(input_feed: Any, scalar_inputs: frozenset) -> Any:
     """The feed with ONNX Runtime's acceptance rules applied before gert's checks: None is a missing input (Fail);
     a one-element array for a 0-d input is that scalar."""
@@ -360,10 +370,14 @@ class SessionRunVariants:
     """Mixed into gert.InferenceSession: the run variants and switches ONNX Runtime's session has beyond run()."""
 
     def io_binding(self) -> IOBinding:
-        """An onnxruntime.IOBinding-like binding for run_with_iobinding."""
+        """An onnxruntime.IOBinding-like binding for run_with_iobinding (ONNX Runtime's own on its CPU provider)."""
+        if self._cpu is not None:
+            return self._cpu.io_binding()
         return IOBinding(self)
 
     def run_with_iobinding(self, iobinding: IOBinding, run_options=None) -> None:
+        if self._cpu is not None:
+            return self._cpu.run_with_iobinding(iobinding, run_options)
         if not isinstance(iobinding, IOBinding) or iobinding._session is not self:
             raise ValueError("IOBinding must be used with the session that created it.")
         iobinding._run(run_options)
@@ -371,6 +385,8 @@ class SessionRunVariants:
     def run_with_ort_values(self, output_names: Optional[Sequence[str]], input_dict_ort_values: Mapping[str, Any],
                             run_options=None) -> list:
         """run() with onnxruntime.OrtValue inputs; the outputs as OrtValues (in host memory)."""
+        if self._cpu is not None:
+            return self._cpu.run_with_ort_values(output_names, input_dict_ort_values, run_options)
         names = [a.name for a in self.get_inputs()]
         missing = [n for n in names if n not in input_dict_ort_values]
         if missing:
@@ -383,18 +399,28 @@ class SessionRunVariants:
                       provider_options: Optional[Sequence[dict]] = None) -> None:
         """Load the model again with these providers' options, as ONNX Runtime re-creates its session; the old
         gert.Model is closed once the new one is ready (a failed load leaves the session as it was)."""
+        from gert.ort_session import check_providers
+
+        check_providers(providers)  # an unknown name: ONNX Runtime's RuntimeError, the session as it was
         reported, load = self._load_arguments(providers, provider_options)
         old_load, self._load_options = self._load_options, load
+        old = (self._model, self._cpu, self._providers)
+        self._cpu = None
         try:
-            model = self._load_model()
+            self._providers = reported
+            model = self._load_or_fall_back(providers)
         except BaseException:
             self._load_options = old_load
+            self._model, self._cpu, self._providers = old
             raise
-        old, self._model, self._providers = self._model, model, reported
-        old.close()
+        self._model = model
+        if old[0] is not None:
+            old[0].close()
 
     def end_profiling(self) -> str:
         """The profile file written (SessionOptions.enable_profiling), else ''."""
+        if self._cpu is not None:
+            return self._cpu.end_profiling()
         return self._profiler.end()
 
     def get_profiling_start_time_ns(self) -> int:

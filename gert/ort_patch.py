@@ -7,9 +7,11 @@ cannot be edited. Explicit only: importing gert patches nothing.
         ...
 
 Patch before the application imports the names (``from onnxruntime import InferenceSession`` binds the class at
-import). Patched: ``onnxruntime.InferenceSession`` (a subclass, so isinstance checks still hold), ``SessionOptions``
-(gert's, which remembers free-dimension overrides) and, with ``when="cann"``, ``get_available_providers()`` lists
-CANNExecutionProvider, so applications that check before they ask do ask.
+import). Patched: ``onnxruntime.InferenceSession`` (a subclass; the gert sessions it builds are instances of it and of
+onnxruntime's own class, so isinstance checks hold), ``SessionOptions`` (gert's, which remembers free-dimension
+overrides and initializers), ``RunOptions`` and ``LoraAdapter`` (gert's, which remember the active adapters: see
+gert.ort_lora) and, with ``when="cann"``, ``get_available_providers()`` lists CANNExecutionProvider, so applications
+that check before they ask do ask.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import threading
 from typing import Optional
 
 from gert.errors import GertError
+from gert.ort_lora import lora_adapter_class, run_options_class
 from gert.ort_session import CANN_PROVIDER, GERT_PROVIDER, InferenceSession, session_options_class
 
 WHEN = ("cann", "always")
@@ -64,19 +67,29 @@ def patch_onnxruntime(when: str = "cann") -> _Patch:
 
             def __new__(cls, path_or_bytes, sess_options=None, providers=None, provider_options=None, **kwargs):
                 if when == "always" or _wants_gert(providers):
-                    return InferenceSession(path_or_bytes, sess_options, providers, provider_options, **kwargs)
+                    # an instance of this class: Python then runs its __init__, gert.InferenceSession's
+                    return object.__new__(GertSession)
                 return super().__new__(cls)
 
+        class GertSession(InferenceSession, PatchedInferenceSession):
+            """gert.InferenceSession, an instance of onnxruntime.InferenceSession (patched and original) too: every
+            public method is gert's (gert.ort_session, gert.ort_io, gert.ort_api)."""
+
         PatchedInferenceSession.__name__ = PatchedInferenceSession.__qualname__ = "InferenceSession"
+        GertSession.__name__ = GertSession.__qualname__ = "InferenceSession"
+        GertSession.__module__ = InferenceSession.__module__  # shows as gert.ort_session.InferenceSession: it is one
 
         def get_available_providers() -> list:
             have = list(original_providers())
             return have if CANN_PROVIDER in have else [CANN_PROVIDER] + have
 
         _saved = {"InferenceSession": original, "SessionOptions": ort.SessionOptions,
-                  "get_available_providers": original_providers}
+                  "get_available_providers": original_providers, "RunOptions": ort.RunOptions,
+                  "LoraAdapter": ort.LoraAdapter}
         ort.InferenceSession = PatchedInferenceSession  # not its home module's: the host NPU computes with that one
         ort.SessionOptions = session_options_class()
+        ort.RunOptions = run_options_class()
+        ort.LoraAdapter = lora_adapter_class()
         if when == "cann":
             ort.get_available_providers = get_available_providers
     return _Patch(when)
@@ -92,5 +105,7 @@ def unpatch_onnxruntime() -> None:
 
         ort.InferenceSession = _saved["InferenceSession"]
         ort.SessionOptions = _saved["SessionOptions"]
+        ort.RunOptions = _saved["RunOptions"]
+        ort.LoraAdapter = _saved["LoraAdapter"]
         ort.get_available_providers = _saved["get_available_providers"]
         _saved = None

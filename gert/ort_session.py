@@ -31,9 +31,13 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from gert import ort_fallback, ort_lora
 from gert.errors import GertError
-from gert.ort_io import (Profiler, ScalarFeedShapes, SessionRunVariants, check_run_options, ort_class, ort_feed,
-                         ort_run_error)
+from gert.ort_api import SessionExtras
+from gert.ort_io import (Profiler, ScalarFeedShapes, SessionRunVariants, check_run_options, from_ortvalues,
+                         ort_class, ort_feed, ort_run_error)
+from gert.ort_lora import active_parameters
+from gert.ort_model import session_model
 
 GERT_PROVIDER = "GertExecutionProvider"
 CANN_PROVIDER = "CANNExecutionProvider"
@@ -128,14 +132,18 @@ def _type_string(type_proto) -> str:
     return "unknown"
 
 
-def _shape(type_proto, overrides: Mapping[str, int]) -> Optional[list]:
-    """Dims as ONNX Runtime reports them (None for an unnamed unknown dim); None when the rank is unknown."""
+def _shape(type_proto, overrides: Mapping[str, int], denotations: Optional[Mapping[str, int]] = None
+           ) -> Optional[list]:
+    """Dims as ONNX Runtime reports them (None for an unnamed unknown dim); None when the rank is unknown. A free
+    dim is fixed by an override of its name, or of its denotation ("DATA_BATCH")."""
     kind = type_proto.WhichOneof("value")
     if kind != "tensor_type" or not type_proto.tensor_type.HasField("shape"):
         return None
     out: list = []
     for d in type_proto.tensor_type.shape.dim:
-        if d.HasField("dim_value"):
+        if denotations and not d.HasField("dim_value") and d.denotation in denotations:
+            out.append(denotations[d.denotation])
+        elif d.HasField("dim_value"):
             out.append(int(d.dim_value) if d.dim_value >= 0 else None)  # exporters write -1 for "unknown"
         elif d.HasField("dim_param") and d.dim_param:
             out.append(overrides.get(d.dim_param, d.dim_param))
@@ -150,9 +158,11 @@ class _ModelInfo:
     outputs: list
     overridable: list
     meta: ModelMetadata
+    nodes: list = field(default_factory=list)  # the graph's nodes (NodeProtos without their attributes)
 
 
-def _read_model(data: bytes, overrides: Mapping[str, int]) -> _ModelInfo:
+def _read_model(data: bytes, overrides: Mapping[str, int], denotations: Optional[Mapping[str, int]] = None
+                ) -> _ModelInfo:
     """Inputs, outputs, overridable initializers and metadata, as ONNX Runtime reports them; output shapes the file
     leaves out come from ONNX shape inference, as ONNX Runtime infers them at load."""
     import onnx
@@ -171,21 +181,31 @@ def _read_model(data: bytes, overrides: Mapping[str, int]) -> _ModelInfo:
         except Exception:  # noqa: BLE001 - inference is best effort here; ONNX Runtime then reports no shape either
             inferred = {}
 
-    inputs = [NodeArg(v.name, _type_string(v.type), _shape(v.type, overrides) or [])
+    inputs = [NodeArg(v.name, _type_string(v.type), _shape(v.type, overrides, denotations) or [])
               for v in g.input if v.name not in initializers]
-    overridable = [NodeArg(v.name, _type_string(v.type), _shape(v.type, overrides) or [])
+    overridable = [NodeArg(v.name, _type_string(v.type), _shape(v.type, overrides, denotations) or [])
                    for v in g.input if v.name in initializers]
     outputs = []
     for v in g.output:
         if v.name in inferred:
             shape = [overrides.get(d, d) if isinstance(d, str) else d for d in inferred[v.name]]
         else:
-            shape = _shape(v.type, overrides) or []
+            shape = _shape(v.type, overrides, denotations) or []
         outputs.append(NodeArg(v.name, _type_string(v.type), shape))
     meta = ModelMetadata(model.producer_name, g.name, model.domain, model.doc_string, g.doc_string,
                          int(model.model_version) if model.HasField("model_version") else _NO_VERSION,
                          {p.key: p.value for p in model.metadata_props})
-    return _ModelInfo(inputs, outputs, overridable, meta)
+    nodes = [NodeProtoRef(n.name, n.op_type, n.domain) for n in g.node]
+    return _ModelInfo(inputs, outputs, overridable, meta, nodes)
+
+
+@dataclass(frozen=True)
+class NodeProtoRef:
+    """A node of the model's graph, named in the CPU fallback's warning and the graph assignment."""
+
+    name: str
+    op_type: str
+    domain: str
 
 
 # ---- options ---------------------------------------------------------------------------------------------------
@@ -193,6 +213,16 @@ def _read_model(data: bytes, overrides: Mapping[str, int]) -> _ModelInfo:
 def SessionOptions():  # noqa: N802 - a class in ONNX Runtime's API; built lazily so importing gert imports no ORT
     """onnxruntime.SessionOptions that remembers its free-dimension overrides, so gert can honour them."""
     return session_options_class()()
+
+
+def RunOptions():  # noqa: N802 - a class in ONNX Runtime's API
+    """onnxruntime.RunOptions that remembers its active LoRA adapters, so gert can honour them (gert.ort_lora)."""
+    return ort_lora.run_options_class()()
+
+
+def LoraAdapter():  # noqa: N802 - a class in ONNX Runtime's API
+    """onnxruntime.LoraAdapter that remembers its parameters, so gert can honour them (gert.ort_lora)."""
+    return ort_lora.lora_adapter_class()()
 
 
 _SO_CLASS = None
@@ -209,10 +239,32 @@ def session_options_class():
             def __init__(self, *a, **kw):
                 super().__init__(*a, **kw)
                 self.gert_free_dimension_overrides: dict = {}
+                self.gert_denotation_overrides: dict = {}
+                self.gert_initializers: dict = {}           # add_initializer: name -> array
+                self.gert_external_initializers: dict = {}  # add_external_initializers: name -> array
+                self.gert_external_files: dict = {}         # add_external_initializers_from_files_in_memory
 
             def add_free_dimension_override_by_name(self, name: str, value: int) -> None:
                 super().add_free_dimension_override_by_name(name, value)
                 self.gert_free_dimension_overrides[str(name)] = int(value)
+
+            def add_free_dimension_override_by_denotation(self, denotation: str, value: int) -> None:
+                super().add_free_dimension_override_by_denotation(denotation, value)
+                self.gert_denotation_overrides[str(denotation)] = int(value)
+
+            def add_initializer(self, name: str, value) -> None:
+                super().add_initializer(name, value)
+                self.gert_initializers[str(name)] = np.array(value.numpy())
+
+            def add_external_initializers(self, names, values) -> None:
+                super().add_external_initializers(names, values)
+                for n, v in zip(names, values):
+                    self.gert_external_initializers[str(n)] = np.array(v.numpy())
+
+            def add_external_initializers_from_files_in_memory(self, names, buffers, lengths) -> None:
+                super().add_external_initializers_from_files_in_memory(names, buffers, lengths)
+                for n, b, k in zip(names, buffers, lengths):
+                    self.gert_external_files[str(n)] = bytes(memoryview(b).cast("B")[:int(k)])
 
         GertSessionOptions.__name__ = GertSessionOptions.__qualname__ = "SessionOptions"
         _SO_CLASS = GertSessionOptions
@@ -281,71 +333,157 @@ def _provider_load_options(providers, provider_options) -> tuple:
     return reported, load
 
 
+def _cube_cores(device: int) -> int:
+    """The device's cube cores. aclInit first: the first session of a process asks before any device is open."""
+    from gert import _cann
+
+    _cann.device_count()
+    return _cann.get_device_info(device, _cann.DEV_ATTR_CUBE_CORE_NUM)
+
+
+def check_providers(providers, constructor: bool = False) -> None:
+    """Provider names ONNX Runtime does not know: the constructor warns and goes on (as ONNX Runtime falls back);
+    set_providers raises ONNX Runtime's RuntimeError."""
+    known = set(_ort().get_all_providers()) | {GERT_PROVIDER}
+    for p in providers or ():
+        name = p[0] if isinstance(p, (tuple, list)) else p
+        if name in known:
+            continue
+        if not constructor:
+            raise RuntimeError(f"Unknown Provider Type: {name}")
+        _warn_once(f"provider.{name}", f"Specified provider '{name}' is not in available provider names.")
+
+
+_LOAD_CONFIG = "ORT_LOAD_CONFIG_FROM_MODEL"
+_COPIED_OPTIONS = ("intra_op_num_threads", "inter_op_num_threads", "graph_optimization_level", "execution_mode",
+                   "log_severity_level", "log_verbosity_level", "enable_profiling", "enable_mem_pattern",
+                   "enable_mem_reuse", "enable_cpu_mem_arena", "use_deterministic_compute", "optimized_model_filepath",
+                   "execution_order", "logid", "profile_file_prefix")
+
+
+def _options_from_model(so, meta: ModelMetadata):
+    """With ORT_LOAD_CONFIG_FROM_MODEL=1, the session options the model's "ort_config" metadata sets
+    ({"session_options": {field: value}}), over a copy of ``so`` (as ONNX Runtime leaves the caller's own as it
+    is); else ``so``."""
+    import json
+    import os
+
+    config = meta.custom_metadata_map.get("ort_config")
+    if os.environ.get(_LOAD_CONFIG) != "1" or not config:
+        return so
+    try:
+        fields = json.loads(config).get("session_options", {})
+    except (ValueError, AttributeError) as e:
+        raise ort_class("InvalidArgument")(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : the model's ort_config "
+                                           f"metadata is not JSON with a session_options object: {e}") from None
+    out = SessionOptions()
+    if so is not None:
+        for name in _COPIED_OPTIONS:
+            setattr(out, name, getattr(so, name))
+        for attr in ("gert_free_dimension_overrides", "gert_denotation_overrides", "gert_initializers",
+                     "gert_external_initializers", "gert_external_files"):
+            getattr(out, attr).update(getattr(so, attr, None) or {})
+    for name, value in fields.items():
+        if name in _COPIED_OPTIONS:
+            current = getattr(out, name)
+            setattr(out, name, type(current)(int(value)) if not isinstance(current, (str, bool)) else
+                    type(current)(value))
+        else:
+            out.add_session_config_entry(str(name), str(value))
+    return out
+
+
 def _names_batch(load: dict) -> bool:
     return "batch" in (load.get("shape_policy") or {}) or "batch" in (load.get("gears") or {})
 
 
 # ---- the session -----------------------------------------------------------------------------------------------
 
-class InferenceSession(SessionRunVariants):
+class InferenceSession(SessionRunVariants, SessionExtras):
     """onnxruntime.InferenceSession's Python API over a gert.Model (see the module doc; the run variants, IOBinding
-    and run_options: gert.ort_io)."""
+    and run_options: gert.ort_io; the rest of the 1.32 API: gert.ort_api). A model GE's parser refuses runs on ONNX
+    Runtime's CPU provider when the providers allow it (gert.ort_fallback)."""
 
     def __init__(self, path_or_bytes: Union[str, bytes, "os.PathLike"], sess_options=None,
                  providers: Optional[Sequence] = None, provider_options: Optional[Sequence[dict]] = None,
                  **load_options: Any):
-        # What set_providers loads again, as ONNX Runtime keeps it: the bytes given, or only the path (a session made
-        # from a file holds no copy of its weights: the loaded model holds what it needs; issue 28)
-        self._model_bytes: Optional[bytes] = None
-        if isinstance(path_or_bytes, (bytes, bytearray, memoryview)):
-            data = self._model_bytes = bytes(path_or_bytes)
-            self._model_path = None
-        else:
-            self._model_path = str(path_or_bytes)
-            with open(path_or_bytes, "rb") as f:
-                data = f.read()
-        self._sess_options = sess_options
+        self._cpu = None  # ONNX Runtime's CPU session, when the model runs there (gert.ort_fallback)
+        self._model = None
+        self._adapters: Optional[ort_lora.AdapterModels] = None  # models of LoRA adapter sets (gert.ort_lora)
+        # What set_providers loads again, as ONNX Runtime keeps it: the bytes given (or written with the session
+        # options' initializers), or only the path: a model file loads by path, so its external data resolves next
+        # to it, and the session holds no copy of its weights (issue 28)
+        source = session_model(path_or_bytes, sess_options)
+        self._model_path = source.path
+        self._model_bytes: Optional[bytes] = source.data if source.path is None else None
+        data = source.data
         self._overrides = dict(getattr(sess_options, "gert_free_dimension_overrides", {}) or {})
-        self._info = _read_model(data, self._overrides)
+        self._denotations = dict(getattr(sess_options, "gert_denotation_overrides", {}) or {})
+        try:
+            self._info = _read_model(data, self._overrides, self._denotations)
+        except Exception as e:  # noqa: BLE001 - not a model ONNX can read: ONNX Runtime's error for it
+            raise ort_fallback.load_error(e, source.source, sess_options) from e
+        self._sess_options = _options_from_model(sess_options, self._info.meta)
         self._extra_load = dict(load_options)
         if self._info.overridable:
             _warn_once("overridable", "gert.InferenceSession: initializers listed as graph inputs are constants in "
                                       "the compiled graph; feeding them is refused")
+        check_providers(providers, constructor=True)
         self._providers, self._load_options = self._load_arguments(providers, provider_options)
-        self._model = self._load_model(data)
+        self._model = self._load_or_fall_back(providers)
         self._profiler = Profiler(sess_options)
-        self._input_info = {t.name: t for t in self._model.inputs}
+        self._input_info = {t.name: t for t in self._model.inputs} if self._model is not None else {}
         self._input_args = {a.name: a for a in self._info.inputs}
         self._output_names = [a.name for a in self._info.outputs]
         self._outputs_twice = len(set(self._output_names)) != len(self._output_names)  # a tensor listed twice
-        self._scalar_inputs = frozenset(t.name for t in self._model.inputs if len(t.shape) == 0)  # the graph's 0-d
+        self._scalar_inputs = frozenset(n for n, t in self._input_info.items() if len(t.shape) == 0)  # the graph's 0-d
         self._scalar_shapes = ScalarFeedShapes(self._model_data)  # outputs of one-element feeds to 0-d inputs
 
     def _load_arguments(self, providers, provider_options) -> tuple:
         """(the providers as ONNX Runtime reports them, gert.load arguments) from providers and session options."""
-        from gert import _cann
-
         reported, load = _provider_load_options(providers, provider_options)
         device = (load.get("devices") or (0,))[0]
-        load.update(_session_load_options(
-            self._sess_options, lambda: _cann.get_device_info(device, _cann.DEV_ATTR_CUBE_CORE_NUM)))
+        load.update(_session_load_options(self._sess_options, lambda: _cube_cores(device)))
         load.update(self._extra_load)
         if self._has_batch() and not _names_batch(load):
             # ONNX Runtime runs any batch size as it comes: no padding rows; hot sizes get static graphs (gert.core.tiers)
             load["shape_policy"] = dict(load.get("shape_policy") or {}, batch="auto")
         return reported, load
 
-    def _load_model(self, data: Optional[bytes] = None):
-        """A gert.Model of this session's model (``data``: its bytes; else the bytes given, or the file read again)
-        with this session's load options, compiled."""
+    def _load_or_fall_back(self, providers):
+        """The gert.Model; None when GE's parser refuses the model and ONNX Runtime's CPU provider runs it instead
+        (``self._cpu``). Load errors are ONNX Runtime's classes (gert.ort_fallback)."""
+        try:
+            return self._load_model()
+        except GertError as e:
+            if not ort_fallback.ge_refused(e):
+                raise ort_fallback.load_error(e, self._source(), self._sess_options) from e
+            if not ort_fallback.cpu_allowed(providers):
+                raise ort_fallback.no_cpu_error(e, self._info.nodes) from e
+            failed = e
+        try:
+            self._cpu = ort_fallback.cpu_session(self._source(), self._sess_options)
+        except Exception as ort_error:  # noqa: BLE001 - ONNX Runtime refuses it too: its error
+            raise ort_fallback.load_error(failed, self._source(), self._sess_options) from ort_error
+        ort_fallback.warn_fallback(failed, self._info.meta.graph_name, self._info.nodes)
+        self._providers = {ort_fallback.CPU_PROVIDER: {}}
+        return None
+
+    def _source(self) -> Union[str, bytes]:
+        """What the model loads from: its path, or its bytes."""
+        return self._model_path if self._model_bytes is None else self._model_bytes
+
+    def _load_model(self, data: Optional[bytes] = None, source: Union[str, bytes, None] = None):
+        """A gert.Model of this session's model (by path, or from its bytes; ``source``: other bytes) with this
+        session's load options, compiled."""
         import gert
         from gert import hostnpu
+        from gert.core import external_data
 
-        if data is None:
-            data = self._model_data()
         if getattr(self._sess_options, "enable_cpu_mem_arena", True) is False:
-            hostnpu.without_arena(data)  # the host NPU's sessions of this model: no arena (issue 28)
-        model = gert.load(data, **self._load_options)
+            model_dir = external_data.model_dir(self._model_path) if self._model_bytes is None else ""
+            hostnpu.without_arena(data or self._model_data(), model_dir)  # no arena for its sessions (issue 28)
+        model = gert.load(source if source is not None else self._source(), **self._load_options)
         try:
             model.warmup()  # compile now, as ONNX Runtime does at session creation, not on the first run
         except BaseException:
@@ -359,6 +497,28 @@ class InferenceSession(SessionRunVariants):
             return self._model_bytes
         with open(self._model_path, "rb") as f:
             return f.read()
+
+    def _adapted(self, run_options, input_feed: Mapping[str, Any]) -> tuple:
+        """(the gert.Model to run, the feed) under the run's active LoRA adapters (gert.ort_lora): the model with
+        the adapters' initializers, loaded once per adapter set; their other parameters join the feed."""
+        params = active_parameters(run_options)
+        if not params:
+            return self._model, input_feed
+        replace, fed = ort_lora.split(params, {a.name for a in self._info.overridable}, set(self._input_args))
+        if fed and isinstance(input_feed, Mapping):
+            input_feed = {**fed, **input_feed}
+        if not replace:
+            return self._model, input_feed
+        if self._adapters is None:
+            self._adapters = ort_lora.AdapterModels(self._load_adapted)
+        return self._adapters.get(replace), input_feed
+
+    def _load_adapted(self, replace: Mapping[str, np.ndarray]):
+        from gert.core import external_data
+
+        model_dir = external_data.model_dir(self._model_path) if self._model_bytes is None else None
+        data = ort_lora.model_with(self._model_data(), replace, model_dir)
+        return self._load_model(data, source=data)
 
     def _has_batch(self) -> bool:
         """gert's rule for a batch axis: the first dim of every input is symbolic (after the overrides)."""
@@ -391,8 +551,11 @@ class InferenceSession(SessionRunVariants):
 
     @property
     def model(self):
-        """The gert.Model underneath (stats(), warmup(), ...)."""
+        """The gert.Model underneath (stats(), warmup(), ...); None when ONNX Runtime's CPU provider runs the model."""
         return self._model
+
+    def _graph_nodes(self) -> list:
+        return list(self._info.nodes)
 
     # ---- running ---------------------------------------------------------------------------------------------
     def _feed(self, input_feed: Mapping[str, Any]) -> dict:
@@ -475,17 +638,22 @@ class InferenceSession(SessionRunVariants):
 
     def run(self, output_names: Optional[Sequence[str]], input_feed: Mapping[str, Any], run_options=None) -> list:
         """Run once; the outputs named (all for None or []) as a list of numpy arrays, in that order."""
+        if self._cpu is not None:
+            return self._cpu.run(output_names, input_feed, run_options)
         names = self._outputs(output_names)
         check_run_options(run_options)
+        model, input_feed = self._adapted(run_options, input_feed) if run_options is not None else (self._model,
+                                                                                                     input_feed)
+        input_feed = from_ortvalues(input_feed)
         fed = ort_feed(input_feed, self._scalar_inputs)
         feed = self._feed(fed)
         try:
             if self._profiler.enabled:
                 t0 = time.monotonic_ns()
-                result = self._model.run(feed)
+                result = model.run(feed)
                 self._profiler.record("model_run", t0, time.monotonic_ns())
             else:
-                result = self._model.run(feed)
+                result = model.run(feed)
         except GertError as e:
             told = self._run_error(e, feed)
             if told is None:
@@ -499,13 +667,17 @@ class InferenceSession(SessionRunVariants):
                   callback: Callable[[Optional[list], Any, str], None], user_data: Any = None,
                   run_options=None) -> None:
         """Run in the background; ``callback(outputs, user_data, err)`` runs when done: the outputs with ``err``
-        empty, or ``[]`` with the error's message, bad input included (as ONNX Runtime calls it)."""
+        empty, or ``[]`` with the error's message, bad input included (as ONNX Runtime calls it). The callback
+        holds the session: it lives until the callback ran, as ONNX Runtime finishes a run of a dropped session."""
+        if self._cpu is not None:
+            return self._cpu.run_async(output_names, input_feed, callback, user_data, run_options)
         try:
             names = self._outputs(output_names)
             check_run_options(run_options)
+            model, input_feed = self._adapted(run_options, from_ortvalues(input_feed))
             fed = ort_feed(input_feed, self._scalar_inputs)
             feed = self._feed(fed)
-            fut = self._model.submit(feed)
+            fut = model.submit(feed)
         except GertError as e:
             callback([], user_data, _ORT_PREFIX.sub("", str(e)))
             return
@@ -526,7 +698,11 @@ class InferenceSession(SessionRunVariants):
     # ---- lifecycle -------------------------------------------------------------------------------------------
     def close(self) -> None:
         """Release the model's streams and device memory (ONNX Runtime frees them when the session is collected)."""
-        self._model.close()
+        if self._model is not None:
+            self._model.close()
+        if self._adapters is not None:
+            self._adapters.close()
+        self._cpu = None
 
     def __enter__(self) -> "InferenceSession":
         return self
@@ -535,12 +711,12 @@ class InferenceSession(SessionRunVariants):
         self.close()
 
     def __del__(self) -> None:
-        model = getattr(self, "_model", None)
-        if model is not None:
-            try:
-                model.close()
-            except Exception:  # noqa: BLE001 - interpreter shutdown
-                pass
+        for held in (getattr(self, "_model", None), getattr(self, "_adapters", None)):
+            if held is not None:
+                try:
+                    held.close()
+                except Exception:  # noqa: BLE001 - interpreter shutdown
+                    pass
 
 
 def _listed(result: Mapping[str, np.ndarray], names: Sequence[str]) -> list:
