@@ -442,3 +442,30 @@ def test_every_public_method_of_onnx_runtimes_session_exists():
 
     missing = [m for m in dir(InferenceSession) if not m.startswith("_") and not hasattr(gert.InferenceSession, m)]
     assert missing == []
+
+
+_MEMORY_SCRIPT = textwrap.dedent("""
+    import resource, sys, numpy as np, onnxruntime as ort, gert
+    from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    cls = gert.InferenceSession if sys.argv[2] == "gert" else InferenceSession
+    y = cls(sys.argv[1]).run(None, {"X": np.zeros(1, np.float32)})[0]
+    assert y[0] == int(sys.argv[3]), y
+    print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) * 1024)
+""")
+
+
+def test_external_weights_are_not_read_twice(tmp_path):
+    """A model's external weights cost gert what they cost ONNX Runtime (peak RSS of a process that loads and runs
+    it once): gert reads none of them itself."""
+    n = 16 * 1024 * 1024  # 64 MB of float32
+    m = _model([h.make_node("ReduceSum", ["W"], ["S"], keepdims=0), h.make_node("Add", ["X", "S"], ["Y"])],
+               [_vi("X", [1])], [_vi("Y", [1])], [numpy_helper.from_array(np.ones(n, np.float32), "W")])
+    path = _save_external(m, tmp_path)
+    grown = {}
+    for side in ("ort", "gert"):
+        out = subprocess.run([sys.executable, "-c", _MEMORY_SCRIPT, path, side, str(n)], capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-2000:]
+        grown[side] = int(out.stdout.split()[-1])
+    assert grown["gert"] < grown["ort"] + 0.5 * 4 * n, grown  # a second copy would add 4n bytes
