@@ -37,16 +37,13 @@ COLLECT = os.environ.get("GERT_FUZZ_COLLECT") == "1"   # benchmarks/fuzz_rows.py
 # Defect classes whose failures are expected until they are fixed (../shared/repros/rows/README.md): their failures
 # are counted, not raised, and their REGRESSIONS are skipped with the class as the reason. Remove a class once it
 # is fixed: the fuzzer and its regression examples then hold it. Empty when issue 36 is done.
-KNOWN_CLASSES: dict = {
-    "pad_dim_lost": "a non-batch dim padded to its gear (shape_policy pad) is not sliced off an output after an op "
-                    "whose shape inference loses it: Conv with kernel 1 over [N, C, T], Slice(T, 0, INT64_MAX): "
-                    "the output keeps the padded size (found by this fuzzer, REGRESSIONS pad_dim_lost_*)",
-}
+KNOWN_CLASSES: dict = {}
 # Classes this held while they were open (class -> the shared repro scripts), the names REGRESSIONS use:
 #   rows_mixed: rowmix_softmax_batch_axis.py, slice_reverse_batch.py, range_of_batch_size.py;
 #   batch_axis_split: axis1_split_*.py; batch_two_axes: batch_on_two_axes_split.py;
 #   output_dims: output_dims_drops_padded_dim.py; pad_value_dependent: pad_on_value_dependent.py;
-#   passthrough: passthrough_output.py; session_error_class: session_runtime_error_class.py.
+#   passthrough: passthrough_output.py; session_error_class: session_runtime_error_class.py;
+#   pad_dim_lost: found by this fuzzer (a padded non-batch dim not sliced off after Conv kernel 1 / Slice to end).
 # A new open class: KNOWN_CLASSES["name"] = "what, and its repro", until its fix lands.
 if os.environ.get("GERT_FUZZ_STRICT") == "1":   # every class strict: is a class fixed? (benchmarks/fuzz_rows.py --strict)
     KNOWN_CLASSES = {}

@@ -114,13 +114,16 @@ def test_rec_width_dynamic_batch_padded(rec_path, rec_inputs):
 
 def test_rec_pad_equals_ort_on_padded_input(rec_path, rec_inputs):
     """pad: width padded up to its gear with pad_value, batch padded to 2; the result is ORT's on the padded input,
-    batch-sliced (the width axis is not sliced: rec's output time axis does not carry the input's dim name, and
-    padding the width is not transparent for rec, which does not mask)."""
+    batch-sliced (the width axis is not sliced: rec's output time axis is the width / 8, which padding cannot be
+    sliced off, and padding the width is not transparent for rec, which does not mask). gert refuses that unless the
+    output's axis is declared as taken at its padded size (output_dims {1: None})."""
     gears = (320, 640, 1000)
     pad = 0.5
+    with pytest.raises(gert.GertError, match=rf"output '{REC_OUT}' is computed from dim '{REC_W}'.*axes \[1\]"):
+        gert.load(rec_path, gears={"batch": [2], REC_W: list(gears)}, shape_policy={REC_W: "pad", REC_H: "exact"})
     # H exact (auto is its default): static graphs, compared with ORT at the same static shapes
     with gert.load(rec_path, cube_cores=1, gears={"batch": [2], REC_W: list(gears)},
-                   shape_policy={REC_W: "pad", REC_H: "exact"}, pad_value=pad) as m:
+                   shape_policy={REC_W: "pad", REC_H: "exact"}, pad_value=pad, output_dims={REC_OUT: {1: None}}) as m:
         expect_ratio = {}
         for (b, w), x in zip(REC_CASES, rec_inputs):
             g = min(v for v in gears if v >= w)

@@ -310,3 +310,22 @@ def test_check_rows_on_a_proved_model():
 def test_rows_independent_names_must_be_outputs():
     with pytest.raises(gert.GertError, match=r"rows_independent names \['z'\], which are not model outputs"):
         gert.load(_softmax_batch(), rows_independent=["z"])
+
+
+def _conv_t(strides: int) -> bytes:
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((3, 4, 1)).astype(np.float32), "W")
+    return _model([helper.make_node("Conv", ["x", "W"], ["y"], kernel_shape=[1], strides=[strides])],
+                  [_x(("B", 4, "T"))], [helper.make_tensor_value_info("y", F, ["B", 3, "T"])], [w]).SerializeToString()
+
+
+def test_a_padded_dim_is_sliced_off_where_the_probe_places_it_and_refused_where_nothing_can():
+    """Inference loses T through a Conv (kernel 1): the probe at fixed sizes places it, and the padding is sliced
+    off; with stride 2 the output's length is not T, so 'pad' on T is refused at load, naming the output."""
+    x = np.random.default_rng(1).standard_normal((3, 4, 3)).astype(np.float32)
+    model = _conv_t(1)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    with gert.load(model, gears={"T": [1, 6]}, shape_policy={"T": "pad"}) as m:
+        assert m.plan.output_axes[("y", 2)] == "T"
+        np.testing.assert_allclose(m.run({"x": x})["y"], want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(gert.GertError, match=r"'T': 'pad': output 'y' .* axes \[2\] cannot be told"):
+        gert.load(_conv_t(2), gears={"T": [1, 6]}, shape_policy={"T": "pad"})

@@ -848,11 +848,12 @@ def test_cli_repo_init(tmp_path, seq_bytes, capsys):
 
 def test_cli_serve_arguments(tmp_path, monkeypatch, capsys):
     """Options after REPO are gert's; what follows `--` goes to tritonserver."""
-    import gert_triton.server as server
+    import gert_triton.supervisor as supervisor
     from gert.cli import main
 
     seen = []
-    monkeypatch.setattr(server, "serve", lambda *a, address: seen.append((*a, address)) or 7)
+    monkeypatch.setattr(supervisor, "run_supervised", lambda repo, ports, ts, extra, address, health, replica, *_:
+                        seen.append((repo, *supervisor.replica_ports(ports, replica), ts, list(extra), address)) or 7)
     repo = str(tmp_path)
     assert main(["serve", repo, "--http-port", "1", "--grpc-port", "2", "--metrics-port", "3"]) == 7
     assert seen[-1] == (repo, 1, 2, 3, None, [], "127.0.0.1"), "loopback unless told otherwise"

@@ -82,14 +82,19 @@ def output_dims(proto: onnx.ModelProto, input_axes: Mapping[tuple, str]) -> dict
     if not all(_placed(d) for d in out.values()):  # symbols lost on the way: sizes that differ per dim tell
         probed = _probe(m, input_axes)
         for name, dims in probed.items():
-            if not _placed(out.get(name)) and dims is not None:
+            cur = out.get(name)
+            if dims is None or _placed(cur):
+                continue
+            if cur is None or len(cur) != len(dims):
                 out[name] = dims
+            else:  # axis by axis: what inference could not tell, the probe may
+                out[name] = tuple(p if c is UNKNOWN else c for c, p in zip(cur, dims))
     return out
 
 
 def _placed(dims: Optional[tuple]) -> bool:
-    """Inference told where the dims are: a known rank, and no unknown dim (or the batch's symbol among them)."""
-    return dims is not None and ("batch" in dims or UNKNOWN not in dims)
+    """Inference told where every dim is: a known rank, and no unknown dim."""
+    return dims is not None and UNKNOWN not in dims
 
 
 _SIZES = (64, 48, 32, 96, 128, 16, 224, 320)  # probe sizes of a non-batch dim, in the order tried

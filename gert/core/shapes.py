@@ -76,6 +76,7 @@ class ShapePlan:
     # the batch, NMS's [selected, 3], an op without a rule): requests are then never padded, merged or split
     unsplit: tuple = ()
     mixing: dict = field(default_factory=dict)        # output -> why its rows are not proved independent
+    unplaced: dict = field(default_factory=dict)      # output -> axes whose size inference could not tell
     value_dependent: tuple = ()
 
     @property
@@ -229,6 +230,8 @@ def plan_shapes(io: dict, gears: Optional[Mapping[str, Sequence[int]]] = None,
         elif p == "pad":
             raise GertError(f"dim '{name}' uses policy 'pad' but has no gears; give gears={{'{name}': [...]}}")
     _unsplit_policy(plan, "batch" in policy, "batch" in user_gears)
+    if model is not None:
+        _padded_dims_placed(plan, model)
     if max_batch is not None and plan.batch is not None and plan.batch.gears and plan.batch.gears[-1] > max_batch:
         raise GertError(f"batch gears {list(plan.batch.gears)} go beyond max_batch={max_batch}")
     # pad values
@@ -279,6 +282,9 @@ def _output_axes(plan: ShapePlan, keys: dict, batch_dim, batch_out: set, batch_n
         for t in outputs:
             dims = inferred.get(t.name)
             dims = dims if dims is not None and len(dims) == len(t.shape) else ()
+            unplaced = [a for a, d in enumerate(dims) if d is None] if dims else list(range(len(t.shape)))
+            if unplaced:
+                plan.unplaced[t.name] = unplaced
             for axis, d in enumerate(dims):
                 if isinstance(d, str) and d != "batch":
                     plan.output_axes[(t.name, axis)] = d
@@ -316,8 +322,16 @@ def _output_axes(plan: ShapePlan, keys: dict, batch_dim, batch_out: set, batch_n
         if not mapping:  # {}: the output carries no dim of the inputs
             for key in [k for k in plan.output_axes if k[0] == out_name]:
                 del plan.output_axes[key]
+        if not mapping:
+            plan.unplaced.pop(out_name, None)
         for axis, dim_name in mapping.items():  # merged with what the proof and inference found
-            _place(plan, out_name, int(axis), plan.dim_name(dim_name, f"output_dims['{out_name}'][{axis}]"))
+            if dim_name is None:  # the user's word: this axis carries no dim (returned at the size it runs at)
+                plan.output_axes.pop((out_name, int(axis)), None)
+            else:
+                _place(plan, out_name, int(axis), plan.dim_name(dim_name, f"output_dims['{out_name}'][{axis}]"))
+            left = [a for a in plan.unplaced.pop(out_name, ()) if a != int(axis)]
+            if left:
+                plan.unplaced[out_name] = left
     plan.value_dependent = tuple(value_dependent)
     if plan.batch is None:
         return
@@ -364,6 +378,26 @@ def _batched(model, plan: ShapePlan) -> set:
     from gert.core.onnx_io import depends_on
 
     return depends_on(model, {n for n, _ in plan.batch.axes})
+
+
+def _padded_dims_placed(plan: ShapePlan, model) -> None:
+    """A non-batch dim padded to its gears is sliced back off every output axis that carries it: an output computed
+    from it with an axis whose size neither inference nor the probe could tell would keep the padding (a Conv's
+    strided length, a value-dependent count), so 'pad' is refused there, naming the output and the axes."""
+    from gert.core.onnx_io import depends_on
+
+    for name, dim in plan.dims.items():
+        if name == "batch" or dim.policy != "pad":
+            continue
+        reached = depends_on(model, {n for n, _ in dim.axes})
+        for t in plan.outputs:
+            axes = plan.unplaced.get(t.name)
+            if axes and t.name in reached:
+                raise GertError(f"shape_policy '{name}': 'pad': output '{t.name}' is computed from dim '{name}', but "
+                                f"the size of its axes {axes} cannot be told from the inputs' sizes, so the padding "
+                                f"could not be sliced off it; use 'exact' or 'auto' for '{name}', name the axis "
+                                f"with output_dims={{'{t.name}': {{{axes[0]}: '{name}'}}}} if it follows '{name}', or "
+                                f"{{{axes[0]}: None}} to take that axis at its padded run size")
 
 
 def _unsplit_policy(plan: ShapePlan, policy_given: bool, gears_given: bool) -> None:
