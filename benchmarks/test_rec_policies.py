@@ -19,7 +19,9 @@ from _common import REC, images, read_ppocr, tag
 REC_W = "p2o.DynamicDimension.1"
 POLICIES = {
     # rec's height axis is an unnamed dim ("?", always 48 here): exact for pad and exact, as W's policy otherwise
-    "pad": dict(gears={"batch": [1], REC_W: [320, 640, 1000]}, shape_policy={REC_W: "pad", "?": "exact"}),
+    # rec's output time axis is W / 8: padding cannot be sliced off it, taken at the padded size on purpose
+    "pad": dict(gears={"batch": [1], REC_W: [320, 640, 1000]}, shape_policy={REC_W: "pad", "?": "exact"},
+                output_dims={"softmax_11.tmp_0": {1: None}}),
     "exact": dict(gears={"batch": [1]}, shape_policy={REC_W: "exact", "?": "exact"}),
     "dynamic": dict(gears={"batch": [1]}, shape_policy={REC_W: "dynamic", "?": "dynamic"}),
     "auto": dict(gears={"batch": [1]}),
