@@ -301,7 +301,11 @@ def run_supervised(repo: str, ports: Sequence[Optional[int]], tritonserver: Opti
         try:
             endpoint = HealthServer(health, address, port)
         except OSError as e:
-            raise GertError(f"gert serve: cannot listen on {address}:{port} for --health-port: {e}") from None
+            if health_port is not None:  # asked for: its port must be had
+                raise GertError(f"gert serve: cannot listen on {address}:{port} for --health-port: {e}") from None
+            print(f"gert serve: the health endpoint's default port {address}:{port} (the metrics port + 1) is taken "
+                  f"({e}); serving without /healthz and /readyz: give --health-port PORT to have them",
+                  file=sys.stderr, flush=True)
     sup = Supervisor(repo, ports, tritonserver, plan, address, policy, health)
     old = {s: signal.signal(s, sup.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:

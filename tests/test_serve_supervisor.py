@@ -391,3 +391,40 @@ def test_security_repro_exits_0(script, tmp_path):
     r = subprocess.run([sys.executable, path], cwd=str(tmp_path), capture_output=True, text=True, timeout=300,
                        env={**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]})
     assert r.returncode == 0, f"{script} exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}"
+
+
+def test_a_taken_default_health_port_is_said_and_serving_goes_on_an_asked_one_is_refused(tmp_path):
+    """The health endpoint defaults to the metrics port + 1, which the user did not pick and may be taken: gert serve
+    says so and serves without it (a test that gave three free ports failed otherwise); an asked --health-port that
+    is taken fails the start, naming it."""
+    import socket
+
+    repo, log = seq_repo(tmp_path), str(tmp_path / "serve.log")
+    for _ in range(20):  # three free ports whose metrics port + 1 is free too, then taken here
+        ports = [free_port() for _ in range(3)]
+        blocker = socket.socket()
+        try:
+            blocker.bind(("127.0.0.1", ports[2] + 1))
+            break
+        except OSError:
+            blocker.close()
+    blocker.listen(1)
+    try:
+        cmd = [sys.executable, "-m", "gert", "serve", repo, "--http-port", str(ports[0]), "--grpc-port",
+               str(ports[1]), "--metrics-port", str(ports[2]), "--", "--exit-timeout-secs=5"]
+        with open(log, "wb") as out:
+            p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            deadline = time.monotonic() + START_TIMEOUT
+            while get(ports[0], "/v2/health/ready") != 200:
+                assert p.poll() is None and time.monotonic() < deadline, log_tail(log)
+                time.sleep(0.2)
+            assert infer_ok(ports[1]) is None
+            assert f"default port 127.0.0.1:{ports[2] + 1}" in log_tail(log, 200)
+        finally:
+            stop(p, log)
+        asked = subprocess.run(cmd[:4] + ["--health-port", str(ports[2] + 1)] + cmd[4:], capture_output=True,
+                               text=True, timeout=60)
+        assert asked.returncode == 2 and f"--health-port" in asked.stderr, asked.stderr
+    finally:
+        blocker.close()
