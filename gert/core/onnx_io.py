@@ -188,15 +188,16 @@ def depends_on(proto: onnx.ModelProto, inputs: set) -> set:
         used = [i for i in node.input if i]
         for a in node.attribute:  # a subgraph reads outer names too
             for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                used += [i for n in _nodes(g) for i in n.input if i]
+                used += [i for n in all_nodes(g) for i in n.input if i]
         if any(i in reached for i in used):
             reached.update(o for o in node.output if o)
     return {o.name for o in proto.graph.output if o.name in reached}
 
 
-def _nodes(graph: onnx.GraphProto):
+def all_nodes(graph: onnx.GraphProto):
+    """Every node of ``graph``, its subgraphs' (If branches, Loop bodies) included."""
     for node in graph.node:
         yield node
         for a in node.attribute:
             for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                yield from _nodes(g)
+                yield from all_nodes(g)

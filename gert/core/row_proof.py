@@ -28,6 +28,7 @@ import numpy as np
 import onnx
 
 from gert.core import shape_infer
+from gert.core.onnx_io import all_nodes
 
 _B1, _B2 = 3, 5                                # the two batch sizes the shapes are traced at
 _BASES = (64, 48, 32, 96, 128, 16, 224, 320)   # a non-batch dynamic dim's size in the traces, first that fits
@@ -207,7 +208,7 @@ class _Walk:
         reads = [i for i in node.input if i]
         for a in node.attribute:  # a subgraph reads outer names too
             for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                reads += [i for n in _nodes(g) for i in n.input if i]
+                reads += [i for n in all_nodes(g) for i in n.input if i]
         states = [self.state.get(i) for i in reads]
         if all(s is None for s in states):
             return  # free
@@ -309,14 +310,6 @@ class _Walk:
 
 class _Refuse(Exception):
     """A rule's finding: the rows are mixed (the message says how)."""
-
-
-def _nodes(graph: onnx.GraphProto):
-    for node in graph.node:
-        yield node
-        for a in node.attribute:
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                yield from _nodes(g)
 
 
 # ---- the rules: (walk, node, label) -> Batched / Mixed for every output, or a list per output ------------------------

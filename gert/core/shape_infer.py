@@ -379,11 +379,8 @@ def _merge(a: Optional[_T], b: Optional[_T]) -> Optional[_T]:
     return _T(elem, tuple(x if x == y and type(x) is int else None for x, y in zip(a.dims, b.dims)))
 
 
-def infer(model, input_dims: Mapping[str, Sequence]) -> Inferred:
-    """Shapes of ``model`` (serialized bytes or a ModelProto) for inputs fixed at ``input_dims`` (name -> dims; a
-    str dim is symbolic, a negative or None one unknown).
-    Graph outputs' declared shapes and ``value_info`` are ignored, as GE's parser ignores them (A5)."""
-    m = model if isinstance(model, onnx.ModelProto) else onnx.load_from_string(bytes(model))
+def _run(m: onnx.ModelProto, input_dims: Mapping[str, Sequence]) -> tuple:
+    """(the inferer, the top-level scope) of one pass over ``m`` with its inputs fixed at ``input_dims``."""
     inf = _Inferer(m)
     scope = _Scope()
     inits = {i.name for i in m.graph.initializer}
@@ -391,10 +388,18 @@ def infer(model, input_dims: Mapping[str, Sequence]) -> Inferred:
         if i.name in inits:
             continue
         dims = input_dims.get(i.name)
-        elem = i.type.tensor_type.elem_type
-        scope.types[i.name] = _T(elem, None if dims is None else tuple(
+        scope.types[i.name] = _T(i.type.tensor_type.elem_type, None if dims is None else tuple(
             d if isinstance(d, str) else (int(d) if d is not None and d >= 0 else None) for d in dims))
     inf.graph(m.graph, scope)
+    return inf, scope
+
+
+def infer(model, input_dims: Mapping[str, Sequence]) -> Inferred:
+    """Shapes of ``model`` (serialized bytes or a ModelProto) for inputs fixed at ``input_dims`` (name -> dims; a
+    str dim is symbolic, a negative or None one unknown).
+    Graph outputs' declared shapes and ``value_info`` are ignored, as GE's parser ignores them (A5)."""
+    m = model if isinstance(model, onnx.ModelProto) else onnx.load_from_string(bytes(model))
+    inf, scope = _run(m, input_dims)
     types = [scope.type(o.name) for o in m.graph.output]
     outs = [_known(t) for t in types]
     return Inferred(outs, not inf.unknown and all(s is not None for s in outs), inf.unknown,
@@ -418,16 +423,7 @@ class Traced:
 
 def trace(model: onnx.ModelProto, input_dims: Mapping[str, Sequence]) -> Traced:
     """As ``infer``, keeping every top-level tensor's dims and folded value (ShapeError if the sizes do not fit)."""
-    inf = _Inferer(model)
-    scope = _Scope()
-    inits = {i.name for i in model.graph.initializer}
-    for i in model.graph.input:
-        if i.name in inits:
-            continue
-        dims = input_dims.get(i.name)
-        scope.types[i.name] = _T(i.type.tensor_type.elem_type, None if dims is None else tuple(
-            d if isinstance(d, str) else (int(d) if d is not None and d >= 0 else None) for d in dims))
-    inf.graph(model.graph, scope)
+    _, scope = _run(model, input_dims)
     names = set(scope.types) | set(scope.protos)
     dims = {}
     for n in names:
