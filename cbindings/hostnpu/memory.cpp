@@ -213,6 +213,11 @@ aclError plan_copy(void *dst, size_t destMax, const void *src, size_t count, acl
     return fail(ACL_ERROR_RT_PARAM_INVALID, "%s: src %p is device memory, but %s needs a host source", api, src,
                 kind_name(kind));
   }
+  // the device side first: a device range that is not one allocation is CANN's 107000, whatever the host side is
+  if ((dst_dev && !plan.dst_alloc) || (src_dev && !plan.src_alloc)) {
+    lk.unlock();
+    return dst_dev && !plan.dst_alloc ? not_device(api, "dst", dst, count) : not_device(api, "src", src, count);
+  }
   if (!dst_dev)
     if (aclError e = check_host_range(api, "dst", dst, count)) return e;
   if (!src_dev)
