@@ -296,3 +296,21 @@ def test_triton_never_merges_or_cuts_an_inseparable_batch(tmp_path, monkeypatch)
             assert_alone(model, r, got, f"triton {n} rows")
     finally:
         tm.finalize()
+
+
+def test_run_batch_of_requests_with_other_non_batch_shapes_runs_them_by_group():
+    """run_batch takes requests that share a batch key; given requests whose other dims differ it groups them
+    (run_many) instead of failing every one on the merge (found by the row fuzzer: [6, 7, 2] beside [6, 10, 2])."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    g = helper.make_graph([helper.make_node("Unsqueeze", ["x", "ax"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(np.array([-1], np.int64), "ax")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 8
+    rng = np.random.default_rng(0)
+    reqs = [{"x": rng.standard_normal(s).astype(np.float32)} for s in ((6, 7, 2), (6, 10, 2), (2, 7, 2))]
+    with gert.load(m.SerializeToString()) as model:
+        for r, got in zip(reqs, model.run_batch(reqs)):
+            np.testing.assert_array_equal(got["y"], r["x"][..., None])

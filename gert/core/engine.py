@@ -315,9 +315,14 @@ class Engine:
                 raise GertError(f"request {i}: inputs {missing} are missing; the model takes {names}")
         axes = self.batcher.in_axes
         first = requests[0]
-        if any(not np.array_equal(np.asarray(r[n]), np.asarray(first[n]))
-               for r in requests[1:] for n in names if axes[n] is None):
-            return self.run_many(requests, timeout)  # inputs without the batch axis differ: not one batch
+
+        def rest(r: Mapping[str, object], n: str) -> tuple:  # the shape of input n without its batch axis
+            shape = np.shape(r[n])
+            return shape[:axes[n]] + shape[axes[n] + 1:]
+
+        if any(not np.array_equal(np.asarray(r[n]), np.asarray(first[n])) if axes[n] is None else
+               rest(r, n) != rest(first, n) for r in requests[1:] for n in names):
+            return self.run_many(requests, timeout)  # other non-batch shapes or unbatched values: not one batch
         out = self.run(self.batcher.merge([{n: r[n] for n in names} for r in requests]), None, timeout)
         return self.batcher.split(out, [self.batcher.rows({n: r[n] for n in names}) for r in requests])
 
