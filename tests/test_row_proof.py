@@ -329,3 +329,19 @@ def test_a_padded_dim_is_sliced_off_where_the_probe_places_it_and_refused_where_
         np.testing.assert_allclose(m.run({"x": x})["y"], want, rtol=1e-5, atol=1e-6)
     with pytest.raises(gert.GertError, match=r"'T': 'pad': output 'y' .* axes \[2\] cannot be told"):
         gert.load(_conv_t(2), gears={"T": [1, 6]}, shape_policy={"T": "pad"})
+
+
+def test_a_padded_dim_the_model_ties_to_another_is_padded_alike_or_refused():
+    """x [N, 4, ?] * x2 [N, 4, ?]: the two unnamed dims must be equal. Padding one alone broke every request on the
+    device (found by the row fuzzer); it is refused at load, and padding both alike runs as ONNX Runtime does."""
+    model = _model([helper.make_node("Mul", ["x2", "x"], ["y"])], [_x(("N", 4, None)), _x(("N", 4, None), "x2")],
+                   [helper.make_tensor_value_info("y", F, ["N", 4, None])]).SerializeToString()
+    with pytest.raises(gert.GertError, match=r"'x:2': 'pad': the model needs dim 'x:2' to equal one of \['x2:2'\]"):
+        gert.load(model, gears={"x:2": [6, 8]}, shape_policy={"x:2": "pad"})
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((2, 4, 5)).astype(np.float32), "x2": rng.standard_normal((2, 4, 5)).astype(np.float32)}
+    alike = dict(gears={"x:2": [6, 8], "x2:2": [6, 8]}, shape_policy={"x:2": "pad", "x2:2": "pad"})
+    with pytest.raises(gert.GertError, match=r"output 'y' is computed from dim 'x:2', but the size of its axes \[2\]"):
+        gert.load(model, **alike)  # which of the two dims y's last axis follows, nothing tells: named, it is sliced
+    with gert.load(model, output_dims={"y": {2: "x:2"}}, **alike) as m:
+        np.testing.assert_allclose(m.run(feeds)["y"], feeds["x"] * feeds["x2"], rtol=1e-6)

@@ -139,9 +139,13 @@ def _probe(m: onnx.ModelProto, input_axes: Mapping[tuple, str]) -> dict:
             moved = shapes({**base, n: size})
             if moved is not None:
                 break
-        if moved is None:  # no other size fits this dim: what follows it stays unknown (the batch always varies)
-            if n == "batch":
+        if moved is None:  # no other size fits this dim alone (the model ties it to another): what follows it is
+            if n == "batch":  # unknown, so an axis at its base size may be it (the batch always varies)
                 return {}
+            for k, dims in out.items():
+                if dims is not None:
+                    out[k] = [UNKNOWN if type(d) is int and d == base[n] and at_base[k][a] == base[n] else d
+                              for a, d in enumerate(dims)]
             continue
         for k, dims in list(out.items()):
             now = moved.get(k)

@@ -389,6 +389,7 @@ def _padded_dims_placed(plan: ShapePlan, model) -> None:
     for name, dim in plan.dims.items():
         if name == "batch" or dim.policy != "pad":
             continue
+        _padded_alike(plan, model, name)
         reached = depends_on(model, {n for n, _ in dim.axes})
         for t in plan.outputs:
             axes = plan.unplaced.get(t.name)
@@ -398,6 +399,37 @@ def _padded_dims_placed(plan: ShapePlan, model) -> None:
                                 f"could not be sliced off it; use 'exact' or 'auto' for '{name}', name the axis "
                                 f"with output_dims={{'{t.name}': {{{axes[0]}: '{name}'}}}} if it follows '{name}', or "
                                 f"{{{axes[0]}: None}} to take that axis at its padded run size")
+
+
+def _padded_alike(plan: ShapePlan, model, name: str) -> None:
+    """A padded dim that the model ties to another dim (two unnamed dims an Add or a Mul makes equal) must be padded
+    alike, or the padded input no longer fits the other: the shapes traced with the dims padded alike at one size and
+    the others at another must fit where they fit at one size for all (ShapeError otherwise: refused, naming them)."""
+    from gert.core import shape_infer
+
+    dim = plan.dims[name]
+    alike = {n for n, d in plan.dims.items() if n != "batch" and d.policy == "pad" and d.gears == dim.gears}
+
+    def fits(size_of) -> bool:
+        dims = {t.name: [size_of(plan.input_axes[(t.name, a)]) if (t.name, a) in plan.input_axes else d
+                         for a, d in enumerate(t.shape)] for t in plan.inputs}
+        try:
+            shape_infer.trace(model, dims)
+        except shape_infer.ShapeError:
+            return False
+        except Exception:  # noqa: BLE001 - sizes the fold or inference cannot take: nothing learnt
+            return True
+        return True
+
+    for base in (5, 7, 12):
+        if not fits(lambda d: 3 if d == "batch" else base):
+            continue
+        if not fits(lambda d: 3 if d == "batch" else base + 1 if d in alike else base):
+            others = sorted(n for n in plan.dims if n != "batch" and n not in alike)
+            raise GertError(f"shape_policy '{name}': 'pad': the model needs dim '{name}' to equal one of {others} "
+                            f"(its shapes do not fit when they differ), so padding '{name}' alone would break a good "
+                            f"request; give them the same policy and gears, or use 'exact' or 'auto' for '{name}'")
+        return
 
 
 def _unsplit_policy(plan: ShapePlan, policy_given: bool, gears_given: bool) -> None:
