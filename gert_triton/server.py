@@ -205,13 +205,3 @@ class TritonServer:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-
-def serve(repo: str, http_port: int = 8000, grpc_port: int = 8001, metrics_port: int = 8002,
-          tritonserver: Optional[str] = None, extra_args: Sequence[str] = (), address: str = "127.0.0.1",
-          health_port: Optional[int] = None, replica: int = 0, policy=None) -> int:
-    """`gert serve`: run the server in the foreground under gert_triton.supervisor (restarts, model reloads,
-    readiness on ``health_port``; 0: no health endpoint), drain on SIGINT/SIGTERM, return the server's exit code."""
-    from gert_triton.supervisor import run_supervised
-
-    return run_supervised(repo, (http_port, grpc_port, metrics_port), tritonserver, extra_args, address,
-                          health_port, replica, policy)
