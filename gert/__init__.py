@@ -34,7 +34,8 @@ from gert.model import Model, load
 from gert.tracing import Trace, trace
 from gert.sequence import Sequence
 from gert import dtypes
-from gert.preview.cann_ops import CannCompatibilityWarning, CannReport, cann_check
+from gert.preview.cann_ops import CannCompatibilityWarning, CannReport
+from gert.preview.check import cann_check
 
 from gert.core import __version__
 
