@@ -32,6 +32,7 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 
 from gert.errors import GertError
+from gert.ort_providers import check_providers
 
 _ORT_STATUS = re.compile(r"\[ONNXRuntimeError\] : (\d+) : ([A-Z_]+) : ")
 # ONNX Runtime's status names -> its Python exception classes (onnxruntime_pybind11_state)
@@ -399,8 +400,6 @@ class SessionRunVariants:
                       provider_options: Optional[Sequence[dict]] = None) -> None:
         """Load the model again with these providers' options, as ONNX Runtime re-creates its session; the old
         gert.Model is closed once the new one is ready (a failed load leaves the session as it was)."""
-        from gert.ort_session import check_providers
-
         check_providers(providers)  # an unknown name: ONNX Runtime's RuntimeError, the session as it was
         reported, load = self._load_arguments(providers, provider_options)
         old_load, self._load_options = self._load_options, load

@@ -23,9 +23,7 @@ session compiles at creation (``Model.warmup``), as ONNX Runtime does, not on th
 from __future__ import annotations
 
 import re
-import threading
 import time
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
@@ -38,10 +36,9 @@ from gert.ort_io import (Profiler, ScalarFeedShapes, SessionRunVariants, check_r
                          ort_class, ort_feed, ort_run_error)
 from gert.ort_lora import active_parameters
 from gert.ort_model import session_model
+from gert.ort_providers import CANN_PROVIDER, CPU_PROVIDER, GERT_PROVIDER, check_providers
+from gert.ort_providers import warn_once as _warn_once
 
-GERT_PROVIDER = "GertExecutionProvider"
-CANN_PROVIDER = "CANNExecutionProvider"
-CPU_PROVIDER = "CPUExecutionProvider"
 _OURS = (CANN_PROVIDER, GERT_PROVIDER)
 # CANN EP options that mean nothing to gert's executor (it manages memory and graphs itself)
 _CANN_EP_IGNORED = {"npu_mem_limit", "arena_extend_strategy", "enable_cann_graph", "dump_graphs", "dump_om_model",
@@ -54,8 +51,6 @@ _IGNORED_SESSION_OPTIONS = ("inter_op_num_threads", "graph_optimization_level", 
                             "execution_order", "logid", "profile_file_prefix")
 _ORT_PREFIX = re.compile(r"^\[(ONNXRuntimeError|gert)\] : (\d+ : )?[A-Z_]+ : ")
 _NO_VERSION = 2**63 - 1  # what ONNX Runtime reports as the version of a model that sets none
-_warned: set = set()
-_warned_lock = threading.Lock()
 
 
 def _ort():
@@ -76,14 +71,6 @@ class InvalidArgument(GertError, _ort_errors().InvalidArgument):
 
 class MissingInputs(GertError, ValueError):
     """ONNX Runtime raises ValueError for required inputs missing from the feed."""
-
-
-def _warn_once(name: str, message: str) -> None:
-    with _warned_lock:
-        if name in _warned:
-            return
-        _warned.add(name)
-    warnings.warn(message, UserWarning, stacklevel=4)
 
 
 # ---- metadata --------------------------------------------------------------------------------------------------
@@ -339,19 +326,6 @@ def _cube_cores(device: int) -> int:
 
     _cann.device_count()
     return _cann.get_device_info(device, _cann.DEV_ATTR_CUBE_CORE_NUM)
-
-
-def check_providers(providers, constructor: bool = False) -> None:
-    """Provider names ONNX Runtime does not know: the constructor warns and goes on (as ONNX Runtime falls back);
-    set_providers raises ONNX Runtime's RuntimeError."""
-    known = set(_ort().get_all_providers()) | {GERT_PROVIDER}
-    for p in providers or ():
-        name = p[0] if isinstance(p, (tuple, list)) else p
-        if name in known:
-            continue
-        if not constructor:
-            raise RuntimeError(f"Unknown Provider Type: {name}")
-        _warn_once(f"provider.{name}", f"Specified provider '{name}' is not in available provider names.")
 
 
 _LOAD_CONFIG = "ORT_LOAD_CONFIG_FROM_MODEL"

@@ -218,13 +218,13 @@ def test_free_dimension_override_fixes_the_dim_as_in_onnx_runtime(scaled):
 
 
 def test_options_gert_does_not_apply_are_named_once(scaled):
-    from gert import ort_session
+    from gert import ort_providers
 
     data, _, _ = scaled
     so = ort.SessionOptions()
     so.log_severity_level = 3
     so.enable_profiling = False  # the default: not named
-    ort_session._warned.discard("so.log_severity_level")
+    ort_providers._warned.discard("so.log_severity_level")
     with pytest.warns(UserWarning, match="log_severity_level") as record:
         gert.InferenceSession(data, so).close()
     assert not any("enable_profiling" in str(r.message) for r in record)
