@@ -132,7 +132,7 @@ class RssSampler:
         tree = tree_memory(self.root)
         self.peak, self.pss_peak = max(self.peak, tree.rss), max(self.pss_peak, tree.pss)
 
-    def __enter__(self) -> "RssSampler":
+    def __enter__(self) -> RssSampler:
         self._thread.start()
         return self
 

@@ -19,7 +19,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import machine, ppocr_model  # noqa: E402
+from _common import machine, ppocr_model
 
 # (name, file, input shape of the first compile, step of its last dim per later compile): each compile is of a
 # shape not compiled before in the process, so no cache of either tree answers it.

@@ -29,10 +29,9 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import machine, ort_session, per_call, relu_model  # noqa: E402
-
-import gert  # noqa: E402
-from gert.dtypes import ge_dtype  # noqa: E402
+import gert
+from _common import machine, ort_session, per_call, relu_model
+from gert.dtypes import ge_dtype
 
 
 def measure(rounds: int, calls: int) -> dict:

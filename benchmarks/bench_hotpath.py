@@ -28,9 +28,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import machine, ort_session, per_call, relu_model  # noqa: E402
-
-import gert  # noqa: E402
+import gert
+from _common import machine, ort_session, per_call, relu_model
 
 
 def cases() -> dict:

@@ -25,7 +25,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import CLS, closed_loop, images, machine, ort_session, ppocr_model  # noqa: E402
+from _common import CLS, closed_loop, images, machine, ort_session, ppocr_model
 
 SHAPE = (1, 3, 48, 192)
 LIST = 16

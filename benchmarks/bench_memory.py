@@ -105,6 +105,7 @@ def det_sizes(n: int) -> list:
 def work_det(side: str, n: int) -> dict:
     """PP-OCR det over ``n`` sizes, each run 4 times in a row (gert's tiers turn a size hot after 4)."""
     import numpy as np
+
     from _common import DET, ppocr_model
 
     path = ppocr_model(DET)
@@ -219,6 +220,7 @@ def triton3_requests(n: int) -> list:
     """(model, input) for ``n`` requests per model, interleaved: det at ceil(n/4) sizes (det_sizes) each sent 4
     times in a row; cls and rec 1-4 text lines of height 48 at widths varying per request."""
     import numpy as np
+
     from _common import images
 
     det = det_sizes(-(-n // 4))

@@ -34,7 +34,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import closed_loop, machine  # noqa: E402
+from _common import closed_loop, machine
 
 INPUT, HIDDEN = 64, 256
 MAX_BATCH = 32
@@ -107,14 +107,14 @@ def ort_dict_py() -> str:
 
 def client_state_py() -> str:
     return _model_py("Hand-written stateless serving: the client sends h, gets h_out; one ONNX Runtime run per batch "
-                     "(axis 1).") + f'''
+                     "(axis 1).") + '''
 
     def execute(self, requests):
         xs = [pb_utils.get_input_tensor_by_name(r, "x").as_numpy() for r in requests]
         hs = [pb_utils.get_input_tensor_by_name(r, "h").as_numpy() for r in requests]
         x = np.concatenate([np.moveaxis(a, 0, 1) for a in xs], axis=1)
         h = np.concatenate([np.moveaxis(a, 0, 1) for a in hs], axis=1)
-        y, h_out = self.sess.run(["y", "h_out"], {{"x": x, "h": h}})
+        y, h_out = self.sess.run(["y", "h_out"], {"x": x, "h": h})
         out = []
         for i in range(len(requests)):
             out.append(pb_utils.InferenceResponse([

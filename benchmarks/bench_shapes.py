@@ -37,9 +37,8 @@ import numpy as np
 import onnxruntime as ort
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _common import machine, ppocr_model  # noqa: E402
-
-import gert  # noqa: E402
+import gert
+from _common import machine, ppocr_model
 
 MODELS = {"det": "ch_PP-OCRv4_det_infer.onnx", "rec": "ch_PP-OCRv4_rec_infer.onnx"}
 HOT = {"det": [(256, 320), (320, 448), (224, 288)], "rec": [(48, 320), (48, 192), (48, 448)]}

@@ -22,10 +22,9 @@ import numpy as np
 import onnxruntime as ort
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _common import machine, ppocr_model  # noqa: E402
-from bench_shapes import MODELS, images, sizes  # noqa: E402
-
-import gert  # noqa: E402
+import gert
+from _common import machine, ppocr_model
+from bench_shapes import MODELS, images, sizes
 
 
 def timed(call, inputs: list) -> list:

@@ -34,7 +34,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _common import closed_loop, machine, ppocr_model  # noqa: E402
+from _common import closed_loop, machine, ppocr_model
 
 CLS = "ch_ppocr_mobile_v2.0_cls_infer.onnx"
 MAX_BATCH = 8

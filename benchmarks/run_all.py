@@ -117,7 +117,7 @@ def combine(datas: list) -> tuple:
 def report(datas: list) -> list:
     """One markdown section per benchmark module, from pytest-benchmark's JSON (of one run or several)."""
     data, runs = combine(datas)
-    modules: "OrderedDict[str, OrderedDict]" = OrderedDict()
+    modules: OrderedDict[str, OrderedDict] = OrderedDict()
     for b in data["benchmarks"]:
         module = b["fullname"].split("::")[0]
         modules.setdefault(module, OrderedDict()).setdefault(b["group"], []).append(b)

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import gert
-from gert.dtypes import ge_dtype
 from _common import CLS, ort_session, read_ppocr, relu_model, tag, warm
+from gert.dtypes import ge_dtype
 
 CASES = {"relu-1x64": (1, (1, 64)), "cls-8x3x48x192-t1": (1, (8, 3, 48, 192)), "cls-8x3x48x192-t2": (2, (8, 3, 48, 192))}
 
@@ -70,7 +70,7 @@ def test_graph_call(benchmark, measuring, case, kind):
             if kind == "gert_run_graph":
                 arrays = list(feeds.values())
 
-                def call():  # noqa: F811 - numpy in, numpy out (GE stages them on the device)
+                def call():  # numpy in, numpy out (GE stages them on the device)
                     session.run_graph(1, arrays)
 
                 warm(call, measuring)
@@ -83,7 +83,7 @@ def test_graph_call(benchmark, measuring, case, kind):
                 ins = [(t.ptr, t.nbytes, ge_dtype(t.dtype), t.shape) for t in inputs]
                 outs = [(t.ptr, t.nbytes, ge_dtype(t.dtype), t.shape) for t in outputs]
 
-                def call():  # noqa: F811 - the executor's call: inline on this thread, synchronized
+                def call():  # the executor's call: inline on this thread, synchronized
                     session.run_fused(1, stream, [], [], ins, outs, [])
 
             warm(call, measuring)

@@ -17,7 +17,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rapidocr_on_gert import images  # noqa: E402  (examples/rapidocr_on_gert.py: text drawn with Pillow)
+from rapidocr_on_gert import images  # (examples/rapidocr_on_gert.py: text drawn with Pillow)
 
 
 def read_image(path: str) -> np.ndarray:

@@ -21,8 +21,9 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Optional
+from typing import Callable, Optional
 
 import numpy as np
 

@@ -5,7 +5,8 @@ host_* / inject_fault / clear_faults / compile_option / last_compile_cache / str
 in gert._hostnpu there). Checked against the built module by mypy's stubtest (tests/test_stubs.py)."""
 import dataclasses
 import os
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from collections.abc import Sequence
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 from typing_extensions import Self, disjoint_base
@@ -224,7 +225,7 @@ class Graph:
     """A parsed ONNX model (aclgrphParseONNX / aclgrphParseONNXFromMem)."""
 
     @staticmethod
-    def from_onnx(model: Union[str, bytes, "os.PathLike[str]"], parser_params: Optional[Dict[str, str]] = None
+    def from_onnx(model: Union[str, bytes, os.PathLike[str]], parser_params: Optional[Dict[str, str]] = None
                   ) -> Graph: ...
     @property
     def name(self) -> str: ...

@@ -11,7 +11,8 @@ Every dynamic dim runs ``exact`` (a graph per size, no padding): ONNX's semantic
 from __future__ import annotations
 
 import os
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Optional
 
 import numpy as np
 import onnx
@@ -75,8 +76,8 @@ class GertBackend(Backend):
             raise GertError(f"device {device!r} is not supported here; use 'NPU[:n]'"
                             + (" or 'CPU' (the host NPU)" if _cann.backend() == "hostnpu" else ""))
         from gert.core import onnx_io
-        from gert.model import load
         from gert.core.shapes import plan_shapes
+        from gert.model import load
 
         data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else bytes(model)
         _cann.Graph.from_onnx(data)  # what GE refuses fails first, with GE's code

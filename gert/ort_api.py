@@ -9,8 +9,9 @@ own assignment when the session runs on its CPU provider (gert/ort_fallback.py).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import numpy as np
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import threading
 import warnings
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Optional
 
 from gert.errors import GertError
 from gert.ort_io import ort_class

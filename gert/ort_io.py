@@ -27,7 +27,8 @@ import os
 import re
 import threading
 import time
-from typing import Any, Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
 
 import numpy as np
 

@@ -10,7 +10,8 @@ them in place of onnxruntime's; ``gert.RunOptions`` / ``gert.LoraAdapter`` other
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any, Callable, Optional
 
 import numpy as np
 

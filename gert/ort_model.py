@@ -11,8 +11,9 @@ Errors are ONNX Runtime's classes and messages.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping, Optional, Union
+from typing import Optional, Union
 
 import numpy as np
 

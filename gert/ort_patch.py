@@ -41,7 +41,7 @@ class _Patch:
     def __init__(self, when: str) -> None:
         self.when = when
 
-    def __enter__(self) -> "_Patch":
+    def __enter__(self) -> _Patch:
         return self
 
     def __exit__(self, *exc) -> None:

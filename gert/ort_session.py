@@ -24,20 +24,28 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
 from gert import ort_fallback, ort_lora
 from gert.errors import GertError
 from gert.ort_api import SessionExtras
-from gert.ort_io import (Profiler, ScalarFeedShapes, SessionRunVariants, check_run_options, from_ortvalues,
-                         ort_class, ort_feed, ort_run_error)
+from gert.ort_io import (
+    Profiler,
+    ScalarFeedShapes,
+    SessionRunVariants,
+    check_run_options,
+    from_ortvalues,
+    ort_class,
+    ort_feed,
+    ort_run_error,
+)
 from gert.ort_lora import active_parameters
 from gert.ort_model import session_model
-from gert.ort_providers import CANN_PROVIDER, CPU_PROVIDER, GERT_PROVIDER, check_providers
-from gert.ort_providers import warn_once as _warn_once
+from gert.ort_providers import CANN_PROVIDER, CPU_PROVIDER, GERT_PROVIDER, check_providers, warn_once as _warn_once
 
 _OURS = (CANN_PROVIDER, GERT_PROVIDER)
 # CANN EP options that mean nothing to gert's executor (it manages memory and graphs itself)
@@ -378,7 +386,7 @@ class InferenceSession(SessionRunVariants, SessionExtras):
     and run_options: gert.ort_io; the rest of the 1.32 API: gert.ort_api). A model GE's parser refuses runs on ONNX
     Runtime's CPU provider when the providers allow it (gert.ort_fallback)."""
 
-    def __init__(self, path_or_bytes: Union[str, bytes, "os.PathLike"], sess_options=None,
+    def __init__(self, path_or_bytes: Union[str, bytes, os.PathLike], sess_options=None,
                  providers: Optional[Sequence] = None, provider_options: Optional[Sequence[dict]] = None,
                  **load_options: Any):
         self._cpu = None  # ONNX Runtime's CPU session, when the model runs there (gert.ort_fallback)
@@ -395,7 +403,7 @@ class InferenceSession(SessionRunVariants, SessionExtras):
         self._denotations = dict(getattr(sess_options, "gert_denotation_overrides", {}) or {})
         try:
             self._info = _read_model(data, self._overrides, self._denotations)
-        except Exception as e:  # noqa: BLE001 - not a model ONNX can read: ONNX Runtime's error for it
+        except Exception as e:  # not a model ONNX can read: ONNX Runtime's error for it
             raise ort_fallback.load_error(e, source.source, sess_options) from e
         self._sess_options = _options_from_model(sess_options, self._info.meta)
         self._extra_load = dict(load_options)
@@ -437,7 +445,7 @@ class InferenceSession(SessionRunVariants, SessionExtras):
             failed = e
         try:
             self._cpu = ort_fallback.cpu_session(self._source(), self._sess_options)
-        except Exception as ort_error:  # noqa: BLE001 - ONNX Runtime refuses it too: its error
+        except Exception as ort_error:  # ONNX Runtime refuses it too: its error
             raise ort_fallback.load_error(failed, self._source(), self._sess_options) from ort_error
         ort_fallback.warn_fallback(failed, self._info.meta.graph_name, self._info.nodes)
         self._providers = {ort_fallback.CPU_PROVIDER: {}}
@@ -678,7 +686,7 @@ class InferenceSession(SessionRunVariants, SessionExtras):
             self._adapters.close()
         self._cpu = None
 
-    def __enter__(self) -> "InferenceSession":
+    def __enter__(self) -> InferenceSession:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -36,14 +36,14 @@ class Trace:
         self.stages = stages
         self.recorder: Optional[_core.Recorder] = None
 
-    def start(self) -> "Trace":
+    def start(self) -> Trace:
         """Start recording (every request of every Model in this process, until stop())."""
         if _core.active is not None:
             raise GertError("trace: another gert.trace is recording; stop it first")
         self.recorder = _core.start(self.stages)
         return self
 
-    def stop(self) -> "Trace":
+    def stop(self) -> Trace:
         """Stop recording; write the JSON to ``path`` if one was given."""
         if self.recorder is not None and _core.active is self.recorder:
             _core.stop()
@@ -51,7 +51,7 @@ class Trace:
             self.write(self.path)
         return self
 
-    def __enter__(self) -> "Trace":
+    def __enter__(self) -> Trace:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -272,7 +272,7 @@ FAMILIES: list = []
 
 
 class Metric:
-    def __init__(self, family: "MetricFamily", labels: Optional[dict], buckets: Optional[list]):
+    def __init__(self, family: MetricFamily, labels: Optional[dict], buckets: Optional[list]):
         if labels is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
             raise TritonModelException(f"metric labels must map str to str, got {labels!r}")
         if family.kind == MetricFamily.HISTOGRAM and not buckets:

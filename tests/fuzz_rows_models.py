@@ -14,7 +14,7 @@ say which known defect class a failure belongs to; they never decide what the ri
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 from hypothesis import strategies as st

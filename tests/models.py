@@ -245,7 +245,7 @@ def _model_bytes(model) -> bytes:
         return f.read()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _ort_session_cached(key, threads: int, overrides: tuple):
     model = key if isinstance(key, bytes) else _model_bytes(key)
     so = ort.SessionOptions()
@@ -263,7 +263,7 @@ def ort_session(model, threads: int = 1, overrides: dict | None = None):
                                tuple(sorted((overrides or {}).items())))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _input_dim_names(key) -> tuple:
     m = onnx.load_from_string(key) if isinstance(key, bytes) else onnx.load(key, load_external_data=False)
     return tuple((i.name, tuple(d.dim_param if d.HasField("dim_param") else None

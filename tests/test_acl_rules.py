@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import gert
-from gert import _cann
 from _helpers import RUNTIME
+from gert import _cann
 
 pytestmark = RUNTIME
 

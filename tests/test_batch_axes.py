@@ -15,14 +15,12 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, example, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 from onnx import helper
 
 import fake_pb_utils
 import gert
 from _helpers import RUNTIME
-from gert.core.batching import Batcher
 from gert.core.rows import Rows
 from gert.errors import GertError
 from models import _const, make_model, ort_session, vi

@@ -9,7 +9,7 @@ import sys
 from _helpers import REPO
 
 sys.path.insert(0, os.path.join(REPO, "benchmarks"))
-from _proctree import RssSampler, proc_memory, tree_memory, tree_pids  # noqa: E402
+from _proctree import RssSampler, proc_memory, tree_memory, tree_pids
 
 MB = 1 << 20
 CHILD_BYTES = 64 * MB

@@ -15,13 +15,17 @@ import onnx
 import pytest
 from onnx import TensorProto as TP, helper as oh, numpy_helper as nh
 
-import gert
-from gert.preview import cann_ops
-from gert.preview.cann_ops import (DOMAIN_NOT_MAPPED, MISSING_OPSET_IMPORT, OP_NOT_MAPPED, OPSET_NOT_MAPPED,
-                                   CannCompatibilityWarning)
-
 import fake_pb_utils
+import gert
 from _helpers import RUNTIME
+from gert.preview import cann_ops
+from gert.preview.cann_ops import (
+    DOMAIN_NOT_MAPPED,
+    MISSING_OPSET_IMPORT,
+    OP_NOT_MAPPED,
+    OPSET_NOT_MAPPED,
+    CannCompatibilityWarning,
+)
 
 pytestmark = RUNTIME
 

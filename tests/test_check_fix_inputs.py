@@ -14,7 +14,6 @@ import pytest
 from onnx import TensorProto, helper as oh, numpy_helper as nh
 
 import gert
-from gert.preview import cann_ops
 from gert.preview.inputs import EXAMPLE_SHAPES_KEY, FeedError, ort_run
 from gert.tools.cli import main
 

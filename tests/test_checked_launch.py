@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import gert
-from gert import _cann
 from _helpers import RUNTIME, acl_code
+from gert import _cann
 from models import next_graph_id, scale_model
 
 pytestmark = RUNTIME + [pytest.mark.hostnpu_only]  # the host NPU's device-memory checks, fault injection

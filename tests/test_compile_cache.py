@@ -310,8 +310,8 @@ def test_triton_cache_dir_parameter(tmp_path, monkeypatch):
 
 def test_triton_model_fills_and_reuses_its_cache(tmp_path, monkeypatch):
     import fake_pb_utils
-    from test_triton_unit import autocomplete, init_args, model_dir
     from gert_triton import TritonPythonModel
+    from test_triton_unit import autocomplete, init_args, model_dir
 
     pb = fake_pb_utils.install(monkeypatch)
     mdir = model_dir(tmp_path, mlp_model(5))
@@ -345,8 +345,8 @@ def test_triton_cache_mode_and_trust_parameters():
 def test_triton_model_passes_cache_mode(tmp_path, monkeypatch):
     """A group-shared cache directory (0770) is refused by default and served with cache_mode "0770"."""
     import fake_pb_utils
-    from test_triton_unit import autocomplete, init_args, model_dir
     from gert_triton import TritonPythonModel
+    from test_triton_unit import autocomplete, init_args, model_dir
 
     pb = fake_pb_utils.install(monkeypatch)
     mdir = model_dir(tmp_path, mlp_model(5))

@@ -8,9 +8,9 @@ import time
 import pytest
 
 import gert
+from _helpers import RUNTIME
 from gert.dispatch import StreamQueue
 from gert.errors import GertError
-from _helpers import RUNTIME
 from model_helpers import check_echo, echo_input, echo_model
 
 WAIT = 10.0  # seconds: upper bound for a thread to get where the test expects (never reached when things work)

@@ -11,10 +11,9 @@ import pytest
 from IPython.lib.pretty import pretty
 
 import gert
+from _helpers import REPO, RUNTIME
 from gert import bench
 from gert.display import Stats
-
-from _helpers import REPO, RUNTIME
 
 pytestmark = RUNTIME
 MODEL = os.path.join(REPO, "examples", "model_repository", "tiny_classifier", "1", "model.onnx")

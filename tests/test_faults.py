@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import gert
-from gert import _cann
 from _helpers import RUNTIME, acl_code, assert_runtime_works, run_python_result
+from gert import _cann
 from models import execute, load, scale_model
 
 pytestmark = RUNTIME + [pytest.mark.hostnpu_only]  # injects faults into the host NPU

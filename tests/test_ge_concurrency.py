@@ -9,8 +9,18 @@ import pytest
 
 import gert
 from _helpers import RUNTIME
-from models import (CLS, DET, assert_same, attention_model, load, mlp_model, ort_run, ppocr_model, scale_model,
-                    text_image)
+from models import (
+    CLS,
+    DET,
+    assert_same,
+    attention_model,
+    load,
+    mlp_model,
+    ort_run,
+    ppocr_model,
+    scale_model,
+    text_image,
+)
 
 pytestmark = RUNTIME
 

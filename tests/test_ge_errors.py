@@ -13,12 +13,11 @@ import threading
 
 import numpy as np
 import pytest
-
-import gert
-from gert import _cann
-from _helpers import RUNTIME, acl_code, assert_runtime_works, run_python_result
 from onnx import helper
 
+import gert
+from _helpers import RUNTIME, acl_code, assert_runtime_works, run_python_result
+from gert import _cann
 from models import CLS, add_model, broadcast_model, load, make_model, next_graph_id, ppocr_model, vi
 
 pytestmark = RUNTIME

@@ -17,11 +17,28 @@ import numpy as np
 import pytest
 
 import gert
-from gert import dtypes
 from _helpers import RUNTIME
-from models import (CLS, DET, REC, REC_CLASSES, add_model, assert_same, attention_model, dtype_inputs, dtype_model,
-                    execute, load, mlp_model, multi_io_inputs, multi_io_model, ort_run, ppocr_model, scalar_model,
-                    text_image)
+from gert import dtypes
+from models import (
+    CLS,
+    DET,
+    REC,
+    REC_CLASSES,
+    add_model,
+    assert_same,
+    attention_model,
+    dtype_inputs,
+    dtype_model,
+    execute,
+    load,
+    mlp_model,
+    multi_io_inputs,
+    multi_io_model,
+    ort_run,
+    ppocr_model,
+    scalar_model,
+    text_image,
+)
 
 pytestmark = RUNTIME
 

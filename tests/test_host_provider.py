@@ -242,7 +242,6 @@ def test_dynamic_graph_runs_on_the_calling_thread_and_keeps_other_threads_work_i
 def test_runs_on_two_streams_at_once_share_the_devices_cube_cores():
     """A device's cube cores are shared by the graph runs in progress on it (as a device's AI cores are by its
     streams' kernels): a run alone computes with its stream's limit (all the cores), two at once with half each."""
-    import gc
 
     from gert import _cann
     from model_helpers import matmul_chain_model

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import gert
+from _helpers import RUNTIME
 from gert import _cann
 from gert.errors import GertError
-from _helpers import RUNTIME
 from models import scale_model
 
 pytestmark = RUNTIME

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import gert
-from gert.hostnpu.ort_provider import OrtExecutable
 from _helpers import RUNTIME, acl_code
+from gert.hostnpu.ort_provider import OrtExecutable
 from models import next_graph_id, scale_model
 
 pytestmark = RUNTIME + [pytest.mark.hostnpu_only]  # the host NPU's counters, knob and provider

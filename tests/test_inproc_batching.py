@@ -14,12 +14,11 @@ import time
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import gert
-from gert.core.dynamic import BatchingConfig
 from _helpers import RUNTIME
+from gert.core.dynamic import BatchingConfig
 from test_pipeline_property import FAMILIES, assert_alone, load
 
 pytestmark = RUNTIME
@@ -245,6 +244,7 @@ def test_models_whose_outputs_do_not_carry_the_batch_are_never_merged():
 def test_value_dependent_models_are_never_merged():
     """NonZero's count depends on the values: merged, one request's output would take the batch's size."""
     from onnx import helper
+
     from models import make_model, vi
 
     model = make_model([helper.make_node("NonZero", ["x"], ["nz"]), helper.make_node("Relu", ["x"], ["y"])],

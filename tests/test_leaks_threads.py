@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 import gert
-from gert import _cann
 from _helpers import RUNTIME
+from gert import _cann
 
 pytestmark = RUNTIME + [pytest.mark.hostnpu_only]  # reads gert.host_counters()
 
@@ -36,7 +36,7 @@ class Resources:
     streams: int
     threads: frozenset
 
-    def started_since(self, base: "Resources") -> frozenset:
+    def started_since(self, base: Resources) -> frozenset:
         """Threads alive now that were not in ``base``."""
         return self.threads - base.threads
 

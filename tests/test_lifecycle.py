@@ -9,21 +9,20 @@ fails at a deadline: the scenario runs in daemon threads joined with a timeout.
 from __future__ import annotations
 
 import gc
-
 import threading
 import time
 
 import numpy as np
 import pytest
+from onnx import helper
 
 import gert
+from _helpers import RUNTIME
 from gert import recovery
 from gert._ort_provider import OrtGraphProvider
 from gert.errors import AclError, GertError
 from gert.sequence import Sequences
-from _helpers import RUNTIME
 from models import make_model, scale_model, vi
-from onnx import helper
 from recurrent_models import gru_model
 
 pytestmark = RUNTIME + [pytest.mark.hostnpu_only]  # faults and counters of the host NPU

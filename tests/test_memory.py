@@ -3,13 +3,12 @@ import gc
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
-from hypothesis import strategies as st
+from hypothesis import assume, given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 import gert
-from gert import _cann
 from _helpers import RUNTIME
+from gert import _cann
 
 pytestmark = RUNTIME
 

@@ -20,10 +20,21 @@ import pytest
 from hypothesis import given, settings
 
 import gert
-from gert import _cann
 from _helpers import RUNTIME, run_python_result
-from model_helpers import (callers_strategy, check_echo, echo_input, echo_model, load_echo, matmul_chain_model,
-                           model_config_strategy, ort_static, pad_to, run_callers, wait_all)
+from gert import _cann
+from model_helpers import (
+    callers_strategy,
+    check_echo,
+    echo_input,
+    echo_model,
+    load_echo,
+    matmul_chain_model,
+    model_config_strategy,
+    ort_static,
+    pad_to,
+    run_callers,
+    wait_all,
+)
 from models import CLS, REC, make_model, ort_run, ppocr_model, text_image, vi
 
 pytestmark = RUNTIME
@@ -486,7 +497,7 @@ def test_close_with_submits_in_flight():
     m.run({"x": xs[0]})  # compiled
     gate = threading.Event()
     for w in m._workers:
-        w.stream.launch_host_func(lambda: gate.wait(60))  # noqa: B023 - the one gate
+        w.stream.launch_host_func(lambda: gate.wait(60))  # the one gate
     futures = [m.submit({"x": xs[i % 4]}) for i in range(80)]
     deadline = time.monotonic() + 30
     while m.engine.streams.idle() > 0:  # a request has taken each stream (and waits behind its hold)

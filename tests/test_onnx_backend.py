@@ -36,7 +36,7 @@ with warnings.catch_warnings():  # the generators divide by zero on purpose (Red
 XFAIL: dict = {}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def ort_failure(name: str) -> str | None:
     """Why ONNX Runtime fails the case (an exception or a wrong result), or None when it passes."""
     import onnxruntime as ort

@@ -8,14 +8,13 @@ import threading
 import warnings
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
 import gert
-from gert.ort_session import InvalidArgument, MissingInputs
 from _helpers import RUNTIME
+from gert.ort_session import InvalidArgument
 from models import CLS, DET, REC, ppocr_model, text_image
 
 pytestmark = RUNTIME

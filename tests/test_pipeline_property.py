@@ -13,12 +13,11 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from onnx import helper
 
-import gert
 import fake_pb_utils
+import gert
 from models import _const, make_model, ort_session, vi
 
 HID = 6

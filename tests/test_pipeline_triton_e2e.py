@@ -11,13 +11,13 @@ import concurrent.futures
 
 import numpy as np
 import pytest
+from onnx import helper
 
 from gert_triton.repo import init_repo
 from gert_triton.server import pytriton_root
-from triton_server import running_server
 from models import _const, make_model, vi
-from onnx import helper
 from test_pipeline_property import FAMILIES, ort_alone
+from triton_server import running_server
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
 from tritonclient.utils import np_to_triton_dtype  # noqa: E402

@@ -8,19 +8,16 @@ The emulation model (gert/preview/precision.py): a lowered node's float inputs a
 """
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto as TP, helper as oh, numpy_helper as nh
 
+import fake_pb_utils
 import gert
+from _helpers import RUNTIME
 from gert.preview import compare, precision
 from gert.preview.inputs import ort_run
-
-import fake_pb_utils
-from _helpers import RUNTIME
 
 pytestmark = RUNTIME
 

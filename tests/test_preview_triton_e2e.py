@@ -8,10 +8,9 @@ import pytest
 
 from gert_triton.repo import init_repo
 from gert_triton.server import pytriton_root
-from triton_server import log_tail, start_server, stop_server
-
 from test_cann_check import qdq
 from test_precision import arith, f16_reference, feeds
+from triton_server import log_tail, start_server, stop_server
 
 httpclient = pytest.importorskip("tritonclient.http")
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype  # noqa: E402

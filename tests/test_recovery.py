@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import gert
+from _helpers import REPO, RUNTIME, run_python_result
 from gert.errors import DeviceUnavailable, RequestTimeout
 from gert.recovery import error_class
-from _helpers import REPO, RUNTIME, run_python_result
 from models import scale_model
 
 pytestmark = RUNTIME + [pytest.mark.hostnpu_only]  # injects faults into the host NPU

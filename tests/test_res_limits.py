@@ -5,8 +5,8 @@ import threading
 import pytest
 
 import gert
-from gert import _cann
 from _helpers import RUNTIME, run_python_result
+from gert import _cann
 
 pytestmark = RUNTIME
 

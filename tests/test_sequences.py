@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
+from onnx import helper
 
 import gert
 from _helpers import RUNTIME, run_python_result
 from gert.errors import GertError
 from models import make_model, ort_session, vi
-from onnx import helper
 from recurrent_models import HIDDEN, INPUT, gated_model, gru_model, lstm_model, reference, run_threads
 
 pytestmark = RUNTIME
@@ -228,14 +227,14 @@ def test_thousands_of_sequences_and_close_frees_device_memory():
 def test_out_of_device_memory_fails_only_the_new_sequence():
     """A 64 MiB device, states of 1 MiB: sequences are created until the device is full; the one that does not fit
     gets a GertError, the others keep stepping; closing one makes room again."""
-    res = run_python_result(f"""
+    res = run_python_result("""
         import sys
         sys.path.insert(0, "tests")
         from recurrent_models import gated_model
         H = 1 << 18
-        model = gert.load(gated_model(hidden=H), state={{"h": "h_out"}}, batch_dim="N", gears={{"batch": [1]}})
+        model = gert.load(gated_model(hidden=H), state={"h": "h_out"}, batch_dim="N", gears={"batch": [1]})
         seqs, err = [], None
-        x = {{"x": np.ones((1, 1, H), np.float32), "mode": np.array(1)}}
+        x = {"x": np.ones((1, 1, H), np.float32), "mode": np.array(1)}
         for _ in range(200):
             try:
                 seqs.append(model.sequence())
@@ -249,7 +248,7 @@ def test_out_of_device_memory_fails_only_the_new_sequence():
         hs = [float(s.state["h"][0, 0, 0]) for s in seqs[:5]]
         seqs[0].close()
         again = model.sequence()
-        emit({{"n": len(seqs), "err": err, "ys": ys, "hs": hs, "again": again.state["h"].shape[2]}})
+        emit({"n": len(seqs), "err": err, "ys": ys, "hs": hs, "again": again.state["h"].shape[2]})
     """, env={"GERT_HOST_DEVICE_MEMORY": "64M"}, timeout=120)
     assert res["err"] is not None and "out of device memory for state 'h'" in res["err"], res
     assert 10 < res["n"] - 8 < 64 - 8

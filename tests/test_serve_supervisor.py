@@ -20,12 +20,12 @@ import numpy as np
 import pytest
 from onnx import helper, numpy_helper
 
+from _ports import free_port
 from gert_triton.repo import init_repo
 from gert_triton.serve_policy import Attempts, Policy
 from gert_triton.server import pytriton_root
 from gert_triton.supervisor import replica_ports
 from gert_triton.triton_args import SUPERVISOR_HEADER, plan, restricted_header
-from _ports import free_port
 from models import make_model, vi
 from triton_models import SEQ_OUTPUTS, seq_expected, seq_inputs, seq_model
 from triton_server import START_TIMEOUT, children, gone, kill_tree, log_tail, run_serve, start_serve
@@ -425,6 +425,6 @@ def test_a_taken_default_health_port_is_said_and_serving_goes_on_an_asked_one_is
             stop(p, log)
         asked = subprocess.run(cmd[:4] + ["--health-port", str(ports[2] + 1)] + cmd[4:], capture_output=True,
                                text=True, timeout=60)
-        assert asked.returncode == 2 and f"--health-port" in asked.stderr, asked.stderr
+        assert asked.returncode == 2 and "--health-port" in asked.stderr, asked.stderr
     finally:
         blocker.close()

@@ -10,8 +10,7 @@ import weakref
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 import gert
 from _helpers import REPO, RUNTIME, assert_runtime_works

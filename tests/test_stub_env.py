@@ -11,8 +11,6 @@ import shutil
 import subprocess
 import sys
 
-import pytest
-
 from gert_triton import stub_env
 
 

@@ -8,10 +8,9 @@ for it, and the thread that ran each static compile shows where it ran.
 """
 from __future__ import annotations
 
-import gc
-
 import concurrent.futures
 import contextlib
+import gc
 import threading
 import time
 
@@ -19,9 +18,9 @@ import numpy as np
 import pytest
 
 import gert
+from _helpers import RUNTIME, live_threads, run_python, still_alive
 from gert._ort_provider import OrtGraphProvider, _device_threads
 from gert.tiers import FrequencyWindow, SegmentedLRU
-from _helpers import RUNTIME, live_threads, run_python, still_alive
 from model_helpers import check_echo, echo_input, echo_model, ort_static
 from models import DET, ort_run, ppocr_model, text_image
 

@@ -118,7 +118,7 @@ def _cache_root() -> str:
     return root
 
 
-def _build_into(b: "Build") -> None:
+def _build_into(b: Build) -> None:
     _run([sys.executable, os.path.join(REPO, "cbindings", "hostnpu", "build_toolkit.py"), b.toolkit, "-j", "2"])
     _run([sys.executable, "-m", "venv", b.venv])
     # The new venv sees this one's packages (numpy, onnxruntime, pytest...) through a plain path entry: nothing is

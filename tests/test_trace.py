@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import gert
-from gert.core import trace as core_trace
 from _helpers import RUNTIME
+from gert.core import trace as core_trace
 from models import mlp_model
 
 pytestmark = RUNTIME
@@ -107,7 +107,7 @@ def test_two_streams_overlap_one_stream_never_overlaps_itself(model):
     try:
         with gert.trace() as t:
             for w in workers:
-                w.stream.launch_host_func(lambda: gate.wait(60))  # noqa: B023 - the one gate
+                w.stream.launch_host_func(lambda: gate.wait(60))  # the one gate
             outs = []
             clients = [threading.Thread(target=lambda i=i: outs.append(model.run({"x": _x(4, i)})))
                        for i in range(2)]

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import gert
-from gert.errors import RequestTimeout
 from _helpers import RUNTIME
+from gert.errors import RequestTimeout
 from models import scale_model
 
 pytestmark = RUNTIME + [pytest.mark.hostnpu_only]  # injects faults into the host NPU

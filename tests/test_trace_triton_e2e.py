@@ -12,8 +12,8 @@ import pytest
 
 from gert_triton.repo import init_repo
 from gert_triton.server import pytriton_root
-from triton_server import EXPLICIT, log_tail, start_server, stop_server
 from models import mlp_model
+from triton_server import EXPLICIT, log_tail, start_server, stop_server
 
 httpclient = pytest.importorskip("tritonclient.http")
 from tritonclient.utils import InferenceServerException  # noqa: E402

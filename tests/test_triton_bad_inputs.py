@@ -20,8 +20,8 @@ import pytest
 from gert_triton.repo import init_repo
 from gert_triton.server import pytriton_root
 from test_triton_e2e import raw_http, stub_processes
-from triton_server import start_server
 from triton_models import SEQ_OUTPUTS, seq_expected, seq_inputs, seq_model
+from triton_server import start_server
 
 grpcclient = pytest.importorskip("tritonclient.grpc")
 from tritonclient.grpc import service_pb2  # noqa: E402

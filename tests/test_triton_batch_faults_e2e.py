@@ -16,13 +16,13 @@ import urllib.request
 import numpy as np
 import pytest
 
+from config_models import relu_model
 from gert_triton.repo import init_repo
 from gert_triton.server import pytriton_root
 from models import ort_run
 from test_triton_e2e import CALL_TIMEOUT, InferenceServerException
-from triton_server import start_server
 from triton_models import SEQ_OUTPUTS, seq_inputs, seq_model
-from config_models import relu_model
+from triton_server import start_server
 
 httpclient = pytest.importorskip("tritonclient.http")
 from tritonclient.utils import np_to_triton_dtype  # noqa: E402

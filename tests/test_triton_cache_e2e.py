@@ -15,8 +15,8 @@ import pytest
 from gert import cache_entry
 from gert_triton.repo import init_repo
 from gert_triton.server import pytriton_root
-from triton_server import log_tail, start_server, stop_server
 from models import mlp_model, ort_run, scale_model
+from triton_server import log_tail, start_server, stop_server
 
 httpclient = pytest.importorskip("tritonclient.http")
 from tritonclient.utils import InferenceServerException  # noqa: E402

@@ -33,10 +33,19 @@ from gert_triton.config import GertParams
 from gert_triton.model import io_config, onnx_io
 from gert_triton.repo import init_repo
 from gert_triton.server import pytriton_root
-from triton_server import (START_TIMEOUT, children, gone, kill_tree, log_tail, run_serve, start_serve,
-                           start_server, stop_server)
 from models import CLS, ort_run, ppocr_model, text_image
 from triton_models import SEQ_OUTPUTS, seq_expected, seq_inputs, seq_model
+from triton_server import (
+    START_TIMEOUT,
+    children,
+    gone,
+    kill_tree,
+    log_tail,
+    run_serve,
+    start_serve,
+    start_server,
+    stop_server,
+)
 
 httpclient = pytest.importorskip("tritonclient.http")
 grpcclient = pytest.importorskip("tritonclient.grpc")

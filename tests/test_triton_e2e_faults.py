@@ -19,10 +19,19 @@ import pytest
 
 from gert_triton.repo import init_repo
 from gert_triton.server import pytriton_root
-from test_triton_e2e import (CALL_TIMEOUT, InferenceServerException, client_for, infer, load_model, metrics,
-                             stub_processes, unload_model, wait_for)
-from triton_server import gone, start_server
+from test_triton_e2e import (
+    CALL_TIMEOUT,
+    InferenceServerException,
+    client_for,
+    infer,
+    load_model,
+    metrics,
+    stub_processes,
+    unload_model,
+    wait_for,
+)
 from triton_models import SEQ_OUTPUTS, seq_expected, seq_inputs, seq_model
+from triton_server import gone, start_server
 
 pytestmark = [pytest.mark.hostnpu_only, pytest.mark.skipif(pytriton_root() is None, reason="needs nvidia-pytriton (pip install -e '.[triton]')")]
 

@@ -51,7 +51,6 @@ TEXTS = ["Hello gert 123", "Ascend NPU runtime", "quick brown fox 42", "GE graph
 def text_images() -> list:
     """N BGR images of one size (so that det can batch them), one line of different text each."""
     from PIL import Image, ImageDraw
-
     from rapidocr_on_gert import font
 
     f = font()
@@ -167,8 +166,9 @@ def images():
 @pytest.fixture(scope="module")
 def expected(launched, images):
     """The pipeline in-process on gert, and RapidOCR on ONNX Runtime, for every image."""
-    import gert
     from rapidocr_onnxruntime import RapidOCR
+
+    import gert
 
     models = {n: gert.load(op.model_path(n), streams=1) for n in ("det", "cls", "rec")}
     try:

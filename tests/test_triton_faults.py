@@ -8,8 +8,8 @@ import pytest
 
 import gert
 from _helpers import RUNTIME
-from models import ort_run
 from gert_triton.config import ConfigError, parse_parameters
+from models import ort_run
 from test_triton_unit import assert_error, check_seq, loaded, model_dir, outputs_of, params, pb, request, seq_bytes  # noqa: F401
 from triton_models import SEQ_OUTPUTS, seq_inputs
 

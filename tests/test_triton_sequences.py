@@ -19,8 +19,8 @@ import pytest
 import fake_pb_utils
 from _helpers import RUNTIME
 from gert_triton import TritonPythonModel
-from gert_triton.repo import config_pbtxt, init_repo
 from gert_triton.model import onnx_io
+from gert_triton.repo import config_pbtxt, init_repo
 from gert_triton.server import pytriton_root
 from recurrent_models import HIDDEN, INPUT, gru_model, reference, run_threads
 

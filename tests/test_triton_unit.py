@@ -12,16 +12,14 @@ import time
 import numpy as np
 import pytest
 
+import fake_pb_utils
 import gert
 import gert_triton.model as gt_model
 from _helpers import RUNTIME
 from gert_triton import TritonPythonModel
-from gert_triton.config import (ConfigError, GertParams, StreamLayout, find_onnx_file, parse_parameters,
-                                stream_layout)
+from gert_triton.config import ConfigError, GertParams, StreamLayout, find_onnx_file, parse_parameters, stream_layout
 from models import ort_run
-from triton_models import (SEQ_OUTPUTS, fixed_model, reduce_all_model, seq_expected, seq_inputs, seq_model)
-
-import fake_pb_utils
+from triton_models import SEQ_OUTPUTS, fixed_model, reduce_all_model, seq_expected, seq_inputs, seq_model
 
 pytestmark = RUNTIME
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+from collections.abc import Iterator
 from types import ModuleType
-from typing import Callable, Iterator, Optional
+from typing import Callable, Optional
 
 from gert import _cann
 from gert.core import hooks

@@ -10,20 +10,21 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
-import os
 import math
+import os
 import threading
 import weakref
 from collections import OrderedDict
-from typing import Callable, Optional, Sequence
+from collections.abc import Sequence
+from typing import Callable, Optional
 
 import numpy as np
 
 from gert.core import shape_infer as _shape_infer
 from gert.core.external_data import has_external
 from gert.core.skeleton import skeleton
-from gert.preview import precision
 from gert.dtypes import DT_BF16, ONNX_BFLOAT16, ge_dtype, numpy_dtype, onnx_to_numpy
+from gert.preview import precision
 
 TensorArg = tuple  # (ptr: int, nbytes: int, ge_dtype: int, dims: tuple[int, ...])
 
@@ -116,7 +117,7 @@ class OrtExecutable:
     and hot sizes of every stream run on one session, one thread pool and one copy of the weights."""
 
     def __init__(self, model: bytes, in_names: Sequence[str], in_dims: Sequence[tuple], out_names: Sequence[str],
-                 provider: "OrtGraphProvider", group: int = 0, overrides: Optional[dict] = None, model_dir: str = ""):
+                 provider: OrtGraphProvider, group: int = 0, overrides: Optional[dict] = None, model_dir: str = ""):
         self.model = model
         self.model_dir = model_dir  # the model file's directory: its external data (gert/core/external_data.py)
         # Set for an executable loaded from GE's compile cache: its model is ONNX Runtime's optimized one (sessions
@@ -410,8 +411,8 @@ class OrtGraphProvider:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._meta: dict[bytes, list] = {}  # model digest -> input shapes as ONNX Runtime reports them
-        self._parsed: "OrderedDict[bytes, object]" = OrderedDict()  # model digest -> ModelProto (shape inference)
-        self._shared: "weakref.WeakValueDictionary[tuple, object]" = weakref.WeakValueDictionary()
+        self._parsed: OrderedDict[bytes, object] = OrderedDict()  # model digest -> ModelProto (shape inference)
+        self._shared: weakref.WeakValueDictionary[tuple, object] = weakref.WeakValueDictionary()
         # (model digest, inputs, outputs) -> the compile result: a graph compiled for one stream (GE Session) at
         # the same shapes is not validated and probed again for the next (auto compiles each hot size per stream)
         self._probed: dict = {}

@@ -18,8 +18,9 @@ import json
 import os
 import threading
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator, Optional, Union
+from typing import Optional, Union
 
 ModelLike = Union[str, bytes, os.PathLike, "onnx.ModelProto"]  # noqa: F821 - onnx is imported lazily
 
@@ -284,7 +285,7 @@ def _suggestions(opsets: dict, ops, unsupported, t: OpTable) -> list:
 
 # ---- gert.load(cann_ops=...) ------------------------------------------------------------------------------------------
 _warned: set = set()
-_reports: "collections.OrderedDict[str, CannReport]" = collections.OrderedDict()  # model digest -> its report
+_reports: collections.OrderedDict[str, CannReport] = collections.OrderedDict()  # model digest -> its report
 _REPORTS_KEPT = 64
 _reports_lock = threading.Lock()
 _WARN_LINES = 12  # nodes a warning names (a model at opset 19 has hundreds); the report lists every one

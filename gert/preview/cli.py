@@ -11,7 +11,6 @@ import sys
 import warnings
 
 
-
 def info_lines() -> list:
     """`gert info`'s lines on the NPU preview: the precision mode a load gets by default, the CANN op check mode."""
     from gert.preview import cann_ops, precision
@@ -24,8 +23,8 @@ def info_lines() -> list:
 
 
 def _read(path: str):
-    from gert.tools.usage import UsageError
     from gert.preview.cann_ops import load_proto
+    from gert.tools.usage import UsageError
 
     try:
         return load_proto(path)
@@ -90,10 +89,10 @@ def _print_fix(report, result) -> None:
 
 
 def cmd_precision(args) -> int:
-    from gert.tools.usage import UsageError
     from gert.errors import GertError
     from gert.preview import compare
     from gert.tools.input_options import input_files
+    from gert.tools.usage import UsageError
 
     proto = _read(args.model)
     feeds = input_files(args.input, "gert precision")

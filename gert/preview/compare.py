@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import html
 import warnings
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Optional
 
 import numpy as np
 

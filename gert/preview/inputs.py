@@ -5,8 +5,9 @@ answers; an input gert had to invent is recorded (``Invented``) so that a model 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Optional, Sequence
+from typing import Optional
 
 import numpy as np
 
@@ -222,8 +223,8 @@ def _reads(node) -> list:
 def ort_session(model: bytes):
     """ONNX Runtime's CPU provider on ``model`` (the reference gert's host NPU computes with); its own log quiet:
     the caller reports a failure."""
-    from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession
     import onnxruntime as ort
+    from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession
 
     so = ort.SessionOptions()
     so.log_severity_level = 4

@@ -28,8 +28,9 @@ import contextlib
 import hashlib
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Iterator, Mapping, Optional
+from typing import Optional
 
 PRECISION_MODE = "ge.exec.precision_mode"
 PRECISION_MODE_V2 = "ge.exec.precision_mode_v2"
@@ -215,7 +216,7 @@ def rewrite(model: bytes, settings: PrecisionSettings) -> bytes:
 # ---- the compile's settings, for the provider -------------------------------------------------------------------------
 _tls = threading.local()
 _REWRITTEN_KEPT = 8
-_rewritten: "OrderedDict[tuple, bytes]" = OrderedDict()
+_rewritten: OrderedDict[tuple, bytes] = OrderedDict()
 _rewritten_lock = threading.Lock()
 
 

@@ -20,11 +20,10 @@ from typing import Optional
 
 import numpy as np
 
+from gert.core.tiers import HOT_AFTER
 from gert.errors import GertError
 from gert.tools.input_options import input_files, input_shapes
 from gert.tools.progress import Progress
-from gert.core.tiers import HOT_AFTER
-
 
 DEFAULT_BUDGETS_MS = "5,10,20,50,100,200,500,1000"
 

@@ -7,9 +7,10 @@ import argparse
 import os
 import platform
 import sys
-from typing import Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Optional
 
-from gert.tools.usage import UsageError  # noqa: F401 - raised here and by the commands it loads
+from gert.tools.usage import UsageError  # raised here and by the commands it loads
 
 ENV_SETTINGS = ("GERT_BACKEND", "GERT_HOST_DEVICES", "GERT_HOST_DEVICE_MEMORY", "GERT_HOST_CUBE_CORES",
                 "GERT_HOST_VECTOR_CORES", "GERT_HOST_SPIN_US", "GERT_HOST_INLINE_LAUNCH", "GERT_TRITONSERVER",

@@ -84,7 +84,7 @@ def batching_sections(b) -> list:
     return [total, gears]
 
 
-def model_sections(model: "Model") -> list:
+def model_sections(model: Model) -> list:
     """Inputs and outputs with their dims, the dynamic dims' policies and gears, then the stats (if open)."""
     plan = model.plan
     io = Section("inputs and outputs", ["", "name", "dtype", "shape"])
@@ -100,7 +100,7 @@ def model_sections(model: "Model") -> list:
     return [io, dims] + stats_sections(model.stats())
 
 
-def model_title(model: "Model") -> str:
+def model_title(model: Model) -> str:
     from gert import backend
 
     state = "closed" if model.closed else f"{model.num_streams} stream(s)"
@@ -160,15 +160,15 @@ class Stats(dict):
         return to_text(self.TITLE, stats_sections(self))
 
 
-def model_html(model: "Model") -> str:
+def model_html(model: Model) -> str:
     return to_html(model_title(model), model_sections(model))
 
 
-def model_text(model: "Model") -> str:
+def model_text(model: Model) -> str:
     return to_text(model_title(model), model_sections(model))
 
 
-def model_repr(model: "Model") -> str:
+def model_repr(model: Model) -> str:
     """The one-line repr: inputs with their dims, and the streams."""
     ins = ", ".join(f"{t.name}{_fmt_shape(t.shape)}" for t in model.plan.inputs)
     state = "closed" if model.closed else f"{model.num_streams} stream(s)"
@@ -177,7 +177,7 @@ def model_repr(model: "Model") -> str:
     return f"<gert.Model ({ins}) on {state}{mode}>"
 
 
-def pretty_model(model: "Model", p, cycle: bool) -> None:
+def pretty_model(model: Model, p, cycle: bool) -> None:
     _pretty(p, cycle, model_text(model), model_repr(model))
 
 

@@ -3,7 +3,8 @@
 (a shape for random values). Bad ones are a UsageError naming the command, the option and the value."""
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from collections.abc import Iterable
+from typing import Optional
 
 import numpy as np
 

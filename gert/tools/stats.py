@@ -5,8 +5,8 @@ from typing import Optional
 
 from gert import _cann
 from gert.core import trace
-from gert.tools import display
 from gert.core.executor import GearStats
+from gert.tools import display
 
 
 def graph_memory(workers: list) -> dict:

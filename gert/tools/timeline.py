@@ -2,8 +2,6 @@
 state, so that whether streams overlap is visible at a glance (`gert bench --timeline OUT.png`)."""
 from __future__ import annotations
 
-from typing import Optional
-
 from gert.core.trace import HOST_PID
 from gert.errors import GertError
 

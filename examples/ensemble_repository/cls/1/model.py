@@ -4,6 +4,6 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))))
-from ocr_pipeline import gert_model  # noqa: E402  (examples/ocr_pipeline.py)
+from ocr_pipeline import gert_model  # (examples/ocr_pipeline.py)
 
 TritonPythonModel = gert_model("cls")

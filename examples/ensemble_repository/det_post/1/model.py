@@ -4,4 +4,4 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))))
-from gert_triton.steps import TritonPythonModel  # noqa: E402,F401  (parameter 'function' names the step)
+from gert_triton.steps import TritonPythonModel  # noqa: F401  (parameter 'function' names the step)

@@ -14,9 +14,10 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))))
-import ocr_pipeline as op  # noqa: E402  (examples/ocr_pipeline.py)
-from gert_triton.error_codes import error_response  # noqa: E402
-from gert_triton.tensors import as_array  # noqa: E402
+import ocr_pipeline as op  # (examples/ocr_pipeline.py)
+
+from gert_triton.error_codes import error_response
+from gert_triton.tensors import as_array
 
 
 class ModelCallError(Exception):
