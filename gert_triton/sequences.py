@@ -20,6 +20,7 @@ from typing import Optional
 import numpy as np
 
 from gert.errors import GertError
+from gert_triton.cancellation import Cancellation, cancelled_response
 from gert_triton.config import ConfigError
 from gert_triton.error_codes import error_response
 from gert_triton.layout import Layout
@@ -128,7 +129,12 @@ class SequenceServer:
         responses: list = [None] * len(requests)
         ready = []  # (index, key, live, inputs, wanted, end)
         now = time.monotonic()
+        cancel = Cancellation(requests)  # a cancelled step never runs (gert_triton/cancellation.py)
         for i, request in enumerate(requests):
+            if cancel.cancelled(i):
+                responses[i] = cancelled_response(pb_utils)
+                self._end_cancelled(request)
+                continue
             try:
                 item = self._prepare(request, pb_utils, now)
             except GertError as e:  # out of device memory for its state: UNAVAILABLE (gert_triton.error_codes)
@@ -144,8 +150,25 @@ class SequenceServer:
                 (later if r[1] in seen else now).append(r)
                 seen.add(r[1])
             ready = later
-            self._run(now, responses, pb_utils)
+            for item in [r for r in now if cancel.cancelled(r[0], recheck=True)]:  # cancelled while others ran
+                responses[item[0]] = cancelled_response(pb_utils)
+                now.remove(item)
+                if item[5]:
+                    self._finish(item[1], item[2])
+            if now:
+                self._run(now, responses, pb_utils)
         return responses
+
+    def _end_cancelled(self, request) -> None:
+        """A cancelled request that ends its sequence (END flag) still ends it: its state is freed (the client
+        starts the id again with START)."""
+        flags = getattr(request, "flags", lambda: 0)()
+        key = getattr(request, "correlation_id", lambda: 0)()
+        if flags & END and key not in (0, "", None):
+            with self._lock:
+                live = self._live.get(key)
+            if live is not None:
+                self._finish(key, live)
 
     def _prepare(self, request, pb_utils, now: float) -> Optional[tuple]:
         """(key, live, model inputs, requested outputs, end) of one request; None for a null request."""

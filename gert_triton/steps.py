@@ -21,6 +21,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from gert.errors import GertError
+from gert_triton.cancellation import Cancellation, cancelled_response
 from gert_triton.error_codes import error_response
 from gert_triton.model_config import triton_dtype
 from gert_triton.tensors import as_array, to_tensor
@@ -131,7 +132,11 @@ class TritonPythonModel:
     def execute(self, requests: list) -> list:
         pb_utils = _pb_utils()
         responses = []
-        for request in requests:
+        cancel = Cancellation(requests)
+        for i, request in enumerate(requests):
+            if cancel.cancelled(i):  # the client cancelled it: not run (gert_triton/cancellation.py)
+                responses.append(cancelled_response(pb_utils))
+                continue
             try:
                 inputs = {}
                 for name in self.inputs:

@@ -531,39 +531,6 @@ def test_execute_all_bad_runs_nothing(pb, loaded, tmp_path, seq_bytes):
     assert gear_hits(m) == before
 
 
-def test_execute_skips_cancelled_requests(pb, tmp_path, seq_bytes):
-    """Without a batcher (max_batch_size > 0, no dynamic_batching: the default scheduler) requests wait in the
-    instance's queue unchecked, so execute() asks each one and skips the cancelled ones."""
-    mdir = model_dir(tmp_path, seq_bytes)
-    cfg = autocomplete(pb, mdir, parameters=ONE_STREAM)
-    del cfg["dynamic_batching"]
-    m = TritonPythonModel()
-    m.initialize(init_args(mdir, cfg))
-    try:
-        reqs = [seq_inputs(1, 2, uid) for uid in range(1, 4)]
-        pbreqs = [request(pb, reqs[0]), request(pb, reqs[1], cancelled=True), request(pb, reqs[2])]
-        before = gear_hits(m)
-        responses = m.execute(pbreqs)
-        assert_error(pb, responses[1], pb.TritonError.CANCELLED, "cancelled")
-        check_seq(outputs_of(responses[0]), reqs[0])
-        check_seq(outputs_of(responses[2]), reqs[2])
-        assert hit_delta(before, gear_hits(m)) == {"S=2,batch=2": 1}, "the cancelled request was not run"
-        assert all(r.cancel_checks == 1 for r in pbreqs), "is_cancelled() is an IPC round trip: once per request"
-    finally:
-        m.finalize()
-
-
-def test_execute_leaves_cancellation_to_the_dynamic_batcher(pb, loaded, tmp_path, seq_bytes):
-    """Triton's dynamic batcher drops requests cancelled in its queue before execute (checked with the real 2.51
-    server: a cancelled queued request never reaches execute), so execute() does not pay one IPC round trip per
-    request to ask again."""
-    m = loaded(model_dir(tmp_path, seq_bytes))
-    pbreqs = [request(pb, seq_inputs(1, 2, uid)) for uid in range(1, 4)]
-    for r, resp in zip(pbreqs, m.execute(pbreqs)):
-        assert not resp.has_error()
-        assert r.cancel_checks == 0
-
-
 def test_execute_returns_only_requested_outputs(pb, loaded, tmp_path, seq_bytes):
     m = loaded(model_dir(tmp_path, seq_bytes))
     r1, r2, r3 = (seq_inputs(1, 3, uid) for uid in (1, 2, 3))
