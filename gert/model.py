@@ -9,33 +9,27 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import os
-import threading
-import time
 import warnings
 from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from gert import _cann
-from gert.core import external_data, onnx_io, trace as _trace
-from gert.core._hotpath import HotPath
-from gert.core.dynamic import BatchingConfig, Pending
-from gert.core.engine import Engine, Streams, write_out
+from gert.core import external_data, onnx_io
+from gert.core.dynamic import BatchingConfig
+from gert.core.engine import Engine, EngineConfig, write_out
 from gert._cann import Graph, ge_initialize
 from gert.core.compile_cache import CACHE_DIR_OPTION, CompileCache
-from gert.core.dispatch import StreamQueue
-from gert.errors import GertError
-from gert.core.executor import Request, Worker
 from gert.core.futures import FutureRunner
-from gert.core.recovery import Recovery
+from gert.core.pool import PoolConfig, StreamPool
 from gert.core.row_check import check_rows
+from gert.errors import GertError
 from gert.preview import cann_ops as preview_ops, precision as preview_precision
 from gert import sequence as _sequence
 from gert.sequence import Sequences
 from gert.core.shapes import ShapePlan, plan_shapes, warmup_keys
-from gert.core.tiers import COMPILE_SHARE, HOT_AFTER, HOT_WINDOW, Tiers, check_settings
+from gert.core.tiers import COMPILE_SHARE, HOT_AFTER, HOT_WINDOW, check_settings
 
 if TYPE_CHECKING:
     from gert.tools.display import Stats
@@ -124,23 +118,6 @@ def _display():
     return display
 
 
-def _open_workers(devices: Sequence[int], streams: int, graph, plan: ShapePlan, sess: dict, graph_opts: dict,
-                  limits: tuple, cache) -> list:
-    """``streams`` Workers (a stream with its Session and graphs) per device; ``limits``: (cube_cores, vector_cores,
-    max_exact_graphs). All or none: the ones opened are closed when one fails."""
-    workers: list = []
-    try:
-        for d in devices:
-            for _ in range(streams):
-                workers.append(Worker(len(workers), d, graph, plan, sess, graph_opts, *limits))
-                workers[-1].cache = cache
-    except BaseException:
-        for w in workers:
-            w.close()
-        raise
-    return workers
-
-
 class Model:
     """A loaded model. Any number of Python threads may call run() / submit() at once."""
 
@@ -179,28 +156,16 @@ class Model:
         self.compile_cache = _open_cache(cache_dir, data, glob, cache_mode, trust_foreign_entries, described.external)
         if self.compile_cache is not None:
             sess = {**sess, CACHE_DIR_OPTION: self.compile_cache.directory}
-        self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
-        self._closed = False
-        self._in_flight = 0
-        self._workers: list = _open_workers(devices, int(streams), self._graph, self.plan, sess, graph_opts,
-                                            (cube_cores, vector_cores, max_exact_graphs), self.compile_cache)
-        self._recovery = Recovery(lambda: self._workers, request_timeout_s)  # device faults: gert/core/recovery.py
-        # policy auto: requests route through the tiers (dynamic graph now, static graphs once hot)
-        self._tiers = (Tiers(self._workers, max_exact_graphs, hot_after, hot_window, compile_share, host_memory)
-                       if self.plan.tiered else None)
-        for w in self._workers:
-            w.tiers = self._tiers
-        self._queue: StreamQueue = StreamQueue(self._workers)
-        # the request pipeline (gert/core/engine.py); the streams' lifecycle stays here (close, warmup)
-        self.engine = Engine(self.plan, Streams(self._dispatch, self._queue.idle, lambda: len(self._workers),
-                                                self._recovery.timeout_for, self._parts_pool, self._dispatch_batch),
-                             split_batch, batching)
-        # the compiled hot path (gert/core/_hotpath.pyx): a signature seen before runs in one call, without the above
-        self._hot = _hot_path(self, request_timeout_s, split_batch, batching)
+        # the streams (gert/core/pool.py) and the request pipeline over them (gert/core/engine.py)
+        self.pool = StreamPool(self.plan, self._graph,
+                               PoolConfig(devices, int(streams), cube_cores, vector_cores, max_exact_graphs,
+                                          request_timeout_s, hot_after, hot_window, compile_share, host_memory),
+                               sess, graph_opts, self.compile_cache)
+        self.engine = Engine(self.plan, self.pool, EngineConfig(split_batch, batching))
+        self._hot = self.engine.hot  # the compiled hot path (gert/core/_hotpath.pyx), tried first by run()
         # submit()'s threads: with dynamic batching, enough for a full batch to queue behind every stream
-        self._futures = FutureRunner(max(4, 2 * len(self._workers), self.engine.batch_limit + len(self._workers)),
-                                     "gert-model")
+        n = self.pool.count
+        self._futures = FutureRunner(max(4, 2 * n, self.engine.batch_limit + n), "gert-model")
 
     # ---- metadata -------------------------------------------------------------------------------------------
     @property
@@ -220,11 +185,11 @@ class Model:
     @property
     def num_streams(self) -> int:
         """Streams over all devices (0 once closed)."""
-        return len(self._workers)
+        return self.pool.count
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self.pool.closed
 
     # ---- running ----------------------------------------------------------------------------------------------
     def __call__(self, **inputs) -> dict:
@@ -243,7 +208,7 @@ class Model:
             result = self._hot.run(inputs) if kind is dict else self._hot.run_list(inputs) if kind is list else None
             if result is not None:  # (run_list: a merged batch it knows)
                 return result
-        self._check_open()
+        self.pool.check_open()
         if (type(inputs) is dict or isinstance(inputs, Mapping)):
             if out is None:  # the Engine (the compiled path takes dicts only, above)
                 return self.engine.run(inputs, None, timeout)
@@ -263,7 +228,7 @@ class Model:
     def submit(self, inputs: Mapping[str, np.ndarray], *, timeout: Optional[float] = None) -> concurrent.futures.Future:
         """Run in the background; the Future resolves to the outputs dict (close() cancels the ones not started and
         wakes their waiters: gert/core/futures.py)."""
-        self._check_open()
+        self.pool.check_open()
         return self._futures.submit(self.run, inputs, timeout=timeout)
 
     async def run_async(self, inputs: Mapping[str, np.ndarray]) -> dict:
@@ -273,108 +238,11 @@ class Model:
         """Raise GertError (naming the input, the expected and the actual value) if run(inputs) would reject it."""
         self.engine.check(inputs)
 
-    @contextlib.contextmanager
-    def _counted(self):  # a batch or a warmup in flight: close() waits for it (_dispatch counts inline: hot path)
-        with self._lock:
-            self._check_open()
-            self._in_flight += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._in_flight -= 1
-                self._idle.notify_all()
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise GertError("the model is closed")
-
-    def _parts_pool(self) -> concurrent.futures.ThreadPoolExecutor:
-        """Threads for the parts of split batches: apart from submit()'s pool, whose threads may be the ones
-        waiting for the parts."""
-        with self._lock:
-            if getattr(self, "_parts", None) is None:
-                self._parts = concurrent.futures.ThreadPoolExecutor(max_workers=len(self._workers),
-                                                                    thread_name_prefix="gert-model-part")
-            return self._parts
-
-    def _dispatch(self, req: Request) -> dict:
-        with self._lock:
-            self._check_open()
-            self._in_flight += 1
-        try:
-            usable = self._recovery.usable(self._workers)  # not the workers of a device under recovery
-            if req.device is not None:  # the request's device tensors live there
-                usable = [w for w in usable if w.device == req.device]
-                if not usable:
-                    raise GertError(f"device {req.device} has no usable stream (under recovery)")
-            tr = _trace.active
-            if tr is not None:
-                t0 = time.perf_counter()
-            w = self._queue.acquire(usable)  # the first stream to come free, in arrival order (gert/core/dispatch.py)
-            if tr is not None:
-                tr.span("queue", tr.thread_track(), t0, time.perf_counter(), args={"stream": w.index})
-            try:
-                with w.lock:
-                    if self._closed:
-                        raise GertError("the model was closed before this request started")
-                    return self._recovery.run(w, req)
-            finally:
-                self._queue.release(w)
-        finally:
-            with self._lock:
-                self._in_flight -= 1
-                self._idle.notify_all()
-
-    def _dispatch_batch(self, pending: Pending, lead) -> dict:
-        """Dynamic batching (gert/core/dynamic.py): ``pending`` queues with its batch key; the one that gets a stream
-        runs ``lead(group, run)`` on it for the queued requests of its key (docs/architecture.md, dispatch)."""
-        with self._counted():
-            usable = self._recovery.usable(self._workers)
-            if pending.device is not None:  # a sequence step: its state lives on that device
-                usable = [w for w in usable if w.device == pending.device]
-                if not usable:
-                    raise GertError(f"device {pending.device} has no usable stream (under recovery)")
-            tr = _trace.active
-            if tr is not None:
-                t0 = time.perf_counter()
-            w, group = self._queue.acquire_batch(usable, pending, pending.key, pending.rows, pending.limit)
-            if tr is not None:
-                tr.span("queue", tr.thread_track(), t0, time.perf_counter(),
-                        args={"stream": w.index} if w is not None else {"batched_by": "another request"})
-            if w is None:
-                return pending.result()  # another request's batch ran it
-            try:
-                if tr is not None:
-                    t1 = time.perf_counter()
-                until, enough = self.engine.gather_rule(group)  # max_queue_delay_ms / latency_slo_ms
-                if until is not None:
-                    self._queue.gather(w, group, pending.key, sum(p.rows for p in group), pending.limit, until,
-                                       enough)
-                if tr is not None:  # batch formation: which requests ride together, their rows
-                    tr.span("batch", tr.stream_track(w), t1, time.perf_counter(),
-                            args={"requests": len(group), "rows": [p.rows for p in group]})
-
-                def run(req: Request) -> dict:
-                    if self._closed:
-                        raise GertError("the model was closed before this request started")
-                    return self._recovery.run(w, req)
-
-                with w.lock:
-                    lead(group, run)
-            except BaseException as e:  # noqa: BLE001 - each member's error (this request's too, raised below)
-                for p in group:  # nobody the batch took is left waiting
-                    if not p.done:
-                        p.set_error(e)
-            finally:
-                self._queue.release(w)
-            return pending.result()
-
     def run_batch(self, requests: list, *, timeout: Optional[float] = None) -> list:
         """Requests sharing their non-batch shapes, as one batch on the batch axis, run once (the merged batch is
         validated, not each request again), and split back into one result per request. The requests are not
         concatenated on the host: each one's rows are copied straight into the device buffer (gert.core.rows.Rows)."""
-        self._check_open()
+        self.pool.check_open()
         return self.engine.run_batch(list(requests), timeout)
 
     def batch_key(self, inputs: Mapping[str, np.ndarray]) -> tuple:
@@ -407,7 +275,7 @@ class Model:
         return {p.input.name: p.output.name for p in self._sequences.pairs} if self._sequences is not None else {}
 
     def _stateful(self) -> Sequences:
-        self._check_open()
+        self.pool.check_open()
         if self._sequences is None:
             raise GertError("this model was loaded without state=...: give gert.load(..., state={'h': 'h_out'}) "
                             "to run sequences")
@@ -422,10 +290,10 @@ class Model:
         """Compile every declared gear combination on every stream; returns how many graphs were compiled. An exact
         or auto dim without gears takes the sizes ``sizes[dim]``; with neither, only the auto policy's dynamic-shape
         graph is compiled. ``progress=True`` shows a bar on stderr (tqdm when installed, else a line per graph)."""
-        fallback = self._tiers.fallback_key if self._tiers is not None else None
-        keys = warmup_keys(self.plan, sizes, fallback)  # gert/core/shapes.py
-        with self._counted():  # close() waits for the graph being compiled, then warmup stops
-            return _compile_all(self._workers, keys, progress, lambda: self._closed)
+        tiers = self.pool.tiers
+        keys = warmup_keys(self.plan, sizes, tiers.fallback_key if tiers is not None else None)  # gert/core/shapes.py
+        with self.pool.counted():  # close() waits for the graph being compiled, then warmup stops
+            return _compile_all(self.pool.workers, keys, progress, lambda: self.pool.closed)
 
     def stats(self) -> Stats:
         """Per stream: effective core limits, requests, busy seconds, compiles, requests served by static / dynamic
@@ -435,11 +303,11 @@ class Model:
         from gert.tools.stats import collect_stats  # a tool: imported when asked for
 
         self._hot.flush()  # the compiled hot path's runs, counted in C
-        out = collect_stats(self._workers, self._recovery.stats, self._tiers)
+        out = collect_stats(self.pool.workers, self.pool.recovery.stats, self.pool.tiers)
         out["hot_path"] = {"enabled": self._hot.enabled, "hits": self._hot.hits, "misses": self._hot.misses,
                            "prepared": self._hot.size}
         out["batching"] = dict(self.engine.batching_stats.snapshot(), enabled=bool(self.engine.batch_limit),
-                               max_batch=self.engine.batch_limit, queued=self._queue.waiting())
+                               max_batch=self.engine.batch_limit, queued=self.pool.queue.waiting())
         return out
 
     def close(self, timeout: float = 60.0) -> None:
@@ -447,34 +315,8 @@ class Model:
         stops after the graph it is compiling) within ``timeout`` seconds, after which their streams are aborted.
         Then every stream and sequence is released by its owner: here, or by the request still holding it when it
         lets go (a stream is never freed under a running request). Background compiles are not waited for."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-        self._hot.close()  # no request starts on the compiled path; those running are waited for below
-        self._queue.close()  # requests waiting for a stream fail; running ones complete
-        self._futures.close()  # submits not started: cancelled, their waiters woken
-        if getattr(self, "_parts", None) is not None:
-            self._parts.shutdown(wait=False, cancel_futures=True)
-        if self._tiers is not None:
-            self._tiers.close()  # a compile in flight finishes in its retired Session, which it then closes
-        deadline = time.monotonic() + timeout
-        with self._lock:
-            while self._in_flight or self._hot.in_flight:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._idle.wait(left)
-            stuck = self._in_flight > 0 or self._hot.in_flight > 0
-            busy = self._queue.busy()
-        self._recovery.close()  # from here a failed request is this close's doing, never a device failure
-        if stuck:
-            self._recovery.abort_streams(busy)  # a stuck stream must not keep close() past its timeout
-        if self._sequences is not None:  # after the steps: a stuck step does not hold close() on its sequence
-            self._sequences.close(max(0.0, deadline - time.monotonic()))
-        for w in self._workers:
-            w.lock.run_or_hand_over(lambda w=w: _close_worker(w), max(0.0, deadline - time.monotonic()))
-        self._workers = []
+        self.pool.close(timeout, stop=(self._futures.close,),  # submits not started: cancelled, waiters woken
+                        drained=self._sequences.close if self._sequences is not None else None)
 
     def __enter__(self) -> "Model":
         return self
@@ -509,47 +351,6 @@ def _compile_all(workers: list, keys: list, progress: bool, closed) -> int:
                         compiled += 1
                 bar.step(f"stream {w.index}: {label}")
     return compiled
-
-
-def _hot_path(model: Model, request_timeout_s: Optional[float], split_batch: bool,
-              batching: Optional[BatchingConfig]) -> HotPath:
-    """The Model's compiled hot path, wired to its queue, recovery, close() and stats; off where every request needs
-    the Python path: a model-wide timeout, split_batch, dynamic batching that waits for company (max_queue_delay_ms,
-    latency_slo_ms), or GERT_HOT_PATH=0 in the environment."""
-    engine = model.engine
-
-    def failed(w: Worker, e: BaseException) -> None:
-        model._recovery.failed(w, e)
-
-    def idle() -> None:
-        with model._lock:
-            model._idle.notify_all()
-
-    def count(prepared, runs: int, lone: int, seconds: float) -> None:
-        prepared.worker.count_fast(prepared.label, runs, runs * prepared.real_elements,
-                                   runs * prepared.padded_elements, seconds)
-        if prepared.batched and lone:  # each a lone request the dynamic batcher would have run as its batch of one
-            engine.batching_stats.record_alone(lone, prepared.label)
-
-    hot = HotPath(engine.validator.names, model._queue, failed, idle, _trace, count)
-    hot.batch_limit = engine.batch_limit
-    batcher = engine.batcher  # run(list) merges on axis 0 where every input and output carries the batch there
-    hot.lists = batcher.enabled and all(a == 0 for a in batcher.in_axes.values()) \
-        and all(a == 0 for a in batcher.out_axes.values())
-    waits = batching is not None and bool(batching.max_queue_delay_ms or batching.latency_slo_ms)
-    hot.enabled = request_timeout_s is None and not split_batch and not (waits and engine.batch_limit) \
-        and os.environ.get("GERT_HOT_PATH", "1") != "0"  # GERT_HOT_PATH=0: every request on the Python path
-    model._recovery.listeners.append(lambda started: hot.suspend() if started else hot.resume())
-    for w in model._workers:
-        w.hot = hot
-    return hot
-
-
-def _close_worker(w: Worker) -> None:
-    try:
-        w.close()
-    except GertError:
-        pass  # a failed device's last error: the worker released its resources all the same
 
 
 def load(model: ModelSource, **kwargs) -> Model:

@@ -249,7 +249,7 @@ class _StepBatches:
         """Rows a batch of steps may have (0: each step runs alone): the Engine's dynamic batch limit; with
         sequence_wait_s > 0 even when dynamic batching is off."""
         owner, engine = self.owner, self.owner.model.engine
-        if not owner.batchable or engine.streams.dispatch_batch is None:
+        if not owner.batchable:
             return 0
         if engine.batch_limit:
             return engine.batch_limit
@@ -262,7 +262,7 @@ class _StepBatches:
         owner = self.owner
         pending = _Step(seq, arrays, None, seq.rows, owner._step_key(seq, arrays), None, None, limit, seq.device,
                         owner.wait_s)
-        return owner.model.engine.streams.dispatch_batch(pending, self.lead)
+        return owner.model.engine.queue_batch(pending, self.lead)
 
     def lead(self, group: list, run) -> None:
         """Run the steps of ``group`` as one step on the stream ``run`` runs on; deliver each its outputs or error.

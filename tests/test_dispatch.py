@@ -114,8 +114,8 @@ def test_a_short_request_does_not_wait_behind_a_long_one_while_another_stream_is
     picked on arrival, would keep it behind A's long request)."""
     with gert.load(echo_model(), streams=2, gears={"batch": [1]}) as m:
         m.warmup()
-        q = m._queue
-        a = q.acquire(m._workers)  # stands for a long request on stream A: held until the test releases it
+        q = m.pool.queue
+        a = q.acquire(m.pool.workers)  # stands for a long request on stream A: held until the test releases it
         try:
             x = echo_input(1, 1, 3)
             results = []

@@ -36,7 +36,7 @@ def _sessions_of(model) -> dict:
     from gert._ort_provider import OrtExecutable
 
     gc.collect()
-    groups = {w.session.session_id for w in model._workers}
+    groups = {w.session.session_id for w in model.pool.workers}
     out: dict = {}
     for e in gc.get_objects():
         if isinstance(e, OrtExecutable) and e.group in groups:
@@ -52,7 +52,7 @@ def test_gears_of_all_streams_share_one_onnxruntime_session_per_share_of_the_dev
     whose graphs never run side by side holds one session per graph)."""
     with gert.load(_double(None), streams=2, gears={"batch": [1, 2, 4, 8]}) as model:
         assert model.warmup() == 8  # 4 gears x 2 streams
-        cores = model._workers[0].stream.cube_cores
+        cores = model.pool.workers[0].stream.cube_cores
         sessions = _sessions_of(model)
         expected = {(cores, _ort_provider._SPIN and cores > 1)}
         assert set(sessions) == expected and all(len(ids) == 1 for ids in sessions.values()), sessions
@@ -68,7 +68,7 @@ def test_the_gears_of_a_named_batch_dim_share_one_session(monkeypatch):
         monkeypatch.setattr(_ort_provider, "_SESSION_PER_SIZE", per_size)
         with gert.load(_double("N"), streams=1, gears={"batch": [1, 2]}) as model:
             model.warmup()
-            cores = model._workers[0].stream.cube_cores
+            cores = model.pool.workers[0].stream.cube_cores
             assert len(_sessions_of(model)[(cores, _ort_provider._SPIN and cores > 1)]) == sessions
             for n in (1, 2):
                 x = np.arange(4 * n, dtype=np.float32).reshape(n, 4)
@@ -118,7 +118,7 @@ def test_a_lone_run_spins_by_default_and_the_variable_turns_it_off(setting):
             model.warmup()
             assert (model.run({"x": np.ones((2, 4), np.float32)})["y"] == 2).all()
             emit({"by_threads": [k for mm in memory_report()["models"] for k in mm["by_threads"]],
-                  "cores": model._workers[0].stream.cube_cores})
+                  "cores": model.pool.workers[0].stream.cube_cores})
     ''', env={} if setting is None else {"GERT_HOST_ORT_SPINNING": setting})
     spinning = [k for k in res["by_threads"] if k.endswith(" spinning")]
     if setting == "0" or res["cores"] == 1:
@@ -132,7 +132,7 @@ def test_fused_runs_inline_while_other_threads_queue_on_the_same_stream():
     queues meanwhile run after it, in order, and nothing is lost or run twice."""
     with gert.load(_double(None), streams=1, gears={"batch": [4]}) as model:
         model.warmup()
-        stream = model._workers[0].stream
+        stream = model.pool.workers[0].stream
         log = []
         stop = threading.Event()
 
@@ -172,8 +172,8 @@ def test_streams_share_the_static_sessions_of_a_hot_size():
         deadline = time.monotonic() + 30
         while model.stats()["tiers"]["pending"] and time.monotonic() < deadline:
             time.sleep(0.01)
-        workers = model._workers
-        static = [w.graphs[k] for w in workers for k in w.graphs if k != model._tiers.fallback_key]
+        workers = model.pool.workers
+        static = [w.graphs[k] for w in workers for k in w.graphs if k != model.pool.tiers.fallback_key]
         assert len(static) == 2, "the hot size was not compiled for both streams"
         provider = gert.hostnpu.host_provider()
         digests = {e.digest for e in gc.get_objects() if isinstance(e, _ort_provider.OrtExecutable)
@@ -213,7 +213,7 @@ def test_dynamic_graph_runs_on_the_calling_thread_and_keeps_other_threads_work_i
     monkeypatch.setattr(OrtExecutable, "run", recording_run)
     with gert.load(_double(None), streams=1, shape_policy={"batch": "dynamic"}) as model:
         model.warmup()
-        stream = model._workers[0].stream
+        stream = model.pool.workers[0].stream
         ran_on.clear()
         x = np.arange(12, dtype=np.float32).reshape(3, 4)
         np.testing.assert_array_equal(model.run({"x": x})["y"], 2 * x)
@@ -293,7 +293,7 @@ def test_a_model_compiled_at_many_sizes_is_copied_and_hashed_once():
         while model.stats()["background_compiles"] < 4 and time.monotonic() < deadline:
             time.sleep(0.01)
         gc.collect()
-        groups = {w.session.session_id for w in model._workers}
+        groups = {w.session.session_id for w in model.pool.workers}
         exes = [o for o in gc.get_objects() if isinstance(o, OrtExecutable) and o.group in groups]
         assert len(exes) == 6  # the dynamic graph and 2 sizes, on 2 streams
         assert len({id(e.model) for e in exes}) == 1 and len({e.digest for e in exes}) == 1

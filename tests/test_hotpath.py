@@ -77,7 +77,7 @@ def test_out_of_memory_release_forgets_the_streams_preparations(geared):
     geared.run({"x": _x(3, 0)})
     geared.run({"x": _x(1, 0)})  # gear 1 fits gear 4's buffers
     assert _hot(geared)["prepared"] == 2
-    w = geared._workers[0]
+    w = geared.pool.workers[0]
     with w.lock:
         w.release(keep=(("batch", 4),))
     assert _hot(geared)["prepared"] == 0
@@ -189,14 +189,14 @@ def test_a_recovered_device_is_not_run_through_preparations_of_its_old_stream(ge
     try:
         geared.run({"x": _x(3, 0)})
         geared.run({"x": _x(3, 1)})
-        old_stream = geared._workers[0].stream
+        old_stream = geared.pool.workers[0].stream
         gert.inject_fault("sticky", after=0)
         with pytest.raises(gert.AclError):
             geared.run({"x": _x(3, 2)})
     finally:
         gert.clear_faults()
     assert geared.stats()["recoveries"] == 1
-    assert geared._workers[0].stream is not old_stream
+    assert geared.pool.workers[0].stream is not old_stream
     assert _hot(geared)["prepared"] == 0
     for i in range(3):
         np.testing.assert_array_equal(geared.run({"x": _x(3, i)})["y"], _x(3, i) * 2)
@@ -212,7 +212,7 @@ def test_auto_tier_promotion_runs_on_the_static_graph(device):
         for _ in range(2):
             np.testing.assert_array_equal(m.run({"x": x})["y"], x * 2)
         deadline = time.monotonic() + 30
-        while not all(w.has((("batch", 3),)) for w in m._workers):
+        while not all(w.has((("batch", 3),)) for w in m.pool.workers):
             assert time.monotonic() < deadline, "the static graph of the hot size"
             time.sleep(0.01)
         before = m.stats()["static_hits"]
@@ -227,7 +227,7 @@ def test_fused_call_checks_its_buffers(device):
     m = gert.load(scale_model(2.0, shape=(1, 4)))
     try:
         m.run({"x": _x(1, 0)})
-        w = m._workers[0]
+        w = m.pool.workers[0]
         entry = next(iter(w.graphs.values()))
         inb, outb = next(iter(w.in_bufs.values())), next(iter(w.out_bufs.values()))
         call = _cann.FusedCall(w.session, entry.graph_id, w.stream, [(inb.ptr, inb.nbytes, 16)], [],
@@ -331,7 +331,7 @@ def test_close_aborts_a_request_stuck_on_the_compiled_path_without_recovering_th
         gert.clear_faults()
     assert isinstance(res["run"], gert.AclError) and res["run"].code in recovery.RECOVERING_CODES, res
     assert gert.host_counters()["device_task_aborts"] == before["device_task_aborts"]
-    assert geared._recovery.stats.recoveries == 0
+    assert geared.pool.recovery.stats.recoveries == 0
 
 
 def test_sequential_requests_keep_every_stream_serving(device):
@@ -358,7 +358,7 @@ def test_a_batched_sequence_step_gathers_and_scatters_inside_the_fused_call(devi
         seqs = [model.sequence() for _ in range(3)]  # 3 rows padded to gear 4: a zero fill first, then the copies
         refs = [{"h": np.zeros((1, 1, HIDDEN), np.float32)} for _ in seqs]
         separate = []
-        for w in model._workers:
+        for w in model.pool.workers:
             real = w.enqueue
             w.enqueue = lambda ops, real=real: (separate.append(len(ops)), real(ops))
         for step in range(4):

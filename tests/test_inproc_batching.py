@@ -42,8 +42,8 @@ class Held:
 
     def __init__(self, m: gert.Model):
         self.m = m
-        self.queue = m._queue
-        self.worker = self.queue.acquire(m._workers)
+        self.queue = m.pool.queue
+        self.worker = self.queue.acquire(m.pool.workers)
 
     def queued(self) -> int:
         return self.m.stats()["batching"]["queued"]
@@ -399,14 +399,14 @@ def test_max_queue_delay_waits_for_a_preferred_batch_and_close_ends_the_wait():
     m = gert.load(AFFINE, dynamic_batching={"max_queue_delay_ms": 60_000, "preferred_batch_size": [2]})
     try:
         first, t1 = _in_threads(m.run, reqs[:1])
-        _until(lambda: m.engine.streams.idle() == 0, "the first request did not take the stream")
+        _until(lambda: m.pool.idle() == 0, "the first request did not take the stream")
         second, t2 = _in_threads(m.run, reqs[1:2])
         _join(t1 + t2)
         assert_alone(AFFINE, reqs[0], first[0], "first")
         assert_alone(AFFINE, reqs[1], second[0], "second")
         assert _batching(m)["batch_sizes"] == {2: 1}
         third, t3 = _in_threads(m.run, reqs[2:])
-        _until(lambda: m.engine.streams.idle() == 0, "the third request did not take the stream")
+        _until(lambda: m.pool.idle() == 0, "the third request did not take the stream")
     finally:
         m.close(timeout=WAIT)
     _join(t3)
@@ -427,7 +427,7 @@ def test_latency_slo_waits_only_once_the_gear_run_time_is_known():
         _join(t0)
         assert _batching(m)["batch_sizes"] == {1: 1, 2: 1}
         first, t1 = _in_threads(m.run, reqs[1:2])
-        _until(lambda: m.engine.streams.idle() == 0, "the lone request did not take the stream")
+        _until(lambda: m.pool.idle() == 0, "the lone request did not take the stream")
         second, t2 = _in_threads(m.run, reqs[2:])
         _join(t1 + t2)
         assert_alone(AFFINE, reqs[1], first[0], "second")

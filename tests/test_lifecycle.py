@@ -151,7 +151,7 @@ def test_close_aborting_a_stuck_request_never_recovers_the_device_under_another_
     m = gert.load(scale_model(2.0))
     other.run({"x": x})
     m.run({"x": x})
-    w = m._workers[0]
+    w = m.pool.workers[0]
     m._hot.enabled = False  # the hook below wraps Worker.run: the Python path (the compiled one: tests/test_hotpath.py)
     real_run, failed, closed = w.run, threading.Event(), threading.Event()
 
@@ -182,7 +182,7 @@ def test_close_aborting_a_stuck_request_never_recovers_the_device_under_another_
     assert w.closed  # closed by the request when it let go
     after = gert.host_counters()
     assert after["device_task_aborts"] == before["device_task_aborts"]
-    assert m._recovery.stats.recoveries == 0
+    assert m.pool.recovery.stats.recoveries == 0
     np.testing.assert_array_equal(other.run({"x": x})["y"], x * 3)
     other.close()
     assert gert.host_counters()["streams_alive"] == before["streams_alive"] - 2
@@ -261,7 +261,7 @@ def test_close_waits_for_the_graph_warmup_compiles_then_warmup_stops(monkeypatch
     """warmup is counted in flight: close() lets the compile in progress finish in an open Session, then warmup
     stops with 'closed during warmup' (it used to go on in a Session close() had deleted)."""
     m = gert.load(_length_model(), streams=2, shape_policy={"L": "exact"}, max_exact_graphs=64)
-    workers = list(m._workers)
+    workers = list(m.pool.workers)
     started, release, seen = threading.Event(), threading.Event(), []
     orig = OrtGraphProvider.compile
 
@@ -296,7 +296,7 @@ def test_a_graph_built_in_a_session_replaced_by_recovery_is_not_installed():
     the shape runs on the new Session."""
     m = gert.load(_length_model(), shape_policy={"L": "exact"})
     try:
-        w = m._workers[0]
+        w = m.pool.workers[0]
         key = (("L", 5),)
         entry = w.build(key)  # no lock: the way the tiers' thread builds
         with w.lock:
@@ -311,7 +311,7 @@ def test_a_graph_built_in_a_session_replaced_by_recovery_is_not_installed():
 def test_a_background_compile_finishing_during_a_device_recovery_is_rebuilt_in_the_new_session():
     m = gert.load(_length_model(), hot_after=1, compile_share=1.0)
     m.warmup()
-    w = m._workers[0]
+    w = m.pool.workers[0]
     key = (("L", 5),)
     real_build, built, recovered = w.build, threading.Event(), threading.Event()
     builds: list = []
@@ -362,7 +362,7 @@ def _compiles_per_cycles(m, sizes, cycles: int) -> int:
 def test_exact_keeps_its_hot_set_after_a_recovery_or_an_oom_retry(trigger):
     sizes = [2, 3, 4, 5]
     with gert.load(_length_model(), shape_policy={"L": "exact"}, max_exact_graphs=4) as m:
-        w = m._workers[0]
+        w = m.pool.workers[0]
         _compiles_per_cycles(m, sizes, 3)
         assert _compiles_per_cycles(m, sizes, 5) == 0
         if trigger == "recovery":

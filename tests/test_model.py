@@ -279,7 +279,7 @@ def test_core_limit_effect(cores):
         pytest.skip("needs 2 cube cores")
     data = matmul_chain_model(64, 2, seed=100 + cores)  # bytes unique to this test
     with gert.load(data, streams=2, cube_cores=cores, vector_cores=1) as m:
-        assert [(w.stream.cube_cores, w.stream.vector_cores) for w in m._workers] == [(cores, 1)] * 2
+        assert [(w.stream.cube_cores, w.stream.vector_cores) for w in m.pool.workers] == [(cores, 1)] * 2
         bound = {}
 
         def launch():
@@ -351,7 +351,7 @@ def test_exact_graphs_lru_bound():
             x = echo_input(n, 2, n)
             check_echo(m.run({"x": x}), x)
         assert m.stats()["compiles"] == 4  # n=1 was evicted by n=3 and compiled again; n=3 was still loaded
-        assert len(m._workers[0].graphs) == 2
+        assert len(m.pool.workers[0].graphs) == 2
 
 
 # ---- failure isolation and close() ---------------------------------------------------------------------------------
@@ -496,11 +496,11 @@ def test_close_with_submits_in_flight():
     m = gert.load(data, streams=2)
     m.run({"x": xs[0]})  # compiled
     gate = threading.Event()
-    for w in m._workers:
+    for w in m.pool.workers:
         w.stream.launch_host_func(lambda: gate.wait(60))  # the one gate
     futures = [m.submit({"x": xs[i % 4]}) for i in range(80)]
     deadline = time.monotonic() + 30
-    while m.engine.streams.idle() > 0:  # a request has taken each stream (and waits behind its hold)
+    while m.pool.idle() > 0:  # a request has taken each stream (and waits behind its hold)
         assert time.monotonic() < deadline, "no request took the streams"
         time.sleep(0.005)
     closer = threading.Thread(target=m.close)

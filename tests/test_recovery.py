@@ -174,12 +174,12 @@ def test_device_failure_is_recovered_while_the_other_device_serves():
 def test_no_device_to_take_the_request_is_unavailable(model):
     """While every device of the model is being recovered, a request fails at once with DeviceUnavailable (a server
     answers UNAVAILABLE: retry later) instead of waiting; once the device is back it serves."""
-    model._recovery._recovering.add(0)  # as _recover() marks it while aclrtDeviceTaskAbort and the rebuild run
+    model.pool.recovery._recovering.add(0)  # as _recover() marks it while aclrtDeviceTaskAbort and the rebuild run
     try:
         with pytest.raises(DeviceUnavailable, match=r"device\(s\) \[0\] are being recovered") as e:
             model.run({"x": _x(1, 7)})
         assert error_class(e.value) == "unavailable"
     finally:
-        model._recovery._recovering.discard(0)
+        model.pool.recovery._recovering.discard(0)
     x = _x(2, 8)
     np.testing.assert_array_equal(model.run({"x": x})["y"], x * 2)

@@ -36,13 +36,13 @@ class Held:
 
     def __init__(self, m: gert.Model):
         self.m = m
-        self.worker = m._queue.acquire(m._workers)
+        self.worker = m.pool.queue.acquire(m.pool.workers)
 
     def queued(self) -> int:
         return self.m.stats()["batching"]["queued"]
 
     def release(self) -> None:
-        self.m._queue.release(self.worker)
+        self.m.pool.queue.release(self.worker)
 
 
 def _until(cond, what: str) -> None:

@@ -72,7 +72,7 @@ def key_of(n: int, batch: int = 1) -> tuple:
 
 
 def on_all_streams(m, key) -> bool:
-    return all(key in w.graphs and w.graphs[key].is_static for w in m._workers)
+    return all(key in w.graphs and w.graphs[key].is_static for w in m.pool.workers)
 
 
 # ---- the building blocks ----------------------------------------------------------------------------------------
@@ -106,7 +106,7 @@ def test_auto_is_the_default_and_warmup_compiles_only_the_dynamic_graph():
         assert m.plan.dims["n"].policy == "auto"
         assert m.warmup() == 2  # one dynamic-shape graph per stream, whatever the batch gears
         assert all(list(w.graphs) == [(("batch", -1), ("n", -1))] and not w.graphs[(("batch", -1), ("n", -1))]
-                   .is_static for w in m._workers)
+                   .is_static for w in m.pool.workers)
         for i, (b, n) in enumerate([(1, 3), (3, 5), (4, 7), (2, 9)]):
             x = echo_input(i + 1, b, n)
             check_echo(m.run({"x": x}), x)
@@ -216,14 +216,14 @@ def test_a_hotter_shape_replaces_the_least_frequent_static_one():
         run(5, 3)  # hot, but less frequent than 2 (6) and 3 (4): turned down
         wait_for(idle, "the admission decision")
         assert m.stats()["tiers"]["rejections"] == 1
-        assert key_of(5) not in m._workers[0].graphs and m.stats()["tiers"]["evictions"] == 0
+        assert key_of(5) not in m.pool.workers[0].graphs and m.stats()["tiers"]["evictions"] == 0
         run(5, 4)  # 7 hits: more than 3's 4, but not twice as many (shapes of similar frequency do not swap)
         wait_for(idle, "the admission decisions")
         assert m.stats()["tiers"]["rejections"] > 1
-        assert key_of(5) not in m._workers[0].graphs and m.stats()["tiers"]["evictions"] == 0
+        assert key_of(5) not in m.pool.workers[0].graphs and m.stats()["tiers"]["evictions"] == 0
         run(5, 2)  # 9 hits, more than twice 3's 4: 3 is evicted, 5 admitted
         wait_for(lambda: on_all_streams(m, key_of(5)), "the static graph of the hotter shape")
-        assert key_of(3) not in m._workers[0].graphs and on_all_streams(m, key_of(2))
+        assert key_of(3) not in m.pool.workers[0].graphs and on_all_streams(m, key_of(2))
         assert m.stats()["tiers"]["evictions"] == 1 and m.stats()["request_path_compiles"] == 0
         run(3, 1)  # an evicted shape still runs (on the dynamic graph)
 
@@ -266,7 +266,7 @@ def test_close_during_a_background_compile_returns_promptly_and_releases_everyth
         x = echo_input(1, 1, 7)
         check_echo(m.run({"x": x}), x)
         wait_for(lambda: compiled_on, "the background compile to start")
-        busy = next(w for w in m._workers if w.builds_in_flight)  # the stream whose Session the compile uses
+        busy = next(w for w in m.pool.workers if w.builds_in_flight)  # the stream whose Session the compile uses
         t0 = time.monotonic()
         closer = threading.Thread(target=m.close)
         closer.start()
@@ -275,11 +275,11 @@ def test_close_during_a_background_compile_returns_promptly_and_releases_everyth
         assert time.monotonic() - t0 < WAIT
         with pytest.raises(gert.GertError, match="closed"):
             m.run({"x": x})
-        other = [w for w in m._tiers.workers if w is not busy]
+        other = [w for w in m.pool.tiers.workers if w is not busy]
         assert all(_session_closed(w) for w in other)
         assert not _session_closed(busy)  # still in use by the compile: the compiler thread owns it now
         gate.set()
-        assert m._tiers.join(WAIT), "the compiler thread did not end"
+        assert m.pool.tiers.join(WAIT), "the compiler thread did not end"
     assert _session_closed(busy)
     assert device_used() == used_before
     assert not still_alive(live_threads("gert-tiers") - threads_before)
@@ -340,7 +340,7 @@ def test_exact_one_off_scan_does_not_evict_reused_graphs():
         run(3)
         st = m.stats()
         assert st["compiles"] == compiles == 2 + 26  # the reused sizes were still loaded
-        assert st["request_path_compiles"] == st["compiles"] and len(m._workers[0].graphs) == 5
+        assert st["request_path_compiles"] == st["compiles"] and len(m.pool.workers[0].graphs) == 5
 
 
 @pytest.mark.parametrize("close", [True, False])
@@ -450,7 +450,7 @@ def test_admission_ranks_sizes_over_a_longer_horizon_than_the_hot_window():
         wait_for(idle, "the admission decision")
         st = m.stats()["tiers"]
         assert st["rejections"] >= 1 and st["evictions"] == 0
-        assert on_all_streams(m, key_of(2)) and key_of(3) not in m._workers[0].graphs
+        assert on_all_streams(m, key_of(2)) and key_of(3) not in m.pool.workers[0].graphs
 
 
 def test_background_compiles_rest_between_compiles_to_keep_their_cpu_share():
@@ -507,7 +507,7 @@ def test_a_hot_shape_over_the_host_memory_budget_stays_on_the_dynamic_graph_and_
         wait_for(lambda: m.stats()["tiers"]["memory_refusals"] >= 1, "the budget's refusal")
         wait_for(lambda: m.stats()["tiers"]["pending"] == 0, "the admission decision")
         st = m.stats()
-        assert not any(key_of(3) in w.graphs for w in m._workers), "a static graph was built over the budget"
+        assert not any(key_of(3) in w.graphs for w in m.pool.workers), "a static graph was built over the budget"
         assert st["tiers"]["static_shapes"] == 0 and st["tiers"]["static_bytes"] == 0
         assert st["static_hits"] == 0 and st["dynamic_hits"] == 5 and st["tiers"]["host_memory"] == 1
         x = echo_input(99, 1, 3)
@@ -534,7 +534,7 @@ def test_a_second_shape_that_would_pass_the_budget_is_turned_down():
         for uid in range(1, 4):
             probe.run({"x": echo_input(uid, 1, 3)})
         wait_for(lambda: on_all_streams(probe, key_of(3)), "the probe's static graph")
-        one = probe._workers[0].graphs[key_of(3)].memory
+        one = probe.pool.workers[0].graphs[key_of(3)].memory
     with gert.load(echo_model(), gears={"batch": [1]}, hot_after=2, host_memory=one + one // 2) as m:
         m.warmup()
         for uid in range(1, 4):
@@ -548,7 +548,7 @@ def test_a_second_shape_that_would_pass_the_budget_is_turned_down():
             x = echo_input(uid, 1, 4)
             check_echo(m.run({"x": x}), x)
         wait_for(lambda: m.stats()["tiers"]["memory_refusals"] >= 1, "the budget's refusal of the second shape")
-        assert on_all_streams(m, key_of(3)) and not any(key_of(4) in w.graphs for w in m._workers)
+        assert on_all_streams(m, key_of(3)) and not any(key_of(4) in w.graphs for w in m.pool.workers)
         x = echo_input(20, 1, 4)
         check_echo(m.run({"x": x}), x)
 

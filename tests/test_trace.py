@@ -101,7 +101,7 @@ def test_two_streams_overlap_one_stream_never_overlaps_itself(model):
     each request's run then hangs 1 s on the device (the host NPU's hang fault): released together, the two execute
     spans overlap; on one stream they never do. (On the host NPU a request waits for its stream to go idle before it
     launches anything, so the hold is seen as both streams taken, not as launched work.)"""
-    workers = model._workers
+    workers = model.pool.workers
     gate = threading.Event()
     gert.inject_fault("hang", duration_ms=1000, count=2)
     try:
@@ -114,7 +114,7 @@ def test_two_streams_overlap_one_stream_never_overlaps_itself(model):
             for c in clients:
                 c.start()
             deadline = time.monotonic() + 30
-            while model.engine.streams.idle() > 0:  # each request has taken a stream (and waits behind its hold)
+            while model.pool.idle() > 0:  # each request has taken a stream (and waits behind its hold)
                 assert time.monotonic() < deadline, "the two requests never took the two streams"
                 time.sleep(0.005)
             gate.set()  # release both streams at once
@@ -310,20 +310,20 @@ def test_dynamic_batching_shows_which_requests_rode_together():
     with gert.load(mlp_model(6), streams=1, gears={"batch": [1, 2, 4]}) as m:
         m.warmup()
         gate = threading.Event()
-        (w,) = m._workers
+        (w,) = m.pool.workers
         w.stream.launch_host_func(lambda: gate.wait(30))
         outs: list = []
         with gert.trace() as t:
             first = threading.Thread(target=lambda: outs.append(m.run({"x": _x(1, 0)})))
             first.start()
             deadline = time.monotonic() + 30
-            while m._queue.idle():  # the first request holds the stream
+            while m.pool.queue.idle():  # the first request holds the stream
                 assert time.monotonic() < deadline
                 time.sleep(0.002)
             rest = [threading.Thread(target=lambda i=i: outs.append(m.run({"x": _x(1, i)}))) for i in (1, 2)]
             for c in rest:
                 c.start()
-            while m._queue.waiting() < 2:  # both queued for the stream
+            while m.pool.queue.waiting() < 2:  # both queued for the stream
                 assert time.monotonic() < deadline
                 time.sleep(0.002)
             gate.set()

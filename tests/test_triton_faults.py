@@ -32,7 +32,7 @@ def test_request_timeout_ms_parameter():
 
 def test_device_fault_is_internal_timeout_unavailable_bad_input_invalid(pb, loaded, tmp_path, seq_bytes):
     m = loaded(model_dir(tmp_path, seq_bytes), parameters=params(streams="1", request_timeout_ms="300"))
-    assert m.model._recovery.request_timeout_s == 0.3
+    assert m.model.pool.recovery.request_timeout_s == 0.3
     good = seq_inputs(1, 4, 1)
     check_seq(outputs_of(m.execute([request(pb, good)])[0]), good)
 

@@ -148,7 +148,7 @@ def test_tiers_parameters_reach_the_model_and_its_metrics(pb, loaded, tmp_path, 
     m = loaded(model_dir(tmp_path, seq_bytes, name="tiered"),
                parameters={**ONE_STREAM, **params(hot_after="2", hot_window="16", max_exact_graphs="3",
                                                   compile_share="0.75", host_memory="256MB")})
-    tiers = m.model._tiers
+    tiers = m.model.pool.tiers
     assert (tiers.hot_after, tiers._window.size, tiers.max_static, tiers.compile_share) == (2, 16, 3, 0.75)
     assert tiers.host_memory == 256 << 20
     assert m.model.plan.dims["S"].policy == "auto" and m.model.stats()["compiles"] == 1  # the dynamic graph

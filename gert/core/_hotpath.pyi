@@ -52,7 +52,8 @@ class HotPath:
     batch_limit: int
     lists: bool
     def __init__(self, names: Any, queue: Any, on_error: Callable[[Any, BaseException], Any],
-                 on_idle: Callable[[], Any], trace: Any, count: Callable[[Prepared, int, int, float], Any]) -> None: ...
+                 on_idle: Callable[[], Any], trace: Any, count: Callable[[Prepared, int, int, float], Any],
+                 enabled: bool = True, batch_limit: int = 0, lists: bool = False) -> None: ...
     @property
     def closed(self) -> bool: ...
     @property

@@ -101,7 +101,9 @@ cdef class HotPath:
     """A Model's compiled hot path (one per Model). ``names``: the model's inputs in order; ``queue``: its
     StreamQueue (``try_take``, ``release``); ``on_error(worker, error)``: the Python handling of a failed run (device
     faults: gert.core.recovery), called holding the worker's lock; ``on_idle()``: wakes close() once the last request
-    in flight here ends; ``trace``: gert.core.trace (its ``active`` recorder turns this path off)."""
+    in flight here ends; ``trace``: gert.core.trace (its ``active`` recorder turns this path off); ``count``: the
+    runs counted in C, flushed to the stats; ``enabled``: off, every request takes the Python path; ``batch_limit``:
+    rows under which dynamic batching queues a request (0: off); ``lists``: run(list) may merge on axis 0."""
     cdef tuple names
     cdef Py_ssize_t n_in
     cdef dict table  # signature -> [Prepared, one per stream it ran on]
@@ -121,14 +123,15 @@ cdef class HotPath:
     cdef readonly Py_ssize_t in_flight
     cdef readonly int64_t hits, misses
 
-    def __init__(self, names, queue, on_error, on_idle, trace, count):
+    def __init__(self, names, queue, on_error, on_idle, trace, count, bint enabled=True, Py_ssize_t batch_limit=0,
+                 bint lists=False):
         self.names = tuple(names)
         self.n_in = len(self.names)
         self.table = {}
         self.queue, self.on_error, self.on_idle, self.trace, self.count = queue, on_error, on_idle, trace, count
         lock, self.q_free, self.q_waiting, self.q_single = queue.parts_for_hot_path()
         self.q_acquire, self.q_release, self.q_locked = lock.acquire, lock.release, lock.locked
-        self.enabled = True
+        self.enabled, self.batch_limit, self.lists = enabled, batch_limit, lists
 
     # ---- the call -------------------------------------------------------------------------------------------------
     cdef object _take(self):

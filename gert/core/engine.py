@@ -1,7 +1,7 @@
 """The Engine: a model's request pipeline, the same for every front door (docs/architecture.md).
 
     validate (gert.core.validate) -> resolve sizes and graph key -> batch (gert.core.batching) -> dispatch to a
-    stream, run under recovery (the Streams the Model gives) -> split
+    stream, run under recovery (gert.core.pool.StreamPool) -> split
 
 Concurrent callers are batched here too (dynamic batching, gert/core/dynamic.py): a request that may share a run
 queues for a stream with its batch key; the one that gets the stream takes the queued requests of its key along,
@@ -12,7 +12,6 @@ their callers' inputs and errors and call the Engine; none holds a copy of a ste
 """
 from __future__ import annotations
 
-import concurrent.futures
 import time
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Sequence
@@ -26,36 +25,29 @@ from gert.core.validate import Validator
 from gert.errors import GertError, RequestTimeout
 from gert.core.executor import Request
 from gert.core.recovery import is_runtime_failure
+from gert.core.pool import StreamPool
 from gert.core.shapes import DEFAULT_BATCH_GEARS, ShapePlan
 
 _RESOLVED_KEPT = 1024  # remembered sizes -> (run sizes, graph key) (cleared when full)
 
 
-@dataclass
-class Streams:
-    """What the Engine needs of the streams that run requests (the Model owns them, with their lifecycle):
-    ``dispatch`` runs a Request on the first free stream under recovery; ``idle`` counts the free streams;
-    ``count`` all of them; ``timeout_for`` a request's device timeout; ``parts_pool`` threads for split batches;
-    ``dispatch_batch(pending, lead)`` queues a Pending request for a stream with its batch key: the request that
-    gets the stream calls ``lead(group, run)`` (``run`` runs a Request on that stream under recovery), the others
-    wait for their results (dynamic batching)."""
+@dataclass(frozen=True)
+class EngineConfig:
+    """How the Engine runs requests: ``split_batch`` spreads one batch over the idle streams;
+    ``batching``: dynamic batching of concurrent callers (gert/core/dynamic.py; None: off)."""
 
-    dispatch: Callable[[Request], dict]
-    idle: Callable[[], int]
-    count: Callable[[], int]
-    timeout_for: Callable[[Optional[float]], Optional[float]]
-    parts_pool: Callable[[], concurrent.futures.ThreadPoolExecutor]
-    dispatch_batch: Optional[Callable[[Pending, Callable], dict]] = None
+    split_batch: bool = False
+    batching: Optional[BatchingConfig] = None
 
 
 class Engine:
     """Runs requests of one model: one request, a list, a batch, or a prepared batch of sequence steps."""
 
-    def __init__(self, plan: ShapePlan, streams: Streams, split_batch: bool = False,
-                 dynamic_batching: Optional[BatchingConfig] = None):
+    def __init__(self, plan: ShapePlan, pool: StreamPool, config: EngineConfig = EngineConfig()):
         self.plan = plan
-        self.streams = streams
-        self.split_batch = bool(split_batch)
+        self.pool = pool
+        self.split_batch = bool(config.split_batch)
+        dynamic_batching = config.batching
         self.validator = Validator(plan)
         self.batcher = Batcher(plan)
         batch = plan.batch
@@ -66,6 +58,25 @@ class Engine:
         self.batch_limit = self._batch_limit(dynamic_batching)  # rows of a dynamic batch at most (0: off)
         self.batching_stats = BatchingStats()
         self.run_times = RunTimes()  # per batch size run: what latency_slo_ms leaves room for
+        # the compiled hot path (gert/core/_hotpath.pyx): a signature seen before runs in one call, without the
+        # above; off where every request needs the Python path: split_batch, dynamic batching that waits for company
+        # (max_queue_delay_ms, latency_slo_ms). run(list) merges there on axis 0 where every input and output
+        # carries the batch there.
+        waits = dynamic_batching is not None and bool(dynamic_batching.max_queue_delay_ms
+                                                      or dynamic_batching.latency_slo_ms)
+        b = self.batcher
+        lists = b.enabled and all(a == 0 for a in b.in_axes.values()) and all(a == 0 for a in b.out_axes.values())
+        self.hot = pool.open_hot_path(self.validator.names, self._count_hot,
+                                      not self.split_batch and not (waits and self.batch_limit), self.batch_limit,
+                                      lists)
+
+    def _count_hot(self, prepared, runs: int, lone: int, seconds: float) -> None:
+        """The compiled hot path's runs of ``prepared``, counted in C, added to its stream's stats and, for lone
+        requests the dynamic batcher would have run as batches of one, to the batching stats."""
+        prepared.worker.count_fast(prepared.label, runs, runs * prepared.real_elements,
+                                   runs * prepared.padded_elements, seconds)
+        if prepared.batched and lone:
+            self.batching_stats.record_alone(lone, prepared.label)
 
     def _batch_limit(self, config: Optional[BatchingConfig]) -> int:
         """Rows one dynamic batch may have: up to the largest gear (pad) or max_batch; 0 when requests of this
@@ -133,7 +144,7 @@ class Engine:
             t0 = time.perf_counter()
             failed = None
         try:
-            timeout = self.streams.timeout_for(timeout)
+            timeout = self.pool.timeout_for(timeout)
             arrays, sizes = self.validator.check(inputs)
             if tr is not None:
                 tr.span("validate", tr.thread_track(), t0, time.perf_counter())
@@ -148,12 +159,12 @@ class Engine:
                 starts = [sum(counts[:i]) for i in range(parts)]
                 return self._run_chunks(arrays, sizes, list(zip(starts, counts)), timeout)
             run_sizes, key = self.resolve(sizes)  # a size without a graph fails here, alone, before any batch
-            if self.batch_limit and 0 < sizes["batch"] < self.batch_limit and self.streams.dispatch_batch is not None \
+            if self.batch_limit and 0 < sizes["batch"] < self.batch_limit \
                     and all(type(a) is np.ndarray for a in arrays.values()):
                 pending = Pending(arrays, sizes, sizes["batch"], self.batcher.key(arrays, (timeout,)),
                                   dict(out) if out else None, timeout, self.batch_limit)
-                return self.streams.dispatch_batch(pending, self._lead)
-            return self.streams.dispatch(Request(arrays, sizes, run_sizes, key, dict(out) if out else None, timeout))
+                return self.pool.dispatch_batch(pending, self._lead, self.gather_rule)
+            return self.pool.dispatch(Request(arrays, sizes, run_sizes, key, dict(out) if out else None, timeout))
         except BaseException as e:
             if tr is not None:
                 failed = e
@@ -185,6 +196,11 @@ class Engine:
             run = self.run_times.estimate(self.plan.batch.resolve(target, "dynamic batching"))
             until.append(first + config.latency_slo_ms / 1000.0 - run if run is not None else first)
         return min(until), (lambda rows: rows >= target)
+
+    def queue_batch(self, pending: Pending, lead: Callable[[list, Callable[[Request], dict]], None]) -> dict:
+        """``pending`` queued for a stream with its batch key (dynamic batching); the request that gets the stream
+        calls ``lead(group, run)`` (sequences lead their own steps: gert/sequence.py). Its result."""
+        return self.pool.dispatch_batch(pending, lead, self.gather_rule)
 
     def _lead(self, group: list, run: Callable[[Request], dict]) -> None:
         """Run the Pending requests of ``group`` (one batch key) as one batch on the stream ``run`` runs on, and
@@ -244,14 +260,14 @@ class Engine:
         real_batch, before, after)."""
         checked, sizes = self.validator.check(arrays)
         run_sizes, key = self.resolve(sizes)
-        return (run or self.streams.dispatch)(Request(checked, sizes, run_sizes, key,
-                                                      timeout=self.streams.timeout_for(None), **request))
+        return (run or self.pool.dispatch)(Request(checked, sizes, run_sizes, key,
+                                                   timeout=self.pool.timeout_for(None), **request))
 
     def _idle_parts(self, sizes: dict) -> int:
         """With split_batch: how many streams are idle (at most the batch size); 1 means run as one request."""
-        if not self.split_batch or not self.batcher.enabled or self.streams.count() < 2 or sizes.get("batch", 0) < 2:
+        if not self.split_batch or not self.batcher.enabled or self.pool.count < 2 or sizes.get("batch", 0) < 2:
             return 1
-        return max(1, min(self.streams.idle(), sizes["batch"]))
+        return max(1, min(self.pool.idle(), sizes["batch"]))
 
     def _run_chunks(self, arrays: dict, sizes: dict, chunks: list, timeout: Optional[float]) -> dict:
         """Row ranges [(start, rows)] of one request run as separate requests (concurrently with split_batch),
@@ -261,10 +277,10 @@ class Engine:
             sub = self.batcher.piece(arrays, start, rows)
             sub_sizes = dict(sizes, batch=rows)
             run_sizes, key = self.resolve(sub_sizes)
-            return self.streams.dispatch(Request(sub, sub_sizes, run_sizes, key, timeout=timeout))
+            return self.pool.dispatch(Request(sub, sub_sizes, run_sizes, key, timeout=timeout))
 
         if self.split_batch and len(chunks) > 1:
-            futures = [self.streams.parts_pool().submit(one, *c) for c in chunks[1:]]
+            futures = [self.pool.parts_pool().submit(one, *c) for c in chunks[1:]]
             parts = [one(*chunks[0])] + [f.result() for f in futures]
         else:
             parts = [one(*c) for c in chunks]

@@ -12,7 +12,7 @@ import copy
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -66,9 +66,10 @@ class Worker(StreamGraphs):
     table (gert.core.stream_graphs.StreamGraphs: the stream, Session, graphs, buffers and their life)."""
 
     def __init__(self, index: int, device: int, graph: Graph, plan: ShapePlan, session_options: dict,
-                 graph_options: dict, cube_cores: Optional[int], vector_cores: Optional[int], max_exact_graphs: int):
+                 graph_options: dict, cube_cores: Optional[int], vector_cores: Optional[int], max_exact_graphs: int,
+                 cache=None, tiers=None, hot: Optional[Callable[[], object]] = None):
         super().__init__(index, device, graph, plan, session_options, graph_options, cube_cores, vector_cores,
-                         max_exact_graphs)
+                         max_exact_graphs, cache, tiers, hot)
         self.limited = cube_cores is not None or vector_cores is not None
         self._compiled_for = 0  # id() of the request whose graph the request path compiled last
         self.trace_events: Optional[list] = None  # timing events of a traced run (gert/core/staged.py)
@@ -210,15 +211,16 @@ class Worker(StreamGraphs):
         else:
             self.stats.dynamic_hits += 1
         self.stats.busy_seconds += time.perf_counter() - t0
-        if fused and self.hot is not None:
-            self._offer(req, entry, uploads, fills, inputs, outputs, downloads, results, label, real_elements,
+        hot = self._hot_path() if fused else None
+        if hot is not None:
+            self._offer(hot, req, entry, uploads, fills, inputs, outputs, downloads, results, label, real_elements,
                         padded_elements)
         if tr is not None:
             tr.span("run", track, t0, time.perf_counter(), "run",
                     {"rows": req.sizes.get("batch"), "key": label, "graph": "static" if entry.is_static else "dynamic"})
         return results
 
-    def _offer(self, req: Request, entry: GraphEntry, uploads: list, fills: list, inputs: list, outputs: list,
+    def _offer(self, hot, req: Request, entry: GraphEntry, uploads: list, fills: list, inputs: list, outputs: list,
                downloads: list, results: dict, label: str, real_elements: int, padded_elements: int) -> None:
         """Offer the request just run to the compiled hot path (gert/core/_hotpath.pyx), when running its signature
         again is this same fused call with only the host arrays changed: numpy inputs each uploaded whole (no staged
@@ -230,7 +232,7 @@ class Worker(StreamGraphs):
             return
         arrays = [req.arrays[t.name] for t in self.plan.inputs]
         signature = tuple((a.shape, a.dtype) for a in arrays)
-        if not self.hot.wants(signature, self):  # off, or prepared on this stream already
+        if not hot.wants(signature, self):  # off, or prepared on this stream already
             return
         if all(type(a) is Rows and a.axis == 0 for a in arrays):  # a merged batch (run(list)): parts in a row
             if any(a.shape[1:] != tuple(i[1][1:]) for a, i in zip(arrays, inputs)) \
@@ -247,7 +249,7 @@ class Worker(StreamGraphs):
         call = _cann.FusedCall(self.session, entry.graph_id, self.stream, whole, fills,
                                [(b.ptr, n, g, s) for b, s, _, n, g in inputs], outputs,
                                [(dptr, host.nbytes) for host, dptr in downloads])
-        self.hot.offer(self, signature, req.sizes, call,
+        hot.offer(self, signature, req.sizes, call,
                        self.stream.use_in_current_thread if self.limited else None,
                        tuple(o.name for o in self.plan.outputs), tuple(o.shape for o in outs),
                        tuple(o.dtype for o in outs), label, real_elements, padded_elements)

@@ -11,7 +11,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -86,7 +86,8 @@ class StreamGraphs:
     graph of a Session while its other graphs execute); the others need ``lock``."""
 
     def __init__(self, index: int, device: int, graph: Graph, plan: ShapePlan, session_options: dict,
-                 graph_options: dict, cube_cores: Optional[int], vector_cores: Optional[int], max_exact_graphs: int):
+                 graph_options: dict, cube_cores: Optional[int], vector_cores: Optional[int], max_exact_graphs: int,
+                 cache=None, tiers=None, hot: Optional[Callable[[], object]] = None):
         self.index = index
         self.device = device
         self.plan = plan
@@ -106,11 +107,11 @@ class StreamGraphs:
         self.failed: "OrderedDict[tuple, GeError]" = OrderedDict()  # shape key -> why its compile failed
         self.max_exact_graphs = max_exact_graphs
         self.exact = SegmentedLRU(max_exact_graphs)  # the evictable (exact) graphs' keys: always those in graphs
-        self.tiers = None  # gert.core.tiers.Tiers when a dim uses the auto policy (set by the Model)
-        self.cache = None  # gert.core.compile_cache.CompileCache when the model has a cache directory (set by the Model)
-        # gert.core._hotpath.HotPath: runs prepared over this stream's buffers and graphs (set by the Model); told to
-        # forget them whenever the buffers or graphs change (forget_prepared)
-        self.hot = None
+        self.tiers = tiers  # gert.core.tiers.Tiers when a dim uses the auto policy
+        self.cache = cache  # gert.core.compile_cache.CompileCache when the model has a cache directory
+        # () -> gert.core._hotpath.HotPath or None (the pool opens it after its workers): runs prepared over this
+        # stream's buffers and graphs; told to forget them whenever the buffers or graphs change (forget_prepared)
+        self._hot_path = hot or (lambda: None)
         self._graph_ids = itertools.count(1)  # thread-safe: the tiers' thread compiles too
         self.in_bufs: dict = {}
         self.out_bufs: dict = {}
@@ -317,10 +318,16 @@ class StreamGraphs:
                 entry.out_meta.append((dtype, math.prod(shape) * dtype.itemsize, ge_dtype(dtype)))
         return entry
 
+    @property
+    def hot(self):
+        """The compiled hot path this stream offers its runs to (gert/core/_hotpath.pyx), or None."""
+        return self._hot_path()
+
     def forget_prepared(self) -> None:
         """The compiled hot path must not run what it prepared over this stream's buffers and graphs any more."""
-        if self.hot is not None:
-            self.hot.forget(self)
+        hot = self._hot_path()
+        if hot is not None:
+            hot.forget(self)
 
     def free_buffers(self) -> None:
         """Free the device I/O buffers (no work may be queued); they grow again on demand."""

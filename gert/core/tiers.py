@@ -24,7 +24,7 @@ import collections
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from gert.core import host_memory as _host_memory
 from gert.core import trace as _trace
@@ -147,16 +147,15 @@ class Tiers:
     """The ``auto`` policy of one Model: routes each request to its static graph or the stream's dynamic-shape graph,
     counts hotness, and compiles static graphs for hot shapes in one background thread."""
 
-    def __init__(self, workers: list, max_static: int, hot_after: int = HOT_AFTER, hot_window: int = HOT_WINDOW,
-                 compile_share: float = COMPILE_SHARE, host_memory=None):
+    def __init__(self, workers: Callable[[], list], dims: Sequence[str], max_static: int, hot_after: int = HOT_AFTER,
+                 hot_window: int = HOT_WINDOW, compile_share: float = COMPILE_SHARE, host_memory=None):
         check_settings(hot_after, hot_window, max_static, compile_share)
         self.host_memory = _host_memory.parse(host_memory)  # bytes the static graphs may hold (all streams)
         self.compile_share = float(compile_share)
-        self.workers = workers
+        self._workers = workers  # () -> the model's workers (its stream pool opens them after the tiers)
         self.max_static = int(max_static)
         self.hot_after = int(hot_after)
-        names = sorted(workers[0].plan.dims)
-        self.fallback_key = tuple((n, -1) for n in names)  # every dynamic dim dynamic: serves any shape
+        self.fallback_key = tuple((n, -1) for n in sorted(dims))  # every dynamic dim dynamic: serves any shape
         self._window = FrequencyWindow(int(hot_window))
         # admission compares frequencies over a longer horizon: within one window, sizes of about equal share
         # (a tail of a few dozen sizes, each a percent or so) swap places by chance, each swap a compile
@@ -178,6 +177,10 @@ class Tiers:
         self.resting = 0.0  # seconds the compiler thread rested between compiles (COMPILE_SHARE)
         self._rest_until = 0.0  # time.monotonic() before which the compiler thread starts no compile
         _live.add(self)
+
+    @property
+    def workers(self) -> list:
+        return self._workers()
 
     # ---- the request path (the caller holds w.lock) ----------------------------------------------------------
     def route(self, w: "Worker", req: "Request") -> "GraphEntry":

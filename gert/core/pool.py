@@ -1,0 +1,259 @@
+"""The streams of one model: its workers, the queue that hands them out, recovery, the auto policy's tiers, the
+requests in flight, the compiled hot path's wiring, and close.
+
+The Engine (gert/core/engine.py) runs a request down to here and no further up: ``dispatch`` runs a Request on the
+first free stream under recovery; ``dispatch_batch`` queues a request that may share a run with its batch key, and
+the one that gets a stream leads the batch (dynamic batching, gert/core/dynamic.py). Front doors construct a pool
+and an Engine over it; they call only the two (docs/architecture.md).
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator, Optional, Sequence
+
+from gert.core import trace as _trace
+from gert.core._hotpath import HotPath
+from gert.core.dispatch import StreamQueue
+from gert.core.dynamic import Pending
+from gert.core.executor import Request, Worker
+from gert.core.recovery import Recovery
+from gert.core.shapes import ShapePlan
+from gert.core.tiers import COMPILE_SHARE, HOT_AFTER, HOT_WINDOW, Tiers
+from gert.errors import GertError
+
+CLOSED_BEFORE_START = "the model was closed before this request started"
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """How a model's streams are laid out and run: ``streams`` per device, core limits, the graph table's bound,
+    the model-wide device timeout, the auto policy's settings (gert/core/tiers.py)."""
+
+    devices: tuple = (0,)
+    streams: int = 1
+    cube_cores: Optional[int] = None
+    vector_cores: Optional[int] = None
+    max_exact_graphs: int = 16
+    request_timeout_s: Optional[float] = None
+    hot_after: int = HOT_AFTER
+    hot_window: int = HOT_WINDOW
+    compile_share: float = COMPILE_SHARE
+    host_memory: object = None
+
+
+class StreamPool:
+    """A model's streams (Workers) over its devices, and every request's way onto one of them."""
+
+    def __init__(self, plan: ShapePlan, graph, config: PoolConfig, session_options: dict, graph_options: dict,
+                 cache=None):
+        self.plan = plan
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._closed = False
+        self._in_flight = 0
+        self._parts: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self.hot: Optional[HotPath] = None
+        self.workers: list = []
+        self.recovery = Recovery(lambda: self.workers, config.request_timeout_s)  # gert/core/recovery.py
+        # policy auto: requests route through the tiers (dynamic graph now, static graphs once hot)
+        self.tiers = (Tiers(lambda: self.workers, sorted(plan.dims), config.max_exact_graphs, config.hot_after,
+                            config.hot_window, config.compile_share, config.host_memory) if plan.tiered else None)
+        self.workers = _open_workers(config, graph, plan, session_options, graph_options, cache, self.tiers,
+                                     lambda: self.hot)
+        self.queue: StreamQueue = StreamQueue(self.workers)  # first free stream, arrival order (gert/core/dispatch.py)
+
+    # ---- state ----------------------------------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def count(self) -> int:
+        """Streams over all devices (0 once closed)."""
+        return len(self.workers)
+
+    def idle(self) -> int:
+        """How many streams are free now."""
+        return self.queue.idle()
+
+    def check_open(self) -> None:
+        if self._closed:
+            raise GertError("the model is closed")
+
+    def timeout_for(self, timeout: Optional[float]) -> Optional[float]:
+        """A request's device timeout: its own, else the model's (request_timeout_s)."""
+        return self.recovery.timeout_for(timeout)
+
+    def parts_pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        """Threads for the parts of split batches: apart from a front door's pools, whose threads may be the ones
+        waiting for the parts."""
+        with self._lock:
+            if self._parts is None:
+                self._parts = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(self.workers)),
+                                                                    thread_name_prefix="gert-model-part")
+            return self._parts
+
+    @contextlib.contextmanager
+    def counted(self) -> Iterator[None]:
+        """A request, batch or warmup in flight: close() waits for it."""
+        with self._lock:
+            self.check_open()
+            self._in_flight += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                self._idle.notify_all()
+
+    # ---- dispatch -------------------------------------------------------------------------------------------------
+    def _usable(self, device: Optional[int]) -> list:
+        usable = self.recovery.usable(self.workers)  # not the workers of a device under recovery
+        if device is not None:  # the request's device tensors (or a sequence's state) live there
+            usable = [w for w in usable if w.device == device]
+            if not usable:
+                raise GertError(f"device {device} has no usable stream (under recovery)")
+        return usable
+
+    def _run_on(self, w: Worker, req: Request) -> dict:
+        """``req`` on ``w`` (whose lock the caller holds) under recovery, unless the model closed meanwhile."""
+        if self._closed:
+            raise GertError(CLOSED_BEFORE_START)
+        return self.recovery.run(w, req)
+
+    def dispatch(self, req: Request) -> dict:
+        """Run ``req`` on the first stream to come free (arrival order), under recovery."""
+        with self.counted():
+            usable = self._usable(req.device)
+            tr = _trace.active
+            if tr is not None:
+                t0 = time.perf_counter()
+            w = self.queue.acquire(usable)
+            if tr is not None:
+                tr.span("queue", tr.thread_track(), t0, time.perf_counter(), args={"stream": w.index})
+            try:
+                with w.lock:
+                    return self._run_on(w, req)
+            finally:
+                self.queue.release(w)
+
+    def dispatch_batch(self, pending: Pending, lead: Callable, gather_rule: Callable[[list], tuple]) -> dict:
+        """Dynamic batching (gert/core/dynamic.py): ``pending`` queues with its batch key; the one that gets a stream
+        runs ``lead(group, run)`` on it for the queued requests of its key (``gather_rule(group)``: how long it may
+        wait for more, gert.core.engine.Engine.gather_rule); the others wait for their results."""
+        with self.counted():
+            usable = self._usable(pending.device)
+            tr = _trace.active
+            if tr is not None:
+                t0 = time.perf_counter()
+            w, group = self.queue.acquire_batch(usable, pending, pending.key, pending.rows, pending.limit)
+            if tr is not None:
+                tr.span("queue", tr.thread_track(), t0, time.perf_counter(),
+                        args={"stream": w.index} if w is not None else {"batched_by": "another request"})
+            if w is None:
+                return pending.result()  # another request's batch ran it
+            try:
+                if tr is not None:
+                    t1 = time.perf_counter()
+                until, enough = gather_rule(group)  # max_queue_delay_ms / latency_slo_ms
+                if until is not None:
+                    self.queue.gather(w, group, pending.key, sum(p.rows for p in group), pending.limit, until, enough)
+                if tr is not None:  # batch formation: which requests ride together, their rows
+                    tr.span("batch", tr.stream_track(w), t1, time.perf_counter(),
+                            args={"requests": len(group), "rows": [p.rows for p in group]})
+                with w.lock:
+                    lead(group, lambda req: self._run_on(w, req))
+            except BaseException as e:  # noqa: BLE001 - each member's error (this request's too, raised below)
+                for p in group:  # nobody the batch took is left waiting
+                    if not p.done:
+                        p.set_error(e)
+            finally:
+                self.queue.release(w)
+            return pending.result()
+
+    # ---- the compiled hot path ------------------------------------------------------------------------------------
+    def open_hot_path(self, names: Sequence[str], count: Callable, enabled: bool, batch_limit: int,
+                      lists: bool) -> HotPath:
+        """The compiled hot path (gert/core/_hotpath.pyx) over these streams: its queue, its recovery (off while a
+        device recovers), close()'s wait, and its workers (which offer it what they ran). Off with a model-wide
+        timeout, or GERT_HOT_PATH=0 in the environment."""
+        if self.hot is not None:
+            raise GertError("this stream pool has its hot path already")
+
+        def idle() -> None:
+            with self._lock:
+                self._idle.notify_all()
+
+        on = enabled and self.recovery.request_timeout_s is None and os.environ.get("GERT_HOT_PATH", "1") != "0"
+        self.hot = HotPath(names, self.queue, self.recovery.failed, idle, _trace, count, on, batch_limit, lists)
+        self.recovery.listeners.append(lambda started: self.hot.suspend() if started else self.hot.resume())
+        return self.hot
+
+    # ---- close ----------------------------------------------------------------------------------------------------
+    def close(self, timeout: float, stop: Sequence[Callable[[], None]] = (),
+              drained: Optional[Callable[[float], None]] = None) -> bool:
+        """Stop taking requests (False when closed already). ``stop``: the front door's own pools, shut once no
+        request may start; then the requests in flight complete within ``timeout`` seconds, after which their
+        streams are aborted; ``drained(seconds left)``: what the front door frees once no request runs (sequences);
+        then every stream is released by its owner: here, or by the request still holding it when it lets go."""
+        with self._lock:
+            if self._closed:
+                return False
+            self._closed = True
+        if self.hot is not None:
+            self.hot.close()  # no request starts on the compiled path; those running are waited for below
+        self.queue.close()  # requests waiting for a stream fail; running ones complete
+        for s in stop:
+            s()
+        if self._parts is not None:
+            self._parts.shutdown(wait=False, cancel_futures=True)
+        if self.tiers is not None:
+            self.tiers.close()  # a compile in flight finishes in its retired Session, which it then closes
+        deadline = time.monotonic() + timeout
+        hot_in_flight = (lambda: self.hot.in_flight) if self.hot is not None else (lambda: 0)
+        with self._lock:
+            while self._in_flight or hot_in_flight():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._idle.wait(left)
+            stuck = self._in_flight > 0 or hot_in_flight() > 0
+            busy = self.queue.busy()
+        self.recovery.close()  # from here a failed request is this close's doing, never a device failure
+        if stuck:
+            self.recovery.abort_streams(busy)  # a stuck stream must not keep close() past its timeout
+        if drained is not None:  # after the requests: a stuck one does not hold what it frees
+            drained(max(0.0, deadline - time.monotonic()))
+        for w in self.workers:
+            w.lock.run_or_hand_over(lambda w=w: _close_worker(w), max(0.0, deadline - time.monotonic()))
+        self.workers = []
+        return True
+
+
+def _open_workers(config: PoolConfig, graph, plan: ShapePlan, sess: dict, graph_opts: dict, cache, tiers,
+                  hot: Callable[[], Optional[HotPath]]) -> list:
+    """``config.streams`` Workers (a stream with its Session and graphs) per device. All or none: the ones opened
+    are closed when one fails."""
+    workers: list = []
+    try:
+        for d in config.devices:
+            for _ in range(int(config.streams)):
+                workers.append(Worker(len(workers), d, graph, plan, sess, graph_opts, config.cube_cores,
+                                      config.vector_cores, config.max_exact_graphs, cache=cache, tiers=tiers, hot=hot))
+    except BaseException:
+        for w in workers:
+            w.close()
+        raise
+    return workers
+
+
+def _close_worker(w: Worker) -> None:
+    try:
+        w.close()
+    except GertError:
+        pass  # a failed device's last error: the worker released its resources all the same
