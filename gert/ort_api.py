@@ -81,6 +81,7 @@ class SessionExtras:
         ``session.record_ep_graph_assignment_info`` is "1"."""
         if self._cpu is not None:
             return self._cpu.get_provider_graph_assignment_info()
+        edges = getattr(self, "_edges_session", None)  # the core on gert, the edges on CPU (gert.ort_partition)
         try:
             recorded = self.get_session_options().get_session_config_entry(_RECORD_ASSIGNMENT)
         except RuntimeError:  # ONNX Runtime's: no such entry
@@ -89,6 +90,8 @@ class SessionExtras:
             raise ort_class("Fail")(f"[ONNXRuntimeError] : 1 : FAIL : Session configuration entry "
                                     f"'{_RECORD_ASSIGNMENT}' must be set to \"1\" to retrieve EP graph assignment "
                                     "information.")
+        if edges is not None:
+            return edges.assignment()
         nodes = tuple(AssignedNode(n.name, n.op_type, n.domain) for n in self._graph_nodes())
         return [AssignedSubgraph(self.get_providers()[0], nodes)]
 

@@ -1,13 +1,13 @@
 """gert.InferenceSession's provider semantics when GE cannot take a model: ONNX Runtime's CPU provider runs it.
 
 ONNX Runtime's CANN execution provider runs on the NPU what CANN's parser takes and leaves the rest to the CPU
-provider. gert does that for the whole model: when GE's parser refuses it (string, sequence, optional or map tensors,
-a graph without inputs, an operator CANN lacks under ``cann_ops="strict"``), a session whose providers list
-``CPUExecutionProvider`` (or that names none, as ONNX Runtime then uses every provider it has) runs the model on
-ONNX Runtime's own CPU session, warns once naming the nodes and GE's reason, and reports ``["CPUExecutionProvider"]``
-from ``get_providers()``. With a providers list without it the session fails with ONNX Runtime's error for nodes
-left to a CPU provider that is not allowed. (Partitioning a model, the core on gert and the edges on CPU, is not
-done: see the README.)
+provider. When GE's parser refuses a model (string, sequence, optional or map tensors, a graph without inputs, an
+operator CANN lacks under ``cann_ops="strict"``) and the session's providers list ``CPUExecutionProvider`` (or name
+none, as ONNX Runtime then uses every provider it has), the refused nodes at the model's edges run on the CPU and the
+core on gert when that split is sound (gert/ort_partition.py); otherwise this module runs the whole model on ONNX
+Runtime's own CPU session, warns once naming the nodes and GE's reason, and reports ``["CPUExecutionProvider"]`` from
+``get_providers()``. With a providers list without it the session fails with ONNX Runtime's error for nodes left to a
+CPU provider that is not allowed.
 
 A load that fails for another reason raises ONNX Runtime's own exception for the model when ONNX Runtime refuses it
 too (its class and message, gert's error as ``gert_error``), else ONNX Runtime's Fail with gert's message.

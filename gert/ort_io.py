@@ -404,18 +404,19 @@ class SessionRunVariants:
         check_providers(providers)  # an unknown name: ONNX Runtime's RuntimeError, the session as it was
         reported, load = self._load_arguments(providers, provider_options)
         old_load, self._load_options = self._load_options, load
-        old = (self._model, self._cpu, self._providers)
-        self._cpu = None
+        old = (self._model, self._cpu, self._providers, self._edges_session)
+        self._cpu = self._edges_session = None
         try:
             self._providers = reported
             model = self._load_or_fall_back(providers)
         except BaseException:
             self._load_options = old_load
-            self._model, self._cpu, self._providers = old
+            self._model, self._cpu, self._providers, self._edges_session = old
             raise
         self._model = model
-        if old[0] is not None:
-            old[0].close()
+        for held in (old[0], old[3]):
+            if held is not None and held is not self._model and held is not self._edges_session:
+                held.close()
 
     def end_profiling(self) -> str:
         """The profile file written (SessionOptions.enable_profiling), else ''."""

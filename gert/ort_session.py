@@ -30,7 +30,7 @@ from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
-from gert import ort_fallback, ort_lora
+from gert import ort_fallback, ort_lora, ort_partition
 from gert.errors import GertError
 from gert.ort_api import SessionExtras
 from gert.ort_io import (
@@ -390,6 +390,7 @@ class InferenceSession(SessionRunVariants, SessionExtras):
                  providers: Optional[Sequence] = None, provider_options: Optional[Sequence[dict]] = None,
                  **load_options: Any):
         self._cpu = None  # ONNX Runtime's CPU session, when the model runs there (gert.ort_fallback)
+        self._edges_session: Optional[ort_partition.EdgeSession] = None  # core on gert, edges on CPU
         self._model = None
         self._adapters: Optional[ort_lora.AdapterModels] = None  # models of LoRA adapter sets (gert.ort_lora)
         # What set_providers loads again, as ONNX Runtime keeps it: the bytes given (or written with the session
@@ -443,6 +444,11 @@ class InferenceSession(SessionRunVariants, SessionExtras):
             if not ort_fallback.cpu_allowed(providers):
                 raise ort_fallback.no_cpu_error(e, self._info.nodes) from e
             failed = e
+        edges = self._edges(failed)
+        if edges is not None:
+            self._edges_session = edges
+            self._providers = {**{n: o for n, o in self._providers.items() if n in _OURS}, CPU_PROVIDER: {}}
+            return None
         try:
             self._cpu = ort_fallback.cpu_session(self._source(), self._sess_options)
         except Exception as ort_error:  # ONNX Runtime refuses it too: its error
@@ -450,6 +456,14 @@ class InferenceSession(SessionRunVariants, SessionExtras):
         ort_fallback.warn_fallback(failed, self._info.meta.graph_name, self._info.nodes)
         self._providers = {ort_fallback.CPU_PROVIDER: {}}
         return None
+
+    def _edges(self, refused: BaseException) -> ort_partition.EdgeSession | None:
+        """The core on gert and the refused nodes at the edges on the CPU, or None (gert.ort_partition)."""
+        ours = [(n, o) for n, o in self._providers.items() if n in _OURS] or [GERT_PROVIDER]
+        return ort_partition.edge_session(
+            self._model_data(), self._load_options.get("cann_ops"), self._info.meta.graph_name, ours[0][0],
+            lambda data: InferenceSession(data, self._sess_options, providers=ours, **self._extra_load),
+            lambda data: ort_fallback.cpu_session(data, self._sess_options))
 
     def _source(self) -> Union[str, bytes]:
         """What the model loads from: its path, or its bytes."""
@@ -622,6 +636,8 @@ class InferenceSession(SessionRunVariants, SessionExtras):
         """Run once; the outputs named (all for None or []) as a list of numpy arrays, in that order."""
         if self._cpu is not None:
             return self._cpu.run(output_names, input_feed, run_options)
+        if self._edges_session is not None:
+            return self._edges_session.run(output_names, from_ortvalues(input_feed), run_options)
         names = self._outputs(output_names)
         check_run_options(run_options)
         model, input_feed = self._adapted(run_options, input_feed) if run_options is not None else (self._model,
@@ -653,6 +669,9 @@ class InferenceSession(SessionRunVariants, SessionExtras):
         holds the session: it lives until the callback ran, as ONNX Runtime finishes a run of a dropped session."""
         if self._cpu is not None:
             return self._cpu.run_async(output_names, input_feed, callback, user_data, run_options)
+        if self._edges_session is not None:
+            return self._edges_session.run_async(output_names, from_ortvalues(input_feed), callback, user_data,
+                                                 run_options)
         try:
             names = self._outputs(output_names)
             check_run_options(run_options)
@@ -685,6 +704,9 @@ class InferenceSession(SessionRunVariants, SessionExtras):
         if self._adapters is not None:
             self._adapters.close()
         self._cpu = None
+        if self._edges_session is not None:
+            self._edges_session.close()
+            self._edges_session = None
 
     def __enter__(self) -> InferenceSession:
         return self
@@ -693,7 +715,8 @@ class InferenceSession(SessionRunVariants, SessionExtras):
         self.close()
 
     def __del__(self) -> None:
-        for held in (getattr(self, "_model", None), getattr(self, "_adapters", None)):
+        for held in (getattr(self, "_model", None), getattr(self, "_adapters", None),
+                     getattr(self, "_edges_session", None)):
             if held is not None:
                 try:
                     held.close()

@@ -6,15 +6,14 @@ neither imports the other's caller.
 from __future__ import annotations
 
 import os
-from typing import Optional, Union
 
 from gert.errors import GertError
 from gert.preview import fix as fixer
 from gert.preview.cann_ops import DEFAULT_DOMAIN, CannReport, ModelLike, check_proto, load_proto
 
 
-def cann_check(model: ModelLike, fix: Union[str, os.PathLike, None] = None, inputs: Optional[dict] = None,
-               shapes: Optional[dict] = None) -> CannReport:
+def cann_check(model: ModelLike, fix: str | os.PathLike | None = None, inputs: dict | None = None,
+               shapes: dict | None = None) -> CannReport:
     """Check a model (path, bytes or ModelProto) against CANN 8.x's registered ONNX keys; see CannReport.
 
     ``fix``: a path to write the model converted down to the highest opset where its ops map (as ``gert check
