@@ -6,7 +6,7 @@ import importlib.util
 import os
 import platform
 import time
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 
@@ -16,7 +16,7 @@ REC = "ch_PP-OCRv4_rec_infer.onnx"
 NEEDS_PPOCR = "needs the PP-OCR models: pip install --no-deps rapidocr-onnxruntime==1.4.4"
 
 
-def ppocr_model(name: str) -> Optional[str]:
+def ppocr_model(name: str) -> str | None:
     """Path of a PP-OCR model from the rapidocr-onnxruntime wheel (installed with --no-deps), or None."""
     spec = importlib.util.find_spec("rapidocr_onnxruntime")
     if spec is None or spec.origin is None:

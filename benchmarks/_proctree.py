@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Optional
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -80,7 +79,7 @@ def tree_pids(root: int) -> list:
     return out
 
 
-def proc_memory(pid: int) -> Optional[ProcMemory]:
+def proc_memory(pid: int) -> ProcMemory | None:
     """A process's memory and CPU from /proc/<pid>/status and stat; None when it is gone or a zombie."""
     values = {}
     try:

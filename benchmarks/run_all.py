@@ -25,7 +25,6 @@ import subprocess
 import sys
 import tempfile
 from collections import OrderedDict
-from typing import Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -71,7 +70,7 @@ def _median(values: list) -> float:
     return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
 
 
-def group_rows(benches: list, runs: Optional[list] = None) -> list:
+def group_rows(benches: list, runs: list | None = None) -> list:
     """Markdown table rows of one group: each entry's median, IQR, rounds, requests/s where it ran a fixed number
     of requests, and for gert entries their median time over the baseline's, and the difference. ``runs``: the
     same entries of every run (lists of benchmark dicts by entry name): then the median is the median over the runs

@@ -23,7 +23,7 @@ import importlib.util
 import os
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 
@@ -96,7 +96,7 @@ def _characters(rec_path: str) -> list:
     return meta["character"].splitlines()
 
 
-_STEPS: Optional[Steps] = None
+_STEPS: Steps | None = None
 
 
 def steps() -> Steps:

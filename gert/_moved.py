@@ -12,7 +12,6 @@ import importlib.abc
 import importlib.machinery
 import sys
 from types import ModuleType
-from typing import Optional
 
 # only the old paths that are in use: tests, examples and the README (users), and a binding compiled before the move
 # (it imports gert.tensor and gert._ort_provider)
@@ -38,7 +37,7 @@ class _Alias(importlib.abc.Loader):
 class MovedFinder(importlib.abc.MetaPathFinder):
     """Finds each old path in MOVED as an alias of its new module."""
 
-    def find_spec(self, fullname: str, path=None, target=None) -> Optional[importlib.machinery.ModuleSpec]:
+    def find_spec(self, fullname: str, path=None, target=None) -> importlib.machinery.ModuleSpec | None:
         new = MOVED.get(fullname)
         if new is None:
             return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import onnx
@@ -100,7 +100,7 @@ class GertBackend(Backend):
 
     @classmethod
     def run_node(cls, node: onnx.NodeProto, inputs: Any, device: str = "CPU",
-                 outputs_info: Optional[Sequence[tuple]] = None, **kwargs: Any) -> list:
+                 outputs_info: Sequence[tuple] | None = None, **kwargs: Any) -> list:
         """One operator as a graph: its inputs typed from the arrays, its outputs left to shape inference."""
         arrays = [np.asarray(a) for a in (inputs if isinstance(inputs, (list, tuple)) else [inputs])]
         names = [n for n in node.input if n]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import numpy as np
 
@@ -123,7 +123,7 @@ def split(params: Mapping[str, np.ndarray], initializers: set, inputs: set) -> t
     return replace, feed
 
 
-def model_with(data: bytes, replace: Mapping[str, np.ndarray], model_dir: Optional[str]) -> bytes:
+def model_with(data: bytes, replace: Mapping[str, np.ndarray], model_dir: str | None) -> bytes:
     """The model's bytes with the initializers ``replace`` names set to its values (its external data read in from
     ``model_dir``, the model file's directory)."""
     import onnx

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Optional, Union
 
 import numpy as np
 
@@ -28,10 +27,10 @@ class SessionModel:
     """The model to load: ``data`` its bytes (what gert reads), ``path`` the file to load by (None: load ``data``)."""
 
     data: bytes
-    path: Optional[str]
+    path: str | None
 
     @property
-    def source(self) -> Union[str, bytes]:
+    def source(self) -> str | bytes:
         return self.path if self.path is not None else self.data
 
 
@@ -61,7 +60,7 @@ def session_model(path_or_bytes, sess_options) -> SessionModel:
     return SessionModel(inline_external(proto, external_data.model_dir(path) if path is not None else None), None)
 
 
-def inline_external(proto, model_dir: Optional[str]) -> bytes:
+def inline_external(proto, model_dir: str | None) -> bytes:
     """``proto`` serialized, its external data (from ``model_dir``, checked as ONNX Runtime checks it) read in: a
     rewritten model loads from bytes, which have no directory. Fail above protobuf's 2 GB."""
     if model_dir is not None and external_data.has_external(proto):

@@ -16,7 +16,6 @@ that check before they ask do ask.
 from __future__ import annotations
 
 import threading
-from typing import Optional
 
 from gert.errors import GertError
 from gert.ort_lora import lora_adapter_class, run_options_class
@@ -24,7 +23,7 @@ from gert.ort_session import CANN_PROVIDER, GERT_PROVIDER, InferenceSession, ses
 
 WHEN = ("cann", "always")
 _lock = threading.Lock()
-_saved: Optional[dict] = None
+_saved: dict | None = None
 
 
 def _wants_gert(providers) -> bool:

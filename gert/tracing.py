@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Optional
 
 from gert.core import trace as _core
 from gert.core.atomic_file import atomic_open
@@ -29,12 +28,12 @@ from gert.errors import GertError
 class Trace:
     """One recording: a context manager, or start() / stop(). ``events``: the trace events so far."""
 
-    def __init__(self, path: Optional[str | os.PathLike] = None, *, stages: bool = True):
+    def __init__(self, path: str | os.PathLike | None = None, *, stages: bool = True):
         if not isinstance(stages, bool):
             raise GertError(f"trace: stages must be True or False, got {stages!r}")
         self.path = None if path is None else os.fspath(path)
         self.stages = stages
-        self.recorder: Optional[_core.Recorder] = None
+        self.recorder: _core.Recorder | None = None
 
     def start(self) -> Trace:
         """Start recording (every request of every Model in this process, until stop())."""
@@ -66,7 +65,7 @@ class Trace:
         return {"traceEvents": self.events, "displayTimeUnit": "ms",
                 "otherData": {"producer": "gert", "stages": self.stages}}
 
-    def write(self, path: str | os.PathLike, other_data: Optional[dict] = None) -> str:
+    def write(self, path: str | os.PathLike, other_data: dict | None = None) -> str:
         """Write the trace to ``path`` (a .json file), ``other_data`` merged into its "otherData"; the path.
 
         Atomic: the JSON goes to a temporary file beside ``path`` that is renamed over it, so a reader (a viewer, a
@@ -88,6 +87,6 @@ def write_json(path: str | os.PathLike, data: dict) -> str:
     return path
 
 
-def trace(path: Optional[str | os.PathLike] = None, *, stages: bool = True) -> Trace:
+def trace(path: str | os.PathLike | None = None, *, stages: bool = True) -> Trace:
     """A trace of every request while it is open (see the module's docstring)."""
     return Trace(path, stages=stages)

@@ -8,7 +8,6 @@ each with Triton's batch axis first where the config has one) and the expected o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 import numpy as np
 from onnx import TensorProto, helper
@@ -140,5 +139,5 @@ def shape_cases() -> list:
     ]
 
 
-def sequence_config(case: Case) -> Optional[dict]:
+def sequence_config(case: Case) -> dict | None:
     return case.init.get("sequence")

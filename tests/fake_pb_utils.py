@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Optional
 
 import numpy as np
 
@@ -103,7 +102,7 @@ class InferenceRequest:
     when the client named none, so tests pass the model's outputs for that case)."""
 
     def __init__(self, inputs, requested_output_names, request_id: str = "", cancelled: bool = False,
-                 parameters: Optional[dict] = None, correlation_id=0, flags: int = 0):
+                 parameters: dict | None = None, correlation_id=0, flags: int = 0):
         self._correlation_id = correlation_id
         self._flags = flags
         self._inputs = list(inputs)
@@ -137,7 +136,7 @@ class InferenceRequest:
 
 
 class InferenceResponse:
-    def __init__(self, output_tensors=None, error: Optional[TritonError] = None, parameters: Optional[dict] = None):
+    def __init__(self, output_tensors=None, error: TritonError | None = None, parameters: dict | None = None):
         tensors = list(output_tensors or [])
         for t in tensors:
             if not isinstance(t, Tensor):
@@ -154,7 +153,7 @@ class InferenceResponse:
     def has_error(self) -> bool:
         return self._error is not None
 
-    def error(self) -> Optional[TritonError]:
+    def error(self) -> TritonError | None:
         return self._error
 
     def parameters(self) -> str:
@@ -272,7 +271,7 @@ FAMILIES: list = []
 
 
 class Metric:
-    def __init__(self, family: MetricFamily, labels: Optional[dict], buckets: Optional[list]):
+    def __init__(self, family: MetricFamily, labels: dict | None, buckets: list | None):
         if labels is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
             raise TritonModelException(f"metric labels must map str to str, got {labels!r}")
         if family.kind == MetricFamily.HISTOGRAM and not buckets:
@@ -319,7 +318,7 @@ class MetricFamily:
         self.metrics: list = []
         FAMILIES.append(self)
 
-    def Metric(self, labels: Optional[dict] = None, buckets: Optional[list] = None) -> Metric:  # noqa: N802
+    def Metric(self, labels: dict | None = None, buckets: list | None = None) -> Metric:  # noqa: N802
         m = Metric(self, labels, buckets)
         self.metrics.append(m)
         return m
@@ -360,10 +359,10 @@ class Logger:
 
 # ---- model dir and installation -----------------------------------------------------------------------------------
 
-_model_dir: Optional[str] = None
+_model_dir: str | None = None
 
 
-def set_model_dir(path: Optional[str]) -> None:
+def set_model_dir(path: str | None) -> None:
     global _model_dir
     _model_dir = path
 

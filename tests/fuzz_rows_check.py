@@ -16,7 +16,6 @@ import inspect
 import re
 import threading
 import warnings
-from typing import Optional
 
 import numpy as np
 import onnx
@@ -95,7 +94,7 @@ class Result:
     outcome: str                      # ok | load_refused | refused (a request refused, allowed) | known:C | FAIL:C
     failures: list                    # [(kind, request index, output, detail, class)]
     requests: list                    # per request: ok | refused_gears | bad_refused | both_refused | failure kind
-    load_error: Optional[str] = None
+    load_error: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -239,7 +238,7 @@ def _outcome(failures: list, known: dict) -> str:
 
 # ---- classes ---------------------------------------------------------------------------------------------------
 
-def classify(case: Case, kind: str, output: Optional[str], plan, index: int) -> str:
+def classify(case: Case, kind: str, output: str | None, plan, index: int) -> str:
     """The defect class a failure most likely belongs to, from the tags of the output (of every output for a
     request-level error) and the options: the known classes of issue 36 (../shared/repros/rows/README.md), else
     "new:<kind>"."""
@@ -309,7 +308,7 @@ sys.exit(1 if fails else 0)
 '''
 
 
-def repro(case: Case, result: Optional[Result] = None) -> str:
+def repro(case: Case, result: Result | None = None) -> str:
     """A standalone script (onnx.helper, numpy, gert, onnxruntime) that shows the failure; exits 1 while it exists."""
     what = ""
     if result is not None:

@@ -14,7 +14,6 @@ say which known defect class a failure belongs to; they never decide what the ri
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 import numpy as np
 from hypothesis import strategies as st
@@ -37,8 +36,8 @@ class Case:
     nodes: list           # [(op_type, [inputs], [outputs], {attrs})]
     inits: list           # [(name, dtype, shape, values)]: values a flat list, or ("randn", seed, scale)
     outputs: list         # [(name, dtype, dims)]: dims of "B" | "T" | int | None (no size, no name)
-    bname: Optional[str]  # the batch axis's ONNX dim name (None: unnamed)
-    tname: Optional[str]  # the second dynamic dim's name (None: unnamed)
+    bname: str | None  # the batch axis's ONNX dim name (None: unnamed)
+    tname: str | None  # the second dynamic dim's name (None: unnamed)
     options: dict         # gert.load keyword arguments ("nan" stands for float("nan"))
     door: str
     requests: list        # [(rows, tsize, bad)]: bad None | "dtype" | "fixed_dim" | "rank" | "missing"
@@ -94,7 +93,7 @@ def model_code(case: Case) -> str:
     return "\n".join(lines)
 
 
-def _array_code(name: str, dtype: str, layout, high, rows: int, tsize: int, bad: Optional[str]) -> str:
+def _array_code(name: str, dtype: str, layout, high, rows: int, tsize: int, bad: str | None) -> str:
     shape = [rows if k == "B" else tsize if k == "T" else k for k in layout]
     if bad == "fixed_dim":
         i = next(i for i, k in enumerate(layout) if isinstance(k, int))
@@ -138,7 +137,7 @@ def feeds_code(case: Case) -> str:
     return "\n".join(lines)
 
 
-def _bad_target(case: Case, bad: Optional[str]) -> Optional[str]:
+def _bad_target(case: Case, bad: str | None) -> str | None:
     """The input a bad request spoils: the first with a fixed dim for "fixed_dim", else the first input."""
     if bad is None:
         return None
@@ -804,7 +803,7 @@ def _gears(draw) -> list:
     return sorted(draw(st.lists(st.sampled_from([1, 2, 3, 4, 6, 8]), min_size=1, max_size=3, unique=True)))
 
 
-def _options(draw, b: Builder, bname: Optional[str], tname: Optional[str], layouts: dict) -> dict:
+def _options(draw, b: Builder, bname: str | None, tname: str | None, layouts: dict) -> dict:
     """Random gert.load options for the model ``b`` built (some are refused at load: that is an allowed outcome)."""
     x = b.inputs[0][2]
     bpos = x.index("B")
@@ -889,7 +888,7 @@ def _requests(draw, b: Builder, door: str, opts: dict) -> tuple:
     return reqs, door == "run_batch" or chance(draw, 0.75)
 
 
-def _tpos(b: Builder) -> Optional[int]:
+def _tpos(b: Builder) -> int | None:
     x = b.inputs[0][2]
     return x.index("T") if "T" in x else None
 

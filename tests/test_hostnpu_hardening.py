@@ -75,7 +75,7 @@ try:
 except gert.GeError as e:
     emit(str(e))
 ''')
-    assert out is not None, "a rank-%d input was accepted" % rank
+    assert out is not None, f"a rank-{rank} input was accepted"
     assert f"rank {rank}" in out and "25" in out and "'x'" in out
 
 
@@ -437,7 +437,7 @@ emit(sorted(os.listdir({str(tmp_path)!r})))
 
 @pytest.mark.parametrize("name", ["sub/k1.om", "../k1.om", "/etc/passwd", ".."])
 def test_cache_file_name_outside_the_cache_directory_is_refused(tmp_path, name):
-    (tmp_path / "k1.idx").write_text('{"cache_file_list": [{"graph_key": "k1", "cache_file_name": "%s"}]}' % name)
+    (tmp_path / "k1.idx").write_text(f'{{"cache_file_list": [{{"graph_key": "k1", "cache_file_name": "{name}"}}]}}')
     out = child(f'''
 d = gert.Device(0)
 s = gert.Session({{"ge.graph_compiler_cache_dir": {str(tmp_path)!r}, "ge.graph_key": "k1"}})

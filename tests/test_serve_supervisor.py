@@ -14,7 +14,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from typing import List, Optional
 
 import numpy as np
 import pytest
@@ -41,7 +40,7 @@ REPROS = os.environ.get("GERT_SECURITY_REPROS",
 
 # ---- helpers ------------------------------------------------------------------------------------------------------
 
-def get(port: int, path: str, timeout: float = 3.0) -> Optional[int]:
+def get(port: int, path: str, timeout: float = 3.0) -> int | None:
     """HTTP status of GET path on loopback, None when nothing answers."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as r:
@@ -68,7 +67,7 @@ def metric(port: int, line_start: str) -> float:
     raise AssertionError(f"no {line_start} on gert serve's /metrics")
 
 
-def infer_ok(grpc_port: int, model: str = "seq", uid: int = 3) -> Optional[str]:
+def infer_ok(grpc_port: int, model: str = "seq", uid: int = 3) -> str | None:
     """None when the model answers right; else the error."""
     client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
     try:
@@ -89,7 +88,7 @@ def infer_ok(grpc_port: int, model: str = "seq", uid: int = 3) -> Optional[str]:
         client.close()
 
 
-def stub_pids(server_pid: int, model: str) -> List[int]:
+def stub_pids(server_pid: int, model: str) -> list[int]:
     """The server's triton_python_backend_stub children serving ``model`` (found by the model file in cmdline)."""
     out = []
     for pid in children(server_pid):
@@ -113,7 +112,7 @@ def kill_and_wait(pid: int) -> None:
         time.sleep(0.001)
 
 
-def serve(repo: str, log: str, *extra: str, health: Optional[int] = None, options=()) -> tuple:
+def serve(repo: str, log: str, *extra: str, health: int | None = None, options=()) -> tuple:
     """gert serve running and ready: (process, ports, health port)."""
     health = health or free_port()
     p, ports = start_serve(repo, log, 3, *extra, options=("--health-port", str(health), *options))

@@ -24,7 +24,6 @@ import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from typing import Dict, List, Tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INCLUDE = os.path.join(os.path.dirname(HERE), "include")
@@ -34,7 +33,7 @@ MARKER = "gert_hostnpu.info"
 
 # library -> (host NPU sources, libraries it links). Empty sources: CANN has the library (gert links it), the host
 # NPU has nothing separate to put in it.
-LIBRARIES: Dict[str, Tuple[List[str], List[str]]] = {
+LIBRARIES: dict[str, tuple[list[str], list[str]]] = {
     "ascendcl": (["device.cpp", "errors.cpp", "faults.cpp", "memory.cpp", "stream.cpp"], []),
     "graph": (["ge_types.cpp", "ge_graph.cpp", "onnx_model.cpp"], []),
     "ge_runner": (["ge_session.cpp", "ge_cache.cpp"], ["graph", "ascendcl"]),
@@ -48,7 +47,7 @@ LIBRARIES: Dict[str, Tuple[List[str], List[str]]] = {
 CXXFLAGS = ["-std=c++17", "-O2", "-fPIC", "-pthread", "-D_GLIBCXX_USE_CXX11_ABI=0", "-Wno-unused-function"]
 
 
-def _run(cmd: List[str]) -> None:
+def _run(cmd: list[str]) -> None:
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"build_toolkit: command failed ({r.returncode}): {shlex.join(cmd)}\n{r.stdout}")

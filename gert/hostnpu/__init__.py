@@ -15,7 +15,7 @@ import contextlib
 import importlib
 from collections.abc import Iterator
 from types import ModuleType
-from typing import Callable, Optional
+from typing import Callable
 
 from gert import _cann
 from gert.core import hooks
@@ -24,7 +24,7 @@ from gert.errors import GertError
 
 # Imported first while gert._cann initialises: its last step (cbindings/_provider.pxi) imports ort_provider, which
 # runs this package's __init__; everything else _cann defines exists by then.
-def _find() -> Optional[ModuleType]:
+def _find() -> ModuleType | None:
     if _cann.backend() == "hostnpu":  # built in: _cann_hostnpu.pyx
         return _cann
     try:
@@ -35,7 +35,7 @@ def _find() -> Optional[ModuleType]:
         return None  # a real toolkit: gert works without it
 
 
-_module: Optional[ModuleType] = _find()
+_module: ModuleType | None = _find()
 
 
 def available() -> bool:
@@ -87,7 +87,7 @@ def inline(stream_handle: int) -> Iterator[None]:
         _module.stream_end_inline(stream_handle)
 
 
-def _compile_cache_result() -> Optional[str]:
+def _compile_cache_result() -> str | None:
     """Whether this thread's last compile hit the compile cache, where the build reports it (else None)."""
     return last_compile_cache() if available() else None
 

@@ -16,7 +16,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 
@@ -83,7 +83,7 @@ _MEM_PATTERN = os.environ.get("GERT_HOST_ORT_MEM_PATTERN", "0") == "1"
 # a session per size, as before.
 _SESSION_PER_SIZE = os.environ.get("GERT_HOST_ORT_SESSION_PER_SIZE", "0") == "1"
 _ENV_ARENA_LOCK = threading.Lock()
-_env_arena: Optional[bool] = None  # registered (or registered before, by someone else): True; failed: False
+_env_arena: bool | None = None  # registered (or registered before, by someone else): True; failed: False
 
 
 def _elem(ge_dtype: int):
@@ -117,7 +117,7 @@ class OrtExecutable:
     and hot sizes of every stream run on one session, one thread pool and one copy of the weights."""
 
     def __init__(self, model: bytes, in_names: Sequence[str], in_dims: Sequence[tuple], out_names: Sequence[str],
-                 provider: OrtGraphProvider, group: int = 0, overrides: Optional[dict] = None, model_dir: str = ""):
+                 provider: OrtGraphProvider, group: int = 0, overrides: dict | None = None, model_dir: str = ""):
         self.model = model
         self.model_dir = model_dir  # the model file's directory: its external data (gert/core/external_data.py)
         # Set for an executable loaded from GE's compile cache: its model is ONNX Runtime's optimized one (sessions
@@ -316,7 +316,7 @@ class OrtExecutable:
                            "out_names": self.out_names, "overrides": self._overrides()}).encode()
         return len(head).to_bytes(4, "little") + head + model
 
-    def take_replay(self) -> Optional[tuple]:
+    def take_replay(self) -> tuple | None:
         """How to repeat the run this thread just made, if it wrote every output in place: (callable, args, keep),
         kept by the host NPU's replay cache (cbindings/_provider.pxi) for runs with the same tensors; else None."""
         last = getattr(self._tls, "last_run", None)
@@ -359,7 +359,7 @@ def _output_copies(in_names: Sequence[str], out_names: Sequence[str]) -> dict:
     return copies
 
 
-def _copying_replay(replay: Optional[tuple], moves: list, io) -> tuple:
+def _copying_replay(replay: tuple | None, moves: list, io) -> tuple:
     """A replay (callable, args, keep) that runs ``replay`` (None: nothing to run) and then makes the output copies
     ``moves`` ((dst, src, nbytes), the same addresses: a replay is of the same tensors)."""
     moves = tuple(moves)
@@ -379,7 +379,7 @@ def _copying_replay(replay: Optional[tuple], moves: list, io) -> tuple:
 
 
 def _ort_status_error(sess, in_names: Sequence[str], inputs: Sequence[TensorArg],
-                      out_names: Sequence[str]) -> Optional[BaseException]:
+                      out_names: Sequence[str]) -> BaseException | None:
     """ONNX Runtime's own exception for a run that failed through IOBinding, or None. run_with_iobinding reports
     every failure as RuntimeError("Error in execution: ..."), without the status (INVALID_ARGUMENT, FAIL, ...) that
     ONNX Runtime's run() raises as its exception class; the failed run is made again with run() to learn it, so

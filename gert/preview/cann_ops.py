@@ -20,7 +20,7 @@ import threading
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Optional, Union
+from typing import Union
 
 ModelLike = Union[str, bytes, os.PathLike, "onnx.ModelProto"]  # noqa: F821 - onnx is imported lazily
 
@@ -118,7 +118,7 @@ class CannReport:
     nodes: int
     table_date: str = ""
     notes: list = field(default_factory=list)
-    fix: Optional[object] = None  # cann_check(fix=...): the fix's result (gert.preview.fix.FixResult)
+    fix: object | None = None  # cann_check(fix=...): the fix's result (gert.preview.fix.FixResult)
 
     @property
     def ok(self) -> bool:
@@ -245,7 +245,7 @@ def _ranges(values) -> str:
     return ",".join(out)
 
 
-def best_opset(ops, t: Optional[OpTable] = None, highest: int = MAX_STANDARD_OPSET) -> Optional[int]:
+def best_opset(ops, t: OpTable | None = None, highest: int = MAX_STANDARD_OPSET) -> int | None:
     """The highest ai.onnx opset <= ``highest`` at which every ai.onnx node of ``ops`` ((domain, op_type)) maps."""
     t = t or table()
     types = {op for d, op in ops if d == DEFAULT_DOMAIN and op != "Constant"}
@@ -291,7 +291,7 @@ _reports_lock = threading.Lock()
 _WARN_LINES = 12  # nodes a warning names (a model at opset 19 has hundreds); the report lists every one
 
 
-def resolve_mode(mode: Optional[str]) -> str:
+def resolve_mode(mode: str | None) -> str:
     """``mode``, else GERT_CANN_OPS, else "warn"; a clear error for anything else."""
     from gert.errors import GertError
 
@@ -304,8 +304,8 @@ def resolve_mode(mode: Optional[str]) -> str:
     return mode
 
 
-def enforce(data: bytes, mode: Optional[str], digest: Optional[str] = None, stacklevel: int = 3
-            ) -> Optional[CannReport]:
+def enforce(data: bytes, mode: str | None, digest: str | None = None, stacklevel: int = 3
+            ) -> CannReport | None:
     """Apply ``cann_ops`` to a model about to be loaded: "off" nothing; "warn" a CannCompatibilityWarning once per
     model (its digest) per process; "strict" a GeError with GE's E13010 text, as aclgrphParseONNX refuses it."""
     mode = resolve_mode(mode)

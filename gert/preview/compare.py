@@ -9,7 +9,6 @@ import html
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Optional
 
 import numpy as np
 
@@ -121,7 +120,7 @@ class PrecisionTable:
         plt.close(fig)
 
 
-def _feeds(proto, inputs: Optional[Mapping[str, np.ndarray]], stacklevel: int = 3) -> tuple:
+def _feeds(proto, inputs: Mapping[str, np.ndarray] | None, stacklevel: int = 3) -> tuple:
     names = {v.name for v in proto.graph.input} - {t.name for t in proto.graph.initializer}
     missing = sorted(names - set(inputs or {}))
     if missing:
@@ -135,7 +134,7 @@ def _run(proto, settings: precision.PrecisionSettings, feeds) -> dict:
     return ort_run(model.SerializeToString(), feeds)
 
 
-def compare_precision(model: ModelLike, inputs: Optional[Mapping[str, np.ndarray]] = None,
+def compare_precision(model: ModelLike, inputs: Mapping[str, np.ndarray] | None = None,
                       modes: Sequence[str] = DEFAULT_MODES, keep_fp32: Iterable[str] = ()) -> PrecisionTable:
     """Per mode x output: cosine similarity, max abs and max relative error against fp32 (must_keep_origin_dtype),
     inf/NaN count and the share of fp32 values beyond fp16's range. Missing inputs get random values (warned)."""
@@ -233,7 +232,7 @@ def _score(ref: np.ndarray, got: np.ndarray) -> float:
     return 1e6 * bad / a.size + rel
 
 
-def find_keep_fp32(model: ModelLike, inputs: Optional[Mapping[str, np.ndarray]] = None,
+def find_keep_fp32(model: ModelLike, inputs: Mapping[str, np.ndarray] | None = None,
                    precision_mode: str = "force_fp16", min_cosine: float = 0.999) -> KeepFp32Result:
     """A small set of node names that, kept in fp32, brings every output's cosine against fp32 to ``min_cosine``.
 

@@ -12,7 +12,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 
@@ -28,15 +28,15 @@ class FixResult:
     |difference| of its outputs against the original's, or why it could not (``error``; ``needs``: the invented
     inputs the original model refused). ``path``: where the model was written (gert.cann_check)."""
 
-    target: Optional[int]
-    report: Optional[cann_ops.CannReport] = None
+    target: int | None
+    report: cann_ops.CannReport | None = None
     max_abs_diff: dict = field(default_factory=dict)
-    model: Optional[bytes] = None
+    model: bytes | None = None
     error: str = ""
     needs: list = field(default_factory=list)
     inputs: list = field(default_factory=list)  # the names of the inputs the comparison ran on
     invented: list = field(default_factory=list)  # those gert made up (Invented)
-    path: Optional[str] = None
+    path: str | None = None
 
     @property
     def written(self) -> bool:
@@ -53,8 +53,8 @@ def python_hint(i: Invented) -> str:
     return i.python_hint()
 
 
-def fix(proto, tolerance: float = 1e-4, inputs: Optional[Mapping[str, np.ndarray]] = None,
-        shapes: Optional[Mapping[str, Sequence[int]]] = None, hint: Hint = python_hint) -> FixResult:
+def fix(proto, tolerance: float = 1e-4, inputs: Mapping[str, np.ndarray] | None = None,
+        shapes: Mapping[str, Sequence[int]] | None = None, hint: Hint = python_hint) -> FixResult:
     """Convert ``proto`` (a ModelProto) down to the highest opset <= 18 where every op CANN maps at all maps, and
     compare it with the original on ``inputs`` / ``shapes`` (see gert.preview.inputs.make_feeds; a FeedError when
     they do not fit the model). ``hint`` words how to give an input the original refused when invented."""
@@ -143,7 +143,7 @@ def _failure(message: str) -> tuple:
     return ((m.group(2), m.group(1)) if m and m.group(2) else None), reason.strip()[:400]
 
 
-def _first_line(e: BaseException, limit: Optional[int] = 400) -> str:
+def _first_line(e: BaseException, limit: int | None = 400) -> str:
     text = str(e).strip()
     return (text.splitlines()[0] if text else type(e).__name__)[:limit]
 

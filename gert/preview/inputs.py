@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Optional
 
 import numpy as np
 
@@ -20,7 +19,7 @@ EXAMPLE_SHAPES_KEY = "gert.example_shapes"
 class FeedError(GertError):
     """An input given for a model does not fit it: ``input`` names it, ``expected`` / ``actual`` the values."""
 
-    def __init__(self, message: str, input: Optional[str] = None, expected=None, actual=None) -> None:
+    def __init__(self, message: str, input: str | None = None, expected=None, actual=None) -> None:
         super().__init__(message)
         self.input, self.expected, self.actual = input, expected, actual
 
@@ -90,7 +89,7 @@ def graph_inputs(proto) -> list:
     return [v for v in proto.graph.input if v.name not in inits]
 
 
-def _declared(v) -> Optional[tuple]:
+def _declared(v) -> tuple | None:
     """The input's dims: an int where fixed, the dim's name (or None) where dynamic; None when no shape is declared."""
     if not v.type.tensor_type.HasField("shape"):
         return None
@@ -116,7 +115,7 @@ def example_shapes(proto) -> dict:
     return {}
 
 
-def _check_shape(name: str, declared: Optional[tuple], shape: tuple, what: str) -> None:
+def _check_shape(name: str, declared: tuple | None, shape: tuple, what: str) -> None:
     """A shape for input ``name`` must have its rank and its fixed dims (any, where the model declares none)."""
     if declared is None:
         return
@@ -129,8 +128,8 @@ def _check_shape(name: str, declared: Optional[tuple], shape: tuple, what: str) 
                             f"(shape {list(declared)})", name, declared, tuple(shape))
 
 
-def make_feeds(proto, given: Optional[Mapping[str, np.ndarray]] = None,
-               shapes: Optional[Mapping[str, Sequence[int]]] = None, seed: int = 0, dim: int = 1) -> Feeds:
+def make_feeds(proto, given: Mapping[str, np.ndarray] | None = None,
+               shapes: Mapping[str, Sequence[int]] | None = None, seed: int = 0, dim: int = 1) -> Feeds:
     """An array per graph input: ``given`` ones (checked: dtype, rank, fixed dims), else random values of the declared
     dtype in the shape ``shapes`` gives, else the model's example shape, else the declared one (dynamic dims =
     ``dim``). Floats N(0, 1); integers in [0, 3); bools. Names that are no input of the model are refused."""
@@ -183,13 +182,13 @@ def _random(name: str, dtype: np.dtype, shape: tuple, rng: np.random.Generator) 
     raise FeedError(f"input '{name}': no random values for dtype {dtype}; give the input", name, None, str(dtype))
 
 
-def random_inputs(proto, given: Optional[Mapping[str, np.ndarray]] = None, seed: int = 0, dim: int = 1,
-                  shapes: Optional[Mapping[str, Sequence[int]]] = None) -> dict:
+def random_inputs(proto, given: Mapping[str, np.ndarray] | None = None, seed: int = 0, dim: int = 1,
+                  shapes: Mapping[str, Sequence[int]] | None = None) -> dict:
     """The arrays of make_feeds (the precision comparison's inputs)."""
     return make_feeds(proto, given, shapes, seed, dim).arrays
 
 
-def upstream_inputs(proto, node_name: str) -> Optional[set]:
+def upstream_inputs(proto, node_name: str) -> set | None:
     """The graph inputs the node named ``node_name`` of the main graph depends on (None: no such node), through its
     inputs and the outer names its subgraphs read (an If branch reads the main graph's tensors by name)."""
     producer = {o: n for n in proto.graph.node for o in n.output}

@@ -30,7 +30,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Optional
 
 PRECISION_MODE = "ge.exec.precision_mode"
 PRECISION_MODE_V2 = "ge.exec.precision_mode_v2"
@@ -87,7 +86,7 @@ class PrecisionSettings:
         return f"{self.given}{keep}"
 
 
-def normalise(mode: Optional[str], keep_fp32: Iterable[str] = (), what: str = "precision_mode"
+def normalise(mode: str | None, keep_fp32: Iterable[str] = (), what: str = "precision_mode"
               ) -> PrecisionSettings:
     """Settings from a mode name of either GE key (None: the host NPU's default, must_keep_origin_dtype)."""
     from gert.errors import GertError
@@ -278,7 +277,7 @@ def for_compile(model: bytes) -> bytes:
     return out
 
 
-def model_settings(precision_mode: Optional[str], keep_fp32: Iterable[str], session_options: Mapping[str, str],
+def model_settings(precision_mode: str | None, keep_fp32: Iterable[str], session_options: Mapping[str, str],
                    graph_options: Mapping[str, str]) -> tuple:
     """gert.load's precision_mode / keep_fp32 with its GE options: (settings, graph options carrying them). The mode
     may come from either (options={"ge.exec.precision_mode": ...}), not from both."""

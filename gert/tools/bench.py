@@ -16,7 +16,6 @@ import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Optional
 
 import numpy as np
 
@@ -35,17 +34,17 @@ class BenchArgError(GertError):
 @dataclass
 class BenchConfig:
     streams: int
-    cube_cores: Optional[int]
-    vector_cores: Optional[int]
-    batch: Optional[int]
+    cube_cores: int | None
+    vector_cores: int | None
+    batch: int | None
 
 
 @dataclass
 class BenchResult:
     streams: int
-    cube_cores: Optional[int]
-    vector_cores: Optional[int]
-    batch: Optional[int]
+    cube_cores: int | None
+    vector_cores: int | None
+    batch: int | None
     requests: int
     seconds: float
     inferences_per_s: float
@@ -58,7 +57,7 @@ class BenchResult:
     memory_peak_mb: float = 0.0
     best_under_ms: list = field(default_factory=list)
     static_share: float = 0.0   # of the measured requests, the share served by static graphs
-    compile_s_cold: Optional[float] = None  # with a cache dir: compile seconds of a first load into an empty cache
+    compile_s_cold: float | None = None  # with a cache dir: compile seconds of a first load into an empty cache
     cache_hits: int = 0         # with a cache dir: compiles of the measured (warm) load served by the cache
 
     def label(self) -> str:
@@ -66,7 +65,7 @@ class BenchResult:
                 f"batch={self.batch or '-'}")
 
 
-def parse_int_list(text: Optional[str], what: str) -> list:
+def parse_int_list(text: str | None, what: str) -> list:
     if text is None:
         return [None]
     try:
@@ -78,7 +77,7 @@ def parse_int_list(text: Optional[str], what: str) -> list:
     return vals
 
 
-def parse_dim_lists(items: Optional[list], what: str, value_parser) -> dict:
+def parse_dim_lists(items: list | None, what: str, value_parser) -> dict:
     """['W:160,320', 'batch:1,8'] -> {'W': ..., 'batch': ...} (a dim name may itself contain ':')."""
     out = {}
     for item in items or []:
@@ -90,7 +89,7 @@ def parse_dim_lists(items: Optional[list], what: str, value_parser) -> dict:
     return out
 
 
-def make_inputs(model, shapes: dict, files: dict, batch: Optional[int], rng: np.random.Generator) -> dict:
+def make_inputs(model, shapes: dict, files: dict, batch: int | None, rng: np.random.Generator) -> dict:
     """One request: arrays from --input files, else random data of the model's dtypes and --shape shapes."""
     plan = model.plan
     names = {t.name for t in plan.inputs}
@@ -160,8 +159,8 @@ def _compile_seconds(model) -> float:
 
 
 def run_config(model_bytes: bytes, cfg: BenchConfig, load_kwargs: dict, shapes: dict, files: dict,
-               concurrency: int, duration: Optional[float], iterations: Optional[int], warmup: int,
-               cache_dir: Optional[str] = None, traces: Optional[list] = None) -> BenchResult:
+               concurrency: int, duration: float | None, iterations: int | None, warmup: int,
+               cache_dir: str | None = None, traces: list | None = None) -> BenchResult:
     """One configuration. With ``cache_dir``: first a cold load (and its warm-up) into an empty subdirectory of it
     (removed afterwards), then the measured load, warm from that cache: compile seconds cold vs warm."""
     import gert
@@ -323,11 +322,11 @@ def _check_cores(devices: tuple, cubes: list, vectors: list) -> None:
 
 
 def sweep(model, *, streams=(1,), cube_cores=(None,), vector_cores=(None,), batch=(None,),
-          shapes: Optional[dict] = None, inputs: Optional[dict] = None, gears: Optional[dict] = None,
-          shape_policy: Optional[dict] = None, devices=(0,), concurrency: int = 4, duration: Optional[float] = None,
-          iterations: Optional[int] = None, warmup: int = 3, latency_budgets_ms=DEFAULT_BUDGETS_MS,
-          progress: bool = False, cache_dir: Optional[str] = None, precision_mode: Optional[str] = None,
-          traces: Optional[list] = None) -> list:
+          shapes: dict | None = None, inputs: dict | None = None, gears: dict | None = None,
+          shape_policy: dict | None = None, devices=(0,), concurrency: int = 4, duration: float | None = None,
+          iterations: int | None = None, warmup: int = 3, latency_budgets_ms=DEFAULT_BUDGETS_MS,
+          progress: bool = False, cache_dir: str | None = None, precision_mode: str | None = None,
+          traces: list | None = None) -> list:
     """`gert bench` from Python: every combination of streams x cube_cores x vector_cores x batch, each run by
     ``concurrency`` threads for ``duration`` seconds (or ``iterations`` requests); returns BenchResults with
     ``best_under_ms`` marked. ``model``: a path or the ONNX bytes; ``shapes``: input name -> shape for dynamic
@@ -410,7 +409,7 @@ def main(args) -> int:
     gears = parse_dim_lists(args.gears, "gears", gear_values)
     policy = parse_dim_lists(args.shape_policy, "shape-policy", lambda t, d: t)
     wants_trace = args.trace or args.trace_all or args.timeline
-    traces: Optional[list] = [] if wants_trace else None
+    traces: list | None = [] if wants_trace else None
     results = sweep(args.model, streams=streams, cube_cores=cubes, vector_cores=vectors, batch=batches,
                     shapes=shapes, inputs=files, gears=gears, shape_policy=policy, devices=devices,
                     concurrency=args.concurrency, duration=args.duration, iterations=args.iterations,

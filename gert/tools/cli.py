@@ -8,7 +8,6 @@ import os
 import platform
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Optional
 
 from gert.tools.usage import UsageError  # raised here and by the commands it loads
 
@@ -23,7 +22,7 @@ COMMANDS_GROUP = "gert.commands"  # entry points adding commands (gert_triton: s
 
 
 
-def _version(pkg: str) -> Optional[str]:
+def _version(pkg: str) -> str | None:
     try:
         from importlib.metadata import version
 
@@ -37,7 +36,7 @@ _VERSION_FILES = ("version.info", "version.cfg", "ascend_toolkit_install.info")
 _HOSTNPU_MARKER = "gert_hostnpu.info"  # written by cbindings/hostnpu/build_toolkit.py (setup.py reads it too)
 
 
-def _toolkit_version(root: str) -> Optional[str]:
+def _toolkit_version(root: str) -> str | None:
     for name in _VERSION_FILES:
         path = os.path.join(root, name)
         if os.path.isfile(path):
@@ -165,7 +164,7 @@ def _build() -> tuple:
     return p, sub.choices
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     from gert.errors import GertError
 
     try:

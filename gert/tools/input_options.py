@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Optional
 
 import numpy as np
 
@@ -26,12 +25,12 @@ def parse_shape(text: str, command: str) -> tuple:
     return name, shape
 
 
-def input_shapes(items: Optional[Iterable[str]], command: str) -> dict:
+def input_shapes(items: Iterable[str] | None, command: str) -> dict:
     """The --shape options given: input name -> dims."""
     return dict(parse_shape(text, command) for text in items or [])
 
 
-def input_files(items: Optional[Iterable[str]], command: str) -> dict:
+def input_files(items: Iterable[str] | None, command: str) -> dict:
     """The --input options given: input name -> the array read from its .npy file."""
     out = {}
     for item in items or []:

@@ -5,13 +5,13 @@ Library calls show progress only when asked (``progress=True``); ``Progress(enab
 from __future__ import annotations
 
 import sys
-from typing import Optional, TextIO
+from typing import TextIO
 
 
 class Progress:
     """``total`` steps of ``desc``; ``step(text)`` after each. Writes to stderr (or ``file``)."""
 
-    def __init__(self, total: int, desc: str, enabled: bool = True, file: Optional[TextIO] = None):
+    def __init__(self, total: int, desc: str, enabled: bool = True, file: TextIO | None = None):
         self.total = total
         self.desc = desc
         self.done = 0

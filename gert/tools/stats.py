@@ -1,8 +1,6 @@
 """A Model's statistics (Model.stats()): per stream, per gear, device memory, faults, tiers."""
 from __future__ import annotations
 
-from typing import Optional
-
 from gert import _cann
 from gert.core import trace
 from gert.core.executor import GearStats
@@ -22,7 +20,7 @@ def graph_memory(workers: list) -> dict:
     return out
 
 
-def collect_stats(workers: list, faults, tiers: Optional[object]) -> display.Stats:
+def collect_stats(workers: list, faults, tiers: object | None) -> display.Stats:
     """The stats of ``workers`` (gert.core.executor.Worker), the model's fault counters (gert.core.recovery.FaultStats) and
     its tiers (gert.core.tiers.Tiers, or None), as one gert.tools.display.Stats."""
     streams = [dict(vars(w.stats)) for w in workers]  # flat dataclasses; asdict() deep-copies (slow)
