@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -116,3 +117,17 @@ def _external_initializers(proto, values: Mapping[str, np.ndarray]) -> None:
 
 def _raw(value: np.ndarray) -> bytes:
     return np.ascontiguousarray(value).astype(value.dtype.newbyteorder("<"), copy=False).tobytes()
+
+
+def write_optimized_model(sess_options, model_data: Callable[[], bytes]) -> None:
+    """SessionOptions.optimized_model_filepath: the ONNX model GE's parser was given (the session options'
+    initializers and overrides applied), where ONNX Runtime writes its optimized graph. GE's compiled graph is no
+    ONNX model, and ONNX Runtime's own ``.ort`` format is not one gert can write: refused with ONNX Runtime's Fail."""
+    path = getattr(sess_options, "optimized_model_filepath", "") or ""
+    if not path:
+        return
+    if str(path).lower().endswith(".ort"):
+        raise ort_class("Fail")(f"[ONNXRuntimeError] : 1 : FAIL : optimized_model_filepath '{path}': gert cannot "
+                                "write ONNX Runtime's ORT format; give a .onnx path to get the ONNX model GE compiled")
+    with open(path, "wb") as f:
+        f.write(model_data())

@@ -44,7 +44,7 @@ from gert.ort_io import (
     ort_run_error,
 )
 from gert.ort_lora import active_parameters
-from gert.ort_model import session_model
+from gert.ort_model import session_model, write_optimized_model
 from gert.ort_providers import CANN_PROVIDER, CPU_PROVIDER, GERT_PROVIDER, check_providers, warn_once as _warn_once
 
 _OURS = (CANN_PROVIDER, GERT_PROVIDER)
@@ -55,7 +55,7 @@ _LOAD_INT_KEYS = {"streams", "cube_cores", "vector_cores", "max_batch", "max_exa
 # SessionOptions attributes gert accepts and does not apply: warned about once each when not ONNX Runtime's default
 _IGNORED_SESSION_OPTIONS = ("inter_op_num_threads", "graph_optimization_level", "execution_mode", "log_severity_level",
                             "log_verbosity_level", "enable_profiling", "enable_mem_pattern", "enable_mem_reuse",
-                            "use_deterministic_compute", "optimized_model_filepath",
+                            "use_deterministic_compute",
                             "execution_order", "logid", "profile_file_prefix")
 _ORT_PREFIX = re.compile(r"^\[(ONNXRuntimeError|gert)\] : (\d+ : )?[A-Z_]+ : ")
 _NO_VERSION = 2**63 - 1  # what ONNX Runtime reports as the version of a model that sets none
@@ -414,6 +414,8 @@ class InferenceSession(SessionRunVariants, SessionExtras):
         check_providers(providers, constructor=True)
         self._providers, self._load_options = self._load_arguments(providers, provider_options)
         self._model = self._load_or_fall_back(providers)
+        if self._cpu is None:  # ONNX Runtime's CPU session writes its own
+            write_optimized_model(self._sess_options, self._model_data)
         self._profiler = Profiler(sess_options)
         self._input_info = {t.name: t for t in self._model.inputs} if self._model is not None else {}
         self._input_args = {a.name: a for a in self._info.inputs}
