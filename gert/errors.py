@@ -71,6 +71,15 @@ class GeError(_CodedError):
 _E_CODE = re.compile(r"\bE[0-9A-Z][0-9]{4}\b")
 
 
+_GE_PARSER = "aclgrphParseONNX"  # GE's parser API names itself in every refusal (aclgrphParseONNX, ...FromMem)
+
+
+def refused_by_ge_parser(e: BaseException) -> bool:
+    """Whether ``e`` is GE's ONNX parser refusing a model (not a device, option or compile failure): what the CPU
+    fallbacks (gert.load(fallback="cpu"), gert.InferenceSession's CPU provider) take over."""
+    return isinstance(e, GertError) and _GE_PARSER in str(e)
+
+
 class RowsNotIndependent(UserWarning):
     """gert.load's note that a model's requests run alone on the batch axis (never padded, merged or split), because
     the rows of an output are not proved independent (gert/core/row_proof.py); it names the output and the node."""

@@ -24,7 +24,8 @@ from gert.core.compile_cache import CACHE_DIR_OPTION, CompileCache
 from gert.core.futures import FutureRunner
 from gert.core.pool import PoolConfig, StreamPool
 from gert.core.row_check import check_rows
-from gert.errors import GertError
+from gert.cpu_model import CpuModel, check_fallback
+from gert.errors import GertError, refused_by_ge_parser
 from gert.preview import cann_ops as preview_ops, precision as preview_precision
 from gert import sequence as _sequence
 from gert.sequence import Sequences
@@ -353,6 +354,15 @@ def _compile_all(workers: list, keys: list, progress: bool, closed) -> int:
     return compiled
 
 
-def load(model: ModelSource, **kwargs) -> Model:
-    """Load an ONNX model (path or bytes) onto the device(s); see gert.Model for the keyword arguments."""
-    return Model(model, **kwargs)
+def load(model: ModelSource, *, fallback: Optional[str] = None, **kwargs) -> Model:
+    """Load an ONNX model (path or bytes) onto the device(s); see gert.Model for the keyword arguments.
+    ``fallback="cpu"``: a model GE's parser refuses runs on ONNX Runtime's CPU provider instead, warned
+    (gert/cpu_model.py); never without being asked."""
+    if check_fallback(fallback) is None:
+        return Model(model, **kwargs)
+    try:
+        return Model(model, **kwargs)
+    except GertError as e:
+        if not refused_by_ge_parser(e):
+            raise
+        return CpuModel(model, e, kwargs.get("streams", 1))  # type: ignore[return-value]

@@ -19,20 +19,17 @@ import warnings
 from collections.abc import Sequence
 from typing import Any, Optional
 
-from gert.errors import GertError
+from gert.errors import GertError, refused_by_ge_parser
 from gert.ort_io import ort_class
 
 CPU_PROVIDER = "CPUExecutionProvider"
-_PARSER = "aclgrphParseONNX"  # GE's parser API names itself in every refusal (aclgrphParseONNX, ...FromMem)
 _NO_CPU = ("This session contains graph nodes that are assigned to the default CPU EP, but fallback to CPU EP has "
            "been explicitly disabled by the user.")
 _warned: set = set()
 _lock = threading.Lock()
 
 
-def ge_refused(e: BaseException) -> bool:
-    """Whether ``e`` is GE's parser refusing the model (not a device, option or compile failure)."""
-    return isinstance(e, GertError) and _PARSER in str(e)
+ge_refused = refused_by_ge_parser  # GE's parser refusing the model (gert/errors.py)
 
 
 def cpu_allowed(providers: Optional[Sequence]) -> bool:
