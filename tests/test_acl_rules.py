@@ -1,5 +1,5 @@
 """CANN 8.5's ACL rules that the host NPU follows (shared/docs/cann-runtime-rules.md, "What a faithful emulation must
-do"), one test per rule, through the raw 1:1 bindings. The README's host NPU section lists them.
+do"), one test per rule, through the raw 1:1 bindings. docs/host-npu.md ("CANN's rules it follows") lists them.
 
 Elsewhere: aclGetRecentErrMsg cleared on read (test_errors.py), aclrtDestroyStream draining
 (test_streams_events.py::test_destroy_drains_pending_work), resource-limit values (test_res_limits.py)."""
