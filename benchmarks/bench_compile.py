@@ -3,7 +3,8 @@
     python benchmarks/bench_compile.py [--repeat N] [--baseline SRC] [--json out.json]
 
 Per model: a fresh Session, AddGraph with input_shape fixed, CompileGraph (the provider's ONNX Runtime session and
-the output shapes), N times, each at a shape not compiled before (the last dim stepped). ``--baseline SRC``: also measure another source tree of gert, built in place (e.g.
+the output shapes), N times, each at a shape not compiled before (the last dim stepped). ``--baseline SRC``: also
+measure another source tree of gert, built in place (e.g.
 ``git archive main | tar -x -C /tmp/base && cd /tmp/base && python setup.py build_ext --inplace``), each tree in
 its own process, rounds interleaved so that the machine's noise hits both alike. Needs
 ``pip install --no-deps rapidocr-onnxruntime==1.4.4``.
@@ -90,7 +91,8 @@ def main() -> None:
     for m, _, shape, _ in MODELS:
         row = f"{m:6}{shape[2:]:>14}" + "".join(f"{result[k][m][0]:>10.3f} ({result[k][m][1]:.3f})" for k in trees)
         if a.baseline:
-            row += f"{result['this'][m][0] / result['baseline'][m][0]:>8.2f} ({result['this'][m][1] / result['baseline'][m][1]:.2f})"
+            this, base = result["this"][m], result["baseline"][m]
+            row += f"{this[0] / base[0]:>8.2f} ({this[1] / base[1]:.2f})"
         print(row)
     if a.json:
         with open(a.json, "w") as f:

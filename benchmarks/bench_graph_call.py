@@ -75,7 +75,7 @@ def measure(rounds: int, calls: int) -> dict:
             "run_graph": lambda: session.run_graph(1, arrays),
         }
         times: dict = {name: [] for name in sides}
-        for name, fn in sides.items():  # warm
+        for fn in sides.values():  # warm
             if fn is not None:
                 per_call(fn, calls // 4)
         for _ in range(rounds):

@@ -12,8 +12,8 @@ Cases (one intra-op thread each side; gert: cube_cores=1):
 Each round times ``--calls`` calls of every case and side, interleaved (gert, gert's Python path, ORT, per case),
 so that noise from the other processes on the machine hits all alike; reported: the median over the rounds of the
 per-call mean of each side, and the ratios to ORT. "Python path": the same gert model with its compiled hot path
-(gert/core/_hotpath.pyx) turned off, i.e. the request pipeline as it ran before it. ``--profile N``: instead, cProfile over N ``Model.run`` calls of the
-one-node case (the top functions by own time).
+(gert/core/_hotpath.pyx) turned off, i.e. the request pipeline as it ran before it. ``--profile N``: instead,
+cProfile over N ``Model.run`` calls of the one-node case (the top functions by own time).
 """
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def measure(rounds: int, calls: int) -> dict:
     sides = ("gert", "python", "ort")
     times = {name: {s: [] for s in sides} for name in built}
     try:
-        for name, (_, g, o, _, py) in built.items():  # warm every side
+        for _, g, o, _, py in built.values():  # warm every side
             for fn in (g, py, o):
                 per_call(fn, calls // 4)
         for _ in range(rounds):

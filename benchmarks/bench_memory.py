@@ -254,7 +254,7 @@ def start_triton(repo: str, log: str, attempts: int = 3):
                 tail = f.read()[-4000:]
             if "already in use" in tail and attempt + 1 < attempts:
                 continue
-            raise SystemExit(f"tritonserver did not get ready:\n{tail}")
+            raise SystemExit(f"tritonserver did not get ready:\n{tail}") from None
         except BaseException:
             stop_triton(srv)
             raise
@@ -427,8 +427,10 @@ def table(results: dict) -> list:
             if s == "gert" and "ort" in med:
                 ratio = f"{med['gert']['VmHWM'] / med['ort']['VmHWM']:.2f}x"
                 wall = f"{med['gert']['wall_s'] / med['ort']['wall_s']:.2f}x"
-            lines.append(f"| {work} x{n} | {s} | {med[s]['wall_s']:.1f} | {med[s]['cpu_s']:.1f} | {mb(med[s]['VmHWM'])} | "
-                         f"{mb(med[s]['VmRSS'])} | {ratio} | {wall} | {sides[s][-1].get('Threads', '')} |")
+            lines.append(
+                f"| {work} x{n} | {s} | {med[s]['wall_s']:.1f} | {med[s]['cpu_s']:.1f} | {mb(med[s]['VmHWM'])} | "
+                f"{mb(med[s]['VmRSS'])} | {ratio} | {wall} | {sides[s][-1].get('Threads', '')} |"
+            )
     return lines
 
 
@@ -471,7 +473,9 @@ def breakdown(results: dict) -> list:
                              f"{mb(g['device_peak'])} MB), aclrtGetMemInfo used {mb(g['device_used'])} of "
                              f"{mb(g['device_total'])} MB (the buffers and the loaded models' weights)")
             if "python_heap" in r:
-                lines.append(f"  Python (tracemalloc) {mb(r['python_heap'])} MB now, {mb(r['python_heap_peak'])} MB peak")
+                lines.append(
+                    f"  Python (tracemalloc) {mb(r['python_heap'])} MB now, {mb(r['python_heap_peak'])} MB peak"
+                )
     return lines
 
 
@@ -497,8 +501,12 @@ def main() -> int:
             for side in args.sides.split(","):
                 r = run_child(work, side, int(n), args.tracemalloc)
                 results.setdefault((work, int(n)), {}).setdefault(side, []).append(r)
-                print(f"{work}:{n} {side}: wall {r['wall_s']} s, CPU {r.get('cpu_s')} s, peak {mb(r['VmHWM'])} MB, end {mb(r['VmRSS'])} MB",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"{work}:{n} {side}: wall {r['wall_s']} s, CPU {r.get('cpu_s')} s, peak {mb(r['VmHWM'])} MB, "
+                    f"end {mb(r['VmRSS'])} MB",
+                    file=sys.stderr,
+                    flush=True,
+                )
         sides = results[(work, int(n))]
         if "texts" in sides.get("ort", [{}])[-1] and "gert" in sides:
             same = sides["ort"][-1]["texts"] == sides["gert"][-1]["texts"]

@@ -50,7 +50,8 @@ input [ {{ name: "x" data_type: TYPE_FP32 dims: [ 1, {INPUT} ] }} ]
 output [ {{ name: "y" data_type: TYPE_FP32 dims: [ 1, {HIDDEN} ] }} ]
 sequence_batching {{
   max_sequence_idle_microseconds: 5000000
-  oldest {{ max_candidate_sequences: {4 * MAX_BATCH} preferred_batch_size: [ {MAX_BATCH} ] max_queue_delay_microseconds: 1000 }}
+  oldest {{ max_candidate_sequences: {4 * MAX_BATCH} preferred_batch_size: [ {MAX_BATCH} ]
+           max_queue_delay_microseconds: 1000 }}
 }}
 instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 '''
@@ -59,8 +60,10 @@ def client_state_config() -> str:
     return f'''name: "client_state"
 backend: "python"
 max_batch_size: {MAX_BATCH}
-input [ {{ name: "x" data_type: TYPE_FP32 dims: [ 1, {INPUT} ] }}, {{ name: "h" data_type: TYPE_FP32 dims: [ 1, {HIDDEN} ] }} ]
-output [ {{ name: "y" data_type: TYPE_FP32 dims: [ 1, {HIDDEN} ] }}, {{ name: "h_out" data_type: TYPE_FP32 dims: [ 1, {HIDDEN} ] }} ]
+input [ {{ name: "x" data_type: TYPE_FP32 dims: [ 1, {INPUT} ] }},
+        {{ name: "h" data_type: TYPE_FP32 dims: [ 1, {HIDDEN} ] }} ]
+output [ {{ name: "y" data_type: TYPE_FP32 dims: [ 1, {HIDDEN} ] }},
+         {{ name: "h_out" data_type: TYPE_FP32 dims: [ 1, {HIDDEN} ] }} ]
 dynamic_batching {{ max_queue_delay_microseconds: 1000 }}
 instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 '''
@@ -87,7 +90,8 @@ class TritonPythonModel:
 
 
 def ort_dict_py() -> str:
-    return _model_py("Hand-written: each sequence's state in a dict of numpy arrays, ONNX Runtime once per request.") + f'''
+    doc = "Hand-written: each sequence's state in a dict of numpy arrays, ONNX Runtime once per request."
+    return _model_py(doc) + f'''
 
     def execute(self, requests):
         out = []
@@ -135,10 +139,13 @@ def gru_bytes(seed: int = 0) -> bytes:
     nodes = [helper.make_node("GRU", ["x", "W", "R", "B", "", "h"], ["Y", "h_out"], hidden_size=HIDDEN),
              helper.make_node("Tanh", ["h_out"], ["y"])]
     vi = helper.make_tensor_value_info
-    g = helper.make_graph(nodes, "gru", [vi("x", TensorProto.FLOAT, [1, "N", INPUT]),
-                                         vi("h", TensorProto.FLOAT, [1, "N", HIDDEN])],
-                          [vi("y", TensorProto.FLOAT, [1, "N", HIDDEN]), vi("h_out", TensorProto.FLOAT, [1, "N", HIDDEN])],
-                          initializer=[numpy_helper.from_array(a, n) for a, n in ((w, "W"), (r, "R"), (b, "B"))])
+    g = helper.make_graph(
+        nodes,
+        "gru",
+        [vi("x", TensorProto.FLOAT, [1, "N", INPUT]), vi("h", TensorProto.FLOAT, [1, "N", HIDDEN])],
+        [vi("y", TensorProto.FLOAT, [1, "N", HIDDEN]), vi("h_out", TensorProto.FLOAT, [1, "N", HIDDEN])],
+        initializer=[numpy_helper.from_array(a, n) for a, n in ((w, "W"), (r, "R"), (b, "B"))],
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
     onnx.checker.check_model(m)
@@ -152,8 +159,14 @@ def build_repo(root: str) -> str:
     with open(path, "wb") as f:
         f.write(gru_bytes())
     repo = os.path.join(root, "repo")
-    init_repo(path, repo, name="gert", max_batch_size=MAX_BATCH, parameters={"streams": "1", "cube_cores": "1", "gears": GEARS},
-              sequence={"state": {"h": "h_out"}, "batch_dim": "N", "strategy": "oldest", "idle_us": 5_000_000})
+    init_repo(
+        path,
+        repo,
+        name="gert",
+        max_batch_size=MAX_BATCH,
+        parameters={"streams": "1", "cube_cores": "1", "gears": GEARS},
+        sequence={"state": {"h": "h_out"}, "batch_dim": "N", "strategy": "oldest", "idle_us": 5_000_000},
+    )
     for name, config, code in (("ort_dict", ort_dict_config(), ort_dict_py()),
                                ("client_state", client_state_config(), client_state_py())):
         os.makedirs(os.path.join(repo, name, "1"))

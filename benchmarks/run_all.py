@@ -1,6 +1,7 @@
 """Run the benchmarks and write benchmarks/RESULTS.md.
 
-    python benchmarks/run_all.py [--quick] [--runs 3] [--once precision,memory] [--skip triton,rapidocr] [--json out.json]
+    python benchmarks/run_all.py [--quick] [--runs 3] [--once precision,memory] [--skip triton,rapidocr]
+                                 [--json out.json]
     python benchmarks/run_all.py --from-json out.json [more.json ...] --skip triton,rapidocr    # JSONs you have
 
 The microbenchmarks are pytest-benchmark tests (``benchmarks/test_*.py``): this runs ``pytest benchmarks/
@@ -150,7 +151,7 @@ def run_script(name: str, script: str, args: list, runs: int = 1) -> str:
         if r.returncode != 0:
             body += f"\n\nFAILED (exit {r.returncode}):\n{r.stderr.strip()[-2000:]}"
         else:
-            body += "".join("\n" + l for l in r.stderr.splitlines() if "skipped" in l.lower())
+            body += "".join("\n" + ln for ln in r.stderr.splitlines() if "skipped" in ln.lower())
         bodies.append(f"run {k + 1} of {runs}:\n{body}" if runs > 1 else body)
     shown = " ".join(["python", f"benchmarks/{script}", *cmd[2:]])
     body = "\n\n".join(bodies)

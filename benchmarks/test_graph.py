@@ -18,7 +18,11 @@ import gert
 from _common import CLS, ort_session, read_ppocr, relu_model, tag, warm
 from gert.dtypes import ge_dtype
 
-CASES = {"relu-1x64": (1, (1, 64)), "cls-8x3x48x192-t1": (1, (8, 3, 48, 192)), "cls-8x3x48x192-t2": (2, (8, 3, 48, 192))}
+CASES = {
+    "relu-1x64": (1, (1, 64)),
+    "cls-8x3x48x192-t1": (1, (8, 3, 48, 192)),
+    "cls-8x3x48x192-t2": (2, (8, 3, 48, 192)),
+}
 
 
 def _feeds(case: str) -> tuple:
@@ -38,7 +42,8 @@ def _ort(model: bytes, feeds: dict, threads: int, out_shapes: list, out_dtypes: 
     return sess, io, outs
 
 
-@pytest.mark.parametrize("kind", ["ort_iobinding", "gert", "gert_fused", "gert_run_graph"])  # a group's runs back to back
+# a group's runs back to back
+@pytest.mark.parametrize("kind", ["ort_iobinding", "gert", "gert_fused", "gert_run_graph"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_graph_call(benchmark, measuring, case, kind):
     if kind == "gert_run_graph" and not case.startswith("relu"):

@@ -1,7 +1,8 @@
 """``Model.run`` overhead over ONNX Runtime ``InferenceSession.run()`` on a one-node graph (Relu), 1 thread each.
 
 Two cases: a static 1x64 graph, and a symbolic batch where 3 rows run padded to gear 4 and are sliced back.
-Target (issue 23): at most 1.0x ONNX Runtime on the one-node graph. Also run(list of 8) vs ORT on the concatenated batch.
+Target (issue 23): at most 1.0x ONNX Runtime on the one-node graph. Also run(list of 8) vs ORT on the concatenated
+batch.
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -96,7 +96,7 @@ class SessionExtras:
         return [AssignedSubgraph(self.get_providers()[0], nodes)]
 
     def run_with_ortvaluevector(self, run_options, feed_names: Sequence[str], feeds, fetch_names: Sequence[str],
-                                fetches, fetch_devices: Optional[Sequence] = None) -> None:
+                                fetches, fetch_devices: Sequence | None = None) -> None:
         """run() with an OrtValueVector of inputs; the outputs are appended to ``fetches`` (an empty
         OrtValueVector), or written into its OrtValues when it holds one per output."""
         if self._cpu is not None:

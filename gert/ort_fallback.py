@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import warnings
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any
 
 from gert.errors import GertError, refused_by_ge_parser
 from gert.ort_io import ort_class
@@ -32,7 +32,7 @@ _lock = threading.Lock()
 ge_refused = refused_by_ge_parser  # GE's parser refusing the model (gert/errors.py)
 
 
-def cpu_allowed(providers: Optional[Sequence]) -> bool:
+def cpu_allowed(providers: Sequence | None) -> bool:
     """ONNX Runtime's CPU provider may run nodes: none named (all available), or CPUExecutionProvider listed."""
     if providers is None:
         return True

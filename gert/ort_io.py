@@ -28,7 +28,7 @@ import re
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -79,7 +79,7 @@ def ort_class(name: str) -> type:
     return cls
 
 
-def ort_run_error(e: BaseException) -> Optional[BaseException]:
+def ort_run_error(e: BaseException) -> BaseException | None:
     """ONNX Runtime's exception for gert's error ``e`` raised while running (None: ``e`` already is one, or is no
     gert error). A failure the host NPU's ONNX Runtime reported keeps its status (INVALID_ARGUMENT, FAIL, ...),
     class and message; a device or runtime failure without one is ONNX Runtime's Fail. The gert error is the
@@ -384,7 +384,7 @@ class SessionRunVariants:
             raise ValueError("IOBinding must be used with the session that created it.")
         iobinding._run(run_options)
 
-    def run_with_ort_values(self, output_names: Optional[Sequence[str]], input_dict_ort_values: Mapping[str, Any],
+    def run_with_ort_values(self, output_names: Sequence[str] | None, input_dict_ort_values: Mapping[str, Any],
                             run_options=None) -> list:
         """run() with onnxruntime.OrtValue inputs; the outputs as OrtValues (in host memory)."""
         if self._cpu is not None:
@@ -397,8 +397,8 @@ class SessionRunVariants:
         feed = {n: from_ortvalue(n, v) for n, v in input_dict_ort_values.items()}
         return [to_ortvalue(a) for a in self.run(output_names, feed, run_options)]
 
-    def set_providers(self, providers: Optional[Sequence] = None,
-                      provider_options: Optional[Sequence[dict]] = None) -> None:
+    def set_providers(self, providers: Sequence | None = None,
+                      provider_options: Sequence[dict] | None = None) -> None:
         """Load the model again with these providers' options, as ONNX Runtime re-creates its session; the old
         gert.Model is closed once the new one is ready (a failed load leaves the session as it was)."""
         check_providers(providers)  # an unknown name: ONNX Runtime's RuntimeError, the session as it was

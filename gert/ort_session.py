@@ -8,8 +8,9 @@ order), ``run_async``, ``get_inputs`` / ``get_outputs`` / ``get_overridable_init
 Runtime's shapes and type strings), ``get_modelmeta`` (with the model's ``custom_metadata_map``), ``get_providers``,
 ``get_provider_options``, ``get_session_options``; the input checks raise ONNX Runtime's own exception classes
 with its messages (a gert subclass of each, so ``except GertError`` works too). ``run_options``, ``io_binding`` /
-``run_with_iobinding``, ``run_with_ort_values``, ``set_providers`` and ``end_profiling``: gert/ort_io.py. Computation is gert.Model's: the
-model compiles through GE (the host NPU off an NPU), on gert's streams, core locks and shape policies.
+``run_with_iobinding``, ``run_with_ort_values``, ``set_providers`` and ``end_profiling``: gert/ort_io.py.
+Computation is gert.Model's: the model compiles through GE (the host NPU off an NPU), on gert's streams, core locks
+and shape policies.
 
 Options: SessionOptions that map onto gert are honoured (``intra_op_num_threads`` -> the stream's cube cores,
 ``add_free_dimension_override_by_name`` -> a fixed dim: other sizes are refused as ONNX Runtime refuses them; it
@@ -22,11 +23,12 @@ session compiles at creation (``Model.warmup``), as ONNX Runtime does, not on th
 """
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable
 
 import numpy as np
 
@@ -127,8 +129,8 @@ def _type_string(type_proto) -> str:
     return "unknown"
 
 
-def _shape(type_proto, overrides: Mapping[str, int], denotations: Optional[Mapping[str, int]] = None
-           ) -> Optional[list]:
+def _shape(type_proto, overrides: Mapping[str, int], denotations: Mapping[str, int] | None = None
+           ) -> list | None:
     """Dims as ONNX Runtime reports them (None for an unnamed unknown dim); None when the rank is unknown. A free
     dim is fixed by an override of its name, or of its denotation ("DATA_BATCH")."""
     kind = type_proto.WhichOneof("value")
@@ -156,7 +158,7 @@ class _ModelInfo:
     nodes: list = field(default_factory=list)  # the graph's nodes (NodeProtos without their attributes)
 
 
-def _read_model(data: bytes, overrides: Mapping[str, int], denotations: Optional[Mapping[str, int]] = None
+def _read_model(data: bytes, overrides: Mapping[str, int], denotations: Mapping[str, int] | None = None
                 ) -> _ModelInfo:
     """Inputs, outputs, overridable initializers and metadata, as ONNX Runtime reports them; output shapes the file
     leaves out come from ONNX shape inference, as ONNX Runtime infers them at load."""
@@ -171,7 +173,9 @@ def _read_model(data: bytes, overrides: Mapping[str, int], denotations: Optional
         from gert.core import shape_infer as _shape_infer
 
         try:
-            done = _shape_infer.infer(model, {v.name: _shape(v.type, {}) for v in g.input if v.name not in initializers})
+            done = _shape_infer.infer(
+                model, {v.name: _shape(v.type, {}) for v in g.input if v.name not in initializers}
+            )
             inferred = {o.name: dims for o, dims in zip(g.output, done.output_dims) if dims is not None}
         except Exception:  # noqa: BLE001 - inference is best effort here; ONNX Runtime then reports no shape either
             inferred = {}
@@ -386,19 +390,19 @@ class InferenceSession(SessionRunVariants, SessionExtras):
     and run_options: gert.ort_io; the rest of the 1.32 API: gert.ort_api). A model GE's parser refuses runs on ONNX
     Runtime's CPU provider when the providers allow it (gert.ort_fallback)."""
 
-    def __init__(self, path_or_bytes: Union[str, bytes, os.PathLike], sess_options=None,
-                 providers: Optional[Sequence] = None, provider_options: Optional[Sequence[dict]] = None,
+    def __init__(self, path_or_bytes: str | bytes | os.PathLike, sess_options=None,
+                 providers: Sequence | None = None, provider_options: Sequence[dict] | None = None,
                  **load_options: Any):
         self._cpu = None  # ONNX Runtime's CPU session, when the model runs there (gert.ort_fallback)
-        self._edges_session: Optional[ort_partition.EdgeSession] = None  # core on gert, edges on CPU
+        self._edges_session: ort_partition.EdgeSession | None = None  # core on gert, edges on CPU
         self._model = None
-        self._adapters: Optional[ort_lora.AdapterModels] = None  # models of LoRA adapter sets (gert.ort_lora)
+        self._adapters: ort_lora.AdapterModels | None = None  # models of LoRA adapter sets (gert.ort_lora)
         # What set_providers loads again, as ONNX Runtime keeps it: the bytes given (or written with the session
         # options' initializers), or only the path: a model file loads by path, so its external data resolves next
         # to it, and the session holds no copy of its weights (issue 28)
         source = session_model(path_or_bytes, sess_options)
         self._model_path = source.path
-        self._model_bytes: Optional[bytes] = source.data if source.path is None else None
+        self._model_bytes: bytes | None = source.data if source.path is None else None
         data = source.data
         self._overrides = dict(getattr(sess_options, "gert_free_dimension_overrides", {}) or {})
         self._denotations = dict(getattr(sess_options, "gert_denotation_overrides", {}) or {})
@@ -431,7 +435,8 @@ class InferenceSession(SessionRunVariants, SessionExtras):
         load.update(_session_load_options(self._sess_options, lambda: _cube_cores(device)))
         load.update(self._extra_load)
         if self._has_batch() and not _names_batch(load):
-            # ONNX Runtime runs any batch size as it comes: no padding rows; hot sizes get static graphs (gert.core.tiers)
+            # ONNX Runtime runs any batch size as it comes: no padding rows; hot sizes get static graphs
+            # (gert.core.tiers)
             load["shape_policy"] = dict(load.get("shape_policy") or {}, batch="auto")
         return reported, load
 
@@ -467,11 +472,11 @@ class InferenceSession(SessionRunVariants, SessionExtras):
             lambda data: InferenceSession(data, self._sess_options, providers=ours, **self._extra_load),
             lambda data: ort_fallback.cpu_session(data, self._sess_options))
 
-    def _source(self) -> Union[str, bytes]:
+    def _source(self) -> str | bytes:
         """What the model loads from: its path, or its bytes."""
         return self._model_path if self._model_bytes is None else self._model_bytes
 
-    def _load_model(self, data: Optional[bytes] = None, source: Union[str, bytes, None] = None):
+    def _load_model(self, data: bytes | None = None, source: str | bytes | None = None):
         """A gert.Model of this session's model (by path, or from its bytes; ``source``: other bytes) with this
         session's load options, compiled."""
         import gert
@@ -606,7 +611,7 @@ class InferenceSession(SessionRunVariants, SessionExtras):
             return ort_class("Fail")(f"[ONNXRuntimeError] : 1 : FAIL : {e}")
         return InvalidArgument(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : {e}")
 
-    def _run_error(self, e: BaseException, feed: Mapping[str, Any]) -> Optional[BaseException]:
+    def _run_error(self, e: BaseException, feed: Mapping[str, Any]) -> BaseException | None:
         """ONNX Runtime's exception for an error raised while running ``feed`` (None: raise ``e`` as it is)."""
         from gert.core.validate import InputError
 
@@ -626,7 +631,7 @@ class InferenceSession(SessionRunVariants, SessionExtras):
                                   f"{name} for the following indices{lines}\n Please fix either the "
                                   "inputs/outputs or the model.")
 
-    def _outputs(self, output_names: Optional[Sequence[str]]) -> list:
+    def _outputs(self, output_names: Sequence[str] | None) -> list:
         if not output_names:
             return list(self._output_names)
         for n in output_names:
@@ -634,7 +639,7 @@ class InferenceSession(SessionRunVariants, SessionExtras):
                 raise InvalidArgument(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Invalid output name:{n}")
         return list(output_names)
 
-    def run(self, output_names: Optional[Sequence[str]], input_feed: Mapping[str, Any], run_options=None) -> list:
+    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], run_options=None) -> list:
         """Run once; the outputs named (all for None or []) as a list of numpy arrays, in that order."""
         if self._cpu is not None:
             return self._cpu.run(output_names, input_feed, run_options)
@@ -663,8 +668,8 @@ class InferenceSession(SessionRunVariants, SessionExtras):
             result = self._scalar_shapes.apply(input_feed, result)
         return _listed(result, names) if self._outputs_twice or output_names else [result[n] for n in names]
 
-    def run_async(self, output_names: Optional[Sequence[str]], input_feed: Mapping[str, Any],
-                  callback: Callable[[Optional[list], Any, str], None], user_data: Any = None,
+    def run_async(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
+                  callback: Callable[[list | None, Any, str], None], user_data: Any = None,
                   run_options=None) -> None:
         """Run in the background; ``callback(outputs, user_data, err)`` runs when done: the outputs with ``err``
         empty, or ``[]`` with the error's message, bad input included (as ONNX Runtime calls it). The callback

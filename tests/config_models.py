@@ -83,8 +83,11 @@ def bf16_model() -> bytes:
     """BF16: x bf16 [N, 4] -> y = bf16(float(x) + float(x)) (ONNX Runtime's CPU Add has no bfloat16 kernel)."""
     x = helper.make_tensor_value_info("x", TensorProto.BFLOAT16, ["N", 4])
     y = helper.make_tensor_value_info("y", TensorProto.BFLOAT16, ["N", 4])
-    nodes = [helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
-             helper.make_node("Add", ["xf", "xf"], ["s"]), helper.make_node("Cast", ["s"], ["y"], to=TensorProto.BFLOAT16)]
+    nodes = [
+        helper.make_node("Cast", ["x"], ["xf"], to=TensorProto.FLOAT),
+        helper.make_node("Add", ["xf", "xf"], ["s"]),
+        helper.make_node("Cast", ["s"], ["y"], to=TensorProto.BFLOAT16),
+    ]
     return make_model(nodes, [x], [y], name="bf16")
 
 

@@ -168,8 +168,13 @@ class _T:
     @property
     def plain(self) -> bool:
         """Only B, T and fixed axes, each dynamic one at most once: any block may take it."""
-        return (len(self.layout) > 0 and "M" not in self.layout and self.layout.count("B") <= 1 and self.layout.count("T") <= 1
-                and self.dtype == "float32")
+        return (
+            len(self.layout) > 0
+            and "M" not in self.layout
+            and self.layout.count("B") <= 1
+            and self.layout.count("T") <= 1
+            and self.dtype == "float32"
+        )
 
 
 def _mix(t: _T, axes) -> set:
@@ -293,7 +298,7 @@ class Builder:
             tags.add("batch_two_axes:broadcast")
         if layout.count("T") > 1:
             tags.add("t_mixed:broadcast_two_axes")
-        for a, b in ((t, u), (u, t)):   # a reduction over the batch broadcast back onto rows mixes them
+        for a, _b in ((t, u), (u, t)):   # a reduction over the batch broadcast back onto rows mixes them
             if any(x.startswith("glob:") for x in a.tags) and "B" in layout:
                 tags.add("rows_mixed:broadcast_batch_reduction")
             if any(x.startswith("tglob:") for x in a.tags) and "T" in layout:

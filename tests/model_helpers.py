@@ -22,7 +22,8 @@ def echo_model() -> bytes:
     """x f32[batch, n, 2] -> y = x * 2 + 1 (f32[batch, n, 2]) and s = ReduceMax(x, axes=(1, 2)) (f32[batch]).
 
     Integer-valued inputs below 2**22 make both outputs exact, so a result says exactly which input it came from.
-    ``y`` carries the input's symbolic names (sliced back after padding); ``s`` is transparent to zero padding (inputs are positive)."""
+    ``y`` carries the input's symbolic names (sliced back after padding); ``s`` is transparent to zero padding
+    (inputs are positive)."""
     nodes = [helper.make_node("Mul", ["x", "two"], ["x2"]), helper.make_node("Add", ["x2", "one"], ["y"]),
              helper.make_node("ReduceMax", ["x"], ["s"], axes=[1, 2], keepdims=0)]
     inits = [numpy_helper.from_array(np.array(2, np.float32), "two"),

@@ -50,8 +50,12 @@ def gated_model(hidden: int = HIDDEN) -> bytes:
     h_out = h + x (mode != 0) or h_out = h * 0.5 + x (mode == 0)."""
     then_g = helper.make_graph([helper.make_node("Add", ["h", "x"], ["a"])], "then", [],
                                [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, "N", hidden])])
-    else_g = helper.make_graph([helper.make_node("Mul", ["h", "half"], ["m"]), helper.make_node("Add", ["m", "x"], ["e"])],
-                               "else", [], [helper.make_tensor_value_info("e", TensorProto.FLOAT, [1, "N", hidden])])
+    else_g = helper.make_graph(
+        [helper.make_node("Mul", ["h", "half"], ["m"]), helper.make_node("Add", ["m", "x"], ["e"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, [1, "N", hidden])],
+    )
     nodes = [
         helper.make_node("Cast", ["mode"], ["cond"], to=TensorProto.BOOL),
         helper.make_node("If", ["cond"], ["h_out"], then_branch=then_g, else_branch=else_g),

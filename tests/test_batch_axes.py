@@ -68,9 +68,14 @@ def batch_max_model() -> bytes:
     """x [N, 4] -> y = x + 1 [N, 4], mx = ReduceMax over the batch [4]: an output without the batch (inseparable)."""
     nodes = [helper.make_node("Add", ["x", "one"], ["y"]),
              helper.make_node("ReduceMax", ["x", "ax0"], ["mx"], keepdims=0)]
-    return make_model(nodes, [vi("x", np.float32, ["N", 4])], [vi("y", np.float32, ["N", 4]), vi("mx", np.float32, [4])],
-                      [_const("one", np.array(1, np.float32)), _const("ax0", np.array([0], np.int64))],
-                      name="batch_max", opset=18)
+    return make_model(
+        nodes,
+        [vi("x", np.float32, ["N", 4])],
+        [vi("y", np.float32, ["N", 4]), vi("mx", np.float32, [4])],
+        [_const("one", np.array(1, np.float32)), _const("ax0", np.array([0], np.int64))],
+        name="batch_max",
+        opset=18,
+    )
 
 
 def feeds(order: str, second: bool, n: int, t: int, rng: np.random.Generator) -> dict:
@@ -201,6 +206,12 @@ def test_pieces_on_a_non_zero_axis_are_views_laid_out_once():
         assert type(piece["c"]) is np.ndarray and piece["c"].flags.c_contiguous  # axis 0: a view uploaded as it is
 
 
+def _batcher_calls(batcher, reqs: list) -> tuple:
+    """Each way to pad, merge or split a batch, as a call on ``batcher``."""
+    return (lambda: batcher.merge(reqs[:2]), lambda: batcher.split({"y": np.zeros((3, 3))}, [1, 2]),
+            lambda: batcher.join([{"y": np.zeros((1, 1))}] * 2), lambda: batcher.piece(reqs[1], 0, 1))
+
+
 def test_batch_on_two_axes_is_never_split_or_merged():
     """x @ x^T with output_dims naming both axes: the Batcher refuses to pad, merge, split or chunk it, and every
     front door gives each request its own [n, n] (or a clear refusal of a size it would have had to pad or cut)."""
@@ -216,9 +227,7 @@ def test_batch_on_two_axes_is_never_split_or_merged():
         with m:
             batcher = m.engine.batcher
             assert not batcher.enabled and ("output 'y'" in batcher.why or "['y']" in batcher.why), batcher.why
-            for call in (lambda: batcher.merge(reqs[:2]), lambda: batcher.split({"y": np.zeros((3, 3))}, [1, 2]),
-                         lambda: batcher.join([{"y": np.zeros((1, 1))}] * 2),
-                         lambda: batcher.piece(reqs[1], 0, 1)):
+            for call in _batcher_calls(batcher, reqs):
                 with pytest.raises(GertError, match="cannot be"):
                     call()
             for door in DOORS:
@@ -242,7 +251,7 @@ def test_an_inseparable_model_runs_every_request_alone_and_whole(kw):
     with gert.load(model, **kw) as m:
         assert not m.engine.batcher.enabled and not m.engine.batch_limit
         for door in DOORS:
-            results = [_or_error(lambda r: run_door(m, door, [r])[0], r) for r in reqs] \
+            results = [_or_error(lambda r, door=door: run_door(m, door, [r])[0], r) for r in reqs] \
                 if door in ("run_list", "run_batch") else run_door(m, door, reqs)
             for i, (r, got) in enumerate(zip(reqs, results)):
                 if isinstance(got, GertError):  # exact batch gears: a size that is not one is refused, by name

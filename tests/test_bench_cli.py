@@ -48,7 +48,7 @@ def test_short_sweep_table_json_csv_agree(model_path, tmp_path):
     assert {(d["streams"], d["batch"]) for d in data} == {(1, 1), (1, 4), (2, 1), (2, 4)}
     rows = list(csv.DictReader(c.open()))
     assert len(rows) == 4
-    table_lines = [l for l in r.stdout.splitlines() if l.strip() and l.split()[0].isdigit()]
+    table_lines = [ln for ln in r.stdout.splitlines() if ln.strip() and ln.split()[0].isdigit()]
     assert len(table_lines) == 4
     for d in data:
         assert d["requests"] == 40
@@ -57,10 +57,10 @@ def test_short_sweep_table_json_csv_agree(model_path, tmp_path):
         assert len(d["stream_busy"]) == d["streams"]
         row = next(x for x in rows if int(x["streams"]) == d["streams"] and int(x["batch"]) == d["batch"])
         assert float(row["samples_per_s"]) == pytest.approx(d["samples_per_s"])
-        line = next(l for l in table_lines if l.split()[:4] == [str(d["streams"]), "-", "-", str(d["batch"])])
+        line = next(ln for ln in table_lines if ln.split()[:4] == [str(d["streams"]), "-", "-", str(d["batch"])])
         assert float(line.split()[5]) == pytest.approx(d["samples_per_s"], abs=0.06)
     # the table is sorted by throughput and the best configuration under the budget is marked once
-    tps = [float(l.split()[5]) for l in table_lines]
+    tps = [float(ln.split()[5]) for ln in table_lines]
     assert tps == sorted(tps, reverse=True)
     assert sum(1 for d in data if d["best_under_ms"] == [1000.0]) == 1
     assert "p99<=1000ms" in table_lines[0]
@@ -76,7 +76,7 @@ def test_cache_dir_reports_compile_seconds_cold_and_warm(model_path, tmp_path):
     # the warm load compiled nothing afresh: its compiles (one per stream) were all cache hits
     assert d["cache_hits"] == 2 and d["compile_s_cold"] > 0 and d["compile_s"] >= 0
     assert "compile s cold/warm" in r.stdout
-    line = next(l for l in r.stdout.splitlines() if l.split() and l.split()[0] == "2")
+    line = next(ln for ln in r.stdout.splitlines() if ln.split() and ln.split()[0] == "2")
     assert f"{d['compile_s_cold']:.2f}/{d['compile_s']:.2f}" in line
     assert os.listdir(cache) == []  # the cold run's subdirectory is removed
 
@@ -124,7 +124,7 @@ def test_a_dynamic_non_batch_dim_is_measured_on_its_static_graph(tmp_path):
 def test_bad_arguments_exit_2_with_one_line(model_path, args, needle):
     r = gert_cli("bench", model_path, "--iterations", "2", *args)
     assert r.returncode == 2, (r.stdout, r.stderr)
-    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, r.stderr
     assert needle in lines[0]
 

@@ -44,7 +44,7 @@ def test_benchmark_only_measures_and_run_all_reports_ratios(tmp_path):
     text = md.read_text()
     assert "## test_model_run.py" in text and "overhead over ONNX Runtime" in text
     for group, med in groups.items():
-        row = next(l for l in text.splitlines() if l.startswith(f"| {group} |") and "| gert |" in l)
+        row = next(ln for ln in text.splitlines() if ln.startswith(f"| {group} |") and "| gert |" in ln)
         cells = [c.strip() for c in row.split("|")]
         assert float(cells[8]) == round(med["gert"] / med["baseline"], 3), row
 
@@ -66,7 +66,7 @@ def test_run_all_shows_the_spread_of_several_runs(tmp_path):
     r = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "run_all.py"), "--from-json", *paths,
                         "--skip", ",".join(scripts), "--out", str(md)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    row = next(l for l in md.read_text().splitlines() if l.startswith("| g |") and "| gert |" in l)
+    row = next(ln for ln in md.read_text().splitlines() if ln.startswith("| g |") and "| gert |" in ln)
     cells = [c.strip() for c in row.split("|")]
     # the runs' ratios 1.1, 1.0, 1.2; gert's median over the runs 4.8 us
     assert cells[4] == "4.80 us" and cells[8] == "1.100 [1.000, 1.200]", row

@@ -77,7 +77,7 @@ def missing_import() -> onnx.ModelProto:
                   oh.make_node("Custom", ["t"], ["y"], name="orphan", domain="com.example")])
 
 
-# ---- the rule, over the table's edges ---------------------------------------------------------------------------------
+# ---- the rule, over the table's edges --------------------------------------------------------------------------------
 def _edges():
     t = cann_ops.table()
     for op, opsets in sorted(t.ops["ai.onnx"].items()):
@@ -251,10 +251,12 @@ def test_loop_refused_by_the_host_parser_is_not_also_warned():
     body = oh.make_graph([oh.make_node("Identity", ["c_in"], ["c_out"])], "body",
                          [oh.make_tensor_value_info("i", TP.INT64, []), oh.make_tensor_value_info("c_in", TP.BOOL, [])],
                          [oh.make_tensor_value_info("c_out", TP.BOOL, [])])
-    g = oh.make_graph([oh.make_node("Loop", ["n", "c"], [], name="lp", body=body),
-                       oh.make_node("Relu", ["x"], ["y"])], "g",
-                      [vi("x"), oh.make_tensor_value_info("n", TP.INT64, []), oh.make_tensor_value_info("c", TP.BOOL, [])],
-                      [vi("y")])
+    g = oh.make_graph(
+        [oh.make_node("Loop", ["n", "c"], [], name="lp", body=body), oh.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [vi("x"), oh.make_tensor_value_info("n", TP.INT64, []), oh.make_tensor_value_info("c", TP.BOOL, [])],
+        [vi("y")],
+    )
     m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
     m.ir_version = 8
     with warnings.catch_warnings():
@@ -270,7 +272,7 @@ def test_graph_from_onnx_refuses_what_the_host_parser_refuses():
     gert.Graph.from_onnx(qdq().SerializeToString())
 
 
-# ---- gert check --------------------------------------------------------------------------------------------------------
+# ---- gert check ------------------------------------------------------------------------------------------------------
 def _mlp(opset: int, extra=()) -> onnx.ModelProto:
     w = nh.from_array(np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32), "w")
     nodes = [oh.make_node("MatMul", ["x", "w"], ["h"], name="mm"), oh.make_node("Relu", ["h"], ["r"], name="relu"),
@@ -336,7 +338,7 @@ def test_gert_check_fix_says_what_it_cannot_fix(tmp_path, capsys):
     assert "no conversion can help" in capsys.readouterr().out
 
 
-# ---- gert_triton ---------------------------------------------------------------------------------------------------------
+# ---- gert_triton -----------------------------------------------------------------------------------------------------
 def test_triton_parameters_cann_ops():
     from gert_triton.config import ConfigError, parse_parameters
 

@@ -31,10 +31,15 @@ def build(nodes, inputs, outputs, inits=(), opset=OPSET) -> bytes:
 def loop_body():
     """A Loop body: (iter, cond, acc) -> (cond, acc + 1)."""
     return helper.make_graph(
-        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["acc_in", "one"], ["acc_out"])],
-        "body", [vi("i", np.int64, []), vi("cond_in", np.bool_, []), vi("acc_in", np.float32, [2])],
+        [
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Add", ["acc_in", "one"], ["acc_out"]),
+        ],
+        "body",
+        [vi("i", np.int64, []), vi("cond_in", np.bool_, []), vi("acc_in", np.float32, [2])],
         [vi("cond_out", np.bool_, []), vi("acc_out", np.float32, [2])],
-        initializer=[numpy_helper.from_array(np.ones(2, np.float32), "one")])
+        initializer=[numpy_helper.from_array(np.ones(2, np.float32), "one")],
+    )
 
 
 def scan_body():

@@ -143,15 +143,27 @@ def branchy_front(opset: int = 19) -> onnx.ModelProto:
             name, [], [oh.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, ["batch", 1, "padded"])])
 
     graph = oh.make_graph(
-        [oh.make_node("Equal", ["sr", "sr16k"], ["is16k"], name="is16k"),
-         oh.make_node("If", ["is16k"], ["padded"], then_branch=branch("then", PAD), else_branch=branch("else", PAD // 2),
-                      name="by_rate"),
-         oh.make_node("Relu", ["padded"], ["y"], name="relu")],
-        "branchy", [oh.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", "samples"]),
-                    oh.make_tensor_value_info("sr", TensorProto.INT64, []),
-                    oh.make_tensor_value_info("unused", TensorProto.FLOAT, [4])],
+        [
+            oh.make_node("Equal", ["sr", "sr16k"], ["is16k"], name="is16k"),
+            oh.make_node(
+                "If",
+                ["is16k"],
+                ["padded"],
+                then_branch=branch("then", PAD),
+                else_branch=branch("else", PAD // 2),
+                name="by_rate",
+            ),
+            oh.make_node("Relu", ["padded"], ["y"], name="relu"),
+        ],
+        "branchy",
+        [
+            oh.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", "samples"]),
+            oh.make_tensor_value_info("sr", TensorProto.INT64, []),
+            oh.make_tensor_value_info("unused", TensorProto.FLOAT, [4]),
+        ],
         [oh.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 1, "padded"])],
-        [nh.from_array(np.array([1], np.int64), "axis1"), nh.from_array(np.array(16000, np.int64), "sr16k")])
+        [nh.from_array(np.array([1], np.int64), "axis1"), nh.from_array(np.array(16000, np.int64), "sr16k")],
+    )
     m = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)])
     m.ir_version = 9
     onnx.checker.check_model(m)

@@ -52,7 +52,7 @@ def _compile_scale(tmp, stream, factor: float, key: str = "k1", shape=(3, 4), se
     return s, gid, gert.hostnpu.last_compile_cache()
 
 
-# ---- the host NPU's GE ------------------------------------------------------------------------------------------------
+# ---- the host NPU's GE -----------------------------------------------------------------------------------------------
 
 def test_cache_is_on_only_with_both_options(tmp_path, stream):
     s = _session(tmp_path)  # a directory, no key

@@ -63,7 +63,7 @@ def test_a_stream_that_comes_free_goes_to_the_longest_waiting_request():
     threads = []
     for i in range(3):  # three requests queue up, one after the other
         threads.append(_waiter(q, [a, b], got[i]))
-        _until(lambda: q.waiting() == i + 1, f"request {i} did not queue")
+        _until(lambda i=i: q.waiting() == i + 1, f"request {i} did not queue")
     q.release(held[1])  # b comes free: the first waiter gets it, whoever asks next
     threads[0].join(WAIT)
     assert got[0] == [held[1]] and q.waiting() == 2 and q.idle() == 0, "no hand-off to the first in line"

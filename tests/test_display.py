@@ -46,9 +46,9 @@ def test_model_pretty_and_repr(model):
     text = pretty(model)  # what IPython prints
     lines = text.splitlines()
     assert lines[0] == f"gert.Model on {gert.backend()}: 2 stream(s)"
-    assert any(l.split()[:4] == ["input", "features", "float32", "[batch,"] for l in lines), text
-    assert any(l.split()[:4] == ["batch", "features:0", "pad", "1,4,8"] for l in lines), text
-    gear = next(l for l in lines if l.strip().startswith("batch=8"))
+    assert any(ln.split()[:4] == ["input", "features", "float32", "[batch,"] for ln in lines), text
+    assert any(ln.split()[:4] == ["batch", "features:0", "pad", "1,4,8"] for ln in lines), text
+    gear = next(ln for ln in lines if ln.strip().startswith("batch=8"))
     assert gear.split() == ["batch=8", "1", "37.5%"]
     assert repr(model) == "<gert.Model (features[batch, 16]) on 2 stream(s)>"
 
@@ -117,7 +117,7 @@ def test_bench_sweep_progress_with_and_without_tqdm(capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "tqdm", None)
     bench.sweep(MODEL, **SWEEP, progress=True)
     lines = capsys.readouterr().err.splitlines()
-    assert [l.split(" streams=")[0] for l in lines] == ["gert bench: [1/2]", "gert bench: [2/2]"]
+    assert [ln.split(" streams=")[0] for ln in lines] == ["gert bench: [1/2]", "gert bench: [2/2]"]
     assert "streams=2 cube=- vector=- batch=4" in lines[1]
 
 

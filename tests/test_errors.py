@@ -132,7 +132,7 @@ def test_allocation_beyond_capacity():
     total = gert.memory_info().total
     gc.collect()
     changes = []
-    for attempt in range(5):
+    for _attempt in range(5):
         in_use = gert.host_counters()["device_memory_in_use"]
         for n in (total + 1, 1 << 62, 2**64 - 1):
             with raises_acl(207001, "ACL_ERROR_RT_MEMORY_ALLOCATION", "aclrtMalloc", "out of memory", str(n)):

@@ -74,7 +74,7 @@ def test_quickstart_notebook_runs_and_shows_what_it_says():
     # 5 + 5 + 8 + 8 real rows in four runs of the 8 gear: 18.75% padding
     assert "<td>batch=8</td><td>4</td><td>18.8%</td>" in shown["text/html"]
     text, shown = cell("%matplotlib inline")
-    table = [l.split() for l in text.splitlines() if l.split() and l.split()[0].isdigit()]
+    table = [ln.split() for ln in text.splitlines() if ln.split() and ln.split()[0].isdigit()]
     assert sorted((r[0], r[1], r[3]) for r in table) == [("1", "1", "8"), ("1", "2", "8"), ("2", "1", "8"),
                                                          ("2", "2", "8")]
     assert "gert bench" in text and "4/4" in text

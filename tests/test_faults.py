@@ -234,7 +234,8 @@ def test_faults_on_another_device_leave_this_one_alone():
         s0.synchronize()
         _cann.reset_device_force(1)
         emit({"codes": codes, "device0": out.tolist() == list(range(64))})
-    """, env={"GERT_HOST_DEVICES": "2", "PYTHONPATH": f"{__import__('_helpers').REPO}:{__import__('_helpers').REPO}/tests"})
+    """, env={"GERT_HOST_DEVICES": "2",
+              "PYTHONPATH": f"{__import__('_helpers').REPO}:{__import__('_helpers').REPO}/tests"})
     assert r == {"codes": [AICORE, AICORE], "device0": True}
 
 

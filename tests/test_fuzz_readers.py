@@ -95,7 +95,8 @@ graph = gert.Graph.from_onnx(helper.make_model(helper.make_graph(
     [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]), opset_imports=[helper.make_opsetid("", 17)],
     ir_version=8).SerializeToString())
 VALID = json.dumps({{"cache_file_list": [{{"graph_key": "k1", "cache_file_name": "m.om"}},
-                                         {{"graph_key": "k2", "cache_file_name": "x\\\\u0041.om", "var_desc_file_name": ""}}],
+                                         {{"graph_key": "k2", "cache_file_name": "x\\\\u0041.om",
+                                           "var_desc_file_name": ""}}],
                     "extra": [1, -2.5e3, True, None, {{"a": "\\\\n\\\\u12ab"}}]}})
 json_text = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
                          lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),

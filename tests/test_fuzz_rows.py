@@ -45,7 +45,8 @@ KNOWN_CLASSES: dict = {}
 #   passthrough: passthrough_output.py; session_error_class: session_runtime_error_class.py;
 #   pad_dim_lost: found by this fuzzer (a padded non-batch dim not sliced off after Conv kernel 1 / Slice to end).
 # A new open class: KNOWN_CLASSES["name"] = "what, and its repro", until its fix lands.
-if os.environ.get("GERT_FUZZ_STRICT") == "1":   # every class strict: is a class fixed? (benchmarks/fuzz_rows.py --strict)
+# GERT_FUZZ_STRICT=1: every class strict: is a class fixed? (benchmarks/fuzz_rows.py --strict)
+if os.environ.get("GERT_FUZZ_STRICT") == "1":
     KNOWN_CLASSES = {}
 # Never generated: a 0-sized batch or sequence into RNN / GRU / LSTM. ONNX Runtime's own kernels abort the process
 # on it (the reference cannot run in process; gert's side is empty_batch_rnn_abort.py), so recurrent models get
@@ -145,7 +146,8 @@ REGRESSIONS: list = [
                                                   [(3, 3, None)], bname=None, tags=_MIXED)),
     ("conv_over_batch_axis", "rows_mixed", _c(
         [("x", "float32", (2, 2, 4, "B"), None)],
-        [("Conv", ["x", "w4"], ["y"], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]})], [("y", "float32", (2, 1, 4, "B"))],
+        [("Conv", ["x", "w4"], ["y"], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]})],
+        [("y", "float32", (2, 1, 4, "B"))],
         {"batch_dim": "N", "max_batch": 8, "gears": {"N": [1, 2, 3]}, "split_batch": True, "pad_value": "nan"},
         "run_batch", [(5, 3, None)], inits=[("w4", "float32", [1, 2, 3, 3], ("randn", 0, 0.5))], tags=_MIXED)),
     ("cumsum_batch_axis1", "rows_mixed", _c(
@@ -180,7 +182,8 @@ REGRESSIONS: list = [
         {"batch_dim": "N", "gears": {"T": [1, 2, 5]}, "shape_policy": {"T": "pad"}, "output_dims": {"y": {1: "batch"}}},
         "run", [(2, 3, None)])),
     ("topk_k_input_batch_pad", "pad_value_dependent", _c(
-        [("x", "float32", ("B", 3), None), ("k1", "int64", (1,), 3)], [("TopK", ["x", "k1"], ["top", "idx"], {"axis": 1})],
+        [("x", "float32", ("B", 3), None), ("k1", "int64", (1,), 3)],
+        [("TopK", ["x", "k1"], ["top", "idx"], {"axis": 1})],
         [("top", "float32", ("B", None)), ("idx", "int64", ("B", None))],
         {"batch_dim": "N", "shape_policy": {"batch": "pad"}}, "run", [(6, 1, None)],
         tags={"top": ["value_dependent"], "idx": ["value_dependent"]})),

@@ -69,8 +69,8 @@ def lanes(device):
     sessions = [gert.Session() for _ in range(N_SESSIONS)]
     streams = []
     result = []
-    for si, session in enumerate(sessions):
-        for k in range(STREAMS_PER_SESSION):
+    for session in sessions:
+        for _k in range(STREAMS_PER_SESSION):
             st = gert.Stream(device)
             st.cube_cores = 1
             streams.append(st)

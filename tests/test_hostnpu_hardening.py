@@ -121,8 +121,9 @@ for trial in range(12):
     dptr = _cann.malloc(64); host = np.zeros(64, np.uint8)
     gate = threading.Event()
     st.launch_host_func(gate.wait)
-    copier = threading.Thread(target=lambda: outcomes.add(catch(_cann.memcpy_async, dptr, 64, host.ctypes.data, 64, 1, h)
-                                                          and 107000 or 0), daemon=True)
+    copier = threading.Thread(
+        target=lambda: outcomes.add(catch(_cann.memcpy_async, dptr, 64, host.ctypes.data, 64, 1, h) and 107000 or 0),
+        daemon=True)
     copier.start()
     destroyer = threading.Thread(target=st.destroy, daemon=True); destroyer.start()
     gate.set()

@@ -44,7 +44,9 @@ def fresh(device):
 
 
 def _tensors(stream):
-    return [gert.DeviceTensor.from_numpy(X, stream)], [gert.DeviceTensor.from_numpy(np.zeros((2, 4), np.float32), stream)]
+    return [gert.DeviceTensor.from_numpy(X, stream)], [
+        gert.DeviceTensor.from_numpy(np.zeros((2, 4), np.float32), stream)
+    ]
 
 
 def _read_on_another_stream(tensor, device) -> np.ndarray:

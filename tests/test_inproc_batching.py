@@ -69,7 +69,7 @@ def _in_threads(fn, items: list, held: Held | None = None, before: int = 0) -> t
         t.start()
         threads.append(t)
         if held is not None:
-            _until(lambda: held.queued() == before + i + 1, f"request {i} did not queue")
+            _until(lambda i=i: held.queued() == before + i + 1, f"request {i} did not queue")
     return out, threads
 
 
@@ -476,9 +476,10 @@ def _close_models():
        gears=st.sampled_from([None, [1, 2, 4], [2, 8], [3]]), by_axis=st.booleans(), held=st.booleans(),
        rows=st.lists(st.integers(1, 3), min_size=1, max_size=8), seed=st.integers(0, 2**16))
 def test_every_concurrent_caller_gets_exactly_its_own_result(family, gears, by_axis, held, rows, seed):
-    """Threads (one per request, 1..8), request sizes 1..3 (within every largest gear: nothing runs in chunks), gears with padding, unnamed batch dims and the batch on
-    axis 1: each caller's outputs equal ONNX Runtime run on its request alone. ``held``: all queue behind the held
-    stream, so that they are batched (as many as the largest gear takes)."""
+    """Threads (one per request, 1..8), request sizes 1..3 (within every largest gear: nothing runs in chunks), gears
+    with padding, unnamed batch dims and the batch on axis 1: each caller's outputs equal ONNX Runtime run on its
+    request alone. ``held``: all queue behind the held stream, so that they are batched (as many as the largest gear
+    takes)."""
     m = _model(family, gears, by_axis)
     if m is None:
         return

@@ -234,7 +234,7 @@ def test_16_threads_share_one_device(device):
             s1.destroy()
             s2.destroy()
             done.append(tid)
-        except BaseException as e:  # reported by the main thread
+        except BaseException as e:  # noqa: BLE001 - reported by the main thread
             errors.append((tid, e))
             barrier.abort()
 

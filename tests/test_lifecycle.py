@@ -72,7 +72,7 @@ def _hang_started(before: int) -> bool:
 
 def _session_closed(w) -> bool:
     try:
-        w.session.session_id
+        _ = w.session.session_id  # raises once the session is closed
     except gert.GeError:
         return True
     return False
@@ -229,7 +229,7 @@ def test_close_while_threads_step_and_create_sequences_ends_every_thread_and_fre
         m = gert.load(gru_model(), state={"h": "h_out"}, batch_dim="N", streams=2, sequence_wait_s=wait_s)
         stop, stepped, errors = threading.Event(), threading.Semaphore(0), []
 
-        def worker():
+        def worker(m=m, stop=stop, stepped=stepped, errors=errors):  # this round's, bound
             try:
                 seqs = [m.sequence() for _ in range(3)]
                 while not stop.is_set():
@@ -450,7 +450,7 @@ def test_late_timeouts_on_a_dynamic_graph_raise_request_timeout_and_the_next_req
         assert m.stats()["failed_tasks"] == 0 and "timeout" in outcomes
 
 
-# ---- the hand-over lock that carries these ownership rules ------------------------------------------------------------
+# ---- the hand-over lock that carries these ownership rules -----------------------------------------------------------
 
 def test_hand_off_lock_runs_the_action_here_when_free_and_at_the_holders_release_when_held():
     from gert.handoff import HandOffLock
@@ -477,6 +477,6 @@ def test_hand_off_lock_loses_no_action_when_the_holder_releases_as_it_is_handed_
         lock, ran = HandOffLock(), []
         lock.acquire()
         releaser = _thread(lock.release)
-        lock.run_or_hand_over(lambda: ran.append(1), timeout=0)
+        lock.run_or_hand_over(lambda ran=ran: ran.append(1), timeout=0)
         releaser.join(WAIT)
         assert not releaser.is_alive() and ran == [1] and not lock.locked()

@@ -451,7 +451,8 @@ def test_graph_failure_fails_alone(policy):
                       [vi("a", np.float32, ["batch", "n"]), vi("b", np.float32, ["batch", "m"])],
                       [vi("y", np.float32, ["batch", "k"])], name="bcast")
     bad = {"a": np.ones((2, 3), np.float32), "b": np.ones((2, 2), np.float32)}  # 3 vs 2: no broadcast
-    # each request counted on its own (dynamic batching would merge the two threads' requests: tests/test_inproc_batching)
+    # each request counted on its own (dynamic batching would merge the two threads' requests:
+    # tests/test_inproc_batching)
     with gert.load(data, streams=1, shape_policy={"n": policy, "m": policy}, dynamic_batching=False) as m:
         errors = []
 

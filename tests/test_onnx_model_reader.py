@@ -108,7 +108,7 @@ def expected(blob):
         return {"error": "not an ONNX model: the data is empty"}
     try:
         m = onnx.ModelProto.FromString(blob)
-    except Exception:  # google.protobuf.message.DecodeError and friends
+    except Exception:  # noqa: BLE001 - google.protobuf.message.DecodeError and friends
         return None
     if not m.HasField("graph"):
         return {"error": "not an ONNX model: no graph (field 7) found"}

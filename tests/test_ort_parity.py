@@ -55,9 +55,9 @@ def _vi(name, shape, elem=T.FLOAT):
     return h.make_tensor_value_info(name, elem, shape)
 
 
-def _add_w(w=np.arange(4, dtype=np.float32)) -> onnx.ModelProto:
+def _add_w() -> onnx.ModelProto:
     return _model([h.make_node("Add", ["X", "W"], ["Y"])], [_vi("X", [4])], [_vi("Y", [4])],
-                  [numpy_helper.from_array(w, "W")])
+                  [numpy_helper.from_array(np.arange(4, dtype=np.float32), "W")])
 
 
 def _save_external(m: onnx.ModelProto, directory, location="m.onnx.data", name="m.onnx") -> str:

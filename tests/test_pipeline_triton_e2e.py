@@ -37,7 +37,10 @@ def unnamed_model() -> bytes:
                        _const("ax1", np.array([1], np.int64))], name="unnamed_e2e")
 
 
-MODELS = {"unnamed": (unnamed_model(), FAMILIES["unnamed"][2]), "reduce": (FAMILIES["reduce"][0], FAMILIES["reduce"][2])}
+MODELS = {
+    "unnamed": (unnamed_model(), FAMILIES["unnamed"][2]),
+    "reduce": (FAMILIES["reduce"][0], FAMILIES["reduce"][2]),
+}
 
 
 @pytest.fixture(scope="module")

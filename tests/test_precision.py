@@ -39,9 +39,16 @@ N = 257
 
 def arith() -> bytes:
     """z = ((x * y + x) - y) / y, each step a node."""
-    return build([oh.make_node("Mul", ["x", "y"], ["m"], name="mul"), oh.make_node("Add", ["m", "x"], ["a"], name="add"),
-                  oh.make_node("Sub", ["a", "y"], ["s"], name="sub"), oh.make_node("Div", ["s", "y"], ["z"], name="div")],
-                 [vi("x", [N]), vi("y", [N])], [vi("z", [N])])
+    return build(
+        [
+            oh.make_node("Mul", ["x", "y"], ["m"], name="mul"),
+            oh.make_node("Add", ["m", "x"], ["a"], name="add"),
+            oh.make_node("Sub", ["a", "y"], ["s"], name="sub"),
+            oh.make_node("Div", ["s", "y"], ["z"], name="div"),
+        ],
+        [vi("x", [N]), vi("y", [N])],
+        [vi("z", [N])],
+    )
 
 
 def feeds(seed=0):
@@ -111,8 +118,12 @@ def matmul_add() -> tuple:
     rng = np.random.default_rng(3)
     w = (rng.standard_normal((8, 4)) * 10).astype(np.float32)
     b = (rng.standard_normal(4) * 1000).astype(np.float32)
-    data = build([oh.make_node("MatMul", ["x", "w"], ["h"], name="mm"), oh.make_node("Add", ["h", "b"], ["y"], name="bias")],
-                 [vi("x", [5, 8])], [vi("y", [5, 4])], [nh.from_array(w, "w"), nh.from_array(b, "b")])
+    data = build(
+        [oh.make_node("MatMul", ["x", "w"], ["h"], name="mm"), oh.make_node("Add", ["h", "b"], ["y"], name="bias")],
+        [vi("x", [5, 8])],
+        [vi("y", [5, 4])],
+        [nh.from_array(w, "w"), nh.from_array(b, "b")],
+    )
     x = (rng.standard_normal((5, 8)) * 10).astype(np.float32)
     return data, x, w, b
 
@@ -167,7 +178,7 @@ def test_compile_cache_key_covers_the_precision_settings(tmp_path):
     ref16 = f16_reference(f["x"], f["y"]).astype(np.float32)
     cases = [({}, False), ({"precision_mode": "force_fp16"}, True),
              ({"precision_mode": "force_fp16", "keep_fp32": ["Div"]}, None)]
-    for kw, fp16 in cases:  # cold: each setting its own key
+    for kw, _fp16 in cases:  # cold: each setting its own key
         with gert.load(arith(), cache_dir=tmp_path, **kw) as m:
             z = m.run(f)["z"]
             assert m.stats()["cache_misses"] == 1, kw
@@ -190,7 +201,7 @@ def test_gert_info_shows_the_default_mode(capsys):
     assert "precision mode: must_keep_origin_dtype" in capsys.readouterr().out
 
 
-# ---- gert_triton ---------------------------------------------------------------------------------------------------------
+# ---- gert_triton -----------------------------------------------------------------------------------------------------
 def test_triton_parameters_precision():
     from gert_triton.config import ConfigError, parse_parameters
 
@@ -219,7 +230,7 @@ def test_triton_model_runs_in_the_configured_mode(monkeypatch, tmp_path):
         model.finalize()
 
 
-# ---- compare_precision / find_keep_fp32 ----------------------------------------------------------------------------------
+# ---- compare_precision / find_keep_fp32 ------------------------------------------------------------------------------
 def chain20(overflow_at: int = 9) -> bytes:
     """20 nodes on x: mostly +0.5 / *0.9; node ``overflow_at`` multiplies by 1e5 (fp16 overflows) and the next one
     divides by 1e5 again, so fp32 stays in range while fp16 turns everything after into inf."""
@@ -291,7 +302,7 @@ def test_batch_normalization_statistics_stay_fp32():
     assert np.abs(y[0, 0]).max() > 0
 
 
-# ---- through GE's own API: the host NPU hands the compile's options to the provider -----------------------------------
+# ---- through GE's own API: the host NPU hands the compile's options to the provider ----------------------------------
 @pytest.mark.hostnpu_only
 def test_ge_session_and_graph_options_are_honoured():
     f = feeds()

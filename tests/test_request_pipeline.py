@@ -224,4 +224,7 @@ def test_ort_facade_refuses_none_instead_of_nan():
     with gert.InferenceSession(model) as sess:
         with pytest.raises(gert.GertError, match="Missing Input: s"):  # ONNX Runtime's Fail
             sess.run(None, {"x": np.ones((2, 4), np.float32), "s": None})
-        assert sess.run(None, {"x": np.ones((2, 4), np.float32), "s": np.array(2, np.float32)})[0].tolist() == [[2.0] * 4] * 2
+        assert (
+            sess.run(None, {"x": np.ones((2, 4), np.float32), "s": np.array(2, np.float32)})[0].tolist()
+            == [[2.0] * 4] * 2
+        )

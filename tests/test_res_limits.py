@@ -100,7 +100,9 @@ def test_out_of_range_values_are_rejected(device):
                 s.cube_cores = bad
             e = ei.value
             assert (e.code, e.name) == (107000, "ACL_ERROR_RT_PARAM_INVALID")
-            assert "aclrtSetStreamResLimit" in e.message and f"cube core limit {bad} is out of range [1, {n}]" in e.message
+            assert (
+                "aclrtSetStreamResLimit" in e.message and f"cube core limit {bad} is out of range [1, {n}]" in e.message
+            )
             assert s.cube_cores == before                          # unchanged
         with pytest.raises(gert.AclError) as ei:
             s.vector_cores = hw(VECTOR) + 1

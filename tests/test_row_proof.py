@@ -51,7 +51,7 @@ def _ort_rows_hold(m: onnx.ModelProto, feeds: dict, batch: dict, verdict: dict, 
                                            err_msg=f"output {n}: the proof says rows independent on axis {v.axis}")
 
 
-# ---- one case per rule ------------------------------------------------------------------------------------------------
+# ---- one case per rule -----------------------------------------------------------------------------------------------
 
 def _x(shape=("N", 4, 5), name="x"):
     return helper.make_tensor_value_info(name, F, list(shape))
@@ -339,7 +339,10 @@ def test_a_padded_dim_the_model_ties_to_another_is_padded_alike_or_refused():
     with pytest.raises(gert.GertError, match=r"'x:2': 'pad': the model needs dim 'x:2' to equal one of \['x2:2'\]"):
         gert.load(model, gears={"x:2": [6, 8]}, shape_policy={"x:2": "pad"})
     rng = np.random.default_rng(0)
-    feeds = {"x": rng.standard_normal((2, 4, 5)).astype(np.float32), "x2": rng.standard_normal((2, 4, 5)).astype(np.float32)}
+    feeds = {
+        "x": rng.standard_normal((2, 4, 5)).astype(np.float32),
+        "x2": rng.standard_normal((2, 4, 5)).astype(np.float32),
+    }
     alike = dict(gears={"x:2": [6, 8], "x2:2": [6, 8]}, shape_policy={"x:2": "pad", "x2:2": "pad"})
     with pytest.raises(gert.GertError, match=r"output 'y' is computed from dim 'x:2', but the size of its axes \[2\]"):
         gert.load(model, **alike)  # which of the two dims y's last axis follows, nothing tells: named, it is sliced

@@ -94,7 +94,7 @@ def test_seq_run_from_threads_shares_one_run_and_equals_onnxruntime():
         started = []
         for i, (s, x) in enumerate(zip(seqs, xs)):
             started.append(_start(s.run, {"x": x}))
-            _until(lambda: held.queued() == i + 1, f"step {i} did not queue")
+            _until(lambda held=held, i=i: held.queued() == i + 1, f"step {i} did not queue")
         held.release()
         assert _finished([t for t, _ in started]), "a seq.run caller is still waiting"
         assert _runs(m) - runs == 1, "the four steps ran as one batch"
@@ -143,7 +143,7 @@ def test_a_device_fault_in_a_batch_of_steps_fails_only_the_step_that_fails_alone
     started = []
     for i, (s, x) in enumerate(zip(seqs, xs)):
         started.append(_start(s.run, {"x": x}))
-        _until(lambda: held.queued() == i + 1, f"step {i} did not queue")
+        _until(lambda i=i: held.queued() == i + 1, f"step {i} did not queue")
     gert.inject_fault("execute", count=2)  # the batch's run, then the first sequence's step alone
     try:
         held.release()

@@ -49,7 +49,7 @@ def test_gru_60_steps_equal_onnxruntime_and_state_stays_on_device(policy):
         ref_state = {"h": zeros()}
         for i in range(60):
             x = xs(rng)
-            out, h2d, d2h, d2d = copied(lambda: seq.run({"x": x}))
+            out, h2d, d2h, d2d = copied(lambda x=x: seq.run({"x": x}))
             want = reference(GRU, [{"x": x}], ref_state, GRU_STATE)[0]
             assert list(out) == ["y"]  # the state output stays on the device
             np.testing.assert_allclose(out["y"], want["y"], rtol=1e-5, atol=1e-6, err_msg=f"step {i}")
@@ -91,7 +91,7 @@ def test_lstm_two_states_initial_state_reset_and_state_copy():
         with pytest.raises(GertError, match="closed"):
             seq.run(steps[0])
         with pytest.raises(GertError, match="closed"):
-            seq.state
+            _ = seq.state
 
 
 def test_step_inputs_are_checked_and_name_the_input():
@@ -100,7 +100,10 @@ def test_step_inputs_are_checked_and_name_the_input():
             seq.run({"x": xs(np.random.default_rng(0)), "h": zeros()})
         with pytest.raises(GertError, match=r"missing \['x'\]"):
             seq.run({})
-        with pytest.raises(GertError, match=r"input 'x': expected dtype float32, got float64 \(the model takes float32 of shape \(1, 'N', 4\)"):
+        with pytest.raises(
+            GertError,
+            match=r"input 'x': expected dtype float32, got float64 \(the model takes float32 of shape \(1, 'N', 4\)",
+        ):
             seq.run({"x": np.zeros((1, 1, INPUT))})
         with pytest.raises(GertError, match="initial state 'h'"):
             model.sequence(initial_state={"h": np.zeros((1, 1, HIDDEN + 1), np.float32)})
@@ -117,10 +120,11 @@ def test_load_refuses_state_pairs_that_disagree_naming_both():
                            [vi("y", np.float32, ["N", 2]), vi("h_out", np.int64, ["N", 3])])
     with pytest.raises(GertError, match="state input 'h' is float32 but its output 'h_out' is int64"):
         gert.load(bad_dtype, state={"h": "h_out"})
-    bad_shape = make_model([helper.make_node("Identity", ["x"], ["y"]), helper.make_node("Concat", ["h", "h"], ["h_out"],
-                                                                                          axis=1)],
-                           [vi("x", np.float32, ["N", 2]), vi("h", np.float32, ["N", 3])],
-                           [vi("y", np.float32, ["N", 2]), vi("h_out", np.float32, ["N", 6])])
+    bad_shape = make_model(
+        [helper.make_node("Identity", ["x"], ["y"]), helper.make_node("Concat", ["h", "h"], ["h_out"], axis=1)],
+        [vi("x", np.float32, ["N", 2]), vi("h", np.float32, ["N", 3])],
+        [vi("y", np.float32, ["N", 2]), vi("h_out", np.float32, ["N", 6])],
+    )
     with pytest.raises(GertError, match=r"state input 'h' has shape \('N', 3\) but its output 'h_out' has \('N', 6\)"):
         gert.load(bad_shape, state={"h": "h_out"})
     with pytest.raises(GertError, match="'hh', which is not a model input"):
@@ -146,7 +150,8 @@ def test_64_interleaved_sequences_stepped_in_batches_with_gears_and_padding():
         for r in range(52):
             chosen = sorted(rng.choice(n, size=int(rng.integers(1, n + 1)), replace=False))
             feeds = [xs(rng) for _ in chosen]
-            (outs, h2d, d2h, d2d) = copied(lambda: model.step([(seqs[i], {"x": x}) for i, x in zip(chosen, feeds)]))
+            pairs = [(seqs[i], {"x": x}) for i, x in zip(chosen, feeds)]
+            (outs, h2d, d2h, d2d) = copied(lambda pairs=pairs: model.step(pairs))
             state_bytes = 2 * HIDDEN * 4  # h and c of one sequence
             # gathered and scattered on the device, except a lone sequence in a chunk (above the top gear 16): bound
             gathered = len(chosen) - (1 if len(chosen) % 16 == 1 else 0)

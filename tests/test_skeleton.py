@@ -62,7 +62,8 @@ def test_strip_drops_the_data_of_large_constants_only():
         assert (t.data_type, list(t.dims)) == (dtype, dims), name  # the type shape work reads stays
         if value.size > KEPT_ELEMENTS:
             assert is_skeleton_tensor(t) and not t.raw_data and not t.float_data, name
-            with pytest.raises(Exception):  # a reader of its values is told, never given an empty tensor
+            # a reader of its values is told (here onnx's checker error), never given an empty tensor
+            with pytest.raises(Exception):  # noqa: B017 - any error will do
                 numpy_helper.to_array(t)
         else:
             assert not is_skeleton_tensor(t), name

@@ -14,7 +14,10 @@ import pytest
 from _helpers import REPO
 from gert_triton.server import pytriton_root
 
-pytestmark = [pytest.mark.hostnpu_only, pytest.mark.skipif(pytriton_root() is None, reason="needs nvidia-pytriton (pip install -e '.[triton]')")]
+pytestmark = [
+    pytest.mark.hostnpu_only,
+    pytest.mark.skipif(pytriton_root() is None, reason="needs nvidia-pytriton (pip install -e '.[triton]')"),
+]
 
 
 def test_soak_short(tmp_path):

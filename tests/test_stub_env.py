@@ -1,7 +1,8 @@
 """gert_triton.stub_env: the interpreter Triton's stub embeds gets the import path of the Python that runs gert.
 
 Checked here without a server, the way the stub starts Python: isolated (-I: no PYTHONPATH, no user site), from /,
-finding its prefix through PATH. The real-server test is test_triton_e2e.py::test_gert_serve_from_a_venv_that_is_not_activated.
+finding its prefix through PATH. The real-server test is
+test_triton_e2e.py::test_gert_serve_from_a_venv_that_is_not_activated.
 """
 from __future__ import annotations
 

@@ -212,7 +212,10 @@ def test_a_hotter_shape_replaces_the_least_frequent_static_one():
         run(2, 6)
         run(3, 4)
         wait_for(lambda: on_all_streams(m, key_of(2)) and on_all_streams(m, key_of(3)), "the static set")
-        idle = (lambda: m.stats()["tiers"]["pending"] == 0)
+
+        def idle() -> bool:
+            return m.stats()["tiers"]["pending"] == 0
+
         run(5, 3)  # hot, but less frequent than 2 (6) and 3 (4): turned down
         wait_for(idle, "the admission decision")
         assert m.stats()["tiers"]["rejections"] == 1
@@ -287,7 +290,7 @@ def test_close_during_a_background_compile_returns_promptly_and_releases_everyth
 
 def _session_closed(w) -> bool:
     try:
-        w.session.session_id
+        _ = w.session.session_id  # raises once the session is closed
     except gert.GeError:
         return True
     return False
@@ -440,7 +443,9 @@ def test_admission_ranks_sizes_over_a_longer_horizon_than_the_hot_window():
                 x = echo_input(next(uid), 1, n)
                 check_echo(m.run({"x": x}), x)
 
-        idle = (lambda: m.stats()["tiers"]["pending"] == 0)
+        def idle() -> bool:
+            return m.stats()["tiers"]["pending"] == 0
+
         run(2, 12)
         wait_for(lambda: on_all_streams(m, key_of(2)), "the static graph of size 2")
         for n in range(100, 100 + window):  # one-offs: size 2 leaves the hot window, not the longer horizon

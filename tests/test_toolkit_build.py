@@ -56,7 +56,9 @@ def _cann_libraries() -> list:
 
 def _run(cmd, timeout=600, **kw) -> subprocess.CompletedProcess:
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
-    assert r.returncode == 0, f"{' '.join(map(str, cmd))} failed ({r.returncode}):\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
+    assert r.returncode == 0, (
+        f"{' '.join(map(str, cmd))} failed ({r.returncode}):\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}"
+    )
     return r
 
 
@@ -105,7 +107,9 @@ def _source_digest(src: str) -> str:
         else:
             with open(path, "rb") as f:
                 h.update(hashlib.sha256(f.read()).digest())
-    h.update(repr((sys.version, os.path.realpath(sys.executable), site.getsitepackages(), shutil.which("g++"))).encode())
+    h.update(
+        repr((sys.version, os.path.realpath(sys.executable), site.getsitepackages(), shutil.which("g++"))).encode()
+    )
     return h.hexdigest()[:20]
 
 

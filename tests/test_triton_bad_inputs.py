@@ -165,9 +165,17 @@ CASES = [
     ("sequence end flag", {"inputs": good(), "params": {"sequence_end": True}}, ["sequence_end=True"]),
 ]
 
-PARSE_ERRORS_500 = {"malformed JSON", "JSON body not an object", "JSON inputs not a list", "NaN for an INT64 input in JSON",
-                    "shape with a non-integer", "JSON strings for FP32 data", "JSON data of the wrong length",
-                    "negative dim", "priority of the wrong type"}
+PARSE_ERRORS_500 = {
+    "malformed JSON",
+    "JSON body not an object",
+    "JSON inputs not a list",
+    "NaN for an INT64 input in JSON",
+    "shape with a non-integer",
+    "JSON strings for FP32 data",
+    "JSON data of the wrong length",
+    "negative dim",
+    "priority of the wrong type",
+}
 
 
 def send_http(server, how: dict) -> tuple:
@@ -193,7 +201,7 @@ def send_grpc(client, how: dict) -> tuple:
         how["grpc_raw"](req)
     try:
         client._client_stub.ModelInfer(request=req, timeout=30)
-    except Exception as e:  # grpc.RpcError
+    except Exception as e:  # noqa: BLE001 - grpc.RpcError
         return str(e.code()), e.details()
     return "OK", ""
 
@@ -229,7 +237,7 @@ def test_bad_input_matrix_over_http_and_grpc(server):
     assert len(CASES) >= 30
     client = grpcclient.InferenceServerClient(server.url("grpc"))
     try:
-        for uid in range(30):  # warm up: graphs compiled, buffers grown, allocator settled
+        for _uid in range(30):  # warm up: graphs compiled, buffers grown, allocator settled
             check_served(server, client)
         stub = stub_processes(server, "seq")
         assert len(stub) == 1, stub

@@ -87,7 +87,9 @@ def repo(tmp_path_factory, cls_path):
     cfg = repo / "cls_batched" / "config.pbtxt"
     text = cfg.read_text()
     assert "max_queue_delay_microseconds: 2000" in text
-    cfg.write_text(text.replace("max_queue_delay_microseconds: 2000", f"max_queue_delay_microseconds: {BATCH_DELAY_US}"))
+    cfg.write_text(
+        text.replace("max_queue_delay_microseconds: 2000", f"max_queue_delay_microseconds: {BATCH_DELAY_US}")
+    )
     init_repo(str(seq_file), str(repo), name="seq")
     init_repo(str(seq_file), str(repo), name="reload")
     init_repo(str(seq_file), str(repo), name="bad", parameters={"streams": "zero"})

@@ -33,13 +33,17 @@ from test_triton_e2e import (
 from triton_models import SEQ_OUTPUTS, seq_expected, seq_inputs, seq_model
 from triton_server import gone, start_server
 
-pytestmark = [pytest.mark.hostnpu_only, pytest.mark.skipif(pytriton_root() is None, reason="needs nvidia-pytriton (pip install -e '.[triton]')")]
+pytestmark = [
+    pytest.mark.hostnpu_only,
+    pytest.mark.skipif(pytriton_root() is None, reason="needs nvidia-pytriton (pip install -e '.[triton]')"),
+]
 
 # per stub: kernel launches 1-2 run, 3 fails (execute), 4-6 run, 7 hangs until the request times out and aborts it,
 # 8-12 run, 13 fails device-wide (sticky: gert.Model recovers the device), the rest run
 FAULTS = "execute:after=2:count=1,hang:after=6:count=1:duration_ms=0,sticky:after=12:count=1"
 TIMEOUT_MS = 500
-METRICS_INTERVAL_MS = 100  # the models publish their gert_* metrics this often (the SIGKILL test waits for an idle publisher)
+# the models publish their gert_* metrics this often (the SIGKILL test waits for an idle publisher)
+METRICS_INTERVAL_MS = 100
 
 
 @pytest.fixture(scope="module")

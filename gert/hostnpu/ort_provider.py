@@ -58,8 +58,8 @@ _SPIN = os.environ.get("GERT_HOST_ORT_SPINNING", "1") != "0"
 # CPU and 1.2-1.3 GB; RapidOCR on ONNX Runtime itself 55 s of CPU (spinning) and 1.07 GB. PP-OCR det over 90 sizes:
 # 246 MB with the arena, 324 MB without (the heap fragments), 194 MB for ONNX Runtime. The heap's 1.5x CPU is not
 # worth its 10-15% of RSS by default (and with no memory pattern on the arena, below, the arena's RSS is ONNX
-# Runtime's: RapidOCR x24 0.99 GB, det 197 MB). GERT_HOST_ORT_ARENA=app: follow the application (gert.InferenceSession passes
-# enable_cpu_mem_arena = False on: without_arena); =none: no arena for any session.
+# Runtime's: RapidOCR x24 0.99 GB, det 197 MB). GERT_HOST_ORT_ARENA=app: follow the application
+# (gert.InferenceSession passes enable_cpu_mem_arena = False on: without_arena); =none: no arena for any session.
 _ARENA = os.environ.get("GERT_HOST_ORT_ARENA", "shared")
 # No memory pattern on the shared arena. ONNX Runtime's memory pattern plans a run's intermediates as one block per
 # input shape, taken from the arena at each run: over varied shapes (det at every image size, rec at every batch and
@@ -191,7 +191,7 @@ class OrtExecutable:
         in_key = tuple(i[3] for i in inputs)
         learned = None if bound_all or not self._learning else self._learned.get(in_key)
         io = sess.io_binding()
-        for name, (ptr, nbytes, dt, dims) in zip(self.in_names, inputs):
+        for name, (ptr, _nbytes, dt, dims) in zip(self.in_names, inputs):
             if ptr == 0:  # an empty tensor: ONNX Runtime wants an address even for zero bytes
                 _bind_host_input(io, name, dt, dims)
             else:
@@ -387,7 +387,7 @@ def _ort_status_error(sess, in_names: Sequence[str], inputs: Sequence[TensorArg]
     from onnxruntime.capi import onnxruntime_pybind11_state as state
 
     feed = {}
-    for name, (ptr, nbytes, dt, dims) in zip(in_names, inputs):
+    for name, (ptr, _nbytes, dt, dims) in zip(in_names, inputs):
         if dt == DT_BF16:
             return None  # numpy cannot hold it; the run's own error stands
         dtype = numpy_dtype(dt)

@@ -283,7 +283,7 @@ def _suggestions(opsets: dict, ops, unsupported, t: OpTable) -> list:
     return out
 
 
-# ---- gert.load(cann_ops=...) ------------------------------------------------------------------------------------------
+# ---- gert.load(cann_ops=...) -----------------------------------------------------------------------------------------
 _warned: set = set()
 _reports: collections.OrderedDict[str, CannReport] = collections.OrderedDict()  # model digest -> its report
 _REPORTS_KEPT = 64

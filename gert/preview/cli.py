@@ -1,4 +1,5 @@
-"""``gert check MODEL.onnx [--json] [--fix OUT.onnx [--input NAME=FILE.npy] [--shape NAME=DxD...]]`` and ``gert precision MODEL.onnx ...`` (added to gert.tools.cli).
+"""``gert check MODEL.onnx [--json] [--fix OUT.onnx [--input NAME=FILE.npy] [--shape NAME=DxD...]]`` and
+``gert precision MODEL.onnx ...`` (added to gert.tools.cli).
 
 Exit codes of ``gert check``: 0 when a stock CANN 8.x ONNX parser would parse the model (after --fix: the written
 model), 1 when it would refuse it (E13010), 2 for bad arguments or an unreadable model.

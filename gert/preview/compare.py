@@ -173,8 +173,10 @@ class KeepFp32Result:
     def __str__(self) -> str:
         verdict = "meets" if self.met else "does NOT meet"
         fmt = lambda c: "inf/NaN" if c < -0.5 else f"{c:.6f}"  # noqa: E731 - worst() gives -1 for inf/NaN outputs
-        return (f"{self.mode}: worst cosine {fmt(self.before)} -> {fmt(self.after)} keeping {len(self.nodes)} node(s) in "
-                f"fp32 ({verdict} {self.min_cosine}; {self.runs} runs): {', '.join(self.nodes) or '(none)'}")
+        return (
+            f"{self.mode}: worst cosine {fmt(self.before)} -> {fmt(self.after)} keeping {len(self.nodes)} node(s) in "
+            f"fp32 ({verdict} {self.min_cosine}; {self.runs} runs): {', '.join(self.nodes) or '(none)'}"
+        )
 
     def __iter__(self):
         return iter(self.nodes)

@@ -93,7 +93,9 @@ def _declared(v) -> tuple | None:
     """The input's dims: an int where fixed, the dim's name (or None) where dynamic; None when no shape is declared."""
     if not v.type.tensor_type.HasField("shape"):
         return None
-    return tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in v.type.tensor_type.shape.dim)
+    return tuple(
+        d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in v.type.tensor_type.shape.dim
+    )
 
 
 def _dtype(v) -> np.dtype:

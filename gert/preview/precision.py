@@ -212,7 +212,7 @@ def rewrite(model: bytes, settings: PrecisionSettings) -> bytes:
     return rewrite_proto(onnx.load_from_string(model), settings).SerializeToString()
 
 
-# ---- the compile's settings, for the provider -------------------------------------------------------------------------
+# ---- the compile's settings, for the provider ------------------------------------------------------------------------
 _tls = threading.local()
 _REWRITTEN_KEPT = 8
 _rewritten: OrderedDict[tuple, bytes] = OrderedDict()

@@ -27,7 +27,7 @@ def _version(pkg: str) -> str | None:
         from importlib.metadata import version
 
         return version(pkg)
-    except Exception:
+    except Exception:  # noqa: BLE001 - gert info prints what it can, whatever a package's metadata holds
         return None
 
 

@@ -21,8 +21,8 @@ def graph_memory(workers: list) -> dict:
 
 
 def collect_stats(workers: list, faults, tiers: object | None) -> display.Stats:
-    """The stats of ``workers`` (gert.core.executor.Worker), the model's fault counters (gert.core.recovery.FaultStats) and
-    its tiers (gert.core.tiers.Tiers, or None), as one gert.tools.display.Stats."""
+    """The stats of ``workers`` (gert.core.executor.Worker), the model's fault counters
+    (gert.core.recovery.FaultStats) and its tiers (gert.core.tiers.Tiers, or None), as one gert.tools.display.Stats."""
     streams = [dict(vars(w.stats)) for w in workers]  # flat dataclasses; asdict() deep-copies (slow)
     gears: dict = {}
     for w in workers:
