@@ -26,7 +26,8 @@ from gert.errors import AclError, GertError
 from gert.core.handoff import HandOffLock
 from gert.core.batching import Batcher
 from gert.core.dynamic import Pending
-from gert.core.engine import Engine, run_isolated
+from gert.core.batch_queue import run_isolated
+from gert.core.engine import Engine
 from gert.core.validate import Validator
 from gert.core.shapes import DEFAULT_BATCH_GEARS, ShapePlan, TensorInfo
 from gert.core.tensor import DeviceTensor
@@ -232,9 +233,9 @@ class _RunAlone(Exception):
 
 
 class _StepBatches:
-    """seq.run from many threads, batched by the Engine's dynamic batching (gert/core/dynamic.py): each step queues
+    """seq.run from many threads, batched by the model's one batch queue (gert/core/batch_queue.py): each step queues
     for a stream of its sequence's device with its batch key; the step that gets the stream leads a batch of the
-    queued steps of its key (``lead``).
+    queued steps of its key, admitted by ``_admit`` and run by ``_run``.
 
     Lock order: a step run by Sequences.step takes its sequences' locks, then a stream; a leader already holds the
     stream, so it only tries the sequences' locks (never waiting): a step whose sequence is busy (a Model.step
@@ -258,42 +259,38 @@ class _StepBatches:
             if owner.wait_s > 0 else 0
 
     def run(self, seq: Sequence, arrays: dict, limit: int) -> dict:
-        """One checked step, queued; its outputs (raises _RunAlone when a leader hands it back)."""
+        """One checked step, queued in the model's batch queue (gert/core/batch_queue.py) with the steps' own run
+        and admit rules; its outputs (raises _RunAlone when a leader hands it back)."""
         owner = self.owner
         pending = _Step(seq, arrays, None, seq.rows, owner._step_key(seq, arrays), None, None, limit, seq.device,
                         owner.wait_s)
-        return owner.model.engine.queue_batch(pending, self.lead)
+        return owner.model.engine.batches.submit(pending, self._run, self._admit, record=False)
 
-    def lead(self, group: list, run) -> None:
-        """Run the steps of ``group`` as one step on the stream ``run`` runs on; deliver each its outputs or error.
-        A device fault of the batch: each step again alone (every state is still the old one)."""
+    @staticmethod
+    def _admit(group: list) -> tuple:
+        """(the steps of ``group`` that run, a callable that lets go of their sequences): each step's sequence
+        locked without waiting, in id order; a step whose sequence is busy, or a second step of a sequence already in
+        the batch, is handed back to its thread (_RunAlone); a closed sequence's step fails."""
         locked, seen = [], set()
-        try:
-            for p in sorted(group, key=lambda p: p.seq.id):
-                if p.seq.id in seen or not p.seq._lock.acquire(blocking=False):
-                    p.set_error(_RunAlone())
-                    continue
-                seen.add(p.seq.id)
-                locked.append(p)
-                if p.seq.closed:
-                    p.set_error(GertError(f"sequence {p.seq.id} is closed"))
-            members = [p for p in locked if not p.done]
-            if not members:
-                return
-            try:
-                outs = run_isolated([(p.seq, p.arrays) for p in members],
-                                    lambda ms: self.owner._run_locked(ms, run),
-                                    self.owner.model.engine.batching_stats.retried)
-            except Exception as e:  # noqa: BLE001 - the batch's error: every member's
-                outs = [e] * len(members)
-            for p, out in zip(members, outs):
-                if isinstance(out, BaseException):
-                    p.set_error(out)
-                else:
-                    p.set_result(out)
-        finally:
+        for p in sorted(group, key=lambda p: p.seq.id):
+            if p.seq.id in seen or not p.seq._lock.acquire(blocking=False):
+                p.set_error(_RunAlone())
+                continue
+            seen.add(p.seq.id)
+            locked.append(p)
+            if p.seq.closed:
+                p.set_error(GertError(f"sequence {p.seq.id} is closed"))
+
+        def let_go() -> None:
             for p in locked:
                 p.seq._lock.release()
+
+        return [p for p in locked if not p.done], let_go
+
+    def _run(self, members: list, run) -> list:
+        """One step of the sequences of ``members`` as one batch on the stream ``run`` runs on (a device fault:
+        the BatchQueue runs each step again alone; every state is still the old one)."""
+        return self.owner._run_locked([(p.seq, p.arrays) for p in members], run)
 
 
 class Sequences:

@@ -14,6 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from gert.core.batching import join, take
 from gert.errors import GertError
 from gert_triton.config import ConfigError
 
@@ -92,20 +93,9 @@ class GearSplitter:
         return 0
 
     def _slice(self, inputs: dict, start: int, stop: int) -> dict:
-        out = {}
-        for name, arr in inputs.items():
-            axis = self.inputs.get(name)
-            if axis is None:
-                out[name] = arr
-            else:
-                index = [slice(None)] * np.ndim(arr)
-                index[axis] = slice(start, stop)
-                out[name] = arr[tuple(index)]
-        return out
+        """Rows start:stop of each batched input (views: gert.core.batching.take)."""
+        return {name: take(np.asarray(arr), self.inputs.get(name), start, stop - start) for name, arr in inputs.items()}
 
     def _join(self, pieces: list) -> dict:
-        out = {}
-        for name in pieces[0]:
-            axis = self.outputs.get(name)
-            out[name] = pieces[0][name] if axis is None else np.concatenate([p[name] for p in pieces], axis=axis)
-        return out
+        """A request's outputs from its pieces, joined on each output's batch axis (gert.core.batching.join)."""
+        return join(pieces, self.outputs)

@@ -278,6 +278,47 @@ def test_a_bad_request_fails_alone_before_the_batch_runs():
         assert _batching(m)["batch_sizes"] == {3: 1}
 
 
+def test_requests_with_other_timeouts_share_a_batch_run_with_the_smallest():
+    """The timeout is not part of the batch key (gert/core/batch_queue.py): queued requests with timeouts of 60 s,
+    none and 30 s form one batch, which runs with the smallest of them (30 s: the stats say one batch of 3)."""
+    rng = np.random.default_rng(16)
+    reqs = [_x(rng) for _ in range(3)]
+    timeouts = [60.0, None, 30.0]
+    with gert.load(AFFINE) as m:
+        held = Held(m)
+        results, threads = _in_threads(lambda i: m.run(reqs[i], timeout=timeouts[i]), [0, 1, 2], held)
+        held.release()
+        _join(threads)
+        for r, got in zip(reqs, results):
+            assert_alone(AFFINE, r, got, "timeouts")
+        assert _batching(m)["batch_sizes"] == {3: 1}, _batching(m)
+
+
+@pytest.mark.hostnpu_only
+def test_a_merged_batch_waits_with_its_members_smallest_timeout():
+    """A hung run of a batch of requests with timeouts of 60 s and 0.2 s ends at 0.2 s: every member gets the
+    RequestTimeout that names it (a timeout is not retried member by member), and the stream serves again."""
+    rng = np.random.default_rng(17)
+    reqs = [_x(rng) for _ in range(2)]
+    timeouts = [60.0, 0.2]
+    with gert.load(AFFINE) as m:
+        m.warmup()
+        held = Held(m)
+        results, threads = _in_threads(lambda i: m.run(reqs[i], timeout=timeouts[i]), [0, 1], held)
+        gert.inject_fault("hang", duration_ms=0)  # until aborted
+        try:
+            t0 = time.monotonic()
+            held.release()
+            _join(threads)
+        finally:
+            gert.clear_faults()
+        assert time.monotonic() - t0 < WAIT
+        for got in results:
+            assert isinstance(got, gert.RequestTimeout) and "0.2 s" in str(got), got
+        assert _batching(m)["batch_sizes"] == {2: 1}
+        assert_alone(AFFINE, reqs[0], m.run(reqs[0]), "the model keeps serving")
+
+
 @pytest.mark.hostnpu_only
 def test_a_device_fault_in_a_merged_batch_fails_only_the_request_that_fails_alone():
     """The merged run fails (an injected AI Core fault, 507015) and so does the first request's own retry: the

@@ -115,11 +115,7 @@ class Batcher:
         """The outputs of consecutive row ranges of one request, joined back on each output's batch axis."""
         if len(parts) > 1:
             self._check("joined from chunks")
-        out = {}
-        for name in parts[0]:
-            axis = self.out_axes.get(name)
-            out[name] = parts[-1][name] if axis is None else np.concatenate([p[name] for p in parts], axis=axis)
-        return out
+        return join(parts, self.out_axes)
 
     def piece(self, arrays: Mapping[str, object], start: int, rows: int) -> dict:
         """Rows start:start+rows of a request's batched inputs (a chunk of it, or its share of a split batch),
@@ -163,6 +159,16 @@ class Batcher:
         for item in items:
             groups.setdefault(key(item), []).append(item)
         return list(groups.values())
+
+
+def join(parts: Sequence[Mapping[str, np.ndarray]], axes: Mapping[str, Optional[int]]) -> dict:
+    """Outputs of consecutive row ranges joined on each output's batch axis (``axes``: name -> axis, None: the
+    output does not carry the batch, and every part has the same: the last one's is kept)."""
+    out = {}
+    for name in parts[0]:
+        axis = axes.get(name)
+        out[name] = parts[-1][name] if axis is None else np.concatenate([p[name] for p in parts], axis=axis)
+    return out
 
 
 def take(value, axis: Optional[int], start: int, rows: int):

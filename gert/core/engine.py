@@ -3,9 +3,9 @@
     validate (gert.core.validate) -> resolve sizes and graph key -> batch (gert.core.batching) -> dispatch to a
     stream, run under recovery (gert.core.pool.StreamPool) -> split
 
-Concurrent callers are batched here too (dynamic batching, gert/core/dynamic.py): a request that may share a run
-queues for a stream with its batch key; the one that gets the stream takes the queued requests of its key along,
-merges them (Batcher.merge), runs them once and splits the outputs back (Batcher.split).
+Concurrent callers are batched here too (dynamic batching): a request that may share a run queues in the model's
+BatchQueue (gert/core/batch_queue.py) with its batch key; the one that gets a stream takes the queued requests of its
+key along, and the Engine merges them (Batcher.merge), runs them once and splits the outputs back (Batcher.split).
 
 gert.Model, gert.Sequences, gert.InferenceSession, gert.onnx_backend and gert_triton are front doors: they translate
 their callers' inputs and errors and call the Engine; none holds a copy of a step.
@@ -20,13 +20,13 @@ import numpy as np
 
 from gert.core import trace as _trace
 from gert.core.batching import Batcher
-from gert.core.dynamic import BatchingConfig, BatchingStats, Pending, RunTimes
+from gert.core.batch_queue import BatchQueue, run_isolated, smallest_timeout
+from gert.core.dynamic import BatchingConfig, Pending
 from gert.core.validate import Validator
-from gert.errors import GertError, RequestTimeout
+from gert.errors import GertError
 from gert.core.executor import Request
-from gert.core.recovery import is_runtime_failure
 from gert.core.pool import StreamPool
-from gert.core.shapes import DEFAULT_BATCH_GEARS, ShapePlan
+from gert.core.shapes import ShapePlan
 
 _RESOLVED_KEPT = 1024  # remembered sizes -> (run sizes, graph key) (cleared when full)
 
@@ -54,10 +54,10 @@ class Engine:
         # the batch is padded up to gears and run in chunks above the largest: only where rows can be told apart
         self._pads = batch is not None and batch.policy == "pad" and self.batcher.enabled
         self._resolved: dict = {}
-        self.batching = dynamic_batching
-        self.batch_limit = self._batch_limit(dynamic_batching)  # rows of a dynamic batch at most (0: off)
-        self.batching_stats = BatchingStats()
-        self.run_times = RunTimes()  # per batch size run: what latency_slo_ms leaves room for
+        # concurrent callers batched (gert/core/batch_queue.py): its row limit (0: off) and stats
+        self.batches = BatchQueue(pool, plan, self.batcher, dynamic_batching)
+        self.batch_limit = self.batches.limit
+        self.batching_stats = self.batches.stats
         # the compiled hot path (gert/core/_hotpath.pyx): a signature seen before runs in one call, without the
         # above; off where every request needs the Python path: split_batch, dynamic batching that waits for company
         # (max_queue_delay_ms, latency_slo_ms). run(list) merges there on axis 0 where every input and output
@@ -77,28 +77,6 @@ class Engine:
                                    runs * prepared.padded_elements, seconds)
         if prepared.batched and lone:
             self.batching_stats.record_alone(lone, prepared.label)
-
-    def _batch_limit(self, config: Optional[BatchingConfig]) -> int:
-        """Rows one dynamic batch may have: up to the largest gear (pad) or max_batch; 0 when requests of this
-        model never share a run: batching off, no batch axis, outputs that do not carry the batch (plan.unsplit),
-        value-dependent outputs (their size would follow the whole batch), a batch of policy exact, or with gears that
-        are not padded to (each merged size would need a graph of its own)."""
-        batch = self.plan.batch
-        if config is None or not self.batcher.enabled or self.plan.value_dependent or batch is None:
-            return 0
-        if batch.policy == "pad":
-            top = batch.gears[-1]
-            if config.max_batch is not None:
-                top = min(top, config.max_batch)
-        elif batch.policy in ("dynamic", "auto") and not batch.gears:
-            # any size runs (the dynamic-shape graph; with auto, hot sizes get static graphs in the background)
-            top = config.max_batch or DEFAULT_BATCH_GEARS[-1]
-        else:
-            return 0
-        if config.preferred_batch_size and config.preferred_batch_size[-1] > top:
-            raise GertError(f"dynamic_batching: preferred_batch_size {list(config.preferred_batch_size)} goes "
-                            f"beyond the largest batch this model runs ({top})")
-        return top if top > 1 else 0
 
     # ---- validate and resolve ------------------------------------------------------------------------------------
     def validate(self, inputs: Mapping[str, object]) -> tuple:
@@ -161,9 +139,9 @@ class Engine:
             run_sizes, key = self.resolve(sizes)  # a size without a graph fails here, alone, before any batch
             if self.batch_limit and 0 < sizes["batch"] < self.batch_limit \
                     and all(type(a) is np.ndarray for a in arrays.values()):
-                pending = Pending(arrays, sizes, sizes["batch"], self.batcher.key(arrays, (timeout,)),
-                                  dict(out) if out else None, timeout, self.batch_limit)
-                return self.pool.dispatch_batch(pending, self._lead, self.gather_rule)
+                pending = Pending(arrays, sizes, sizes["batch"], self.batcher.key(arrays), dict(out) if out else None,
+                                  timeout, self.batch_limit)
+                return self.batches.submit(pending, self._run_members)
             return self.pool.dispatch(Request(arrays, sizes, run_sizes, key, dict(out) if out else None, timeout))
         except BaseException as e:
             if tr is not None:
@@ -177,76 +155,15 @@ class Engine:
                     tr.error("request", tr.thread_track(), t0, time.perf_counter(), failed)
 
     # ---- dynamic batching ------------------------------------------------------------------------------------------
-    def gather_rule(self, group: list) -> tuple:
-        """(time.perf_counter() until which the leader of ``group`` may wait for company, enough(rows)), or
-        (None, None) for no added delay: max_queue_delay_ms from the leader's arrival, latency_slo_ms minus the
-        measured run time of the gear the batch would fill from the oldest member's arrival; the batch stops
-        waiting once it reaches the largest preferred size (default: the largest batch)."""
-        if group[0].wait_s > 0:  # sequence steps with sequence_wait_s: the window of their own
-            return group[0].queued_at + group[0].wait_s, (lambda rows: rows >= group[0].limit)
-        config = self.batching
-        if config is None or not (config.max_queue_delay_ms or config.latency_slo_ms):
-            return None, None
-        target = config.preferred_batch_size[-1] if config.preferred_batch_size else self.batch_limit
-        first = min(p.queued_at for p in group)
-        until = []
-        if config.max_queue_delay_ms:
-            until.append(group[0].queued_at + config.max_queue_delay_ms / 1000.0)
-        if config.latency_slo_ms:
-            run = self.run_times.estimate(self.plan.batch.resolve(target, "dynamic batching"))
-            until.append(first + config.latency_slo_ms / 1000.0 - run if run is not None else first)
-        return min(until), (lambda rows: rows >= target)
-
-    def queue_batch(self, pending: Pending, lead: Callable[[list, Callable[[Request], dict]], None]) -> dict:
-        """``pending`` queued for a stream with its batch key (dynamic batching); the request that gets the stream
-        calls ``lead(group, run)`` (sequences lead their own steps: gert/sequence.py). Its result."""
-        return self.pool.dispatch_batch(pending, lead, self.gather_rule)
-
-    def _lead(self, group: list, run: Callable[[Request], dict]) -> None:
-        """Run the Pending requests of ``group`` (one batch key) as one batch on the stream ``run`` runs on, and
-        deliver each its outputs or error. A device fault in a merged batch is retried request by request, so that
-        only a request that fails alone fails."""
-        started = time.perf_counter()
-        waits = [started - p.queued_at for p in group]
-        ran: list = []  # the graph key of each run: the batch's, then any retry's
-
-        def run_members(members: list) -> list:
-            rows = [p.rows for p in members]
-            first = members[0]
-            arrays = first.arrays if len(members) == 1 else self.batcher.merge([p.arrays for p in members])
-            req = self._request(arrays, dict(first.sizes, batch=sum(rows)), first.out if len(members) == 1 else None,
-                                first.timeout)
-            ran.append(req.key)
-            if ran[1:]:  # a retry alone: not a run time of the batch
-                return [run(req)]
-            out = self._timed(run, req)
-            return [out] if len(members) == 1 else self.batcher.split(out, rows)
-
-        try:
-            try:
-                outs = run_isolated(group, run_members)
-            except Exception as e:  # noqa: BLE001 - the batch's error (not a device fault): every member's
-                outs = [e] * len(group)
-            for p, out in zip(group, outs):
-                if isinstance(out, BaseException):
-                    p.set_error(out)
-                else:
-                    p.set_result(out)
-        except BaseException as e:  # noqa: BLE001 - nobody in the group is left waiting
-            for p in group:
-                if not p.done:
-                    p.set_error(e)
-            raise
-        finally:
-            if ran:  # it ran (a request whose sizes have no graph did not)
-                self.batching_stats.record(len(group), _label(ran[0]), waits, len(ran) > 1)
-
-    def _timed(self, run: Callable[[Request], dict], req: Request) -> dict:
-        """run(req), its time learned per batch size run (latency_slo_ms)."""
-        t0 = time.perf_counter()
-        out = run(req)
-        self.run_times.add(req.run_sizes["batch"], time.perf_counter() - t0)
-        return out
+    def _run_members(self, members: list, run: Callable[[Request], dict]) -> list:
+        """The Pending requests ``members`` (one batch key) merged (Batcher.merge), run once by ``run`` with the
+        smallest timeout among them, and split back: one result per member (the BatchQueue's run function)."""
+        rows = [p.rows for p in members]
+        first = members[0]
+        arrays = first.arrays if len(members) == 1 else self.batcher.merge([p.arrays for p in members])
+        out = run(self._request(arrays, dict(first.sizes, batch=sum(rows)), first.out if len(members) == 1 else None,
+                                smallest_timeout(members)))
+        return [out] if len(members) == 1 else self.batcher.split(out, rows)
 
     def _request(self, arrays: dict, sizes: dict, out: Optional[dict], timeout: Optional[float]) -> Request:
         run_sizes, key = self.resolve(sizes)
@@ -341,40 +258,6 @@ class Engine:
             return self.run_many(requests, timeout)  # other non-batch shapes or unbatched values: not one batch
         out = self.run(self.batcher.merge([{n: r[n] for n in names} for r in requests]), None, timeout)
         return self.batcher.split(out, [self.batcher.rows({n: r[n] for n in names}) for r in requests])
-
-
-def run_isolated(members: list, run: Callable[[list], list], on_retry: Optional[Callable[[], None]] = None) -> list:
-    """``run(members)``: one result per member, run as one batch. When a batch of several fails with a device
-    fault, each member runs again alone (``run([member])``) so that only a member that fails alone fails: its
-    result is then its error. Any other error of the batch is raised (it is every member's). The one fault
-    isolation of merged batches: dynamic batches (Engine._lead), run(list) and gert_triton (Engine.run_many),
-    sequence steps (gert/sequence.py, whose failed step leaves every state as it was). ``on_retry``: called once
-    when the members are retried (stats' retried_batches)."""
-    try:
-        return run(members)
-    except Exception as e:  # noqa: BLE001 - raised unless a device fault of several members
-        if len(members) < 2 or not _device_fault(e):
-            raise
-    if on_retry is not None:
-        on_retry()
-    outs: list = []
-    for m in members:
-        try:
-            outs.append(run([m])[0])
-        except Exception as e1:  # noqa: BLE001 - this member's own error
-            outs.append(e1)
-    return outs
-
-
-def _device_fault(e: BaseException) -> bool:
-    """A failure of the device or runtime while a merged batch ran (gert.recovery.is_runtime_failure), not a
-    timeout: its requests are retried one by one, so that only a request that fails alone fails."""
-    return is_runtime_failure(e) and not isinstance(e, RequestTimeout)
-
-
-def _label(key: tuple) -> str:
-    """A graph key as stats() labels it ("batch=8,seq=32", "static")."""
-    return ",".join(f"{k}={v}" for k, v in key) or "static"
 
 
 def write_out(result: dict, out: Mapping[str, np.ndarray]) -> dict:

@@ -1,0 +1,173 @@
+"""The one batch queue of a model (dynamic batching, after Ray Serve's ``_BatchQueue``).
+
+Concurrent callers whose requests may share a graph run wait for a stream with their batch key
+(gert.core.batching.Batcher.key: dtypes, non-batch shapes, values of inputs without the batch axis; not their
+timeouts). The caller that gets a stream leads: it gathers company for as long as the settings allow
+(``gather_rule``), admits the members (sequence steps: those whose sequence it can lock), runs them as one batch,
+retries a device fault member by member (``run_isolated``), and fans each member its result or error. Model requests
+(gert.core.engine.Engine.run) and seq.run steps (gert/sequence.py, which pass their own run function) go through it
+alike; the stream is taken from the model's StreamPool (gert/core/pool.py).
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterable, Optional
+
+from gert.core.batching import Batcher
+from gert.core.dynamic import BatchingConfig, BatchingStats, Pending, RunTimes
+from gert.core.executor import Request
+from gert.core.pool import StreamPool
+from gert.core.recovery import is_runtime_failure
+from gert.core.shapes import DEFAULT_BATCH_GEARS, ShapePlan
+from gert.errors import GertError, RequestTimeout
+
+# run_members(members, run): one result per member (Pending), running Requests by ``run`` on the leader's stream
+RunMembers = Callable[[list, Callable[[Request], dict]], list]
+# admit(group): (the members to run, a callable that lets go of what admitting took)
+Admit = Callable[[list], tuple]
+
+
+class BatchQueue:
+    """Gathers concurrent callers of one model, leads their batches, runs them once, fans the results back."""
+
+    def __init__(self, pool: StreamPool, plan: ShapePlan, batcher: Batcher, config: Optional[BatchingConfig]):
+        self.pool = pool
+        self.plan = plan
+        self.config = config
+        self.limit = batch_limit(plan, batcher, config)  # rows of one batch at most (0: off)
+        self.stats = BatchingStats()
+        self.run_times = RunTimes()  # per batch size run: what latency_slo_ms leaves room for
+
+    def submit(self, pending: Pending, run_members: RunMembers, admit: Optional[Admit] = None,
+               record: bool = True) -> dict:
+        """``pending``'s result: queued with its key, led by itself or by the request whose batch takes it.
+        ``run_members(members, run)``: how a batch runs (one result per member); ``admit(group)``: which members of
+        a batch run (sequences: each step's sequence locked, without waiting); ``record``: the batch counts in the
+        dynamic batching stats (sequence steps count only their retries)."""
+        return self.pool.dispatch_batch(
+            pending, lambda group, run: self._lead(group, run, run_members, admit, record), self.gather_rule)
+
+    def gather_rule(self, group: list) -> tuple:
+        """(time.perf_counter() until which the leader of ``group`` may wait for company, enough(rows)), or
+        (None, None) for no added delay: max_queue_delay_ms from the leader's arrival, latency_slo_ms minus the
+        measured run time of the gear the batch would fill from the oldest member's arrival; the batch stops
+        waiting once it reaches the largest preferred size (default: the largest batch)."""
+        if group[0].wait_s > 0:  # sequence steps with sequence_wait_s: the window of their own
+            return group[0].queued_at + group[0].wait_s, (lambda rows: rows >= group[0].limit)
+        config = self.config
+        if config is None or not (config.max_queue_delay_ms or config.latency_slo_ms):
+            return None, None
+        target = config.preferred_batch_size[-1] if config.preferred_batch_size else self.limit
+        first = min(p.queued_at for p in group)
+        until = []
+        if config.max_queue_delay_ms:
+            until.append(group[0].queued_at + config.max_queue_delay_ms / 1000.0)
+        if config.latency_slo_ms:
+            run = self.run_times.estimate(self.plan.batch.resolve(target, "dynamic batching"))
+            until.append(first + config.latency_slo_ms / 1000.0 - run if run is not None else first)
+        return min(until), (lambda rows: rows >= target)
+
+    def _lead(self, group: list, on_stream: Callable[[Request], dict], run_members: RunMembers,
+              admit: Optional[Admit], record: bool) -> None:
+        """Run the admitted members of ``group`` as one batch on the stream ``on_stream`` runs on, and deliver each
+        its outputs or error. A device fault of a merged batch is retried member by member, so that only a member
+        that fails alone fails."""
+        started = time.perf_counter()
+        waits = [started - p.queued_at for p in group]
+        ran: list = []  # the graph key of each run: the batch's, then any retry's
+
+        def run(req: Request) -> dict:
+            ran.append(req.key)
+            if len(ran) > 1 or not record:  # a retry alone: not a run time of the batch
+                return on_stream(req)
+            t0 = time.perf_counter()
+            out = on_stream(req)
+            self.run_times.add(req.run_sizes["batch"], time.perf_counter() - t0)
+            return out
+
+        members, let_go = (group, None) if admit is None else admit(group)
+        try:
+            if members:
+                try:
+                    outs = run_isolated(members, lambda ms: run_members(ms, run),
+                                        None if record else self.stats.retried)
+                except Exception as e:  # noqa: BLE001 - the batch's error (not a device fault): every member's
+                    outs = [e] * len(members)
+                for p, out in zip(members, outs):
+                    if isinstance(out, BaseException):
+                        p.set_error(out)
+                    else:
+                        p.set_result(out)
+        except BaseException as e:  # noqa: BLE001 - nobody in the group is left waiting
+            for p in group:
+                if not p.done:
+                    p.set_error(e)
+            raise
+        finally:
+            if let_go is not None:
+                let_go()
+            if record and ran:  # it ran (a request whose sizes have no graph did not)
+                self.stats.record(len(group), _label(ran[0]), waits, len(ran) > 1)
+
+
+def batch_limit(plan: ShapePlan, batcher: Batcher, config: Optional[BatchingConfig]) -> int:
+    """Rows one dynamic batch may have: up to the largest gear (pad) or max_batch; 0 when requests of this model
+    never share a run: batching off, no batch axis, outputs that do not carry the batch (plan.unsplit),
+    value-dependent outputs (their size would follow the whole batch), a batch of policy exact, or with gears that
+    are not padded to (each merged size would need a graph of its own)."""
+    batch = plan.batch
+    if config is None or not batcher.enabled or plan.value_dependent or batch is None:
+        return 0
+    if batch.policy == "pad":
+        top = batch.gears[-1]
+        if config.max_batch is not None:
+            top = min(top, config.max_batch)
+    elif batch.policy in ("dynamic", "auto") and not batch.gears:
+        # any size runs (the dynamic-shape graph; with auto, hot sizes get static graphs in the background)
+        top = config.max_batch or DEFAULT_BATCH_GEARS[-1]
+    else:
+        return 0
+    if config.preferred_batch_size and config.preferred_batch_size[-1] > top:
+        raise GertError(f"dynamic_batching: preferred_batch_size {list(config.preferred_batch_size)} goes "
+                        f"beyond the largest batch this model runs ({top})")
+    return top if top > 1 else 0
+
+
+def smallest_timeout(members: Iterable[Pending]) -> Optional[float]:
+    """The device timeout a merged batch runs with: the smallest of its members' (None: none has one)."""
+    timeouts = [p.timeout for p in members if p.timeout is not None]
+    return min(timeouts) if timeouts else None
+
+
+def run_isolated(members: list, run: Callable[[list], list], on_retry: Optional[Callable[[], None]] = None) -> list:
+    """``run(members)``: one result per member, run as one batch. When a batch of several fails with a device
+    fault, each member runs again alone (``run([member])``) so that only a member that fails alone fails: its
+    result is then its error. Any other error of the batch is raised (it is every member's). The one fault
+    isolation of merged batches: dynamic batches and seq.run steps (BatchQueue), run(list) and gert_triton
+    (Engine.run_many), sequence steps (gert/sequence.py, whose failed step leaves every state as it was).
+    ``on_retry``: called once when the members are retried (stats' retried_batches)."""
+    try:
+        return run(members)
+    except Exception as e:  # noqa: BLE001 - raised unless a device fault of several members
+        if len(members) < 2 or not _device_fault(e):
+            raise
+    if on_retry is not None:
+        on_retry()
+    outs: list = []
+    for m in members:
+        try:
+            outs.append(run([m])[0])
+        except Exception as e1:  # noqa: BLE001 - this member's own error
+            outs.append(e1)
+    return outs
+
+
+def _device_fault(e: BaseException) -> bool:
+    """A failure of the device or runtime while a merged batch ran (gert.recovery.is_runtime_failure), not a
+    timeout: its requests are retried one by one, so that only a request that fails alone fails."""
+    return is_runtime_failure(e) and not isinstance(e, RequestTimeout)
+
+
+def _label(key: tuple) -> str:
+    """A graph key as stats() labels it ("batch=8,seq=32", "static")."""
+    return ",".join(f"{k}={v}" for k, v in key) or "static"
