@@ -37,6 +37,7 @@ QUICK = ["--benchmark-max-time=0.2", "--benchmark-min-rounds=3"]
 # benchmarks that stay scripts (several processes each): (name for --skip, script, normal args, quick args)
 SCRIPTS = [
     ("triton", "bench_triton.py", [], ["--duration", "4", "--warmup", "1", "--rounds", "2"]),
+    ("perf_analyzer", "bench_perf_analyzer.py", [], ["--concurrency", "4", "--rounds", "1", "--interval-ms", "1000"]),
     ("rapidocr", "bench_rapidocr.py", [], ["--pairs", "1", "--rounds", "2"]),
     ("shapes", "bench_shapes.py", [], ["--requests", "40", "--repeats", "1"]),
     ("compile", "bench_compile.py", [], ["--repeat", "2"]),
