@@ -83,7 +83,7 @@ def run_blocks(page_blocks: list[Block], cwd: pathlib.Path) -> None:
                 continue
             try:
                 exec(compile(b.code, b.where, "exec"), namespace)  # noqa: S102 - the docs' own examples
-            except BaseException as e:  # noqa: BLE001 - reported with the block's place
+            except BaseException as e:  # reported with the block's place (re-raised: no blind except)
                 raise AssertionError(f"the example at {b.where} fails:\n{b.code}\n{traceback.format_exc()}") from e
     finally:
         os.chdir(old)
