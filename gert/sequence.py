@@ -264,7 +264,7 @@ class _StepBatches:
         owner = self.owner
         pending = _Step(seq, arrays, None, seq.rows, owner._step_key(seq, arrays), None, None, limit, seq.device,
                         owner.wait_s)
-        return owner.model.engine.batches.submit(pending, self._run, self._admit, record=False)
+        return owner.model.engine.queue(pending, self._run, self._admit, record=False)
 
     @staticmethod
     def _admit(group: list) -> tuple:

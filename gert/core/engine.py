@@ -155,6 +155,12 @@ class Engine:
                     tr.error("request", tr.thread_track(), t0, time.perf_counter(), failed)
 
     # ---- dynamic batching ------------------------------------------------------------------------------------------
+    def queue(self, pending: Pending, run_members: Callable[[list, Callable[[Request], dict]], list],
+              admit: Optional[Callable[[list], tuple]] = None, record: bool = True) -> dict:
+        """``pending``'s result through the model's one batch queue (gert/core/batch_queue.py), with a front door's
+        own run function and admit rule (seq.run steps: gert/sequence.py)."""
+        return self.batches.submit(pending, run_members, admit, record)
+
     def _run_members(self, members: list, run: Callable[[Request], dict]) -> list:
         """The Pending requests ``members`` (one batch key) merged (Batcher.merge), run once by ``run`` with the
         smallest timeout among them, and split back: one result per member (the BatchQueue's run function)."""
