@@ -17,11 +17,9 @@ from __future__ import annotations
 import json
 import os
 import socket
-import threading
 import time
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
 
