@@ -74,8 +74,12 @@ def listed_names(directory: str, key: str) -> list:
 
 
 def sha256(path: str) -> str:
+    """The file's SHA-256, read in 1 MiB blocks (hashlib.file_digest is Python 3.11+; gert runs on 3.9)."""
+    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def precision_settings(levels: Mapping[str, Mapping[str, str]]) -> dict:
