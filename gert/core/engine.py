@@ -168,7 +168,7 @@ class Engine:
         first = members[0]
         arrays = first.arrays if len(members) == 1 else self.batcher.merge([p.arrays for p in members])
         out = run(self._request(arrays, dict(first.sizes, batch=sum(rows)), first.out if len(members) == 1 else None,
-                                smallest_timeout(members)))
+                                first.timeout if len(members) == 1 else smallest_timeout(members)))
         return [out] if len(members) == 1 else self.batcher.split(out, rows)
 
     def _request(self, arrays: dict, sizes: dict, out: Optional[dict], timeout: Optional[float]) -> Request:

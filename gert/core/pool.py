@@ -60,6 +60,7 @@ class StreamPool:
         self.hot: Optional[HotPath] = None
         self.workers: list = []
         self.recovery = Recovery(lambda: self.workers, config.request_timeout_s)  # gert/core/recovery.py
+        self.timeout_for = self.recovery.timeout_for  # a request's device timeout: its own, else the model's
         # policy auto: requests route through the tiers (dynamic graph now, static graphs once hot)
         self.tiers = (Tiers(lambda: self.workers, sorted(plan.dims), config.max_exact_graphs, config.hot_after,
                             config.hot_window, config.compile_share, config.host_memory) if plan.tiered else None)
@@ -84,10 +85,6 @@ class StreamPool:
     def check_open(self) -> None:
         if self._closed:
             raise GertError("the model is closed")
-
-    def timeout_for(self, timeout: Optional[float]) -> Optional[float]:
-        """A request's device timeout: its own, else the model's (request_timeout_s)."""
-        return self.recovery.timeout_for(timeout)
 
     def parts_pool(self) -> concurrent.futures.ThreadPoolExecutor:
         """Threads for the parts of split batches: apart from a front door's pools, whose threads may be the ones
@@ -127,9 +124,13 @@ class StreamPool:
         return self.recovery.run(w, req)
 
     def dispatch(self, req: Request) -> dict:
-        """Run ``req`` on the first stream to come free (arrival order), under recovery."""
-        with self.counted():
-            usable = self._usable(req.device)
+        """Run ``req`` on the first stream to come free (arrival order), under recovery. (Counted inline, not by
+        counted(): every request on the Python path comes here.)"""
+        with self._lock:
+            self.check_open()
+            self._in_flight += 1
+        try:
+            usable = self._usable(req.device) if req.device is not None else self.recovery.usable(self.workers)
             tr = _trace.active
             if tr is not None:
                 t0 = time.perf_counter()
@@ -138,16 +139,22 @@ class StreamPool:
                 tr.span("queue", tr.thread_track(), t0, time.perf_counter(), args={"stream": w.index})
             try:
                 with w.lock:
-                    return self._run_on(w, req)
+                    if self._closed:
+                        raise GertError(CLOSED_BEFORE_START)
+                    return self.recovery.run(w, req)
             finally:
                 self.queue.release(w)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                self._idle.notify_all()
 
     def dispatch_batch(self, pending: Pending, lead: Callable, gather_rule: Callable[[list], tuple]) -> dict:
         """Dynamic batching (gert/core/dynamic.py): ``pending`` queues with its batch key; the one that gets a stream
         runs ``lead(group, run)`` on it for the queued requests of its key (``gather_rule(group)``: how long it may
         wait for more, gert.core.engine.Engine.gather_rule); the others wait for their results."""
         with self.counted():
-            usable = self._usable(pending.device)
+            usable = self._usable(pending.device) if pending.device is not None else self.recovery.usable(self.workers)
             tr = _trace.active
             if tr is not None:
                 t0 = time.perf_counter()
