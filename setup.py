@@ -7,6 +7,7 @@ Backend selection (shared/docs/design.md):
   marker file gert_hostnpu.info), gert._hostnpu is built too: the host NPU's own features, linked to the toolkit;
 - otherwise the host NPU (cbindings/hostnpu/) is compiled into the extension (_cann_hostnpu.pyx).
 """
+
 import glob
 import json
 import os
@@ -38,8 +39,16 @@ HOSTNPU_MARKER = "gert_hostnpu.info"
 
 
 # cann-api.md section 7: GE, the ONNX parser and ACL (as GE's examples/recommendation links them)
-CANN_LIBRARIES = ["ascendcl", "ge_runner", "graph", "graph_base", "ge_common", "ge_common_base", "fmk_parser",
-                  "fmk_onnx_parser"]
+CANN_LIBRARIES = [
+    "ascendcl",
+    "ge_runner",
+    "graph",
+    "graph_base",
+    "ge_common",
+    "ge_common_base",
+    "fmk_parser",
+    "fmk_onnx_parser",
+]
 
 
 def hotpath_extension(common: dict) -> Extension:
@@ -54,17 +63,21 @@ def extensions():
         extra_compile_args=["-std=c++17", "-O2", "-fvisibility=hidden", "-Wno-unused-function"],
     )
     if root is None:
-        return [hotpath_extension(common), Extension(
-            "gert._cann",
-            sources=[f"{CB}/_cann_hostnpu.pyx"] + sorted(glob.glob(f"{CB}/hostnpu/*.cpp")),
-            define_macros=[("GERT_HOSTNPU", "1")],
-            include_dirs=[f"{CB}/include", CB],
-            extra_link_args=["-pthread"],
-            **common,
-        )]
+        return [
+            hotpath_extension(common),
+            Extension(
+                "gert._cann",
+                sources=[f"{CB}/_cann_hostnpu.pyx"] + sorted(glob.glob(f"{CB}/hostnpu/*.cpp")),
+                define_macros=[("GERT_HOSTNPU", "1")],
+                include_dirs=[f"{CB}/include", CB],
+                extra_link_args=["-pthread"],
+                **common,
+            ),
+        ]
     inc = os.path.join(root, "include")
-    libdirs = [d for d in (os.path.join(root, "lib64"), os.path.join(root, "compiler", "lib64", "stub"))
-               if os.path.isdir(d)]
+    libdirs = [
+        d for d in (os.path.join(root, "lib64"), os.path.join(root, "compiler", "lib64", "stub")) if os.path.isdir(d)
+    ]
     toolkit = dict(
         define_macros=[("_GLIBCXX_USE_CXX11_ABI", "0"), ("GERT_TOOLKIT_ROOT", json.dumps(root, ensure_ascii=False))],
         include_dirs=[inc] + [os.path.join(inc, d) for d in ("ge", "parser", "acl")] + [CB],
@@ -72,16 +85,20 @@ def extensions():
         runtime_library_dirs=libdirs[:1],
         **common,
     )
-    exts = [hotpath_extension(common), Extension(
-        "gert._cann",
-        sources=[f"{CB}/_cann.pyx", f"{CB}/hostnpu/onnx_model.cpp"],  # the ONNX I/O reader needs no toolkit
-        libraries=CANN_LIBRARIES,
-        **toolkit,
-    )]
+    exts = [
+        hotpath_extension(common),
+        Extension(
+            "gert._cann",
+            sources=[f"{CB}/_cann.pyx", f"{CB}/hostnpu/onnx_model.cpp"],  # the ONNX I/O reader needs no toolkit
+            libraries=CANN_LIBRARIES,
+            **toolkit,
+        ),
+    ]
     if os.path.isfile(os.path.join(root, HOSTNPU_MARKER)):
         toolkit["define_macros"] = toolkit["define_macros"] + [("GERT_HOSTNPU_MODULE", "1")]
-        exts.append(Extension("gert._hostnpu", sources=[f"{CB}/_hostnpu.pyx"], libraries=["ge_runner", "ascendcl"],
-                              **toolkit))
+        exts.append(
+            Extension("gert._hostnpu", sources=[f"{CB}/_hostnpu.pyx"], libraries=["ge_runner", "ascendcl"], **toolkit)
+        )
     return exts
 
 

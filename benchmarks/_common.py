@@ -1,4 +1,5 @@
 """Shared helpers for the benchmarks (pytest-benchmark tests and bench_triton.py): models, inputs, baselines."""
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -71,8 +72,9 @@ def relu_model(batch=1) -> bytes:
 
     x = oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [batch, 64])
     y = oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [batch, 64])
-    m = oh.make_model(oh.make_graph([oh.make_node("Relu", ["x"], ["y"])], "relu", [x], [y]),
-                      opset_imports=[oh.make_opsetid("", 17)])
+    m = oh.make_model(
+        oh.make_graph([oh.make_node("Relu", ["x"], ["y"])], "relu", [x], [y]), opset_imports=[oh.make_opsetid("", 17)]
+    )
     m.ir_version = 8
     return m.SerializeToString()
 
@@ -95,7 +97,7 @@ def images(n: int, h: int, w: int, seed: int) -> np.ndarray:
     for b in range(n):
         for _ in range(max(1, h * w // 2000)):
             y, x = int(rng.integers(0, h - 8)), int(rng.integers(0, w - 8))
-            img[b, :, y:y + 8, x:x + int(rng.integers(3, 8))] = 0.1
+            img[b, :, y : y + 8, x : x + int(rng.integers(3, 8))] = 0.1
     return ((img - 0.5) / 0.5).astype(np.float32)
 
 

@@ -8,6 +8,7 @@ VmRSS. The summed RSS also counts twice the pages two processes share (Triton's 
 through shared memory mapped by the server and a stub); the summed Pss (/proc/<pid>/smaps_rollup: each shared page
 split among its processes) does not.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,6 +21,7 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 @dataclass
 class ProcMemory:
     """One process: its pid, command name, VmHWM, VmRSS and Pss (bytes), user + system CPU seconds, command line."""
+
     pid: int
     name: str
     hwm: int
@@ -32,6 +34,7 @@ class ProcMemory:
 @dataclass
 class TreeMemory:
     """The processes of a tree (the root first) and their sums."""
+
     procs: list = field(default_factory=list)
 
     @property

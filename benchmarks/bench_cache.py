@@ -15,6 +15,7 @@ from a copy of the cache (new inodes, as after a restore): every file is hashed 
 check's share of its time to ready.
 Needs ``pip install --no-deps rapidocr-onnxruntime==1.4.4``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,10 +33,23 @@ from _common import DET, REC, machine, ppocr_model  # noqa: E402
 
 REC_W = "p2o.DynamicDimension.1"
 CASES = {
-    "det": (DET, dict(streams=2, cube_cores=1, gears={"batch": [1, 2, 4, 8], "p2o.DynamicDimension.1": [640],
-                                                      "p2o.DynamicDimension.2": [640]})),
-    "rec": (REC, dict(streams=1, cube_cores=1, gears={"batch": [1], "?": [48], REC_W: [160, 320, 480, 640, 800, 960]},
-                      shape_policy={"?": "exact", REC_W: "exact"})),
+    "det": (
+        DET,
+        dict(
+            streams=2,
+            cube_cores=1,
+            gears={"batch": [1, 2, 4, 8], "p2o.DynamicDimension.1": [640], "p2o.DynamicDimension.2": [640]},
+        ),
+    ),
+    "rec": (
+        REC,
+        dict(
+            streams=1,
+            cube_cores=1,
+            gears={"batch": [1], "?": [48], REC_W: [160, 320, 480, 640, 800, 960]},
+            shape_policy={"?": "exact", REC_W: "exact"},
+        ),
+    ),
 }
 
 _CHILD = """
@@ -57,8 +71,9 @@ print(json.dumps({"ready": ready, "graphs": s["compiles"], "hits": s["cache_hits
 
 def load_once(path: str, kwargs: dict, cache: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "GERT_CACHE_DIR"}
-    p = subprocess.run([sys.executable, "-c", _CHILD, path, json.dumps(kwargs), cache], capture_output=True,
-                       text=True, env=env)
+    p = subprocess.run(
+        [sys.executable, "-c", _CHILD, path, json.dumps(kwargs), cache], capture_output=True, text=True, env=env
+    )
     if p.returncode:
         raise SystemExit(f"load failed:\n{p.stderr[-2000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -105,12 +120,16 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
     print(machine() + f"; load average {os.getloadavg()[0]:.1f}")
     print(f"time to ready (gert.load + warmup), seconds, median of {a.rounds} fresh processes each")
-    print(f"{'model':6}{'graphs':>7}{'compiled':>9}{'no cache':>10}{'cold':>8}{'warm':>8}{'warm/none':>10}"
-          f"{'cache MB':>9}{'check ms':>9}{'check/warm':>11}{'copied':>8}{'hash/copied':>12}")
+    print(
+        f"{'model':6}{'graphs':>7}{'compiled':>9}{'no cache':>10}{'cold':>8}{'warm':>8}{'warm/none':>10}"
+        f"{'cache MB':>9}{'check ms':>9}{'check/warm':>11}{'copied':>8}{'hash/copied':>12}"
+    )
     for name, graphs, compiled, med, size in rows:
-        print(f"{name:6}{graphs:>7}{compiled:>9}{med['none']:>10.2f}{med['cold']:>8.2f}{med['warm']:>8.2f}"
-              f"{med['warm'] / med['none']:>10.2f}{size / 2**20:>9.1f}{med['check'] * 1e3:>9.1f}"
-              f"{med['check_share']:>11.1%}{med['copied']:>8.2f}{med['hash_share']:>12.1%}")
+        print(
+            f"{name:6}{graphs:>7}{compiled:>9}{med['none']:>10.2f}{med['cold']:>8.2f}{med['warm']:>8.2f}"
+            f"{med['warm'] / med['none']:>10.2f}{size / 2**20:>9.1f}{med['check'] * 1e3:>9.1f}"
+            f"{med['check_share']:>11.1%}{med['copied']:>8.2f}{med['hash_share']:>12.1%}"
+        )
     if a.json:
         with open(a.json, "w") as f:
             json.dump(raw, f, indent=1)

@@ -9,6 +9,7 @@ measure another source tree of gert, built in place (e.g.
 its own process, rounds interleaved so that the machine's noise hits both alike. Needs
 ``pip install --no-deps rapidocr-onnxruntime==1.4.4``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,9 +25,11 @@ from _common import machine, ppocr_model
 
 # (name, file, input shape of the first compile, step of its last dim per later compile): each compile is of a
 # shape not compiled before in the process, so no cache of either tree answers it.
-MODELS = [("det", "ch_PP-OCRv4_det_infer.onnx", "x:1,3,640,640", -32),
-          ("rec", "ch_PP-OCRv4_rec_infer.onnx", "x:1,3,48,320", -8),
-          ("cls", "ch_ppocr_mobile_v2.0_cls_infer.onnx", "x:8,3,48,192", -8)]
+MODELS = [
+    ("det", "ch_PP-OCRv4_det_infer.onnx", "x:1,3,640,640", -32),
+    ("rec", "ch_PP-OCRv4_rec_infer.onnx", "x:1,3,48,320", -8),
+    ("cls", "ch_ppocr_mobile_v2.0_cls_infer.onnx", "x:8,3,48,192", -8),
+]
 
 
 def measure(repeat: int) -> dict:
@@ -59,9 +62,11 @@ def measure(repeat: int) -> dict:
 
 def run_tree(src: str, repeat: int) -> dict:
     env = dict(os.environ, PYTHONPATH=src)
-    code = (f"import sys, json; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); "
-            f"import bench_compile as b, gert; assert gert.__file__.startswith({src!r}), gert.__file__; "
-            f"print(json.dumps(b.measure({repeat})))")
+    code = (
+        f"import sys, json; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); "
+        f"import bench_compile as b, gert; assert gert.__file__.startswith({src!r}), gert.__file__; "
+        f"print(json.dumps(b.measure({repeat})))"
+    )
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=src)
     if p.returncode:
         raise SystemExit(f"measuring {src} failed:\n{p.stderr[-2000:]}")

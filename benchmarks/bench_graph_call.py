@@ -17,6 +17,7 @@ per round, so that noise from the other processes on the machine hits all alike)
 
 Reported: the median over the rounds of each side's mean time per call, and its excess over ``ort_iobinding``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -91,8 +92,14 @@ def measure(rounds: int, calls: int) -> dict:
         np.testing.assert_array_equal(outputs[0].to_numpy(), want)
         np.testing.assert_array_equal(session.run_graph(1, arrays)[0], want)
     base = statistics.median(times["ort_iobinding"])
-    return {name: {"us": statistics.median(t) * 1e6, "over_iobinding_us": (statistics.median(t) - base) * 1e6,
-                   "rounds_us": [v * 1e6 for v in t]} for name, t in times.items()}
+    return {
+        name: {
+            "us": statistics.median(t) * 1e6,
+            "over_iobinding_us": (statistics.median(t) - base) * 1e6,
+            "rounds_us": [v * 1e6 for v in t],
+        }
+        for name, t in times.items()
+    }
 
 
 def main(argv=None) -> int:

@@ -15,6 +15,7 @@ per-call mean of each side, and the ratios to ORT. "Python path": the same gert 
 (gert/core/_hotpath.pyx) turned off, i.e. the request pipeline as it ran before it. ``--profile N``: instead,
 cProfile over N ``Model.run`` calls of the one-node case (the top functions by own time).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,8 +42,7 @@ def cases() -> dict:
     m1 = gert.load(static, cube_cores=1)
     s1 = ort_session(static, 1)
     p1 = gert.load(static, cube_cores=1)
-    out["one-node"] = (m1, lambda: m1.run({"x": x1}), lambda: s1.run(None, {"x": x1}), p1,
-                       lambda: p1.run({"x": x1}))
+    out["one-node"] = (m1, lambda: m1.run({"x": x1}), lambda: s1.run(None, {"x": x1}), p1, lambda: p1.run({"x": x1}))
 
     sym = relu_model("batch")
     x3 = rng.standard_normal((3, 64)).astype(np.float32)
@@ -52,8 +52,13 @@ def cases() -> dict:
     out["gear"] = (m3, lambda: m3.run({"x": x3}), lambda: s3.run(None, {"x": x3}), p3, lambda: p3.run({"x": x3}))
 
     reqs = [{"x": rng.standard_normal((1, 64)).astype(np.float32)} for _ in range(8)]
-    out["list8"] = (m3, lambda: m3.run(reqs),
-                    lambda: s3.run(None, {"x": np.concatenate([r["x"] for r in reqs])}), p3, lambda: p3.run(reqs))
+    out["list8"] = (
+        m3,
+        lambda: m3.run(reqs),
+        lambda: s3.run(None, {"x": np.concatenate([r["x"] for r in reqs])}),
+        p3,
+        lambda: p3.run(reqs),
+    )
     for m in (p1, p3):
         m._hot.enabled = False  # the Python path, for comparison
     for name, (_, g, o, _, py) in out.items():  # same results, and warm
@@ -91,10 +96,15 @@ def measure(rounds: int, calls: int) -> dict:
     result = {}
     for name, t in times.items():
         med = {s: statistics.median(t[s]) for s in sides}
-        result[name] = {"gert_us": med["gert"] * 1e6, "python_path_us": med["python"] * 1e6,
-                        "ort_us": med["ort"] * 1e6, "ratio": med["gert"] / med["ort"],
-                        "python_path_ratio": med["python"] / med["ort"], "hot_path_hits": hits[name],
-                        **{f"{s}_rounds_us": [x * 1e6 for x in t[s]] for s in sides}}
+        result[name] = {
+            "gert_us": med["gert"] * 1e6,
+            "python_path_us": med["python"] * 1e6,
+            "ort_us": med["ort"] * 1e6,
+            "ratio": med["gert"] / med["ort"],
+            "python_path_ratio": med["python"] / med["ort"],
+            "hot_path_hits": hits[name],
+            **{f"{s}_rounds_us": [x * 1e6 for x in t[s]] for s in sides},
+        }
     return result
 
 
@@ -128,12 +138,13 @@ def main(argv=None) -> int:
     print(f"# {machine()}; median of {args.rounds} interleaved rounds of {args.calls} calls")
     print(f"{'case':<10} {'gert us':>9} {'ORT run() us':>13} {'ratio':>7}   {'Python path us':>15} {'ratio':>7}")
     for name, r in result.items():
-        print(f"{name:<10} {r['gert_us']:>9.2f} {r['ort_us']:>13.2f} {r['ratio']:>6.2f}x   "
-              f"{r['python_path_us']:>15.2f} {r['python_path_ratio']:>6.2f}x")
+        print(
+            f"{name:<10} {r['gert_us']:>9.2f} {r['ort_us']:>13.2f} {r['ratio']:>6.2f}x   "
+            f"{r['python_path_us']:>15.2f} {r['python_path_ratio']:>6.2f}x"
+        )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"machine": machine(), "rounds": args.rounds, "calls": args.calls, "cases": result}, f,
-                      indent=1)
+            json.dump({"machine": machine(), "rounds": args.rounds, "calls": args.calls, "cases": result}, f, indent=1)
     return 0
 
 

@@ -15,6 +15,7 @@ Reported: requests/s, p50 / p99 latency per request, the mean batch the dynamic 
 issue sets: 16 threads' throughput against run(list of 16) (>= 0.8), one thread's p50 with batching on against off
 (<= 1.1).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,9 +54,13 @@ def measure(variant: str, models: dict, threads: int, seconds: float) -> dict:
         r = closed_loop(threads, lambda t: ((lambda: m.run({"x": imgs[t]})), None), seconds, variant)
         per = 1
     lat = r["latencies"]
-    return {"variant": variant, "threads": 1 if variant == "run_list" else threads,
-            "rps": per * len(lat) / r["seconds"], "p50_ms": float(np.percentile(lat, 50)),
-            "p99_ms": float(np.percentile(lat, 99))}
+    return {
+        "variant": variant,
+        "threads": 1 if variant == "run_list" else threads,
+        "rps": per * len(lat) / r["seconds"],
+        "p50_ms": float(np.percentile(lat, 50)),
+        "p99_ms": float(np.percentile(lat, 99)),
+    }
 
 
 def main(argv=None) -> dict:
@@ -75,8 +80,11 @@ def main(argv=None) -> dict:
         data = f.read()
     counts = [int(t) for t in args.threads.split(",")]
     with gert.Device(0):
-        models = {"gert": gert.load(data), "gert_off": gert.load(data, dynamic_batching=False),
-                  "ort": ort_session(data, 1)}
+        models = {
+            "gert": gert.load(data),
+            "gert_off": gert.load(data, dynamic_batching=False),
+            "ort": ort_session(data, 1),
+        }
         try:
             for name in ("gert", "gert_off"):
                 models[name].warmup()
@@ -103,13 +111,16 @@ def main(argv=None) -> dict:
             for name in ("gert", "gert_off"):
                 models[name].close()
     rows = sorted(best.values(), key=lambda r: (r["threads"], r["variant"]))
-    print(f"PP-OCR cls {SHAPE}, {machine()}, gert backend {gert.backend()}; best of {args.rounds} round(s) of "
-          f"{args.seconds:g} s")
+    print(
+        f"PP-OCR cls {SHAPE}, {machine()}, gert backend {gert.backend()}; best of {args.rounds} round(s) of "
+        f"{args.seconds:g} s"
+    )
     print(f"{'variant':10} {'threads':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'mean batch':>10}")
     for r in rows:
         mean = f"{batches.get(r['threads'], 0):.1f}" if r["variant"] == "gert" else ""
-        print(f"{r['variant']:10} {r['threads']:>7} {r['rps']:>8.1f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} "
-              f"{mean:>10}")
+        print(
+            f"{r['variant']:10} {r['threads']:>7} {r['rps']:>8.1f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {mean:>10}"
+        )
     ratios = {}
     top = max(counts)
     if ("gert", top) in best:

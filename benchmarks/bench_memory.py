@@ -26,6 +26,7 @@ shared-memory pages the server and a stub pass tensors through; the summed Pss, 
 CPU = the tree's user + system seconds after the models loaded, wall = the requests' time (server start and model
 loads excluded, reported apart).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -158,8 +159,11 @@ def work_rapidocr(side: str, n: int) -> dict:
 
 
 # ---- triton3: three PP-OCR models on a real tritonserver ------------------------------------------------------------
-TRITON_MODELS = (("det", "ch_PP-OCRv4_det_infer.onnx"), ("cls", "ch_ppocr_mobile_v2.0_cls_infer.onnx"),
-                 ("rec", "ch_PP-OCRv4_rec_infer.onnx"))
+TRITON_MODELS = (
+    ("det", "ch_PP-OCRv4_det_infer.onnx"),
+    ("cls", "ch_ppocr_mobile_v2.0_cls_infer.onnx"),
+    ("rec", "ch_PP-OCRv4_rec_infer.onnx"),
+)
 TRITON_CLIENTS = 4  # client threads sending the requests (dynamic batching merges what arrives together)
 
 ORT_MODEL_PY = '''"""Hand-written Python-backend model: ONNX Runtime with its defaults on the CPU (what a user writes
@@ -240,8 +244,7 @@ def start_triton(repo: str, log: str, attempts: int = 3):
     import gert
     from gert_triton.server import TritonServer
 
-    args = ["--model-control-mode=explicit", *(f"--load-model={m}" for m, _ in TRITON_MODELS),
-            "--exit-timeout-secs=5"]
+    args = ["--model-control-mode=explicit", *(f"--load-model={m}" for m, _ in TRITON_MODELS), "--exit-timeout-secs=5"]
     for attempt in range(attempts):
         srv = TritonServer(repo, log_path=log, extra_args=args)
         srv.start()
@@ -353,13 +356,27 @@ def work_triton3(side: str, n: int) -> dict:
         if srv is not None:
             stop_triton(srv)
         shutil.rmtree(root, ignore_errors=True)
-    return {"keep": None, "server": {
-        "wall_s": round(wall, 2), "start_s": round(started, 2), "cpu_s": round(end.cpu_s - loaded.cpu_s, 2),
-        "cpu_total_s": round(end.cpu_s, 2), "VmHWM": end.hwm, "VmRSS": end.rss, "sampled_peak": sampler.peak,
-        "pss": end.pss, "pss_peak": sampler.pss_peak, "loaded_rss": loaded.rss, "requests": len(requests),
-        "load": [load_before, round(os.getloadavg()[0], 1)],
-        "processes": [{"name": process_label(p), "hwm": p.hwm, "rss": p.rss, "pss": p.pss, "cpu_s": round(p.cpu_s, 2)}
-                      for p in end.procs]}}
+    return {
+        "keep": None,
+        "server": {
+            "wall_s": round(wall, 2),
+            "start_s": round(started, 2),
+            "cpu_s": round(end.cpu_s - loaded.cpu_s, 2),
+            "cpu_total_s": round(end.cpu_s, 2),
+            "VmHWM": end.hwm,
+            "VmRSS": end.rss,
+            "sampled_peak": sampler.peak,
+            "pss": end.pss,
+            "pss_peak": sampler.pss_peak,
+            "loaded_rss": loaded.rss,
+            "requests": len(requests),
+            "load": [load_before, round(os.getloadavg()[0], 1)],
+            "processes": [
+                {"name": process_label(p), "hwm": p.hwm, "rss": p.rss, "pss": p.pss, "cpu_s": round(p.cpu_s, 2)}
+                for p in end.procs
+            ],
+        },
+    }
 
 
 def process_label(p) -> str:
@@ -381,8 +398,15 @@ def child(work: str, side: str, n: int, trace: bool) -> dict:
     import resource
 
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    out = {"work": work, "side": side, "n": n, "wall_s": round(wall, 2), "cpu_s": round(ru.ru_utime + ru.ru_stime, 2),
-           **status(), "smaps": smaps()}
+    out = {
+        "work": work,
+        "side": side,
+        "n": n,
+        "wall_s": round(wall, 2),
+        "cpu_s": round(ru.ru_utime + ru.ru_stime, 2),
+        **status(),
+        "smaps": smaps(),
+    }
     if trace:
         import tracemalloc
 
@@ -407,7 +431,7 @@ def run_child(work: str, side: str, n: int, trace: bool) -> dict:
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, cwd=REPO)
     if r.returncode != 0:
         raise SystemExit(f"{work}:{n} {side} failed:\n{r.stderr[-3000:]}")
-    return json.loads(next(ln for ln in r.stdout.splitlines() if ln.startswith("RESULT "))[len("RESULT "):])
+    return json.loads(next(ln for ln in r.stdout.splitlines() if ln.startswith("RESULT "))[len("RESULT ") :])
 
 
 def mb(v: float) -> str:
@@ -415,11 +439,15 @@ def mb(v: float) -> str:
 
 
 def table(results: dict) -> list:
-    lines = ["| work | side | wall s | CPU s | peak RSS MB | end RSS MB | peak gert/ORT | wall gert/ORT | threads |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| work | side | wall s | CPU s | peak RSS MB | end RSS MB | peak gert/ORT | wall gert/ORT | threads |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for (work, n), sides in results.items():
-        med = {s: {k: statistics.median(r.get(k, 0) for r in runs) for k in ("wall_s", "cpu_s", "VmHWM", "VmRSS")}
-               for s, runs in sides.items()}
+        med = {
+            s: {k: statistics.median(r.get(k, 0) for r in runs) for k in ("wall_s", "cpu_s", "VmHWM", "VmRSS")}
+            for s, runs in sides.items()
+        }
         for s in ("ort", "gert"):
             if s not in med:
                 continue
@@ -440,14 +468,19 @@ def tree_lines(n: int, sides: dict) -> list:
     lines = []
     for side in ("ort", "gert"):
         for r in sides.get(side, [])[-1:]:
-            lines.append(f"\ntriton3 x{n} ({r['requests']} requests), {side}: server ready in {r['start_s']} s, RSS "
-                         f"{mb(r['loaded_rss'])} MB with the models loaded; summed peak {mb(r['VmHWM'])} MB, sampled "
-                         f"summed RSS peak {mb(r['sampled_peak'])} MB, end {mb(r['VmRSS'])} MB, CPU {r['cpu_s']} s "
-                         f"serving ({r['cpu_total_s']} s with the start); summed Pss {mb(r['pss'])} MB at the end, "
-                         f"{mb(r['pss_peak'])} MB sampled peak; load average {r['load'][0]} -> {r['load'][1]}")
-            lines.extend(f"  {p['name']}: peak {mb(p['hwm'])} MB, end {mb(p['rss'])} MB (Pss {mb(p['pss'])}), "
-                         f"CPU {p['cpu_s']} s" for p in r["processes"])
+            lines.append(
+                f"\ntriton3 x{n} ({r['requests']} requests), {side}: server ready in {r['start_s']} s, RSS "
+                f"{mb(r['loaded_rss'])} MB with the models loaded; summed peak {mb(r['VmHWM'])} MB, sampled "
+                f"summed RSS peak {mb(r['sampled_peak'])} MB, end {mb(r['VmRSS'])} MB, CPU {r['cpu_s']} s "
+                f"serving ({r['cpu_total_s']} s with the start); summed Pss {mb(r['pss'])} MB at the end, "
+                f"{mb(r['pss_peak'])} MB sampled peak; load average {r['load'][0]} -> {r['load'][1]}"
+            )
+            lines.extend(
+                f"  {p['name']}: peak {mb(p['hwm'])} MB, end {mb(p['rss'])} MB (Pss {mb(p['pss'])}), CPU {p['cpu_s']} s"
+                for p in r["processes"]
+            )
     return lines
+
 
 def breakdown(results: dict) -> list:
     lines = []
@@ -457,21 +490,30 @@ def breakdown(results: dict) -> list:
             continue
         for r in sides.get("gert", [])[-1:]:
             g, sm = r.get("gert", {}), r["smaps"]
-            lines.append(f"\ngert, {work} x{n}: end RSS {mb(r['VmRSS'])} MB (anon {mb(r['RssAnon'])}, files "
-                         f"{mb(r['RssFile'])}), peak {mb(r['VmHWM'])} MB, {r.get('Threads')} threads")
-            lines.append(f"  heap {mb(sm['heap'])} MB, other anonymous {mb(sm['anon'])} MB, stacks (main) "
-                         f"{mb(sm['stack'])} MB")
+            lines.append(
+                f"\ngert, {work} x{n}: end RSS {mb(r['VmRSS'])} MB (anon {mb(r['RssAnon'])}, files "
+                f"{mb(r['RssFile'])}), peak {mb(r['VmHWM'])} MB, {r.get('Threads')} threads"
+            )
+            lines.append(
+                f"  heap {mb(sm['heap'])} MB, other anonymous {mb(sm['anon'])} MB, stacks (main) {mb(sm['stack'])} MB"
+            )
             for m in g.get("models", []):
-                lines.append(f"  model {m['digest']} ({mb(m['model_bytes'])} MB): {m['sessions']} ONNX Runtime "
-                             f"sessions by compute threads {m['by_threads']}, each its own optimized copy")
+                lines.append(
+                    f"  model {m['digest']} ({mb(m['model_bytes'])} MB): {m['sessions']} ONNX Runtime "
+                    f"sessions by compute threads {m['by_threads']}, each its own optimized copy"
+                )
             parsed = g.get("parsed_models") or {}
             if parsed:
-                lines.append("  ModelProtos kept for shape inference (skeletons): " + ", ".join(
-                    f"{d} {v / 1024:.0f} KB" for d, v in parsed.items()))
+                lines.append(
+                    "  ModelProtos kept for shape inference (skeletons): "
+                    + ", ".join(f"{d} {v / 1024:.0f} KB" for d, v in parsed.items())
+                )
             if g:
-                lines.append(f"  emulated device memory: buffers {mb(g['device_in_use'])} MB in use (peak "
-                             f"{mb(g['device_peak'])} MB), aclrtGetMemInfo used {mb(g['device_used'])} of "
-                             f"{mb(g['device_total'])} MB (the buffers and the loaded models' weights)")
+                lines.append(
+                    f"  emulated device memory: buffers {mb(g['device_in_use'])} MB in use (peak "
+                    f"{mb(g['device_peak'])} MB), aclrtGetMemInfo used {mb(g['device_used'])} of "
+                    f"{mb(g['device_total'])} MB (the buffers and the loaded models' weights)"
+                )
             if "python_heap" in r:
                 lines.append(
                     f"  Python (tracemalloc) {mb(r['python_heap'])} MB now, {mb(r['python_heap_peak'])} MB peak"
@@ -481,8 +523,11 @@ def breakdown(results: dict) -> list:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--work", default="rapidocr:24,rapidocr:96,det:90,triton3:30",
-                    help="comma-separated work:count, work one of rapidocr, det, triton3")
+    ap.add_argument(
+        "--work",
+        default="rapidocr:24,rapidocr:96,det:90,triton3:30",
+        help="comma-separated work:count, work one of rapidocr, det, triton3",
+    )
     ap.add_argument("--pairs", type=int, default=1, help="alternating ort/gert process pairs per work")
     ap.add_argument("--sides", default="ort,gert")
     ap.add_argument("--tracemalloc", action="store_true", help="Python's allocations too (slows the runs)")

@@ -13,6 +13,7 @@ Needs ``pip install --no-deps rapidocr-onnxruntime==1.4.4`` for part 2.
 
 python benchmarks/bench_precision.py
 """
+
 from __future__ import annotations
 
 import collections
@@ -60,12 +61,16 @@ def node_cases() -> None:
                 reasons[u.reason] += 1
                 ops[u.op_type] += 1
     n = len(cases)
-    print(f"ONNX node test cases (onnx backend, {n} models; model opset {opsets['>= 19']} at 19+, "
-          f"{opsets['<= 18']} at <= 18), CANN 8.x table of {t.date}:")
+    print(
+        f"ONNX node test cases (onnx backend, {n} models; model opset {opsets['>= 19']} at 19+, "
+        f"{opsets['<= 18']} at <= 18), CANN 8.x table of {t.date}:"
+    )
     print(f"  parsed as they are:                      {as_is:5d} ({as_is / n:.1%})")
     print(f"  parsed after re-export at opset <= 18:   {refit:5d} ({refit / n:.1%})")
-    print(f"  refused even then:                       {n - refit:5d} ({(n - refit) / n:.1%}); nodes by reason: "
-          + ", ".join(f"{k} {v}" for k, v in reasons.most_common()))
+    print(
+        f"  refused even then:                       {n - refit:5d} ({(n - refit) / n:.1%}); nodes by reason: "
+        + ", ".join(f"{k} {v}" for k, v in reasons.most_common())
+    )
     print("  most common refused op types: " + ", ".join(f"{k} {v}" for k, v in ops.most_common(15)))
 
 

@@ -9,6 +9,7 @@ process reads the images once (gert compiles its graphs then: reported), then ti
 Reported: images/s of each (median over pairs), the ratio, and for gert the graphs compiled per model and the share
 of requests that ran on static graphs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,11 +24,12 @@ SCRIPT = os.path.join(os.path.dirname(HERE), "examples", "rapidocr_on_gert.py")
 
 
 def run(mode: str, images: int, rounds: int) -> dict:
-    r = subprocess.run([sys.executable, SCRIPT, mode, str(images), str(rounds)], capture_output=True, text=True,
-                       timeout=1800)
+    r = subprocess.run(
+        [sys.executable, SCRIPT, mode, str(images), str(rounds)], capture_output=True, text=True, timeout=1800
+    )
     if r.returncode != 0:
         raise SystemExit(f"{mode} run failed:\n{r.stderr[-3000:]}")
-    return json.loads(next(ln for ln in r.stdout.splitlines() if ln.startswith("RESULT "))[len("RESULT "):])
+    return json.loads(next(ln for ln in r.stdout.splitlines() if ln.startswith("RESULT "))[len("RESULT ") :])
 
 
 def main() -> int:
@@ -43,7 +45,8 @@ def main() -> int:
             last[mode] = run(mode, args.images, args.rounds)
             ips[mode].append(last[mode]["images_per_s"])
     same = last["ort"]["results"] == last["gert"]["results"] or all(
-        [t for _, t, _ in a] == [t for _, t, _ in b] for a, b in zip(last["ort"]["results"], last["gert"]["results"]))
+        [t for _, t, _ in a] == [t for _, t, _ in b] for a, b in zip(last["ort"]["results"], last["gert"]["results"])
+    )
     o, g = statistics.median(ips["ort"]), statistics.median(ips["gert"])
     print(f"RapidOCR, {args.images} images x {args.rounds - 1} timed passes, {args.pairs} process pairs")
     print(f"{'':18}{'images/s':>10}   per pair")

@@ -22,6 +22,7 @@ latency, and gert's ratio to the better baseline. Then, in this process on the s
 counters over one batched step of 32 sequences: bytes H2D / D2H per step against the step inputs and outputs (the
 state's bytes must not appear).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,8 +43,9 @@ ORT_THREADS = 1  # per run, in every variant (gert: cube_cores=1): the 2 cores a
 VARIANTS = ("ort_dict", "client_state", "gert")
 GEARS = "batch:8,16,24,32"  # gert's batch gears (--gears)
 
+
 def ort_dict_config() -> str:
-    return f'''name: "ort_dict"
+    return f"""name: "ort_dict"
 backend: "python"
 max_batch_size: {MAX_BATCH}
 input [ {{ name: "x" data_type: TYPE_FP32 dims: [ 1, {INPUT} ] }} ]
@@ -54,10 +56,11 @@ sequence_batching {{
            max_queue_delay_microseconds: 1000 }}
 }}
 instance_group [ {{ kind: KIND_CPU count: 1 }} ]
-'''
+"""
+
 
 def client_state_config() -> str:
-    return f'''name: "client_state"
+    return f"""name: "client_state"
 backend: "python"
 max_batch_size: {MAX_BATCH}
 input [ {{ name: "x" data_type: TYPE_FP32 dims: [ 1, {INPUT} ] }},
@@ -66,7 +69,8 @@ output [ {{ name: "y" data_type: TYPE_FP32 dims: [ 1, {HIDDEN} ] }},
          {{ name: "h_out" data_type: TYPE_FP32 dims: [ 1, {HIDDEN} ] }} ]
 dynamic_batching {{ max_queue_delay_microseconds: 1000 }}
 instance_group [ {{ kind: KIND_CPU count: 1 }} ]
-'''
+"""
+
 
 def _model_py(doc: str) -> str:
     """The start of a hand-written model.py: ONNX Runtime on the CPU with ORT_THREADS intra-op threads."""
@@ -91,7 +95,9 @@ class TritonPythonModel:
 
 def ort_dict_py() -> str:
     doc = "Hand-written: each sequence's state in a dict of numpy arrays, ONNX Runtime once per request."
-    return _model_py(doc) + f'''
+    return (
+        _model_py(doc)
+        + f"""
 
     def execute(self, requests):
         out = []
@@ -107,11 +113,16 @@ def ort_dict_py() -> str:
                 del self.state[key]
             out.append(pb_utils.InferenceResponse([pb_utils.Tensor("y", np.ascontiguousarray(np.moveaxis(y, 1, 0)))]))
         return out
-'''
+"""
+    )
+
 
 def client_state_py() -> str:
-    return _model_py("Hand-written stateless serving: the client sends h, gets h_out; one ONNX Runtime run per batch "
-                     "(axis 1).") + '''
+    return (
+        _model_py(
+            "Hand-written stateless serving: the client sends h, gets h_out; one ONNX Runtime run per batch (axis 1)."
+        )
+        + """
 
     def execute(self, requests):
         xs = [pb_utils.get_input_tensor_by_name(r, "x").as_numpy() for r in requests]
@@ -125,7 +136,8 @@ def client_state_py() -> str:
                 pb_utils.Tensor("y", np.ascontiguousarray(np.moveaxis(y[:, i:i + 1], 1, 0))),
                 pb_utils.Tensor("h_out", np.ascontiguousarray(np.moveaxis(h_out[:, i:i + 1], 1, 0)))]))
         return out
-'''
+"""
+    )
 
 
 def gru_bytes(seed: int = 0) -> bytes:
@@ -136,8 +148,10 @@ def gru_bytes(seed: int = 0) -> bytes:
     w = (rng.standard_normal((1, 3 * HIDDEN, INPUT)) * 0.1).astype(np.float32)
     r = (rng.standard_normal((1, 3 * HIDDEN, HIDDEN)) * 0.05).astype(np.float32)
     b = (rng.standard_normal((1, 6 * HIDDEN)) * 0.1).astype(np.float32)
-    nodes = [helper.make_node("GRU", ["x", "W", "R", "B", "", "h"], ["Y", "h_out"], hidden_size=HIDDEN),
-             helper.make_node("Tanh", ["h_out"], ["y"])]
+    nodes = [
+        helper.make_node("GRU", ["x", "W", "R", "B", "", "h"], ["Y", "h_out"], hidden_size=HIDDEN),
+        helper.make_node("Tanh", ["h_out"], ["y"]),
+    ]
     vi = helper.make_tensor_value_info
     g = helper.make_graph(
         nodes,
@@ -167,8 +181,10 @@ def build_repo(root: str) -> str:
         parameters={"streams": "1", "cube_cores": "1", "gears": GEARS},
         sequence={"state": {"h": "h_out"}, "batch_dim": "N", "strategy": "oldest", "idle_us": 5_000_000},
     )
-    for name, config, code in (("ort_dict", ort_dict_config(), ort_dict_py()),
-                               ("client_state", client_state_config(), client_state_py())):
+    for name, config, code in (
+        ("ort_dict", ort_dict_config(), ort_dict_py()),
+        ("client_state", client_state_config(), client_state_py()),
+    ):
         os.makedirs(os.path.join(repo, name, "1"))
         shutil.copyfile(path, os.path.join(repo, name, "1", "model.onnx"))
         with open(os.path.join(repo, name, "1", "model.py"), "w") as f:
@@ -195,8 +211,9 @@ def load(url: str, model: str, sequences: int, seconds: float, first_id: int) ->
                 h_in.set_data_from_numpy(state["h"])
                 state["h"] = client.infer(model, [x, h_in], client_timeout=30).as_numpy("h_out")
             else:
-                client.infer(model, [x], sequence_id=key, sequence_start=state["step"] == 0, sequence_end=last,
-                             client_timeout=30)
+                client.infer(
+                    model, [x], sequence_id=key, sequence_start=state["step"] == 0, sequence_end=last, client_timeout=30
+                )
             state["step"] += 1
 
         def finish() -> None:
@@ -222,9 +239,15 @@ def copy_counters(sequences: int) -> dict:
         outs = model.step([(s, {"x": x}) for s in seqs])
         c1 = gert.host_counters()
         padded = model.plan.batch.resolve(sequences, "bench")
-        return {"h2d": c1["bytes_h2d"] - c0["bytes_h2d"], "d2h": c1["bytes_d2h"] - c0["bytes_d2h"],
-                "d2d": c1["bytes_d2d"] - c0["bytes_d2d"], "x_bytes": padded * x.nbytes,
-                "y_bytes": padded * outs[0]["y"].nbytes, "state_bytes": sequences * HIDDEN * 4, "batch": padded}
+        return {
+            "h2d": c1["bytes_h2d"] - c0["bytes_h2d"],
+            "d2h": c1["bytes_d2h"] - c0["bytes_d2h"],
+            "d2d": c1["bytes_d2d"] - c0["bytes_d2d"],
+            "x_bytes": padded * x.nbytes,
+            "y_bytes": padded * outs[0]["y"].nbytes,
+            "state_bytes": sequences * HIDDEN * 4,
+            "batch": padded,
+        }
 
 
 def main() -> int:
@@ -257,36 +280,61 @@ def main() -> int:
             for v in VARIANTS:  # warm-up: connections, graphs, ORT sessions
                 load(url, v, args.sequences, 1.0, 10_000)
             for r in range(args.rounds):
-                for v in VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]:
-                    windows[v].append(load(url, v, args.sequences, args.duration / args.rounds,
-                                           100_000 * (r + 1) + 1000 * VARIANTS.index(v)))
-                print(f"  round {r + 1}/{args.rounds}: " + ", ".join(
-                    f"{v} {windows[v][-1]['latencies'].size / windows[v][-1]['seconds']:.0f}" for v in VARIANTS)
-                    + " steps/s", file=sys.stderr)
+                for v in VARIANTS[r % len(VARIANTS) :] + VARIANTS[: r % len(VARIANTS)]:
+                    windows[v].append(
+                        load(
+                            url,
+                            v,
+                            args.sequences,
+                            args.duration / args.rounds,
+                            100_000 * (r + 1) + 1000 * VARIANTS.index(v),
+                        )
+                    )
+                print(
+                    f"  round {r + 1}/{args.rounds}: "
+                    + ", ".join(
+                        f"{v} {windows[v][-1]['latencies'].size / windows[v][-1]['seconds']:.0f}" for v in VARIANTS
+                    )
+                    + " steps/s",
+                    file=sys.stderr,
+                )
         finally:
             srv.stop(timeout=20)
         for v in VARIANTS:
             lat = np.concatenate([w["latencies"] for w in windows[v]])
             seconds = sum(w["seconds"] for w in windows[v])
-            rows.append({"variant": v, "steps": int(lat.size), "steps_per_s": lat.size / seconds,
-                         "p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99))})
+            rows.append(
+                {
+                    "variant": v,
+                    "steps": int(lat.size),
+                    "steps_per_s": lat.size / seconds,
+                    "p50_ms": float(np.percentile(lat, 50)),
+                    "p99_ms": float(np.percentile(lat, 99)),
+                }
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     counters = copy_counters(args.sequences)
     by = {r["variant"]: r for r in rows}
     best = max((by["ort_dict"], by["client_state"]), key=lambda r: r["steps_per_s"])
     print(machine())
-    print(f"{args.sequences} concurrent GRU sequences (x {INPUT}, h {HIDDEN}), gRPC, {args.duration:g} s per variant "
-          f"in {args.rounds} rounds")
+    print(
+        f"{args.sequences} concurrent GRU sequences (x {INPUT}, h {HIDDEN}), gRPC, {args.duration:g} s per variant "
+        f"in {args.rounds} rounds"
+    )
     print(f"{'variant':<14} {'steps/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'steps':>8}")
     for r in rows:
         print(f"{r['variant']:<14} {r['steps_per_s']:>9.0f} {r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['steps']:>8}")
-    print(f"gert / better baseline ({best['variant']}): {by['gert']['steps_per_s'] / best['steps_per_s']:.2f}x "
-          f"steps/s, p99 {by['gert']['p99_ms']:.2f} vs {best['p99_ms']:.2f} ms")
+    print(
+        f"gert / better baseline ({best['variant']}): {by['gert']['steps_per_s'] / best['steps_per_s']:.2f}x "
+        f"steps/s, p99 {by['gert']['p99_ms']:.2f} vs {best['p99_ms']:.2f} ms"
+    )
     c = counters
-    print(f"one batched step of {args.sequences} sequences (graph batch {c['batch']}), in process: H2D {c['h2d']} B "
-          f"(x: {c['x_bytes']}), D2H {c['d2h']} B (y: {c['y_bytes']}), D2D {c['d2d']} B; state bytes host-device: "
-          f"{c['h2d'] - c['x_bytes'] + c['d2h'] - c['y_bytes']} (the state, {c['state_bytes']} B, moves D2D only)")
+    print(
+        f"one batched step of {args.sequences} sequences (graph batch {c['batch']}), in process: H2D {c['h2d']} B "
+        f"(x: {c['x_bytes']}), D2H {c['d2h']} B (y: {c['y_bytes']}), D2D {c['d2d']} B; state bytes host-device: "
+        f"{c['h2d'] - c['x_bytes'] + c['d2h'] - c['y_bytes']} (the state, {c['state_bytes']} B, moves D2D only)"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "counters": counters}, f, indent=1)

@@ -24,6 +24,7 @@ minutes on a 2-core machine with the defaults.
 
 ``run(model, requests)`` returns one run's figures as a dict, for other benchmark suites to call.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,7 +53,7 @@ def sizes(model: str, n: int, seed: int = 12) -> list:
     """n (H, W) pairs: HOT[model] with 70% of the draws (weights 3:2:1), a uniform tail of multiples of 32."""
     rng = np.random.default_rng(seed)
     hot = HOT[model]
-    weights = np.array([3, 2, 1][:len(hot)], float)
+    weights = np.array([3, 2, 1][: len(hot)], float)
     out = []
     for _ in range(n):
         if rng.random() < HOT_SHARE:
@@ -112,7 +113,7 @@ def interleaved(calls: list, inputs: list, clients: int, windows: int) -> list:
     out = [(0.0, []) for _ in calls]
     step = -(-len(inputs) // windows)
     for k, i in enumerate(range(0, len(inputs), step)):
-        part = inputs[i:i + step]
+        part = inputs[i : i + step]
         for c in orders[k % len(orders)]:
             secs, lat = drive(calls[c], part, clients)
             out[c] = (out[c][0] + secs, out[c][1] + lat)
@@ -158,9 +159,16 @@ def run(model: str = "det", requests: int = 300) -> dict:
     threads = m.stats()["streams"][0]["cube_cores"]
     sessions, default = _ort_sessions(path, threads)
     name = sessions[0].get_inputs()[0].name
-    out = {"model": model, "requests": requests, "streams": STREAMS, "clients": CLIENTS,
-           "threads_per_stream": threads, "distinct_sizes": len({x.shape for xs in passes for x in xs}),
-           "load_and_warmup_s": round(load_s, 2), "passes": []}
+    out = {
+        "model": model,
+        "requests": requests,
+        "streams": STREAMS,
+        "clients": CLIENTS,
+        "threads_per_stream": threads,
+        "distinct_sizes": len({x.shape for xs in passes for x in xs}),
+        "load_and_warmup_s": round(load_s, 2),
+        "passes": [],
+    }
 
     def gert_call(slot, x):
         m.run({name: x})
@@ -182,17 +190,22 @@ def run(model: str = "det", requests: int = 300) -> dict:
                 (g_s, g_lat), (o_s, o_lat), (d_s, d_lat) = interleaved(calls, inputs, CLIENTS, WINDOWS)
             st = m.stats()
             served = (st["static_hits"] - before["static_hits"]) + (st["dynamic_hits"] - before["dynamic_hits"])
-            out["passes"].append({
-                "gert_req_s": round(requests / g_s, 1), "ort_req_s": round(requests / o_s, 1),
-                "throughput_ratio": round(o_s / g_s, 3),
-                "gert_p99_ms": round(p99(g_lat) * 1e3, 1), "ort_p99_ms": round(p99(o_lat) * 1e3, 1),
-                "p99_ratio": round(p99(g_lat) / p99(o_lat), 3),
-                "ort_default_req_s": round(requests / d_s, 1), "throughput_ratio_ort_default": round(d_s / g_s, 3),
-                "p99_ratio_ort_default": round(p99(g_lat) / p99(d_lat), 3),
-                "static_share": round((st["static_hits"] - before["static_hits"]) / served, 3),
-                "request_path_compiles": st["request_path_compiles"] - before["request_path_compiles"],
-                "background_compiles": st["background_compiles"] - before["background_compiles"],
-            })
+            out["passes"].append(
+                {
+                    "gert_req_s": round(requests / g_s, 1),
+                    "ort_req_s": round(requests / o_s, 1),
+                    "throughput_ratio": round(o_s / g_s, 3),
+                    "gert_p99_ms": round(p99(g_lat) * 1e3, 1),
+                    "ort_p99_ms": round(p99(o_lat) * 1e3, 1),
+                    "p99_ratio": round(p99(g_lat) / p99(o_lat), 3),
+                    "ort_default_req_s": round(requests / d_s, 1),
+                    "throughput_ratio_ort_default": round(d_s / g_s, 3),
+                    "p99_ratio_ort_default": round(p99(g_lat) / p99(d_lat), 3),
+                    "static_share": round((st["static_hits"] - before["static_hits"]) / served, 3),
+                    "request_path_compiles": st["request_path_compiles"] - before["request_path_compiles"],
+                    "background_compiles": st["background_compiles"] - before["background_compiles"],
+                }
+            )
             before = st
         out["static_shapes"] = m.stats()["tiers"]["static_shapes"]
     finally:
@@ -205,8 +218,13 @@ def summary(runs: list) -> dict:
     out = {"runs": len(runs), "passes": []}
     for p in range(PASSES):
         row = {}
-        for k in ("throughput_ratio", "p99_ratio", "throughput_ratio_ort_default", "p99_ratio_ort_default",
-                  "static_share"):
+        for k in (
+            "throughput_ratio",
+            "p99_ratio",
+            "throughput_ratio_ort_default",
+            "p99_ratio_ort_default",
+            "static_share",
+        ):
             vals = [r["passes"][p][k] for r in runs]
             row[k] = {"median": round(float(np.median(vals)), 3), "min": min(vals), "max": max(vals)}
         for k in ("background_compiles", "request_path_compiles"):
@@ -224,25 +242,31 @@ def main() -> None:
     args = ap.parse_args()
     results = []
     print(f"# gert defaults vs ONNX Runtime, varying sizes ({machine()})")
-    for model in (["det", "rec"] if args.model == "both" else [args.model]):
+    for model in ["det", "rec"] if args.model == "both" else [args.model]:
         runs = [run(model, args.requests or 240) for _ in range(max(1, args.repeats))]
         s = summary(runs)
         r = runs[0]
         results.append({"model": model, "summary": s, "runs": runs})
-        print(f"\n{model}: {r['requests']} requests/pass, {r['distinct_sizes']} distinct sizes, {r['streams']} streams "
-              f"x {r['threads_per_stream']} threads, {r['clients']} clients; load+warmup {r['load_and_warmup_s']} s; "
-              f"{r['static_shapes']} static shapes at the end; median [min, max] of {s['runs']} runs")
-        print("| pass | throughput ratio | p99 ratio | vs ORT defaults: throughput | p99 | static share "
-              "| background compiles | request-path compiles |")
+        print(
+            f"\n{model}: {r['requests']} requests/pass, {r['distinct_sizes']} distinct sizes, {r['streams']} streams "
+            f"x {r['threads_per_stream']} threads, {r['clients']} clients; load+warmup {r['load_and_warmup_s']} s; "
+            f"{r['static_shapes']} static shapes at the end; median [min, max] of {s['runs']} runs"
+        )
+        print(
+            "| pass | throughput ratio | p99 ratio | vs ORT defaults: throughput | p99 | static share "
+            "| background compiles | request-path compiles |"
+        )
         print("|---|---|---|---|---|---|---|---|")
 
         def cell(d: dict) -> str:
             return f"{d['median']} [{d['min']}, {d['max']}]"
 
         for i, p in enumerate(s["passes"], 1):
-            print(f"| {i} | {cell(p['throughput_ratio'])} | {cell(p['p99_ratio'])} | "
-                  f"{cell(p['throughput_ratio_ort_default'])} | {cell(p['p99_ratio_ort_default'])} | "
-                  f"{p['static_share']['median']} | {p['background_compiles']} | {p['request_path_compiles']} |")
+            print(
+                f"| {i} | {cell(p['throughput_ratio'])} | {cell(p['p99_ratio'])} | "
+                f"{cell(p['throughput_ratio_ort_default'])} | {cell(p['p99_ratio_ort_default'])} | "
+                f"{p['static_share']['median']} | {p['background_compiles']} | {p['request_path_compiles']} |"
+            )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -11,6 +11,7 @@ the first, ORT first in the second, ...), 0.2 s apart (ORT's pool spins on after
 gert / ORT, their median over the rounds (issue 23's measure: the median of 5 interleaved rounds; targets
 mean <= 1.05x, p99 <= 1.2x), and per side the mean and p99 over all rounds.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,19 +63,29 @@ def run(requests: int = 90, rounds: int = 5) -> dict:
         sides = {"gert": lambda x: m.run({name: x}), "ort": lambda x: default.run(None, {name: x})}
         for r in range(rounds):
             this = {}
-            for side in (("gert", "ort") if r % 2 == 0 else ("ort", "gert")):
+            for side in ("gert", "ort") if r % 2 == 0 else ("ort", "gert"):
                 time.sleep(_SETTLE_S)
                 this[side] = timed(sides[side], work[r])
                 lat[side] += this[side]
-            per_round.append({"mean": float(np.mean(this["gert"]) / np.mean(this["ort"])),
-                              "p99": float(np.percentile(this["gert"], 99) / np.percentile(this["ort"], 99))})
+            per_round.append(
+                {
+                    "mean": float(np.mean(this["gert"]) / np.mean(this["ort"])),
+                    "p99": float(np.percentile(this["gert"], 99) / np.percentile(this["ort"], 99)),
+                }
+            )
         stats = m.stats()
-    figs = {k: {"mean_ms": 1e3 * float(np.mean(v)), "p99_ms": 1e3 * float(np.percentile(v, 99))}
-            for k, v in lat.items()}
-    return {"requests": requests, "rounds": rounds, "figures": figs, "per_round": per_round,
-            "mean_ratio": _median([x["mean"] for x in per_round]),
-            "p99_ratio": _median([x["p99"] for x in per_round]),
-            "streams": len(stats.get("streams", []))}
+    figs = {
+        k: {"mean_ms": 1e3 * float(np.mean(v)), "p99_ms": 1e3 * float(np.percentile(v, 99))} for k, v in lat.items()
+    }
+    return {
+        "requests": requests,
+        "rounds": rounds,
+        "figures": figs,
+        "per_round": per_round,
+        "mean_ratio": _median([x["mean"] for x in per_round]),
+        "p99_ratio": _median([x["p99"] for x in per_round]),
+        "streams": len(stats.get("streams", [])),
+    }
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ enqueued back to back from numpy arrays, two ways, alternated in one process:
 
 Prints the median wall time of each and staged / pageable (below 1: the ring pays).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,17 @@ def model(rows: int) -> bytes:
     y = oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [rows, 1024])
     two = onnx.numpy_helper.from_array(np.array(2, np.float32), "two")
     one = onnx.numpy_helper.from_array(np.array(1, np.float32), "one")
-    g = oh.make_graph([oh.make_node("Relu", ["x"], ["r"]), oh.make_node("Mul", ["r", "two"], ["m"]),
-                       oh.make_node("Add", ["m", "one"], ["y"])], "staging", [x], [y], [two, one])
+    g = oh.make_graph(
+        [
+            oh.make_node("Relu", ["x"], ["r"]),
+            oh.make_node("Mul", ["r", "two"], ["m"]),
+            oh.make_node("Add", ["m", "one"], ["y"]),
+        ],
+        "staging",
+        [x],
+        [y],
+        [two, one],
+    )
     m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
     m.ir_version = 8
     return m.SerializeToString()
@@ -63,11 +73,13 @@ def staged(session, gid, stream, slots, inputs, outputs) -> None:
         s = slots[k]
         drain(k)
         np.copyto(s["in"], x)
-        _cann.memcpy_async(s["dev_in"].buffer.ptr, n, s["in"].ctypes.data, n, _cann.MEMCPY_HOST_TO_DEVICE,
-                           stream.handle)
+        _cann.memcpy_async(
+            s["dev_in"].buffer.ptr, n, s["in"].ctypes.data, n, _cann.MEMCPY_HOST_TO_DEVICE, stream.handle
+        )
         session.execute_async(gid, stream, [s["dev_in"]], [s["dev_out"]])
-        _cann.memcpy_async(s["out"].ctypes.data, n, s["dev_out"].buffer.ptr, n, _cann.MEMCPY_DEVICE_TO_HOST,
-                           stream.handle)
+        _cann.memcpy_async(
+            s["out"].ctypes.data, n, s["dev_out"].buffer.ptr, n, _cann.MEMCPY_DEVICE_TO_HOST, stream.handle
+        )
         s["ev"].record(stream)
         pending[k] = i
     for k in range(len(slots)):
@@ -92,11 +104,16 @@ def main() -> None:
         inputs = [rng.standard_normal(shape).astype(np.float32) for _ in range(args.requests)]
         want = [np.maximum(x, 0) * 2 + 1 for x in inputs]
         dev_in, dev_out = gert.DeviceTensor.empty(shape, np.float32), gert.DeviceTensor.empty(shape, np.float32)
-        slots = [{"in": gert.HostBuffer(inputs[0].nbytes).numpy(np.float32, shape),
-                  "out": gert.HostBuffer(inputs[0].nbytes).numpy(np.float32, shape),
-                  "dev_in": gert.DeviceTensor.empty(shape, np.float32),
-                  "dev_out": gert.DeviceTensor.empty(shape, np.float32), "ev": gert.Event(device=device)}
-                 for _ in range(2)]
+        slots = [
+            {
+                "in": gert.HostBuffer(inputs[0].nbytes).numpy(np.float32, shape),
+                "out": gert.HostBuffer(inputs[0].nbytes).numpy(np.float32, shape),
+                "dev_in": gert.DeviceTensor.empty(shape, np.float32),
+                "dev_out": gert.DeviceTensor.empty(shape, np.float32),
+                "ev": gert.Event(device=device),
+            }
+            for _ in range(2)
+        ]
         times = {"pageable": [], "staged": []}
         for _ in range(args.repeat + 1):  # the first round warms up (ORT bindings, page faults) and is dropped
             for name in ("pageable", "staged"):

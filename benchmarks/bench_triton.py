@@ -22,6 +22,7 @@ compute time per execution (from its statistics), and the ratios of gert to (a) 
 >= 1.8x (a) and >= 1.0x (b) in requests/s, p99 no worse than (b). Then the same with one client (``--low-load``
 seconds per variant, interleaved too): the latency of a lone request, which the default's half-core streams trade.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -81,14 +82,14 @@ class TritonPythonModel:
         return responses
 '''
 
-ORT_CONFIG = '''name: "{name}"
+ORT_CONFIG = """name: "{name}"
 backend: "python"
 max_batch_size: {max_batch}
 input [ {{ name: "x" data_type: TYPE_FP32 dims: [ 3, -1, -1 ] }} ]
 output [ {{ name: "{out}" data_type: TYPE_FP32 dims: [ 2 ] }} ]
 dynamic_batching {{ max_queue_delay_microseconds: {delay} }}
 instance_group [ {{ kind: KIND_CPU count: 1 }} ]
-'''
+"""
 
 
 def build_repo(root: str, model_path: str) -> str:
@@ -102,8 +103,10 @@ def build_repo(root: str, model_path: str) -> str:
     with open(os.path.join(repo, "gert", "config.pbtxt")) as f:
         assert f"max_queue_delay_microseconds: {QUEUE_DELAY_US}" in f.read()
     out_name = onnx_io(model_path)["outputs"][0][0]
-    for name, batched, what in (("ort_per_request", False, "one run per request"),
-                                ("ort_batched", True, "concatenate, one run, split")):
+    for name, batched, what in (
+        ("ort_per_request", False, "one run per request"),
+        ("ort_batched", True, "concatenate, one run, split"),
+    ):
         d = os.path.join(repo, name, "1")
         os.makedirs(d)
         shutil.copyfile(model_path, os.path.join(d, "model.onnx"))
@@ -117,8 +120,12 @@ def build_repo(root: str, model_path: str) -> str:
 def server_stats(client, model: str) -> dict:
     s = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
     infer = s.get("inference_stats", {}).get("compute_infer", {})  # per request: each gets its batch's duration
-    return {"inferences": int(s.get("inference_count", 0)), "executions": int(s.get("execution_count", 0)),
-            "compute_infer_ns": int(infer.get("ns", 0)), "compute_infer_count": int(infer.get("count", 0))}
+    return {
+        "inferences": int(s.get("inference_count", 0)),
+        "executions": int(s.get("execution_count", 0)),
+        "compute_infer_ns": int(infer.get("ns", 0)),
+        "compute_infer_count": int(infer.get("count", 0)),
+    }
 
 
 def load(url: str, model: str, x: np.ndarray, out_name: str, threads: int, seconds: float) -> dict:
@@ -139,36 +146,51 @@ def run_windows(client, url: str, x: np.ndarray, out_name: str, clients: int, du
     """Every variant under ``clients`` clients for ``duration`` seconds in all, in ``rounds`` windows that rotate
     through the variants (background noise hits all alike); one row per variant."""
     windows: dict = {v: [] for v in VARIANTS}
-    deltas: dict = {v: {"inferences": 0, "executions": 0, "compute_infer_ns": 0, "compute_infer_count": 0}
-                    for v in VARIANTS}
+    deltas: dict = {
+        v: {"inferences": 0, "executions": 0, "compute_infer_ns": 0, "compute_infer_count": 0} for v in VARIANTS
+    }
     for r in range(rounds):
-        for v in VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]:
+        for v in VARIANTS[r % len(VARIANTS) :] + VARIANTS[: r % len(VARIANTS)]:
             before = server_stats(client, v)
             windows[v].append(load(url, v, x, out_name, clients, duration / rounds))
             after = server_stats(client, v)
             for k in deltas[v]:
                 deltas[v][k] += after[k] - before[k]
-        print(f"  {clients} client(s), round {r + 1}/{rounds}: " + ", ".join(
-            f"{v} {windows[v][-1]['latencies'].size / windows[v][-1]['seconds']:.0f}" for v in VARIANTS)
-            + " req/s", file=sys.stderr)
+        print(
+            f"  {clients} client(s), round {r + 1}/{rounds}: "
+            + ", ".join(f"{v} {windows[v][-1]['latencies'].size / windows[v][-1]['seconds']:.0f}" for v in VARIANTS)
+            + " req/s",
+            file=sys.stderr,
+        )
     rows = []
     for v in VARIANTS:
         lat = np.concatenate([w["latencies"] for w in windows[v]])
         seconds = sum(w["seconds"] for w in windows[v])
         d = deltas[v]
-        rows.append({"variant": v, "clients": clients, "requests": int(lat.size), "seconds": seconds,
-                     "rps": lat.size / seconds, "round_rps": [w["latencies"].size / w["seconds"] for w in windows[v]],
-                     "p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99)),
-                     "avg_batch": d["inferences"] / max(1, d["executions"]),
-                     "exec_ms": d["compute_infer_ns"] / max(1, d["compute_infer_count"]) / 1e6})
+        rows.append(
+            {
+                "variant": v,
+                "clients": clients,
+                "requests": int(lat.size),
+                "seconds": seconds,
+                "rps": lat.size / seconds,
+                "round_rps": [w["latencies"].size / w["seconds"] for w in windows[v]],
+                "p50_ms": float(np.percentile(lat, 50)),
+                "p99_ms": float(np.percentile(lat, 99)),
+                "avg_batch": d["inferences"] / max(1, d["executions"]),
+                "exec_ms": d["compute_infer_ns"] / max(1, d["compute_infer_count"]) / 1e6,
+            }
+        )
     return rows
 
 
 def print_rows(rows: list) -> None:
     print(f"{'variant':<16} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'avg batch':>9} {'exec ms':>8} {'requests':>9}")
     for r in rows:
-        print(f"{r['variant']:<16} {r['rps']:>8.0f} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} {r['avg_batch']:>9.2f} "
-              f"{r['exec_ms']:>8.2f} {r['requests']:>9}")
+        print(
+            f"{r['variant']:<16} {r['rps']:>8.0f} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} {r['avg_batch']:>9.2f} "
+            f"{r['exec_ms']:>8.2f} {r['requests']:>9}"
+        )
 
 
 def main() -> None:
@@ -176,10 +198,18 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=10.0, help="seconds of load per variant (default 10)")
     ap.add_argument("--warmup", type=float, default=2.0, help="seconds of warm-up load per variant (default 2)")
     ap.add_argument("--concurrency", type=int, default=16, help="client threads (default 16)")
-    ap.add_argument("--rounds", type=int, default=10,
-                    help="split each variant's --duration into this many windows, interleaved (default 10)")
-    ap.add_argument("--low-load", type=float, default=4.0,
-                    help="seconds per variant with one client, for the latency of a lone request (default 4; 0: skip)")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=10,
+        help="split each variant's --duration into this many windows, interleaved (default 10)",
+    )
+    ap.add_argument(
+        "--low-load",
+        type=float,
+        default=4.0,
+        help="seconds per variant with one client, for the latency of a lone request (default 4; 0: skip)",
+    )
     ap.add_argument("--json", help="write the rows as JSON to this file")
     args = ap.parse_args()
     model_path = ppocr_model(CLS)
@@ -213,8 +243,11 @@ def main() -> None:
         for v in VARIANTS:
             load(server.url("grpc"), v, x, out_name, args.concurrency, args.warmup)
         rows = run_windows(client, server.url("grpc"), x, out_name, args.concurrency, args.duration, args.rounds)
-        low = (run_windows(client, server.url("grpc"), x, out_name, 1, args.low_load, max(1, args.rounds // 2))
-               if args.low_load > 0 else [])
+        low = (
+            run_windows(client, server.url("grpc"), x, out_name, 1, args.low_load, max(1, args.rounds // 2))
+            if args.low_load > 0
+            else []
+        )
         client.close()
     except Exception:
         print(f"server log tail ({log}):", file=sys.stderr)
@@ -226,27 +259,40 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
     by = {r["variant"]: r for r in rows}
     g, a, b = by["gert"], by["ort_per_request"], by["ort_batched"]
-    print(f"backend={gert.backend()} ({machine()}; load average before {load_before}, after "
-          f"{os.getloadavg()[0]:.1f}); PP-OCR cls 1x3x48x192, {args.concurrency} gRPC clients, {args.duration:.0f} s "
-          f"per variant in {args.rounds} interleaved windows, max_batch_size {MAX_BATCH}, max_queue_delay "
-          f"{QUEUE_DELAY_US} us, server exit code {code}")
+    print(
+        f"backend={gert.backend()} ({machine()}; load average before {load_before}, after "
+        f"{os.getloadavg()[0]:.1f}); PP-OCR cls 1x3x48x192, {args.concurrency} gRPC clients, {args.duration:.0f} s "
+        f"per variant in {args.rounds} interleaved windows, max_batch_size {MAX_BATCH}, max_queue_delay "
+        f"{QUEUE_DELAY_US} us, server exit code {code}"
+    )
     print_rows(rows)
-    print("(exec ms: the server's compute_infer time of an execution, averaged over requests: the IPC round trip "
-          "plus the model's execute)")
+    print(
+        "(exec ms: the server's compute_infer time of an execution, averaged over requests: the IPC round trip "
+        "plus the model's execute)"
+    )
     ratios = {}
     for name, row in (("gert", g), ("gert_1stream", by["gert_1stream"])):
+
         def round_median(other, row=row):  # the same windows' ratios: robust to load that changes between rounds
             return float(np.median(np.array(row["round_rps"]) / np.array(other["round_rps"])))
 
-        r = {"rps_vs_a": row["rps"] / a["rps"], "rps_vs_b": row["rps"] / b["rps"],
-             "rps_vs_a_round_median": round_median(a), "rps_vs_b_round_median": round_median(b),
-             "p99_vs_b": row["p99_ms"] / b["p99_ms"]}
+        r = {
+            "rps_vs_a": row["rps"] / a["rps"],
+            "rps_vs_b": row["rps"] / b["rps"],
+            "rps_vs_a_round_median": round_median(a),
+            "rps_vs_b_round_median": round_median(b),
+            "p99_vs_b": row["p99_ms"] / b["p99_ms"],
+        }
         ratios[name] = r
-        print(f"{name} / (a) ort_per_request: {r['rps_vs_a']:.2f}x req/s (median of per-round ratios "
-              f"{r['rps_vs_a_round_median']:.2f}x; target >= 1.8)")
-        print(f"{name} / (b) ort_batched:     {r['rps_vs_b']:.2f}x req/s (median of per-round ratios "
-              f"{r['rps_vs_b_round_median']:.2f}x; target >= 1.0); p99 {row['p99_ms']:.1f} vs {b['p99_ms']:.1f} ms "
-              "(target: no worse)")
+        print(
+            f"{name} / (a) ort_per_request: {r['rps_vs_a']:.2f}x req/s (median of per-round ratios "
+            f"{r['rps_vs_a_round_median']:.2f}x; target >= 1.8)"
+        )
+        print(
+            f"{name} / (b) ort_batched:     {r['rps_vs_b']:.2f}x req/s (median of per-round ratios "
+            f"{r['rps_vs_b_round_median']:.2f}x; target >= 1.0); p99 {row['p99_ms']:.1f} vs {b['p99_ms']:.1f} ms "
+            "(target: no worse)"
+        )
     # This VM has quiet windows and windows where ONNX Runtime's intra-op threads stall (both baselines drop to
     # about half): the ratios per kind of window, telling (b)'s windows apart by their own throughput.
     b_rounds = np.array(b["round_rps"])
@@ -254,8 +300,10 @@ def main() -> None:
     for label, sel in (("quiet windows", quiet), ("slow windows", ~quiet)):
         if sel.any():
             ga, gb = (float(np.median((np.array(g["round_rps"]) / np.array(o["round_rps"]))[sel])) for o in (a, b))
-            print(f"{label} ((b) at {'>=' if label.startswith('quiet') else '<'} 75% of its best window; "
-                  f"{int(sel.sum())} of {sel.size}): gert / (a) {ga:.2f}x, gert / (b) {gb:.2f}x (medians)")
+            print(
+                f"{label} ((b) at {'>=' if label.startswith('quiet') else '<'} 75% of its best window; "
+                f"{int(sel.sum())} of {sel.size}): gert / (a) {ga:.2f}x, gert / (b) {gb:.2f}x (medians)"
+            )
             ratios.setdefault("windows", {})[label] = {"count": int(sel.sum()), "rps_vs_a": ga, "rps_vs_b": gb}
     if low:
         print(f"one client ({args.low_load:.0f} s per variant, interleaved): the latency of a lone request")

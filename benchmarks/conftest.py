@@ -1,5 +1,6 @@
 """Benchmarks run by pytest-benchmark. `python -m pytest -q` runs each once with benchmarking disabled (a smoke run,
 small sizes); `python -m pytest benchmarks/ --benchmark-only --benchmark-enable` measures."""
+
 from __future__ import annotations
 
 import pytest

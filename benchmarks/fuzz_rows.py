@@ -9,6 +9,7 @@ abort) is counted as a crash with the example it was running (its repro is kept)
 Printed: examples, per op family, per front door, per outcome, per request outcome, failures per class with the
 smallest repro of each (written to --out as <class>.py).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,12 +32,28 @@ def _chunk(stats: str, examples: int, seed: int, strict: bool, budget: float) ->
     env = dict(os.environ, GERT_FUZZ_STATS=stats, GERT_FUZZ_COLLECT="1", GERT_FUZZ_EXAMPLES=str(examples))
     if strict:
         env["GERT_FUZZ_STRICT"] = "1"
-    cmd = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:randomly", "-p", "no:cacheprovider",
-           os.path.join("tests", "test_fuzz_rows.py"), "-k", "every_request", "--hypothesis-profile", "long",
-           f"--hypothesis-seed={seed}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-n",
+        "0",
+        "-p",
+        "no:randomly",
+        "-p",
+        "no:cacheprovider",
+        os.path.join("tests", "test_fuzz_rows.py"),
+        "-k",
+        "every_request",
+        "--hypothesis-profile",
+        "long",
+        f"--hypothesis-seed={seed}",
+    ]
     try:
-        return subprocess.run(cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              timeout=budget).returncode
+        return subprocess.run(
+            cmd, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=budget
+        ).returncode
     except subprocess.TimeoutExpired:
         return -999
 
@@ -45,9 +62,15 @@ def _crash(stats: str, rc: int) -> None:
     """The example a dead subprocess was running, recorded as a crash."""
     current = stats + ".current.py"
     text = open(current).read() if os.path.exists(current) else "(no example recorded)"
-    line = {"families": [], "ops": [], "door": "?", "outcome": f"FAIL:crash(rc {rc})", "requests": [],
-            "failures": [["crash", None, None, f"the fuzzing process died with rc {rc}", f"crash(rc {rc})"]],
-            "repro": text}
+    line = {
+        "families": [],
+        "ops": [],
+        "door": "?",
+        "outcome": f"FAIL:crash(rc {rc})",
+        "requests": [],
+        "failures": [["crash", None, None, f"the fuzzing process died with rc {rc}", f"crash(rc {rc})"]],
+        "repro": text,
+    }
     with open(stats, "a") as f:
         f.write(json.dumps(line) + "\n")
 
@@ -66,9 +89,14 @@ def report(stats: str, out: str) -> int:
     _table("per front door", collections.Counter(x["door"] for x in lines))
     _table("per outcome", collections.Counter(x["outcome"] for x in lines))
     _table("per request outcome", collections.Counter(r for x in lines for r in x["requests"]))
-    _table("load refusals (GertError at load, by message)", collections.Counter(
-        re.sub(r"\d+", "N", re.sub(r"'[^']*'|\[[^\]]*\]", "_", x["load_error"]))[:80] for x in lines
-        if x.get("load_error")))
+    _table(
+        "load refusals (GertError at load, by message)",
+        collections.Counter(
+            re.sub(r"\d+", "N", re.sub(r"'[^']*'|\[[^\]]*\]", "_", x["load_error"]))[:80]
+            for x in lines
+            if x.get("load_error")
+        ),
+    )
     smallest: dict = {}
     for x in lines:
         if not x["outcome"].startswith(("FAIL", "known")):
@@ -102,9 +130,9 @@ def main() -> int:
     deadline = time.monotonic() + 60 * args.minutes
     chunks = crashes = 0
     while time.monotonic() < deadline:
-        rc = _chunk(stats, args.chunk, rng.randrange(2 ** 31), args.strict, deadline - time.monotonic() + 120)
+        rc = _chunk(stats, args.chunk, rng.randrange(2**31), args.strict, deadline - time.monotonic() + 120)
         chunks += 1
-        if rc not in (0, 1, 5, -999):   # pytest: passed / failed / nothing collected; -999: out of time
+        if rc not in (0, 1, 5, -999):  # pytest: passed / failed / nothing collected; -999: out of time
             crashes += 1
             _crash(stats, rc)
     print(f"{args.minutes} minutes, {chunks} pytest runs, {crashes} crashed; stats in {stats}")

@@ -15,6 +15,7 @@ that run several processes stay scripts, and their output is appended as it is:
 ONNX Runtime and on gert, in alternating processes) and ``bench_memory.py`` (peak and steady RSS of fresh processes, and
 of a fresh tritonserver's process tree serving three models).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -87,14 +88,19 @@ def group_rows(benches: list, runs: list | None = None) -> list:
             ratio = f"{st['median'] / base['stats']['median']:.3f}"
             delta = st["median"] - base["stats"]["median"]
             diff = ("-" if delta < 0 else "+") + fmt_time(abs(delta))
-            per_run = [r[b["name"]]["stats"]["median"] / r[base["name"]]["stats"]["median"]
-                       for r in runs or [] if b["name"] in r and base["name"] in r]
+            per_run = [
+                r[b["name"]]["stats"]["median"] / r[base["name"]]["stats"]["median"]
+                for r in runs or []
+                if b["name"] in r and base["name"] in r
+            ]
             if len(per_run) > 1:  # each run's ratio is of one process: their median, and their range
                 ratio = f"{_median(per_run):.3f} [{min(per_run):.3f}, {max(per_run):.3f}]"
         notes = ", ".join(f"{k}={v}" for k, v in extra.items() if k not in ("role", "requests", "widths"))
-        rows.append(f"| {b['group']} | `{b['param'] or b['name']}` | {extra.get('role', '')} | "
-                    f"{fmt_time(st['median'])} | {fmt_time(st['iqr'])} | {st['rounds']} | {rps} | {ratio} | {diff} | "
-                    f"{notes} |")
+        rows.append(
+            f"| {b['group']} | `{b['param'] or b['name']}` | {extra.get('role', '')} | "
+            f"{fmt_time(st['median'])} | {fmt_time(st['iqr'])} | {st['rounds']} | {rps} | {ratio} | {diff} | "
+            f"{notes} |"
+        )
     return rows
 
 
@@ -124,10 +130,16 @@ def report(datas: list) -> list:
         modules.setdefault(module, OrderedDict()).setdefault(b["group"], []).append(b)
     parts = []
     for module, groups in modules.items():
-        lines = [f"## {os.path.basename(module)}\n", describe(os.path.join(REPO, module)), "",
-                 f"`python -m pytest {module} --benchmark-only --benchmark-enable`", "",
-                 "| group | benchmark | role | median | IQR | rounds | req/s | time gert/baseline | gert - baseline "
-                 "| extra |", "|---|---|---|---|---|---|---|---|---|---|"]
+        lines = [
+            f"## {os.path.basename(module)}\n",
+            describe(os.path.join(REPO, module)),
+            "",
+            f"`python -m pytest {module} --benchmark-only --benchmark-enable`",
+            "",
+            "| group | benchmark | role | median | IQR | rounds | req/s | time gert/baseline | gert - baseline "
+            "| extra |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
         for benches in groups.values():
             lines += group_rows(benches, runs)
         parts.append("\n".join(lines) + "\n")
@@ -145,8 +157,11 @@ def run_script(name: str, script: str, args: list, runs: int = 1) -> str:
     cmd = [sys.executable, os.path.join(HERE, script), *args]
     bodies = []
     for k in range(runs):
-        print(f"== {name}{f' (run {k + 1} of {runs})' if runs > 1 else ''}: {' '.join(cmd[1:])}", file=sys.stderr,
-              flush=True)
+        print(
+            f"== {name}{f' (run {k + 1} of {runs})' if runs > 1 else ''}: {' '.join(cmd[1:])}",
+            file=sys.stderr,
+            flush=True,
+        )
         r = subprocess.run(cmd, capture_output=True, text=True)
         body = r.stdout.strip() or "(no output)"
         if r.returncode != 0:
@@ -164,8 +179,9 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="shorter runs (for a smoke check, not for figures)")
     ap.add_argument("--skip", default="", help="comma-separated: pytest, " + ", ".join(s[0] for s in SCRIPTS))
     ap.add_argument("--json", help="keep pytest-benchmark's JSON here (default: a temporary file)")
-    ap.add_argument("--from-json", nargs="+", help="tabulate these pytest-benchmark JSONs (one per run) instead of "
-                    "running pytest")
+    ap.add_argument(
+        "--from-json", nargs="+", help="tabulate these pytest-benchmark JSONs (one per run) instead of running pytest"
+    )
     ap.add_argument("--runs", type=int, default=1, help="run every benchmark this many times (the spread is shown)")
     ap.add_argument("--once", default="", help="comma-separated scripts to run once whatever --runs says")
     ap.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"))
@@ -178,14 +194,16 @@ def main() -> int:
 
     when = f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC"
     load_before = os.getloadavg()[0]
-    parts = [f"# gert benchmark results\n\nMachine: {machine()}; backend: {gert.backend()}; {when}"
-             f"{' (quick run)' if args.quick else ''}.\n\nEach group holds gert and its baseline, measured in the "
-             "same process; `time gert/baseline` is the ratio of their median times (below 1: gert is faster). "
-             "Absolute figures vary between machines. Regenerate with "
-             f"`python benchmarks/run_all.py{' --quick' if args.quick else ''}"
-             f"{f' --runs {args.runs}' if args.runs > 1 else ''}{f' --once {args.once}' if once else ''}`"
-             f"{f' ({args.runs} runs: medians over the runs, ratios as median [min, max])' if args.runs > 1 else ''}"
-             ".\n"]
+    parts = [
+        f"# gert benchmark results\n\nMachine: {machine()}; backend: {gert.backend()}; {when}"
+        f"{' (quick run)' if args.quick else ''}.\n\nEach group holds gert and its baseline, measured in the "
+        "same process; `time gert/baseline` is the ratio of their median times (below 1: gert is faster). "
+        "Absolute figures vary between machines. Regenerate with "
+        f"`python benchmarks/run_all.py{' --quick' if args.quick else ''}"
+        f"{f' --runs {args.runs}' if args.runs > 1 else ''}{f' --once {args.once}' if once else ''}`"
+        f"{f' ({args.runs} runs: medians over the runs, ratios as median [min, max])' if args.runs > 1 else ''}"
+        ".\n"
+    ]
     failed = False
     if args.from_json or "pytest" not in skip:
         with tempfile.TemporaryDirectory() as tmp:
@@ -193,8 +211,9 @@ def main() -> int:
                 paths = args.from_json
             else:
                 base = args.json or os.path.join(tmp, "benchmarks.json")
-                paths = [base if args.runs == 1 else f"{os.path.splitext(base)[0]}.{k + 1}.json"
-                         for k in range(args.runs)]
+                paths = [
+                    base if args.runs == 1 else f"{os.path.splitext(base)[0]}.{k + 1}.json" for k in range(args.runs)
+                ]
                 for path in paths:
                     failed |= run_pytest(path, args.quick) != 0
             datas = []
@@ -215,9 +234,11 @@ def main() -> int:
     load_after, cpus = os.getloadavg()[0], os.cpu_count() or 1
     parts[0] = parts[0].replace(f"{when}", f"{when}; load average {load_before:.1f} before, {load_after:.1f} after", 1)
     if load_before > cpus:  # (the load after counts this run's own threads)
-        parts[0] += (f"\n**The machine was busy with other work (load average above its {cpus} CPUs): gert and its "
-                     "baseline ran one after the other, so the load hit them unequally; these ratios are not "
-                     "reliable. Run again on a quiet machine.**\n")
+        parts[0] += (
+            f"\n**The machine was busy with other work (load average above its {cpus} CPUs): gert and its "
+            "baseline ran one after the other, so the load hit them unequally; these ratios are not "
+            "reliable. Run again on a quiet machine.**\n"
+        )
     with open(args.out, "w") as f:
         f.write("\n".join(parts))
     print(f"wrote {args.out}", file=sys.stderr)

@@ -19,6 +19,7 @@ Two parts, each bounded by --requests and --duration (whichever comes first):
 
 --short runs a few seconds per part (the CI test tests/test_soak.py). Exit code 0 when every check holds.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,8 +46,11 @@ FLAT = 0.05  # resources may differ from their post-warmup level by this fractio
 def proc_resources(pid: int) -> dict:
     with open(f"/proc/{pid}/status") as f:
         status = dict(line.split(":", 1) for line in f if ":" in line)
-    return {"rss_mib": int(status["VmRSS"].split()[0]) / 1024, "threads": int(status["Threads"]),
-            "fds": len(os.listdir(f"/proc/{pid}/fd"))}
+    return {
+        "rss_mib": int(status["VmRSS"].split()[0]) / 1024,
+        "threads": int(status["Threads"]),
+        "fds": len(os.listdir(f"/proc/{pid}/fd")),
+    }
 
 
 def settled_resources(pid: int, before: dict, timeout: float = 3.0) -> dict:
@@ -101,12 +105,19 @@ class Tally:
     def summary(self, seconds: float, sent: int, fault_every: int) -> dict:
         nums = sorted(self.fault_numbers)
         contiguous = nums == list(range(nums[0], nums[0] + len(nums))) if nums else True
-        return {"requests": sent, "seconds": round(seconds, 1), "requests_per_s": round(sent / seconds, 1),
-                "ok": self.ok, "bad_rejected": self.bad_rejected, "faulted": self.faulted,
-                "fault_numbers_distinct_contiguous": contiguous and len(set(nums)) == len(nums),
-                "fault_rate": round(self.faulted / max(1, sent - self.bad_rejected), 4),
-                "expected_fault_rate": round(1 / fault_every, 4), "ort_checked": self.ort_checked,
-                "problems": self.problems}
+        return {
+            "requests": sent,
+            "seconds": round(seconds, 1),
+            "requests_per_s": round(sent / seconds, 1),
+            "ok": self.ok,
+            "bad_rejected": self.bad_rejected,
+            "faulted": self.faulted,
+            "fault_numbers_distinct_contiguous": contiguous and len(set(nums)) == len(nums),
+            "fault_rate": round(self.faulted / max(1, sent - self.bad_rejected), 4),
+            "expected_fault_rate": round(1 / fault_every, 4),
+            "ort_checked": self.ort_checked,
+            "problems": self.problems,
+        }
 
 
 def run_clients(clients: int, deadline: float, budget: int, one, tally: Tally) -> int:
@@ -138,6 +149,7 @@ def run_clients(clients: int, deadline: float, budget: int, one, tally: Tally) -
 
 def ort_reference():
     import onnxruntime as ort
+
     sess = ort.InferenceSession(seq_model(), providers=["CPUExecutionProvider"])
     return lambda r: dict(zip(SEQ_OUTPUTS, sess.run(list(SEQ_OUTPUTS), r)))
 
@@ -174,8 +186,11 @@ def soak_triton(args) -> dict:
     init_repo(onnx, repo, name="seq", max_batch_size=0, parameters={"streams": "1"})
     env_before = os.environ.get("GERT_HOST_FAULTS")
     os.environ["GERT_HOST_FAULTS"] = f"execute:after={args.fault_every - 1}:every={args.fault_every}:count=1000000000"
-    srv = TritonServer(repo, log_path=os.path.join(root, "server.log"),
-                       extra_args=["--model-control-mode=explicit", "--load-model=seq", "--exit-timeout-secs=5"])
+    srv = TritonServer(
+        repo,
+        log_path=os.path.join(root, "server.log"),
+        extra_args=["--model-control-mode=explicit", "--load-model=seq", "--exit-timeout-secs=5"],
+    )
     try:
         srv.start()
         srv.wait_ready(120)
@@ -215,7 +230,7 @@ def soak_triton(args) -> dict:
             elif check_result(tally, r, {k: res.as_numpy(k) for k in SEQ_OUTPUTS}, i, ort):
                 tally.count("ok")
 
-        warm = run_clients(args.clients, time.monotonic() + args.warmup, 10 ** 9, one, Tally())
+        warm = run_clients(args.clients, time.monotonic() + args.warmup, 10**9, one, Tally())
         stub = [p for p in _children(srv.process.pid) if _is_stub(p)]
         before = proc_resources(stub[0])
         tally = Tally()  # count from here on
@@ -254,8 +269,13 @@ def soak_model(args) -> dict:
     # one request per execute: the soak's accounting is one failed request per fired fault (numbered and contiguous);
     # with in-process batching a fault of a merged batch is retried request by request (tests/test_inproc_batching.py
     # covers that), so the client threads' requests are not merged here
-    model = gert.load(seq_model(), streams=2, gears={"batch": [1, 2, 4], "S": [4, 8]}, shape_policy={"S": "pad"},
-                      dynamic_batching=False)
+    model = gert.load(
+        seq_model(),
+        streams=2,
+        gears={"batch": [1, 2, 4], "S": [4, 8]},
+        shape_policy={"S": "pad"},
+        dynamic_batching=False,
+    )
     model.warmup()
     tally, ort = Tally(), ort_reference()
 
@@ -282,8 +302,8 @@ def soak_model(args) -> dict:
             tally.count("ok")
 
     try:
-        warm = run_clients(args.clients, time.monotonic() + args.warmup, 10 ** 9, one, Tally())
-        gert.inject_fault("execute", every=args.fault_every, after=args.fault_every - 1, count=10 ** 9)
+        warm = run_clients(args.clients, time.monotonic() + args.warmup, 10**9, one, Tally())
+        gert.inject_fault("execute", every=args.fault_every, after=args.fault_every - 1, count=10**9)
         tally = Tally()  # count from here on
         fired0 = gert.host_counters()["faults"]["execute"]
         before = proc_resources(os.getpid())
@@ -295,8 +315,14 @@ def soak_model(args) -> dict:
         out = tally.summary(seconds, sent, args.fault_every)
         out["faults_fired"] = gert.host_counters()["faults"]["execute"] - fired0  # the host NPU's count
         st = model.stats()
-        out.update(warmup_requests=warm, process_before=before, process_after=after, process_flat=flat(before, after),
-                   failed_tasks=st["failed_tasks"], recoveries=st["recoveries"])
+        out.update(
+            warmup_requests=warm,
+            process_before=before,
+            process_after=after,
+            process_flat=flat(before, after),
+            failed_tasks=st["failed_tasks"],
+            recoveries=st["recoveries"],
+        )
         return out
     finally:
         model.close()
@@ -307,11 +333,16 @@ def passed(part: dict, fault_every: int) -> bool:
     every bad request was refused; resources flat."""
     flat_key = "stub_flat" if "stub_flat" in part else "process_flat"
     launches = part["ok"] + part["faulted"]
-    return (not part["problems"] and part["fault_numbers_distinct_contiguous"] and part["faulted"] > 0
-            and abs(part["faulted"] - launches / fault_every) <= 2
-            and part["ok"] + part["faulted"] + part["bad_rejected"] == part["requests"]
-            and part.get("faults_fired", part["faulted"]) == part["faulted"]
-            and part["bad_rejected"] > 0 and all(part[flat_key].values()))
+    return (
+        not part["problems"]
+        and part["fault_numbers_distinct_contiguous"]
+        and part["faulted"] > 0
+        and abs(part["faulted"] - launches / fault_every) <= 2
+        and part["ok"] + part["faulted"] + part["bad_rejected"] == part["requests"]
+        and part.get("faults_fired", part["faulted"]) == part["faulted"]
+        and part["bad_rejected"] > 0
+        and all(part[flat_key].values())
+    )
 
 
 def main(argv=None) -> int:

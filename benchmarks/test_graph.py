@@ -9,6 +9,7 @@ Baseline: an ONNX Runtime session with the same intra-op thread count, inputs an
 ``run_with_iobinding``. All give the same result, bitwise. Targets (issue 23): the graph call at most ONNX Runtime's
 IOBinding + 2 us; cls ratio <= 1.03.
 """
+
 from __future__ import annotations
 
 import numpy as np

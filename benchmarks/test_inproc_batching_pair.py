@@ -2,6 +2,7 @@
 dynamic batcher merges them) against the same 16 requests as ``model.run([...])`` in one call (the baseline: the
 batch formed by hand); and one lone request with dynamic batching on against off (the default must add no delay).
 The script ``bench_inproc_batching.py`` measures 1 / 4 / 16 threads and ONNX Runtime with the same threads."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,8 +26,13 @@ def _requests(n: int) -> list:
 @pytest.mark.parametrize("kind", ["run_list", "threads"])  # innermost: the pair runs back to back
 def test_sixteen_threads_vs_run_list(benchmark, measuring, cls_model, kind):
     reqs = _requests(THREADS)
-    tag(benchmark, f"inproc batching cls 1x3x48x192, {THREADS} requests", "gert" if kind == "threads" else "baseline",
-        requests=THREADS, threads=THREADS if kind == "threads" else 1)
+    tag(
+        benchmark,
+        f"inproc batching cls 1x3x48x192, {THREADS} requests",
+        "gert" if kind == "threads" else "baseline",
+        requests=THREADS,
+        threads=THREADS if kind == "threads" else 1,
+    )
     with gert.load(cls_model) as m:
         m.warmup()
         want = m.run(reqs, timeout=None)
@@ -36,8 +42,9 @@ def test_sixteen_threads_vs_run_list(benchmark, measuring, cls_model, kind):
         clients = Clients(THREADS)
         try:
             calls = [(lambda r=r: m.run(r)) for r in reqs]
-            benchmark.pedantic(clients.run, (calls, THREADS), rounds=10 if measuring else 1,
-                               warmup_rounds=1 if measuring else 0)
+            benchmark.pedantic(
+                clients.run, (calls, THREADS), rounds=10 if measuring else 1, warmup_rounds=1 if measuring else 0
+            )
         finally:
             clients.close()
         for r, w in zip(reqs, want):

@@ -5,6 +5,7 @@ stream's worker copies, the waiter wakes), and the synchronous ``DeviceBuffer.co
 ``numpy.copyto`` into a host array of the same size. Sizes 4 KiB and 64 MiB. Targets (issue 2): 64 MiB within
 1.3x of numpy.copyto; under 10 us per 4 KiB async copy + synchronize.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -36,12 +37,15 @@ def test_memcpy(benchmark, measuring, stream, size, kind):
         return
     buf = gert.DeviceBuffer(nbytes)
     if kind == "gert_async_sync":
+
         def fn():
             buf.copy_from(src, stream)
             stream.synchronize()
     else:
+
         def fn():
             buf.copy_from(src)
+
     warm(fn, measuring)  # the stream's worker gets a core of its own before timing
     benchmark(fn)
     check = np.empty_like(src)

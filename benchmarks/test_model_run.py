@@ -4,6 +4,7 @@ Two cases: a static 1x64 graph, and a symbolic batch where 3 rows run padded to 
 Target (issue 23): at most 1.0x ONNX Runtime on the one-node graph. Also run(list of 8) vs ORT on the concatenated
 batch.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -47,8 +48,12 @@ def test_run_list_of_8(benchmark, measuring, kind):
         return sess.run(None, {"x": np.concatenate([r["x"] for r in reqs])})
 
     want = ort_concat()[0]
-    tag(benchmark, "Model.run(list of 8) vs ORT on the concatenated batch", "gert" if kind == "gert" else "baseline",
-        requests=8)
+    tag(
+        benchmark,
+        "Model.run(list of 8) vs ORT on the concatenated batch",
+        "gert" if kind == "gert" else "baseline",
+        requests=8,
+    )
     if kind == "ort_concat":
         warm(ort_concat, measuring)
         benchmark(ort_concat)

@@ -10,6 +10,7 @@ three entries one after the other; benchmarks/bench_shapes.py interleaves them i
 runs and reports p99 latency, which makes it the better measure on a noisy machine. Targets: throughput >= 0.95x
 and p99 <= 1.2x the baseline's; no compile on the request path.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -36,30 +37,42 @@ def test_varying_sizes(benchmark, measuring, model, role):
     if path is None:
         pytest.skip(NEEDS_PPOCR)
     requests = 120 if measuring else 8
-    tag(benchmark, f"{model}: varying sizes, 2 streams, 4 clients", "baseline" if role == "ort" else
-        "gert" if role == "gert" else "reference", requests=requests)
+    tag(
+        benchmark,
+        f"{model}: varying sizes, 2 streams, 4 clients",
+        "baseline" if role == "ort" else "gert" if role == "gert" else "reference",
+        requests=requests,
+    )
     passes = _passes(model, requests)
     with gert.load(path, streams=bench_shapes.STREAMS) as m:
         m.warmup()
         threads = m.stats()["streams"][0]["cube_cores"]
         sessions, default = bench_shapes._ort_sessions(path, threads)
         name = sessions[0].get_inputs()[0].name
-        call = {"gert": lambda slot, x: m.run({name: x}),
-                "ort": lambda slot, x: sessions[slot % bench_shapes.STREAMS].run(None, {name: x}),
-                "ort_defaults": lambda slot, x: default.run(None, {name: x})}[role]
+        call = {
+            "gert": lambda slot, x: m.run({name: x}),
+            "ort": lambda slot, x: sessions[slot % bench_shapes.STREAMS].run(None, {name: x}),
+            "ort_defaults": lambda slot, x: default.run(None, {name: x}),
+        }[role]
         for _ in range(3 if measuring else 1):  # gert: the hot sizes compile meanwhile
             bench_shapes.drive(call, next(passes), bench_shapes.CLIENTS)
             bench_shapes.wait_idle(m)
         before = m.stats()
-        benchmark.pedantic(lambda: bench_shapes.drive(call, next(passes), bench_shapes.CLIENTS),
-                           rounds=5 if measuring else 1, iterations=1)
+        benchmark.pedantic(
+            lambda: bench_shapes.drive(call, next(passes), bench_shapes.CLIENTS),
+            rounds=5 if measuring else 1,
+            iterations=1,
+        )
         st = m.stats()
     if role == "gert":
         static = st["static_hits"] - before["static_hits"]
         runs = static + st["dynamic_hits"] - before["dynamic_hits"]  # graph runs: a merged batch counts once
         b0, b1 = before["batching"], st["batching"]
         served = runs + (b1["requests"] - b0["requests"]) - (b1["batches"] - b0["batches"])
-        benchmark.extra_info.update(static_share=round(static / runs, 3), merged=served - runs,
-                                    background_compiles=st["background_compiles"] - before["background_compiles"],
-                                    request_path_compiles=st["request_path_compiles"])
+        benchmark.extra_info.update(
+            static_share=round(static / runs, 3),
+            merged=served - runs,
+            background_compiles=st["background_compiles"] - before["background_compiles"],
+            request_path_compiles=st["request_path_compiles"],
+        )
         assert st["request_path_compiles"] == 0 and served == requests * (5 if measuring else 1)

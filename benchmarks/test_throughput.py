@@ -7,6 +7,7 @@ intra_op_num_threads=C, calling ``run()`` -- the structure a multi-session ONNX 
 timed call runs a fixed number of requests over the S threads (``requests`` in extra_info; requests/s =
 requests / time). S x C above the machine's cores oversubscribes: both sides degrade.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,22 +30,30 @@ def test_throughput(benchmark, measuring, name, streams, cores, kind):
     if not measuring:  # smoke run: one small request per client
         requests, h, w = streams, (h if name == "cls" else 160), (w if name == "cls" else 160)
     x = images(n, h, w, seed=1)
-    tag(benchmark, f"throughput {name} {n}x3x{h}x{w} streams={streams} cube={cores}",
-        "gert" if kind == "gert" else "baseline", requests=requests, items_per_request=n, threads=streams * cores)
+    tag(
+        benchmark,
+        f"throughput {name} {n}x3x{h}x{w} streams={streams} cube={cores}",
+        "gert" if kind == "gert" else "baseline",
+        requests=requests,
+        items_per_request=n,
+        threads=streams * cores,
+    )
     sessions = [ort_session(model, cores) for _ in range(streams if kind == "ort_sessions" else 1)]
     want = sessions[0].run(None, {"x": x})[0]
     clients = Clients(streams)
     try:
         if kind == "ort_sessions":
             calls = [(lambda s=s: s.run(None, {"x": x})) for s in sessions]
-            benchmark.pedantic(clients.run, (calls, requests), rounds=ROUNDS if measuring else 1,
-                               warmup_rounds=1 if measuring else 0)
+            benchmark.pedantic(
+                clients.run, (calls, requests), rounds=ROUNDS if measuring else 1, warmup_rounds=1 if measuring else 0
+            )
             return
         with gert.load(model, streams=streams, cube_cores=cores, gears={"batch": [n]}) as m:
             calls = [lambda: m.run({"x": x})] * streams
             clients.run(calls, streams)  # every stream compiled and warm
-            benchmark.pedantic(clients.run, (calls, requests), rounds=ROUNDS if measuring else 1,
-                               warmup_rounds=1 if measuring else 0)
+            benchmark.pedantic(
+                clients.run, (calls, requests), rounds=ROUNDS if measuring else 1, warmup_rounds=1 if measuring else 0
+            )
             got = m.run({"x": x})[m.outputs[0].name]
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     finally:

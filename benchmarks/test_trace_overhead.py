@@ -2,6 +2,7 @@
 pipeline without the trace points is not measurable here, so the pair is off vs on, on a one-node graph (Relu
 1x64, static), 1 thread: off must stay at the plain run's cost (compare with benchmarks/test_model_run.py), on
 shows what the trace events cost per request (stages=True: the static graph runs as timed separate calls)."""
+
 from __future__ import annotations
 
 import numpy as np

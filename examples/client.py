@@ -1,8 +1,9 @@
 """Query the example model served by `gert serve examples/model_repository` over HTTP and gRPC.
 
-    gert serve examples/model_repository &      # HTTP 8000, gRPC 8001, metrics 8002
-    python examples/client.py [--http 127.0.0.1:8000] [--grpc 127.0.0.1:8001]
+gert serve examples/model_repository &      # HTTP 8000, gRPC 8001, metrics 8002
+python examples/client.py [--http 127.0.0.1:8000] [--grpc 127.0.0.1:8001]
 """
+
 import argparse
 import sys
 

@@ -6,6 +6,7 @@
 Without IMAGE it draws a few lines of text. Each image goes to the ensemble ``det_ensemble`` (boxes) over HTTP and
 to the BLS model ``ocr`` (boxes and text) over gRPC; the script prints both and checks they agree on the boxes.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -3,6 +3,7 @@
     python examples/make_model.py [OUT.onnx]
 Writes examples/model_repository/tiny_classifier/1/model.onnx by default (fixed seed: the same bytes every time).
 """
+
 import os
 import sys
 
@@ -23,10 +24,17 @@ def build() -> onnx.ModelProto:
     b2 = nh.from_array(rng.standard_normal(4).astype(np.float32) * 0.1, "b2")
     x = oh.make_tensor_value_info("features", onnx.TensorProto.FLOAT, ["batch", 16])
     y = oh.make_tensor_value_info("probs", onnx.TensorProto.FLOAT, ["batch", 4])
-    nodes = [oh.make_node("Gemm", ["features", "w1", "b1"], ["h"]), oh.make_node("Relu", ["h"], ["r"]),
-             oh.make_node("Gemm", ["r", "w2", "b2"], ["logits"]), oh.make_node("Softmax", ["logits"], ["probs"])]
-    m = oh.make_model(oh.make_graph(nodes, "tiny_classifier", [x], [y], [w1, b1, w2, b2]),
-                      opset_imports=[oh.make_opsetid("", 17)], producer_name="gert-examples")
+    nodes = [
+        oh.make_node("Gemm", ["features", "w1", "b1"], ["h"]),
+        oh.make_node("Relu", ["h"], ["r"]),
+        oh.make_node("Gemm", ["r", "w2", "b2"], ["logits"]),
+        oh.make_node("Softmax", ["logits"], ["probs"]),
+    ]
+    m = oh.make_model(
+        oh.make_graph(nodes, "tiny_classifier", [x], [y], [w1, b1, w2, b2]),
+        opset_imports=[oh.make_opsetid("", 17)],
+        producer_name="gert-examples",
+    )
     m.ir_version = 8  # ONNX Runtime reads IR <= 13 (onnx 1.23 writes 14)
     return m
 

@@ -16,6 +16,7 @@ gert (in-process, or gert_triton models over Triton) runs them:
 --pre ocr_pipeline:det_pre --post ocr_pipeline:det_post`` writes the ensemble around det that
 examples/ensemble_repository holds.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -29,8 +30,11 @@ import numpy as np
 
 from gert_triton.steps import step
 
-MODEL_FILES = {"det": "ch_PP-OCRv4_det_infer.onnx", "cls": "ch_ppocr_mobile_v2.0_cls_infer.onnx",
-               "rec": "ch_PP-OCRv4_rec_infer.onnx"}
+MODEL_FILES = {
+    "det": "ch_PP-OCRv4_det_infer.onnx",
+    "cls": "ch_ppocr_mobile_v2.0_cls_infer.onnx",
+    "rec": "ch_PP-OCRv4_rec_infer.onnx",
+}
 OUTPUTS = {"det": "sigmoid_0.tmp_0", "cls": "save_infer_model/scale_0.tmp_1", "rec": "softmax_11.tmp_0"}
 INFO = ("raw_h", "raw_w", "ratio_h", "ratio_w", "pad_top", "pad_left", "img_h", "img_w")
 
@@ -41,8 +45,9 @@ def model_path(name: str) -> str:
     """The PP-OCR model ``name`` ("det", "cls", "rec") as the installed rapidocr-onnxruntime wheel ships it."""
     spec = importlib.util.find_spec("rapidocr_onnxruntime")
     if spec is None or spec.origin is None:
-        raise FileNotFoundError("rapidocr_onnxruntime is not installed: pip install --no-deps rapidocr-onnxruntime"
-                                "==1.4.4")
+        raise FileNotFoundError(
+            "rapidocr_onnxruntime is not installed: pip install --no-deps rapidocr-onnxruntime==1.4.4"
+        )
     path = os.path.join(os.path.dirname(spec.origin), "models", MODEL_FILES[name])
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path} is missing from the rapidocr-onnxruntime wheel")
@@ -77,9 +82,14 @@ class Steps:
         self.det = TextDetector.__new__(TextDetector)
         self.det.limit_side_len, self.det.limit_type = d["limit_side_len"], d["limit_type"]
         self.det.mean, self.det.std = d["mean"], d["std"]
-        self.det.postprocess_op = DBPostProcess(thresh=d["thresh"], box_thresh=d["box_thresh"],
-                                                max_candidates=d["max_candidates"], unclip_ratio=d["unclip_ratio"],
-                                                use_dilation=d["use_dilation"], score_mode=d["score_mode"])
+        self.det.postprocess_op = DBPostProcess(
+            thresh=d["thresh"],
+            box_thresh=d["box_thresh"],
+            max_candidates=d["max_candidates"],
+            unclip_ratio=d["unclip_ratio"],
+            use_dilation=d["use_dilation"],
+            score_mode=d["score_mode"],
+        )
         self.cls = TextClassifier.__new__(TextClassifier)
         self.cls.cls_image_shape, self.cls.cls_batch_num = c["cls_image_shape"], c["cls_batch_num"]
         self.cls.cls_thresh, self.cls.postprocess_op = c["cls_thresh"], ClsPostProcess(c["label_list"])
@@ -114,8 +124,10 @@ def check_image(image: np.ndarray, name: str = "image") -> np.ndarray:
     """A uint8 HWC image with 3 channels (BGR) and at least one pixel, else ValueError naming what is wrong."""
     image = np.asarray(image)
     if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3 or 0 in image.shape:
-        raise ValueError(f"input '{name}': expected a uint8 image [H, W, 3] (BGR) with H, W >= 1, got "
-                         f"{image.dtype} {list(image.shape)}")
+        raise ValueError(
+            f"input '{name}': expected a uint8 image [H, W, 3] (BGR) with H, W >= 1, got "
+            f"{image.dtype} {list(image.shape)}"
+        )
     return image
 
 
@@ -131,8 +143,7 @@ def prepare(image: np.ndarray) -> tuple:
     if x is None:
         raise ValueError(f"input 'image': {raw_h}x{raw_w} resizes to an empty image for det")
     pad = record["padding_1"]
-    info = np.array([raw_h, raw_w, ratio_h, ratio_w, pad["top"], pad["left"], img.shape[0], img.shape[1]],
-                    np.float64)
+    info = np.array([raw_h, raw_w, ratio_h, ratio_w, pad["top"], pad["left"], img.shape[0], img.shape[1]], np.float64)
     return x, info, img
 
 
@@ -187,8 +198,10 @@ def cls_post(inputs: dict) -> dict:
     """cls's probabilities [2] -> "label" (0: upright, 1: turned 180 degrees) and its "score" (ClsPostProcess)."""
     c = steps().cls
     label, score = c.postprocess_op(inputs[OUTPUTS["cls"]][np.newaxis])[0]
-    return {"label": np.array([c.postprocess_op.label_list.index(label)], np.int32),
-            "score": np.array([score], np.float32)}
+    return {
+        "label": np.array([c.postprocess_op.label_list.index(label)], np.int32),
+        "score": np.array([score], np.float32),
+    }
 
 
 @dataclass
@@ -202,7 +215,7 @@ class OcrResult:
 
 async def _batches(items: list, size: int, run: Callable[[list], Awaitable[list]]) -> list:
     """``run`` on consecutive chunks of ``items`` (all chunks in flight at once), results in order."""
-    chunks = [items[i:i + size] for i in range(0, len(items), size)]
+    chunks = [items[i : i + size] for i in range(0, len(items), size)]
     return [r for part in await asyncio.gather(*(run(c) for c in chunks)) for r in part]
 
 
@@ -260,8 +273,7 @@ async def ocr_prepared(prepared: tuple, infer: Infer) -> OcrResult:
     texts = await recognize(await classify(crops, infer), infer)
     keep = [i for i, (_, score) in enumerate(texts) if float(score) >= s.ocr.text_score]
     found = origin_boxes(boxes, info)
-    return OcrResult(found[keep].reshape(-1, 4, 2), [texts[i][0] for i in keep],
-                     [float(texts[i][1]) for i in keep])
+    return OcrResult(found[keep].reshape(-1, 4, 2), [texts[i][0] for i in keep], [float(texts[i][1]) for i in keep])
 
 
 def gert_infer(models: dict) -> Infer:
@@ -276,8 +288,11 @@ def gert_infer(models: dict) -> Infer:
 def rapidocr_result(result) -> OcrResult:
     """RapidOCR's (list of [box, text, score] or None, elapsed) as an OcrResult."""
     found = result[0] or []
-    return OcrResult(np.array([f[0] for f in found], np.float32).reshape(-1, 4, 2), [f[1] for f in found],
-                     [float(f[2]) for f in found])
+    return OcrResult(
+        np.array([f[0] for f in found], np.float32).reshape(-1, 4, 2),
+        [f[1] for f in found],
+        [float(f[2]) for f in found],
+    )
 
 
 # ---- serving the PP-OCR models from the installed wheel (examples/ensemble_repository/{det,cls,rec}) ----------------
@@ -306,8 +321,9 @@ def gert_model(name: str) -> type:
 
             from gert_triton.config import served_version
 
-            model_dir, version = served_version(pb_utils.get_model_dir(),
-                                                auto_complete_model_config.as_dict().get("version_policy"))
+            model_dir, version = served_version(
+                pb_utils.get_model_dir(), auto_complete_model_config.as_dict().get("version_policy")
+            )
             link_model(model_dir, name, version)
             return Base.auto_complete_config(auto_complete_model_config)
 
@@ -322,7 +338,10 @@ def gert_model(name: str) -> type:
 if __name__ == "__main__":  # python examples/ocr_pipeline.py [REPO]: make the links ahead of a read-only deployment
     import sys
 
-    repo = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                               "ensemble_repository")
+    repo = (
+        sys.argv[1]
+        if len(sys.argv) > 1
+        else os.path.join(os.path.dirname(os.path.abspath(__file__)), "ensemble_repository")
+    )
     for model in ("det", "cls", "rec"):
         print(link_model(os.path.join(repo, model), model), "->", model_path(model))

@@ -3,6 +3,7 @@
     python examples/quickstart.py
 Uses the example model in examples/model_repository (build it again with examples/make_model.py).
 """
+
 import os
 
 import numpy as np
@@ -19,14 +20,14 @@ print(f"gert {gert.__version__} on {gert.backend()}, {gert.device_count()} devic
 with gert.load(MODEL, streams=2, gears={"batch": [1, 2, 4, 8]}) as model:
     print("inputs:", model.inputs)
     print("outputs:", model.outputs)
-    model.warmup()                                     # compile every gear on every stream
+    model.warmup()  # compile every gear on every stream
 
     x = np.random.default_rng(0).standard_normal((5, 16)).astype(np.float32)
-    probs = model.run({"features": x})["probs"]        # padded to the 8 gear, sliced back to 5 rows
+    probs = model.run({"features": x})["probs"]  # padded to the 8 gear, sliced back to 5 rows
     reference = ort.InferenceSession(MODEL).run(None, {"features": x})[0]
     print("max |gert - onnxruntime|:", float(np.abs(probs - reference).max()))
 
-    futures = [model.submit({"features": x[i:i + 1]}) for i in range(5)]   # concurrent requests
+    futures = [model.submit({"features": x[i : i + 1]}) for i in range(5)]  # concurrent requests
     rows = np.concatenate([f.result()["probs"] for f in futures])
     print("futures agree:", bool(np.allclose(rows, probs, atol=1e-6)))
 

@@ -8,6 +8,7 @@ Needs RapidOCR and what it imports: `pip install --no-deps rapidocr-onnxruntime=
 is ``gert.patch_onnxruntime(when="always")``, before RapidOCR is imported. tests/test_rapidocr_on_gert.py and
 benchmarks/bench_rapidocr.py run this script.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,11 +17,34 @@ import time
 
 import numpy as np
 
-TEXTS = ["Hello gert 123", "Ascend NPU runtime", "The quick brown fox", "GE graph compile", "stream core lock",
-         "zero copy tensors", "Triton Python backend", "dynamic shapes 2026", "ONNX Runtime facade",
-         "PP-OCR det cls rec", "host NPU on CPU", "batch gears and pads"]
-SIZES = [(120, 400), (100, 520), (160, 600), (96, 360), (140, 480), (110, 560), (128, 640), (90, 420),
-         (150, 520), (120, 460), (100, 380), (130, 600)]
+TEXTS = [
+    "Hello gert 123",
+    "Ascend NPU runtime",
+    "The quick brown fox",
+    "GE graph compile",
+    "stream core lock",
+    "zero copy tensors",
+    "Triton Python backend",
+    "dynamic shapes 2026",
+    "ONNX Runtime facade",
+    "PP-OCR det cls rec",
+    "host NPU on CPU",
+    "batch gears and pads",
+]
+SIZES = [
+    (120, 400),
+    (100, 520),
+    (160, 600),
+    (96, 360),
+    (140, 480),
+    (110, 560),
+    (128, 640),
+    (90, 420),
+    (150, 520),
+    (120, 460),
+    (100, 380),
+    (130, 600),
+]
 
 
 def font(size: int = 28):
@@ -75,10 +99,14 @@ def main(mode: str, count: int, rounds: int = 1) -> dict:
         stats = getattr(getattr(sess, "model", None), "stats", None)
         if stats:
             s = stats()
-            sessions[part + "_stats"] = {k: s[k] for k in ("compiles", "request_path_compiles", "static_hits",
-                                                           "dynamic_hits")}
-    return {"results": results, "sessions": sessions,
-            "images_per_s": (count * (rounds - 1) / took) if rounds > 1 and took > 0 else None}
+            sessions[part + "_stats"] = {
+                k: s[k] for k in ("compiles", "request_path_compiles", "static_hits", "dynamic_hits")
+            }
+    return {
+        "results": results,
+        "sessions": sessions,
+        "images_per_s": (count * (rounds - 1) / took) if rounds > 1 and took > 0 else None,
+    }
 
 
 if __name__ == "__main__":

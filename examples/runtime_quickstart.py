@@ -3,6 +3,7 @@
     python examples/runtime_quickstart.py
 Runs on the host NPU when no Ascend toolkit is present.
 """
+
 import numpy as np
 
 import gert
@@ -12,15 +13,15 @@ print(f"backend: {gert.backend()}, devices: {gert.device_count()}")
 with gert.Device(0) as dev, gert.Stream(dev) as stream:
     x = np.random.default_rng(0).standard_normal((256, 256)).astype(np.float32)
 
-    staging = gert.HostBuffer(x.nbytes)          # pinned host memory
-    staging.numpy(x.dtype, x.shape)[:] = x       # a numpy view of it, no copy
-    device = gert.DeviceBuffer(x.nbytes, dev)    # device memory
+    staging = gert.HostBuffer(x.nbytes)  # pinned host memory
+    staging.numpy(x.dtype, x.shape)[:] = x  # a numpy view of it, no copy
+    device = gert.DeviceBuffer(x.nbytes, dev)  # device memory
 
     start, end = gert.Event(timing=True), gert.Event(timing=True)
     start.record(stream)
-    device.copy_from(staging, stream)            # H2D, queued
+    device.copy_from(staging, stream)  # H2D, queued
     out = np.empty_like(x)
-    device.copy_to(out, stream)                  # D2H, queued after it
+    device.copy_to(out, stream)  # D2H, queued after it
     end.record(stream)
     stream.launch_host_func(lambda: print("host function: copies done"))
     stream.synchronize()

@@ -3,12 +3,21 @@
 The runtime layer (devices, streams, events, device and pinned host memory) comes from the
 compiled bindings in ``gert._cann``; docs/architecture.md describes the layers.
 """
+
 from gert import _moved
 
 _moved.install()  # old module paths (gert.rows, gert.bench, ...) stay importable; first: the binding imports some
 
-from gert.errors import (AclError, CacheWarning, DeviceUnavailable, GeError, GertError, HostFunctionError,
-                         RequestTimeout, RowsNotIndependent)
+from gert.errors import (
+    AclError,
+    CacheWarning,
+    DeviceUnavailable,
+    GeError,
+    GertError,
+    HostFunctionError,
+    RequestTimeout,
+    RowsNotIndependent,
+)
 from gert._cann import (
     Graph,
     Session,
@@ -40,11 +49,18 @@ from gert.preview.check import cann_check
 from gert.core import __version__
 
 # ONNX Runtime's session API (gert.ort_session, gert.ort_patch): loaded on first use, so `import gert` stays light
-_ORT_FACADE = {"InferenceSession": "gert.ort_session", "SessionOptions": "gert.ort_session",
-               "NodeArg": "gert.ort_session", "ModelMetadata": "gert.ort_session",
-               "RunOptions": "gert.ort_session", "LoraAdapter": "gert.ort_session",
-               "patch_onnxruntime": "gert.ort_patch", "unpatch_onnxruntime": "gert.ort_patch",
-               "compare_precision": "gert.preview.compare", "find_keep_fp32": "gert.preview.compare"}
+_ORT_FACADE = {
+    "InferenceSession": "gert.ort_session",
+    "SessionOptions": "gert.ort_session",
+    "NodeArg": "gert.ort_session",
+    "ModelMetadata": "gert.ort_session",
+    "RunOptions": "gert.ort_session",
+    "LoraAdapter": "gert.ort_session",
+    "patch_onnxruntime": "gert.ort_patch",
+    "unpatch_onnxruntime": "gert.ort_patch",
+    "compare_precision": "gert.preview.compare",
+    "find_keep_fp32": "gert.preview.compare",
+}
 
 
 def __getattr__(name: str):
@@ -57,15 +73,54 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "AclError", "CacheWarning", "DeviceUnavailable", "GeError", "GertError", "HostFunctionError", "RequestTimeout",
+    "AclError",
+    "CacheWarning",
+    "DeviceUnavailable",
+    "GeError",
+    "GertError",
+    "HostFunctionError",
+    "RequestTimeout",
     "RowsNotIndependent",
-    "Device", "DeviceBuffer", "Event", "HostBuffer", "MemoryInfo", "Stream",
-    "Graph", "Session", "ge_initialize", "ge_finalize", "ge_last_warning", "DeviceTensor", "GraphSummary", "dtypes",
-    "Model", "load", "Sequence", "TensorInfo", "Trace", "trace",
-    "InferenceSession", "SessionOptions", "NodeArg", "ModelMetadata", "patch_onnxruntime", "unpatch_onnxruntime",
-    "RunOptions", "LoraAdapter",
-    "backend", "clear_faults", "device_count", "host_counters", "inject_fault", "host_spin_micros", "memory_info",
-    "reset_host_counters", "cann_check", "CannReport", "CannCompatibilityWarning", "compare_precision",
+    "Device",
+    "DeviceBuffer",
+    "Event",
+    "HostBuffer",
+    "MemoryInfo",
+    "Stream",
+    "Graph",
+    "Session",
+    "ge_initialize",
+    "ge_finalize",
+    "ge_last_warning",
+    "DeviceTensor",
+    "GraphSummary",
+    "dtypes",
+    "Model",
+    "load",
+    "Sequence",
+    "TensorInfo",
+    "Trace",
+    "trace",
+    "InferenceSession",
+    "SessionOptions",
+    "NodeArg",
+    "ModelMetadata",
+    "patch_onnxruntime",
+    "unpatch_onnxruntime",
+    "RunOptions",
+    "LoraAdapter",
+    "backend",
+    "clear_faults",
+    "device_count",
+    "host_counters",
+    "inject_fault",
+    "host_spin_micros",
+    "memory_info",
+    "reset_host_counters",
+    "cann_check",
+    "CannReport",
+    "CannCompatibilityWarning",
+    "compare_precision",
     "find_keep_fp32",
     "__version__",
 ]

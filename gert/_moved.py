@@ -5,6 +5,7 @@ paths (tests, users, a binding compiled before the move) keeps working, monkeypa
 A finder, not a file per old path: a file at the old path would turn each move into an edit for git, and edits made
 in parallel to the moved module would no longer follow it.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -16,8 +17,21 @@ from types import ModuleType
 # only the old paths that are in use: tests, examples and the README (users), and a binding compiled before the move
 # (it imports gert.tensor and gert._ort_provider)
 MOVED = {
-    **{f"gert.{m}": f"gert.core.{m}" for m in ("executor", "dispatch", "tiers", "recovery", "compile_cache", "handoff",
-                                               "rows", "tensor", "cache_trust", "cache_entry")},
+    **{
+        f"gert.{m}": f"gert.core.{m}"
+        for m in (
+            "executor",
+            "dispatch",
+            "tiers",
+            "recovery",
+            "compile_cache",
+            "handoff",
+            "rows",
+            "tensor",
+            "cache_trust",
+            "cache_entry",
+        )
+    },
     "gert._ort_provider": "gert.hostnpu.ort_provider",
     **{f"gert.{m}": f"gert.tools.{m}" for m in ("cli", "bench", "display", "progress")},
 }

@@ -3,6 +3,7 @@
 Every type that numpy, GE and ONNX all support; bfloat16 through ``ml_dtypes`` when it is installed.
 Anything else raises ``GertError`` naming the type.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -68,8 +69,10 @@ def numpy_dtype(ge_type: int) -> np.dtype:
     """The numpy dtype of a ge::DataType value."""
     row = _BY_GE.get(int(ge_type))
     if row is None:
-        raise GertError(f"ge::DataType {ge_type} has no numpy dtype here"
-                        + ("" if ge_type != DT_BF16 else " (install ml_dtypes for bfloat16)"))
+        raise GertError(
+            f"ge::DataType {ge_type} has no numpy dtype here"
+            + ("" if ge_type != DT_BF16 else " (install ml_dtypes for bfloat16)")
+        )
     return row[0]
 
 

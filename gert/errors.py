@@ -1,4 +1,5 @@
 """Exceptions raised by gert: every runtime failure carries CANN's code and the runtime's own message."""
+
 from __future__ import annotations
 
 import re

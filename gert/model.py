@@ -1,10 +1,11 @@
 """gert.Model: an ONNX model on N streams per device, arrays in, arrays out.
 
-    model = gert.load("rec.onnx", streams=2, gears={"batch": [1, 4, 8]})
-    out = model.run({"x": x})               # dict of output name -> numpy array
-    fut = model.submit({"x": x})            # concurrent.futures.Future
-    out = await model.run_async({"x": x})
+model = gert.load("rec.onnx", streams=2, gears={"batch": [1, 4, 8]})
+out = model.run({"x": x})               # dict of output name -> numpy array
+fut = model.submit({"x": x})            # concurrent.futures.Future
+out = await model.run_async({"x": x})
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -45,11 +46,11 @@ def _split_options(options: Optional[Mapping[str, str]]) -> tuple:
         if not isinstance(k, str):
             raise GertError(f"options: key {k!r} is not a str")
         if k.startswith("global."):
-            glob[k[len("global."):]] = str(v)
+            glob[k[len("global.") :]] = str(v)
         elif k.startswith("graph."):
-            graph[k[len("graph."):]] = str(v)
+            graph[k[len("graph.") :]] = str(v)
         elif k.startswith("session."):
-            sess[k[len("session."):]] = str(v)
+            sess[k[len("session.") :]] = str(v)
         else:
             sess[k] = str(v)
     return glob, sess, graph
@@ -63,8 +64,9 @@ def _check_cores(device: int, value: Optional[int], attr: int, what: str) -> Non
         raise GertError(f"{what}={value} is out of range: device {device} has {have} {what.split('_')[0]} cores")
 
 
-def _check_devices(devices: Sequence[int], streams: int, cube_cores: Optional[int],
-                   vector_cores: Optional[int]) -> tuple:
+def _check_devices(
+    devices: Sequence[int], streams: int, cube_cores: Optional[int], vector_cores: Optional[int]
+) -> tuple:
     """The devices as a tuple of ints, once they, the stream count and the core locks are known to be possible."""
     if int(streams) < 1:
         raise GertError(f"streams must be >= 1, got {streams}")
@@ -105,8 +107,12 @@ def _open_cache(cache_dir, data: bytes, glob: dict, cache_mode, trust_foreign: b
     second copy of weights that may exceed 2 GB."""
     if external:
         if cache_dir is not None:
-            warnings.warn("gert.load: the model keeps its weights in external data files; GE's compile cache is not "
-                          "used for it (cache_dir ignored)", UserWarning, stacklevel=4)
+            warnings.warn(
+                "gert.load: the model keeps its weights in external data files; GE's compile cache is not "
+                "used for it (cache_dir ignored)",
+                UserWarning,
+                stacklevel=4,
+            )
         return None
     return CompileCache.open(cache_dir, data, glob, cache_mode, trust_foreign)
 
@@ -122,21 +128,39 @@ def _display():
 class Model:
     """A loaded model. Any number of Python threads may call run() / submit() at once."""
 
-    def __init__(self, model: ModelSource, *, devices: Sequence[int] = (0,), streams: int = 1,
-                 cube_cores: Optional[int] = None, vector_cores: Optional[int] = None,
-                 gears: Optional[Mapping[str, Sequence[int]]] = None, shape_policy: Optional[Mapping[str, str]] = None,
-                 pad_value: Union[float, Mapping[str, float]] = 0, max_batch: Optional[int] = None,
-                 options: Optional[Mapping[str, str]] = None,
-                 output_dims: Optional[Mapping[str, Mapping[int, str]]] = None, max_exact_graphs: int = 16,
-                 split_batch: bool = False, request_timeout_s: Optional[float] = None,
-                 hot_after: int = HOT_AFTER, hot_window: int = HOT_WINDOW, compile_share: float = COMPILE_SHARE,
-                 state: Optional[Mapping[str, str]] = None, batch_dim: Union[str, Sequence[str], None] = None,
-                 sequence_wait_s: float = 0.0, cache_dir: Optional[Union[str, os.PathLike]] = None,
-                 cache_mode: Union[int, str, None] = None, trust_foreign_entries: bool = False,
-                 cann_ops: Optional[str] = None, precision_mode: Optional[str] = None,
-                 keep_fp32: Sequence[str] = (), dynamic_batching: Union[bool, Mapping] = True,
-                 host_memory: Union[int, str, None] = None,
-                 rows_independent: Union[bool, Sequence[str], None] = None):
+    def __init__(
+        self,
+        model: ModelSource,
+        *,
+        devices: Sequence[int] = (0,),
+        streams: int = 1,
+        cube_cores: Optional[int] = None,
+        vector_cores: Optional[int] = None,
+        gears: Optional[Mapping[str, Sequence[int]]] = None,
+        shape_policy: Optional[Mapping[str, str]] = None,
+        pad_value: Union[float, Mapping[str, float]] = 0,
+        max_batch: Optional[int] = None,
+        options: Optional[Mapping[str, str]] = None,
+        output_dims: Optional[Mapping[str, Mapping[int, str]]] = None,
+        max_exact_graphs: int = 16,
+        split_batch: bool = False,
+        request_timeout_s: Optional[float] = None,
+        hot_after: int = HOT_AFTER,
+        hot_window: int = HOT_WINDOW,
+        compile_share: float = COMPILE_SHARE,
+        state: Optional[Mapping[str, str]] = None,
+        batch_dim: Union[str, Sequence[str], None] = None,
+        sequence_wait_s: float = 0.0,
+        cache_dir: Optional[Union[str, os.PathLike]] = None,
+        cache_mode: Union[int, str, None] = None,
+        trust_foreign_entries: bool = False,
+        cann_ops: Optional[str] = None,
+        precision_mode: Optional[str] = None,
+        keep_fp32: Sequence[str] = (),
+        dynamic_batching: Union[bool, Mapping] = True,
+        host_memory: Union[int, str, None] = None,
+        rows_independent: Union[bool, Sequence[str], None] = None,
+    ):
         data, model_dir = _read_model(model)  # model_dir: where external data resolves (None for bytes)
         check_settings(hot_after, hot_window, max_exact_graphs, compile_share, host_memory)
         batching = BatchingConfig.parse(dynamic_batching)  # concurrent callers batched (gert/core/dynamic.py)
@@ -144,9 +168,19 @@ class Model:
         self.cann_report, self._graph = _parse(data, cann_ops, model if model_dir else None)  # GE's refusals first
         described = onnx_io.read(data, model_dir)  # the one ONNX I/O reader (gert/core/onnx_io.py)
         self.value_dependent = described.value_dependent
-        self.plan: ShapePlan = plan_shapes(described.io, gears, shape_policy, pad_value, max_batch, output_dims,
-                                           batch_dim, state, model=described.proto,
-                                           value_dependent=described.value_dependent, rows_independent=rows_independent)
+        self.plan: ShapePlan = plan_shapes(
+            described.io,
+            gears,
+            shape_policy,
+            pad_value,
+            max_batch,
+            output_dims,
+            batch_dim,
+            state,
+            model=described.proto,
+            value_dependent=described.value_dependent,
+            rows_independent=rows_independent,
+        )
         # stateful models: state input -> output pairs, and the device-resident sequences (gert/sequence.py)
         self._sequences = Sequences(self, state, sequence_wait_s, devices) if state else None
         glob, sess, graph_opts = _split_options(options)
@@ -158,10 +192,25 @@ class Model:
         if self.compile_cache is not None:
             sess = {**sess, CACHE_DIR_OPTION: self.compile_cache.directory}
         # the streams (gert/core/pool.py) and the request pipeline over them (gert/core/engine.py)
-        self.pool = StreamPool(self.plan, self._graph,
-                               PoolConfig(devices, int(streams), cube_cores, vector_cores, max_exact_graphs,
-                                          request_timeout_s, hot_after, hot_window, compile_share, host_memory),
-                               sess, graph_opts, self.compile_cache)
+        self.pool = StreamPool(
+            self.plan,
+            self._graph,
+            PoolConfig(
+                devices,
+                int(streams),
+                cube_cores,
+                vector_cores,
+                max_exact_graphs,
+                request_timeout_s,
+                hot_after,
+                hot_window,
+                compile_share,
+                host_memory,
+            ),
+            sess,
+            graph_opts,
+            self.compile_cache,
+        )
         self.engine = Engine(self.plan, self.pool, EngineConfig(split_batch, batching))
         self._hot = self.engine.hot  # the compiled hot path (gert/core/_hotpath.pyx), tried first by run()
         # submit()'s threads: with dynamic batching, enough for a full batch to queue behind every stream
@@ -196,8 +245,13 @@ class Model:
     def __call__(self, **inputs) -> dict:
         return self.run(inputs)
 
-    def run(self, inputs: Union[Mapping[str, np.ndarray], Sequence[Mapping[str, np.ndarray]]], out=None, *,
-            timeout: Optional[float] = None):
+    def run(
+        self,
+        inputs: Union[Mapping[str, np.ndarray], Sequence[Mapping[str, np.ndarray]]],
+        out=None,
+        *,
+        timeout: Optional[float] = None,
+    ):
         """Run one request (a dict of input name -> array) and return a dict of output name -> array.
 
         A list of requests (of any non-batch shapes) is grouped by shape, batched, run, and returned as a list in
@@ -205,23 +259,27 @@ class Model:
         ``timeout``: seconds on the device (default: the model's request_timeout_s), else RequestTimeout.
         """
         if out is None and timeout is None:  # the compiled path first (it refuses when closed); None: the checks
-            kind = type(inputs)                 # and paths below (no ABC checks before it: ~0.3 us a call)
+            kind = type(inputs)  # and paths below (no ABC checks before it: ~0.3 us a call)
             result = self._hot.run(inputs) if kind is dict else self._hot.run_list(inputs) if kind is list else None
             if result is not None:  # (run_list: a merged batch it knows)
                 return result
         self.pool.check_open()
-        if (type(inputs) is dict or isinstance(inputs, Mapping)):
+        if type(inputs) is dict or isinstance(inputs, Mapping):
             if out is None:  # the Engine (the compiled path takes dicts only, above)
                 return self.engine.run(inputs, None, timeout)
             names = {o.name for o in self.plan.outputs}
             for name in out:
                 if name not in names:
-                    raise GertError(f"out names '{name}', which is not a model output; outputs: "
-                                    f"{[o.name for o in self.plan.outputs]}")
+                    raise GertError(
+                        f"out names '{name}', which is not a model output; outputs: "
+                        f"{[o.name for o in self.plan.outputs]}"
+                    )
             return write_out(self.engine.run(inputs, out, timeout), out)
         if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence):
-            raise GertError(f"run: inputs must be a dict of input name -> array, or a list of such dicts; got "
-                            f"{type(inputs).__name__}")
+            raise GertError(
+                f"run: inputs must be a dict of input name -> array, or a list of such dicts; got "
+                f"{type(inputs).__name__}"
+            )
         if out is not None:
             raise GertError("run: out= is for a single request, not a list")
         return self.engine.run_many(list(inputs), timeout)  # (a list the compiled path knows returned above)
@@ -278,8 +336,9 @@ class Model:
     def _stateful(self) -> Sequences:
         self.pool.check_open()
         if self._sequences is None:
-            raise GertError("this model was loaded without state=...: give gert.load(..., state={'h': 'h_out'}) "
-                            "to run sequences")
+            raise GertError(
+                "this model was loaded without state=...: give gert.load(..., state={'h': 'h_out'}) to run sequences"
+            )
         return self._sequences
 
     def check_rows(self, rows: int = 3, seed: int = 0, sizes: Optional[Mapping[str, int]] = None) -> dict:
@@ -305,10 +364,18 @@ class Model:
 
         self._hot.flush()  # the compiled hot path's runs, counted in C
         out = collect_stats(self.pool.workers, self.pool.recovery.stats, self.pool.tiers)
-        out["hot_path"] = {"enabled": self._hot.enabled, "hits": self._hot.hits, "misses": self._hot.misses,
-                           "prepared": self._hot.size}
-        out["batching"] = dict(self.engine.batching_stats.snapshot(), enabled=bool(self.engine.batch_limit),
-                               max_batch=self.engine.batch_limit, queued=self.pool.queue.waiting())
+        out["hot_path"] = {
+            "enabled": self._hot.enabled,
+            "hits": self._hot.hits,
+            "misses": self._hot.misses,
+            "prepared": self._hot.size,
+        }
+        out["batching"] = dict(
+            self.engine.batching_stats.snapshot(),
+            enabled=bool(self.engine.batch_limit),
+            max_batch=self.engine.batch_limit,
+            queued=self.pool.queue.waiting(),
+        )
         return out
 
     def close(self, timeout: float = 60.0) -> None:
@@ -316,8 +383,11 @@ class Model:
         stops after the graph it is compiling) within ``timeout`` seconds, after which their streams are aborted.
         Then every stream and sequence is released by its owner: here, or by the request still holding it when it
         lets go (a stream is never freed under a running request). Background compiles are not waited for."""
-        self.pool.close(timeout, stop=(self._futures.close,),  # submits not started: cancelled, waiters woken
-                        drained=self._sequences.close if self._sequences is not None else None)
+        self.pool.close(
+            timeout,
+            stop=(self._futures.close,),  # submits not started: cancelled, waiters woken
+            drained=self._sequences.close if self._sequences is not None else None,
+        )
 
     def __enter__(self) -> "Model":
         return self

@@ -8,6 +8,7 @@
 
 Every dynamic dim runs ``exact`` (a graph per size, no padding): ONNX's semantics, whatever the model computes.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,8 +43,9 @@ class GertRep(BackendRep):
                 inputs = [inputs]
             inputs = list(inputs)
             if len(inputs) != len(self.input_names):
-                raise GertError(f"the model takes {len(self.input_names)} input(s) {self.input_names}, got "
-                                f"{len(inputs)}")
+                raise GertError(
+                    f"the model takes {len(self.input_names)} input(s) {self.input_names}, got {len(inputs)}"
+                )
             feeds = dict(zip(self.input_names, inputs))
         out = self.model.run({k: np.asarray(v) for k, v in feeds.items()})
         return [out[n] for n in self.output_names]
@@ -61,7 +63,7 @@ class GertBackend(Backend):
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
-        """"NPU" (or "NPU:n"), and "CPU" where the host NPU stands in for the device."""
+        """ "NPU" (or "NPU:n"), and "CPU" where the host NPU stands in for the device."""
         kind, _, index = str(device).upper().partition(":")
         if kind not in _DEVICES or (index and not index.isdigit()):
             return False
@@ -73,8 +75,10 @@ class GertBackend(Backend):
     def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> GertRep:
         """gert.load(model) on ``device`` with every dynamic dim exact; ``kwargs`` go to gert.load (e.g. streams)."""
         if not cls.supports_device(device):
-            raise GertError(f"device {device!r} is not supported here; use 'NPU[:n]'"
-                            + (" or 'CPU' (the host NPU)" if _cann.backend() == "hostnpu" else ""))
+            raise GertError(
+                f"device {device!r} is not supported here; use 'NPU[:n]'"
+                + (" or 'CPU' (the host NPU)" if _cann.backend() == "hostnpu" else "")
+            )
         from gert.core import onnx_io
         from gert.core.shapes import plan_shapes
         from gert.model import load
@@ -99,15 +103,22 @@ class GertBackend(Backend):
             rep.close()
 
     @classmethod
-    def run_node(cls, node: onnx.NodeProto, inputs: Any, device: str = "CPU",
-                 outputs_info: Sequence[tuple] | None = None, **kwargs: Any) -> list:
+    def run_node(
+        cls,
+        node: onnx.NodeProto,
+        inputs: Any,
+        device: str = "CPU",
+        outputs_info: Sequence[tuple] | None = None,
+        **kwargs: Any,
+    ) -> list:
         """One operator as a graph: its inputs typed from the arrays, its outputs left to shape inference."""
         arrays = [np.asarray(a) for a in (inputs if isinstance(inputs, (list, tuple)) else [inputs])]
         names = [n for n in node.input if n]
         if len(names) != len(arrays):
             raise GertError(f"node {node.op_type} takes {len(names)} input(s) {names}, got {len(arrays)}")
-        graph_in = [onnx.helper.make_tensor_value_info(n, numpy_to_onnx(a.dtype), a.shape)
-                    for n, a in zip(names, arrays)]
+        graph_in = [
+            onnx.helper.make_tensor_value_info(n, numpy_to_onnx(a.dtype), a.shape) for n, a in zip(names, arrays)
+        ]
         graph_out = [onnx.ValueInfoProto(name=n) for n in node.output if n]
         opset = kwargs.pop("opset_version", onnx.defs.onnx_opset_version())
         graph = onnx.helper.make_graph([node], f"{node.op_type}_node", graph_in, graph_out)

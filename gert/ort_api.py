@@ -7,6 +7,7 @@ info of every input and output is ONNX Runtime's CPU memory info and the EP devi
 graph assignment reports the model's nodes on CANNExecutionProvider (GE compiles the whole graph), or ONNX Runtime's
 own assignment when the session runs on its CPU provider (gert/ort_fallback.py).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -47,8 +48,9 @@ def _ort():
 
 
 def _not_implemented(what: str) -> Exception:
-    return ort_class("NotImplemented")(f"[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : {what} is not supported by "
-                                       "gert.InferenceSession")
+    return ort_class("NotImplemented")(
+        f"[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : {what} is not supported by gert.InferenceSession"
+    )
 
 
 class SessionExtras:
@@ -87,24 +89,35 @@ class SessionExtras:
         except RuntimeError:  # ONNX Runtime's: no such entry
             recorded = None
         if recorded != "1":
-            raise ort_class("Fail")(f"[ONNXRuntimeError] : 1 : FAIL : Session configuration entry "
-                                    f"'{_RECORD_ASSIGNMENT}' must be set to \"1\" to retrieve EP graph assignment "
-                                    "information.")
+            raise ort_class("Fail")(
+                f"[ONNXRuntimeError] : 1 : FAIL : Session configuration entry "
+                f"'{_RECORD_ASSIGNMENT}' must be set to \"1\" to retrieve EP graph assignment "
+                "information."
+            )
         if edges is not None:
             return edges.assignment()
         nodes = tuple(AssignedNode(n.name, n.op_type, n.domain) for n in self._graph_nodes())
         return [AssignedSubgraph(self.get_providers()[0], nodes)]
 
-    def run_with_ortvaluevector(self, run_options, feed_names: Sequence[str], feeds, fetch_names: Sequence[str],
-                                fetches, fetch_devices: Sequence | None = None) -> None:
+    def run_with_ortvaluevector(
+        self,
+        run_options,
+        feed_names: Sequence[str],
+        feeds,
+        fetch_names: Sequence[str],
+        fetches,
+        fetch_devices: Sequence | None = None,
+    ) -> None:
         """run() with an OrtValueVector of inputs; the outputs are appended to ``fetches`` (an empty
         OrtValueVector), or written into its OrtValues when it holds one per output."""
         if self._cpu is not None:
-            return self._cpu.run_with_ortvaluevector(run_options, feed_names, feeds, fetch_names, fetches,
-                                                     fetch_devices)
+            return self._cpu.run_with_ortvaluevector(
+                run_options, feed_names, feeds, fetch_names, fetches, fetch_devices
+            )
         if len(feed_names) != len(feeds):
-            raise ort_class("InvalidArgument")(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : {len(feed_names)} feed "
-                                               f"names for {len(feeds)} feeds")
+            raise ort_class("InvalidArgument")(
+                f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : {len(feed_names)} feed names for {len(feeds)} feeds"
+            )
         feed = {n: feeds[i].numpy() for i, n in enumerate(feed_names)}
         results = self.run(list(fetch_names), feed, run_options)
         if len(fetches) == len(results) and len(fetches):
@@ -112,21 +125,25 @@ class SessionExtras:
                 fetches[i].update_inplace(np.ascontiguousarray(r))
             return None
         if len(fetches):
-            raise ort_class("InvalidArgument")(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : fetches holds "
-                                               f"{len(fetches)} values for {len(results)} outputs")
+            raise ort_class("InvalidArgument")(
+                f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : fetches holds "
+                f"{len(fetches)} values for {len(results)} outputs"
+            )
         for r in results:
             fetches.push_back(_owned_ortvalue(r))
         return None
 
-    def create_ortvalue_from_shape_and_type(self, shape: Sequence[int], element_type, device_type: str,
-                                            device_id: int = 0, vendor_id: int = -1):
+    def create_ortvalue_from_shape_and_type(
+        self, shape: Sequence[int], element_type, device_type: str, device_id: int = 0, vendor_id: int = -1
+    ):
         """An OrtValue in host memory (gert's sessions read their inputs there), usable as a feed."""
         if self._cpu is not None:
-            return self._cpu.create_ortvalue_from_shape_and_type(shape, element_type, device_type, device_id,
-                                                                 vendor_id)
+            return self._cpu.create_ortvalue_from_shape_and_type(shape, element_type, device_type, device_id, vendor_id)
         if str(device_type).lower() != "cpu":
-            raise ort_class("InvalidArgument")(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : gert sessions take "
-                                               f"inputs in host memory ('cpu'), not '{device_type}'")
+            raise ort_class("InvalidArgument")(
+                f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : gert sessions take "
+                f"inputs in host memory ('cpu'), not '{device_type}'"
+            )
         OrtValue = _ort().OrtValue
         if isinstance(element_type, int) and not isinstance(element_type, bool):
             return OrtValue.ortvalue_from_shape_and_onnx_type(list(shape), element_type, "cpu", device_id)

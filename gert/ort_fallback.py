@@ -12,6 +12,7 @@ CPU provider that is not allowed.
 A load that fails for another reason raises ONNX Runtime's own exception for the model when ONNX Runtime refuses it
 too (its class and message, gert's error as ``gert_error``), else ONNX Runtime's Fail with gert's message.
 """
+
 from __future__ import annotations
 
 import threading
@@ -23,8 +24,10 @@ from gert.errors import GertError, refused_by_ge_parser
 from gert.ort_io import ort_class
 
 CPU_PROVIDER = "CPUExecutionProvider"
-_NO_CPU = ("This session contains graph nodes that are assigned to the default CPU EP, but fallback to CPU EP has "
-           "been explicitly disabled by the user.")
+_NO_CPU = (
+    "This session contains graph nodes that are assigned to the default CPU EP, but fallback to CPU EP has "
+    "been explicitly disabled by the user."
+)
 _warned: set = set()
 _lock = threading.Lock()
 
@@ -52,8 +55,10 @@ def cpu_session(source, sess_options) -> Any:
 
 def no_cpu_error(e: BaseException, nodes: Sequence) -> BaseException:
     """ONNX Runtime's error for a model whose nodes would need the CPU provider the providers list leaves out."""
-    told = ort_class("Fail")(f"[ONNXRuntimeError] : 1 : FAIL : {_NO_CPU} (GE cannot take {_names(nodes)}: {e}; add "
-                             f"'{CPU_PROVIDER}' to providers to run the model on ONNX Runtime's CPU provider)")
+    told = ort_class("Fail")(
+        f"[ONNXRuntimeError] : 1 : FAIL : {_NO_CPU} (GE cannot take {_names(nodes)}: {e}; add "
+        f"'{CPU_PROVIDER}' to providers to run the model on ONNX Runtime's CPU provider)"
+    )
     told.gert_error = e
     return told
 
@@ -65,8 +70,12 @@ def warn_fallback(e: BaseException, graph_name: str, nodes: Sequence) -> None:
         if key in _warned:
             return
         _warned.add(key)
-    warnings.warn(f"gert.InferenceSession: GE cannot take the model '{graph_name}' ({e}); its nodes "
-                  f"{_names(nodes)} run on ONNX Runtime's {CPU_PROVIDER}", UserWarning, stacklevel=4)
+    warnings.warn(
+        f"gert.InferenceSession: GE cannot take the model '{graph_name}' ({e}); its nodes "
+        f"{_names(nodes)} run on ONNX Runtime's {CPU_PROVIDER}",
+        UserWarning,
+        stacklevel=4,
+    )
 
 
 def load_error(e: BaseException, source, sess_options) -> BaseException:
@@ -87,8 +96,13 @@ def load_error(e: BaseException, source, sess_options) -> BaseException:
 def _is_ort(e: BaseException) -> bool:
     from onnxruntime.capi import onnxruntime_pybind11_state as state
 
-    return type(e).__module__ == state.__name__ or type(e).__name__ in ("Fail", "InvalidGraph", "InvalidArgument",
-                                                                       "InvalidProtobuf", "NoSuchFile")
+    return type(e).__module__ == state.__name__ or type(e).__name__ in (
+        "Fail",
+        "InvalidGraph",
+        "InvalidArgument",
+        "InvalidProtobuf",
+        "NoSuchFile",
+    )
 
 
 def _names(nodes: Sequence, most: int = 8) -> str:

@@ -19,6 +19,7 @@ exception types (checked against onnxruntime 1.2x/1.3x):
   memory, as its ``run`` does); ``run_with_iobinding`` with another session's binding is a ValueError, and one with
   no output bound fails "At least one output should be requested." as ONNX Runtime does.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -37,10 +38,19 @@ from gert.ort_providers import check_providers
 
 _ORT_STATUS = re.compile(r"\[ONNXRuntimeError\] : (\d+) : ([A-Z_]+) : ")
 # ONNX Runtime's status names -> its Python exception classes (onnxruntime_pybind11_state)
-_STATUS_CLASSES = {"FAIL": "Fail", "INVALID_ARGUMENT": "InvalidArgument", "NO_SUCHFILE": "NoSuchFile",
-                   "NO_MODEL": "NoModel", "ENGINE_ERROR": "EngineError", "RUNTIME_EXCEPTION": "RuntimeException",
-                   "INVALID_PROTOBUF": "InvalidProtobuf", "MODEL_LOADED": "ModelLoaded",
-                   "NOT_IMPLEMENTED": "NotImplemented", "INVALID_GRAPH": "InvalidGraph", "EP_FAIL": "EPFail"}
+_STATUS_CLASSES = {
+    "FAIL": "Fail",
+    "INVALID_ARGUMENT": "InvalidArgument",
+    "NO_SUCHFILE": "NoSuchFile",
+    "NO_MODEL": "NoModel",
+    "ENGINE_ERROR": "EngineError",
+    "RUNTIME_EXCEPTION": "RuntimeException",
+    "INVALID_PROTOBUF": "InvalidProtobuf",
+    "MODEL_LOADED": "ModelLoaded",
+    "NOT_IMPLEMENTED": "NotImplemented",
+    "INVALID_GRAPH": "InvalidGraph",
+    "EP_FAIL": "EPFail",
+}
 _TERMINATED = "Exiting due to terminate flag being set to true."
 _DEVICES = ("cpu", "cuda", "cann", "npu", "dml", "gpu", "webgpu")  # OrtDevice.make names gert accepts for outputs
 
@@ -74,8 +84,9 @@ def ort_class(name: str) -> type:
     cls = _classes.get(name)
     if cls is None:
         base = getattr(_state(), name, None) or _state().Fail
-        cls = _classes[name] = type(name, (GertError, base), {"__doc__": f"ONNX Runtime's {name}, from gert.",
-                                                              "__module__": __name__})
+        cls = _classes[name] = type(
+            name, (GertError, base), {"__doc__": f"ONNX Runtime's {name}, from gert.", "__module__": __name__}
+        )
     return cls
 
 
@@ -89,7 +100,7 @@ def ort_run_error(e: BaseException) -> BaseException | None:
     message = str(e)
     m = _ORT_STATUS.search(message)
     if m is not None:
-        told = ort_class(_STATUS_CLASSES.get(m.group(2), "Fail"))(message[m.start():])
+        told = ort_class(_STATUS_CLASSES.get(m.group(2), "Fail"))(message[m.start() :])
     else:
         told = ort_class("Fail")(f"[ONNXRuntimeError] : 1 : FAIL : {message}")
     told.gert_error = e
@@ -98,8 +109,10 @@ def ort_run_error(e: BaseException) -> BaseException | None:
 
 def _ort_bases() -> tuple:
     state = _state()
-    return tuple(getattr(state, n) for n in set(_STATUS_CLASSES.values()) if hasattr(state, n)) + (RuntimeError,
-                                                                                                    ValueError)
+    return tuple(getattr(state, n) for n in set(_STATUS_CLASSES.values()) if hasattr(state, n)) + (
+        RuntimeError,
+        ValueError,
+    )
 
 
 class ScalarFeedShapes:
@@ -111,7 +124,7 @@ class ScalarFeedShapes:
     def __init__(self, load_model) -> None:
         self._load = load_model  # () -> the model (bytes or a ModelProto), read when first needed
         self._proto = None
-        self._known: dict = {}   # feed signature -> {output name: shape}
+        self._known: dict = {}  # feed signature -> {output name: shape}
 
     def apply(self, input_feed: Mapping[str, Any], result: Mapping[str, np.ndarray]) -> dict:
         key = tuple((n, np.shape(v)) for n, v in input_feed.items())
@@ -137,8 +150,11 @@ class ScalarFeedShapes:
             done = shape_infer.infer(self._proto, fed)
         except Exception:  # noqa: BLE001 - no inference: the outputs keep gert's shapes
             return {}
-        return {o.name: tuple(dims) for o, dims in zip(self._proto.graph.output, done.output_dims)
-                if dims is not None and all(type(d) is int for d in dims)}
+        return {
+            o.name: tuple(dims)
+            for o, dims in zip(self._proto.graph.output, done.output_dims)
+            if dims is not None and all(type(d) is int for d in dims)
+        }
 
 
 def check_run_options(run_options) -> None:
@@ -146,8 +162,10 @@ def check_run_options(run_options) -> None:
     if run_options is None:
         return
     if not isinstance(run_options, _state().RunOptions):
-        raise TypeError(f"run(): incompatible function arguments: run_options must be an onnxruntime.RunOptions "
-                        f"or None, got {type(run_options).__name__}")
+        raise TypeError(
+            f"run(): incompatible function arguments: run_options must be an onnxruntime.RunOptions "
+            f"or None, got {type(run_options).__name__}"
+        )
     if run_options.terminate:
         raise Fail(f"[ONNXRuntimeError] : 1 : FAIL : {_TERMINATED}")
 
@@ -171,24 +189,31 @@ def ort_feed(input_feed: Any, scalar_inputs: frozenset) -> Any:
         if isinstance(value, (str, bytes)):
             raise UnhandledFeed(f"Input must be a list of dictionaries or a single numpy array for input '{name}'.")
         if isinstance(value, (int, float, complex, np.generic)):  # bool is an int
-            raise UnhandledFeed(f"Unable to handle object of type {type(value)} (input '{name}': ONNX Runtime takes "
-                                f"a numpy array, e.g. np.array({value!r}, np.float32) for a 0-d input)")
+            raise UnhandledFeed(
+                f"Unable to handle object of type {type(value)} (input '{name}': ONNX Runtime takes "
+                f"a numpy array, e.g. np.array({value!r}, np.float32) for a 0-d input)"
+            )
     feed = None
     for name, value in input_feed.items():
         if value is None:
-            raise Fail(f"[ONNXRuntimeError] : 1 : FAIL : Missing Input: {name} (the feed gives None for input "
-                       f"'{name}'; ONNX Runtime fails the first node that reads it)")
+            raise Fail(
+                f"[ONNXRuntimeError] : 1 : FAIL : Missing Input: {name} (the feed gives None for input "
+                f"'{name}'; ONNX Runtime fails the first node that reads it)"
+            )
         if name in scalar_inputs and isinstance(value, np.ndarray) and value.ndim > 0:
             if value.size != 1:
-                raise ScalarInputShape(f"[gert] : INVALID_ARGUMENT : input '{name}' is 0-d (a scalar) in the model; "
-                                       f"got shape {value.shape} with {value.size} elements: gert's compiled graph "
-                                       "takes one value")
+                raise ScalarInputShape(
+                    f"[gert] : INVALID_ARGUMENT : input '{name}' is 0-d (a scalar) in the model; "
+                    f"got shape {value.shape} with {value.size} elements: gert's compiled graph "
+                    "takes one value"
+                )
             feed = dict(input_feed) if feed is None else feed
             feed[name] = value.reshape(())
     return input_feed if feed is None else feed
 
 
 # ---- OrtValues ------------------------------------------------------------------------------------------------
+
 
 def _ortvalue_class():
     from onnxruntime import OrtValue
@@ -199,8 +224,9 @@ def _ortvalue_class():
 def from_ortvalue(name: str, value) -> np.ndarray:
     """The host array of an onnxruntime.OrtValue input (gert computes from host memory)."""
     if not isinstance(value, _ortvalue_class()):
-        raise TypeError(f"input '{name}': run_with_ort_values takes onnxruntime.OrtValue values, got "
-                        f"{type(value).__name__}")
+        raise TypeError(
+            f"input '{name}': run_with_ort_values takes onnxruntime.OrtValue values, got {type(value).__name__}"
+        )
     return value.numpy()
 
 
@@ -210,6 +236,7 @@ def to_ortvalue(array: np.ndarray):
 
 # ---- IOBinding ------------------------------------------------------------------------------------------------
 
+
 class IOBinding:
     """onnxruntime.IOBinding over a gert session: inputs bound from host memory, outputs to gert-allocated arrays, a
     preallocated host buffer or an OrtValue. ``get_outputs`` / ``copy_outputs_to_cpu`` give the last run's outputs
@@ -218,7 +245,7 @@ class IOBinding:
     def __init__(self, session) -> None:
         self._session = session
         self._inputs: dict = {}
-        self._outputs: dict = {}     # name -> None (gert allocates), (array view over a host buffer), or OrtValue
+        self._outputs: dict = {}  # name -> None (gert allocates), (array view over a host buffer), or OrtValue
         self._results: list = []
 
     # inputs
@@ -230,8 +257,10 @@ class IOBinding:
         """A host buffer (device_type 'cpu') read at run time; gert takes no device pointer from another runtime."""
         self._check_input(name)
         if str(device_type).lower() != "cpu":
-            raise GertError(f"bind_input('{name}'): gert binds host memory ('cpu'); a {device_type} pointer belongs "
-                            "to another runtime's allocator. Bind the host array with bind_cpu_input")
+            raise GertError(
+                f"bind_input('{name}'): gert binds host memory ('cpu'); a {device_type} pointer belongs "
+                "to another runtime's allocator. Bind the host array with bind_cpu_input"
+            )
         self._inputs[name] = _host_array(element_type, shape, buffer_ptr)
 
     def bind_ortvalue_input(self, name: str, ortvalue) -> None:
@@ -245,8 +274,9 @@ class IOBinding:
         self._inputs.clear()
 
     # outputs
-    def bind_output(self, name: str, device_type: str = "cpu", device_id: int = 0, element_type=None, shape=None,
-                    buffer_ptr=None) -> None:
+    def bind_output(
+        self, name: str, device_type: str = "cpu", device_id: int = 0, element_type=None, shape=None, buffer_ptr=None
+    ) -> None:
         if str(device_type).lower() not in _DEVICES:
             raise Exception(f"Unsupported device type: {device_type}")  # noqa: TRY002 - ONNX Runtime's own class
         if buffer_ptr is None:
@@ -255,14 +285,17 @@ class IOBinding:
         if element_type is None or shape is None:
             raise ValueError("`element_type` and `shape` are to be provided if pre-allocated memory is provided")
         if str(device_type).lower() != "cpu":
-            raise GertError(f"bind_output('{name}'): gert writes outputs to host memory ('cpu'); a {device_type} "
-                            "pointer belongs to another runtime's allocator")
+            raise GertError(
+                f"bind_output('{name}'): gert writes outputs to host memory ('cpu'); a {device_type} "
+                "pointer belongs to another runtime's allocator"
+            )
         self._outputs[name] = _host_array(element_type, shape, buffer_ptr)
 
     def bind_ortvalue_output(self, name: str, ortvalue) -> None:
         if not isinstance(ortvalue, _ortvalue_class()):
-            raise TypeError(f"bind_ortvalue_output('{name}'): expected an onnxruntime.OrtValue, got "
-                            f"{type(ortvalue).__name__}")
+            raise TypeError(
+                f"bind_ortvalue_output('{name}'): expected an onnxruntime.OrtValue, got {type(ortvalue).__name__}"
+            )
         self._outputs[name] = ortvalue
 
     def synchronize_outputs(self) -> None:
@@ -299,14 +332,18 @@ class IOBinding:
                 results.append(value)
             elif isinstance(target, np.ndarray):
                 if target.shape != value.shape or target.dtype != value.dtype:
-                    raise RuntimeError(f"Error in execution: output '{name}' is {value.dtype} of shape {value.shape}; "
-                                       f"the bound buffer holds {target.dtype} of shape {target.shape}")
+                    raise RuntimeError(
+                        f"Error in execution: output '{name}' is {value.dtype} of shape {value.shape}; "
+                        f"the bound buffer holds {target.dtype} of shape {target.shape}"
+                    )
                 np.copyto(target, value)
                 results.append(target)
             else:
                 if tuple(target.shape()) != value.shape or target.numpy().dtype != value.dtype:
-                    raise RuntimeError(f"Error in execution: output '{name}' is {value.dtype} of shape {value.shape}; "
-                                       f"the bound OrtValue holds {target.data_type()} of shape {target.shape()}")
+                    raise RuntimeError(
+                        f"Error in execution: output '{name}' is {value.dtype} of shape {value.shape}; "
+                        f"the bound OrtValue holds {target.data_type()} of shape {target.shape()}"
+                    )
                 target.update_inplace(np.ascontiguousarray(value))
                 results.append(target)
         self._results = results
@@ -317,7 +354,7 @@ def _execution_error(e: BaseException) -> RuntimeError:
     message = str(e)
     m = _ORT_STATUS.match(message)
     if m is not None:
-        message = message[m.end():]
+        message = message[m.end() :]
     return RuntimeError(f"Error in execution: {message}")
 
 
@@ -337,6 +374,7 @@ def _host_array(element_type, shape, buffer_ptr) -> np.ndarray:
 
 # ---- profiling ------------------------------------------------------------------------------------------------
 
+
 class Profiler:
     """SessionOptions.enable_profiling: one Chrome-trace event per run, written by end_profiling() to
     ``{profile_file_prefix}_{date}.json`` (ONNX Runtime's file name and format; its events are per kernel, gert's
@@ -344,17 +382,27 @@ class Profiler:
 
     def __init__(self, sess_options) -> None:
         self.enabled = bool(getattr(sess_options, "enable_profiling", False))
-        self.prefix = str(getattr(sess_options, "profile_file_prefix", "onnxruntime_profile_") or
-                          "onnxruntime_profile_")
+        self.prefix = str(
+            getattr(sess_options, "profile_file_prefix", "onnxruntime_profile_") or "onnxruntime_profile_"
+        )
         self.start_ns = time.monotonic_ns() if self.enabled else 0
         self._events: list = []
         self._lock = threading.Lock()
 
     def record(self, name: str, t0_ns: int, t1_ns: int) -> None:
         with self._lock:
-            self._events.append({"cat": "Session", "pid": os.getpid(), "tid": threading.get_native_id(),
-                                 "dur": (t1_ns - t0_ns) // 1000, "ts": (t0_ns - self.start_ns) // 1000, "ph": "X",
-                                 "name": name, "args": {}})
+            self._events.append(
+                {
+                    "cat": "Session",
+                    "pid": os.getpid(),
+                    "tid": threading.get_native_id(),
+                    "dur": (t1_ns - t0_ns) // 1000,
+                    "ts": (t0_ns - self.start_ns) // 1000,
+                    "ph": "X",
+                    "name": name,
+                    "args": {},
+                }
+            )
 
     def end(self) -> str:
         if not self.enabled:
@@ -384,21 +432,22 @@ class SessionRunVariants:
             raise ValueError("IOBinding must be used with the session that created it.")
         iobinding._run(run_options)
 
-    def run_with_ort_values(self, output_names: Sequence[str] | None, input_dict_ort_values: Mapping[str, Any],
-                            run_options=None) -> list:
+    def run_with_ort_values(
+        self, output_names: Sequence[str] | None, input_dict_ort_values: Mapping[str, Any], run_options=None
+    ) -> list:
         """run() with onnxruntime.OrtValue inputs; the outputs as OrtValues (in host memory)."""
         if self._cpu is not None:
             return self._cpu.run_with_ort_values(output_names, input_dict_ort_values, run_options)
         names = [a.name for a in self.get_inputs()]
         missing = [n for n in names if n not in input_dict_ort_values]
         if missing:
-            raise ValueError(f"Required inputs ({missing}) are missing from input feed "
-                             f"({list(input_dict_ort_values)}).")
+            raise ValueError(
+                f"Required inputs ({missing}) are missing from input feed ({list(input_dict_ort_values)})."
+            )
         feed = {n: from_ortvalue(n, v) for n, v in input_dict_ort_values.items()}
         return [to_ortvalue(a) for a in self.run(output_names, feed, run_options)]
 
-    def set_providers(self, providers: Sequence | None = None,
-                      provider_options: Sequence[dict] | None = None) -> None:
+    def set_providers(self, providers: Sequence | None = None, provider_options: Sequence[dict] | None = None) -> None:
         """Load the model again with these providers' options, as ONNX Runtime re-creates its session; the old
         gert.Model is closed once the new one is ready (a failed load leaves the session as it was)."""
         check_providers(providers)  # an unknown name: ONNX Runtime's RuntimeError, the session as it was

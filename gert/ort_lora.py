@@ -7,6 +7,7 @@ by the session (``AdapterModels``); parameters that name plain graph inputs join
 RunOptions and LoraAdapter say nothing of what they hold, so gert's subclasses record it (``patch_onnxruntime`` puts
 them in place of onnxruntime's; ``gert.RunOptions`` / ``gert.LoraAdapter`` otherwise).
 """
+
 from __future__ import annotations
 
 import threading
@@ -31,6 +32,7 @@ def lora_adapter_class() -> type:
     """onnxruntime.LoraAdapter that remembers the adapter file (or bytes) it loaded."""
     cls = _classes.get("LoraAdapter")
     if cls is None:
+
         class LoraAdapter(_ort().LoraAdapter):
             __doc__ = lora_adapter_class.__doc__
 
@@ -46,6 +48,7 @@ def run_options_class() -> type:
     """onnxruntime.RunOptions that remembers its active adapters."""
     cls = _classes.get("RunOptions")
     if cls is None:
+
         class RunOptions(_ort().RunOptions):
             __doc__ = run_options_class.__doc__
 
@@ -76,7 +79,8 @@ def active_parameters(run_options) -> dict:
         if params is None:
             raise ort_class("NotImplemented")(
                 "[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : this LoraAdapter was made by onnxruntime.LoraAdapter, "
-                "whose parameters gert cannot read: make it with gert.LoraAdapter (or after gert.patch_onnxruntime())")
+                "whose parameters gert cannot read: make it with gert.LoraAdapter (or after gert.patch_onnxruntime())"
+            )
         out.update(params)
     return out
 
@@ -118,8 +122,10 @@ def split(params: Mapping[str, np.ndarray], initializers: set, inputs: set) -> t
         elif name in inputs:
             feed[name] = value
         else:
-            raise ort_class("InvalidArgument")(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Invalid input name: "
-                                               f"{name} (a parameter of an active LoRA adapter)")
+            raise ort_class("InvalidArgument")(
+                f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Invalid input name: "
+                f"{name} (a parameter of an active LoRA adapter)"
+            )
     return replace, feed
 
 

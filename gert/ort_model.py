@@ -8,6 +8,7 @@ by path and left as it is loads by path (GE's file-based parser: its external da
 whoever computes); a rewritten model with external data left needs those tensors read in (inline, under 2 GB).
 Errors are ONNX Runtime's classes and messages.
 """
+
 from __future__ import annotations
 
 import os
@@ -45,8 +46,9 @@ def session_model(path_or_bytes, sess_options) -> SessionModel:
             with open(path, "rb") as f:
                 data = f.read()
         except FileNotFoundError:
-            raise ort_class("NoSuchFile")(f"[ONNXRuntimeError] : 3 : NO_SUCHFILE : Load model from {path} failed. "
-                                          "File doesn't exist") from None
+            raise ort_class("NoSuchFile")(
+                f"[ONNXRuntimeError] : 3 : NO_SUCHFILE : Load model from {path} failed. File doesn't exist"
+            ) from None
     initializers = dict(getattr(sess_options, "gert_initializers", None) or {})
     external = dict(getattr(sess_options, "gert_external_initializers", None) or {})
     files = dict(getattr(sess_options, "gert_external_files", None) or {})
@@ -67,9 +69,11 @@ def inline_external(proto, model_dir: str | None) -> bytes:
     if model_dir is not None and external_data.has_external(proto):
         external_data.load_small(proto, model_dir, max_elements=2**63)
     if proto.ByteSize() > _PROTO_LIMIT:
-        raise ort_class("Fail")("[ONNXRuntimeError] : 1 : FAIL : gert writes the initializers the session options "
-                                "or LoRA adapters give into the model, which then exceeds protobuf's 2 GB: gert "
-                                "cannot change initializers of a model this large")
+        raise ort_class("Fail")(
+            "[ONNXRuntimeError] : 1 : FAIL : gert writes the initializers the session options "
+            "or LoRA adapters give into the model, which then exceeds protobuf's 2 GB: gert "
+            "cannot change initializers of a model this large"
+        )
     return proto.SerializeToString()
 
 
@@ -87,7 +91,8 @@ def replace_initializers(proto, values: Mapping[str, np.ndarray]) -> None:
         if value.dtype != want:
             raise ort_class("InvalidArgument")(
                 f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : add_initializer('{name}'): the model's initializer is "
-                f"{want}, the value given is {value.dtype}")
+                f"{want}, the value given is {value.dtype}"
+            )
         del t.dims[:]
         t.dims.extend(value.shape)
         external_data.set_data(t, _raw(value))
@@ -101,17 +106,23 @@ def _external_initializers(proto, values: Mapping[str, np.ndarray]) -> None:
     for name, value in values.items():
         t = by_name.get(name)
         if t is None:
-            raise ort_class("Fail")(f"[ONNXRuntimeError] : 1 : FAIL : graph.cc ReplaceInitializedTensorImpl Failed to "
-                                    f"find existing initializer with name {name}.")
+            raise ort_class("Fail")(
+                f"[ONNXRuntimeError] : 1 : FAIL : graph.cc ReplaceInitializedTensorImpl Failed to "
+                f"find existing initializer with name {name}."
+            )
         if t.data_location != TensorProto.EXTERNAL:
-            raise ort_class("Fail")("[ONNXRuntimeError] : 1 : FAIL : graph.cc ReplaceInitializedTensorImpl Trying to "
-                                    "replace non-external initializer with external data")
+            raise ort_class("Fail")(
+                "[ONNXRuntimeError] : 1 : FAIL : graph.cc ReplaceInitializedTensorImpl Trying to "
+                "replace non-external initializer with external data"
+            )
         want = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type))
         if value.dtype != want or tuple(value.shape) != tuple(t.dims):
-            raise ort_class("Fail")(f"[ONNXRuntimeError] : 1 : FAIL : graph.cc ReplaceInitializedTensorImpl "
-                                    f"Replacement tensor's data type does not match or shape does not match: "
-                                    f"initializer {name} is {want} {list(t.dims)}, the value {value.dtype} "
-                                    f"{list(value.shape)}")
+            raise ort_class("Fail")(
+                f"[ONNXRuntimeError] : 1 : FAIL : graph.cc ReplaceInitializedTensorImpl "
+                f"Replacement tensor's data type does not match or shape does not match: "
+                f"initializer {name} is {want} {list(t.dims)}, the value {value.dtype} "
+                f"{list(value.shape)}"
+            )
         external_data.set_data(t, _raw(value))
 
 
@@ -127,7 +138,9 @@ def write_optimized_model(sess_options, model_data: Callable[[], bytes]) -> None
     if not path:
         return
     if str(path).lower().endswith(".ort"):
-        raise ort_class("Fail")(f"[ONNXRuntimeError] : 1 : FAIL : optimized_model_filepath '{path}': gert cannot "
-                                "write ONNX Runtime's ORT format; give a .onnx path to get the ONNX model GE compiled")
+        raise ort_class("Fail")(
+            f"[ONNXRuntimeError] : 1 : FAIL : optimized_model_filepath '{path}': gert cannot "
+            "write ONNX Runtime's ORT format; give a .onnx path to get the ONNX model GE compiled"
+        )
     with open(path, "wb") as f:
         f.write(model_data())

@@ -12,6 +12,7 @@ numeric tensor of a known element type. Anything else returns None and the whole
 (cbindings/hostnpu/ge_graph.cpp refuse_like_cann): string tensors, non-tensor values (sequence, map, optional),
 Loop and Scan; with ``cann_ops="strict"`` also the nodes CANN has no plugin for (gert/preview/cann_ops.py).
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -61,8 +62,9 @@ def refused_nodes(model, strict_ops: bool = False) -> list:
             names = [x for x in list(n.input) + list(n.output) if x]
             if any(_not_numeric(types.get(x)) for x in names):
                 refused.add(i)
-            if any(a.type == onnx.AttributeProto.TENSOR and a.t.data_type == onnx.TensorProto.STRING
-                   for a in n.attribute):
+            if any(
+                a.type == onnx.AttributeProto.TENSOR and a.t.data_type == onnx.TensorProto.STRING for a in n.attribute
+            ):
                 refused.add(i)
     if strict_ops:
         from gert.preview import cann_ops
@@ -88,8 +90,7 @@ def plan(model, refused: Sequence[int]) -> Plan | None:
         for x in names:
             consumers.setdefault(x, set()).add(i)
     parents = [{producer[x] for x in names if x in producer} for names in uses]
-    children = [set().union(*(consumers.get(o, set()) for o in n.output if o)) if n.output else set()
-                for n in nodes]
+    children = [set().union(*(consumers.get(o, set()) for o in n.output if o)) if n.output else set() for n in nodes]
     prefix: set = set()
     suffix: set = set()
     for r in refused:
@@ -113,20 +114,35 @@ def plan(model, refused: Sequence[int]) -> Plan | None:
     core_inputs = [x for x in _ordered(needed(core), graph_inputs, nodes, prefix) if x in available_before_core]
     later = needed(suffix) | set(graph_outputs)
     core_outputs = [x for x in _ordered(produced(core), (), nodes, core) if x in later]
-    prefix_outputs = [x for x in _ordered(produced(prefix), (), nodes, prefix)
-                      if x in needed(core) | needed(suffix) | set(graph_outputs)]
+    prefix_outputs = [
+        x
+        for x in _ordered(produced(prefix), (), nodes, prefix)
+        if x in needed(core) | needed(suffix) | set(graph_outputs)
+    ]
     prefix_inputs = [x for x in graph_inputs if x in needed(prefix)]
-    suffix_inputs = [x for x in _ordered(needed(suffix), graph_inputs, nodes, set(prefix) | set(core))
-                     if x not in inits and x in (set(graph_inputs) | produced(prefix) | produced(core))]
+    suffix_inputs = [
+        x
+        for x in _ordered(needed(suffix), graph_inputs, nodes, set(prefix) | set(core))
+        if x not in inits and x in (set(graph_inputs) | produced(prefix) | produced(core))
+    ]
     suffix_outputs = [x for x in _ordered(produced(suffix), (), nodes, suffix) if x in graph_outputs]
     if not core_inputs or not core_outputs:
         return None  # GE's parser needs a root graph with an input; a core nothing reads is no core
     types = _value_types(model)
     if any(_not_numeric(types.get(x)) or types.get(x) is None for x in core_inputs + core_outputs):
         return None  # a string or sequence, or a type nothing says, would cross into GE's graph
-    return Plan(tuple(sorted(prefix)), tuple(core), tuple(sorted(suffix)), tuple(refused), tuple(prefix_inputs),
-                tuple(prefix_outputs), tuple(core_inputs), tuple(core_outputs), tuple(suffix_inputs),
-                tuple(suffix_outputs))
+    return Plan(
+        tuple(sorted(prefix)),
+        tuple(core),
+        tuple(sorted(suffix)),
+        tuple(refused),
+        tuple(prefix_inputs),
+        tuple(prefix_outputs),
+        tuple(core_inputs),
+        tuple(core_outputs),
+        tuple(suffix_inputs),
+        tuple(suffix_outputs),
+    )
 
 
 def sub_model(model, indices: Sequence[int], inputs: Sequence[str], outputs: Sequence[str]) -> bytes:
@@ -138,10 +154,12 @@ def sub_model(model, indices: Sequence[int], inputs: Sequence[str], outputs: Seq
     nodes = [model.graph.node[i] for i in indices]
     used = set().union(*(_used_names(n) for n in nodes)) if nodes else set()
     graph = helper.make_graph(
-        nodes, f"{model.graph.name}_part",
+        nodes,
+        f"{model.graph.name}_part",
         [infos.get(x) or helper.make_empty_tensor_value_info(x) for x in inputs],
         [infos.get(x) or helper.make_empty_tensor_value_info(x) for x in outputs],
-        [t for t in model.graph.initializer if t.name in used and t.name not in inputs])
+        [t for t in model.graph.initializer if t.name in used and t.name not in inputs],
+    )
     graph.sparse_initializer.extend(s for s in model.graph.sparse_initializer if s.values.name in used)
     part = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
     part.functions.extend(model.functions)
@@ -152,17 +170,21 @@ class EdgeSession:
     """An onnxruntime.InferenceSession's run / run_async over the prefix (ONNX Runtime, CPU), the core (a
     gert.InferenceSession) and the suffix (ONNX Runtime, CPU). It owns the three sessions and its callback thread."""
 
-    def __init__(self, model, p: Plan, core_session: Callable[[bytes], Any], cpu_session: Callable[[bytes], Any],
-                 core_provider: str) -> None:
+    def __init__(
+        self,
+        model,
+        p: Plan,
+        core_session: Callable[[bytes], Any],
+        cpu_session: Callable[[bytes], Any],
+        core_provider: str,
+    ) -> None:
         self.plan = p
         self._inputs = [v.name for v in model.graph.input]
         self._outputs = [v.name for v in model.graph.output]
         self._nodes = [AssignedNode(n.name, n.op_type, n.domain) for n in model.graph.node]
         self._core_provider = core_provider
-        self._prefix = (cpu_session(sub_model(model, p.prefix, p.prefix_inputs, p.prefix_outputs))
-                        if p.prefix else None)
-        self._suffix = (cpu_session(sub_model(model, p.suffix, p.suffix_inputs, p.suffix_outputs))
-                        if p.suffix else None)
+        self._prefix = cpu_session(sub_model(model, p.prefix, p.prefix_inputs, p.prefix_outputs)) if p.prefix else None
+        self._suffix = cpu_session(sub_model(model, p.suffix, p.suffix_inputs, p.suffix_outputs)) if p.suffix else None
         self.core = core_session(sub_model(model, p.core, p.core_inputs, p.core_outputs))
         self._async: concurrent.futures.ThreadPoolExecutor | None = None
         self._async_lock = threading.Lock()
@@ -172,16 +194,19 @@ class EdgeSession:
         names = list(output_names) if output_names else list(self._outputs)
         for n in names:
             if n not in self._outputs:
-                raise ort_class("InvalidArgument")(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Invalid output "
-                                                   f"name:{n}")
+                raise ort_class("InvalidArgument")(
+                    f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Invalid output name:{n}"
+                )
         missing = [n for n in self._inputs if n not in input_feed]
         if missing:
             raise ValueError(f"Required inputs ({missing}) are missing from input feed ({list(input_feed)}).")
         values = {n: input_feed[n] for n in self._inputs}
         p = self.plan
-        for session, ins, outs in ((self._prefix, p.prefix_inputs, p.prefix_outputs),
-                                   (self.core, p.core_inputs, p.core_outputs),
-                                   (self._suffix, p.suffix_inputs, p.suffix_outputs)):
+        for session, ins, outs in (
+            (self._prefix, p.prefix_inputs, p.prefix_outputs),
+            (self.core, p.core_inputs, p.core_outputs),
+            (self._suffix, p.suffix_inputs, p.suffix_outputs),
+        ):
             if session is not None:
                 values.update(zip(outs, session.run(list(outs), {x: values[x] for x in ins}, run_options)))
         out = [np.asarray(values[n]) for n in names]
@@ -194,6 +219,7 @@ class EdgeSession:
 
     def run_async(self, output_names, input_feed, callback, user_data=None, run_options=None) -> None:
         """run() on the session's callback thread; ``callback(outputs, user_data, err)`` as ONNX Runtime calls it."""
+
         def work() -> None:
             try:
                 result = self.run(output_names, input_feed, run_options)
@@ -222,10 +248,13 @@ class EdgeSession:
                 return
             _warned.add(key)
         shown = ", ".join(f"{n.op_type}('{n.name}')" if n.name else n.op_type for n in refused[:8])
-        warnings.warn(f"gert.InferenceSession: GE cannot take {len(refused)} node(s) of '{graph_name}' ({shown}); "
-                      f"they run on ONNX Runtime's {CPU_PROVIDER} with {len(self.plan.prefix)} prefix and "
-                      f"{len(self.plan.suffix)} suffix node(s), the other {len(self.plan.core)} on gert",
-                      UserWarning, stacklevel=5)
+        warnings.warn(
+            f"gert.InferenceSession: GE cannot take {len(refused)} node(s) of '{graph_name}' ({shown}); "
+            f"they run on ONNX Runtime's {CPU_PROVIDER} with {len(self.plan.prefix)} prefix and "
+            f"{len(self.plan.suffix)} suffix node(s), the other {len(self.plan.core)} on gert",
+            UserWarning,
+            stacklevel=5,
+        )
 
     def close(self) -> None:
         """Close the core's streams; wait for callbacks already started."""
@@ -236,8 +265,14 @@ class EdgeSession:
         self.core.close()
 
 
-def edge_session(data: bytes, cann_ops_mode: str | None, graph_name: str, core_provider: str,
-                 core_session: Callable[[bytes], Any], cpu_session: Callable[[bytes], Any]) -> EdgeSession | None:
+def edge_session(
+    data: bytes,
+    cann_ops_mode: str | None,
+    graph_name: str,
+    core_provider: str,
+    core_session: Callable[[bytes], Any],
+    cpu_session: Callable[[bytes], Any],
+) -> EdgeSession | None:
     """The EdgeSession of a model GE refused (its bytes), warned once; None when the whole model must run on the
     CPU: no sound split, external data (sub-models made from bytes cannot resolve files next to the model), or a
     part neither runtime takes."""
@@ -261,6 +296,7 @@ def edge_session(data: bytes, cann_ops_mode: str | None, graph_name: str, core_p
 
 
 # ---- graph reading ---------------------------------------------------------------------------------------------
+
 
 def _with_subgraph_nodes(node) -> list:
     """The node and every node of its subgraphs (If branches, Loop bodies), depth first."""

@@ -13,6 +13,7 @@ overrides and initializers), ``RunOptions`` and ``LoraAdapter`` (gert's, which r
 gert.ort_lora) and, with ``when="cann"``, ``get_available_providers()`` lists CANNExecutionProvider, so applications
 that check before they ask do ask.
 """
+
 from __future__ import annotations
 
 import threading
@@ -82,9 +83,13 @@ def patch_onnxruntime(when: str = "cann") -> _Patch:
             have = list(original_providers())
             return have if CANN_PROVIDER in have else [CANN_PROVIDER] + have
 
-        _saved = {"InferenceSession": original, "SessionOptions": ort.SessionOptions,
-                  "get_available_providers": original_providers, "RunOptions": ort.RunOptions,
-                  "LoraAdapter": ort.LoraAdapter}
+        _saved = {
+            "InferenceSession": original,
+            "SessionOptions": ort.SessionOptions,
+            "get_available_providers": original_providers,
+            "RunOptions": ort.RunOptions,
+            "LoraAdapter": ort.LoraAdapter,
+        }
         ort.InferenceSession = PatchedInferenceSession  # not its home module's: the host NPU computes with that one
         ort.SessionOptions = session_options_class()
         ort.RunOptions = run_options_class()

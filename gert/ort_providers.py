@@ -3,6 +3,7 @@
 Below both ort_session (the constructor warns on an unknown name) and ort_io (set_providers raises), so neither
 imports the other for it.
 """
+
 from __future__ import annotations
 
 import threading

@@ -21,6 +21,7 @@ options (streams, gears, shape policies, ...) come as keyword arguments or as th
 uses the ``auto`` policy (any batch size runs unpadded, as in ONNX Runtime; hot sizes get static graphs), and the
 session compiles at creation (``Model.warmup``), as ONNX Runtime does, not on the first run.
 """
+
 from __future__ import annotations
 
 import os
@@ -51,14 +52,32 @@ from gert.ort_providers import CANN_PROVIDER, CPU_PROVIDER, GERT_PROVIDER, check
 
 _OURS = (CANN_PROVIDER, GERT_PROVIDER)
 # CANN EP options that mean nothing to gert's executor (it manages memory and graphs itself)
-_CANN_EP_IGNORED = {"npu_mem_limit", "arena_extend_strategy", "enable_cann_graph", "dump_graphs", "dump_om_model",
-                    "op_select_impl_mode", "optypelist_for_implmode", "enable_cann_subgraph"}
+_CANN_EP_IGNORED = {
+    "npu_mem_limit",
+    "arena_extend_strategy",
+    "enable_cann_graph",
+    "dump_graphs",
+    "dump_om_model",
+    "op_select_impl_mode",
+    "optypelist_for_implmode",
+    "enable_cann_subgraph",
+}
 _LOAD_INT_KEYS = {"streams", "cube_cores", "vector_cores", "max_batch", "max_exact_graphs"}
 # SessionOptions attributes gert accepts and does not apply: warned about once each when not ONNX Runtime's default
-_IGNORED_SESSION_OPTIONS = ("inter_op_num_threads", "graph_optimization_level", "execution_mode", "log_severity_level",
-                            "log_verbosity_level", "enable_profiling", "enable_mem_pattern", "enable_mem_reuse",
-                            "use_deterministic_compute",
-                            "execution_order", "logid", "profile_file_prefix")
+_IGNORED_SESSION_OPTIONS = (
+    "inter_op_num_threads",
+    "graph_optimization_level",
+    "execution_mode",
+    "log_severity_level",
+    "log_verbosity_level",
+    "enable_profiling",
+    "enable_mem_pattern",
+    "enable_mem_reuse",
+    "use_deterministic_compute",
+    "execution_order",
+    "logid",
+    "profile_file_prefix",
+)
 _ORT_PREFIX = re.compile(r"^\[(ONNXRuntimeError|gert)\] : (\d+ : )?[A-Z_]+ : ")
 _NO_VERSION = 2**63 - 1  # what ONNX Runtime reports as the version of a model that sets none
 
@@ -84,6 +103,7 @@ class MissingInputs(GertError, ValueError):
 
 
 # ---- metadata --------------------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class NodeArg:
@@ -129,8 +149,7 @@ def _type_string(type_proto) -> str:
     return "unknown"
 
 
-def _shape(type_proto, overrides: Mapping[str, int], denotations: Mapping[str, int] | None = None
-           ) -> list | None:
+def _shape(type_proto, overrides: Mapping[str, int], denotations: Mapping[str, int] | None = None) -> list | None:
     """Dims as ONNX Runtime reports them (None for an unnamed unknown dim); None when the rank is unknown. A free
     dim is fixed by an override of its name, or of its denotation ("DATA_BATCH")."""
     kind = type_proto.WhichOneof("value")
@@ -158,8 +177,7 @@ class _ModelInfo:
     nodes: list = field(default_factory=list)  # the graph's nodes (NodeProtos without their attributes)
 
 
-def _read_model(data: bytes, overrides: Mapping[str, int], denotations: Mapping[str, int] | None = None
-                ) -> _ModelInfo:
+def _read_model(data: bytes, overrides: Mapping[str, int], denotations: Mapping[str, int] | None = None) -> _ModelInfo:
     """Inputs, outputs, overridable initializers and metadata, as ONNX Runtime reports them; output shapes the file
     leaves out come from ONNX shape inference, as ONNX Runtime infers them at load."""
     import onnx
@@ -180,10 +198,16 @@ def _read_model(data: bytes, overrides: Mapping[str, int], denotations: Mapping[
         except Exception:  # noqa: BLE001 - inference is best effort here; ONNX Runtime then reports no shape either
             inferred = {}
 
-    inputs = [NodeArg(v.name, _type_string(v.type), _shape(v.type, overrides, denotations) or [])
-              for v in g.input if v.name not in initializers]
-    overridable = [NodeArg(v.name, _type_string(v.type), _shape(v.type, overrides, denotations) or [])
-                   for v in g.input if v.name in initializers]
+    inputs = [
+        NodeArg(v.name, _type_string(v.type), _shape(v.type, overrides, denotations) or [])
+        for v in g.input
+        if v.name not in initializers
+    ]
+    overridable = [
+        NodeArg(v.name, _type_string(v.type), _shape(v.type, overrides, denotations) or [])
+        for v in g.input
+        if v.name in initializers
+    ]
     outputs = []
     for v in g.output:
         if v.name in inferred:
@@ -191,9 +215,15 @@ def _read_model(data: bytes, overrides: Mapping[str, int], denotations: Mapping[
         else:
             shape = _shape(v.type, overrides, denotations) or []
         outputs.append(NodeArg(v.name, _type_string(v.type), shape))
-    meta = ModelMetadata(model.producer_name, g.name, model.domain, model.doc_string, g.doc_string,
-                         int(model.model_version) if model.HasField("model_version") else _NO_VERSION,
-                         {p.key: p.value for p in model.metadata_props})
+    meta = ModelMetadata(
+        model.producer_name,
+        g.name,
+        model.domain,
+        model.doc_string,
+        g.doc_string,
+        int(model.model_version) if model.HasField("model_version") else _NO_VERSION,
+        {p.key: p.value for p in model.metadata_props},
+    )
     nodes = [NodeProtoRef(n.name, n.op_type, n.domain) for n in g.node]
     return _ModelInfo(inputs, outputs, overridable, meta, nodes)
 
@@ -208,6 +238,7 @@ class NodeProtoRef:
 
 
 # ---- options ---------------------------------------------------------------------------------------------------
+
 
 def SessionOptions():  # noqa: N802 - a class in ONNX Runtime's API; built lazily so importing gert imports no ORT
     """onnxruntime.SessionOptions that remembers its free-dimension overrides, so gert can honour them."""
@@ -239,9 +270,9 @@ def session_options_class():
                 super().__init__(*a, **kw)
                 self.gert_free_dimension_overrides: dict = {}
                 self.gert_denotation_overrides: dict = {}
-                self.gert_initializers: dict = {}           # add_initializer: name -> array
+                self.gert_initializers: dict = {}  # add_initializer: name -> array
                 self.gert_external_initializers: dict = {}  # add_external_initializers: name -> array
-                self.gert_external_files: dict = {}         # add_external_initializers_from_files_in_memory
+                self.gert_external_files: dict = {}  # add_external_initializers_from_files_in_memory
 
             def add_free_dimension_override_by_name(self, name: str, value: int) -> None:
                 super().add_free_dimension_override_by_name(name, value)
@@ -263,7 +294,7 @@ def session_options_class():
             def add_external_initializers_from_files_in_memory(self, names, buffers, lengths) -> None:
                 super().add_external_initializers_from_files_in_memory(names, buffers, lengths)
                 for n, b, k in zip(names, buffers, lengths):
-                    self.gert_external_files[str(n)] = bytes(memoryview(b).cast("B")[:int(k)])
+                    self.gert_external_files[str(n)] = bytes(memoryview(b).cast("B")[: int(k)])
 
         GertSessionOptions.__name__ = GertSessionOptions.__qualname__ = "SessionOptions"
         _SO_CLASS = GertSessionOptions
@@ -287,8 +318,11 @@ def _session_load_options(so, device_cube_cores: Callable[[], int]) -> dict:
         except AttributeError:
             continue
     for name in differ:
-        _warn_once(f"so.{name}", f"gert.InferenceSession: SessionOptions.{name} is accepted and not applied "
-                                 "(gert's executor and GE decide it)")
+        _warn_once(
+            f"so.{name}",
+            f"gert.InferenceSession: SessionOptions.{name} is accepted and not applied "
+            "(gert's executor and GE decide it)",
+        )
     return out
 
 
@@ -341,10 +375,23 @@ def _cube_cores(device: int) -> int:
 
 
 _LOAD_CONFIG = "ORT_LOAD_CONFIG_FROM_MODEL"
-_COPIED_OPTIONS = ("intra_op_num_threads", "inter_op_num_threads", "graph_optimization_level", "execution_mode",
-                   "log_severity_level", "log_verbosity_level", "enable_profiling", "enable_mem_pattern",
-                   "enable_mem_reuse", "enable_cpu_mem_arena", "use_deterministic_compute", "optimized_model_filepath",
-                   "execution_order", "logid", "profile_file_prefix")
+_COPIED_OPTIONS = (
+    "intra_op_num_threads",
+    "inter_op_num_threads",
+    "graph_optimization_level",
+    "execution_mode",
+    "log_severity_level",
+    "log_verbosity_level",
+    "enable_profiling",
+    "enable_mem_pattern",
+    "enable_mem_reuse",
+    "enable_cpu_mem_arena",
+    "use_deterministic_compute",
+    "optimized_model_filepath",
+    "execution_order",
+    "logid",
+    "profile_file_prefix",
+)
 
 
 def _options_from_model(so, meta: ModelMetadata):
@@ -360,20 +407,28 @@ def _options_from_model(so, meta: ModelMetadata):
     try:
         fields = json.loads(config).get("session_options", {})
     except (ValueError, AttributeError) as e:
-        raise ort_class("InvalidArgument")(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : the model's ort_config "
-                                           f"metadata is not JSON with a session_options object: {e}") from None
+        raise ort_class("InvalidArgument")(
+            f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : the model's ort_config "
+            f"metadata is not JSON with a session_options object: {e}"
+        ) from None
     out = SessionOptions()
     if so is not None:
         for name in _COPIED_OPTIONS:
             setattr(out, name, getattr(so, name))
-        for attr in ("gert_free_dimension_overrides", "gert_denotation_overrides", "gert_initializers",
-                     "gert_external_initializers", "gert_external_files"):
+        for attr in (
+            "gert_free_dimension_overrides",
+            "gert_denotation_overrides",
+            "gert_initializers",
+            "gert_external_initializers",
+            "gert_external_files",
+        ):
             getattr(out, attr).update(getattr(so, attr, None) or {})
     for name, value in fields.items():
         if name in _COPIED_OPTIONS:
             current = getattr(out, name)
-            setattr(out, name, type(current)(int(value)) if not isinstance(current, (str, bool)) else
-                    type(current)(value))
+            setattr(
+                out, name, type(current)(int(value)) if not isinstance(current, (str, bool)) else type(current)(value)
+            )
         else:
             out.add_session_config_entry(str(name), str(value))
     return out
@@ -385,14 +440,20 @@ def _names_batch(load: dict) -> bool:
 
 # ---- the session -----------------------------------------------------------------------------------------------
 
+
 class InferenceSession(SessionRunVariants, SessionExtras):
     """onnxruntime.InferenceSession's Python API over a gert.Model (see the module doc; the run variants, IOBinding
     and run_options: gert.ort_io; the rest of the 1.32 API: gert.ort_api). A model GE's parser refuses runs on ONNX
     Runtime's CPU provider when the providers allow it (gert.ort_fallback)."""
 
-    def __init__(self, path_or_bytes: str | bytes | os.PathLike, sess_options=None,
-                 providers: Sequence | None = None, provider_options: Sequence[dict] | None = None,
-                 **load_options: Any):
+    def __init__(
+        self,
+        path_or_bytes: str | bytes | os.PathLike,
+        sess_options=None,
+        providers: Sequence | None = None,
+        provider_options: Sequence[dict] | None = None,
+        **load_options: Any,
+    ):
         self._cpu = None  # ONNX Runtime's CPU session, when the model runs there (gert.ort_fallback)
         self._edges_session: ort_partition.EdgeSession | None = None  # core on gert, edges on CPU
         self._model = None
@@ -413,8 +474,11 @@ class InferenceSession(SessionRunVariants, SessionExtras):
         self._sess_options = _options_from_model(sess_options, self._info.meta)
         self._extra_load = dict(load_options)
         if self._info.overridable:
-            _warn_once("overridable", "gert.InferenceSession: initializers listed as graph inputs are constants in "
-                                      "the compiled graph; feeding them is refused")
+            _warn_once(
+                "overridable",
+                "gert.InferenceSession: initializers listed as graph inputs are constants in "
+                "the compiled graph; feeding them is refused",
+            )
         check_providers(providers, constructor=True)
         self._providers, self._load_options = self._load_arguments(providers, provider_options)
         self._model = self._load_or_fall_back(providers)
@@ -468,9 +532,13 @@ class InferenceSession(SessionRunVariants, SessionExtras):
         """The core on gert and the refused nodes at the edges on the CPU, or None (gert.ort_partition)."""
         ours = [(n, o) for n, o in self._providers.items() if n in _OURS] or [GERT_PROVIDER]
         return ort_partition.edge_session(
-            self._model_data(), self._load_options.get("cann_ops"), self._info.meta.graph_name, ours[0][0],
+            self._model_data(),
+            self._load_options.get("cann_ops"),
+            self._info.meta.graph_name,
+            ours[0][0],
             lambda data: InferenceSession(data, self._sess_options, providers=ours, **self._extra_load),
-            lambda data: ort_fallback.cpu_session(data, self._sess_options))
+            lambda data: ort_fallback.cpu_session(data, self._sess_options),
+        )
 
     def _source(self) -> str | bytes:
         """What the model loads from: its path, or its bytes."""
@@ -571,11 +639,15 @@ class InferenceSession(SessionRunVariants, SessionExtras):
         info = self._input_info
         for name, value in input_feed.items():  # np.asarray(None, float32) would be NaN: ONNX Runtime fails the run
             if value is None and name in info:
-                raise InvalidArgument(f"[gert] : INVALID_ARGUMENT : input '{name}' is None; ONNX Runtime fails the run "
-                                      f"with 'Missing Input: {name}'")
+                raise InvalidArgument(
+                    f"[gert] : INVALID_ARGUMENT : input '{name}' is None; ONNX Runtime fails the run "
+                    f"with 'Missing Input: {name}'"
+                )
         # ONNX Runtime converts a value that is not an array to the input's type
-        feed = {n: v if isinstance(v, np.ndarray) or n not in info else np.asarray(v, dtype=info[n].dtype)
-                for n, v in input_feed.items()}
+        feed = {
+            n: v if isinstance(v, np.ndarray) or n not in info else np.asarray(v, dtype=info[n].dtype)
+            for n, v in input_feed.items()
+        }
         try:
             self._model.engine.validate(feed)
         except InputError as e:
@@ -591,17 +663,23 @@ class InferenceSession(SessionRunVariants, SessionExtras):
         if e.kind == "names":
             name = e.unexpected[0]
             if name in {a.name for a in self._info.overridable}:
-                return InvalidArgument(f"[gert] : INVALID_ARGUMENT : input '{name}' overrides an initializer; "
-                                       "gert compiles initializers into the graph and cannot override them")
+                return InvalidArgument(
+                    f"[gert] : INVALID_ARGUMENT : input '{name}' overrides an initializer; "
+                    "gert compiles initializers into the graph and cannot override them"
+                )
             return InvalidArgument(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Invalid input name: {name}")
         arg = self._input_args.get(e.input)
         if e.kind == "dtype":
-            return InvalidArgument(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Unexpected input data type. "
-                                   f"Actual: (tensor({_dtype_name(e.actual[0])})) , expected: ({arg.type})")
+            return InvalidArgument(
+                f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Unexpected input data type. "
+                f"Actual: (tensor({_dtype_name(e.actual[0])})) , expected: ({arg.type})"
+            )
         if e.kind == "rank":
-            return InvalidArgument(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Invalid rank for input: {e.input} "
-                                   f"Got: {len(e.actual[1])} Expected: {len(arg.shape)} Please fix either the "
-                                   "inputs/outputs or the model.")
+            return InvalidArgument(
+                f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Invalid rank for input: {e.input} "
+                f"Got: {len(e.actual[1])} Expected: {len(arg.shape)} Please fix either the "
+                "inputs/outputs or the model."
+            )
         if e.kind == "dims":
             try:
                 self._check_dims(e.input, feed[e.input])
@@ -627,9 +705,11 @@ class InferenceSession(SessionRunVariants, SessionExtras):
         bad = [(i, a.shape[i], d) for i, d in enumerate(arg.shape) if isinstance(d, int) and a.shape[i] != d]
         if bad:
             lines = "".join(f"\n index: {i} Got: {got} Expected: {want}" for i, got, want in bad)
-            raise InvalidArgument(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Got invalid dimensions for input: "
-                                  f"{name} for the following indices{lines}\n Please fix either the "
-                                  "inputs/outputs or the model.")
+            raise InvalidArgument(
+                f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Got invalid dimensions for input: "
+                f"{name} for the following indices{lines}\n Please fix either the "
+                "inputs/outputs or the model."
+            )
 
     def _outputs(self, output_names: Sequence[str] | None) -> list:
         if not output_names:
@@ -647,8 +727,9 @@ class InferenceSession(SessionRunVariants, SessionExtras):
             return self._edges_session.run(output_names, from_ortvalues(input_feed), run_options)
         names = self._outputs(output_names)
         check_run_options(run_options)
-        model, input_feed = self._adapted(run_options, input_feed) if run_options is not None else (self._model,
-                                                                                                     input_feed)
+        model, input_feed = (
+            self._adapted(run_options, input_feed) if run_options is not None else (self._model, input_feed)
+        )
         input_feed = from_ortvalues(input_feed)
         fed = ort_feed(input_feed, self._scalar_inputs)
         feed = self._feed(fed)
@@ -668,17 +749,23 @@ class InferenceSession(SessionRunVariants, SessionExtras):
             result = self._scalar_shapes.apply(input_feed, result)
         return _listed(result, names) if self._outputs_twice or output_names else [result[n] for n in names]
 
-    def run_async(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any],
-                  callback: Callable[[list | None, Any, str], None], user_data: Any = None,
-                  run_options=None) -> None:
+    def run_async(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: Mapping[str, Any],
+        callback: Callable[[list | None, Any, str], None],
+        user_data: Any = None,
+        run_options=None,
+    ) -> None:
         """Run in the background; ``callback(outputs, user_data, err)`` runs when done: the outputs with ``err``
         empty, or ``[]`` with the error's message, bad input included (as ONNX Runtime calls it). The callback
         holds the session: it lives until the callback ran, as ONNX Runtime finishes a run of a dropped session."""
         if self._cpu is not None:
             return self._cpu.run_async(output_names, input_feed, callback, user_data, run_options)
         if self._edges_session is not None:
-            return self._edges_session.run_async(output_names, from_ortvalues(input_feed), callback, user_data,
-                                                 run_options)
+            return self._edges_session.run_async(
+                output_names, from_ortvalues(input_feed), callback, user_data, run_options
+            )
         try:
             names = self._outputs(output_names)
             check_run_options(run_options)
@@ -722,8 +809,11 @@ class InferenceSession(SessionRunVariants, SessionExtras):
         self.close()
 
     def __del__(self) -> None:
-        for held in (getattr(self, "_model", None), getattr(self, "_adapters", None),
-                     getattr(self, "_edges_session", None)):
+        for held in (
+            getattr(self, "_model", None),
+            getattr(self, "_adapters", None),
+            getattr(self, "_edges_session", None),
+        ):
             if held is not None:
                 try:
                     held.close()

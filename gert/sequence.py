@@ -10,6 +10,7 @@ write the state output into another device buffer (Request.device_out: no D2H); 
 several sequences run as one batch: their states are gathered into the batch and scattered back with device-to-device
 copies. The spare buffers come from a small pool, so N sequences hold about N states, not 2N.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -31,6 +32,7 @@ from gert.core.engine import Engine
 from gert.core.validate import Validator
 from gert.core.shapes import DEFAULT_BATCH_GEARS, ShapePlan, TensorInfo
 from gert.core.tensor import DeviceTensor
+
 
 class Runner(Protocol):
     """What Sequences need of their model (gert.Model): its plan, its Engine, and whether it is closed."""
@@ -62,16 +64,22 @@ def pair_states(plan: ShapePlan, state: Mapping[str, str]) -> list:
         if i not in ins:
             raise GertError(f"state names input '{i}', which is not a model input; inputs: {list(ins)}")
         if o not in outs:
-            raise GertError(f"state pairs input '{i}' with output '{o}', which is not a model output; outputs: "
-                            f"{list(outs)}")
+            raise GertError(
+                f"state pairs input '{i}' with output '{o}', which is not a model output; outputs: {list(outs)}"
+            )
         ti, to = ins[i], outs[o]
         if ti.dtype != to.dtype:
-            raise GertError(f"state input '{i}' is {ti.dtype} but its output '{o}' is {to.dtype}: the output feeds "
-                            "the input at the next step, so they must agree")
-        if len(ti.shape) != len(to.shape) or any(isinstance(a, int) and isinstance(b, int) and a != b
-                                                 for a, b in zip(ti.shape, to.shape)):
-            raise GertError(f"state input '{i}' has shape {ti.shape} but its output '{o}' has {to.shape}: the output "
-                            "feeds the input at the next step, so they must agree")
+            raise GertError(
+                f"state input '{i}' is {ti.dtype} but its output '{o}' is {to.dtype}: the output feeds "
+                "the input at the next step, so they must agree"
+            )
+        if len(ti.shape) != len(to.shape) or any(
+            isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(ti.shape, to.shape)
+        ):
+            raise GertError(
+                f"state input '{i}' has shape {ti.shape} but its output '{o}' has {to.shape}: the output "
+                "feeds the input at the next step, so they must agree"
+            )
         pairs.append(StatePair(ti, to, plan.batch_axis(i)))
     if len({p.output.name for p in pairs}) != len(pairs):
         raise GertError(f"state {dict(state)} feeds two inputs from one output")
@@ -146,9 +154,9 @@ class Sequence:
         self._owner = owner
         self.id = seq_id
         self.device = device
-        self._bufs: dict = {}     # state input name -> DeviceBuffer
-        self._shapes: dict = {}   # state input name -> shape
-        self._rows = 1            # rows along the batch axis (set with _shapes, Sequences.write_state)
+        self._bufs: dict = {}  # state input name -> DeviceBuffer
+        self._shapes: dict = {}  # state input name -> shape
+        self._rows = 1  # rows along the batch axis (set with _shapes, Sequences.write_state)
         self._key_extra: tuple = ()  # what of the sequence a step's batch key holds (Sequences._step_key)
         self._lock = HandOffLock()  # held by a step; close() hands the free to a step still holding it
         self._closed = False
@@ -214,8 +222,10 @@ class Sequence:
 
     def __repr__(self) -> str:
         shapes = ", ".join(f"{n}{list(s)}" for n, s in self._shapes.items())
-        return (f"<gert.Sequence {self.id} {'closed' if self._closed else 'open'}, device {self.device}, "
-                f"{self.steps} steps, state {shapes}>")
+        return (
+            f"<gert.Sequence {self.id} {'closed' if self._closed else 'open'}, device {self.device}, "
+            f"{self.steps} steps, state {shapes}>"
+        )
 
 
 class _Step(Pending):
@@ -255,15 +265,19 @@ class _StepBatches:
         if engine.batch_limit:
             return engine.batch_limit
         batch = owner.plan.batch
-        return (batch.gears[-1] if batch.policy == "pad" and batch.gears else DEFAULT_BATCH_GEARS[-1]) \
-            if owner.wait_s > 0 else 0
+        return (
+            (batch.gears[-1] if batch.policy == "pad" and batch.gears else DEFAULT_BATCH_GEARS[-1])
+            if owner.wait_s > 0
+            else 0
+        )
 
     def run(self, seq: Sequence, arrays: dict, limit: int) -> dict:
         """One checked step, queued in the model's batch queue (gert/core/batch_queue.py) with the steps' own run
         and admit rules; its outputs (raises _RunAlone when a leader hands it back)."""
         owner = self.owner
-        pending = _Step(seq, arrays, None, seq.rows, owner._step_key(seq, arrays), None, None, limit, seq.device,
-                        owner.wait_s)
+        pending = _Step(
+            seq, arrays, None, seq.rows, owner._step_key(seq, arrays), None, None, limit, seq.device, owner.wait_s
+        )
         return owner.model.engine.queue(pending, self._run, self._admit, record=False)
 
     @staticmethod
@@ -351,21 +365,28 @@ class Sequences:
         state = dict(state or {})
         unknown = [n for n in state if n not in self.state_inputs]
         if unknown:
-            raise GertError(f"initial state names {unknown}, which are not state inputs; state inputs: "
-                            f"{sorted(self.state_inputs)}")
+            raise GertError(
+                f"initial state names {unknown}, which are not state inputs; state inputs: {sorted(self.state_inputs)}"
+            )
         arrays, shapes = {}, {}
         for p in self.pairs:
             t = p.input
             if t.name in state:
                 a = np.require(np.asarray(state[t.name]), requirements="C")
-                if a.dtype != t.dtype or a.ndim != len(t.shape) or any(
-                        isinstance(d, int) and d != s for d, s in zip(t.shape, a.shape)):
-                    raise GertError(f"initial state '{t.name}': expected {t.dtype} of shape {t.shape}, got {a.dtype} "
-                                    f"of shape {a.shape}")
+                if (
+                    a.dtype != t.dtype
+                    or a.ndim != len(t.shape)
+                    or any(isinstance(d, int) and d != s for d, s in zip(t.shape, a.shape))
+                ):
+                    raise GertError(
+                        f"initial state '{t.name}': expected {t.dtype} of shape {t.shape}, got {a.dtype} "
+                        f"of shape {a.shape}"
+                    )
                 arrays[t.name], shapes[t.name] = a, a.shape
             else:
-                shapes[t.name] = tuple(d if isinstance(d, int) else self._default_size(t, axis)
-                                       for axis, d in enumerate(t.shape))
+                shapes[t.name] = tuple(
+                    d if isinstance(d, int) else self._default_size(t, axis) for axis, d in enumerate(t.shape)
+                )
         if self.batchable:
             rows = {s[p.axis] for p, s in ((p, shapes[p.input.name]) for p in self.pairs)}
             if len(rows) > 1:
@@ -376,8 +397,11 @@ class Sequences:
             for p in self.pairs:
                 name = p.input.name
                 nbytes = math.prod(shapes[name]) * p.input.dtype.itemsize
-                buf = old.pop(name) if name in old and old[name].nbytes == max(nbytes, 1) else self._alloc(seq, name,
-                                                                                                           nbytes)
+                buf = (
+                    old.pop(name)
+                    if name in old and old[name].nbytes == max(nbytes, 1)
+                    else self._alloc(seq, name, nbytes)
+                )
                 new[name] = buf
                 # DeviceBuffer's own calls: they make the device's context current in this thread (any thread)
                 if name in arrays:
@@ -396,16 +420,22 @@ class Sequences:
         p = self.pairs[0]
         seq._rows = shapes[p.input.name][p.axis] if p.axis is not None else 1
         # steps with equal keys can share one run: same device, same non-batch state shapes (and batch key)
-        seq._key_extra = (seq.device,) + tuple(shapes[p.input.name][:p.axis] + shapes[p.input.name][p.axis + 1:]
-                                               if p.axis is not None else shapes[p.input.name] for p in self.pairs)
+        seq._key_extra = (seq.device,) + tuple(
+            shapes[p.input.name][: p.axis] + shapes[p.input.name][p.axis + 1 :]
+            if p.axis is not None
+            else shapes[p.input.name]
+            for p in self.pairs
+        )
 
     def _default_size(self, t: TensorInfo, axis: int) -> int:
         """A symbolic state dim without an initial state: 1 on the batch axis (or a dim the step inputs share)."""
         dim = self.plan.input_axes.get((t.name, axis))
         if dim == "batch" or any(n in self.step_inputs for n, _ in self.plan.dims[dim].axes):
             return 1
-        raise GertError(f"state input '{t.name}' axis {axis} is dynamic ('{dim}') and not a batch axis: give "
-                        f"initial_state={{'{t.name}': ...}} to set its size")
+        raise GertError(
+            f"state input '{t.name}' axis {axis} is dynamic ('{dim}') and not a batch axis: give "
+            f"initial_state={{'{t.name}': ...}} to set its size"
+        )
 
     def _alloc(self, seq: Sequence, name: str, nbytes: int) -> DeviceBuffer:
         try:
@@ -415,8 +445,10 @@ class Sequences:
             try:
                 return DeviceBuffer(max(nbytes, 1), seq.device)
             except AclError:
-                raise GertError(f"sequence {seq.id}: out of device memory for state '{name}' ({nbytes} bytes on "
-                                f"device {seq.device}, {self.active} sequences open): {first}") from first
+                raise GertError(
+                    f"sequence {seq.id}: out of device memory for state '{name}' ({nbytes} bytes on "
+                    f"device {seq.device}, {self.active} sequences open): {first}"
+                ) from first
 
     def close(self, timeout: Optional[float] = None) -> None:
         """Close every sequence (Model.close(), after the steps in flight ended or were aborted): a sequence whose
@@ -451,12 +483,15 @@ class Sequences:
             raise GertError(f"step item {index}: {seq!r} is not a sequence of this model")
         seq._check_open()
         if type(inputs) is not dict and not isinstance(inputs, Mapping):
-            raise GertError(f"step item {index}: inputs must be a dict of input name -> array, got "
-                            f"{type(inputs).__name__}")
+            raise GertError(
+                f"step item {index}: inputs must be a dict of input name -> array, got {type(inputs).__name__}"
+            )
         state = [n for n in inputs if n in self.state_inputs] if len(inputs) != len(self.step_inputs) else ()
         if state:
-            raise GertError(f"sequence {seq.id}: input(s) {state} are the sequence's state, kept on the device; give "
-                            f"only the step inputs {self.step_inputs}")
+            raise GertError(
+                f"sequence {seq.id}: input(s) {state} are the sequence's state, kept on the device; give "
+                f"only the step inputs {self.step_inputs}"
+            )
         return self._validator.check(inputs)[0]
 
     def step(self, items: list, return_exceptions: bool = False) -> list:
@@ -489,8 +524,9 @@ class Sequences:
         first = None
         for group in self._groups(checked):
             try:  # a device fault of a group: each sequence's step again alone (its state is still the old one)
-                outs = run_isolated([(s, a) for _, s, a in group], self._run_group,
-                                    self.model.engine.batching_stats.retried)
+                outs = run_isolated(
+                    [(s, a) for _, s, a in group], self._run_group, self.model.engine.batching_stats.retried
+                )
             except Exception as e:  # noqa: BLE001 - the group's error, raised or returned below
                 outs = [e] * len(group)
             first = first or next((o for o in outs if isinstance(o, BaseException)), None)
@@ -508,8 +544,11 @@ class Sequences:
         batcher = self._batcher
         batch = self.plan.batch
         top = batch.gears[-1] if batch is not None and batch.policy == "pad" and batch.gears else None
-        return [chunk for members in batcher.group(checked, lambda item: batcher.key(item[2], item[1]._key_extra))
-                for chunk in batcher.chunks(members, lambda item: item[1]._rows, top)]
+        return [
+            chunk
+            for members in batcher.group(checked, lambda item: batcher.key(item[2], item[1]._key_extra))
+            for chunk in batcher.chunks(members, lambda item: item[1]._rows, top)
+        ]
 
     def _step_key(self, seq: Sequence, arrays: dict) -> tuple:
         """Steps with equal keys can share one run: same device, batch key, non-batch state shapes."""
@@ -541,8 +580,9 @@ class Sequences:
                 raise GertError(f"a step of {n} rows is larger than the largest batch gear {g}")
         direct = len(members) == 1 and g == n
         # the step inputs as one batch (axis 0: each member's rows copied straight to the device), filler rows to g
-        arrays = self._batcher.merge([a for _, a in members], pad_to=g, total=n) if self.batchable \
-            else dict(members[0][1])
+        arrays = (
+            self._batcher.merge([a for _, a in members], pad_to=g, total=n) if self.batchable else dict(members[0][1])
+        )
         # all-or-nothing: a batch's new states are scattered into fresh buffers, swapped in only once the step
         # succeeded (a copy failing halfway leaves every member's state as it was)
         taken, device_out, before, after, new_states = [], {}, [], [], {}
@@ -560,8 +600,9 @@ class Sequences:
                     taken.append(dst)
                     new_states[name] = [dst]
                 else:  # gathered into src, the output scattered into one fresh buffer per member
-                    bufs = self._pool.get_many(device, [nbytes, nbytes] + [seq._bufs[name].nbytes
-                                                                           for seq, _ in members])
+                    bufs = self._pool.get_many(
+                        device, [nbytes, nbytes] + [seq._bufs[name].nbytes for seq, _ in members]
+                    )
                     taken += bufs
                     src, dst, fresh = bufs[0], bufs[1], bufs[2:]
                     before += self._gather(p, members, src, shape, rows)
@@ -569,8 +610,15 @@ class Sequences:
                     new_states[name] = fresh
                 arrays[name] = DeviceTensor(src, shape, p.input.dtype)
                 device_out[p.output.name] = dst
-            out = model.engine.run_prepared(arrays, run, device_out=device_out, device=device,
-                                            real_batch=n if g != n else None, before=before, after=after)
+            out = model.engine.run_prepared(
+                arrays,
+                run,
+                device_out=device_out,
+                device=device,
+                real_batch=n if g != n else None,
+                before=before,
+                after=after,
+            )
             # the step succeeded: the new states replace the old ones, which go back to the pool
             became, old = set(), []
             for name, news in new_states.items():
@@ -587,7 +635,7 @@ class Sequences:
 
     def _layout(self, p: StatePair, shape: tuple) -> tuple:
         """(blocks before the batch axis, bytes per batch row within a block) of a state of ``shape``."""
-        return math.prod(shape[:p.axis]), math.prod(shape[p.axis + 1:]) * p.input.dtype.itemsize
+        return math.prod(shape[: p.axis]), math.prod(shape[p.axis + 1 :]) * p.input.dtype.itemsize
 
     def _gather(self, p: StatePair, members: list, dst: DeviceBuffer, shape: tuple, rows: list) -> list:
         """The device-to-device copies (dst, dmax, src, n) that put each member's state into its rows of the batch,
@@ -612,8 +660,9 @@ class Sequences:
         ops, offset = [], 0
         for (seq, _), r, dst in zip(members, rows, fresh):
             for j in range(outer):
-                ops.append((dst.ptr + j * r * inner, dst.nbytes - j * r * inner, src.ptr + (j * g + offset) * inner,
-                            r * inner))
+                ops.append(
+                    (dst.ptr + j * r * inner, dst.nbytes - j * r * inner, src.ptr + (j * g + offset) * inner, r * inner)
+                )
             offset += r
         return ops
 

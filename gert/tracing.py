@@ -15,6 +15,7 @@ stream work.
 ``stages=True``: a static graph's request runs as separate h2d / execute / d2h calls timed by ACL timing events
 on the stream (gert/core/staged.py); ``stages=False`` keeps the one fused call (one ``execute`` span).
 """
+
 from __future__ import annotations
 
 import json
@@ -62,8 +63,11 @@ class Trace:
 
     def to_json(self) -> dict:
         """The trace-event JSON object (Chrome's "JSON Object Format")."""
-        return {"traceEvents": self.events, "displayTimeUnit": "ms",
-                "otherData": {"producer": "gert", "stages": self.stages}}
+        return {
+            "traceEvents": self.events,
+            "displayTimeUnit": "ms",
+            "otherData": {"producer": "gert", "stages": self.stages},
+        }
 
     def write(self, path: str | os.PathLike, other_data: dict | None = None) -> str:
         """Write the trace to ``path`` (a .json file), ``other_data`` merged into its "otherData"; the path.

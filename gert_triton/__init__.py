@@ -2,6 +2,7 @@
 
 model.py is one line: ``from gert_triton import TritonPythonModel``; config.pbtxt parameters drive the rest.
 """
+
 from gert_triton.model import TritonPythonModel
 
 __all__ = ["TritonPythonModel"]

@@ -8,6 +8,7 @@ gert_triton asks every request once before it is read and joins a batch, and aga
 when time has passed since (a preprocess, an earlier group's run). A cancelled member is taken out of its batch;
 the others run as they would have.
 """
+
 from __future__ import annotations
 
 import time
@@ -37,7 +38,7 @@ class Cancellation:
         self.requests = requests
         self.recheck_after_s = recheck_after_s
         self._asked: dict = {}  # request index -> monotonic time of the last ask that said "not cancelled"
-        self.supported = True   # False once a stub without is_cancelled() was met
+        self.supported = True  # False once a stub without is_cancelled() was met
 
     def cancelled(self, i: int, recheck: bool = False) -> bool:
         """Whether request ``i`` was cancelled; with ``recheck``, asked again only if its last ask is old enough."""
@@ -58,8 +59,11 @@ class Cancellation:
     def run_live(self, batch: list, run: Callable[[list], list], index_of: Callable[[object], Optional[int]]) -> list:
         """``run(batch)`` without the members cancelled since they were read (each one's result: ``Cancelled()``);
         ``index_of(member)`` is its request's index (None: not asked again)."""
-        live = [k for k, member in enumerate(batch)
-                if (i := index_of(member)) is None or not self.cancelled(i, recheck=True)]
+        live = [
+            k
+            for k, member in enumerate(batch)
+            if (i := index_of(member)) is None or not self.cancelled(i, recheck=True)
+        ]
         if len(live) == len(batch):
             return run(batch)
         out: list = [Cancelled() for _ in batch]

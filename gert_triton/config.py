@@ -58,6 +58,7 @@ Keys (all string values, as Triton passes them):
   ge.K           GEInitialize option K;  session.ge.K  Session option;  graph.ge.K  AddGraph option
 Triton's own keys (EXECUTION_ENV_PATH, FORCE_CPU_ONLY_INPUT_TENSORS) are left to Triton.
 """
+
 from __future__ import annotations
 
 import os
@@ -70,11 +71,35 @@ from gert.errors import GertError
 from gert.core.shapes import POLICIES
 
 TRITON_KEYS = {"EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS"}
-KNOWN_KEYS = {"onnx_file", "streams", "cube_cores", "vector_cores", "gears", "shape_policy", "pad_value",
-              "max_batch", "device_ids", "split_batch", "metrics_interval_ms", "warmup", "request_timeout_ms",
-              "hot_after", "hot_window", "max_exact_graphs", "compile_share", "host_memory", "state", "batch_dim",
-              "cache_dir", "cache_mode", "trust_foreign_entries", "cann_ops",
-              "precision_mode", "keep_fp32", "trace_file"}
+KNOWN_KEYS = {
+    "onnx_file",
+    "streams",
+    "cube_cores",
+    "vector_cores",
+    "gears",
+    "shape_policy",
+    "pad_value",
+    "max_batch",
+    "device_ids",
+    "split_batch",
+    "metrics_interval_ms",
+    "warmup",
+    "request_timeout_ms",
+    "hot_after",
+    "hot_window",
+    "max_exact_graphs",
+    "compile_share",
+    "host_memory",
+    "state",
+    "batch_dim",
+    "cache_dir",
+    "cache_mode",
+    "trust_foreign_entries",
+    "cann_ops",
+    "precision_mode",
+    "keep_fp32",
+    "trace_file",
+}
 
 
 MAX_STREAMS = 64  # per device: each stream is a worker thread with its own Session and buffers
@@ -87,7 +112,7 @@ class ConfigError(GertError):
 @dataclass
 class GertParams:
     onnx_file: Optional[str] = None
-    streams: Optional[int] = None   # None: stream_layout() chooses
+    streams: Optional[int] = None  # None: stream_layout() chooses
     cube_cores: Optional[int] = None
     vector_cores: Optional[int] = None
     gears: dict = field(default_factory=dict)
@@ -107,20 +132,30 @@ class GertParams:
     cache_dir: Optional[str] = None  # as given: absolute, or relative to the model dir (see cache_path)
     cache_mode: Optional[int] = None  # None: GERT_CACHE_MODE, else 0o700 (gert.core.cache_trust)
     trust_foreign_entries: bool = False
-    options: dict = field(default_factory=dict)   # gert.load(options=...) keys: global./session./graph. prefixes
-    state: dict = field(default_factory=dict)     # state input -> output (stateful models)
-    batch_dim: object = None                      # str (a dim name) or list of "tensor:axis"
-    cann_ops: Optional[str] = None                # None: GERT_CANN_OPS, else warn
+    options: dict = field(default_factory=dict)  # gert.load(options=...) keys: global./session./graph. prefixes
+    state: dict = field(default_factory=dict)  # state input -> output (stateful models)
+    batch_dim: object = None  # str (a dim name) or list of "tensor:axis"
+    cann_ops: Optional[str] = None  # None: GERT_CANN_OPS, else warn
     precision_mode: Optional[str] = None
     keep_fp32: tuple = ()
-    trace_file: Optional[str] = None              # gert_triton/tracing.py (else GERT_TRACE, if set)
+    trace_file: Optional[str] = None  # gert_triton/tracing.py (else GERT_TRACE, if set)
 
     def load_kwargs(self) -> dict:
         """The gert.load() keyword arguments the config sets that have no default of gert_triton's own."""
-        out = {k: getattr(self, k) for k in ("hot_after", "hot_window", "max_exact_graphs", "compile_share",
-                                             "host_memory",
-                                             "batch_dim", "cann_ops", "precision_mode")
-               if getattr(self, k) is not None}
+        out = {
+            k: getattr(self, k)
+            for k in (
+                "hot_after",
+                "hot_window",
+                "max_exact_graphs",
+                "compile_share",
+                "host_memory",
+                "batch_dim",
+                "cann_ops",
+                "precision_mode",
+            )
+            if getattr(self, k) is not None
+        }
         if self.state:
             out["state"] = dict(self.state)
         if self.cache_mode is not None:
@@ -169,8 +204,10 @@ def parse_parameters(raw: dict) -> GertParams:
         elif key.startswith("session.ge.") or key.startswith("graph.ge."):
             p.options[key] = value
         elif key not in KNOWN_KEYS:
-            raise ConfigError(f"unknown parameter '{key}'; gert_triton takes {sorted(KNOWN_KEYS)} and ge.*, "
-                              "session.ge.*, graph.ge.* keys")
+            raise ConfigError(
+                f"unknown parameter '{key}'; gert_triton takes {sorted(KNOWN_KEYS)} and ge.*, "
+                "session.ge.*, graph.ge.* keys"
+            )
         elif key == "cache_dir":
             if not value.strip():
                 raise ConfigError("parameter 'cache_dir': empty (leave it out for no cache)")
@@ -182,8 +219,9 @@ def parse_parameters(raw: dict) -> GertParams:
                 raise ConfigError(str(e)) from None
         elif key == "trace_file":
             if not value.strip() or value.strip().endswith(("/", os.sep)):
-                raise ConfigError(f"parameter 'trace_file': expected a file path (relative to the model's "
-                                  f"directory), got {value!r}")
+                raise ConfigError(
+                    f"parameter 'trace_file': expected a file path (relative to the model's directory), got {value!r}"
+                )
             p.trace_file = value.strip()
         elif key == "onnx_file":
             if not value.strip():
@@ -191,8 +229,15 @@ def parse_parameters(raw: dict) -> GertParams:
             p.onnx_file = value.strip()
         elif key == "streams":
             p.streams = _int(key, value, maximum=MAX_STREAMS)
-        elif key in ("cube_cores", "vector_cores", "max_batch", "request_timeout_ms", "hot_after", "hot_window",
-                     "max_exact_graphs"):
+        elif key in (
+            "cube_cores",
+            "vector_cores",
+            "max_batch",
+            "request_timeout_ms",
+            "hot_after",
+            "hot_window",
+            "max_exact_graphs",
+        ):
             setattr(p, key, _int(key, value))
         elif key == "metrics_interval_ms":
             p.metrics_interval_ms = _int(key, value, minimum=0)
@@ -205,8 +250,9 @@ def parse_parameters(raw: dict) -> GertParams:
             try:
                 p.host_memory = parse_host_memory(value)
             except GertError:
-                raise ConfigError(f"parameter 'host_memory': expected bytes (a number, or with a unit: '2GB', "
-                                  f"'512MB'), got {value!r}") from None
+                raise ConfigError(
+                    f"parameter 'host_memory': expected bytes (a number, or with a unit: '2GB', '512MB'), got {value!r}"
+                ) from None
         elif key == "compile_share":
             try:
                 share = float(value)
@@ -216,6 +262,7 @@ def parse_parameters(raw: dict) -> GertParams:
                 raise ConfigError(f"parameter 'compile_share': must be in (0, 1], got {share}")
             p.compile_share = share
         elif key == "gears":
+
             def sizes(text, dim):
                 try:
                     vals = [int(x) for x in text.split(",") if x.strip()]
@@ -224,13 +271,17 @@ def parse_parameters(raw: dict) -> GertParams:
                 if not vals or min(vals) <= 0:
                     raise ConfigError(f"parameter 'gears': sizes for '{dim}' must be positive, got {text!r}")
                 return vals
+
             p.gears = _dim_map(key, value, sizes)
         elif key == "shape_policy":
+
             def policy(text, dim):
                 if text not in POLICIES:
-                    raise ConfigError(f"parameter 'shape_policy': policy for '{dim}' is {text!r}; "
-                                      f"use one of {', '.join(POLICIES)}")
+                    raise ConfigError(
+                        f"parameter 'shape_policy': policy for '{dim}' is {text!r}; use one of {', '.join(POLICIES)}"
+                    )
                 return text
+
             p.shape_policy = _dim_map(key, value, policy)
         elif key in ("split_batch", "warmup", "trust_foreign_entries"):
             v = value.strip().lower()
@@ -288,8 +339,9 @@ def state_parameter(state: dict) -> str:
     """The ``state`` parameter's value for {input: output} (parse_state reads it back)."""
     for name in list(state) + list(state.values()):
         if not name or any(c in name for c in ";="):
-            raise ConfigError(f"state tensor name {name!r} cannot be written in parameter 'state' (';' and '=' "
-                              "separate its entries)")
+            raise ConfigError(
+                f"state tensor name {name!r} cannot be written in parameter 'state' (';' and '=' separate its entries)"
+            )
     return ";".join(f"{i}={o}" for i, o in state.items())
 
 
@@ -303,8 +355,9 @@ def parse_batch_dim(value: str):
     for item in items:
         name, sep, axis = item.rpartition(":")
         if not sep or not name or not axis.isdigit():
-            raise ConfigError(f"parameter 'batch_dim': {item!r} is not 'tensor:axis'; give a dim name ('N') or "
-                              "axes ('x:1,h:1')")
+            raise ConfigError(
+                f"parameter 'batch_dim': {item!r} is not 'tensor:axis'; give a dim name ('N') or axes ('x:1,h:1')"
+            )
     return items
 
 
@@ -344,8 +397,11 @@ def served_version(model_dir: str, version_policy: Optional[dict]) -> tuple:
     norm = os.path.normpath(model_dir)
     if os.path.basename(norm).isdigit():
         return os.path.dirname(norm), os.path.basename(norm)
-    have = sorted((int(d) for d in os.listdir(norm) if d.isdigit() and os.path.isdir(os.path.join(norm, d))),
-                  reverse=True) if os.path.isdir(norm) else []
+    have = (
+        sorted((int(d) for d in os.listdir(norm) if d.isdigit() and os.path.isdir(os.path.join(norm, d))), reverse=True)
+        if os.path.isdir(norm)
+        else []
+    )
     policy = version_policy or {}
     if "specific" in policy:
         listed = {int(v) for v in (policy["specific"] or {}).get("versions", [])}
@@ -371,14 +427,17 @@ def find_onnx_file(model_dir: str, version: str, onnx_file: Optional[str]) -> st
         raise ConfigError(f"parameter 'onnx_file': {onnx_file!r} must be relative to the model directory")
     candidates = [os.path.join(model_dir, str(version), name), os.path.join(model_dir, name)]
     for c in candidates:
-        if onnx_file is not None and not (_inside(os.path.normpath(c), model_dir)
-                                          and _inside(os.path.realpath(c), real_dir)):
+        if onnx_file is not None and not (
+            _inside(os.path.normpath(c), model_dir) and _inside(os.path.realpath(c), real_dir)
+        ):
             raise ConfigError(f"parameter 'onnx_file': {onnx_file!r} leaves the model directory {model_dir}")
         if os.path.isfile(c):
             return os.path.realpath(c)
     what = f"parameter 'onnx_file': no {onnx_file}" if onnx_file is not None else "no model.onnx"
-    raise ConfigError(f"{what} in {candidates[0]} or {candidates[1]}"
-                      + ("" if onnx_file is not None else " (parameter 'onnx_file' names another file)"))
+    raise ConfigError(
+        f"{what} in {candidates[0]} or {candidates[1]}"
+        + ("" if onnx_file is not None else " (parameter 'onnx_file' names another file)")
+    )
 
 
 # the environment variables naming where, besides the model dir, a path parameter may point (an absolute path, or a
@@ -399,19 +458,28 @@ def model_path(key: str, value: str, model_dir: str) -> str:
     real_root = os.path.realpath(root) if root else None
     value = os.path.expanduser(value)
     path = os.path.normpath(os.path.join(model_dir, value))  # an absolute value stays as it is
-    allow = (f"an absolute path only inside the directory the server's environment variable {env} names ("
-             + (f"{env}={root!r}" if root else f"{env} is not set") + ")")
+    allow = (
+        f"an absolute path only inside the directory the server's environment variable {env} names ("
+        + (f"{env}={root!r}" if root else f"{env} is not set")
+        + ")"
+    )
     if not os.path.isabs(value) and not _inside(path, model_dir):
-        raise ConfigError(f"parameter '{key}': {value!r} climbs out of the model directory {model_dir} ('..'); "
-                          f"give a path inside it, or {allow}")
+        raise ConfigError(
+            f"parameter '{key}': {value!r} climbs out of the model directory {model_dir} ('..'); "
+            f"give a path inside it, or {allow}"
+        )
     real = os.path.realpath(path)
     inside_root = real_root is not None and _inside(real, real_root)
     if os.path.isabs(value) and not inside_root:
-        raise ConfigError(f"parameter '{key}': {value!r} is an absolute path; give a path relative to the model "
-                          f"directory {model_dir}, or {allow}")
+        raise ConfigError(
+            f"parameter '{key}': {value!r} is an absolute path; give a path relative to the model "
+            f"directory {model_dir}, or {allow}"
+        )
     if not (_inside(real, model_dir) or inside_root):
-        raise ConfigError(f"parameter '{key}': {value!r} leads out of the model directory {model_dir} through a "
-                          f"symlink (to {real}); give a path inside it, or {allow}")
+        raise ConfigError(
+            f"parameter '{key}': {value!r} leads out of the model directory {model_dir} through a "
+            f"symlink (to {real}); give a path inside it, or {allow}"
+        )
     return real
 
 

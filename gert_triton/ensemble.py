@@ -10,6 +10,7 @@ Written beside REPO/NAME (the gert model):
 Either step may be left out (then the ensemble starts at, or ends with, the model). Every entry has the model's
 max_batch_size: a step then runs per row of a request (gert_triton.steps.run_rows).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -23,8 +24,7 @@ from gert.errors import GertError
 from gert_triton.pbtxt import instance_group, parameters, write_config
 from gert_triton.steps import declared, resolve
 
-STEP_MODEL_PY = ("from gert_triton.steps import TritonPythonModel  # noqa: F401  (parameter 'function' names the "
-                 "step)\n")
+STEP_MODEL_PY = "from gert_triton.steps import TritonPythonModel  # noqa: F401  (parameter 'function' names the step)\n"
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class StepSource:
     """A step as --pre / --post name it: "module:function" (importable where the server runs) or
     "path/file.py:function" (the file is copied into the step's version dir, which the stub imports from)."""
 
-    spec: str          # what config parameter 'function' says: "module:function"
+    spec: str  # what config parameter 'function' says: "module:function"
     fn: Callable
     file: Optional[str]  # the file to copy, for the path form
 
@@ -48,21 +48,28 @@ def step_module_name(path: str) -> str:
     or the name of a module the server's Python finds first (json.py, numpy.py: the stub would import that one)."""
     module = os.path.splitext(os.path.basename(path))[0]
     if not module.isidentifier():
-        raise GertError(f"step file {path}: its module name {module!r} is not a Python identifier; rename the file "
-                        "(e.g. my_steps.py)")
+        raise GertError(
+            f"step file {path}: its module name {module!r} is not a Python identifier; rename the file "
+            "(e.g. my_steps.py)"
+        )
     if module in RESERVED_MODULES:
-        raise GertError(f"step file {path}: it would be copied as {module}.py into the step model's version dir, "
-                        f"where {module!r} is the step model's own module; rename the file (e.g. {module}_steps.py)")
+        raise GertError(
+            f"step file {path}: it would be copied as {module}.py into the step model's version dir, "
+            f"where {module!r} is the step model's own module; rename the file (e.g. {module}_steps.py)"
+        )
     try:
         found = importlib.util.find_spec(module)
     except (ImportError, ValueError):
         found = None
     origin = getattr(found, "origin", None)
-    if found is not None and not (origin and os.path.isfile(origin)
-                                  and os.path.realpath(origin) == os.path.realpath(path)):
-        raise GertError(f"step file {path}: its module name {module!r} is also the module "
-                        f"{origin or module!r} the server's Python imports first; rename the file "
-                        f"(e.g. {module}_steps.py)")
+    if found is not None and not (
+        origin and os.path.isfile(origin) and os.path.realpath(origin) == os.path.realpath(path)
+    ):
+        raise GertError(
+            f"step file {path}: its module name {module!r} is also the module "
+            f"{origin or module!r} the server's Python imports first; rename the file "
+            f"(e.g. {module}_steps.py)"
+        )
     return module
 
 
@@ -96,21 +103,30 @@ def _entries(tensors) -> list:
 
 def _step_config(entry: str, mbs: int, inputs: list, outputs: list, src: StepSource, role: str) -> str:
     """The config.pbtxt of a step model (gert_triton.steps serves it; parameter 'function' names the step)."""
-    return write_config({"name": entry, "backend": "python", "max_batch_size": mbs, "input": inputs,
-                         "output": outputs, "instance_group": instance_group(1),
-                         "parameters": parameters({"function": src.spec, "role": role})})
+    return write_config(
+        {
+            "name": entry,
+            "backend": "python",
+            "max_batch_size": mbs,
+            "input": inputs,
+            "output": outputs,
+            "instance_group": instance_group(1),
+            "parameters": parameters({"function": src.spec, "role": role}),
+        }
+    )
 
 
 @dataclass(frozen=True)
 class Ensemble:
     """The three config texts and what the step models run."""
 
-    configs: dict   # entry name -> config.pbtxt text
-    steps: dict     # entry name -> StepSource
+    configs: dict  # entry name -> config.pbtxt text
+    steps: dict  # entry name -> StepSource
 
 
-def plan(name: str, mbs: int, model_inputs: list, model_outputs: list, pre: Optional[StepSource],
-         post: Optional[StepSource]) -> Ensemble:
+def plan(
+    name: str, mbs: int, model_inputs: list, model_outputs: list, pre: Optional[StepSource], post: Optional[StepSource]
+) -> Ensemble:
     """The pre / post / ensemble configs around model ``name`` whose config entries are ``model_inputs`` /
     ``model_outputs`` (gert_triton.model_config.config_io's, for ``mbs``)."""
     if pre is None and post is None:
@@ -123,8 +139,10 @@ def plan(name: str, mbs: int, model_inputs: list, model_outputs: list, pre: Opti
     if pre is not None:
         client_inputs = _entries(declared(pre.fn, "inputs"))
         if not client_inputs:
-            raise GertError(f"pre step {pre.spec!r} declares no inputs: decorate it with "
-                            "gert_triton.steps.step(inputs={name: (dtype, dims)})")
+            raise GertError(
+                f"pre step {pre.spec!r} declares no inputs: decorate it with "
+                "gert_triton.steps.step(inputs={name: (dtype, dims)})"
+            )
         extra = _entries(t for t in declared(pre.fn, "outputs") if t.name not in model_in)
         clash = sorted(({e["name"] for e in extra} & model_out) | ({e["name"] for e in client_inputs} & model_in))
         if clash:
@@ -135,27 +153,41 @@ def plan(name: str, mbs: int, model_inputs: list, model_outputs: list, pre: Opti
     if post is not None:
         client_outputs = _entries(declared(post.fn, "outputs"))
         if not client_outputs:
-            raise GertError(f"post step {post.spec!r} declares no outputs: decorate it with "
-                            "gert_triton.steps.step(outputs={name: (dtype, dims)})")
-        configs[f"{name}_post"] = _step_config(f"{name}_post", mbs, model_outputs + extra, client_outputs, post,
-                                               "post")
+            raise GertError(
+                f"post step {post.spec!r} declares no outputs: decorate it with "
+                "gert_triton.steps.step(outputs={name: (dtype, dims)})"
+            )
+        configs[f"{name}_post"] = _step_config(f"{name}_post", mbs, model_outputs + extra, client_outputs, post, "post")
         steps[f"{name}_post"] = post
 
     def step_entry(model: str, inputs, outputs) -> dict:
-        return {"model_name": model, "model_version": -1, "input_map": {n: n for n in inputs},
-                "output_map": {n: n for n in outputs}}
+        return {
+            "model_name": model,
+            "model_version": -1,
+            "input_map": {n: n for n in inputs},
+            "output_map": {n: n for n in outputs},
+        }
 
     chain = []
     if pre is not None:
-        chain.append(step_entry(f"{name}_pre", [e["name"] for e in client_inputs],
-                                [e["name"] for e in model_inputs + extra]))
+        chain.append(
+            step_entry(f"{name}_pre", [e["name"] for e in client_inputs], [e["name"] for e in model_inputs + extra])
+        )
     chain.append(step_entry(name, [e["name"] for e in model_inputs], [e["name"] for e in model_outputs]))
     if post is not None:
-        chain.append(step_entry(f"{name}_post", [e["name"] for e in model_outputs + extra],
-                                [e["name"] for e in client_outputs]))
-    configs[f"{name}_ensemble"] = write_config({"name": f"{name}_ensemble", "platform": "ensemble",
-                                                "max_batch_size": mbs, "input": client_inputs,
-                                                "output": client_outputs, "ensemble_scheduling": {"step": chain}})
+        chain.append(
+            step_entry(f"{name}_post", [e["name"] for e in model_outputs + extra], [e["name"] for e in client_outputs])
+        )
+    configs[f"{name}_ensemble"] = write_config(
+        {
+            "name": f"{name}_ensemble",
+            "platform": "ensemble",
+            "max_batch_size": mbs,
+            "input": client_inputs,
+            "output": client_outputs,
+            "ensemble_scheduling": {"step": chain},
+        }
+    )
     return Ensemble(configs, steps)
 
 

@@ -7,6 +7,7 @@ Clients and load balancers retry UNAVAILABLE and never INVALID_ARG, so the code 
 - INTERNAL: a device or runtime failure, and anything that is not a GertError (a bug, a postprocess that raised).
 Decided by the error's type and code (and those of its cause chain), never by its message text.
 """
+
 from __future__ import annotations
 
 from gert.errors import AclError, GeError, GertError

@@ -7,6 +7,7 @@ batch gears) a merged batch of another size would fail as a whole, so it is run 
 gears 1,2,4,8: 2 + 1) and each request gets its own rows back, as it would with any Triton backend; the load refuses
 gears that cannot make up every size up to max_batch_size.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ class GearSplitter:
     axis pads, or takes any size)."""
 
     gears: tuple = ()
-    inputs: dict = field(default_factory=dict)   # input name -> the model axis of its batch (None: none)
+    inputs: dict = field(default_factory=dict)  # input name -> the model axis of its batch (None: none)
     outputs: dict = field(default_factory=dict)  # output name -> the same
 
     @classmethod
@@ -45,8 +46,11 @@ class GearSplitter:
         batch = plan.batch
         if batch is None or batch.policy == "pad" or not batch.gears:
             return cls()
-        return cls(tuple(sorted(batch.gears)), {t.name: plan.batch_axis(t.name) for t in plan.inputs},
-                   {t.name: plan.batch_axis(t.name, output=True) for t in plan.outputs})
+        return cls(
+            tuple(sorted(batch.gears)),
+            {t.name: plan.batch_axis(t.name) for t in plan.inputs},
+            {t.name: plan.batch_axis(t.name, output=True) for t in plan.outputs},
+        )
 
     def check(self, max_batch_size: int) -> None:
         """Refuse gears that cannot make up some batch size Triton may form (1 .. max_batch_size)."""
@@ -54,9 +58,11 @@ class GearSplitter:
             return
         missing = [n for n in range(1, max_batch_size + 1) if not gear_chunks(n, self.gears)]
         if missing:
-            raise ConfigError(f"parameter 'gears': batch gears {list(self.gears)} under a non-pad batch policy cannot "
-                              f"make up batch sizes {missing}, which Triton's batcher forms (any size up to "
-                              f"max_batch_size {max_batch_size}); add gear 1, or use shape_policy batch:pad")
+            raise ConfigError(
+                f"parameter 'gears': batch gears {list(self.gears)} under a non-pad batch policy cannot "
+                f"make up batch sizes {missing}, which Triton's batcher forms (any size up to "
+                f"max_batch_size {max_batch_size}); add gear 1, or use shape_policy batch:pad"
+            )
 
     def run_batch(self, model, batch: list) -> list:
         """``model.run_batch(batch)``, in gear-sized pieces when the batch's rows are not a gear."""

@@ -11,6 +11,7 @@ nothing answers while the server restarts. Routes:
 - ``GET /readyz/MODEL``: the same for one model (404: no such model).
 - ``GET /metrics``: the counts as Prometheus text (restarts, reloads, stub deaths, readiness).
 """
+
 from __future__ import annotations
 
 import json
@@ -27,7 +28,8 @@ STALL_S = 30.0  # the supervisor's loop ticks twice a second; silent this long, 
 @dataclass
 class ModelHealth:
     """One model as the supervisor sees it."""
-    state: str = "loading"      # "ready", "loading", "reloading", "stub dead", "unavailable"
+
+    state: str = "loading"  # "ready", "loading", "reloading", "stub dead", "unavailable"
     stubs: int = 0
     reloads: int = 0
     stub_deaths: int = 0
@@ -37,7 +39,8 @@ class ModelHealth:
 @dataclass
 class Health:
     """What gert serve knows, shared by the supervisor (writer) and the endpoint's threads (readers)."""
-    phase: str = "starting"     # "starting", "serving", "restarting", "draining", "stopped", "failed"
+
+    phase: str = "starting"  # "starting", "serving", "restarting", "draining", "stopped", "failed"
     restarts: int = 0
     last_exit: str = ""
     models: Dict[str, ModelHealth] = field(default_factory=dict)
@@ -88,19 +91,29 @@ class Health:
             ready = self.phase == "serving" and all(m.state == "ready" for m in self.models.values())
         ready = ready and self.check(None)
         with self._lock:
-            return {"ready": ready, "phase": self.phase, "restarts": self.restarts, "last_exit": self.last_exit,
-                    "models": {n: asdict(m) for n, m in sorted(self.models.items())}}
+            return {
+                "ready": ready,
+                "phase": self.phase,
+                "restarts": self.restarts,
+                "last_exit": self.last_exit,
+                "models": {n: asdict(m) for n, m in sorted(self.models.items())},
+            }
 
     def prometheus(self) -> str:
         s = self.snapshot()
-        lines = ["# HELP gert_serve_ready 1 when every model is loaded, its stubs alive, and the server serving",
-                 "# TYPE gert_serve_ready gauge", f"gert_serve_ready {int(s['ready'])}",
-                 "# HELP gert_serve_server_restarts_total tritonserver restarts after an abnormal exit",
-                 "# TYPE gert_serve_server_restarts_total counter", f"gert_serve_server_restarts_total {s['restarts']}"]
+        lines = [
+            "# HELP gert_serve_ready 1 when every model is loaded, its stubs alive, and the server serving",
+            "# TYPE gert_serve_ready gauge",
+            f"gert_serve_ready {int(s['ready'])}",
+            "# HELP gert_serve_server_restarts_total tritonserver restarts after an abnormal exit",
+            "# TYPE gert_serve_server_restarts_total counter",
+            f"gert_serve_server_restarts_total {s['restarts']}",
+        ]
         for metric, key, kind, help_ in (
-                ("gert_serve_model_ready", None, "gauge", "1 when the model is loaded and its stubs alive"),
-                ("gert_serve_model_reloads_total", "reloads", "counter", "reloads of the model by gert serve"),
-                ("gert_serve_stub_deaths_total", "stub_deaths", "counter", "Python stubs of the model found dead")):
+            ("gert_serve_model_ready", None, "gauge", "1 when the model is loaded and its stubs alive"),
+            ("gert_serve_model_reloads_total", "reloads", "counter", "reloads of the model by gert serve"),
+            ("gert_serve_stub_deaths_total", "stub_deaths", "counter", "Python stubs of the model found dead"),
+        ):
             lines += [f"# HELP {metric} {help_}", f"# TYPE {metric} {kind}"]
             for name, m in s["models"].items():
                 value = int(bool(self.model_ready(name))) if key is None else m[key]
@@ -123,13 +136,14 @@ def _handler(health: Health):
                 snap = health.snapshot()
                 self._send(200 if snap["ready"] else 503, snap)
             elif path.startswith("/readyz/"):
-                name = path[len("/readyz/"):]
+                name = path[len("/readyz/") :]
                 ok = health.model_ready(name)
                 if ok is None:
                     self._send(404, {"error": f"no model {name!r}"})
                 else:
-                    self._send(200 if ok else 503, {"ready": ok, "model": name,
-                                                    **health.snapshot()["models"].get(name, {})})
+                    self._send(
+                        200 if ok else 503, {"ready": ok, "model": name, **health.snapshot()["models"].get(name, {})}
+                    )
             elif path == "/metrics":
                 self._send(200, health.prometheus(), "text/plain; version=0.0.4")
             else:

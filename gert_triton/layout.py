@@ -3,6 +3,7 @@ is elsewhere (a recurrent state [layers, batch, hidden], gert.load(batch_dim=...
 its outputs get it moved back. Inputs without the batch axis (a 0-d sample rate) arrive as [1, ...] and lose it.
 ``squeeze``: inputs whose config says ``dims: [1]`` where the model's dims (batch axis left out) are [] (the
 ``reshape: { shape: [] }`` auto-complete cannot write, gert_triton.model_config.squeezed_inputs): the axis goes."""
+
 from __future__ import annotations
 
 from typing import AbstractSet, Optional
@@ -20,7 +21,8 @@ class Layout:
         self.squeeze = frozenset(squeeze) if triton_batch else frozenset()
         # nothing to move: no Triton batch axis, or the model's batch is axis 0 of every tensor
         self.identity = not triton_batch or (
-            not self.squeeze and all(a == 0 for a in list(self.inputs.values()) + list(self.outputs.values())))
+            not self.squeeze and all(a == 0 for a in list(self.inputs.values()) + list(self.outputs.values()))
+        )
 
     def to_model(self, name: str, arr: np.ndarray) -> np.ndarray:
         if self.identity:
@@ -33,7 +35,7 @@ class Layout:
         if not axis:
             return arr
         if arr.shape[0] == 1:  # one row (every sequence request): a reshape, cheaper than moveaxis
-            return arr.reshape(arr.shape[1:axis + 1] + (1,) + arr.shape[axis + 1:])
+            return arr.reshape(arr.shape[1 : axis + 1] + (1,) + arr.shape[axis + 1 :])
         return np.moveaxis(arr, 0, axis)
 
     def to_triton(self, name: str, arr: np.ndarray) -> np.ndarray:
@@ -45,7 +47,7 @@ class Layout:
         if not axis:
             return arr
         if arr.shape[axis] == 1:
-            return arr.reshape((1,) + arr.shape[:axis] + arr.shape[axis + 1:])
+            return arr.reshape((1,) + arr.shape[:axis] + arr.shape[axis + 1 :])
         return np.moveaxis(arr, axis, 0)
 
     def model_axis(self, name: str, config_axis: int) -> Optional[int]:

@@ -24,6 +24,7 @@ stubs with the same model, version and instance names while the old ones still s
 apart. The old stub's series go when it unloads (its Metrics are deleted), so a model has one set of series per live
 stub.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,8 +32,16 @@ import threading
 import time
 from typing import Callable, Mapping, Optional
 
-(GEAR_HITS, PADDING_RATIO, STREAM_BUSY, GRAPH_REQUESTS, BACKGROUND_COMPILES, REQUEST_PATH_COMPILES,
- ACTIVE_SEQUENCES, RETRIED_BATCHES) = range(8)
+(
+    GEAR_HITS,
+    PADDING_RATIO,
+    STREAM_BUSY,
+    GRAPH_REQUESTS,
+    BACKGROUND_COMPILES,
+    REQUEST_PATH_COMPILES,
+    ACTIVE_SEQUENCES,
+    RETRIED_BATCHES,
+) = range(8)
 
 Change = tuple  # (family, labels, "increment" | "set", value)
 
@@ -40,22 +49,34 @@ Change = tuple  # (family, labels, "increment" | "set", value)
 class Publisher:
     """The gert metric families of one model instance and the thread that publishes to them."""
 
-    def __init__(self, pb_utils, model_name: str, collect: Callable[[], list[Change]], interval: float = 0.1,
-                 version: str = "", instance: str = "", pid: Optional[int] = None):
+    def __init__(
+        self,
+        pb_utils,
+        model_name: str,
+        collect: Callable[[], list[Change]],
+        interval: float = 0.1,
+        version: str = "",
+        instance: str = "",
+        pid: Optional[int] = None,
+    ):
         fam = pb_utils.MetricFamily
         self._log = getattr(pb_utils, "Logger", None)
         self._families = self._create_families(fam)
-        self._base = (("model", model_name), ("version", str(version)), ("instance", instance or model_name),
-                      ("pid", str(os.getpid() if pid is None else pid)))
+        self._base = (
+            ("model", model_name),
+            ("version", str(version)),
+            ("instance", instance or model_name),
+            ("pid", str(os.getpid() if pid is None else pid)),
+        )
         self._collect = collect
         self.interval = interval
         self._metrics: dict = {}
         self._cond = threading.Condition()
-        self._requested = 0   # notify() / flush() calls so far
-        self._done = 0        # the _requested value the last finished publication covered
-        self._urgent = 0      # flushes waiting: publish without waiting for the interval
+        self._requested = 0  # notify() / flush() calls so far
+        self._done = 0  # the _requested value the last finished publication covered
+        self._urgent = 0  # flushes waiting: publish without waiting for the interval
         self._stop = False
-        self._idle = False    # the thread waits for a notify (not for the end of an interval)
+        self._idle = False  # the thread waits for a notify (not for the end of an interval)
         self._error_logged = False
         self._thread: Optional[threading.Thread] = None
 
@@ -64,17 +85,33 @@ class Publisher:
         return [
             fam(name="gert_gear_hits_total", description="Batches run per gear (graph shape)", kind=fam.COUNTER),
             fam(name="gert_padding_ratio", description="Share of padded elements per gear", kind=fam.GAUGE),
-            fam(name="gert_stream_busy_seconds_total", description="Seconds each stream spent running requests",
-                kind=fam.COUNTER),
-            fam(name="gert_graph_requests_total", description="Requests per stream served by static or dynamic-shape "
-                "graphs", kind=fam.COUNTER),
-            fam(name="gert_background_compiles_total", description="Static graphs compiled off the request path "
-                "for hot shapes (shape policy auto)", kind=fam.COUNTER),
+            fam(
+                name="gert_stream_busy_seconds_total",
+                description="Seconds each stream spent running requests",
+                kind=fam.COUNTER,
+            ),
+            fam(
+                name="gert_graph_requests_total",
+                description="Requests per stream served by static or dynamic-shape graphs",
+                kind=fam.COUNTER,
+            ),
+            fam(
+                name="gert_background_compiles_total",
+                description="Static graphs compiled off the request path for hot shapes (shape policy auto)",
+                kind=fam.COUNTER,
+            ),
             fam(name="gert_request_path_compiles_total", description="Compiles a request waited for", kind=fam.COUNTER),
-            fam(name="gert_active_sequences", description="Sequences whose state is held on the device (stateful "
-                "models)", kind=fam.GAUGE),
-            fam(name="gert_retried_batches_total", description="Merged batches whose run failed on the device and "
-                "were retried request by request, so that only a request failing alone failed", kind=fam.COUNTER),
+            fam(
+                name="gert_active_sequences",
+                description="Sequences whose state is held on the device (stateful models)",
+                kind=fam.GAUGE,
+            ),
+            fam(
+                name="gert_retried_batches_total",
+                description="Merged batches whose run failed on the device and "
+                "were retried request by request, so that only a request failing alone failed",
+                kind=fam.COUNTER,
+            ),
         ]
 
     def notify(self) -> None:
@@ -111,7 +148,7 @@ class Publisher:
             thread = self._thread
         if thread is not None:
             thread.join(timeout)
-        self._metrics.clear()   # Metrics go before their families
+        self._metrics.clear()  # Metrics go before their families
         self._families.clear()
 
     # ---- the publishing thread ------------------------------------------------------------------------------
@@ -172,9 +209,9 @@ class StatsChanges:
 
     def __init__(self, gears: Mapping[str, frozenset]):
         self.gears = dict(gears)
-        self._hits: dict = {}      # gear label -> hits published
-        self._padding: dict = {}   # gear label -> padding ratio published
-        self._streams: dict = {}   # (device, stream) -> the stream's last stats
+        self._hits: dict = {}  # gear label -> hits published
+        self._padding: dict = {}  # gear label -> padding ratio published
+        self._streams: dict = {}  # (device, stream) -> the stream's last stats
         self._active: Optional[int] = None
         self._retried = 0
 
@@ -201,10 +238,12 @@ class StatsChanges:
             delta = s["busy_seconds"] - before.get("busy_seconds", 0.0)
             if delta > 0:
                 changes.append((STREAM_BUSY, where, "increment", delta))
-            for family, name, labels in ((GRAPH_REQUESTS, "static_hits", {"graph": "static"}),
-                                         (GRAPH_REQUESTS, "dynamic_hits", {"graph": "dynamic"}),
-                                         (BACKGROUND_COMPILES, "background_compiles", {}),
-                                         (REQUEST_PATH_COMPILES, "request_path_compiles", {})):
+            for family, name, labels in (
+                (GRAPH_REQUESTS, "static_hits", {"graph": "static"}),
+                (GRAPH_REQUESTS, "dynamic_hits", {"graph": "dynamic"}),
+                (BACKGROUND_COMPILES, "background_compiles", {}),
+                (REQUEST_PATH_COMPILES, "request_path_compiles", {}),
+            ):
                 n = s[name] - before.get(name, 0)
                 if n > 0:
                     changes.append((family, {**where, **labels}, "increment", n))

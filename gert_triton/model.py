@@ -5,6 +5,7 @@ execute(): validate each request alone (a bad one gets its own INVALID_ARG error
 non-batch shape, concatenate each group on the batch axis, run it through gert.Model, split, and answer every
 request with the outputs it asked for.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,14 +16,29 @@ import gert
 from gert import _cann
 from gert.errors import GertError
 from gert_triton.cancellation import Cancellation, Cancelled, cancelled_response
-from gert_triton.config import (ConfigError, cache_path, find_onnx_file, parse_parameters, served_version,
-                                stream_layout, trace_file_path)
+from gert_triton.config import (
+    ConfigError,
+    cache_path,
+    find_onnx_file,
+    parse_parameters,
+    served_version,
+    stream_layout,
+    trace_file_path,
+)
 from gert_triton.error_codes import error_response
 from gert_triton.gears import GearSplitter
 from gert_triton.layout import Layout
 from gert_triton.metrics import Publisher, StatsChanges
-from gert_triton.model_config import (DEFAULT_MAX_BATCH, auto_complete, check_config, describe, io_config,  # noqa: F401
-                                      onnx_io, only_output, squeezed_inputs, triton_dtype)
+from gert_triton.model_config import (
+    DEFAULT_MAX_BATCH,
+    auto_complete,
+    check_config,
+    describe,
+    io_config,  # noqa: F401
+    onnx_io,
+    only_output,
+    squeezed_inputs,
+)
 from gert_triton.tensors import as_array, to_tensor
 from gert_triton.tracing import AdapterTrace, trace_path
 
@@ -38,8 +54,10 @@ def _device_cores(devices) -> tuple:
     have = [d for d in devices if 0 <= d < _cann.device_count()]
     if not have:
         return 1, 1
-    return (min(_cann.get_device_info(d, _cann.DEV_ATTR_CUBE_CORE_NUM) for d in have),
-            min(_cann.get_device_info(d, _cann.DEV_ATTR_VECTOR_CORE_NUM) for d in have))
+    return (
+        min(_cann.get_device_info(d, _cann.DEV_ATTR_CUBE_CORE_NUM) for d in have),
+        min(_cann.get_device_info(d, _cann.DEV_ATTR_VECTOR_CORE_NUM) for d in have),
+    )
 
 
 def _log_info(message: str) -> None:
@@ -82,13 +100,16 @@ class TritonPythonModel:
         if self.max_batch_size > 0:
             top = max(gears.get("batch", [])) if "batch" in gears else None
             if top is not None and top > self.max_batch_size:
-                raise ConfigError(f"parameter 'gears': batch gear {top} is above max_batch_size "
-                                  f"{self.max_batch_size}")
+                raise ConfigError(f"parameter 'gears': batch gear {top} is above max_batch_size {self.max_batch_size}")
             if max_batch is None and "batch" not in gears:
                 max_batch = self.max_batch_size
         spec = describe(onnx_io(path), params.state, params.batch_dim)
-        check_config(self.config, spec, inputs=type(self).preprocess is TritonPythonModel.preprocess,
-                     outputs=type(self).postprocess is TritonPythonModel.postprocess)
+        check_config(
+            self.config,
+            spec,
+            inputs=type(self).preprocess is TritonPythonModel.preprocess,
+            outputs=type(self).postprocess is TritonPythonModel.postprocess,
+        )
         device = int(args.get("model_instance_device_id", "0") or 0)
         devices = params.device_ids or (device,)
         batching = self.max_batch_size > 0 and spec.batchable
@@ -96,27 +117,41 @@ class TritonPythonModel:
         cache = cache_path(params, args["model_repository"])  # else gert.load takes GERT_CACHE_DIR, if set
         trace_file = trace_file_path(params, args["model_repository"])  # checked before the load compiles
         cache_kwargs = {"cache_dir": cache} if cache else {}
-        self.model = gert.load(path, devices=devices, streams=self.layout.streams,
-                               cube_cores=self.layout.cube_cores, vector_cores=self.layout.vector_cores,
-                               gears=gears or None, shape_policy=params.shape_policy or None,
-                               pad_value=params.pad_value, max_batch=max_batch, options=params.options,
-                               **params.load_kwargs(), **cache_kwargs,
-                               split_batch=params.split_batch if params.split_batch is not None
-                               else self.layout.streams * len(devices) > 1,
-                               request_timeout_s=params.request_timeout_ms / 1000 if params.request_timeout_ms else None)
+        self.model = gert.load(
+            path,
+            devices=devices,
+            streams=self.layout.streams,
+            cube_cores=self.layout.cube_cores,
+            vector_cores=self.layout.vector_cores,
+            gears=gears or None,
+            shape_policy=params.shape_policy or None,
+            pad_value=params.pad_value,
+            max_batch=max_batch,
+            options=params.options,
+            **params.load_kwargs(),
+            **cache_kwargs,
+            split_batch=params.split_batch
+            if params.split_batch is not None
+            else self.layout.streams * len(devices) > 1,
+            request_timeout_s=params.request_timeout_ms / 1000 if params.request_timeout_ms else None,
+        )
         self.triton_layout = Layout(self.model.plan, self.max_batch_size > 0, squeezed_inputs(self.config, spec))
         self.stateful = None
         try:
             # a merged batch of a size that is not a batch gear runs as gear-sized pieces (gert_triton.gears); never
             # for a model whose batch may not be split (batcher.enabled: each request then runs alone, as it is)
-            self._gears = GearSplitter.for_plan(self.model.plan) \
-                if self.max_batch_size > 0 and self.model.engine.batcher.enabled else GearSplitter()
+            self._gears = (
+                GearSplitter.for_plan(self.model.plan)
+                if self.max_batch_size > 0 and self.model.engine.batcher.enabled
+                else GearSplitter()
+            )
             self._gears.check(self.max_batch_size)
             if params.state:
                 from gert_triton.sequences import SequenceServer
 
-                self.stateful = SequenceServer(self.model, self.config, self.name, self.triton_layout,
-                                               on_change=self._update_metrics)
+                self.stateful = SequenceServer(
+                    self.model, self.config, self.name, self.triton_layout, on_change=self._update_metrics
+                )
             compiled = self.model.warmup(self._config_fixed_sizes()) if params.warmup else 0
         except BaseException:  # the load fails: release the streams, sessions and device memory it took
             if self.stateful is not None:
@@ -124,17 +159,23 @@ class TritonPythonModel:
             self.model.close()
             self.model = None
             raise
-        _log_info(f"gert_triton '{self.name}': {self.layout.streams} stream(s) per device on {list(devices)}, "
-                  f"cube_cores={self.layout.cube_cores or 'all'}, vector_cores={self.layout.vector_cores or 'all'}"
-                  + (" (default layout; set streams / cube_cores to choose)" if self.layout.auto else "")
-                  + f"; {compiled} graph(s) compiled at load"
-                  + (f" ({self.model.stats()['cache_hits']} from the compile cache "
-                     f"{self.model.compile_cache.directory})" if self.model.compile_cache else ""))
+        _log_info(
+            f"gert_triton '{self.name}': {self.layout.streams} stream(s) per device on {list(devices)}, "
+            f"cube_cores={self.layout.cube_cores or 'all'}, vector_cores={self.layout.vector_cores or 'all'}"
+            + (" (default layout; set streams / cube_cores to choose)" if self.layout.auto else "")
+            + f"; {compiled} graph(s) compiled at load"
+            + (
+                f" ({self.model.stats()['cache_hits']} from the compile cache {self.model.compile_cache.directory})"
+                if self.model.compile_cache
+                else ""
+            )
+        )
         self.batching = self.max_batch_size > 0 and self.model.plan.has_batch
         self.sequences = "sequence_batching" in self.config
         self._wanted = only_output(self.config)  # a config of one output: every request asks for it
-        self._init_metrics(params.metrics_interval_ms, args.get("model_version", ""),
-                           args.get("model_instance_name", ""))
+        self._init_metrics(
+            params.metrics_interval_ms, args.get("model_version", ""), args.get("model_instance_name", "")
+        )
         path = trace_path(trace_file, args["model_repository"], self.name, args.get("model_instance_name", ""))
         self.trace = AdapterTrace(path, self.name) if path else None  # gert_triton/tracing.py
 
@@ -217,9 +258,12 @@ class TritonPythonModel:
         if len(index) < len(ready):  # a preprocess returned one dict for two requests: not asked again
             index = {}
         results = self.model.engine.run_many(
-            [inputs for _, inputs, _ in ready], return_exceptions=True,
-            run_group=lambda batch: cancel.run_live(batch, lambda live: self._gears.run_batch(self.model, live),
-                                                    lambda inputs: index.get(id(inputs))))
+            [inputs for _, inputs, _ in ready],
+            return_exceptions=True,
+            run_group=lambda batch: cancel.run_live(
+                batch, lambda live: self._gears.run_batch(self.model, live), lambda inputs: index.get(id(inputs))
+            ),
+        )
         for (i, _, wanted), out in zip(ready, results):
             if isinstance(out, Cancelled):  # cancelled while the others were read or earlier groups ran
                 responses[i] = cancelled_response(pb_utils)
@@ -229,8 +273,11 @@ class TritonPythonModel:
                 continue
             try:
                 out = self.postprocess(out)
-                tensors = [to_tensor(pb_utils, name, self.triton_layout.to_triton(name, arr))
-                           for name, arr in out.items() if not wanted or name in wanted]
+                tensors = [
+                    to_tensor(pb_utils, name, self.triton_layout.to_triton(name, arr))
+                    for name, arr in out.items()
+                    if not wanted or name in wanted
+                ]
                 responses[i] = pb_utils.InferenceResponse(output_tensors=tensors)
             except Exception as e:  # noqa: BLE001
                 responses[i] = error_response(pb_utils, e)
@@ -244,9 +291,14 @@ class TritonPythonModel:
         declared = {name: frozenset(str(g) for g in dim.gears) for name, dim in self.model.plan.dims.items()}
         self._stats_changes = StatsChanges(declared)  # bounded gear labels: declared gears, else "dynamic"
         try:
-            self.metrics: Optional[Publisher] = Publisher(_pb_utils(), self.name, self._metric_changes,
-                                                          interval=interval_ms / 1000, version=version,
-                                                          instance=instance)
+            self.metrics: Optional[Publisher] = Publisher(
+                _pb_utils(),
+                self.name,
+                self._metric_changes,
+                interval=interval_ms / 1000,
+                version=version,
+                instance=instance,
+            )
         except (ImportError, AttributeError):  # a stub without custom metrics
             self.metrics = None
 
@@ -266,9 +318,11 @@ def _check_no_sequence(request, model: str) -> None:
     cid = getattr(request, "correlation_id", lambda: 0)()
     flags = getattr(request, "flags", lambda: 0)()
     if cid not in (0, "", None) or flags & _SEQUENCE_FLAGS:
-        raise GertError(f"model '{model}' has no sequence batching, but the request carries "
-                        f"sequence_id={cid!r}, sequence_start={bool(flags & 1)}, sequence_end={bool(flags & 2)}; "
-                        f"send it without them")
+        raise GertError(
+            f"model '{model}' has no sequence batching, but the request carries "
+            f"sequence_id={cid!r}, sequence_start={bool(flags & 1)}, sequence_end={bool(flags & 2)}; "
+            f"send it without them"
+        )
 
 
 _SEQUENCE_FLAGS = 3  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_START | TRITONSERVER_REQUEST_FLAG_SEQUENCE_END

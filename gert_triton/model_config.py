@@ -7,6 +7,7 @@ Triton type, its dims and the model axis that Triton's batch axis maps onto (ger
 does: with batching the batch axis leaves ``dims``; a tensor left with no dims is ``dims: [1]`` with
 ``reshape: { shape: [] }``. ``check_config`` compares a config's entries with the same entries.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,10 +21,18 @@ from gert_triton.config import ConfigError
 DEFAULT_MAX_BATCH = 8
 
 _NUMPY_TO_TRITON = {
-    np.dtype(np.bool_): "TYPE_BOOL", np.dtype(np.uint8): "TYPE_UINT8", np.dtype(np.uint16): "TYPE_UINT16",
-    np.dtype(np.uint32): "TYPE_UINT32", np.dtype(np.uint64): "TYPE_UINT64", np.dtype(np.int8): "TYPE_INT8",
-    np.dtype(np.int16): "TYPE_INT16", np.dtype(np.int32): "TYPE_INT32", np.dtype(np.int64): "TYPE_INT64",
-    np.dtype(np.float16): "TYPE_FP16", np.dtype(np.float32): "TYPE_FP32", np.dtype(np.float64): "TYPE_FP64",
+    np.dtype(np.bool_): "TYPE_BOOL",
+    np.dtype(np.uint8): "TYPE_UINT8",
+    np.dtype(np.uint16): "TYPE_UINT16",
+    np.dtype(np.uint32): "TYPE_UINT32",
+    np.dtype(np.uint64): "TYPE_UINT64",
+    np.dtype(np.int8): "TYPE_INT8",
+    np.dtype(np.int16): "TYPE_INT16",
+    np.dtype(np.int32): "TYPE_INT32",
+    np.dtype(np.int64): "TYPE_INT64",
+    np.dtype(np.float16): "TYPE_FP16",
+    np.dtype(np.float32): "TYPE_FP32",
+    np.dtype(np.float64): "TYPE_FP64",
 }
 try:  # bfloat16 has no numpy dtype of its own (gert.dtypes takes it from ml_dtypes too)
     import ml_dtypes
@@ -55,8 +64,8 @@ class TensorSpec:
     """One tensor a client sends or receives."""
 
     name: str
-    data_type: str            # "TYPE_FP32"
-    dims: tuple               # the model's dims, -1 where dynamic
+    data_type: str  # "TYPE_FP32"
+    dims: tuple  # the model's dims, -1 where dynamic
     batch_axis: Optional[int]  # the model axis Triton's batch axis maps onto; None: the tensor has none
 
 
@@ -89,8 +98,10 @@ def describe(io: dict, state: Optional[dict] = None, batch_dim=None) -> ModelSpe
         pairs = pair_states(plan, state or {})
         if plan.batch is None or any(p.axis is None for p in pairs):
             what = f"the state {state}" if state else f"batch_dim {batch_dim!r}"
-            raise ConfigError(f"{what} gives the model no batch axis: name it with batch_dim (e.g. 'N', or "
-                              "'x:1,h:1') so that requests (sequences) can share a batch")
+            raise ConfigError(
+                f"{what} gives the model no batch axis: name it with batch_dim (e.g. 'N', or "
+                "'x:1,h:1') so that requests (sequences) can share a batch"
+            )
         hidden = {p.input.name for p in pairs} | {p.output.name for p in pairs}
         batchable = True
 
@@ -104,9 +115,16 @@ def describe(io: dict, state: Optional[dict] = None, batch_dim=None) -> ModelSpe
             return 0 if batchable else None
 
     def spec(entries, output):
-        return tuple(TensorSpec(name, triton_dtype(onnx_to_numpy(elem)),
-                                tuple(d if isinstance(d, int) else -1 for d in dims), axis(name, output))
-                     for name, elem, dims in entries if name not in hidden)
+        return tuple(
+            TensorSpec(
+                name,
+                triton_dtype(onnx_to_numpy(elem)),
+                tuple(d if isinstance(d, int) else -1 for d in dims),
+                axis(name, output),
+            )
+            for name, elem, dims in entries
+            if name not in hidden
+        )
 
     return ModelSpec(spec(io["inputs"], False), spec(io["outputs"], True), batchable)
 
@@ -141,9 +159,14 @@ def squeezed_inputs(config: dict, spec: ModelSpec) -> frozenset:
     auto-complete leaves (pb_utils.ModelConfig.add_input takes no reshape). gert_triton.layout drops that axis."""
     mbs = int(config.get("max_batch_size", 0) or 0)
     want = {w["name"]: w for w in config_io(spec, mbs)[0]}
-    return frozenset(e["name"] for e in config.get("input", [])
-                     if e.get("name") in want and "reshape" in want[e["name"]] and "reshape" not in e
-                     and list(e.get("dims") or []) == [1])
+    return frozenset(
+        e["name"]
+        for e in config.get("input", [])
+        if e.get("name") in want
+        and "reshape" in want[e["name"]]
+        and "reshape" not in e
+        and list(e.get("dims") or []) == [1]
+    )
 
 
 def check_config(config: dict, spec: ModelSpec, inputs: bool = True, outputs: bool = True) -> None:
@@ -153,8 +176,10 @@ def check_config(config: dict, spec: ModelSpec, inputs: bool = True, outputs: bo
     out (they are not served) but not name one the model lacks."""
     mbs = int(config.get("max_batch_size", 0) or 0)
     if mbs > 0 and not spec.batchable:
-        raise ConfigError(f"max_batch_size is {mbs}, but the model has no batch axis (the first dim of some input or "
-                          "output is fixed); set max_batch_size: 0, or name the batch axis with parameter batch_dim")
+        raise ConfigError(
+            f"max_batch_size is {mbs}, but the model has no batch axis (the first dim of some input or "
+            "output is fixed); set max_batch_size: 0, or name the batch axis with parameter batch_dim"
+        )
     want_in, want_out = config_io(spec, mbs)
     names = [t["name"] for t in want_in]
     cfg_names = [i.get("name") for i in config.get("input", [])]
@@ -168,12 +193,16 @@ def check_config(config: dict, spec: ModelSpec, inputs: bool = True, outputs: bo
         for entry in config.get(kind, []):
             want = by_name.get(entry.get("name"))
             if want is None:  # onnxruntime_backend refuses a config output its model lacks, too
-                raise ConfigError(f"config {kind} '{entry.get('name')}' is not an {kind} of the ONNX model; its "
-                                  f"{kind}s are {list(by_name)}")
+                raise ConfigError(
+                    f"config {kind} '{entry.get('name')}' is not an {kind} of the ONNX model; its "
+                    f"{kind}s are {list(by_name)}"
+                )
             have = entry.get("data_type")
             if have not in (None, "", "TYPE_INVALID", want["data_type"]):
-                raise ConfigError(f"config {kind} '{want['name']}' has data_type {have}, but the ONNX model's {kind} "
-                                  f"is {want['data_type']}")
+                raise ConfigError(
+                    f"config {kind} '{want['name']}' has data_type {have}, but the ONNX model's {kind} "
+                    f"is {want['data_type']}"
+                )
             if not entry.get("dims"):
                 continue
             got, exp = _model_dims(entry), _model_dims(want)
@@ -181,11 +210,16 @@ def check_config(config: dict, spec: ModelSpec, inputs: bool = True, outputs: bo
                 continue  # auto-complete's [1] without reshape: the layout drops the axis (squeezed_inputs)
             if len(got) != len(exp) or any(g >= 0 and e >= 0 and g != e for g, e in zip(got, exp)):
                 shown = f"dims {list(entry['dims'])}" + (f" reshaped to {got}" if "reshape" in entry else "")
-                raise ConfigError(f"config {kind} '{want['name']}' has {shown}"
-                                  + (" (plus the batch axis, max_batch_size > 0)" if mbs > 0 else "")
-                                  + f", but the ONNX model's {kind} takes "
-                                  + (f"dims {want['dims']}" + (f" reshaped to {exp}" if "reshape" in want else "")
-                                     if mbs > 0 else f"shape {exp}"))
+                raise ConfigError(
+                    f"config {kind} '{want['name']}' has {shown}"
+                    + (" (plus the batch axis, max_batch_size > 0)" if mbs > 0 else "")
+                    + f", but the ONNX model's {kind} takes "
+                    + (
+                        f"dims {want['dims']}" + (f" reshaped to {exp}" if "reshape" in want else "")
+                        if mbs > 0
+                        else f"shape {exp}"
+                    )
+                )
 
 
 def auto_complete(config, spec: ModelSpec, max_batch: Optional[int]) -> None:
@@ -207,8 +241,11 @@ def auto_complete(config, spec: ModelSpec, max_batch: Optional[int]) -> None:
         for o in outputs:
             config.add_output({k: v for k, v in o.items() if k != "reshape"})
     cfg = config.as_dict()
-    if spec.batchable and mbs > 0 and not any(k in cfg for k in ("sequence_batching", "ensemble_scheduling",
-                                                                 "dynamic_batching")):
+    if (
+        spec.batchable
+        and mbs > 0
+        and not any(k in cfg for k in ("sequence_batching", "ensemble_scheduling", "dynamic_batching"))
+    ):
         config.set_dynamic_batching()
 
 

@@ -7,6 +7,7 @@ instance a reload with a smaller count dropped is not in the config any more). A
 ``/v2/models/M/ready`` 400 and requests NOT_FOUND) and loaded again, in a thread; where the model-control mode allows
 no reload, the server is restarted instead (``restart_server``).
 """
+
 from __future__ import annotations
 
 import queue
@@ -25,24 +26,31 @@ from gert_triton.triton_http import TritonHTTP, instance_names, model_states
 class ModelWatch:
     """The models of one server start after another (``reset`` at each start)."""
 
-    def __init__(self, plan: Plan, policy: Policy, health: Health, log: Callable[[str], None],
-                 wake: Callable[[], None], restart_server: Callable[[str], None]):
+    def __init__(
+        self,
+        plan: Plan,
+        policy: Policy,
+        health: Health,
+        log: Callable[[str], None],
+        wake: Callable[[], None],
+        restart_server: Callable[[str], None],
+    ):
         self.plan, self.policy, self.health = plan, policy, health
         self.log, self.wake, self.restart_server = log, wake, restart_server
         self.client: Optional[TritonHTTP] = None
         self.generation = 0
         self.reload_attempts: Dict[str, Attempts] = {}
-        self.desired: Set[str] = set()                # explicit mode (the user's): models to keep loaded
+        self.desired: Set[str] = set()  # explicit mode (the user's): models to keep loaded
         self.done: "queue.Queue[Tuple[int, str, Optional[str]]]" = queue.Queue()
         self.reset(None, 0)
 
     def reset(self, client: Optional[TritonHTTP], generation: int) -> None:
         """A new server start: nothing of the last one's stubs or reloads applies."""
         self.client, self.generation = client, generation
-        self.known: Dict[str, Dict[str, list]] = {}   # model -> instance -> stubs seen while it was ready
+        self.known: Dict[str, Dict[str, list]] = {}  # model -> instance -> stubs seen while it was ready
         self.expected: Dict[str, Optional[Set[str]]] = {}  # model -> instances its config names (while READY)
         self.reloading: Set[str] = set()
-        self.given_up: Set[str] = set()               # models past max_reloads (until the server restarts)
+        self.given_up: Set[str] = set()  # models past max_reloads (until the server restarts)
         self.stubs: List[stub_procs.Stub] = []
         self.index_ok = time.monotonic()
         self.index_failures = 0
@@ -72,8 +80,9 @@ class ModelWatch:
             else:
                 self.known.pop(name, None)
                 self.expected.pop(name, None)
-                self.health.set_model(name, state="loading" if state == "LOADING" else "unavailable",
-                                      stubs=0, reason=reason)
+                self.health.set_model(
+                    name, state="loading" if state == "LOADING" else "unavailable", stubs=0, reason=reason
+                )
                 if self.plan.control == "gert" and state not in ("LOADING", "UNLOADING"):
                     self.recover(name, f"not loaded ({state or 'never loaded'}{': ' + reason if reason else ''})")
         if self.health.phase in ("starting", "restarting", "unresponsive"):
@@ -109,8 +118,11 @@ class ModelWatch:
                 return None  # asked again at the next look
             groups = config.get("instance_group") or []
             python = config.get("backend") == "python"
-            self.expected[name] = instance_names(config) if python and groups and not any(
-                g.get("kind") == "KIND_GPU" for g in groups) else None
+            self.expected[name] = (
+                instance_names(config)
+                if python and groups and not any(g.get("kind") == "KIND_GPU" for g in groups)
+                else None
+            )
         return self.expected[name]
 
     def check_stubs(self, name: str, instances: Dict[str, list]) -> None:
@@ -138,8 +150,7 @@ class ModelWatch:
         self.known.pop(name, None)
         self.expected.pop(name, None)
         if not self.plan.can_reload:
-            self.restart_server(f"model {name!r}: {why}, and --model-control-mode={self.plan.control} cannot "
-                                "reload it")
+            self.restart_server(f"model {name!r}: {why}, and --model-control-mode={self.plan.control} cannot reload it")
             return
         if name in self.given_up:
             self.health.set_model(name, state="unavailable")
@@ -148,15 +159,21 @@ class ModelWatch:
         delay = attempts.next_delay()
         if delay is None:
             self.given_up.add(name)
-            self.log(f"model {name!r}: {why}; {self.policy.max_reloads} reloads within "
-                     f"{self.policy.window_s:.0f} s already: it stays down")
+            self.log(
+                f"model {name!r}: {why}; {self.policy.max_reloads} reloads within "
+                f"{self.policy.window_s:.0f} s already: it stays down"
+            )
             self.health.set_model(name, state="unavailable", reason=f"gave up reloading: {why}")
             return
         self.reloading.add(name)
         self.health.set_model(name, state="reloading", reason=why)
         self.log(f"model {name!r}: {why}; reloading it" + (f" in {delay:.0f} s" if delay else ""))
-        threading.Thread(target=self.reload, args=(name, delay, self.generation, self.client), daemon=True,
-                         name=f"gert-serve-reload-{name}").start()
+        threading.Thread(
+            target=self.reload,
+            args=(name, delay, self.generation, self.client),
+            daemon=True,
+            name=f"gert-serve-reload-{name}",
+        ).start()
 
     def reload(self, name: str, delay: float, generation: int, client: TritonHTTP) -> None:
         error = None

@@ -8,6 +8,7 @@ with a quote, a newline or a brace stays one string), then parses the text back 
 meant: text that would read back as anything else (an injected field, a lost one) is refused before a file is
 written. Strings Triton cannot take (a NUL: Triton's C API ends a name there) are refused, naming the field.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -26,8 +27,10 @@ def _schema():
     try:
         from tritonclient.grpc import model_config_pb2
     except ImportError as e:  # pragma: no cover - tritonclient is part of gert's triton extra
-        raise GertError("writing config.pbtxt checks it against Triton's model_config.proto, which tritonclient "
-                        "ships: pip install 'gert[triton]' (or tritonclient[grpc])") from e
+        raise GertError(
+            "writing config.pbtxt checks it against Triton's model_config.proto, which tritonclient "
+            "ships: pip install 'gert[triton]' (or tritonclient[grpc])"
+        ) from e
     return model_config_pb2.ModelConfig
 
 
@@ -47,8 +50,10 @@ def _check_strings(value: Any, path: str, where: str) -> None:
         for i, v in enumerate(value):
             _check_strings(v, f"{path}[{i}]", where)
     elif isinstance(value, str) and "\x00" in value:
-        raise GertError(f"config.pbtxt of {where}: {path} {value!r} contains the character '\\x00' (U+0000), which "
-                        "Triton cannot take (its C API ends a name there); rename it")
+        raise GertError(
+            f"config.pbtxt of {where}: {path} {value!r} contains the character '\\x00' (U+0000), which "
+            "Triton cannot take (its C API ends a name there); rename it"
+        )
 
 
 def _scalar(field: FieldDescriptor, value: Any) -> str:
@@ -86,8 +91,11 @@ def _inline(d: dict, desc) -> str:
     for key, value in d.items():
         f = desc.fields_by_name[key]
         if _is_map(f):
-            parts += [f"{key} {{ key: {_scalar(f.message_type.fields_by_name['key'], k)} value: "
-                      f"{_map_value(f.message_type.fields_by_name['value'], v)} }}" for k, v in value.items()]
+            parts += [
+                f"{key} {{ key: {_scalar(f.message_type.fields_by_name['key'], k)} value: "
+                f"{_map_value(f.message_type.fields_by_name['value'], v)} }}"
+                for k, v in value.items()
+            ]
         elif _repeated(f) and f.message_type is not None:
             parts.append(f"{key}: [ " + ", ".join(_inline(v, f.message_type) for v in value) + " ]")
         elif _repeated(f):
@@ -116,13 +124,18 @@ def _block(d: dict, desc, depth: int) -> list:
                 if vf.message_type is None:
                     lines.append(f"{pad}{key} {{ key: {_scalar(kf, k)} value: {_scalar(vf, v)} }}")
                 else:
-                    lines += [f"{pad}{key} {{", f"{pad}{INDENT}key: {_scalar(kf, k)}",
-                              f"{pad}{INDENT}value: {_inline(v, vf.message_type)}", f"{pad}}}"]
+                    lines += [
+                        f"{pad}{key} {{",
+                        f"{pad}{INDENT}key: {_scalar(kf, k)}",
+                        f"{pad}{INDENT}value: {_inline(v, vf.message_type)}",
+                        f"{pad}}}",
+                    ]
         elif _repeated(f) and f.message_type is not None:
             items = []
             for v in value:
-                items.append("\n".join([f"{pad}{INDENT}{{"] + _block(v, f.message_type, depth + 2)
-                                       + [f"{pad}{INDENT}}}"]))
+                items.append(
+                    "\n".join([f"{pad}{INDENT}{{"] + _block(v, f.message_type, depth + 2) + [f"{pad}{INDENT}}}"])
+                )
             lines += [f"{pad}{key} ["] + ([",\n".join(items)] if items else []) + [f"{pad}]"]
         elif _repeated(f):
             lines.append(f"{pad}{key}: [ " + ", ".join(_scalar(f, v) for v in value) + (" ]" if value else "]"))
@@ -152,9 +165,11 @@ def write_config(config: dict) -> str:
     except text_format.ParseError as e:
         raise GertError(f"config.pbtxt of {where} does not parse back ({e}); refusing to write it") from None
     if back != meant:
-        raise GertError(f"config.pbtxt of {where} reads back as another config; refusing to write it:\n"
-                        f"meant:\n{text_format.MessageToString(meant, as_utf8=True)}\n"
-                        f"read back:\n{text_format.MessageToString(back, as_utf8=True)}")
+        raise GertError(
+            f"config.pbtxt of {where} reads back as another config; refusing to write it:\n"
+            f"meant:\n{text_format.MessageToString(meant, as_utf8=True)}\n"
+            f"read back:\n{text_format.MessageToString(back, as_utf8=True)}"
+        )
     return text
 
 

@@ -10,6 +10,7 @@ What is read of a request is its own ``flags()`` and ``correlation_id()`` (Trito
 READY / CORRID, shape [1, 1] with max_batch_size > 0), read only when the request carries no correlation id: Direct's
 null requests (id 0, or READY false) get an empty response and never touch a state.
 """
+
 from __future__ import annotations
 
 import threading
@@ -29,8 +30,12 @@ from gert_triton.tensors import as_array, to_tensor
 
 START, END = 1, 2  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END
 DEFAULT_IDLE_US = 1_000_000  # max_sequence_idle_microseconds 0 or unset (model_config.proto)
-CONTROL_KINDS = {"CONTROL_SEQUENCE_START": "start", "CONTROL_SEQUENCE_END": "end",
-                 "CONTROL_SEQUENCE_READY": "ready", "CONTROL_SEQUENCE_CORRID": "corrid"}
+CONTROL_KINDS = {
+    "CONTROL_SEQUENCE_START": "start",
+    "CONTROL_SEQUENCE_END": "end",
+    "CONTROL_SEQUENCE_READY": "ready",
+    "CONTROL_SEQUENCE_CORRID": "corrid",
+}
 
 
 def control_names(config: dict) -> dict:
@@ -49,20 +54,25 @@ def idle_seconds(config: dict) -> float:
     return (us or DEFAULT_IDLE_US) / 1e6
 
 
-def sequence_block(strategy: str = "oldest", idle_us: int = 5_000_000, max_batch_size: int = 8,
-                   queue_delay_us: int = 1000) -> str:
+def sequence_block(
+    strategy: str = "oldest", idle_us: int = 5_000_000, max_batch_size: int = 8, queue_delay_us: int = 1000
+) -> str:
     """config.pbtxt's sequence_batching block, without control inputs: the adapter reads each request's ``flags()``
     and ``correlation_id()`` (Triton >= 22.02), and Direct's null requests carry id 0. Every control would be one
     more tensor per request through the stub (measured: READY + CORRID cost ~10 us of stub CPU and as much of the
     server's per step, benchmarks/bench_sequences.py). A config that declares controls still works (they are read
     only for a request without a correlation id)."""
     if strategy == "oldest":
-        strat = (f"  oldest {{\n    max_candidate_sequences: {max(1, 4 * max_batch_size)}\n"
-                 f"    preferred_batch_size: [ {max_batch_size} ]\n    max_queue_delay_microseconds: {queue_delay_us}\n"
-                 "  }\n")
+        strat = (
+            f"  oldest {{\n    max_candidate_sequences: {max(1, 4 * max_batch_size)}\n"
+            f"    preferred_batch_size: [ {max_batch_size} ]\n    max_queue_delay_microseconds: {queue_delay_us}\n"
+            "  }\n"
+        )
     elif strategy == "direct":
-        strat = (f"  direct {{\n    max_queue_delay_microseconds: {queue_delay_us}\n"
-                 "    minimum_slot_utilization: 0.5\n  }\n")
+        strat = (
+            f"  direct {{\n    max_queue_delay_microseconds: {queue_delay_us}\n"
+            "    minimum_slot_utilization: 0.5\n  }\n"
+        )
     else:
         raise GertError(f"sequence strategy must be 'oldest' or 'direct', got {strategy!r}")
     return f"sequence_batching {{\n  max_sequence_idle_microseconds: {int(idle_us)}\n{strat}}}\n"
@@ -70,8 +80,8 @@ def sequence_block(strategy: str = "oldest", idle_us: int = 5_000_000, max_batch
 
 @dataclass
 class _Live:
-    seq: object            # gert.Sequence
-    last_used: float       # time.monotonic() of its last request
+    seq: object  # gert.Sequence
+    last_used: float  # time.monotonic() of its last request
 
 
 class SequenceServer:
@@ -79,9 +89,11 @@ class SequenceServer:
 
     def __init__(self, model, config: dict, name: str, layout: Layout, on_change=None):
         if "sequence_batching" not in config:
-            raise ConfigError("parameter 'state' needs a sequence_batching block in config.pbtxt (the sequence "
-                              "batcher sends each correlation id's requests to the instance that holds its state); "
-                              "`gert repo init MODEL REPO --state h=h_out` writes one")
+            raise ConfigError(
+                "parameter 'state' needs a sequence_batching block in config.pbtxt (the sequence "
+                "batcher sends each correlation id's requests to the instance that holds its state); "
+                "`gert repo init MODEL REPO --state h=h_out` writes one"
+            )
         self.model = model
         self.name = name
         self.layout = layout
@@ -187,8 +199,10 @@ class SequenceServer:
         for name in self.step_inputs:
             tensor = pb_utils.get_input_tensor_by_name(request, name)
             if tensor is None:
-                raise GertError(f"input '{name}' is missing; a step of this stateful model takes {self.step_inputs} "
-                                "(the state stays on the server)")
+                raise GertError(
+                    f"input '{name}' is missing; a step of this stateful model takes {self.step_inputs} "
+                    "(the state stays on the server)"
+                )
             inputs[name] = self.layout.to_model(name, as_array(tensor))
         with self._lock:
             live = self._live.get(key)
@@ -202,8 +216,10 @@ class SequenceServer:
                 with self._lock:
                     self._live[key] = live
         elif live is None:
-            raise GertError(f"sequence {key!r} of model '{self.name}' is not active (never started, ended, or idle "
-                            f"for more than {self.idle:g} s): send its first request with sequence_start=True")
+            raise GertError(
+                f"sequence {key!r} of model '{self.name}' is not active (never started, ended, or idle "
+                f"for more than {self.idle:g} s): send its first request with sequence_start=True"
+            )
         return key, live, inputs, self._wanted or request.requested_output_names(), end
 
     def _control_value(self, request, kind: str, pb_utils):
@@ -229,8 +245,7 @@ class SequenceServer:
         group that fails answers its own requests with the error and leaves their states as they were."""
         good = list(items)
         try:  # each item checked by the model (a bad one fails alone), the rest batched by the model's Engine
-            results = self.model.step([(live.seq, inputs) for _, _, live, inputs, _, _ in good],
-                                      return_exceptions=True)
+            results = self.model.step([(live.seq, inputs) for _, _, live, inputs, _, _ in good], return_exceptions=True)
         except Exception as e:  # noqa: BLE001 - answered as the requests' error
             results = [e] * len(good)
         now = time.monotonic()

@@ -1,4 +1,5 @@
 """The limits and delays of `gert serve`'s supervision, and how an exit is told (gert_triton/supervisor.py)."""
+
 from __future__ import annotations
 
 import signal
@@ -11,6 +12,7 @@ from typing import Optional
 @dataclass
 class Policy:
     """Limits and delays of the supervision (gert serve's options set the first ones)."""
+
     max_restarts: int = 5
     max_reloads: int = 5
     window_s: float = 600.0

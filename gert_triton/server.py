@@ -4,6 +4,7 @@ The wheel's backends/ folder has no Python stub: a copy of it gets the stub of t
 this interpreter's import path (gert_triton.stub_env), so the server's Python models run in the environment gert
 runs in, whether or not it is activated and whatever the working directory.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -75,10 +76,18 @@ def free_port() -> int:
 class TritonServer:
     """A tritonserver process serving ``repo`` on loopback ports; stop() (or the context manager) ends it."""
 
-    def __init__(self, repo: str, http_port: Optional[int] = None, grpc_port: Optional[int] = None,
-                 metrics_port: Optional[int] = None, tritonserver: Optional[str] = None,
-                 extra_args: Sequence[str] = (), log_path: Optional[str] = None, address: str = "127.0.0.1",
-                 on_line: Optional[Callable[[bytes], None]] = None):
+    def __init__(
+        self,
+        repo: str,
+        http_port: Optional[int] = None,
+        grpc_port: Optional[int] = None,
+        metrics_port: Optional[int] = None,
+        tritonserver: Optional[str] = None,
+        extra_args: Sequence[str] = (),
+        log_path: Optional[str] = None,
+        address: str = "127.0.0.1",
+        on_line: Optional[Callable[[bytes], None]] = None,
+    ):
         self.repo = os.path.abspath(repo)
         self.address = address
         if not os.path.isdir(self.repo):
@@ -97,13 +106,21 @@ class TritonServer:
         self._reader: Optional[threading.Thread] = None
 
     def command(self) -> list:
-        return [self.binary, f"--model-repository={self.repo}", f"--backend-directory={self.backends}",
-                f"--http-address={self.address}", f"--grpc-address={self.address}",
-                f"--metrics-address={self.address}",
-                f"--http-port={self.http_port}", f"--grpc-port={self.grpc_port}", f"--metrics-port={self.metrics_port}",
-                *([] if any(a.startswith("--exit-timeout-secs") for a in self.extra_args)
-                  else ["--exit-timeout-secs=10"]),  # below stop()'s wait, so a stop ends cleanly
-                *self.extra_args]
+        return [
+            self.binary,
+            f"--model-repository={self.repo}",
+            f"--backend-directory={self.backends}",
+            f"--http-address={self.address}",
+            f"--grpc-address={self.address}",
+            f"--metrics-address={self.address}",
+            f"--http-port={self.http_port}",
+            f"--grpc-port={self.grpc_port}",
+            f"--metrics-port={self.metrics_port}",
+            *(
+                [] if any(a.startswith("--exit-timeout-secs") for a in self.extra_args) else ["--exit-timeout-secs=10"]
+            ),  # below stop()'s wait, so a stop ends cleanly
+            *self.extra_args,
+        ]
 
     def start(self) -> "TritonServer":
         root = os.path.dirname(os.path.dirname(os.path.realpath(self.binary)))
@@ -116,11 +133,17 @@ class TritonServer:
             out = self._log
         elif self.on_line is not None:
             out = subprocess.PIPE
-        self.process = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT if out else None,
-                                        start_new_session=True, env=self.environment(root))
+        self.process = subprocess.Popen(
+            self.command(),
+            stdout=out,
+            stderr=subprocess.STDOUT if out else None,
+            start_new_session=True,
+            env=self.environment(root),
+        )
         if out is subprocess.PIPE:
-            self._reader = threading.Thread(target=self._read_output, args=(self.process.stdout,),
-                                            name="tritonserver-output", daemon=True)
+            self._reader = threading.Thread(
+                target=self._read_output, args=(self.process.stdout,), name="tritonserver-output", daemon=True
+            )
             self._reader.start()
         return self
 
@@ -141,10 +164,13 @@ class TritonServer:
 
         env = dict(os.environ)
         if self.stub_env:
-            env["PATH"] = os.pathsep.join([os.path.join(self.stub_env, "bin")] +
-                                          ([env["PATH"]] if env.get("PATH") else []))
-        dirs = [os.path.join(os.path.dirname(os.path.dirname(server_root)), "nvidia_pytriton.libs"),
-                sysconfig.get_config_var("LIBDIR") or ""]
+            env["PATH"] = os.pathsep.join(
+                [os.path.join(self.stub_env, "bin")] + ([env["PATH"]] if env.get("PATH") else [])
+            )
+        dirs = [
+            os.path.join(os.path.dirname(os.path.dirname(server_root)), "nvidia_pytriton.libs"),
+            sysconfig.get_config_var("LIBDIR") or "",
+        ]
         dirs = [d for d in dirs if d and os.path.isdir(d)]
         if env.get("LD_LIBRARY_PATH"):
             dirs.append(env["LD_LIBRARY_PATH"])
@@ -163,8 +189,10 @@ class TritonServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process is None or self.process.poll() is not None:
-                raise GertError(f"tritonserver exited with code {self.process.returncode if self.process else None}"
-                                + (f"; log: {self.log_path}" if self.log_path else ""))
+                raise GertError(
+                    f"tritonserver exited with code {self.process.returncode if self.process else None}"
+                    + (f"; log: {self.log_path}" if self.log_path else "")
+                )
             try:
                 with urllib.request.urlopen(f"http://{self.url()}{path}", timeout=2) as r:
                     if r.status == 200:
@@ -172,8 +200,9 @@ class TritonServer:
             except OSError:
                 pass
             time.sleep(0.25)
-        raise GertError(f"tritonserver was not ready within {timeout:.0f} s" +
-                        (f"; log: {self.log_path}" if self.log_path else ""))
+        raise GertError(
+            f"tritonserver was not ready within {timeout:.0f} s" + (f"; log: {self.log_path}" if self.log_path else "")
+        )
 
     def stop(self, timeout: float = 30.0) -> Optional[int]:
         """SIGTERM, then SIGKILL after ``timeout`` seconds; removes the backends copy."""
@@ -204,4 +233,3 @@ class TritonServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-

@@ -11,6 +11,7 @@ extra outputs it hands to the post step (the model's inputs are its outputs too)
 it, parameter ``role`` ("pre" or "post") says whose fault a failure is: a pre step's error is the request's
 (INVALID_ARG, as gert_triton answers a failing ``preprocess``), a post step's is the server's (INTERNAL).
 """
+
 from __future__ import annotations
 
 import importlib
@@ -65,8 +66,10 @@ def resolve(spec: str) -> Callable:
     try:
         obj = importlib.import_module(module)
     except ImportError as e:
-        raise GertError(f"step function {spec!r}: cannot import {module!r} ({e}); it must be importable where the "
-                        "server runs (or name a file: path/file.py:function)") from e
+        raise GertError(
+            f"step function {spec!r}: cannot import {module!r} ({e}); it must be importable where the "
+            "server runs (or name a file: path/file.py:function)"
+        ) from e
     for part in attr.split("."):
         obj = getattr(obj, part, None)
         if obj is None:
@@ -88,14 +91,16 @@ def run_rows(fn: Callable, inputs: dict, batching: bool) -> dict:
         return _checked(fn(inputs))
     sizes = {a.shape[0] for a in inputs.values()}
     if len(sizes) != 1:
-        raise GertError(f"the inputs' batch sizes differ: {({k: v.shape[0] for k, v in inputs.items()})}")
+        raise GertError(f"the inputs' batch sizes differ: { ({k: v.shape[0] for k, v in inputs.items()}) }")
     rows = [_checked(fn({k: v[i] for k, v in inputs.items()})) for i in range(sizes.pop())]
     out = {}
     for name in rows[0]:
         shapes = {r[name].shape for r in rows}
         if len(shapes) > 1:
-            raise GertError(f"output '{name}' has a different shape for each row of the request ({sorted(shapes)}); "
-                            "send one row per request")
+            raise GertError(
+                f"output '{name}' has a different shape for each row of the request ({sorted(shapes)}); "
+                "send one row per request"
+            )
         out[name] = np.stack([r[name] for r in rows])
     return out
 
@@ -147,12 +152,14 @@ class TritonPythonModel:
                 out = run_rows(self.fn, inputs, self.batching)
                 missing = [n for n in self.outputs if n not in out]
                 if missing:
-                    raise GertError(f"step function returned {sorted(out)}, not the outputs {missing} its config "
-                                    "declares")
+                    raise GertError(
+                        f"step function returned {sorted(out)}, not the outputs {missing} its config declares"
+                    )
                 for n, entry in self.outputs.items():
                     if triton_dtype(out[n].dtype) != entry.get("data_type"):
-                        raise GertError(f"step output '{n}' is {out[n].dtype}, but its config data_type is "
-                                        f"{entry.get('data_type')}")
+                        raise GertError(
+                            f"step output '{n}' is {out[n].dtype}, but its config data_type is {entry.get('data_type')}"
+                        )
                 wanted = request.requested_output_names()
                 tensors = [to_tensor(pb_utils, n, out[n]) for n in self.outputs if not wanted or n in wanted]
                 responses.append(pb_utils.InferenceResponse(output_tensors=tensors))

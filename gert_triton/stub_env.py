@@ -17,6 +17,7 @@ file runs ``_gert_stub_env`` at start-up. That module:
 What is handed over does not depend on the working directory: the directory of the running script (``sys.path[0]``,
 or the cwd under ``-m`` / ``-c``) is left out, as it is for any other program.
 """
+
 from __future__ import annotations
 
 import json
@@ -87,8 +88,10 @@ def write_prefix(dest: Optional[str] = None) -> str:
     for name in ("python3", version):
         os.symlink(base, os.path.join(dest, "bin", name))
     with open(os.path.join(dest, "pyvenv.cfg"), "w") as f:
-        f.write(f"home = {os.path.dirname(base)}\ninclude-system-site-packages = false\n"
-                f"version = {'.'.join(map(str, sys.version_info[:3]))}\n")
+        f.write(
+            f"home = {os.path.dirname(base)}\ninclude-system-site-packages = false\n"
+            f"version = {'.'.join(map(str, sys.version_info[:3]))}\n"
+        )
     packages = os.path.join(dest, "lib", version, "site-packages")
     os.makedirs(packages)
     with open(os.path.join(packages, "_gert_stub_env.py"), "w") as f:

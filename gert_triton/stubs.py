@@ -5,6 +5,7 @@ server, not reaped; the model answers ``INTERNAL: Stub process ... is not health
 child of the server whose program is ``triton_python_backend_stub``; its arguments name the model file
 (``REPO/MODEL/VERSION/model.py``) and the instance (``MODEL_0_0``).
 """
+
 from __future__ import annotations
 
 import os
@@ -19,6 +20,7 @@ INSTANCE_ARG = 8  # argv of a 2.51 stub: program, model file, shm region, sizes 
 @dataclass(frozen=True)
 class Stub:
     """One stub process: its pid and start time (a pid the kernel reuses is another process)."""
+
     pid: int
     started: int
     model: str

@@ -19,6 +19,7 @@ What gert cannot change (Triton's code answers): requests in flight on a stub th
 healthy``, and requests while the model reloads get ``NOT_FOUND ... has no available versions`` (HTTP 404); while the
 server restarts a client gets connection refused (gRPC ``UNAVAILABLE``).
 """
+
 from __future__ import annotations
 
 import os
@@ -48,8 +49,18 @@ REPLICA_STRIDE = 10  # --replica N shifts every default port by 10 * N
 class Supervisor:
     """Runs and watches one tritonserver after another (a generation each); ``run()`` returns the exit code."""
 
-    def __init__(self, repo: str, ports: Tuple[int, int, int], tritonserver: Optional[str], plan: Plan,
-                 address: str, policy: Policy, health: Health, out=None, err=None):
+    def __init__(
+        self,
+        repo: str,
+        ports: Tuple[int, int, int],
+        tritonserver: Optional[str],
+        plan: Plan,
+        address: str,
+        policy: Policy,
+        health: Health,
+        out=None,
+        err=None,
+    ):
         self.repo, self.ports, self.binary, self.plan = repo, ports, tritonserver, plan
         self.address, self.policy, self.health = address, policy, health
         self.out = out or sys.stdout.buffer
@@ -142,8 +153,16 @@ class Supervisor:
         self.fatal_at = None
         self.health.update(phase="starting" if self.generation == 1 else "restarting")
         http, grpc, metrics = self.ports
-        srv = TritonServer(self.repo, http, grpc, metrics, self.binary, self.plan.with_generation(self.generation),
-                           address=self.address, on_line=self.on_line)
+        srv = TritonServer(
+            self.repo,
+            http,
+            grpc,
+            metrics,
+            self.binary,
+            self.plan.with_generation(self.generation),
+            address=self.address,
+            on_line=self.on_line,
+        )
         self.server = srv.start()
         self.client = TritonHTTP(srv.url("http"), self.plan.repo_header)
         self.models.reset(self.client, self.generation)
@@ -234,13 +253,17 @@ class Supervisor:
                 return 0
             delay = self.restarts.next_delay()
             if delay is None:
-                self.log(f"tritonserver {exit_status(code)}; {self.policy.max_restarts} restarts within "
-                         f"{self.policy.window_s:.0f} s already: giving up. Its last lines:\n{tail}")
+                self.log(
+                    f"tritonserver {exit_status(code)}; {self.policy.max_restarts} restarts within "
+                    f"{self.policy.window_s:.0f} s already: giving up. Its last lines:\n{tail}"
+                )
                 self.health.update(phase="failed")
                 return code
-            self.log(f"tritonserver (pid {self.server.process.pid}) {exit_status(code)}; restarting it in {delay:.0f} s "
-                     f"(restart {len(self.restarts.times)} of at most {self.policy.max_restarts} in "
-                     f"{self.policy.window_s:.0f} s). Its last lines:\n{tail}")
+            self.log(
+                f"tritonserver (pid {self.server.process.pid}) {exit_status(code)}; restarting it in {delay:.0f} s "
+                f"(restart {len(self.restarts.times)} of at most {self.policy.max_restarts} in "
+                f"{self.policy.window_s:.0f} s). Its last lines:\n{tail}"
+            )
             deadline = time.monotonic() + delay
             while time.monotonic() < deadline and self.stop_signal is None:
                 self.wait(deadline - time.monotonic())
@@ -259,9 +282,11 @@ class Supervisor:
         sig = self.stop_signal
         self.health.update(phase="draining")
         timeout = self.plan.exit_timeout + 10
-        self.log(f"{signal.Signals(sig).name}: draining (readiness 503 now; tritonserver gets the signal in "
-                 f"{self.policy.drain_delay_s:g} s, finishes the requests in flight within "
-                 f"{self.plan.exit_timeout} s, and is killed after {timeout} s)")
+        self.log(
+            f"{signal.Signals(sig).name}: draining (readiness 503 now; tritonserver gets the signal in "
+            f"{self.policy.drain_delay_s:g} s, finishes the requests in flight within "
+            f"{self.plan.exit_timeout} s, and is killed after {timeout} s)"
+        )
         p = self.server.process
         deadline = time.monotonic() + self.policy.drain_delay_s
         while time.monotonic() < deadline and p.poll() is None and self.stop_signal == sig:
@@ -282,13 +307,19 @@ class Supervisor:
 
 def replica_ports(ports: Sequence[Optional[int]], replica: int) -> Tuple[int, int, int]:
     """Ports not given explicitly: the defaults (8000-8002) shifted by 10 per replica."""
-    return tuple(p if p is not None else d + REPLICA_STRIDE * replica
-                 for p, d in zip(ports, DEFAULT_PORTS))  # type: ignore[return-value]
+    return tuple(p if p is not None else d + REPLICA_STRIDE * replica for p, d in zip(ports, DEFAULT_PORTS))  # type: ignore[return-value]
 
 
-def run_supervised(repo: str, ports: Sequence[Optional[int]], tritonserver: Optional[str],
-                   extra_args: Sequence[str], address: str = "127.0.0.1", health_port: Optional[int] = None,
-                   replica: int = 0, policy: Optional[Policy] = None) -> int:
+def run_supervised(
+    repo: str,
+    ports: Sequence[Optional[int]],
+    tritonserver: Optional[str],
+    extra_args: Sequence[str],
+    address: str = "127.0.0.1",
+    health_port: Optional[int] = None,
+    replica: int = 0,
+    policy: Optional[Policy] = None,
+) -> int:
     """gert serve in the foreground: the health endpoint (``health_port``, default the metrics port + 1; 0: none),
     the supervised server, SIGINT/SIGTERM handled as a drain. Returns the server's exit code."""
     policy = policy or Policy()
@@ -303,9 +334,12 @@ def run_supervised(repo: str, ports: Sequence[Optional[int]], tritonserver: Opti
         except OSError as e:
             if health_port is not None:  # asked for: its port must be had
                 raise GertError(f"gert serve: cannot listen on {address}:{port} for --health-port: {e}") from None
-            print(f"gert serve: the health endpoint's default port {address}:{port} (the metrics port + 1) is taken "
-                  f"({e}); serving without /healthz and /readyz: give --health-port PORT to have them",
-                  file=sys.stderr, flush=True)
+            print(
+                f"gert serve: the health endpoint's default port {address}:{port} (the metrics port + 1) is taken "
+                f"({e}); serving without /healthz and /readyz: give --health-port PORT to have them",
+                file=sys.stderr,
+                flush=True,
+            )
     sup = Supervisor(repo, ports, tritonserver, plan, address, policy, health)
     old = {s: signal.signal(s, sup.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:

@@ -7,6 +7,7 @@ PR #371. gert runs bfloat16 as ``ml_dtypes.bfloat16`` arrays; this module moves 
 ("dltensor", DLPack 0.x, the version the stub speaks) with ctypes: a BF16 input is copied out of the capsule
 (numpy cannot import it), a BF16 output is exported from its array, which stays alive until the stub's deleter call.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -23,7 +24,7 @@ try:
 except ImportError:  # pragma: no cover - ml_dtypes comes with onnx
     BFLOAT16 = None
 
-_CPU, _CUDA_HOST = 1, 3                       # DLDeviceType kDLCPU, kDLCUDAHost
+_CPU, _CUDA_HOST = 1, 3  # DLDeviceType kDLCPU, kDLCUDAHost
 _INT, _UINT, _FLOAT, _BFLOAT, _BOOL = 0, 1, 2, 4, 6  # DLDataTypeCode
 
 
@@ -36,9 +37,15 @@ class _DLDataType(ctypes.Structure):
 
 
 class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32), ("dtype", _DLDataType),
-                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
-                ("byte_offset", ctypes.c_uint64)]
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
 
 
 class _DLManagedTensor(ctypes.Structure):
@@ -82,8 +89,10 @@ def array_from_dlpack(capsule) -> np.ndarray:
     t = managed.dl_tensor
     try:
         if t.device.device_type not in (_CPU, _CUDA_HOST):
-            raise GertError(f"DLPack tensor on device type {t.device.device_type}: gert_triton reads CPU tensors "
-                            "(leave FORCE_CPU_ONLY_INPUT_TENSORS at its default)")
+            raise GertError(
+                f"DLPack tensor on device type {t.device.device_type}: gert_triton reads CPU tensors "
+                "(leave FORCE_CPU_ONLY_INPUT_TENSORS at its default)"
+            )
         if t.dtype.lanes != 1:
             raise GertError(f"DLPack tensor with {t.dtype.lanes} lanes")
         dtype = _numpy_dtype(t.dtype.code, t.dtype.bits)
@@ -141,8 +150,15 @@ class DLPackArray:
             bits = a.dtype.itemsize * 8
         managed = _DLManagedTensor()
         shape = (ctypes.c_int64 * max(a.ndim, 1))(*a.shape)
-        managed.dl_tensor = _DLTensor(a.ctypes.data, _DLDevice(_CPU, 0), a.ndim, _DLDataType(code, bits, 1),
-                                      ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)), None, 0)
+        managed.dl_tensor = _DLTensor(
+            a.ctypes.data,
+            _DLDevice(_CPU, 0),
+            a.ndim,
+            _DLDataType(code, bits, 1),
+            ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64)),
+            None,
+            0,
+        )
         managed.deleter = _release
         address = ctypes.addressof(managed)
         with _exports_lock:
@@ -163,8 +179,7 @@ def as_array(tensor) -> np.ndarray:
         return arr
     to_dlpack = getattr(tensor, "to_dlpack", None)
     if to_dlpack is None:
-        raise GertError(f"input '{tensor.name()}': the tensor has no numpy view"
-                        + (f" ({first})" if first else ""))
+        raise GertError(f"input '{tensor.name()}': the tensor has no numpy view" + (f" ({first})" if first else ""))
     return array_from_dlpack(to_dlpack())
 
 

@@ -11,6 +11,7 @@ std::chrono::steady_clock (CLOCK_MONOTONIC on Linux, the clock of Python's time.
 ``monotonic_origin_ns`` is that clock at ts = 0 here, so Triton's stamp ``ns`` sits at (ns - monotonic_origin_ns) / 1000
 µs in this trace; ``wall_clock_origin_ns`` is the wall clock at ts = 0.
 """
+
 from __future__ import annotations
 
 import os
@@ -62,22 +63,40 @@ class AdapterTrace:
         now = time.perf_counter()
         self._end_batch(now)
         rec = self._recorder
-        rec.span("triton_execute", rec.thread_track(), started, now, "triton",
-                 {"model": self.model_name, "requests": [_request_id(r) for r in requests]})
+        rec.span(
+            "triton_execute",
+            rec.thread_track(),
+            started,
+            now,
+            "triton",
+            {"model": self.model_name, "requests": [_request_id(r) for r in requests]},
+        )
 
     def _end_batch(self, now: float) -> None:
         if self._batch is not None:
             start, ids, rows = self._batch
             rec = self._recorder
-            rec.span("triton_batch", rec.thread_track(), start, now, "triton",
-                     {"model": self.model_name, "request_ids": ids, "rows": rows})
+            rec.span(
+                "triton_batch",
+                rec.thread_track(),
+                start,
+                now,
+                "triton",
+                {"model": self.model_name, "request_ids": ids, "rows": rows},
+            )
             self._batch = None
 
     def close(self) -> str:
         """Stop recording and write the JSON; its path."""
         self.trace.stop()
-        return self.trace.write(self.path, {"model": self.model_name, "wall_clock_origin_ns": self.wall_origin_ns,
-                                            "monotonic_origin_ns": round(self._recorder.origin * 1e9)})
+        return self.trace.write(
+            self.path,
+            {
+                "model": self.model_name,
+                "wall_clock_origin_ns": self.wall_origin_ns,
+                "monotonic_origin_ns": round(self._recorder.origin * 1e9),
+            },
+        )
 
 
 def _request_id(request) -> str:

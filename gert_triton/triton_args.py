@@ -8,6 +8,7 @@ model-repository API to a header only gert knows, so clients can no more load or
 mode. A mode of the user's is respected; ``none`` and ``poll`` allow no per-model reload (a dead stub restarts the
 whole server instead).
 """
+
 from __future__ import annotations
 
 import os
@@ -24,7 +25,7 @@ def option_values(args: Sequence[str], name: str) -> List[str]:
     values, flag = [], f"--{name}"
     for i, a in enumerate(args):
         if a.startswith(flag + "="):
-            values.append(a[len(flag) + 1:])
+            values.append(a[len(flag) + 1 :])
         elif a == flag and i + 1 < len(args):
             values.append(args[i + 1])
     return values
@@ -72,12 +73,13 @@ def new_shm_prefix(replica: int) -> str:
 @dataclass
 class Plan:
     """What gert serve passes to tritonserver and what its supervision can do with it."""
+
     args: List[str]
-    control: str                        # "gert" (gert's explicit mode), "explicit", "none" or "poll" (the user's)
+    control: str  # "gert" (gert's explicit mode), "explicit", "none" or "poll" (the user's)
     repo_header: Optional[Tuple[str, str]]
-    shm_prefix: Optional[str]           # the prefix gert chose (None: the user's own, kept)
+    shm_prefix: Optional[str]  # the prefix gert chose (None: the user's own, kept)
     exit_timeout: int
-    http: bool = True                   # gert talks to Triton over its HTTP endpoint
+    http: bool = True  # gert talks to Triton over its HTTP endpoint
     notes: List[str] = field(default_factory=list)
 
     @property
@@ -104,8 +106,10 @@ def plan(user_args: Sequence[str], drain_timeout: int = 10, replica: int = 0) ->
     if not modes:
         control = "gert"
         if option_values(args, "load-model"):
-            notes.append("--load-model without --model-control-mode is ignored by tritonserver: gert serve loads "
-                         "the whole repository, as tritonserver would")
+            notes.append(
+                "--load-model without --model-control-mode is ignored by tritonserver: gert serve loads "
+                "the whole repository, as tritonserver would"
+            )
             args = without_option(args, "load-model")
         extra += ["--model-control-mode=explicit", "--load-model=*"]
         if header is None:
@@ -118,15 +122,21 @@ def plan(user_args: Sequence[str], drain_timeout: int = 10, replica: int = 0) ->
         if control not in ("explicit", "none", "poll"):
             control = "none"
         if control != "explicit":
-            notes.append(f"--model-control-mode={modes[-1]}: a model cannot be reloaded alone, so a dead Python "
-                         "stub restarts the whole server (every model goes down meanwhile)")
+            notes.append(
+                f"--model-control-mode={modes[-1]}: a model cannot be reloaded alone, so a dead Python "
+                "stub restarts the whole server (every model goes down meanwhile)"
+            )
         else:
-            notes.append("--model-control-mode=explicit (yours): after a server restart gert serve loads again the "
-                         "models that were loaded before it, from the repository's files (a config a client passed "
-                         "with its load request is not kept)")
+            notes.append(
+                "--model-control-mode=explicit (yours): after a server restart gert serve loads again the "
+                "models that were loaded before it, from the repository's files (a config a client passed "
+                "with its load request is not kept)"
+            )
     if not http:
-        notes.append("--allow-http=false: gert serve cannot ask tritonserver about its models, so it restarts a "
-                     "server that exits but does not see a dead stub, and its readiness only says the process runs")
+        notes.append(
+            "--allow-http=false: gert serve cannot ask tritonserver about its models, so it restarts a "
+            "server that exits but does not see a dead stub, and its readiness only says the process runs"
+        )
     timeouts = option_values(args, "exit-timeout-secs")
     exit_timeout = int(timeouts[-1]) if timeouts and timeouts[-1].isdigit() else drain_timeout
     if not timeouts:

@@ -1,5 +1,6 @@
 """The few calls of Triton's HTTP API `gert serve`'s supervisor makes: liveness, the repository index, a model's
 config, load and unload (with the header that opens the model-repository API gert serve restricted)."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """Helpers shared by the runtime tests: error codes, a runtime health check, and a subprocess runner."""
+
 from __future__ import annotations
 
 import json
@@ -147,16 +148,18 @@ def run_python(code: str, env: dict | None = None, timeout: float = 60) -> str:
     child_env.update(env or {})
     child_env.setdefault("PYTHONPATH", REPO)
     src = _PRELUDE + "\n" + textwrap.dedent(code)
-    p = subprocess.run([sys.executable, "-c", src], env=child_env, cwd=REPO, capture_output=True, text=True,
-                       timeout=timeout)
+    p = subprocess.run(
+        [sys.executable, "-c", src], env=child_env, cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
     assert p.returncode == 0, (
-        f"child exited with {p.returncode}\n--- stdout ---\n{p.stdout}\n--- stderr ---\n{p.stderr}")
+        f"child exited with {p.returncode}\n--- stdout ---\n{p.stdout}\n--- stderr ---\n{p.stderr}"
+    )
     return p.stdout
 
 
 def run_python_result(code: str, env: dict | None = None, timeout: float = 60):
     """run_python, then the JSON the snippet passed to emit() (exactly one call)."""
     out = run_python(code, env, timeout)
-    lines = [ln[len("RESULT "):] for ln in out.splitlines() if ln.startswith("RESULT ")]
+    lines = [ln[len("RESULT ") :] for ln in out.splitlines() if ln.startswith("RESULT ")]
     assert len(lines) == 1, f"expected one RESULT line, got:\n{out}"
     return json.loads(lines[0])

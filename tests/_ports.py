@@ -7,6 +7,7 @@ between the pick and the server's bind. A port is only returned when it binds no
 machine can still take it before the server binds, which is why the callers retry with new ports when a server
 reports "already in use".
 """
+
 from __future__ import annotations
 
 import itertools
@@ -15,8 +16,8 @@ import socket
 import threading
 
 BASE = 20000
-BLOCK = 500          # ports per worker: 20000-20499 for gw0, 20500-20999 for gw1, ...
-WORKERS = 24         # blocks below 32768
+BLOCK = 500  # ports per worker: 20000-20499 for gw0, 20500-20999 for gw1, ...
+WORKERS = 24  # blocks below 32768
 
 
 def worker_index() -> int:

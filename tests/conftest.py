@@ -5,6 +5,7 @@ host NPU configuration (GERT_HOST_DEVICES, GERT_HOST_DEVICE_MEMORY, GERT_HOST_CU
 subprocess through ``_helpers.run_python``. In this process one Device(0) stays open for the whole session, so no
 test can finalize the runtime under another one, whatever the order.
 """
+
 from __future__ import annotations
 
 import gc
@@ -17,15 +18,16 @@ import gert
 
 settings.register_profile(
     "gert",
-    deadline=None,          # stream hand-offs on a loaded 2-core machine have a long tail
-    database=None,          # no example database: every run starts fresh, results do not depend on past runs
+    deadline=None,  # stream hand-offs on a loaded 2-core machine have a long tail
+    database=None,  # no example database: every run starts fresh, results do not depend on past runs
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 settings.load_profile("gert")
 # tests/test_fuzz_rows.py's long run (`--hypothesis-profile long`, benchmarks/fuzz_rows.py): GERT_FUZZ_EXAMPLES examples
-settings.register_profile("long", parent=settings.get_profile("gert"),
-                          max_examples=int(os.environ.get("GERT_FUZZ_EXAMPLES", "3000")))
+settings.register_profile(
+    "long", parent=settings.get_profile("gert"), max_examples=int(os.environ.get("GERT_FUZZ_EXAMPLES", "3000"))
+)
 
 
 @pytest.fixture(scope="session")
@@ -74,8 +76,10 @@ def stream(device):
 if gert.backend() == "cann":
     gert.hostnpu._module = None
 
-HOSTNPU_SKIP_REASON = (f"host NPU only: needs gert.hostnpu's features (counters, spin time, compute provider), "
-                       f"which a build against a CANN toolkit ({gert._cann.toolkit_root()}) does not have")
+HOSTNPU_SKIP_REASON = (
+    f"host NPU only: needs gert.hostnpu's features (counters, spin time, compute provider), "
+    f"which a build against a CANN toolkit ({gert._cann.toolkit_root()}) does not have"
+)
 
 
 # ---- running in parallel (pytest-xdist, pyproject's addopts) ------------------------------------------------------
@@ -85,14 +89,24 @@ HOSTNPU_SKIP_REASON = (f"host NPU only: needs gert.hostnpu's features (counters,
 # xdist_group to one worker, one after the other: every module is its own group (its module-scoped servers, builds
 # and models are made once, and its tests keep their order relative to each other: the order pytest-randomly gave
 # them), except the modules below, whose many tests share nothing and are spread over the workers.
-SPREAD = {"test_onnx_backend.py"}   # ~1900 independent ONNX node cases
+SPREAD = {"test_onnx_backend.py"}  # ~1900 independent ONNX node cases
 # The longest groups start first, so that none of them is left to run alone at the end (seconds on an idle 2-core
 # machine, roughly): the toolkit build and the suite against it, the AddressSanitizer build of the host NPU, RapidOCR
 # on ONNX Runtime and on gert, the ONNX model dump, the Triton servers, the soak.
-SLOW_FIRST = ["test_toolkit_build.py", "test_streams_events.py", "test_rapidocr_on_gert.py",
-              "test_onnx_model_reader.py", "test_triton_e2e.py", "test_soak.py", "test_ge_api_fidelity.py",
-              "test_triton_sequences.py", "test_triton_e2e_faults.py", "test_model.py", "test_api_fidelity.py",
-              "test_triton_bad_inputs.py"]
+SLOW_FIRST = [
+    "test_toolkit_build.py",
+    "test_streams_events.py",
+    "test_rapidocr_on_gert.py",
+    "test_onnx_model_reader.py",
+    "test_triton_e2e.py",
+    "test_soak.py",
+    "test_ge_api_fidelity.py",
+    "test_triton_sequences.py",
+    "test_triton_e2e_faults.py",
+    "test_model.py",
+    "test_api_fidelity.py",
+    "test_triton_bad_inputs.py",
+]
 
 
 # tryfirst: before xdist reads the xdist_group marks; pytest-randomly's wrapper has shuffled the items already, and

@@ -16,6 +16,7 @@ shared/docs/triton-python-backend.md and the pure-Python part of the real file (
   is recorded in ``Metric.calls``; ``FAMILIES`` lists the families created since ``reset()``.
 - ``get_model_dir()``: the directory set with ``set_model_dir``.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,12 +33,21 @@ TRITONSERVER_MEMORY_CPU = 0
 TRITONSERVER_MEMORY_GPU = 2
 
 TRITON_STRING_TO_NUMPY = {
-    "TYPE_BOOL": bool, "TYPE_UINT8": np.uint8, "TYPE_UINT16": np.uint16, "TYPE_UINT32": np.uint32,
-    "TYPE_UINT64": np.uint64, "TYPE_INT8": np.int8, "TYPE_INT16": np.int16, "TYPE_INT32": np.int32,
-    "TYPE_INT64": np.int64, "TYPE_FP16": np.float16, "TYPE_FP32": np.float32, "TYPE_FP64": np.float64,
+    "TYPE_BOOL": bool,
+    "TYPE_UINT8": np.uint8,
+    "TYPE_UINT16": np.uint16,
+    "TYPE_UINT32": np.uint32,
+    "TYPE_UINT64": np.uint64,
+    "TYPE_INT8": np.int8,
+    "TYPE_INT16": np.int16,
+    "TYPE_INT32": np.int32,
+    "TYPE_INT64": np.int64,
+    "TYPE_FP16": np.float16,
+    "TYPE_FP32": np.float32,
+    "TYPE_FP64": np.float64,
     "TYPE_STRING": np.object_,
 }
-_NUMPY_TO_PROTOCOL = {np.dtype(v): k[len("TYPE_"):] for k, v in TRITON_STRING_TO_NUMPY.items() if v is not np.object_}
+_NUMPY_TO_PROTOCOL = {np.dtype(v): k[len("TYPE_") :] for k, v in TRITON_STRING_TO_NUMPY.items() if v is not np.object_}
 
 
 def triton_string_to_numpy(triton_type_string: str):
@@ -101,8 +111,16 @@ class InferenceRequest:
     """What execute() receives. ``requested_output_names``: the client's outputs (core fills in every output
     when the client named none, so tests pass the model's outputs for that case)."""
 
-    def __init__(self, inputs, requested_output_names, request_id: str = "", cancelled: bool = False,
-                 parameters: dict | None = None, correlation_id=0, flags: int = 0):
+    def __init__(
+        self,
+        inputs,
+        requested_output_names,
+        request_id: str = "",
+        cancelled: bool = False,
+        parameters: dict | None = None,
+        correlation_id=0,
+        flags: int = 0,
+    ):
         self._correlation_id = correlation_id
         self._flags = flags
         self._inputs = list(inputs)
@@ -190,12 +208,24 @@ def get_output_config_by_name(model_config: dict, name: str):
 
 # ---- auto-complete ------------------------------------------------------------------------------------------------
 
+
 def default_config(name: str = "model", **fields) -> dict:
     """The config JSON the stub hands auto_complete_config for a config.pbtxt with ``fields`` (repeated and
     primitive fields are always present; message fields such as dynamic_batching only when set)."""
-    cfg = {"name": name, "platform": "", "backend": "python", "max_batch_size": 0, "input": [], "output": [],
-           "batch_input": [], "batch_output": [], "instance_group": [], "default_model_filename": "",
-           "parameters": {}, "model_warmup": []}
+    cfg = {
+        "name": name,
+        "platform": "",
+        "backend": "python",
+        "max_batch_size": 0,
+        "input": [],
+        "output": [],
+        "batch_input": [],
+        "batch_output": [],
+        "instance_group": [],
+        "default_model_filename": "",
+        "parameters": {},
+        "model_warmup": [],
+    }
     cfg.update(json.loads(json.dumps(fields)))
     return cfg
 
@@ -204,47 +234,62 @@ class ModelConfig:
     """The real class's rules, on the config dict (only max_batch_size, inputs, outputs and the scheduler change)."""
 
     def __init__(self, model_config):
-        self._model_config = json.loads(model_config) if isinstance(model_config, str) else \
-            json.loads(json.dumps(model_config))
+        self._model_config = (
+            json.loads(model_config) if isinstance(model_config, str) else json.loads(json.dumps(model_config))
+        )
 
     def as_dict(self) -> dict:
         return self._model_config
 
     def set_max_batch_size(self, max_batch_size: int) -> None:
         if self._model_config["max_batch_size"] > max_batch_size:
-            raise ValueError(f"configuration specified max_batch_size {self._model_config['max_batch_size']}, but "
-                             f"in auto-complete-config function for model '{self._model_config['name']}' specified "
-                             f"max_batch_size {max_batch_size}")
+            raise ValueError(
+                f"configuration specified max_batch_size {self._model_config['max_batch_size']}, but "
+                f"in auto-complete-config function for model '{self._model_config['name']}' specified "
+                f"max_batch_size {max_batch_size}"
+            )
         self._model_config["max_batch_size"] = max_batch_size
 
     def set_dynamic_batching(self) -> None:
         for other in ("sequence_batching", "ensemble_scheduling"):
             if other in self._model_config:
-                raise ValueError(f"Configuration specified scheduling_choice as '{other}', but auto-complete-config "
-                                 f"function for model '{self._model_config['name']}' tries to set scheduling_choice "
-                                 "as 'dynamic_batching'")
+                raise ValueError(
+                    f"Configuration specified scheduling_choice as '{other}', but auto-complete-config "
+                    f"function for model '{self._model_config['name']}' tries to set scheduling_choice "
+                    "as 'dynamic_batching'"
+                )
         self._model_config.setdefault("dynamic_batching", {})
 
     def _add(self, kind: str, entry: dict, valid: tuple) -> None:
         for prop in entry:
             if prop not in valid:
-                raise ValueError(f"{kind} '{entry.get('name')}' in auto-complete-config function for model "
-                                 f"'{self._model_config['name']}' contains property other than {valid}.")
+                raise ValueError(
+                    f"{kind} '{entry.get('name')}' in auto-complete-config function for model "
+                    f"'{self._model_config['name']}' contains property other than {valid}."
+                )
         for prop in ("name", "data_type", "dims"):
             if prop not in entry:
-                raise ValueError(f"{kind} '{entry.get('name')}' in auto-complete-config function for model "
-                                 f"'{self._model_config['name']}' is missing '{prop}' property.")
+                raise ValueError(
+                    f"{kind} '{entry.get('name')}' in auto-complete-config function for model "
+                    f"'{self._model_config['name']}' is missing '{prop}' property."
+                )
         for current in self._model_config[kind]:
             if current["name"] != entry["name"]:
                 continue
-            if current.get("data_type", "TYPE_INVALID") != "TYPE_INVALID" and \
-                    current["data_type"] != entry["data_type"]:
-                raise ValueError(f"unable to load model '{self._model_config['name']}', configuration expects "
-                                 f"datatype {current['data_type']} for {kind} '{entry['name']}', model provides "
-                                 f"{entry['data_type']}")
+            if (
+                current.get("data_type", "TYPE_INVALID") != "TYPE_INVALID"
+                and current["data_type"] != entry["data_type"]
+            ):
+                raise ValueError(
+                    f"unable to load model '{self._model_config['name']}', configuration expects "
+                    f"datatype {current['data_type']} for {kind} '{entry['name']}', model provides "
+                    f"{entry['data_type']}"
+                )
             if current.get("dims") and list(current["dims"]) != list(entry["dims"]):
-                raise ValueError(f"model '{self._model_config['name']}', tensor '{entry['name']}': the model expects "
-                                 f"dims {entry['dims']} but the model configuration specifies dims {current['dims']}")
+                raise ValueError(
+                    f"model '{self._model_config['name']}', tensor '{entry['name']}': the model expects "
+                    f"dims {entry['dims']} but the model configuration specifies dims {current['dims']}"
+                )
             current["data_type"] = entry["data_type"]
             current["dims"] = list(entry["dims"])
             if "optional" in entry:

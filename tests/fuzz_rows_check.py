@@ -8,6 +8,7 @@ good request, a non-gert exception, an answer to a request ONNX Runtime refuses,
 A failure is put in a class (``classify``) from the tags the generator gave the model's outputs; a failing example
 prints a standalone repro script (``repro``).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -25,8 +26,8 @@ from onnx import TensorProto, helper, numpy_helper
 import gert
 from fuzz_rows_models import Case, feeds_code, load_options, model_code, options_code
 
-TIMEOUT = 60.0         # seconds for a whole front-door call (a hang fails the example, it never blocks the suite)
-RTOL = ATOL = 1e-4     # float32 through a few ops, batched or alone
+TIMEOUT = 60.0  # seconds for a whole front-door call (a hang fails the example, it never blocks the suite)
+RTOL = ATOL = 1e-4  # float32 through a few ops, batched or alone
 
 
 class Hang(Exception):
@@ -34,6 +35,7 @@ class Hang(Exception):
 
 
 # ---- the front doors (their source goes into the repro scripts as it is) ------------------------------------------
+
 
 def _in_threads(fn, items: list, timeout: float) -> list:
     """fn(item) from one thread per item, all released together; each result or exception, Hang past the deadline."""
@@ -69,9 +71,12 @@ def call_door(door: str, model, requests: list, timeout: float) -> list:
     if door == "submit":
         return _in_threads(lambda r: model.submit(r).result(timeout), requests, timeout)
     if door == "run_async":
+
         async def all_of():
-            return await asyncio.gather(*[asyncio.wait_for(model.run_async(r), timeout) for r in requests],
-                                        return_exceptions=True)
+            return await asyncio.gather(
+                *[asyncio.wait_for(model.run_async(r), timeout) for r in requests], return_exceptions=True
+            )
+
         got = _in_threads(lambda _: asyncio.run(all_of()), [None], timeout + 5)[0]
         return list(got) if isinstance(got, list) else [got] * len(requests)
     if door == "session":
@@ -89,11 +94,12 @@ def open_model(door: str, model_bytes: bytes, options: dict):
 
 # ---- one example ---------------------------------------------------------------------------------------------------
 
+
 @dataclasses.dataclass
 class Result:
-    outcome: str                      # ok | load_refused | refused (a request refused, allowed) | known:C | FAIL:C
-    failures: list                    # [(kind, request index, output, detail, class)]
-    requests: list                    # per request: ok | refused_gears | bad_refused | both_refused | failure kind
+    outcome: str  # ok | load_refused | refused (a request refused, allowed) | known:C | FAIL:C
+    failures: list  # [(kind, request index, output, detail, class)]
+    requests: list  # per request: ok | refused_gears | bad_refused | both_refused | failure kind
     load_error: str | None = None
 
     @property
@@ -112,7 +118,7 @@ def build(case: Case) -> tuple:
 def ort_alone(model_bytes: bytes, requests: list) -> tuple:
     """ONNX Runtime's outputs (or exception) for each request run alone; and its output names in order."""
     so = ort.SessionOptions()
-    so.log_severity_level = 4   # the requests it refuses are expected: no error lines on stderr
+    so.log_severity_level = 4  # the requests it refuses are expected: no error lines on stderr
     sess = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     out = []
@@ -155,18 +161,31 @@ def compare(case: Case, want, got, names: list, index: int, bad_in_call: bool) -
             return "hang", [("hang", None, str(got))]
         if isinstance(got, BaseException):
             if door == "session" and not _session_class_ok(want, got):
-                return "session_error_class", [("session_error_class", None,
-                                                f"ONNX Runtime raises {type(want).__name__}, gert "
-                                                f"{type(got).__name__}: {str(got)[:160]}")]
+                return "session_error_class", [
+                    (
+                        "session_error_class",
+                        None,
+                        f"ONNX Runtime raises {type(want).__name__}, gert {type(got).__name__}: {str(got)[:160]}",
+                    )
+                ]
             if door != "session" and not isinstance(got, gert.GertError):
                 return "unclear_refusal", [("unclear_refusal", None, f"{type(got).__name__}: {str(got)[:200]}")]
             return ("bad_refused" if case.requests[index][2] else "both_refused"), []
-        if not case.requests[index][2] and _empty_request(case, index) and all(
-                np.asarray(v).size == 0 for v in got.values()):
-            return "answered_empty", []   # 0 rows answered with 0 rows where ONNX Runtime's kernel refuses: allowed
+        if (
+            not case.requests[index][2]
+            and _empty_request(case, index)
+            and all(np.asarray(v).size == 0 for v in got.values())
+        ):
+            return "answered_empty", []  # 0 rows answered with 0 rows where ONNX Runtime's kernel refuses: allowed
         kind = "bad_accepted" if case.requests[index][2] else "answered_ort_refused"
-        return kind, [(kind, None, f"ONNX Runtime refuses it ({str(want)[:160]}); gert answered "
-                                   f"{ {k: np.asarray(v).shape for k, v in got.items()} }")]
+        return kind, [
+            (
+                kind,
+                None,
+                f"ONNX Runtime refuses it ({str(want)[:160]}); gert answered "
+                f"{ {k: np.asarray(v).shape for k, v in got.items()} }",
+            )
+        ]
     if isinstance(got, Hang):
         return "hang", [("hang", None, str(got))]
     if isinstance(got, BaseException):
@@ -189,8 +208,13 @@ def compare(case: Case, want, got, names: list, index: int, bad_in_call: bool) -
             fails.append(("wrong_dtype", name, f"gert {g.dtype}, ONNX Runtime {w.dtype}"))
         elif not np.allclose(g, w, rtol=RTOL, atol=ATOL, equal_nan=True):
             d = np.abs(g.astype(np.float64) - w.astype(np.float64))
-            fails.append(("wrong_value", name, f"max |d| {np.nanmax(d) if d.size else 0:.3g}"
-                                               f"{' (NaN in gert)' if np.isnan(g).any() else ''}"))
+            fails.append(
+                (
+                    "wrong_value",
+                    name,
+                    f"max |d| {np.nanmax(d) if d.size else 0:.3g}{' (NaN in gert)' if np.isnan(g).any() else ''}",
+                )
+            )
     return ("ok" if not fails else fails[0][0]), fails
 
 
@@ -217,8 +241,9 @@ def check(case: Case, known: dict) -> Result:
             inner = model.model if case.door == "session" else model
             inner.close(timeout=10)
     # a list call is one call: a bad or empty request in it may fail the whole call, with a clear GertError
-    bad_in_call = case.door in ("run_list", "run_batch") and any(bad or 0 in (rows, t)
-                                                                 for rows, t, bad in case.requests)
+    bad_in_call = case.door in ("run_list", "run_batch") and any(
+        bad or 0 in (rows, t) for rows, t, bad in case.requests
+    )
     per_request, failures = [], []
     for i, (w, g) in enumerate(zip(want, got)):
         outcome, fails = compare(case, w, g, names, i, bad_in_call)
@@ -238,6 +263,7 @@ def _outcome(failures: list, known: dict) -> str:
 
 # ---- classes ---------------------------------------------------------------------------------------------------
 
+
 def classify(case: Case, kind: str, output: str | None, plan, index: int) -> str:
     """The defect class a failure most likely belongs to, from the tags of the output (of every output for a
     request-level error) and the options: the known classes of issue 36 (../shared/repros/rows/README.md), else
@@ -249,10 +275,10 @@ def classify(case: Case, kind: str, output: str | None, plan, index: int) -> str
     prefixes = set()
     for o in outputs:
         for tag in case.tags.get(o, []):
-            if output is None and tag in ("passthrough",):   # a request-level error: not one output's doing
+            if output is None and tag in ("passthrough",):  # a request-level error: not one output's doing
                 continue
             p = tag.split(":")[0]
-            if gert_batch == "T":   # gert took T for the batch: T's mixing is the batch's
+            if gert_batch == "T":  # gert took T for the batch: T's mixing is the batch's
                 p = {"t_mixed": "rows_mixed", "tglob": "glob", "rows_mixed": "t_mixed", "glob": "tglob"}.get(p, p)
             prefixes.add(p)
     policy = case.options.get("shape_policy", {})
@@ -267,7 +293,7 @@ def classify(case: Case, kind: str, output: str | None, plan, index: int) -> str
     if "value_dependent" in prefixes and policy.get("batch") == "pad":
         return "pad_value_dependent"
     if kind == "wrong_shape" and "pad" in [v for k, v in policy.items() if k != "batch"]:
-        return "pad_dim_lost"   # a padded non-batch dim kept its padded size in an output
+        return "pad_dim_lost"  # a padded non-batch dim kept its padded size in an output
     if case.options.get("output_dims") and "pad" in [v for k, v in policy.items() if k != "batch"]:
         return "output_dims"
     if gert_batch is not None and axis != 0:
@@ -279,7 +305,7 @@ def classify(case: Case, kind: str, output: str | None, plan, index: int) -> str
 
 # ---- repro scripts -------------------------------------------------------------------------------------------------
 
-_REPRO_CHECK = '''
+_REPRO_CHECK = """
 sess = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
 names = [o.name for o in sess.get_outputs()]
 want = []
@@ -305,7 +331,7 @@ for i, (w, g) in enumerate(zip(want, got)):
             fails.append(f"request {i} {shapes} output {k}: gert shape {a.shape}, ONNX Runtime {v.shape}, max|d| {d}")
 print("FAIL:\\n  " + "\\n  ".join(fails) if fails else "OK")
 sys.exit(1 if fails else 0)
-'''
+"""
 
 
 def repro(case: Case, result: Result | None = None) -> str:
@@ -313,23 +339,25 @@ def repro(case: Case, result: Result | None = None) -> str:
     what = ""
     if result is not None:
         what = "\n".join(f"  request {i} output {o}: {k} {d} [{c}]" for k, i, o, d, c in result.failures[:8])
-    return "\n".join([
-        '"""Differential fuzz repro (tests/test_fuzz_rows.py): gert against ONNX Runtime on each request alone.',
-        f"Door: {case.door}; families: {case.families}; tags: {case.tags}",
-        what + '"""',
-        "import asyncio, sys, threading, warnings",
-        "import numpy as np, onnxruntime as ort, gert",
-        "from onnx import TensorProto, helper, numpy_helper",
-        'warnings.simplefilter("ignore")',
-        "",
-        model_code(case),
-        feeds_code(case),
-        f"options = {options_code(case)}",
-        f"DOOR = {case.door!r}",
-        "",
-        "class Hang(Exception):\n    pass\n",
-        inspect.getsource(_in_threads),
-        inspect.getsource(call_door),
-        inspect.getsource(open_model),
-        _REPRO_CHECK,
-    ])
+    return "\n".join(
+        [
+            '"""Differential fuzz repro (tests/test_fuzz_rows.py): gert against ONNX Runtime on each request alone.',
+            f"Door: {case.door}; families: {case.families}; tags: {case.tags}",
+            what + '"""',
+            "import asyncio, sys, threading, warnings",
+            "import numpy as np, onnxruntime as ort, gert",
+            "from onnx import TensorProto, helper, numpy_helper",
+            'warnings.simplefilter("ignore")',
+            "",
+            model_code(case),
+            feeds_code(case),
+            f"options = {options_code(case)}",
+            f"DOOR = {case.door!r}",
+            "",
+            "class Hang(Exception):\n    pass\n",
+            inspect.getsource(_in_threads),
+            inspect.getsource(call_door),
+            inspect.getsource(open_model),
+            _REPRO_CHECK,
+        ]
+    )

@@ -11,6 +11,7 @@ rows may not be a function of the same input rows alone (``rows_mixed:<op>``: mi
 ``t_mixed:<op>``: the same along T; ``glob:<op>``: computed from every row without carrying the batch). The tags
 say which known defect class a failure belongs to; they never decide what the right answer is (ONNX Runtime does).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,20 +33,20 @@ RNN_OPS = {"RNN": 1, "GRU": 3, "LSTM": 4}
 class Case:
     """One fuzz example: model, options, front door and requests (plain literals: its repr rebuilds it)."""
 
-    inputs: list          # [(name, "float32" | "int64", layout, high)]: layout of "B" | "T" | int; high: int range
-    nodes: list           # [(op_type, [inputs], [outputs], {attrs})]
-    inits: list           # [(name, dtype, shape, values)]: values a flat list, or ("randn", seed, scale)
-    outputs: list         # [(name, dtype, dims)]: dims of "B" | "T" | int | None (no size, no name)
+    inputs: list  # [(name, "float32" | "int64", layout, high)]: layout of "B" | "T" | int; high: int range
+    nodes: list  # [(op_type, [inputs], [outputs], {attrs})]
+    inits: list  # [(name, dtype, shape, values)]: values a flat list, or ("randn", seed, scale)
+    outputs: list  # [(name, dtype, dims)]: dims of "B" | "T" | int | None (no size, no name)
     bname: str | None  # the batch axis's ONNX dim name (None: unnamed)
     tname: str | None  # the second dynamic dim's name (None: unnamed)
-    options: dict         # gert.load keyword arguments ("nan" stands for float("nan"))
+    options: dict  # gert.load keyword arguments ("nan" stands for float("nan"))
     door: str
-    requests: list        # [(rows, tsize, bad)]: bad None | "dtype" | "fixed_dim" | "rank" | "missing"
+    requests: list  # [(rows, tsize, bad)]: bad None | "dtype" | "fixed_dim" | "rank" | "missing"
     seed: int
-    shared_params: bool   # inputs without the batch axis: the same values in every request
-    tags: dict            # output name -> [tags]; "*" -> the model's own tags ("rnn")
-    families: list        # op families used
-    repeat: int = 1       # the door called this many times with the same requests (then: hot path, static graphs)
+    shared_params: bool  # inputs without the batch axis: the same values in every request
+    tags: dict  # output name -> [tags]; "*" -> the model's own tags ("rnn")
+    families: list  # op families used
+    repeat: int = 1  # the door called this many times with the same requests (then: hot path, static graphs)
 
 
 # ---- source code of a case ---------------------------------------------------------------------------------------
@@ -79,8 +80,7 @@ def model_code(case: Case) -> str:
     lines.append("]")
     lines.append("inputs = [")
     for name, dtype, layout, _ in case.inputs:
-        lines.append(f"    helper.make_tensor_value_info({name!r}, {_DT[dtype]}, "
-                     f"{[_dim(k, case) for k in layout]!r}),")
+        lines.append(f"    helper.make_tensor_value_info({name!r}, {_DT[dtype]}, {[_dim(k, case) for k in layout]!r}),")
     lines.append("]")
     lines.append("outputs = [")
     for name, dtype, dims in case.outputs:
@@ -117,8 +117,9 @@ def feeds_code(case: Case) -> str:
     batched = [i for i in case.inputs if "B" in i[2] or "T" in i[2]]
     params = [i for i in case.inputs if i not in batched]
     if case.shared_params and params:
-        lines.append("P = {" + ", ".join(f"{n!r}: {_array_code(n, d, lay, h, 0, 0, None)}"
-                                         for n, d, lay, h in params) + "}")
+        lines.append(
+            "P = {" + ", ".join(f"{n!r}: {_array_code(n, d, lay, h, 0, 0, None)}" for n, d, lay, h in params) + "}"
+        )
     lines.append("requests = [")
     for rows, tsize, bad in case.requests:
         bad_input = _bad_target(case, bad)
@@ -157,6 +158,7 @@ def load_options(case: Case) -> dict:
 
 
 # ---- the generator -------------------------------------------------------------------------------------------------
+
 
 @dataclasses.dataclass
 class _T:
@@ -274,7 +276,7 @@ class Builder:
         op = self.pick(BINARY)
         if kind == "const":
             k = self.draw(st.integers(0, len(t.layout)))
-            shape = [a if isinstance(a, int) else 1 for a in t.layout[len(t.layout) - k:]]
+            shape = [a if isinstance(a, int) else 1 for a in t.layout[len(t.layout) - k :]]
             other = self.const_f(shape)
             out = self.fresh("t")
             self.node(op, [t.name, other] if self.draw(st.booleans()) else [other, t.name], [out])
@@ -298,7 +300,7 @@ class Builder:
             tags.add("batch_two_axes:broadcast")
         if layout.count("T") > 1:
             tags.add("t_mixed:broadcast_two_axes")
-        for a, _b in ((t, u), (u, t)):   # a reduction over the batch broadcast back onto rows mixes them
+        for a, _b in ((t, u), (u, t)):  # a reduction over the batch broadcast back onto rows mixes them
             if any(x.startswith("glob:") for x in a.tags) and "B" in layout:
                 tags.add("rows_mixed:broadcast_batch_reduction")
             if any(x.startswith("tglob:") for x in a.tags) and "T" in layout:
@@ -333,10 +335,10 @@ class Builder:
             tr = self.fresh("t")
             self.node("Transpose", [t.name], [tr], perm=[1, 0])
             out = self.fresh("t")
-            if self.draw(st.booleans()):   # t @ t^T: [a, a], contracted over lay[1]
+            if self.draw(st.booleans()):  # t @ t^T: [a, a], contracted over lay[1]
                 self.node("MatMul", [t.name, tr], [out])
                 a, c = lay[0], lay[1]
-            else:                          # t^T @ t: [b, b], contracted over lay[0]
+            else:  # t^T @ t: [b, b], contracted over lay[0]
                 self.node("MatMul", [tr, t.name], [out])
                 a, c = lay[1], lay[0]
             tags = set(t.tags)
@@ -387,8 +389,22 @@ class Builder:
     def b_shape(self, t: _T) -> bool:
         lay = t.layout
         r = len(lay)
-        op = self.pick(["Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Split", "Concat", "Slice",
-                        "Gather", "Tile", "Expand", "Pad"])
+        op = self.pick(
+            [
+                "Transpose",
+                "Reshape",
+                "Flatten",
+                "Squeeze",
+                "Unsqueeze",
+                "Split",
+                "Concat",
+                "Slice",
+                "Gather",
+                "Tile",
+                "Expand",
+                "Pad",
+            ]
+        )
         out = self.fresh("t")
         fixed = [a for a in range(r) if isinstance(lay[a], int)]
         if op == "Transpose":
@@ -429,12 +445,12 @@ class Builder:
                     return False
                 a = self.draw(st.integers(1, lay[axis] - 1))
                 self.node("Split", [t.name, self.const_i([a, lay[axis] - a])], [o1, o2], axis=axis)
-                self.add(lay[:axis] + (a,) + lay[axis + 1:], t.tags, name=o1)
-                self.add(lay[:axis] + (lay[axis] - a,) + lay[axis + 1:], t.tags, name=o2)
+                self.add(lay[:axis] + (a,) + lay[axis + 1 :], t.tags, name=o1)
+                self.add(lay[:axis] + (lay[axis] - a,) + lay[axis + 1 :], t.tags, name=o2)
                 return True
             tags = self.tags_of(t, "Split", _mix(t, [axis]))
             self.node("Split", [t.name], [o1, o2], axis=axis, num_outputs=2)
-            m = lay[:axis] + ("M",) + lay[axis + 1:]
+            m = lay[:axis] + ("M",) + lay[axis + 1 :]
             self.add(m, tags, name=o1)
             self.add(m, tags, name=o2)
             return True
@@ -444,10 +460,10 @@ class Builder:
             axis = self.pick(range(r))
             tags = set(t.tags) | set(u.tags)
             if isinstance(lay[axis], int):
-                new = lay[:axis] + (2 * lay[axis],) + lay[axis + 1:]
+                new = lay[:axis] + (2 * lay[axis],) + lay[axis + 1 :]
             else:
                 tags |= {f"{k}:Concat" for k in _mix(t, [axis])}
-                new = lay[:axis] + ("M",) + lay[axis + 1:]
+                new = lay[:axis] + ("M",) + lay[axis + 1 :]
             self.node("Concat", [t.name, u.name], [out], axis=axis - r if self.draw(st.booleans()) else axis)
             self.add(new, tags, name=out)
             return True
@@ -470,7 +486,7 @@ class Builder:
             size = self.pick([2, 3])
             shape = [size if i == a else (k if isinstance(k, int) else 1) for i, k in enumerate(lay)]
             self.node("Expand", [t.name, self.const_i(shape)], [out])
-            self.add(lay[:a] + (size,) + lay[a + 1:], t.tags, name=out)
+            self.add(lay[:a] + (size,) + lay[a + 1 :], t.tags, name=out)
             return True
         if op == "Pad":
             axis = self.pick(range(r))
@@ -485,8 +501,9 @@ class Builder:
                 self.inits.append((ins[-1], "float32", [], [float(self.pick([0.0, 1.5, -2.0]))]))
             self.node("Pad", ins, [out], mode=mode)
             tags = self.tags_of(t, "Pad", _mix(t, [axis]))
-            self.add(lay[:axis] + (("M",) if dynamic else (lay[axis] + before + after,)) + lay[axis + 1:], tags,
-                     name=out)
+            self.add(
+                lay[:axis] + (("M",) if dynamic else (lay[axis] + before + after,)) + lay[axis + 1 :], tags, name=out
+            )
             return True
         return False
 
@@ -494,7 +511,7 @@ class Builder:
         lay = t.layout
         r = len(lay)
         kind = self.pick(["merge", "split", "roundtrip"])
-        if kind == "roundtrip":   # flatten everything, then back to t's shape through Shape(t)
+        if kind == "roundtrip":  # flatten everything, then back to t's shape through Shape(t)
             flat, back, shape = self.fresh("t"), self.fresh("t"), self.fresh("s")
             self.node("Reshape", [t.name, self.const_i([-1])], [flat])
             self.node(self.pick(UNARY), [flat], [back])
@@ -507,13 +524,13 @@ class Builder:
             if not fours or r >= 5:
                 return False
             a = self.pick(fours)
-            new = lay[:a] + (2, 2) + lay[a + 1:]
+            new = lay[:a] + (2, 2) + lay[a + 1 :]
         else:
             pairs = [a for a in range(r - 1) if isinstance(lay[a], int) and isinstance(lay[a + 1], int)]
             if not pairs:
                 return False
             a = self.pick(pairs)
-            new = lay[:a] + (lay[a] * lay[a + 1],) + lay[a + 2:]
+            new = lay[:a] + (lay[a] * lay[a + 1],) + lay[a + 2 :]
         dyn_after = [i for i in range(a + 1, len(new)) if not isinstance(new[i], int)]
         if len(dyn_after) > 1:
             return False
@@ -529,21 +546,24 @@ class Builder:
         if isinstance(lay[axis], int):
             n = lay[axis]
             start = self.draw(st.integers(-n, n - 1))
-            end = self.pick([n, -n - 5, 2 ** 62, -(2 ** 62), self.draw(st.integers(-n, n))])
+            end = self.pick([n, -n - 5, 2**62, -(2**62), self.draw(st.integers(-n, n))])
             size = len(range(n)[slice(start, end, step)])
             if size == 0:
                 return False
-            new = lay[:axis] + (size,) + lay[axis + 1:]
+            new = lay[:axis] + (size,) + lay[axis + 1 :]
             tags = set(t.tags)
         else:
-            start, end = (0, 2 ** 62) if step > 0 else (-1, -(2 ** 62))
+            start, end = (0, 2**62) if step > 0 else (-1, -(2**62))
             start = self.pick([start, start, 1 if step > 0 else -2])
             identity = step == 1 and start == 0
             tags = set(t.tags) if identity else self.tags_of(t, "Slice", _mix(t, [axis]))
-            new = lay if identity or (step == -1 and start == -1) else lay[:axis] + ("M",) + lay[axis + 1:]
-        ins = [t.name, self.const_i([start]), self.const_i([end]), self.const_i([axis - len(lay)
-                                                                                   if self.draw(st.booleans())
-                                                                                   else axis])]
+            new = lay if identity or (step == -1 and start == -1) else lay[:axis] + ("M",) + lay[axis + 1 :]
+        ins = [
+            t.name,
+            self.const_i([start]),
+            self.const_i([end]),
+            self.const_i([axis - len(lay) if self.draw(st.booleans()) else axis]),
+        ]
         ins.append(self.const_i([step]))
         self.node("Slice", ins, [out])
         self.add(new, tags, name=out)
@@ -565,20 +585,20 @@ class Builder:
                 idx = self.const_i(vals, [] if scalar else None)
                 shape = [] if scalar else [len(vals)]
             self.node("Gather", [t.name, idx], [out], axis=axis)
-            self.add(lay[:axis] + tuple(shape) + lay[axis + 1:], t.tags, name=out)
+            self.add(lay[:axis] + tuple(shape) + lay[axis + 1 :], t.tags, name=out)
             return True
-        idx = self.const_i([0], [] if scalar else None)   # the first row: every row's output is row 0's
+        idx = self.const_i([0], [] if scalar else None)  # the first row: every row's output is row 0's
         tags = set(t.tags) | {("glob:" if lay[axis] == "B" else "tglob:") + "Gather"}
         self.node("Gather", [t.name, idx], [out], axis=axis)
-        self.add(lay[:axis] + (() if scalar else (1,)) + lay[axis + 1:], tags, name=out)
+        self.add(lay[:axis] + (() if scalar else (1,)) + lay[axis + 1 :], tags, name=out)
         return True
 
     def b_reduce(self, t: _T) -> bool:
         lay = t.layout
-        op = self.pick(["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceL2", "ReduceSumSquare",
-                        "ReduceLogSumExp"])
-        axes = sorted(self.draw(st.lists(st.sampled_from(range(len(lay))), min_size=0, max_size=len(lay),
-                                         unique=True)))
+        op = self.pick(
+            ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp"]
+        )
+        axes = sorted(self.draw(st.lists(st.sampled_from(range(len(lay))), min_size=0, max_size=len(lay), unique=True)))
         keep = self.pick([0, 1])
         ins = [t.name]
         if axes:
@@ -592,8 +612,11 @@ class Builder:
                 tags.add("glob:" + op)
             if lay[a] == "T":
                 tags.add("tglob:" + op)
-        new = tuple((1 if a in red else k) for a, k in enumerate(lay)) if keep else tuple(
-            k for a, k in enumerate(lay) if a not in red)
+        new = (
+            tuple((1 if a in red else k) for a, k in enumerate(lay))
+            if keep
+            else tuple(k for a, k in enumerate(lay) if a not in red)
+        )
         self.add(new, tags, name=out)
         return True
 
@@ -603,8 +626,13 @@ class Builder:
         axis = self.draw(st.integers(-len(lay), len(lay) - 1))
         out = self.fresh("t")
         if op == "CumSum":
-            self.node("CumSum", [t.name, self.const_i([axis], [])], [out], exclusive=self.pick([0, 1]),
-                      reverse=self.pick([0, 1]))
+            self.node(
+                "CumSum",
+                [t.name, self.const_i([axis], [])],
+                [out],
+                exclusive=self.pick([0, 1]),
+                reverse=self.pick([0, 1]),
+            )
         else:
             self.node(op, [t.name], [out], axis=axis)
         self.add(lay, self.tags_of(t, op, _mix(t, [axis % len(lay)])), name=out)
@@ -621,13 +649,13 @@ class Builder:
             keep = self.pick([0, 1])
             self.node(op, [t.name], [out], axis=axis, keepdims=keep, select_last_index=self.pick([0, 1]))
             tags = set(t.tags) | ({g + op} if g else set())
-            idx = self.add(lay[:axis] + ((1,) if keep else ()) + lay[axis + 1:], tags, dtype="int64", name=out)
+            idx = self.add(lay[:axis] + ((1,) if keep else ()) + lay[axis + 1 :], tags, dtype="int64", name=out)
             self._maybe_cast(idx)
             return True
         vals = out
         idxs = self.fresh("t")
         tags = set(t.tags)
-        if isinstance(lay[axis], int) and self.draw(st.booleans()):   # k from an input: value-dependent shape
+        if isinstance(lay[axis], int) and self.draw(st.booleans()):  # k from an input: value-dependent shape
             name = self.fresh("k")
             self.inputs.append((name, "int64", (1,), lay[axis]))
             k, size = name, "M"
@@ -638,7 +666,7 @@ class Builder:
             if g:
                 tags.add(g + "TopK")
         self.node("TopK", [t.name, k], [vals, idxs], axis=axis, largest=self.pick([0, 1]))
-        new = lay[:axis] + (size,) + lay[axis + 1:]
+        new = lay[:axis] + (size,) + lay[axis + 1 :]
         self.add(new, tags, name=vals)
         idx = self.add(new, tags, dtype="int64", name=idxs)
         self._maybe_cast(idx)
@@ -670,7 +698,7 @@ class Builder:
             attrs["linear_before_reset"] = self.pick([0, 1])
         if layout == 0:
             self.node(op, ins, outs, **attrs)
-        else:   # batch-first (layout=1): ONNX Runtime's CPU kernels refuse the attribute ("Batchwise recurrent
+        else:  # batch-first (layout=1): ONNX Runtime's CPU kernels refuse the attribute ("Batchwise recurrent
             # operations (layout == 1) are not supported"), so it is written as exporters do: transposes around
             ins[0], inner = self.fresh("t"), [self.fresh("t") for _ in outs]
             self.node("Transpose", [t.name], [ins[0]], perm=[1, 0, 2])
@@ -697,7 +725,7 @@ class Builder:
         shape = self.fresh("s")
         self.node("Shape", [t.name], [shape])
         out = self.fresh("t")
-        if kind == "range":   # Range(0, Shape(t)[axis]) as a float row index along that axis
+        if kind == "range":  # Range(0, Shape(t)[axis]) as a float row index along that axis
             axis = self.draw(st.integers(0, len(lay) - 1))
             n, rng, f = self.fresh("s"), self.fresh("s"), self.fresh("t")
             self.node("Gather", [shape, self.const_i([axis], [])], [n])
@@ -706,12 +734,13 @@ class Builder:
             k = lay[axis]
             tags = {"rows_mixed:Range_of_batch_size"} if k == "B" else {"t_mixed:Range_of_t"} if k == "T" else set()
             self.add((k,), tags, name=f)
-            red = self.fresh("t")   # t summed over its other axes, plus the index
+            red = self.fresh("t")  # t summed over its other axes, plus the index
             others = [a for a in range(len(lay)) if a != axis]
             if others:
                 self.node("ReduceSum", [t.name, self.const_i(others)], [red], keepdims=0)
-                tt = set(t.tags) | {("glob:" if lay[a] == "B" else "tglob:") + "ReduceSum" for a in others
-                                    if lay[a] in ("B", "T")}
+                tt = set(t.tags) | {
+                    ("glob:" if lay[a] == "B" else "tglob:") + "ReduceSum" for a in others if lay[a] in ("B", "T")
+                }
                 self.add((k,), tt, name=red)
                 self.node("Add", [red, f], [out])
                 tags = tags | tt
@@ -721,7 +750,7 @@ class Builder:
                     tags.add("t_mixed:broadcast_t_reduction")
                 self.add((k,), tags, name=out)
             return True
-        if kind == "size":   # t * Size(t): every value depends on the sizes of all axes
+        if kind == "size":  # t * Size(t): every value depends on the sizes of all axes
             sz, f = self.fresh("s"), self.fresh("t")
             self.node("Size", [t.name], [sz])
             self.node("Cast", [sz], [f], to=1)
@@ -729,7 +758,7 @@ class Builder:
             tags = set(t.tags) | {f"{k}:Size" for k in _mix(t, range(len(lay)))}
             self.add(lay, tags, name=out)
             return True
-        if kind == "flatten_rest":   # Reshape(t, Concat(Shape(t)[0:1], [-1])): PP-OCR's exporters' pattern
+        if kind == "flatten_rest":  # Reshape(t, Concat(Shape(t)[0:1], [-1])): PP-OCR's exporters' pattern
             head, target = self.fresh("s"), self.fresh("s")
             self.node("Slice", [shape, self.const_i([0]), self.const_i([1])], [head])
             self.node("Concat", [head, self.const_i([-1])], [target], axis=0)
@@ -737,7 +766,7 @@ class Builder:
             self.add((lay[0], int(np.prod(lay[1:]))), t.tags, name=out)
             return True
         c = self.const_f([1] * (len(lay) - 1) + [lay[-1] if isinstance(lay[-1], int) else 1])
-        self.node("Expand", [c, shape], [out])   # constant rows in t's shape
+        self.node("Expand", [c, shape], [out])  # constant rows in t's shape
         self.add(lay, set(), name=out)
         return True
 
@@ -752,12 +781,12 @@ class Builder:
         if extra and chance(self.draw, 0.25):
             chosen.append(self.pick(extra))
         tags = {t.name: sorted(t.tags) for t in chosen}
-        if chance(self.draw, 0.1):   # a graph input handed on as an output
+        if chance(self.draw, 0.1):  # a graph input handed on as an output
             chosen.append(self.pool[0])
             tags["x"] = ["passthrough"]
         outs = []
         for t in chosen:
-            declare = self.draw(st.booleans())   # else every axis without a size or name (rank only)
+            declare = self.draw(st.booleans())  # else every axis without a size or name (rank only)
             outs.append((t.name, t.dtype, tuple(k if declare and k != "M" else None for k in t.layout)))
         return outs, tags, {t.name: t.layout for t in chosen}
 
@@ -794,14 +823,15 @@ def _broadcast(a: tuple, b: tuple):
 
 # ---- options, requests, cases --------------------------------------------------------------------------------------
 
+
 def uniform(draw, options):
     """One of ``options`` about evenly (hypothesis's own choices lean to the first; shrinking still goes there)."""
-    return options[draw(st.integers(0, 2 ** 16)) % len(options)]
+    return options[draw(st.integers(0, 2**16)) % len(options)]
 
 
 def chance(draw, p: float) -> bool:
     """True with probability about ``p`` (shrinks to False)."""
-    return draw(st.integers(0, 2 ** 16)) % 1000 >= 1000 - p * 1000
+    return draw(st.integers(0, 2**16)) % 1000 >= 1000 - p * 1000
 
 
 def _gears(draw) -> list:
@@ -817,8 +847,8 @@ def _options(draw, b: Builder, bname: str | None, tname: str | None, layouts: di
     tagged = {tag for tags in layouts["tags"].values() for tag in tags}
     opts: dict = {}
     dims = [[f"{n}:{lay.index('B')}" for n, lay in data]] + ([bname] if bname else [])
-    needed = bpos != 0 or (len(data) > 1 and not bname)   # else gert finds no batch axis (a load option naming it
-    if chance(draw, 0.9 if needed else 0.5):   # is then refused)
+    needed = bpos != 0 or (len(data) > 1 and not bname)  # else gert finds no batch axis (a load option naming it
+    if chance(draw, 0.9 if needed else 0.5):  # is then refused)
         opts["batch_dim"] = uniform(draw, dims)
     max_batch = uniform(draw, [None, None, None, 1, 2, 3, 4, 8])
     if max_batch is not None:
@@ -848,13 +878,14 @@ def _options(draw, b: Builder, bname: str | None, tname: str | None, layouts: di
         name = uniform(draw, batched)
         opts["output_dims"] = {name: {a: "batch" for a, k in enumerate(layouts["layout"][name]) if k == "B"}}
     if chance(draw, 0.2):
-        opts["hot_after"] = 1   # auto: a size's static graph compiled in the background after its first request
+        opts["hot_after"] = 1  # auto: a size's static graph compiled in the background after its first request
     if draw(st.booleans()):
         opts["streams"] = 2
     if draw(st.booleans()):
         opts["split_batch"] = True
-    db = uniform(draw, [None, None, False, {"max_queue_delay_ms": 5},
-                               {"max_queue_delay_ms": 20, "preferred_batch_size": 4}])
+    db = uniform(
+        draw, [None, None, False, {"max_queue_delay_ms": 5}, {"max_queue_delay_ms": 20, "preferred_batch_size": 4}]
+    )
     if db is not None:
         opts["dynamic_batching"] = db
     pv = uniform(draw, [None, None, 3.0, "nan"])
@@ -917,12 +948,24 @@ def cases(draw) -> Case:
     opts = _options(draw, b, bname, tname, {"tags": tags, "layout": layouts})
     door = uniform(draw, DOORS)
     reqs, shared = _requests(draw, b, door, opts)
-    return Case(inputs=b.inputs, nodes=b.nodes, inits=b.inits, outputs=outs, bname=bname, tname=tname,
-                options=opts, door=door, requests=reqs, seed=draw(st.integers(0, 2 ** 20)), shared_params=shared,
-                tags=tags, families=sorted(set(b.families)), repeat=uniform(draw, [1, 2, 3]))
+    return Case(
+        inputs=b.inputs,
+        nodes=b.nodes,
+        inits=b.inits,
+        outputs=outs,
+        bname=bname,
+        tname=tname,
+        options=opts,
+        door=door,
+        requests=reqs,
+        seed=draw(st.integers(0, 2**20)),
+        shared_params=shared,
+        tags=tags,
+        families=sorted(set(b.families)),
+        repeat=uniform(draw, [1, 2, 3]),
+    )
 
 
 def output_layouts(case: Case) -> dict:
     """Output name -> its layout as the generator tracked it (declared dims, else None)."""
     return {name: dims for name, _, dims in case.outputs}
-

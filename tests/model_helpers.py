@@ -4,6 +4,7 @@ in-process hypothesis test and the two-device subprocess.
 
 The PP-OCR paths, ``make_model`` / ``vi`` and the plain ONNX Runtime reference come from tests/models.py.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -24,13 +25,22 @@ def echo_model() -> bytes:
     Integer-valued inputs below 2**22 make both outputs exact, so a result says exactly which input it came from.
     ``y`` carries the input's symbolic names (sliced back after padding); ``s`` is transparent to zero padding
     (inputs are positive)."""
-    nodes = [helper.make_node("Mul", ["x", "two"], ["x2"]), helper.make_node("Add", ["x2", "one"], ["y"]),
-             helper.make_node("ReduceMax", ["x"], ["s"], axes=[1, 2], keepdims=0)]
-    inits = [numpy_helper.from_array(np.array(2, np.float32), "two"),
-             numpy_helper.from_array(np.array(1, np.float32), "one")]
-    return make_model(nodes, [vi("x", np.float32, ["batch", "n", ECHO_FEATURES])],
-                      [vi("y", np.float32, ["batch", "n", ECHO_FEATURES]), vi("s", np.float32, ["batch"])],
-                      inits, name="echo")
+    nodes = [
+        helper.make_node("Mul", ["x", "two"], ["x2"]),
+        helper.make_node("Add", ["x2", "one"], ["y"]),
+        helper.make_node("ReduceMax", ["x"], ["s"], axes=[1, 2], keepdims=0),
+    ]
+    inits = [
+        numpy_helper.from_array(np.array(2, np.float32), "two"),
+        numpy_helper.from_array(np.array(1, np.float32), "one"),
+    ]
+    return make_model(
+        nodes,
+        [vi("x", np.float32, ["batch", "n", ECHO_FEATURES])],
+        [vi("y", np.float32, ["batch", "n", ECHO_FEATURES]), vi("s", np.float32, ["batch"])],
+        inits,
+        name="echo",
+    )
 
 
 def echo_input(uid: int, batch: int, n: int) -> np.ndarray:
@@ -48,8 +58,9 @@ def check_echo(out: dict, x: np.ndarray, what: str = "") -> None:
     exp = echo_expected(x)
     assert set(out) == {"y", "s"}, f"{what}: outputs {sorted(out)}"
     for k in ("y", "s"):
-        assert out[k].dtype == np.float32 and out[k].shape == exp[k].shape, \
+        assert out[k].dtype == np.float32 and out[k].shape == exp[k].shape, (
             f"{what}: {k} is {out[k].dtype}{out[k].shape}, expected {exp[k].shape}"
+        )
         assert np.array_equal(out[k], exp[k]), f"{what}: {k} is not this request's result"
 
 
@@ -64,8 +75,13 @@ def matmul_chain_model(width: int = 384, depth: int = 8, seed: int = 0) -> bytes
         out = "y" if i == depth - 1 else f"t{i}"
         nodes.append(helper.make_node("Tanh", [f"m{i}"], [out]))
         prev = out
-    return make_model(nodes, [vi("x", np.float32, ["batch", width])], [vi("y", np.float32, ["batch", width])],
-                      inits, name="matmul_chain")
+    return make_model(
+        nodes,
+        [vi("x", np.float32, ["batch", width])],
+        [vi("y", np.float32, ["batch", width])],
+        inits,
+        name="matmul_chain",
+    )
 
 
 def ort_static(model, feeds: dict, threads: int, overrides: dict) -> list:
@@ -119,8 +135,10 @@ def run_callers(model, plans: list, timeout: float = 120.0) -> int:
                 elif mode == "submit":
                     futures += [(model.submit({"x": x}), x, f"{label} #{i}") for i, x in enumerate(xs)]
                 elif mode == "async":
+
                     async def gather(xs=xs):
                         return await asyncio.gather(*(model.run_async({"x": x}) for x in xs))
+
                     for i, (out, x) in enumerate(zip(asyncio.run(gather()), xs)):
                         check_echo(out, x, f"{label} #{i}")
                 elif mode == "list":
@@ -153,7 +171,8 @@ def callers_strategy(max_threads: int = 6, max_calls: int = 4, max_batch: int = 
 
     shape = st.tuples(st.integers(1, max_batch), st.integers(1, max_n))
     call = st.tuples(st.sampled_from(MODES), st.lists(shape, min_size=1, max_size=4)).map(
-        lambda c: (c[0], c[1][:1]) if c[0] in ("run", "call") else c)
+        lambda c: (c[0], c[1][:1]) if c[0] in ("run", "call") else c
+    )
     return st.lists(st.lists(call, min_size=1, max_size=max_calls), min_size=2, max_size=max_threads)
 
 
@@ -161,12 +180,14 @@ def model_config_strategy():
     """Hypothesis strategy: keyword arguments of gert.load for the echo model (streams, policy of n, gears)."""
     from hypothesis import strategies as st
 
-    return st.fixed_dictionaries({
-        "streams": st.integers(1, 3),
-        "policy": st.sampled_from(["exact", "dynamic", "pad"]),
-        "batch_gears": st.sampled_from([(1, 2, 4, 8), (1, 4, 8, 16), (2, 16)]),
-        "max_exact_graphs": st.sampled_from([2, 16]),
-    })
+    return st.fixed_dictionaries(
+        {
+            "streams": st.integers(1, 3),
+            "policy": st.sampled_from(["exact", "dynamic", "pad"]),
+            "batch_gears": st.sampled_from([(1, 2, 4, 8), (1, 4, 8, 16), (2, 16)]),
+            "max_exact_graphs": st.sampled_from([2, 16]),
+        }
+    )
 
 
 def load_echo(gert, config: dict, devices=(0,)):
@@ -174,8 +195,14 @@ def load_echo(gert, config: dict, devices=(0,)):
     gears = {"batch": list(config["batch_gears"])}
     if policy == "pad":
         gears["n"] = [4, 10]
-    return gert.load(echo_model(), devices=devices, streams=config["streams"], gears=gears,
-                     shape_policy={"n": policy}, max_exact_graphs=config["max_exact_graphs"])
+    return gert.load(
+        echo_model(),
+        devices=devices,
+        streams=config["streams"],
+        gears=gears,
+        shape_policy={"n": policy},
+        max_exact_graphs=config["max_exact_graphs"],
+    )
 
 
 def expected_dispatches(requests: list, top_gear: int) -> int:

@@ -9,6 +9,7 @@ built with onnx.helper, and ONNX Runtime run directly as the reference for every
   dtype gert supports (bfloat16 included, which ORT's numpy paths refuse) is handled; sessions are cached per model
   and thread count (creating them is the slow part).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -58,8 +59,10 @@ def ppocr_model(name: str) -> str:
     d = ppocr_dir()
     path = os.path.join(d, name) if d else None
     if path is None or not os.path.isfile(path):
-        msg = (f"PP-OCR model {name} not found: `pip install --no-deps {PPOCR_PIN}` "
-               f"(looked in {d or 'no ' + PPOCR_PACKAGE + ' package'})")
+        msg = (
+            f"PP-OCR model {name} not found: `pip install --no-deps {PPOCR_PIN}` "
+            f"(looked in {d or 'no ' + PPOCR_PACKAGE + ' package'})"
+        )
         if in_ci():
             pytest.fail(msg + " -- CI=true: these tests must run", pytrace=False)
         pytest.skip(msg)
@@ -77,7 +80,7 @@ def text_image(n: int, h: int, w: int, seed: int) -> np.ndarray:
             x = 4 + int(rng.integers(0, 6))
             while x < w - 10:
                 cw = int(rng.integers(3, 8))
-                img[b, y0:y0 + 12, x:x + cw] = rng.uniform(0, 60)
+                img[b, y0 : y0 + 12, x : x + cw] = rng.uniform(0, 60)
                 x += cw + int(rng.integers(2, 5))
     mean = np.array([0.485, 0.456, 0.406], np.float32)
     std = np.array([0.229, 0.224, 0.225], np.float32)
@@ -86,6 +89,7 @@ def text_image(n: int, h: int, w: int, seed: int) -> np.ndarray:
 
 
 # ---- generated graphs ---------------------------------------------------------------------------------------------
+
 
 def onnx_type(dt) -> int:
     return dtypes.numpy_to_onnx(np.dtype(dt))
@@ -118,9 +122,11 @@ def dtype_model(dt) -> tuple[bytes, list[str]]:
     kernels in ONNX Runtime)."""
     dt = np.dtype(dt)
     n = ["n", 3]
-    nodes = [helper.make_node("Identity", ["a"], ["same"]),
-             helper.make_node("Cast", ["a"], ["as_f32"], to=TensorProto.FLOAT),
-             helper.make_node("Cast", ["f"], ["from_f32"], to=onnx_type(dt))]
+    nodes = [
+        helper.make_node("Identity", ["a"], ["same"]),
+        helper.make_node("Cast", ["a"], ["as_f32"], to=TensorProto.FLOAT),
+        helper.make_node("Cast", ["f"], ["from_f32"], to=onnx_type(dt)),
+    ]
     if dt == np.bool_:
         nodes.append(helper.make_node("Xor", ["a", "b"], ["combined"]))
     elif dt in _NO_ADD:
@@ -128,8 +134,9 @@ def dtype_model(dt) -> tuple[bytes, list[str]]:
     else:
         nodes.append(helper.make_node("Add", ["a", "b"], ["combined"]))
     outputs = [vi("same", dt, n), vi("as_f32", np.float32, n), vi("from_f32", dt, n), vi("combined", dt, n)]
-    return make_model(nodes, [vi("a", dt, n), vi("b", dt, n), vi("f", np.float32, n)], outputs,
-                      name=f"dtype_{dt.name}"), ["a", "b", "f"]
+    return make_model(
+        nodes, [vi("a", dt, n), vi("b", dt, n), vi("f", np.float32, n)], outputs, name=f"dtype_{dt.name}"
+    ), ["a", "b", "f"]
 
 
 def dtype_inputs(dt, rows: int, seed: int) -> list[np.ndarray]:
@@ -153,13 +160,21 @@ def mlp_model(seed: int, batch="batch", features: int = 16, hidden: int = 32, ou
     b1 = rng.standard_normal(hidden).astype(np.float32)
     w2 = rng.standard_normal((hidden, out)).astype(np.float32) / 4
     b2 = rng.standard_normal(out).astype(np.float32)
-    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h0"]), helper.make_node("Add", ["h0", "b1"], ["h1"]),
-             helper.make_node("Relu", ["h1"], ["h2"]), helper.make_node("MatMul", ["h2", "w2"], ["h3"]),
-             helper.make_node("Add", ["h3", "b2"], ["logits"]),
-             helper.make_node("Softmax", ["logits"], ["probs"], axis=-1)]
-    return make_model(nodes, [vi("x", np.float32, [batch, features])],
-                      [vi("logits", np.float32, [batch, out]), vi("probs", np.float32, [batch, out])],
-                      [_const("w1", w1), _const("b1", b1), _const("w2", w2), _const("b2", b2)], name=f"mlp{seed}")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h0"]),
+        helper.make_node("Add", ["h0", "b1"], ["h1"]),
+        helper.make_node("Relu", ["h1"], ["h2"]),
+        helper.make_node("MatMul", ["h2", "w2"], ["h3"]),
+        helper.make_node("Add", ["h3", "b2"], ["logits"]),
+        helper.make_node("Softmax", ["logits"], ["probs"], axis=-1),
+    ]
+    return make_model(
+        nodes,
+        [vi("x", np.float32, [batch, features])],
+        [vi("logits", np.float32, [batch, out]), vi("probs", np.float32, [batch, out])],
+        [_const("w1", w1), _const("b1", b1), _const("w2", w2), _const("b2", b2)],
+        name=f"mlp{seed}",
+    )
 
 
 def attention_model(seed: int, d: int = 16) -> bytes:
@@ -168,16 +183,25 @@ def attention_model(seed: int, d: int = 16) -> bytes:
     rng = np.random.default_rng(2000 + seed)
     ws = {k: (rng.standard_normal((d, d)) / math.sqrt(d)).astype(np.float32) for k in ("wq", "wk", "wv")}
     scale = np.array(1.0 / math.sqrt(d), np.float32)
-    nodes = [helper.make_node("MatMul", ["x", "wq"], ["q"]), helper.make_node("MatMul", ["x", "wk"], ["k"]),
-             helper.make_node("MatMul", ["x", "wv"], ["v"]),
-             helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
-             helper.make_node("MatMul", ["q", "kt"], ["s0"]), helper.make_node("Mul", ["s0", "scale"], ["s1"]),
-             helper.make_node("Softmax", ["s1"], ["attn"], axis=-1), helper.make_node("MatMul", ["attn", "v"], ["o"]),
-             helper.make_node("Add", ["o", "x"], ["y"])]
+    nodes = [
+        helper.make_node("MatMul", ["x", "wq"], ["q"]),
+        helper.make_node("MatMul", ["x", "wk"], ["k"]),
+        helper.make_node("MatMul", ["x", "wv"], ["v"]),
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["s0"]),
+        helper.make_node("Mul", ["s0", "scale"], ["s1"]),
+        helper.make_node("Softmax", ["s1"], ["attn"], axis=-1),
+        helper.make_node("MatMul", ["attn", "v"], ["o"]),
+        helper.make_node("Add", ["o", "x"], ["y"]),
+    ]
     inits = [_const(k, v) for k, v in ws.items()] + [_const("scale", scale)]
-    return make_model(nodes, [vi("x", np.float32, ["batch", "seq", d])],
-                      [vi("y", np.float32, ["batch", "seq", d]), vi("attn", np.float32, ["batch", "seq", "seq"])],
-                      inits, name=f"attention{seed}")
+    return make_model(
+        nodes,
+        [vi("x", np.float32, ["batch", "seq", d])],
+        [vi("y", np.float32, ["batch", "seq", d]), vi("attn", np.float32, ["batch", "seq", "seq"])],
+        inits,
+        name=f"attention{seed}",
+    )
 
 
 def multi_io_model() -> bytes:
@@ -185,58 +209,94 @@ def multi_io_model() -> bytes:
     x f32[n, 4], idx i64[n], flag bool[n], z f16[m] ->
     rowsum f32[n] = ReduceSum(x, 1); signed f32[n] = Where(flag, rowsum, -rowsum); twice i64[n] = idx + idx;
     wide f32[n, 8] = Concat(x, 2x); zmax f16[] = ReduceMax(z) (a 0-d output of a 1-d input)."""
-    nodes = [helper.make_node("ReduceSum", ["x", "axis1"], ["rowsum"], keepdims=0),
-             helper.make_node("Neg", ["rowsum"], ["neg"]),
-             helper.make_node("Where", ["flag", "rowsum", "neg"], ["signed"]),
-             helper.make_node("Add", ["idx", "idx"], ["twice"]),
-             helper.make_node("Add", ["x", "x"], ["x2"]),
-             helper.make_node("Concat", ["x", "x2"], ["wide"], axis=1),
-             helper.make_node("ReduceMax", ["z"], ["zmax"], keepdims=0)]
+    nodes = [
+        helper.make_node("ReduceSum", ["x", "axis1"], ["rowsum"], keepdims=0),
+        helper.make_node("Neg", ["rowsum"], ["neg"]),
+        helper.make_node("Where", ["flag", "rowsum", "neg"], ["signed"]),
+        helper.make_node("Add", ["idx", "idx"], ["twice"]),
+        helper.make_node("Add", ["x", "x"], ["x2"]),
+        helper.make_node("Concat", ["x", "x2"], ["wide"], axis=1),
+        helper.make_node("ReduceMax", ["z"], ["zmax"], keepdims=0),
+    ]
     return make_model(
         nodes,
-        [vi("x", np.float32, ["n", 4]), vi("idx", np.int64, ["n"]), vi("flag", np.bool_, ["n"]),
-         vi("z", np.float16, ["m"])],
-        [vi("rowsum", np.float32, ["n"]), vi("signed", np.float32, ["n"]), vi("twice", np.int64, ["n"]),
-         vi("wide", np.float32, ["n", 8]), vi("zmax", np.float16, [])],
-        [_const("axis1", np.array([1], np.int64))], name="multi_io")
+        [
+            vi("x", np.float32, ["n", 4]),
+            vi("idx", np.int64, ["n"]),
+            vi("flag", np.bool_, ["n"]),
+            vi("z", np.float16, ["m"]),
+        ],
+        [
+            vi("rowsum", np.float32, ["n"]),
+            vi("signed", np.float32, ["n"]),
+            vi("twice", np.int64, ["n"]),
+            vi("wide", np.float32, ["n", 8]),
+            vi("zmax", np.float16, []),
+        ],
+        [_const("axis1", np.array([1], np.int64))],
+        name="multi_io",
+    )
 
 
 def multi_io_inputs(n: int, m: int, seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
-    return [rng.standard_normal((n, 4)).astype(np.float32), rng.integers(-1000, 1000, n).astype(np.int64),
-            rng.integers(0, 2, n).astype(bool), rng.standard_normal(m).astype(np.float16)]
+    return [
+        rng.standard_normal((n, 4)).astype(np.float32),
+        rng.integers(-1000, 1000, n).astype(np.int64),
+        rng.integers(0, 2, n).astype(bool),
+        rng.standard_normal(m).astype(np.float16),
+    ]
 
 
 def scalar_model() -> bytes:
     """0-d tensors: a, b f32[] -> sum = a + b, neg = -a; and total f32[] = ReduceSum(v f32[k]) (0-d from 1-d)."""
-    nodes = [helper.make_node("Add", ["a", "b"], ["sum"]), helper.make_node("Neg", ["a"], ["neg"]),
-             helper.make_node("ReduceSum", ["v"], ["total"], keepdims=0)]
-    return make_model(nodes, [vi("a", np.float32, []), vi("b", np.float32, []), vi("v", np.float32, ["k"])],
-                      [vi("sum", np.float32, []), vi("neg", np.float32, []), vi("total", np.float32, [])],
-                      name="scalars")
+    nodes = [
+        helper.make_node("Add", ["a", "b"], ["sum"]),
+        helper.make_node("Neg", ["a"], ["neg"]),
+        helper.make_node("ReduceSum", ["v"], ["total"], keepdims=0),
+    ]
+    return make_model(
+        nodes,
+        [vi("a", np.float32, []), vi("b", np.float32, []), vi("v", np.float32, ["k"])],
+        [vi("sum", np.float32, []), vi("neg", np.float32, []), vi("total", np.float32, [])],
+        name="scalars",
+    )
 
 
 def add_model(dt=np.float32, shape=("n", 4), name: str = "add") -> bytes:
     """y = a + b, both of ``shape``."""
     shape = list(shape)
-    return make_model([helper.make_node("Add", ["a", "b"], ["y"])], [vi("a", dt, shape), vi("b", dt, shape)],
-                      [vi("y", dt, shape)], name=name)
+    return make_model(
+        [helper.make_node("Add", ["a", "b"], ["y"])],
+        [vi("a", dt, shape), vi("b", dt, shape)],
+        [vi("y", dt, shape)],
+        name=name,
+    )
 
 
 def scale_model(factor: float, shape=("n", 4), name: str = "scale") -> bytes:
     """y = x * factor (a one-input graph whose result says which graph ran)."""
-    return make_model([helper.make_node("Mul", ["x", "k"], ["y"])], [vi("x", np.float32, list(shape))],
-                      [vi("y", np.float32, list(shape))], [_const("k", np.array(factor, np.float32))], name=name)
+    return make_model(
+        [helper.make_node("Mul", ["x", "k"], ["y"])],
+        [vi("x", np.float32, list(shape))],
+        [vi("y", np.float32, list(shape))],
+        [_const("k", np.array(factor, np.float32))],
+        name=name,
+    )
 
 
 def broadcast_model() -> bytes:
     """y = a[n] + b[m]: compiles (n, m symbolic) but fails inside ONNX Runtime when n != m and neither is 1."""
-    return make_model([helper.make_node("Add", ["a", "b"], ["y"])],
-                      [vi("a", np.float32, ["n"]), vi("b", np.float32, ["m"])], [vi("y", np.float32, ["k"])],
-                      name="broadcast")
+    return make_model(
+        [helper.make_node("Add", ["a", "b"], ["y"])],
+        [vi("a", np.float32, ["n"]), vi("b", np.float32, ["m"])],
+        [vi("y", np.float32, ["k"])],
+        name="broadcast",
+    )
 
 
 # ---- ONNX Runtime reference ---------------------------------------------------------------------------------------
+
 
 def _model_bytes(model) -> bytes:
     if isinstance(model, (bytes, bytearray)):
@@ -259,15 +319,18 @@ def _ort_session_cached(key, threads: int, overrides: tuple):
 
 def ort_session(model, threads: int = 1, overrides: dict | None = None):
     """A cached ONNX Runtime session for ``model`` (a path or bytes) at ``threads`` intra-op threads."""
-    return _ort_session_cached(model if isinstance(model, str) else bytes(model), int(threads),
-                               tuple(sorted((overrides or {}).items())))
+    return _ort_session_cached(
+        model if isinstance(model, str) else bytes(model), int(threads), tuple(sorted((overrides or {}).items()))
+    )
 
 
 @functools.cache
 def _input_dim_names(key) -> tuple:
     m = onnx.load_from_string(key) if isinstance(key, bytes) else onnx.load(key, load_external_data=False)
-    return tuple((i.name, tuple(d.dim_param if d.HasField("dim_param") else None
-                                for d in i.type.tensor_type.shape.dim)) for i in m.graph.input)
+    return tuple(
+        (i.name, tuple(d.dim_param if d.HasField("dim_param") else None for d in i.type.tensor_type.shape.dim))
+        for i in m.graph.input
+    )
 
 
 def session_per_size() -> bool:
@@ -333,8 +396,10 @@ def assert_same(actual, expected, what: str = "") -> None:
         a, e = actual.astype(np.float64), expected.astype(np.float64)
         diff = np.abs(a - e)
         idx = np.unravel_index(int(np.nanargmax(diff)), diff.shape) if diff.size else ()
-        raise AssertionError(f"{what}: not bitwise equal to ONNX Runtime; {int((actual != expected).sum())} "
-                             f"element(s) differ, largest |diff| {diff[idx]} at {idx}")
+        raise AssertionError(
+            f"{what}: not bitwise equal to ONNX Runtime; {int((actual != expected).sum())} "
+            f"element(s) differ, largest |diff| {diff[idx]} at {idx}"
+        )
 
 
 _ids = itertools.count(1)
@@ -346,6 +411,7 @@ def next_graph_id() -> int:
 
 
 # ---- running graphs through gert ----------------------------------------------------------------------------------
+
 
 def load(session, model, stream, parser_params=None, options=None, graph_id=None) -> int:
     """Parse ``model`` (path or bytes), AddGraph, CompileGraph, LoadGraph on ``stream``; returns the graph id."""

@@ -1,5 +1,6 @@
 """Recurrent models for the stateful-model tests (issue 14), built with onnx.helper: the state's batch on axis 1
 ([layers, batch, hidden]) as ONNX's GRU and LSTM lay it out, and one that branches on an input scalar."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,9 +27,13 @@ def gru_model(seed: int = 0, batch="N", hidden: int = HIDDEN) -> bytes:
         helper.make_node("Tanh", ["h_out"], ["t"]),
         helper.make_node("Add", ["t", "t"], ["y"]),
     ]
-    return make_model(nodes, [vi("x", np.float32, [1, batch, INPUT]), vi("h", np.float32, [1, batch, hidden])],
-                      [vi("y", np.float32, [1, batch, hidden]), vi("h_out", np.float32, [1, batch, hidden])],
-                      _weights(seed, 3, hidden), name="gru_step")
+    return make_model(
+        nodes,
+        [vi("x", np.float32, [1, batch, INPUT]), vi("h", np.float32, [1, batch, hidden])],
+        [vi("y", np.float32, [1, batch, hidden]), vi("h_out", np.float32, [1, batch, hidden])],
+        _weights(seed, 3, hidden),
+        name="gru_step",
+    )
 
 
 def lstm_model(seed: int = 1, batch="N", hidden: int = HIDDEN) -> bytes:
@@ -37,19 +42,32 @@ def lstm_model(seed: int = 1, batch="N", hidden: int = HIDDEN) -> bytes:
         helper.make_node("LSTM", ["x", "W", "R", "B", "", "h", "c"], ["Y", "h_out", "c_out"], hidden_size=hidden),
         helper.make_node("Squeeze", ["Y", "one"], ["y"]),
     ]
-    return make_model(nodes, [vi("x", np.float32, [1, batch, INPUT]), vi("h", np.float32, [1, batch, hidden]),
-                              vi("c", np.float32, [1, batch, hidden])],
-                      [vi("y", np.float32, [1, batch, hidden]), vi("h_out", np.float32, [1, batch, hidden]),
-                       vi("c_out", np.float32, [1, batch, hidden])],
-                      _weights(seed, 4, hidden) + [_const("one", np.array([1], np.int64))],
-                      name="lstm_step")
+    return make_model(
+        nodes,
+        [
+            vi("x", np.float32, [1, batch, INPUT]),
+            vi("h", np.float32, [1, batch, hidden]),
+            vi("c", np.float32, [1, batch, hidden]),
+        ],
+        [
+            vi("y", np.float32, [1, batch, hidden]),
+            vi("h_out", np.float32, [1, batch, hidden]),
+            vi("c_out", np.float32, [1, batch, hidden]),
+        ],
+        _weights(seed, 4, hidden) + [_const("one", np.array([1], np.int64))],
+        name="lstm_step",
+    )
 
 
 def gated_model(hidden: int = HIDDEN) -> bytes:
     """x [1, N, H], h [1, N, H], mode (0-d int64, no batch axis) -> y, h_out: an If on the scalar picks
     h_out = h + x (mode != 0) or h_out = h * 0.5 + x (mode == 0)."""
-    then_g = helper.make_graph([helper.make_node("Add", ["h", "x"], ["a"])], "then", [],
-                               [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, "N", hidden])])
+    then_g = helper.make_graph(
+        [helper.make_node("Add", ["h", "x"], ["a"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, "N", hidden])],
+    )
     else_g = helper.make_graph(
         [helper.make_node("Mul", ["h", "half"], ["m"]), helper.make_node("Add", ["m", "x"], ["e"])],
         "else",
@@ -61,10 +79,13 @@ def gated_model(hidden: int = HIDDEN) -> bytes:
         helper.make_node("If", ["cond"], ["h_out"], then_branch=then_g, else_branch=else_g),
         helper.make_node("Sigmoid", ["h_out"], ["y"]),
     ]
-    return make_model(nodes, [vi("x", np.float32, [1, "N", hidden]), vi("h", np.float32, [1, "N", hidden]),
-                              vi("mode", np.int64, [])],
-                      [vi("y", np.float32, [1, "N", hidden]), vi("h_out", np.float32, [1, "N", hidden])],
-                      [_const("half", np.array(0.5, np.float32))], name="gated")
+    return make_model(
+        nodes,
+        [vi("x", np.float32, [1, "N", hidden]), vi("h", np.float32, [1, "N", hidden]), vi("mode", np.int64, [])],
+        [vi("y", np.float32, [1, "N", hidden]), vi("h_out", np.float32, [1, "N", hidden])],
+        [_const("half", np.array(0.5, np.float32))],
+        name="gated",
+    )
 
 
 def reference(model: bytes, steps: list, state: dict, pairs: dict) -> list:

@@ -3,6 +3,7 @@ do"), one test per rule, through the raw 1:1 bindings. docs/host-npu.md ("CANN's
 
 Elsewhere: aclGetRecentErrMsg cleared on read (test_errors.py), aclrtDestroyStream draining
 (test_streams_events.py::test_destroy_drains_pending_work), resource-limit values (test_res_limits.py)."""
+
 import threading
 
 import numpy as np
@@ -14,8 +15,12 @@ from gert import _cann
 
 pytestmark = RUNTIME
 
-H2H, H2D, D2H, D2D = (_cann.MEMCPY_HOST_TO_HOST, _cann.MEMCPY_HOST_TO_DEVICE, _cann.MEMCPY_DEVICE_TO_HOST,
-                      _cann.MEMCPY_DEVICE_TO_DEVICE)
+H2H, H2D, D2H, D2D = (
+    _cann.MEMCPY_HOST_TO_HOST,
+    _cann.MEMCPY_HOST_TO_DEVICE,
+    _cann.MEMCPY_DEVICE_TO_HOST,
+    _cann.MEMCPY_DEVICE_TO_DEVICE,
+)
 HUGE1G_ONLY = 6  # ACL_MEM_MALLOC_HUGE1G_ONLY
 
 
@@ -52,6 +57,7 @@ def stream(streams):
 
 # ---- aclrtMemcpy(Async): the check order and its codes ----------------------------------------------------------
 
+
 def test_memcpy_async_checks_in_cann_order(dev, stream):
     host = np.zeros(64, np.uint8)
     h, s = host.ctypes.data, stream.handle
@@ -78,11 +84,11 @@ def test_memcpy_async_checks_in_cann_order(dev, stream):
 def test_memcpy_sync_count_rules(dev):
     host = np.zeros(64, np.uint8)
     h = host.ctypes.data
-    assert code_of(_cann.memcpy, dev, 0, h, 0, H2D) == 107000      # destMax 0 / count 0
-    assert code_of(_cann.memcpy, dev, 64, h, 0, H2D) == 107000     # count 0
-    assert code_of(_cann.memcpy, dev, 8, h, 64, H2D) == 107000     # count > destMax
-    assert code_of(_cann.memcpy, 0, 64, h, 64, H2D) == 100000      # null
-    _cann.memcpy(h, 32, h + 32, 32, H2H)                            # synchronous host to host is fine
+    assert code_of(_cann.memcpy, dev, 0, h, 0, H2D) == 107000  # destMax 0 / count 0
+    assert code_of(_cann.memcpy, dev, 64, h, 0, H2D) == 107000  # count 0
+    assert code_of(_cann.memcpy, dev, 8, h, 64, H2D) == 107000  # count > destMax
+    assert code_of(_cann.memcpy, 0, 64, h, 64, H2D) == 100000  # null
+    _cann.memcpy(h, 32, h + 32, 32, H2H)  # synchronous host to host is fine
 
 
 def test_memset_rules(dev, stream):
@@ -97,6 +103,7 @@ def test_memset_rules(dev, stream):
 
 
 # ---- aclrtMemcpyAsync with pageable vs. pinned host memory -------------------------------------------------------
+
 
 def _returns_while_gated(call, wait: float = 0.3) -> bool:
     """Whether ``call`` returns while the stream it uses is held behind a gate (waits up to ``wait`` s: short where
@@ -115,7 +122,7 @@ def test_pageable_h2d_synchronizes_the_stream_then_copies_before_returning(dev, 
     gate.open()
     t.join(10)
     assert stream.query(), "...and leaves nothing queued"
-    src[:] = 9                      # the copy happened before the call returned: changing src now changes nothing
+    src[:] = 9  # the copy happened before the call returned: changing src now changes nothing
     out = np.zeros(64, np.uint8)
     _cann.memcpy(out.ctypes.data, 64, dev, 64, D2H)
     assert (out == 5).all()
@@ -137,8 +144,12 @@ def test_pinned_copies_are_really_queued(dev, stream):
     out[:] = 0
     gate = Gate(stream)
     returned, _ = _returns_while_gated(
-        lambda: (_cann.memcpy_async(dev, 64, src.ctypes.data, 64, H2D, stream.handle),
-                 _cann.memcpy_async(out.ctypes.data, 64, dev, 64, D2H, stream.handle)), wait=5)  # < the gate's own 10 s
+        lambda: (
+            _cann.memcpy_async(dev, 64, src.ctypes.data, 64, H2D, stream.handle),
+            _cann.memcpy_async(out.ctypes.data, 64, dev, 64, D2H, stream.handle),
+        ),
+        wait=5,
+    )  # < the gate's own 10 s
     assert returned, "aclrtMallocHost memory: both copies are enqueued, the calls do not wait"
     assert not stream.query() and not out.any()
     gate.open()
@@ -147,6 +158,7 @@ def test_pinned_copies_are_really_queued(dev, stream):
 
 
 # ---- aclrtMalloc / aclrtMallocHost / aclrtFree -------------------------------------------------------------------
+
 
 def _charged(size, policy=_cann.MEM_MALLOC_HUGE_FIRST) -> int:
     free0 = gert.memory_info(0).free
@@ -160,13 +172,13 @@ def _charged(size, policy=_cann.MEM_MALLOC_HUGE_FIRST) -> int:
 
 def test_malloc_rounds_up_to_32_plus_32_aligns_to_64_and_refuses_size_0(device):
     assert [_charged(n) for n in (1, 32, 33, 100, 4096)] == [64, 64, 96, 160, 4128]
-    assert _charged(100, HUGE1G_ONLY) == 128      # the HUGE1G policies skip the +32
+    assert _charged(100, HUGE1G_ONLY) == 128  # the HUGE1G policies skip the +32
     assert code_of(_cann.malloc, 0) == 100000
     hp = _cann.malloc_host(100)
     assert hp % 64 == 0
     _cann.free_host(hp)
     assert code_of(_cann.malloc_host, 0) == 100000
-    with pytest.raises(gert.AclError) as ei:       # out of memory: 207001, so a caller can free and retry
+    with pytest.raises(gert.AclError) as ei:  # out of memory: 207001, so a caller can free and retry
         _cann.malloc(gert.memory_info(0).total)
     assert ei.value.code == 207001 and ei.value.name == "ACL_ERROR_RT_MEMORY_ALLOCATION"
 
@@ -178,20 +190,21 @@ def test_free_does_not_wait_for_queued_work_that_uses_the_memory(stream):
     gate = Gate(stream)
     _cann.memcpy_async(p, 4096, src.ctypes.data, 4096, H2D, stream.handle)  # pinned: queued behind the gate
     freer = threading.Thread(target=_cann.free, args=(p,))
-    freer.start()                                  # returns with the copy still pending (it waits for the gate)
+    freer.start()  # returns with the copy still pending (it waits for the gate)
     freer.join(30)
     if freer.is_alive():
         gate.open()
         freer.join(30)
         pytest.fail("aclrtFree waited for the queued copy that uses the memory")
     assert not stream.query()
-    assert code_of(_cann.free, p) == 207002        # and the pointer is gone for the caller
+    assert code_of(_cann.free, p) == 207002  # and the pointer is gone for the caller
     gate.open()
-    stream.synchronize()                           # the pending copy ran safely (the host NPU deferred the release)
+    stream.synchronize()  # the pending copy ran safely (the host NPU deferred the release)
     assert gert.memory_info(0).free == free0
 
 
 # ---- synchronize timeouts ----------------------------------------------------------------------------------------
+
 
 def test_sync_timeouts(stream):
     gate = Gate(stream)
@@ -205,10 +218,10 @@ def test_sync_timeouts(stream):
         with pytest.raises(gert.AclError) as ei:
             _cann.synchronize_event_with_timeout(ev, 20)
         assert ei.value.code == 507047 and ei.value.name == "ACL_ERROR_RT_EVENT_SYNC_TIMEOUT"
-        for bad in (0, -2):                        # -1 waits forever, > 0 is milliseconds; others: 107000
+        for bad in (0, -2):  # -1 waits forever, > 0 is milliseconds; others: 107000
             assert code_of(_cann.synchronize_stream_with_timeout, stream.handle, bad) == 107000
             assert code_of(_cann.synchronize_event_with_timeout, ev, bad) == 107000
-        with pytest.raises(gert.AclError) as ei:   # gert's layer asks CANN for at least 1 ms, not 0
+        with pytest.raises(gert.AclError) as ei:  # gert's layer asks CANN for at least 1 ms, not 0
             stream.synchronize(timeout=0)
         assert ei.value.code == 507046
     finally:

@@ -17,6 +17,7 @@ $GERT_TORCH_NPU_CACHE (default ~/.cache/gert/torch-npu) when not there yet. Only
 extracted, into a temporary directory; the headers are never copied into the repository. When the wheel
 cannot be obtained, (b) and (c) skip, except under CI=true, where they fail.
 """
+
 import os
 import pathlib
 import re
@@ -110,8 +111,18 @@ def _download_wheel(cache):
         cache.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         return None, f"cannot create the cache directory: {e}"
-    base = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--no-input",
-            TORCH_NPU_SPEC, "-d", str(cache)]
+    base = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "--no-input",
+        TORCH_NPU_SPEC,
+        "-d",
+        str(cache),
+    ]
     errors = []
     for extra in ([], FALLBACK_WHEEL):
         try:
@@ -144,8 +155,10 @@ def real_headers(tmp_path_factory):
     if wheel is None:
         wheel, why = _download_wheel(cache)
         if wheel is None:
-            return RealHeaders(problem=f"cannot download {TORCH_NPU_SPEC} into {cache} "
-                                       f"(set GERT_TORCH_NPU_CACHE to a directory holding the wheel):\n{why}")
+            return RealHeaders(
+                problem=f"cannot download {TORCH_NPU_SPEC} into {cache} "
+                f"(set GERT_TORCH_NPU_CACHE to a directory holding the wheel):\n{why}"
+            )
     dest = tmp_path_factory.mktemp("torch_npu_headers")
     with zipfile.ZipFile(wheel) as zf:
         members = [m for m in zf.namelist() if m.startswith(WHEEL_HEADERS) and not m.endswith("/")]
@@ -170,7 +183,8 @@ def test_probe_against_real_headers(real_headers):
     include = real_headers.require()
     result = _compile([PROBE], [include])
     assert result.returncode == 0, (
-        f"CANN's ACL headers ({real_headers.wheel.name}) differ from the probe:\n{_explain(result)}")
+        f"CANN's ACL headers ({real_headers.wheel.name}) differ from the probe:\n{_explain(result)}"
+    )
 
 
 def test_probe_selftest_fails():
@@ -178,7 +192,8 @@ def test_probe_selftest_fails():
     result = _compile([PROBE], [OUR_INCLUDE], defines=["GERT_PROBE_SELFTEST"])
     assert result.returncode != 0, "the probe accepted a deliberately wrong prototype: it checks nothing"
     assert "static assert" in result.stderr and "prototype of aclrtMalloc" in result.stderr, (
-        f"the self-test failed, but not on its static_assert:\n{_explain(result)}")
+        f"the self-test failed, but not on its static_assert:\n{_explain(result)}"
+    )
     # ...and that was the only failure.
     assert result.stderr.count("error:") == 1, _explain(result)
 
@@ -190,9 +205,11 @@ def test_probe_selftest_fails():
 def test_cython_cpp_against_real_headers(real_headers, tmp_path):
     include = real_headers.require()
     import numpy  # a dependency of gert: its headers are part of the build
+
     out = tmp_path / "_cann.cpp"
-    result = _run([sys.executable, "-m", "cython", "-3", "--cplus", "-I", "cbindings", "cbindings/_cann.pyx",
-                   "-o", out], cwd=ROOT)
+    result = _run(
+        [sys.executable, "-m", "cython", "-3", "--cplus", "-I", "cbindings", "cbindings/_cann.pyx", "-o", out], cwd=ROOT
+    )
     assert result.returncode == 0, f"cython failed:\n{_explain(result)}"
     generated = out.read_text()
     assert '#include "acl/acl.h"' in generated
@@ -204,12 +221,14 @@ def test_cython_cpp_against_real_headers(real_headers, tmp_path):
     acl_only.mkdir()
     (acl_only / "acl").symlink_to(pathlib.Path(include) / "acl", target_is_directory=True)
     # No GERT_HOSTNPU: gert_backend.h takes its real-toolkit branch, as in a build against CANN.
-    result = _compile([out], [acl_only, OUR_INCLUDE, CBINDINGS, sysconfig.get_paths()["include"],
-                              numpy.get_include()],
-                      defines=["_GLIBCXX_USE_CXX11_ABI=0"])
+    result = _compile(
+        [out],
+        [acl_only, OUR_INCLUDE, CBINDINGS, sysconfig.get_paths()["include"], numpy.get_include()],
+        defines=["_GLIBCXX_USE_CXX11_ABI=0"],
+    )
     assert result.returncode == 0, (
-        f"gert._cann does not compile against CANN's ACL headers ({real_headers.wheel.name}):\n"
-        f"{_explain(result)}")
+        f"gert._cann does not compile against CANN's ACL headers ({real_headers.wheel.name}):\n{_explain(result)}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -246,11 +265,15 @@ def _probe():
     text = re.sub(r"#ifdef GERT_PROBE_SELFTEST.*?#endif", "", text, flags=re.S)
     text = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
     probe = {
-        "fn": {n: (_norm(r), _params(p))
-               for n, r, p in re.findall(r"GERT_EXPECT_FN\(\s*(\w+)\s*,\s*([^,]+?)\s*,\s*\((.*?)\)\s*\)\s*;", text)},
+        "fn": {
+            n: (_norm(r), _params(p))
+            for n, r, p in re.findall(r"GERT_EXPECT_FN\(\s*(\w+)\s*,\s*([^,]+?)\s*,\s*\((.*?)\)\s*\)\s*;", text)
+        },
         "type": {n: _norm(t) for n, t in re.findall(r"GERT_EXPECT_TYPE\(\s*(\w+)\s*,\s*(.+?)\s*\)\s*;", text)},
-        "const": {n: _norm(t)
-                  for n, t, _ in re.findall(r"GERT_EXPECT_CONST\(\s*(\w+)\s*,\s*([^,]+?)\s*,\s*(.+?)\s*\)\s*;", text)},
+        "const": {
+            n: _norm(t)
+            for n, t, _ in re.findall(r"GERT_EXPECT_CONST\(\s*(\w+)\s*,\s*([^,]+?)\s*,\s*(.+?)\s*\)\s*;", text)
+        },
         "enum_type": set(re.findall(r"GERT_EXPECT_ENUM_TYPE\(\s*(\w+)\s*\)\s*;", text)),
         "enum": {n: e for e, n in re.findall(r"GERT_EXPECT_ENUM\(\s*(\w+)\s*,\s*(\w+)\s*,", text)},
     }
@@ -351,5 +374,6 @@ def test_probe_covers_our_headers():
     problems += [f"typedef {n}" for n in sorted(ours["type"] - set(probe["type"]) - set(ours["enum"].values()))]
     problems += [f"enum {e}" for e in sorted(set(ours["enum"].values()) - probe["enum_type"])]
     problems += [f"enumerator {m} of {e}" for m, e in sorted(ours["enum"].items()) if probe["enum"].get(m) != e]
-    assert not problems, ("declared in cbindings/include/acl but not checked by cbindings/probe/acl_probe.cpp:\n"
-                          + "\n".join(problems))
+    assert not problems, (
+        "declared in cbindings/include/acl but not checked by cbindings/probe/acl_probe.cpp:\n" + "\n".join(problems)
+    )

@@ -7,6 +7,7 @@ dynamic) or fixed, a second input with the batch on axis 0, batch gears / max_ba
 front door (run, run(list), run_batch, split_batch, submit, run from threads). Explicit examples keep the shapes the
 fuzzers found (tests/../shared/repros/rows/axis1_*.py, batch_on_two_axes_split.py).
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -33,6 +34,7 @@ _ORT: dict = {}
 
 # ---- models --------------------------------------------------------------------------------------------------------
 
+
 def axes_model(order: str, t_dynamic: bool, second: bool) -> bytes:
     """x with the axes N (batch), T and F (4) in ``order`` ("TNF": [T, N, 4]) -> y = Tanh(x) (same shape),
     s = ReduceSum(x over F) (the batch axis moves when F comes before N), m = x @ W [.., 3] when F is last;
@@ -40,8 +42,7 @@ def axes_model(order: str, t_dynamic: bool, second: bool) -> bytes:
     dims = {"N": "N", "T": "T" if t_dynamic else 3, "F": F}
     shape = [dims[a] for a in order]
     f_at = order.index("F")
-    nodes = [helper.make_node("Tanh", ["x"], ["y"]),
-             helper.make_node("ReduceSum", ["x", "f_axis"], ["s"], keepdims=0)]
+    nodes = [helper.make_node("Tanh", ["x"], ["y"]), helper.make_node("ReduceSum", ["x", "f_axis"], ["s"], keepdims=0)]
     inits = [_const("f_axis", np.array([f_at], np.int64))]
     outputs = [vi("y", np.float32, shape), vi("s", np.float32, [d for i, d in enumerate(shape) if i != f_at])]
     if order[-1] == "F":
@@ -59,15 +60,20 @@ def axes_model(order: str, t_dynamic: bool, second: bool) -> bytes:
 
 def gram_model() -> bytes:
     """x [N, 3] -> y = x @ x^T [N, N]: the batch on two axes of one output."""
-    return make_model([helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0]),
-                       helper.make_node("MatMul", ["x", "xt"], ["y"])],
-                      [vi("x", np.float32, ["N", 3])], [vi("y", np.float32, ["N", "N"])], name="gram")
+    return make_model(
+        [helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0]), helper.make_node("MatMul", ["x", "xt"], ["y"])],
+        [vi("x", np.float32, ["N", 3])],
+        [vi("y", np.float32, ["N", "N"])],
+        name="gram",
+    )
 
 
 def batch_max_model() -> bytes:
     """x [N, 4] -> y = x + 1 [N, 4], mx = ReduceMax over the batch [4]: an output without the batch (inseparable)."""
-    nodes = [helper.make_node("Add", ["x", "one"], ["y"]),
-             helper.make_node("ReduceMax", ["x", "ax0"], ["mx"], keepdims=0)]
+    nodes = [
+        helper.make_node("Add", ["x", "one"], ["y"]),
+        helper.make_node("ReduceMax", ["x", "ax0"], ["mx"], keepdims=0),
+    ]
     return make_model(
         nodes,
         [vi("x", np.float32, ["N", 4])],
@@ -133,20 +139,59 @@ T_POLICIES = [None, "pad", "exact", "dynamic"]
 
 # ---- the property ------------------------------------------------------------------------------------------------
 
+
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
-@given(order=st.sampled_from(["NTF", "TNF", "TFN", "FTN", "NFT", "FNT"]), t_dynamic=st.booleans(),
-       t_policy=st.sampled_from(T_POLICIES), second=st.booleans(),
-       gears=st.sampled_from([None, (1, 2), (2, 4), (1, 2, 4), (3,)]), max_batch=st.sampled_from([None, 2, 3]),
-       door=st.sampled_from(DOORS), rows=st.lists(st.integers(1, 7), min_size=1, max_size=5),
-       t_sizes=st.lists(st.integers(1, 5), min_size=1, max_size=2), seed=st.integers(0, 2 ** 16))
-@example(order="TNF", t_dynamic=False, t_policy=None, second=False, gears=None, max_batch=2, door="run", rows=[5, 5],
-         t_sizes=[2], seed=0)  # axis1_split_valueerror.py: a strided chunk reached the compiled path
-@example(order="TNF", t_dynamic=True, t_policy=None, second=False, gears=None, max_batch=2, door="run", rows=[5],
-         t_sizes=[2], seed=0)  # axis1_split_wrong_values.py: the dynamic-shape path uploaded a strided chunk's memory
-@example(order="TNF", t_dynamic=True, t_policy=None, second=False, gears=None, max_batch=None, door="split_batch",
-         rows=[5], t_sizes=[2], seed=0)  # the same over two streams with split_batch
-def test_every_request_gets_its_own_rows_on_any_batch_axis(order, t_dynamic, t_policy, second, gears, max_batch,
-                                                           door, rows, t_sizes, seed):
+@given(
+    order=st.sampled_from(["NTF", "TNF", "TFN", "FTN", "NFT", "FNT"]),
+    t_dynamic=st.booleans(),
+    t_policy=st.sampled_from(T_POLICIES),
+    second=st.booleans(),
+    gears=st.sampled_from([None, (1, 2), (2, 4), (1, 2, 4), (3,)]),
+    max_batch=st.sampled_from([None, 2, 3]),
+    door=st.sampled_from(DOORS),
+    rows=st.lists(st.integers(1, 7), min_size=1, max_size=5),
+    t_sizes=st.lists(st.integers(1, 5), min_size=1, max_size=2),
+    seed=st.integers(0, 2**16),
+)
+@example(
+    order="TNF",
+    t_dynamic=False,
+    t_policy=None,
+    second=False,
+    gears=None,
+    max_batch=2,
+    door="run",
+    rows=[5, 5],
+    t_sizes=[2],
+    seed=0,
+)  # axis1_split_valueerror.py: a strided chunk reached the compiled path
+@example(
+    order="TNF",
+    t_dynamic=True,
+    t_policy=None,
+    second=False,
+    gears=None,
+    max_batch=2,
+    door="run",
+    rows=[5],
+    t_sizes=[2],
+    seed=0,
+)  # axis1_split_wrong_values.py: the dynamic-shape path uploaded a strided chunk's memory
+@example(
+    order="TNF",
+    t_dynamic=True,
+    t_policy=None,
+    second=False,
+    gears=None,
+    max_batch=None,
+    door="split_batch",
+    rows=[5],
+    t_sizes=[2],
+    seed=0,
+)  # the same over two streams with split_batch
+def test_every_request_gets_its_own_rows_on_any_batch_axis(
+    order, t_dynamic, t_policy, second, gears, max_batch, door, rows, t_sizes, seed
+):
     model = axes_model(order, t_dynamic, second)
     kw: dict = {"batch_dim": "N"}
     if gears is not None:
@@ -161,8 +206,10 @@ def test_every_request_gets_its_own_rows_on_any_batch_axis(order, t_dynamic, t_p
         kw.update(streams=2, split_batch=True)
     rng = np.random.default_rng(seed)
     same_t = door == "run_batch" or not t_dynamic  # run_batch takes one batch key
-    reqs = [feeds(order, second, n, 3 if not t_dynamic else t_sizes[0 if same_t else i % len(t_sizes)], rng)
-            for i, n in enumerate(rows)]
+    reqs = [
+        feeds(order, second, n, 3 if not t_dynamic else t_sizes[0 if same_t else i % len(t_sizes)], rng)
+        for i, n in enumerate(rows)
+    ]
     with gert.load(model, **kw) as m:
         assert m.engine.batcher.enabled
         for again in range(2):  # the second time the sizes have static graphs (the compiled path)
@@ -172,6 +219,7 @@ def test_every_request_gets_its_own_rows_on_any_batch_axis(order, t_dynamic, t_p
 
 
 # ---- explicit cases ----------------------------------------------------------------------------------------------
+
 
 def test_pieces_on_a_non_zero_axis_are_views_laid_out_once():
     """A merge, a chunk and a split_batch share of a batch on axis 1 copy nothing on the host until the executor lays
@@ -185,7 +233,7 @@ def test_pieces_on_a_non_zero_axis_are_views_laid_out_once():
         for n in range(6 - start):
             piece = r.take(start, n)
             assert piece.shape == (2, n, 4)
-            np.testing.assert_array_equal(np.asarray(piece), joined[:, start:start + n])
+            np.testing.assert_array_equal(np.asarray(piece), joined[:, start : start + n])
             assert all(np.shares_memory(p, a) or np.shares_memory(p, b) for p in piece.parts if p.size)
     dst = np.full((2, 6, 4), -1, np.float32)
     r.take(1, 4).write_to(dst)
@@ -208,8 +256,12 @@ def test_pieces_on_a_non_zero_axis_are_views_laid_out_once():
 
 def _batcher_calls(batcher, reqs: list) -> tuple:
     """Each way to pad, merge or split a batch, as a call on ``batcher``."""
-    return (lambda: batcher.merge(reqs[:2]), lambda: batcher.split({"y": np.zeros((3, 3))}, [1, 2]),
-            lambda: batcher.join([{"y": np.zeros((1, 1))}] * 2), lambda: batcher.piece(reqs[1], 0, 1))
+    return (
+        lambda: batcher.merge(reqs[:2]),
+        lambda: batcher.split({"y": np.zeros((3, 3))}, [1, 2]),
+        lambda: batcher.join([{"y": np.zeros((1, 1))}] * 2),
+        lambda: batcher.piece(reqs[1], 0, 1),
+    )
 
 
 def test_batch_on_two_axes_is_never_split_or_merged():
@@ -240,8 +292,16 @@ def test_batch_on_two_axes_is_never_split_or_merged():
                     assert_alone(model, r, got, f"gram {kw} {door} request {i}")
 
 
-@pytest.mark.parametrize("kw", [{"max_batch": 2}, {"gears": {"batch": [1, 2, 4]}}, {"streams": 2, "split_batch": True},
-                                {"max_batch": 2, "streams": 2, "split_batch": True}], ids=str)
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"max_batch": 2},
+        {"gears": {"batch": [1, 2, 4]}},
+        {"streams": 2, "split_batch": True},
+        {"max_batch": 2, "streams": 2, "split_batch": True},
+    ],
+    ids=str,
+)
 def test_an_inseparable_model_runs_every_request_alone_and_whole(kw):
     """A reduction over the batch (plan.unsplit): no front door pads, merges, chunks or splits its batch, whatever
     max_batch, gears or split_batch say (each request's max is its own, of all its rows)."""
@@ -251,8 +311,11 @@ def test_an_inseparable_model_runs_every_request_alone_and_whole(kw):
     with gert.load(model, **kw) as m:
         assert not m.engine.batcher.enabled and not m.engine.batch_limit
         for door in DOORS:
-            results = [_or_error(lambda r, door=door: run_door(m, door, [r])[0], r) for r in reqs] \
-                if door in ("run_list", "run_batch") else run_door(m, door, reqs)
+            results = (
+                [_or_error(lambda r, door=door: run_door(m, door, [r])[0], r) for r in reqs]
+                if door in ("run_list", "run_batch")
+                else run_door(m, door, reqs)
+            )
             for i, (r, got) in enumerate(zip(reqs, results)):
                 if isinstance(got, GertError):  # exact batch gears: a size that is not one is refused, by name
                     assert "gear" in str(got) and "gears" in kw, got
@@ -274,13 +337,22 @@ def test_triton_never_merges_or_cuts_an_inseparable_batch(tmp_path, monkeypatch)
     from gert_triton import TritonPythonModel
 
     params = {"streams": {"string_value": "1"}, "gears": {"string_value": "batch:1,2,4"}}
-    cfg = TritonPythonModel.auto_complete_config(pb.ModelConfig(pb.default_config(
-        "gram", max_batch_size=4, parameters=params))).as_dict()
+    cfg = TritonPythonModel.auto_complete_config(
+        pb.ModelConfig(pb.default_config("gram", max_batch_size=4, parameters=params))
+    ).as_dict()
     try:
         tm = TritonPythonModel()
-        tm.initialize({"model_config": json.dumps(cfg), "model_instance_kind": "CPU", "model_instance_name": "gram_0",
-                       "model_instance_device_id": "0", "model_repository": d, "model_version": "1",
-                       "model_name": "gram"})
+        tm.initialize(
+            {
+                "model_config": json.dumps(cfg),
+                "model_instance_kind": "CPU",
+                "model_instance_name": "gram_0",
+                "model_instance_device_id": "0",
+                "model_repository": d,
+                "model_version": "1",
+                "model_name": "gram",
+            }
+        )
     except GertError as e:  # refused at load: never merged either
         assert "'y'" in str(e), e
         return
@@ -310,10 +382,13 @@ def test_run_batch_of_requests_with_other_non_batch_shapes_runs_them_by_group():
     (run_many) instead of failing every one on the merge (found by the row fuzzer: [6, 7, 2] beside [6, 10, 2])."""
     from onnx import TensorProto, helper, numpy_helper
 
-    g = helper.make_graph([helper.make_node("Unsqueeze", ["x", "ax"], ["y"])], "g",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None, 2])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                          [numpy_helper.from_array(np.array([-1], np.int64), "ax")])
+    g = helper.make_graph(
+        [helper.make_node("Unsqueeze", ["x", "ax"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array([-1], np.int64), "ax")],
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
     m.ir_version = 8
     rng = np.random.default_rng(0)

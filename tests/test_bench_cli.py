@@ -1,4 +1,5 @@
 """`gert bench` and `gert info` through the real command line (python -m gert)."""
+
 import csv
 import json
 import os
@@ -20,8 +21,13 @@ def _model(path):
     y = oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 16])
     two = onnx.numpy_helper.from_array(np.array(2, np.float32), "two")
     one = onnx.numpy_helper.from_array(np.array(1, np.float32), "one")
-    g = oh.make_graph([oh.make_node("Mul", ["x", "two"], ["t"]), oh.make_node("Add", ["t", "one"], ["y"])],
-                      "affine", [x], [y], [two, one])
+    g = oh.make_graph(
+        [oh.make_node("Mul", ["x", "two"], ["t"]), oh.make_node("Add", ["t", "one"], ["y"])],
+        "affine",
+        [x],
+        [y],
+        [two, one],
+    )
     m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
     m.ir_version = 8
     onnx.save(m, path)
@@ -39,8 +45,24 @@ def model_path(tmp_path_factory):
 
 def test_short_sweep_table_json_csv_agree(model_path, tmp_path):
     j, c = tmp_path / "out.json", tmp_path / "out.csv"
-    r = gert_cli("bench", model_path, "--streams", "1,2", "--batch", "1,4", "--iterations", "40",
-                 "--concurrency", "2", "--json", str(j), "--csv", str(c), "--latency-budgets", "1000")
+    r = gert_cli(
+        "bench",
+        model_path,
+        "--streams",
+        "1,2",
+        "--batch",
+        "1,4",
+        "--iterations",
+        "40",
+        "--concurrency",
+        "2",
+        "--json",
+        str(j),
+        "--csv",
+        str(c),
+        "--latency-budgets",
+        "1000",
+    )
     assert r.returncode == 0, r.stderr
     assert "gert bench" in r.stderr and "4/4" in r.stderr  # progress on stderr (tqdm or plain lines)
     data = json.loads(j.read_text())["results"]
@@ -69,8 +91,20 @@ def test_short_sweep_table_json_csv_agree(model_path, tmp_path):
 def test_cache_dir_reports_compile_seconds_cold_and_warm(model_path, tmp_path):
     j = tmp_path / "out.json"
     cache = tmp_path / "cache"
-    r = gert_cli("bench", model_path, "--streams", "2", "--batch", "4", "--iterations", "10", "--cache-dir",
-                 str(cache), "--json", str(j))
+    r = gert_cli(
+        "bench",
+        model_path,
+        "--streams",
+        "2",
+        "--batch",
+        "4",
+        "--iterations",
+        "10",
+        "--cache-dir",
+        str(cache),
+        "--json",
+        str(j),
+    )
     assert r.returncode == 0, r.stderr
     (d,) = json.loads(j.read_text())["results"]
     # the warm load compiled nothing afresh: its compiles (one per stream) were all cache hits
@@ -105,8 +139,7 @@ def test_a_dynamic_non_batch_dim_is_measured_on_its_static_graph(tmp_path):
     OrtGraphProvider.compile = slow
     before = live_threads("gert-tiers")
     try:
-        r = run_config(m.SerializeToString(), BenchConfig(2, None, None, None), {}, {"x": (1, 24)}, {}, 2, None,
-                       30, 1)
+        r = run_config(m.SerializeToString(), BenchConfig(2, None, None, None), {}, {"x": (1, 24)}, {}, 2, None, 30, 1)
     finally:
         OrtGraphProvider.compile = orig
     assert r.requests == 30 and r.static_share == 1.0
@@ -114,13 +147,16 @@ def test_a_dynamic_non_batch_dim_is_measured_on_its_static_graph(tmp_path):
     assert not still_alive(live_threads("gert-tiers") - before)
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--shape", "nope=1x16"], "unknown input 'nope'"),
-    (["--shape", "x=1x17"], "cannot take"),
-    (["--cube-cores", "999"], "cube cores"),
-    (["--streams", "two"], "--streams"),
-    (["--input", "x=/nonexistent/file.npy"], "cannot read"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--shape", "nope=1x16"], "unknown input 'nope'"),
+        (["--shape", "x=1x17"], "cannot take"),
+        (["--cube-cores", "999"], "cube cores"),
+        (["--streams", "two"], "--streams"),
+        (["--input", "x=/nonexistent/file.npy"], "cannot read"),
+    ],
+)
 def test_bad_arguments_exit_2_with_one_line(model_path, args, needle):
     r = gert_cli("bench", model_path, "--iterations", "2", *args)
     assert r.returncode == 2, (r.stdout, r.stderr)

@@ -1,5 +1,6 @@
 """benchmarks/_proctree.py, which bench_memory.py's triton3 work sums a tritonserver's memory with: checked against
 this test process and a child it starts (the benchmark itself starts two servers: minutes, not a test)."""
+
 from __future__ import annotations
 
 import os

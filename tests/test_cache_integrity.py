@@ -6,6 +6,7 @@ the host NPU's GE doing so). gert records each entry it saves ({key}.gert.json: 
 inputs, the precision settings) and checks it before a compile that would hit (gert/core/cache_entry.py), and checks who
 can write the directory and each file (gert/core/cache_trust.py). Ownership cases chown files to another uid: root only.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -67,10 +68,11 @@ def _me() -> str:
 
 
 def key_of(cache) -> str:
-    return os.path.basename(only(cache, ".idx"))[:-len(".idx")]
+    return os.path.basename(only(cache, ".idx"))[: -len(".idx")]
 
 
 # ---- the entry: recorded at save, checked before a hit --------------------------------------------------------------
+
 
 def test_an_entry_is_recorded_when_saved(tmp_path):
     cache = tmp_path / "c"
@@ -132,17 +134,21 @@ def _symlink_to_own_copy(cache, tmp_path) -> None:
 
 
 BREAKS = {
-    "truncated": (lambda c, t: os.truncate(only(c, ".om"), os.path.getsize(only(c, ".om")) // 2),
-                  "changed (SHA-256"),
+    "truncated": (lambda c, t: os.truncate(only(c, ".om"), os.path.getsize(only(c, ".om")) // 2), "changed (SHA-256"),
     "idx_edited": (_plant_foreign_om, "planted.om is listed but gert never recorded it"),
-    "idx_absolute": (lambda c, t: (shutil.copyfile(only(c, ".om"), t / "abs.om"), _relist(c, str(t / "abs.om"))),
-                     "outside the cache directory"),
+    "idx_absolute": (
+        lambda c, t: (shutil.copyfile(only(c, ".om"), t / "abs.om"), _relist(c, str(t / "abs.om"))),
+        "outside the cache directory",
+    ),
     "symlink_out": (_symlink_to_own_copy, "a symlink out of the cache directory"),
     "record_removed": (lambda c, t: os.unlink(c / cache_entry.record_name(key_of(c))), "no gert record"),
-    "record_inputs": (lambda c, t: _edit_record(c, lambda r: r["inputs"].update(gert="0.0.1")),
-                      "input gert is"),
-    "precision": (lambda c, t: _edit_record(c, lambda r: r["precision"].update(
-        {"global.ge.exec.precision_mode": "allow_fp32_to_fp16"})), "precision setting global.ge.exec.precision_mode"),
+    "record_inputs": (lambda c, t: _edit_record(c, lambda r: r["inputs"].update(gert="0.0.1")), "input gert is"),
+    "precision": (
+        lambda c, t: _edit_record(
+            c, lambda r: r["precision"].update({"global.ge.exec.precision_mode": "allow_fp32_to_fp16"})
+        ),
+        "precision setting global.ge.exec.precision_mode",
+    ),
 }
 
 
@@ -214,8 +220,7 @@ def test_entry_planted_by_another_user_is_not_served(tmp_path):
     fill(b, -7.0)
     key = key_of(a)
     shutil.copyfile(only(b, ".om"), only(a, ".om"))
-    rec = cache_entry.new_record(str(a), key, json.loads((a / cache_entry.record_name(key)).read_text())["inputs"],
-                                 {})
+    rec = cache_entry.new_record(str(a), key, json.loads((a / cache_entry.record_name(key)).read_text())["inputs"], {})
     (a / cache_entry.record_name(key)).write_bytes(rec.to_bytes())
     for f in os.listdir(a):
         if not f.endswith(".lock"):  # the lock files are checked too; here the entry's own files are
@@ -226,6 +231,7 @@ def test_entry_planted_by_another_user_is_not_served(tmp_path):
 
 
 # ---- the directory ---------------------------------------------------------------------------------------------------
+
 
 def test_missing_directory_is_created_private(tmp_path):
     old = os.umask(0o022)
@@ -306,8 +312,16 @@ def test_directory_of_another_user_is_refused_unless_group_shared(tmp_path):
     assert (hits, misses) == (0, 1) and f"(uid {member})" in msgs[0] and "may not write" in msgs[0]
 
 
-@pytest.mark.parametrize("value, said", [(0o777, "every user"), ("0o660", "owner needs rwx"), ("abc", "octal"),
-                                         (True, "octal"), (0o4700, "owner needs rwx")])
+@pytest.mark.parametrize(
+    "value, said",
+    [
+        (0o777, "every user"),
+        ("0o660", "owner needs rwx"),
+        ("abc", "octal"),
+        (True, "octal"),
+        (0o4700, "owner needs rwx"),
+    ],
+)
 def test_cache_mode_is_validated(tmp_path, value, said):
     with pytest.raises(gert.GertError, match=f"cache_mode: .*{said}"):
         gert.load(scale_model(2.0), cache_dir=tmp_path / "c", cache_mode=value)
@@ -323,6 +337,7 @@ def test_cache_mode_from_the_environment(monkeypatch):
 
 
 # ---- concurrency: nobody checks an entry whose record is not written yet ---------------------------------------------
+
 
 def _waiters(path: str) -> int:
     """Blocked flock requests on ``path`` (lines "N: -> FLOCK ..." of /proc/locks naming its inode)."""
@@ -366,15 +381,22 @@ def test_a_reader_waits_for_the_record_of_an_entry_being_saved(tmp_path):
 
 # ---- the record's contents ---------------------------------------------------------------------------------------
 
+
 def test_precision_settings_are_recorded_generically(tmp_path):
     cache = CompileCache.open(tmp_path, mlp_model(1), {"ge.exec.precision_mode": "force_fp32"})
-    got = cache.precision_settings({"ge.exec.precision_mode_v2": "origin", "ge.aicoreNum": "1|"},
-                           {"ge.exec.precision_mode_x": "y", "ge.inputShape": "x:1,16"})
-    assert got == {"global.ge.exec.precision_mode": "force_fp32", "session.ge.exec.precision_mode_v2": "origin",
-                   "graph.ge.exec.precision_mode_x": "y"}
+    got = cache.precision_settings(
+        {"ge.exec.precision_mode_v2": "origin", "ge.aicoreNum": "1|"},
+        {"ge.exec.precision_mode_x": "y", "ge.inputShape": "x:1,16"},
+    )
+    assert got == {
+        "global.ge.exec.precision_mode": "force_fp32",
+        "session.ge.exec.precision_mode_v2": "origin",
+        "graph.ge.exec.precision_mode_x": "y",
+    }
 
 
 # ---- unchanged files are not hashed again (their identity and ctime are recorded) ---------------------------------
+
 
 def _tick_past(cache) -> None:
     """Wait until the file clock has moved past the ctime of every file in ``cache`` (a probe file's ctime), so that

@@ -3,6 +3,7 @@ group sharing checked against the user database, entry files read with lstat, an
 through a name someone else can plant). The other user is uid 65534 (nobody) in a forked child, as the repros in
 ../shared/repros/security/ do: root only.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -83,14 +84,18 @@ def private_dir(path) -> str:
 
 # ---- the directory and the directories above it --------------------------------------------------------------------
 
+
 def test_parent_others_can_write_is_refused_unless_sticky_and_ours(tmp_path):
     base = private_dir(tmp_path / "base")
     parent = os.path.join(base, "open")
     os.mkdir(parent)
     os.chmod(parent, 0o777)  # anyone may rename our cache directory away and put theirs in its place
     cache = os.path.join(parent, "cache")
-    with pytest.raises(gert.GertError, match=rf"the directory '{parent}' on the way to it .*mode 0o777\): every user "
-                                             rf"can write it .*chmod go-w {parent}"):
+    with pytest.raises(
+        gert.GertError,
+        match=rf"the directory '{parent}' on the way to it .*mode 0o777\): every user "
+        rf"can write it .*chmod go-w {parent}",
+    ):
         serve(cache)
     os.chmod(parent, 0o1777)  # sticky, as /tmp: only the owner of our cache directory may rename it
     assert serve(cache)[:3] == ([2.0] * 4, 0, 1)
@@ -129,6 +134,7 @@ def test_sticky_world_writable_cache_is_refused_before_any_file_is_written(tmp_p
 
 
 # ---- group sharing: the owner must be a member, as the user database says -------------------------------------------
+
 
 def _shared_group() -> int:
     """A group root may share a cache with and uid 65534 is not a member of (per pwd/grp)."""
@@ -174,6 +180,7 @@ def test_setgid_group_cache_does_not_trust_a_planted_entry_of_a_non_member(tmp_p
 
 # ---- entry files: lstat ---------------------------------------------------------------------------------------------
 
+
 def test_symlink_planted_by_another_user_is_not_served_even_to_a_trusted_file(tmp_path):
     """A symlink {keyA}.om -> B's .om (inside the directory, a file root owns) planted by uid 65534 while the
     directory was open; the directory is private again, and entries without a record are trusted."""
@@ -197,6 +204,7 @@ def test_symlink_planted_by_another_user_is_not_served_even_to_a_trusted_file(tm
 
 
 # ---- GE's own writes in the cache -----------------------------------------------------------------------------------
+
 
 def _ge_compile(cache: str, stream, key: str = "k1") -> None:
     """The host NPU's GE alone (no gert check before it): a graph compiled through its cache."""
@@ -235,6 +243,7 @@ def test_gert_lock_is_never_opened_through_a_symlink(tmp_path):
 
 
 # ---- what the key and the record cover ------------------------------------------------------------------------------
+
 
 def test_toolkit_version_is_part_of_the_key(tmp_path):
     versions = {}

@@ -5,6 +5,7 @@ The rule under test (GE's onnx_parser.cc, gert/preview/cann_ops.py): key = domai
 opset for that domain :: op_type, looked up exactly in the registered keys (gert/preview/cann_ops.json); Constant
 always maps; If branches are checked; a domain without an opset import fails (E19999).
 """
+
 from __future__ import annotations
 
 import json
@@ -48,33 +49,55 @@ def relu(opset: int) -> onnx.ModelProto:
 def qdq() -> onnx.ModelProto:
     scale = nh.from_array(np.array(0.1, np.float32), "s")
     zp = nh.from_array(np.array(0, np.uint8), "z")
-    return model([oh.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="quant"),
-                  oh.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dequant")], inits=[scale, zp])
+    return model(
+        [
+            oh.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="quant"),
+            oh.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dequant"),
+        ],
+        inits=[scale, zp],
+    )
 
 
 def ms_gelu() -> onnx.ModelProto:
-    return model([oh.make_node("Gelu", ["x"], ["y"], name="fused_gelu", domain="com.microsoft")],
-                 (("", 17), ("com.microsoft", 1)))
+    return model(
+        [oh.make_node("Gelu", ["x"], ["y"], name="fused_gelu", domain="com.microsoft")],
+        (("", 17), ("com.microsoft", 1)),
+    )
 
 
 def if_with_qdq() -> onnx.ModelProto:
     """y = If(c): then Quantize/Dequantize(x) (unmapped), else Relu(x)."""
     scale = nh.from_array(np.array(0.1, np.float32), "s")
     zp = nh.from_array(np.array(0, np.uint8), "z")
-    then = oh.make_graph([oh.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="then_q"),
-                          oh.make_node("DequantizeLinear", ["q", "s", "z"], ["t"], name="then_dq")],
-                         "then", [], [vi("t")])
+    then = oh.make_graph(
+        [
+            oh.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="then_q"),
+            oh.make_node("DequantizeLinear", ["q", "s", "z"], ["t"], name="then_dq"),
+        ],
+        "then",
+        [],
+        [vi("t")],
+    )
     other = oh.make_graph([oh.make_node("Relu", ["x"], ["e"], name="else_relu")], "else", [], [vi("e")])
-    g = oh.make_graph([oh.make_node("If", ["c"], ["y"], name="branch", then_branch=then, else_branch=other)],
-                      "g", [vi("x"), oh.make_tensor_value_info("c", TP.BOOL, [])], [vi("y")], [scale, zp])
+    g = oh.make_graph(
+        [oh.make_node("If", ["c"], ["y"], name="branch", then_branch=then, else_branch=other)],
+        "g",
+        [vi("x"), oh.make_tensor_value_info("c", TP.BOOL, [])],
+        [vi("y")],
+        [scale, zp],
+    )
     m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
     m.ir_version = 8
     return m
 
 
 def missing_import() -> onnx.ModelProto:
-    return model([oh.make_node("Relu", ["x"], ["t"], name="ok"),
-                  oh.make_node("Custom", ["t"], ["y"], name="orphan", domain="com.example")])
+    return model(
+        [
+            oh.make_node("Relu", ["x"], ["t"], name="ok"),
+            oh.make_node("Custom", ["t"], ["y"], name="orphan", domain="com.example"),
+        ]
+    )
 
 
 # ---- the rule, over the table's edges --------------------------------------------------------------------------------
@@ -101,8 +124,10 @@ def test_every_table_edge_maps_or_is_refused_exactly():
     wrong = []
     for op, opset, maps in EDGES:
         r = gert.cann_check(model([oh.make_node(op, ["x"], ["y"], name="n")], (("", opset),)))
-        if r.ok != maps or (not maps and (r.unsupported[0].reason, r.unsupported[0].key)
-                            != (OPSET_NOT_MAPPED, f"ai.onnx::{opset}::{op}")):
+        if r.ok != maps or (
+            not maps
+            and (r.unsupported[0].reason, r.unsupported[0].key) != (OPSET_NOT_MAPPED, f"ai.onnx::{opset}::{op}")
+        ):
             wrong.append((op, opset, maps, r.unsupported[:1]))
     assert not wrong, wrong[:10]
     assert len(EDGES) > 500
@@ -117,8 +142,22 @@ def test_table_counts_and_provenance():
     assert t.opsets("ai.onnx", "Upsample") == frozenset({8, 9, 11, 12, 13, 14, 15, 16})
 
 
-@pytest.mark.parametrize("op", ["Loop", "Scan", "QuantizeLinear", "DequantizeLinear", "GroupNormalization", "DFT",
-                                "STFT", "Gelu", "Attention", "RNN", "MatMulInteger"])
+@pytest.mark.parametrize(
+    "op",
+    [
+        "Loop",
+        "Scan",
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "GroupNormalization",
+        "DFT",
+        "STFT",
+        "Gelu",
+        "Attention",
+        "RNN",
+        "MatMulInteger",
+    ],
+)
 def test_ops_cann_never_maps(op):
     r = gert.cann_check(model([oh.make_node(op, ["x"], ["y"], name="n")], (("", 18),)))
     assert not r.ok and r.unsupported[0].reason == OP_NOT_MAPPED and r.unsupported[0].key == f"ai.onnx::18::{op}"
@@ -134,8 +173,13 @@ def test_opset_17_maps_and_19_maps_nothing():
 
 
 def test_constant_always_maps_even_above_18():
-    m = model([oh.make_node("Constant", [], ["c"], name="k", value=nh.from_array(np.ones((2, 3), np.float32))),
-               oh.make_node("Add", ["x", "c"], ["y"], name="add")], (("", 21),))
+    m = model(
+        [
+            oh.make_node("Constant", [], ["c"], name="k", value=nh.from_array(np.ones((2, 3), np.float32))),
+            oh.make_node("Add", ["x", "c"], ["y"], name="add"),
+        ],
+        (("", 21),),
+    )
     r = gert.cann_check(m)
     assert [u.node for u in r.unsupported] == ["add"]
 
@@ -143,8 +187,9 @@ def test_constant_always_maps_even_above_18():
 def test_qdq_is_refused_with_the_amct_suggestion():
     r = gert.cann_check(qdq())
     assert [(u.node, u.key, u.reason) for u in r.unsupported] == [
-        ("quant", "ai.onnx::17::QuantizeLinear", OP_NOT_MAPPED), ("dequant", "ai.onnx::17::DequantizeLinear",
-                                                                  OP_NOT_MAPPED)]
+        ("quant", "ai.onnx::17::QuantizeLinear", OP_NOT_MAPPED),
+        ("dequant", "ai.onnx::17::DequantizeLinear", OP_NOT_MAPPED),
+    ]
     assert any("AMCT" in s for s in r.suggestions)
 
 
@@ -155,16 +200,23 @@ def test_com_microsoft_domain_is_not_mapped():
 
 
 def test_npu_and_custom_ai_onnx_keys_map():
-    m = model([oh.make_node("NPUGeluV2", ["x"], ["t"], name="g", domain="npu"),
-               oh.make_node("AscendQuant", ["t"], ["y"], name="q")], (("", 20), ("npu", 1)))
+    m = model(
+        [
+            oh.make_node("NPUGeluV2", ["x"], ["t"], name="g", domain="npu"),
+            oh.make_node("AscendQuant", ["t"], ["y"], name="q"),
+        ],
+        (("", 20), ("npu", 1)),
+    )
     r = gert.cann_check(m)
     assert r.ok, r  # AscendQuant is registered up to ai.onnx opset 22
 
 
 def test_if_branch_with_an_unmapped_op_is_found():
     r = gert.cann_check(if_with_qdq())
-    assert {(u.node, u.graph) for u in r.unsupported} == {("then_q", "main/branch.then_branch"),
-                                                         ("then_dq", "main/branch.then_branch")}
+    assert {(u.node, u.graph) for u in r.unsupported} == {
+        ("then_q", "main/branch.then_branch"),
+        ("then_dq", "main/branch.then_branch"),
+    }
 
 
 def test_missing_opset_import():
@@ -202,8 +254,11 @@ def _fresh(m: onnx.ModelProto) -> onnx.ModelProto:
 
 def test_warn_is_the_default_once_per_model_and_the_host_npu_still_runs_it():
     m = _fresh(relu(19))
-    with pytest.warns(CannCompatibilityWarning, match=r"E13010: No operator plugin is registered for Op: act, "
-                                                      r"optype: ai\.onnx::19::Relu\.") as rec:
+    with pytest.warns(
+        CannCompatibilityWarning,
+        match=r"E13010: No operator plugin is registered for Op: act, "
+        r"optype: ai\.onnx::19::Relu\.",
+    ) as rec:
         with _load(m) as loaded:
             np.testing.assert_array_equal(loaded.run({"x": X})["y"], np.maximum(X, 0))
             assert not loaded.cann_report.ok
@@ -218,8 +273,7 @@ def test_strict_refuses_with_ge_code_and_message_per_node():
         _load(qdq(), cann_ops="strict")
     assert e.value.error_code == "E13010"
     assert "No operator plugin is registered for Op: quant, optype: ai.onnx::17::QuantizeLinear." in e.value.message
-    assert "No operator plugin is registered for Op: dequant, optype: ai.onnx::17::DequantizeLinear." in \
-        e.value.message
+    assert "No operator plugin is registered for Op: dequant, optype: ai.onnx::17::DequantizeLinear." in e.value.message
     with pytest.raises(gert.GeError, match="then_q"):
         _load(if_with_qdq(), cann_ops="strict")
     with pytest.raises(gert.GeError, match="com.microsoft::1::Gelu"):
@@ -248,9 +302,12 @@ def test_off_and_the_env_default(monkeypatch):
 
 
 def test_loop_refused_by_the_host_parser_is_not_also_warned():
-    body = oh.make_graph([oh.make_node("Identity", ["c_in"], ["c_out"])], "body",
-                         [oh.make_tensor_value_info("i", TP.INT64, []), oh.make_tensor_value_info("c_in", TP.BOOL, [])],
-                         [oh.make_tensor_value_info("c_out", TP.BOOL, [])])
+    body = oh.make_graph(
+        [oh.make_node("Identity", ["c_in"], ["c_out"])],
+        "body",
+        [oh.make_tensor_value_info("i", TP.INT64, []), oh.make_tensor_value_info("c_in", TP.BOOL, [])],
+        [oh.make_tensor_value_info("c_out", TP.BOOL, [])],
+    )
     g = oh.make_graph(
         [oh.make_node("Loop", ["n", "c"], [], name="lp", body=body), oh.make_node("Relu", ["x"], ["y"])],
         "g",
@@ -275,8 +332,11 @@ def test_graph_from_onnx_refuses_what_the_host_parser_refuses():
 # ---- gert check ------------------------------------------------------------------------------------------------------
 def _mlp(opset: int, extra=()) -> onnx.ModelProto:
     w = nh.from_array(np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32), "w")
-    nodes = [oh.make_node("MatMul", ["x", "w"], ["h"], name="mm"), oh.make_node("Relu", ["h"], ["r"], name="relu"),
-             oh.make_node("ReduceMean", ["r"], ["y"], name="mean", keepdims=1)] + list(extra)
+    nodes = [
+        oh.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+        oh.make_node("Relu", ["h"], ["r"], name="relu"),
+        oh.make_node("ReduceMean", ["r"], ["y"], name="mean", keepdims=1),
+    ] + list(extra)
     out = "z" if extra else "y"
     g = oh.make_graph(nodes, "mlp", [vi("x", ("N", 3))], [vi(out, ("N", 1))], [w])
     m = oh.make_model(g, opset_imports=[oh.make_opsetid("", opset)])
@@ -319,8 +379,11 @@ def test_gert_check_fix_converts_opset_21_and_verifies_it(tmp_path, capsys):
     x = np.random.default_rng(2).standard_normal((5, 3)).astype(np.float32)
     from gert.preview.inputs import ort_run
 
-    np.testing.assert_allclose(ort_run(fixed.SerializeToString(), {"x": x})["y"],
-                               ort_run(_mlp(21).SerializeToString(), {"x": x})["y"], rtol=1e-6)
+    np.testing.assert_allclose(
+        ort_run(fixed.SerializeToString(), {"x": x})["y"],
+        ort_run(_mlp(21).SerializeToString(), {"x": x})["y"],
+        rtol=1e-6,
+    )
 
 
 def test_gert_check_fix_says_what_it_cannot_fix(tmp_path, capsys):

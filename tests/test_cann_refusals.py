@@ -8,6 +8,7 @@ code (ge::FAILED, the E-code leading the message) and a message that names what 
 - graph inputs or outputs that are not tensors (sequence, optional, map): the parser reads tensor types only.
 The same models without the refused part parse.
 """
+
 import numpy as np
 import onnx
 import pytest
@@ -43,22 +44,31 @@ def loop_body():
 
 
 def scan_body():
-    return helper.make_graph([helper.make_node("Add", ["s_in", "x_t"], ["s_out"]),
-                              helper.make_node("Identity", ["s_out"], ["y_t"])], "scan_body",
-                             [vi("s_in", np.float32, [2]), vi("x_t", np.float32, [2])],
-                             [vi("s_out", np.float32, [2]), vi("y_t", np.float32, [2])])
+    return helper.make_graph(
+        [helper.make_node("Add", ["s_in", "x_t"], ["s_out"]), helper.make_node("Identity", ["s_out"], ["y_t"])],
+        "scan_body",
+        [vi("s_in", np.float32, [2]), vi("x_t", np.float32, [2])],
+        [vi("s_out", np.float32, [2]), vi("y_t", np.float32, [2])],
+    )
 
 
 def loop_model() -> bytes:
     node = helper.make_node("Loop", ["trips", "", "x"], ["y"], body=loop_body(), name="the_loop")
-    return build([node], [vi("x", np.float32, [2])], [vi("y", np.float32, [2])],
-                 [numpy_helper.from_array(np.array(3, np.int64), "trips")])
+    return build(
+        [node],
+        [vi("x", np.float32, [2])],
+        [vi("y", np.float32, [2])],
+        [numpy_helper.from_array(np.array(3, np.int64), "trips")],
+    )
 
 
 def scan_model() -> bytes:
     node = helper.make_node("Scan", ["s0", "xs"], ["s", "ys"], body=scan_body(), num_scan_inputs=1, name="the_scan")
-    return build([node], [vi("s0", np.float32, [2]), vi("xs", np.float32, [4, 2])],
-                 [vi("s", np.float32, [2]), vi("ys", np.float32, [4, 2])])
+    return build(
+        [node],
+        [vi("s0", np.float32, [2]), vi("xs", np.float32, [4, 2])],
+        [vi("s", np.float32, [2]), vi("ys", np.float32, [4, 2])],
+    )
 
 
 def loop_in_if_model() -> bytes:
@@ -67,8 +77,12 @@ def loop_in_if_model() -> bytes:
     then_g = helper.make_graph([inner], "then", [], [vi("t", np.float32, [2])])
     else_g = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [], [vi("e", np.float32, [2])])
     node = helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)
-    return build([node], [vi("x", np.float32, [2]), vi("c", np.bool_, [])], [vi("y", np.float32, [2])],
-                 [numpy_helper.from_array(np.array(2, np.int64), "trips")])
+    return build(
+        [node],
+        [vi("x", np.float32, [2]), vi("c", np.bool_, [])],
+        [vi("y", np.float32, [2])],
+        [numpy_helper.from_array(np.array(2, np.int64), "trips")],
+    )
 
 
 def no_input_model() -> bytes:
@@ -81,28 +95,41 @@ def no_output_model() -> bytes:
 
 
 def string_io_model() -> bytes:
-    return build([helper.make_node("Identity", ["s"], ["t"])],
-                 [helper.make_tensor_value_info("s", TensorProto.STRING, [2])],
-                 [helper.make_tensor_value_info("t", TensorProto.STRING, [2])])
+    return build(
+        [helper.make_node("Identity", ["s"], ["t"])],
+        [helper.make_tensor_value_info("s", TensorProto.STRING, [2])],
+        [helper.make_tensor_value_info("t", TensorProto.STRING, [2])],
+    )
 
 
 def cast_to_string_model() -> bytes:
-    return build([helper.make_node("Cast", ["x"], ["s"], to=TensorProto.STRING, name="to_str"),
-                  helper.make_node("Cast", ["s"], ["y"], to=TensorProto.FLOAT)],
-                 [vi("x", np.float32, [2])], [vi("y", np.float32, [2])])
+    return build(
+        [
+            helper.make_node("Cast", ["x"], ["s"], to=TensorProto.STRING, name="to_str"),
+            helper.make_node("Cast", ["s"], ["y"], to=TensorProto.FLOAT),
+        ],
+        [vi("x", np.float32, [2])],
+        [vi("y", np.float32, [2])],
+    )
 
 
 def string_initializer_model() -> bytes:
     vocab = helper.make_tensor("vocab", TensorProto.STRING, [2], [b"a", b"b"])
-    return build([helper.make_node("Identity", ["x"], ["y"])], [vi("x", np.float32, [2])],
-                 [vi("y", np.float32, [2])], [vocab])
+    return build(
+        [helper.make_node("Identity", ["x"], ["y"])], [vi("x", np.float32, [2])], [vi("y", np.float32, [2])], [vocab]
+    )
 
 
 def sequence_input_model() -> bytes:
-    seq = helper.make_value_info("xs", helper.make_sequence_type_proto(
-        helper.make_tensor_type_proto(TensorProto.FLOAT, [2])))
-    return build([helper.make_node("SequenceAt", ["xs", "i0"], ["y"])], [seq], [vi("y", np.float32, [2])],
-                 [numpy_helper.from_array(np.array(0, np.int64), "i0")])
+    seq = helper.make_value_info(
+        "xs", helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))
+    )
+    return build(
+        [helper.make_node("SequenceAt", ["xs", "i0"], ["y"])],
+        [seq],
+        [vi("y", np.float32, [2])],
+        [numpy_helper.from_array(np.array(0, np.int64), "i0")],
+    )
 
 
 REFUSED = {
@@ -150,8 +177,11 @@ def test_if_is_parsed_and_runs(device):
     run)."""
     then_g = helper.make_graph([helper.make_node("Neg", ["x"], ["t"])], "then", [], [vi("t", np.float32, [2])])
     else_g = helper.make_graph([helper.make_node("Identity", ["x"], ["e"])], "else", [], [vi("e", np.float32, [2])])
-    model = build([helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)],
-                  [vi("x", np.float32, [2]), vi("c", np.bool_, [])], [vi("y", np.float32, [2])])
+    model = build(
+        [helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)],
+        [vi("x", np.float32, [2]), vi("c", np.bool_, [])],
+        [vi("y", np.float32, [2])],
+    )
     onnx.checker.check_model(onnx.load_from_string(model))
     x = np.array([1.5, -2], np.float32)
     with gert.load(model) as m:

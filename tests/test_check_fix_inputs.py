@@ -4,6 +4,7 @@ an invented input has. With --input / --shape (inputs= / shapes=), or the model'
 converted to opset 18 is written, computes what the original does (ONNX Runtime, on other audio than it was checked
 on) and a stock CANN 8.x parser maps it; without them nothing is written and the error names the input and how to
 give it. Inputs that do not fit the model are refused naming the input, the expected and the actual value."""
+
 from __future__ import annotations
 
 import json
@@ -24,24 +25,35 @@ def silero_front(opset: int = 19, example: dict = None) -> onnx.ModelProto:
     """input [batch, samples] float32 -> reflect Pad -> Conv (an STFT basis, stride HOP) -> |.|^2 summed -> sqrt
     (``mag``); beside it ``state`` [2, batch, 16] scaled by ``sr`` (int64 scalar), as silero's recurrent state."""
     rng = np.random.default_rng(0)
-    inits = [nh.from_array(rng.standard_normal((16, 1, WINDOW)).astype(np.float32), "stft_basis"),
-             nh.from_array(np.array([0, 0, 0, 0, 0, PAD], np.int64), "pads"),
-             nh.from_array(np.array([1], np.int64), "axis1")]
-    nodes = [oh.make_node("Unsqueeze", ["input", "axis1"], ["x3"], name="unsqueeze"),
-             oh.make_node("Pad", ["x3", "pads"], ["padded"], mode="reflect", name="reflect_pad"),
-             oh.make_node("Conv", ["padded", "stft_basis"], ["spec"], strides=[HOP], name="stft"),
-             oh.make_node("Mul", ["spec", "spec"], ["power"], name="power"),
-             oh.make_node("ReduceSum", ["power", "axis1"], ["energy"], keepdims=1, name="energy"),
-             oh.make_node("Sqrt", ["energy"], ["mag"], name="mag"),
-             oh.make_node("Cast", ["sr"], ["sr_f"], to=TensorProto.FLOAT, name="sr_cast"),
-             oh.make_node("Mul", ["state", "sr_f"], ["state_out"], name="state_scale")]
+    inits = [
+        nh.from_array(rng.standard_normal((16, 1, WINDOW)).astype(np.float32), "stft_basis"),
+        nh.from_array(np.array([0, 0, 0, 0, 0, PAD], np.int64), "pads"),
+        nh.from_array(np.array([1], np.int64), "axis1"),
+    ]
+    nodes = [
+        oh.make_node("Unsqueeze", ["input", "axis1"], ["x3"], name="unsqueeze"),
+        oh.make_node("Pad", ["x3", "pads"], ["padded"], mode="reflect", name="reflect_pad"),
+        oh.make_node("Conv", ["padded", "stft_basis"], ["spec"], strides=[HOP], name="stft"),
+        oh.make_node("Mul", ["spec", "spec"], ["power"], name="power"),
+        oh.make_node("ReduceSum", ["power", "axis1"], ["energy"], keepdims=1, name="energy"),
+        oh.make_node("Sqrt", ["energy"], ["mag"], name="mag"),
+        oh.make_node("Cast", ["sr"], ["sr_f"], to=TensorProto.FLOAT, name="sr_cast"),
+        oh.make_node("Mul", ["state", "sr_f"], ["state_out"], name="state_scale"),
+    ]
     graph = oh.make_graph(
-        nodes, "silero_front",
-        [oh.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", "samples"]),
-         oh.make_tensor_value_info("state", TensorProto.FLOAT, [2, "batch", 16]),
-         oh.make_tensor_value_info("sr", TensorProto.INT64, [])],
-        [oh.make_tensor_value_info("mag", TensorProto.FLOAT, ["batch", 1, "frames"]),
-         oh.make_tensor_value_info("state_out", TensorProto.FLOAT, [2, "batch", 16])], inits)
+        nodes,
+        "silero_front",
+        [
+            oh.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", "samples"]),
+            oh.make_tensor_value_info("state", TensorProto.FLOAT, [2, "batch", 16]),
+            oh.make_tensor_value_info("sr", TensorProto.INT64, []),
+        ],
+        [
+            oh.make_tensor_value_info("mag", TensorProto.FLOAT, ["batch", 1, "frames"]),
+            oh.make_tensor_value_info("state_out", TensorProto.FLOAT, [2, "batch", 16]),
+        ],
+        inits,
+    )
     m = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)])
     m.ir_version = 9
     if example:
@@ -52,8 +64,11 @@ def silero_front(opset: int = 19, example: dict = None) -> onnx.ModelProto:
 
 def _audio(batch: int, samples: int, seed: int) -> dict:
     rng = np.random.default_rng(seed)
-    return {"input": rng.standard_normal((batch, samples)).astype(np.float32),
-            "state": rng.standard_normal((2, batch, 16)).astype(np.float32), "sr": np.array(16000, np.int64)}
+    return {
+        "input": rng.standard_normal((batch, samples)).astype(np.float32),
+        "state": rng.standard_normal((2, batch, 16)).astype(np.float32),
+        "sr": np.array(16000, np.int64),
+    }
 
 
 @pytest.fixture
@@ -134,13 +149,20 @@ def test_a_shape_given_that_the_model_refuses_is_named_as_given(src, tmp_path, c
 def branchy_front(opset: int = 19) -> onnx.ModelProto:
     """silero's full model keeps its front end in an If on ``sr`` (8 kHz or 16 kHz): the branches read ``input``
     from the main graph by name, not as the If node's inputs."""
+
     def branch(name: str, pad: int) -> onnx.GraphProto:
         return oh.make_graph(
-            [oh.make_node("Unsqueeze", ["input", "axis1"], [f"{name}_x3"]),
-             oh.make_node("Constant", [], [f"{name}_pads"],
-                          value=nh.from_array(np.array([0, 0, 0, 0, 0, pad], np.int64))),
-             oh.make_node("Pad", [f"{name}_x3", f"{name}_pads"], [f"{name}_out"], mode="reflect")],
-            name, [], [oh.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, ["batch", 1, "padded"])])
+            [
+                oh.make_node("Unsqueeze", ["input", "axis1"], [f"{name}_x3"]),
+                oh.make_node(
+                    "Constant", [], [f"{name}_pads"], value=nh.from_array(np.array([0, 0, 0, 0, 0, pad], np.int64))
+                ),
+                oh.make_node("Pad", [f"{name}_x3", f"{name}_pads"], [f"{name}_out"], mode="reflect"),
+            ],
+            name,
+            [],
+            [oh.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT, ["batch", 1, "padded"])],
+        )
 
     graph = oh.make_graph(
         [
@@ -182,21 +204,31 @@ def test_a_failure_inside_an_if_branch_names_the_inputs_the_branch_reads(tmp_pat
     fixed = onnx.load(out)
     for sr in (16000, 8000):
         feeds = {"input": _audio(2, 512, sr)["input"], "sr": np.array(sr, np.int64), "unused": np.zeros(4, np.float32)}
-        np.testing.assert_array_equal(ort_run(fixed.SerializeToString(), feeds)["y"],
-                                      ort_run(branchy_front().SerializeToString(), feeds)["y"])
+        np.testing.assert_array_equal(
+            ort_run(fixed.SerializeToString(), feeds)["y"], ort_run(branchy_front().SerializeToString(), feeds)["y"]
+        )
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--shape", "nope=1x512"], "unknown input 'nope' given a shape; the model's inputs are ['input', 'state', 'sr']"),
-    (["--input", "nope={npy}"], "unknown input 'nope' given an array"),
-    (["--shape", "input=512"], "input 'input': the shape given has rank 1 (shape (512,)); the model takes rank 2"),
-    (["--shape", "state=3x1x16"], "input 'state': the shape given has 3 at axis 0; the model fixes it to 2"),
-    (["--input", "input={npy64}"], "input 'input': the model takes float32, the array given is float64"),
-    (["--input", "input={npy}", "--shape", "input=1x512"], "input 'input' is given both as an array and as a shape"),
-    (["--shape", "input=1xq"], "--shape: dims of 'input' must be integers separated by 'x', got '1xq'"),
-    (["--input", "input=/nonexistent/audio.npy"], "--input input: cannot read '/nonexistent/audio.npy'"),
-    (["--input", "input"], "--input: 'input' is not NAME=file.npy"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (
+            ["--shape", "nope=1x512"],
+            "unknown input 'nope' given a shape; the model's inputs are ['input', 'state', 'sr']",
+        ),
+        (["--input", "nope={npy}"], "unknown input 'nope' given an array"),
+        (["--shape", "input=512"], "input 'input': the shape given has rank 1 (shape (512,)); the model takes rank 2"),
+        (["--shape", "state=3x1x16"], "input 'state': the shape given has 3 at axis 0; the model fixes it to 2"),
+        (["--input", "input={npy64}"], "input 'input': the model takes float32, the array given is float64"),
+        (
+            ["--input", "input={npy}", "--shape", "input=1x512"],
+            "input 'input' is given both as an array and as a shape",
+        ),
+        (["--shape", "input=1xq"], "--shape: dims of 'input' must be integers separated by 'x', got '1xq'"),
+        (["--input", "input=/nonexistent/audio.npy"], "--input input: cannot read '/nonexistent/audio.npy'"),
+        (["--input", "input"], "--input: 'input' is not NAME=file.npy"),
+    ],
+)
 def test_inputs_that_do_not_fit_exit_2_with_one_line(src, tmp_path, capsys, args, needle):
     npy, npy64, out = tmp_path / "a.npy", tmp_path / "a64.npy", tmp_path / "never.onnx"
     np.save(npy, np.zeros((1, 512), np.float32))

@@ -3,6 +3,7 @@ the last launch's tensors that passed its checks and takes their refs again for 
 device memory was freed since. It must never serve a stale entry: a freed buffer (also one a queued run still holds),
 a tensor of another shape at the same address, a device fault - each is checked again, as GE and the host NPU's
 checks require of every launch."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -45,8 +46,9 @@ def _run(session, gid, stream, ins, outs) -> np.ndarray:
 
 def _fused(session, gid, stream, x_ptr: int, y_ptr: int, dt: int):
     """A FusedCall launching the graph on raw device addresses (what the executor's prepared runs hold)."""
-    return _cann.FusedCall(session, gid, stream, [], [], [(x_ptr, X.nbytes, dt, (2, 4))],
-                           [(y_ptr, X.nbytes, dt, (2, 4))], [])
+    return _cann.FusedCall(
+        session, gid, stream, [], [], [(x_ptr, X.nbytes, dt, (2, 4))], [(y_ptr, X.nbytes, dt, (2, 4))], []
+    )
 
 
 def test_a_freed_input_is_refused_after_the_same_tensors_ran(loaded):

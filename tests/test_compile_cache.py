@@ -10,6 +10,7 @@
 - gert_triton's cache_dir parameter (the real server: tests/test_triton_e2e.py).
 Integrity (records, trust, swapped or planted entries): tests/test_cache_integrity.py, tests/test_triton_cache_e2e.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -53,6 +54,7 @@ def _compile_scale(tmp, stream, factor: float, key: str = "k1", shape=(3, 4), se
 
 
 # ---- the host NPU's GE -----------------------------------------------------------------------------------------------
+
 
 def test_cache_is_on_only_with_both_options(tmp_path, stream):
     s = _session(tmp_path)  # a directory, no key
@@ -145,12 +147,17 @@ def test_broken_entry_fails_the_compile_and_ge_does_not_recompile(tmp_path, stre
     for _ in range(2):  # and again: GE never repairs the entry
         with pytest.raises(gert.GeError) as info:
             _compile_scale(tmp_path, stream, 2.0)
-        assert {"missing": "does not exist", "truncated": "not a complete", "flipped": "checksum",
-                "index": "cache index"}[how] in str(info.value)
+        assert {
+            "missing": "does not exist",
+            "truncated": "not a complete",
+            "flipped": "checksum",
+            "index": "cache index",
+        }[how] in str(info.value)
     assert sorted(os.listdir(tmp_path)) == before
 
 
 # ---- gert's safe layer ---------------------------------------------------------------------------------------------
+
 
 def test_keys_follow_model_shape_options_and_version(tmp_path):
     a = CompileCache.open(tmp_path, mlp_model(1))
@@ -166,7 +173,8 @@ def test_keys_follow_model_shape_options_and_version(tmp_path):
     assert key != a.graph_key({"ge.aicoreNum": "2|"}, graph)
     assert key != a.graph_key(sess, {**graph, "ge.oo.level": "O1"})
     assert key != CompileCache.open(tmp_path, mlp_model(1), {"ge.exec.precision_mode": "force_fp32"}).graph_key(
-        sess, graph)
+        sess, graph
+    )
     import gert.compile_cache as cc
 
     old = gert.core.__version__  # gert.__version__, kept by the core (gert/core/__init__.py)
@@ -254,7 +262,7 @@ def test_two_processes_warming_up_at_once_compile_each_key_once(tmp_path):
         with open(cache / name) as f:
             entries = json.load(f)["cache_file_list"]
         assert len(entries) == 1 and entries[0]["cache_file_name"] in oms
-        with open(cache / (name[:-len(".idx")] + ".gert.json")) as f:
+        with open(cache / (name[: -len(".idx")] + ".gert.json")) as f:
             assert set(json.load(f)["files"]) == {name, entries[0]["cache_file_name"]}
     assert not [f for f in os.listdir(cache) if ".tmp" in f]
 
@@ -294,6 +302,7 @@ def test_unusable_cache_dir_is_a_clear_error(tmp_path):
 
 # ---- gert_triton ----------------------------------------------------------------------------------------------------
 
+
 def test_triton_cache_dir_parameter(tmp_path, monkeypatch):
     mdir = str(tmp_path / "m")
     assert cache_path(parse_parameters({"cache_dir": {"string_value": "cache"}}), mdir) == os.path.join(mdir, "cache")
@@ -317,8 +326,16 @@ def test_triton_model_fills_and_reuses_its_cache(tmp_path, monkeypatch):
     mdir = model_dir(tmp_path, mlp_model(5))
     counts = []
     for _ in range(2):
-        cfg = autocomplete(pb, mdir, parameters={"cache_dir": {"string_value": "gcache"}, "streams": {
-            "string_value": "1"}, "gears": {"string_value": "batch:1,2"}}, max_batch_size=2)
+        cfg = autocomplete(
+            pb,
+            mdir,
+            parameters={
+                "cache_dir": {"string_value": "gcache"},
+                "streams": {"string_value": "1"},
+                "gears": {"string_value": "batch:1,2"},
+            },
+            max_batch_size=2,
+        )
         m = TritonPythonModel()
         m.initialize(init_args(mdir, cfg))
         try:
@@ -352,8 +369,11 @@ def test_triton_model_passes_cache_mode(tmp_path, monkeypatch):
     mdir = model_dir(tmp_path, mlp_model(5))
     os.mkdir(os.path.join(mdir, "shared"), 0o770)
     os.chmod(os.path.join(mdir, "shared"), 0o770)
-    params = {"cache_dir": {"string_value": "shared"}, "streams": {"string_value": "1"},
-              "gears": {"string_value": "batch:1"}}
+    params = {
+        "cache_dir": {"string_value": "shared"},
+        "streams": {"string_value": "1"},
+        "gears": {"string_value": "batch:1"},
+    }
     for extra in ({}, {"cache_mode": {"string_value": "0770"}}):
         cfg = autocomplete(pb, mdir, parameters={**params, **extra}, max_batch_size=1)
         m = TritonPythonModel()

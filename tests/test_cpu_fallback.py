@@ -1,5 +1,6 @@
 """gert.load(fallback="cpu") (issue 38, deliver 1): a model GE's parser refuses runs on ONNX Runtime's CPU provider
 only when asked, warned, with gert.Model's request API and gert's input errors; values as ONNX Runtime's."""
+
 from __future__ import annotations
 
 import asyncio
@@ -17,15 +18,22 @@ from gert.errors import GertError
 
 def string_model() -> bytes:
     """Text in, numbers out (Cast string -> float, then a Mul): GE's parser refuses the string tensor."""
-    g = oh.make_graph([oh.make_node("Cast", ["s"], ["x"], to=TP.FLOAT), oh.make_node("Mul", ["x", "x"], ["y"])], "t",
-                      [oh.make_tensor_value_info("s", TP.STRING, ["n", 2])],
-                      [oh.make_tensor_value_info("y", TP.FLOAT, ["n", 2])])
+    g = oh.make_graph(
+        [oh.make_node("Cast", ["s"], ["x"], to=TP.FLOAT), oh.make_node("Mul", ["x", "x"], ["y"])],
+        "t",
+        [oh.make_tensor_value_info("s", TP.STRING, ["n", 2])],
+        [oh.make_tensor_value_info("y", TP.FLOAT, ["n", 2])],
+    )
     return oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)]).SerializeToString()
 
 
 def relu_model() -> bytes:
-    g = oh.make_graph([oh.make_node("Relu", ["x"], ["y"])], "r", [oh.make_tensor_value_info("x", TP.FLOAT, ["n", 3])],
-                      [oh.make_tensor_value_info("y", TP.FLOAT, ["n", 3])])
+    g = oh.make_graph(
+        [oh.make_node("Relu", ["x"], ["y"])],
+        "r",
+        [oh.make_tensor_value_info("x", TP.FLOAT, ["n", 3])],
+        [oh.make_tensor_value_info("y", TP.FLOAT, ["n", 3])],
+    )
     return oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)]).SerializeToString()
 
 

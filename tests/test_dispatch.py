@@ -1,5 +1,6 @@
 """gert.dispatch.StreamQueue: one queue in arrival order for all of a Model's streams, with direct hand-off; and a
 Model that uses it: a request takes the first stream that comes free."""
+
 from __future__ import annotations
 
 import threading
@@ -119,8 +120,10 @@ def test_a_short_request_does_not_wait_behind_a_long_one_while_another_stream_is
         try:
             x = echo_input(1, 1, 3)
             results = []
-            ts = [threading.Thread(target=lambda i=i: results.append(m.run({"x": echo_input(i, 1, 3)})))
-                  for i in range(2, 6)]
+            ts = [
+                threading.Thread(target=lambda i=i: results.append(m.run({"x": echo_input(i, 1, 3)})))
+                for i in range(2, 6)
+            ]
             for t in ts:
                 t.start()
             for t in ts:

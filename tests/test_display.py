@@ -1,5 +1,6 @@
 """How a Model and its stats() show (gert.display), and progress output (gert.progress): off unless asked, tqdm
 when it is installed, plain lines otherwise."""
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,20 @@ def _run_five_rows(m):
 def test_model_repr_html_shows_io_dims_streams_cores_and_gears(model):
     _run_five_rows(model)
     h = model._repr_html_()
-    for needle in ["<table>", "features", "probs", "float32", "[batch, 16]", "[batch, 4]", "1,4,8", "pad",
-                   "cube cores", "batch=8", "37.5%", "2 stream(s)"]:
+    for needle in [
+        "<table>",
+        "features",
+        "probs",
+        "float32",
+        "[batch, 16]",
+        "[batch, 4]",
+        "1,4,8",
+        "pad",
+        "cube cores",
+        "batch=8",
+        "37.5%",
+        "2 stream(s)",
+    ]:
         assert needle in h, needle
     # each stream is a row with its device and core limits (1 cube core each)
     streams = h.split("<i>streams</i>")[1].split("</table>")[0]
@@ -138,8 +151,10 @@ def test_stats_tables_show_graph_kinds_cache_and_faults(model):
     for needle in ["static / dynamic", "cache hit / miss", "<i>faults and recovery</i>", "recoveries"]:
         assert needle in h, needle
     s0 = st["streams"][0]
-    row = (f"<td>{s0['static_hits']} / {s0['dynamic_hits']}</td><td>{s0.get('cache_hits', 0)} / "
-           f"{s0.get('cache_misses', 0)}</td>")
+    row = (
+        f"<td>{s0['static_hits']} / {s0['dynamic_hits']}</td><td>{s0.get('cache_hits', 0)} / "
+        f"{s0.get('cache_misses', 0)}</td>"
+    )
     assert row in h, h
     faults = h.split("<i>faults and recovery</i>")[1].split("</table>")[0]
     assert f"<tr><td>{st['failed_tasks']}</td><td>{st['timeouts']}</td>" in faults, faults

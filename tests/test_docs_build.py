@@ -1,6 +1,7 @@
 """The docs site builds strictly: `mkdocs build --strict` (mkdocs.yml at the root) fails on a broken link or anchor,
 a page left out of the nav, or an API reference that does not resolve; the reference renders gert._cann from its
 stub. Run here rather than as a separate CI step, so the README's test command includes it."""
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,14 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 def _mkdocs(config: pathlib.Path, site: pathlib.Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config),
-                           "-d", str(site)], cwd=config.parent, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(site)],
+        cwd=config.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_site_builds_strictly_and_renders_the_binding_from_its_stub(tmp_path):

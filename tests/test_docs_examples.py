@@ -7,6 +7,7 @@ They are made by the block of docs/getting-started.md marked ``<!-- example-mode
 A block that cannot run here says why in an HTML comment on the line before it: ``<!-- not-run: REASON -->``
 (a reason of at least two words: "needs tritonserver", "fragment of a step function").
 """
+
 from __future__ import annotations
 
 import os
@@ -28,10 +29,10 @@ FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)\s*$")
 @dataclass
 class Block:
     page: str
-    line: int       # 1-based line of the opening fence
+    line: int  # 1-based line of the opening fence
     lang: str
     code: str
-    before: str     # the last non-blank line before the fence ("" at the top of a page)
+    before: str  # the last non-blank line before the fence ("" at the top of a page)
 
     @property
     def where(self) -> str:
@@ -56,7 +57,7 @@ def blocks(text: str, page: str = "<page>") -> list[Block]:
         indent, fence, lang = m.group(1), m.group(2), m.group(3).lower()
         start, body, i = i, [], i + 1
         while i < len(lines) and lines[i].strip() != fence:
-            body.append(lines[i][len(indent):] if lines[i].startswith(indent) else lines[i].lstrip())
+            body.append(lines[i][len(indent) :] if lines[i].startswith(indent) else lines[i].lstrip())
             i += 1
         if i == len(lines):
             raise AssertionError(f"{page}:{start + 1}: a code fence {fence!r} is never closed")
@@ -121,8 +122,9 @@ def test_the_python_examples_of_the_page_run(page, models_dir):
 def test_a_block_that_does_not_run_says_why(page):
     for b in python_blocks(page):
         reason = b.not_run
-        assert reason is None or len(reason.split()) >= 2, \
+        assert reason is None or len(reason.split()) >= 2, (
             f"{b.where}: `<!-- not-run: ... -->` must give a reason of a few words, got {reason!r}"
+        )
     for b in blocks(page.read_text(), page.name):
         if b.not_run is not None:
             assert b.lang in ("python", "py"), f"{b.where}: not-run marks a {b.lang or 'plain'} block, which never runs"
@@ -135,7 +137,7 @@ def test_the_docs_have_python_examples_and_most_run():
     assert len(running) >= 10 and len(running) >= len(every) // 2, (len(running), len(every))
 
 
-TOY = '''# t
+TOY = """# t
 <!-- not-run: needs a real NPU -->
 ```python
 raise RuntimeError("never runs")
@@ -150,7 +152,7 @@ value = 41
   ```python
   value += 1
   ```
-'''
+"""
 
 
 def test_blocks_share_one_namespace_and_a_marked_block_is_skipped(tmp_path):

@@ -1,6 +1,7 @@
 """Errors: each an AclError with CANN's code, its name, and a message naming the problem; the process keeps
 working afterwards. Anything that finalizes the runtime or needs another host NPU configuration runs in a
 subprocess."""
+
 import contextlib
 import gc
 import pickle
@@ -62,8 +63,9 @@ def test_wrong_memcpy_kind(dev_ptr):
     with raises_acl(107000, "ACL_ERROR_RT_PARAM_INVALID", "aclrtMemcpy", "dst", "is not device memory"):
         _cann.memcpy(hp, 100, hp, 100, H2D)
     # D2H into device memory
-    with raises_acl(107000, "ACL_ERROR_RT_PARAM_INVALID", "is device memory", "ACL_MEMCPY_DEVICE_TO_HOST",
-                    "host destination"):
+    with raises_acl(
+        107000, "ACL_ERROR_RT_PARAM_INVALID", "is device memory", "ACL_MEMCPY_DEVICE_TO_HOST", "host destination"
+    ):
         _cann.memcpy(dev_ptr, 100, dev_ptr, 100, D2H)
     # H2H reading device memory
     with raises_acl(107000, "ACL_ERROR_RT_PARAM_INVALID", "src", "ACL_MEMCPY_HOST_TO_HOST", "host source"):
@@ -152,7 +154,8 @@ def test_malloc_of_zero_bytes_is_invalid():
 
 
 def test_capacity_accounting_in_a_small_device():
-    res = run_python_result('''
+    res = run_python_result(
+        """
         k = 600 * 1024
         a = gert.DeviceBuffer(k)
         err = catch(gert.DeviceBuffer, k)            # 1.2 MB > 1 MiB
@@ -160,7 +163,9 @@ def test_capacity_accounting_in_a_small_device():
         a.free()
         b = gert.DeviceBuffer(k)                     # fits again once a is freed
         emit({"err": err, "total": info.total, "used": info.used, "ok": roundtrip(n=1000)})
-    ''', env={"GERT_HOST_DEVICE_MEMORY": "1M"})
+    """,
+        env={"GERT_HOST_DEVICE_MEMORY": "1M"},
+    )
     code, name, msg = res["err"]
     assert (code, name) == (207001, "ACL_ERROR_RT_MEMORY_ALLOCATION")
     assert "out of memory" in msg and "614400 bytes requested" in msg and "of 1048576 bytes" in msg
@@ -173,9 +178,15 @@ def test_destroyed_stream():
     s.destroy()
     buf = gert.DeviceBuffer(16)
     host = np.zeros(16, np.uint8)
-    for call in (lambda: s.synchronize(), lambda: s.query(), lambda: s.launch_host_func(print),
-                 lambda: buf.copy_from(host, stream=s), lambda: buf.memset(0, stream=s),
-                 lambda: gert.Event().record(s), lambda: s.wait_event(gert.Event())):
+    for call in (
+        lambda: s.synchronize(),
+        lambda: s.query(),
+        lambda: s.launch_host_func(print),
+        lambda: buf.copy_from(host, stream=s),
+        lambda: buf.memset(0, stream=s),
+        lambda: gert.Event().record(s),
+        lambda: s.wait_event(gert.Event()),
+    ):
         with raises_acl(107000, "ACL_ERROR_RT_PARAM_INVALID", "stream was destroyed"):
             call()
     # the 1:1 layer with the stale handle
@@ -223,7 +234,7 @@ def test_sync_timeout():
             s.synchronize(timeout=0.05)
         assert log == []
         gate.set()
-        s.synchronize(timeout=30)                  # the stream is fine afterwards
+        s.synchronize(timeout=30)  # the stream is fine afterwards
         assert log == ["ran"]
         assert s.query()
     assert_runtime_works()
@@ -262,7 +273,7 @@ def test_invalid_device_id():
 
 @pytest.mark.hostnpu_only  # reads gert.host_counters()
 def test_use_after_the_device_closed():
-    res = run_python_result('''
+    res = run_python_result("""
         d = gert.Device(0)
         s = gert.Stream(d)
         ev = gert.Event(device=d)
@@ -292,7 +303,7 @@ def test_use_after_the_device_closed():
             out["works_again"] = roundtrip(d2)
         out["implicit_again"] = roundtrip()         # and so does implicit use of device 0
         emit(out)
-    ''')
+    """)
     for key in ("copy", "copy_to", "memset", "sync", "query", "event"):
         code, name, msg = res[key]
         assert (code, name) == (107002, "ACL_ERROR_RT_CONTEXT_NULL"), key
@@ -308,7 +319,8 @@ def test_use_after_the_device_closed():
 
 
 def test_device_reference_counting_and_second_device():
-    res = run_python_result('''
+    res = run_python_result(
+        """
         a = gert.Device(0)
         b = gert.Device(0)
         d1 = gert.Device(1)
@@ -324,7 +336,9 @@ def test_device_reference_counting_and_second_device():
         out["dev1_buf_ok"] = catch(buf1.copy_from, np.ones(64, np.uint8))
         d1.close()
         emit(out)
-    ''', env={"GERT_HOST_DEVICES": "2"})
+    """,
+        env={"GERT_HOST_DEVICES": "2"},
+    )
     assert res["after_one_close"] is None
     assert res["count"] == 2
     assert res["bad_id"][:2] == [107001, "ACL_ERROR_RT_INVALID_DEVICEID"]
@@ -337,9 +351,9 @@ def test_recent_error_message_is_per_thread_and_cleared_on_read():
     there is none); an error in another thread does not touch this thread's."""
     assert _cann.get_recent_err_msg() == ""
     with pytest.raises(gert.AclError) as ei:
-        _cann.free(8)                              # a bogus pointer in this thread
-    assert "aclrtFree" in ei.value.message        # the AclError read it...
-    assert _cann.get_recent_err_msg() == ""      # ...so it is gone: a later error cannot show a stale message
+        _cann.free(8)  # a bogus pointer in this thread
+    assert "aclrtFree" in ei.value.message  # the AclError read it...
+    assert _cann.get_recent_err_msg() == ""  # ...so it is gone: a later error cannot show a stale message
     other = []
 
     def worker():
@@ -354,6 +368,6 @@ def test_recent_error_message_is_per_thread_and_cleared_on_read():
     t.join()
     assert "aclrtMalloc" in other[0] and other[1] == ""
     assert _cann.get_recent_err_msg() == ""
-    with pytest.raises(gert.AclError) as ei:       # the next error carries its own message only
+    with pytest.raises(gert.AclError) as ei:  # the next error carries its own message only
         _cann.malloc(0)
     assert "aclrtMalloc" in ei.value.message and "aclrtFree" not in ei.value.message

@@ -1,5 +1,6 @@
 """The README's example scripts run and say what they check (the served example and examples/client.py are in
 test_triton_e2e.py)."""
+
 from __future__ import annotations
 
 import os
@@ -14,10 +15,13 @@ pytestmark = RUNTIME
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 
 
-@pytest.mark.parametrize("script, says", [
-    ("quickstart.py", ["futures agree: True", "batch of 20 (split over the 8 gear): (20, 4)"]),
-    ("runtime_quickstart.py", ["host function: copies done", "round trip of 262144 bytes"]),
-])
+@pytest.mark.parametrize(
+    "script, says",
+    [
+        ("quickstart.py", ["futures agree: True", "batch of 20 (split over the 8 gear): (20, 4)"]),
+        ("runtime_quickstart.py", ["host function: copies done", "round trip of 262144 bytes"]),
+    ],
+)
 def test_example_script(script, says):
     r = subprocess.run([sys.executable, os.path.join(EXAMPLES, script)], capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -45,8 +49,9 @@ def test_quickstart_notebook_runs_and_shows_what_it_says():
     for cell in nb.cells:  # the stored outputs must not be what is checked
         if cell.cell_type == "code":
             cell.outputs = []
-    nbclient.NotebookClient(nb, timeout=180, kernel_name="python3",
-                            resources={"metadata": {"path": EXAMPLES}}).execute()
+    nbclient.NotebookClient(
+        nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": EXAMPLES}}
+    ).execute()
     cells = {c.source.splitlines()[0]: _outputs(c) for c in nb.cells if c.cell_type == "code"}
 
     def cell(first_line: str) -> tuple:
@@ -75,8 +80,12 @@ def test_quickstart_notebook_runs_and_shows_what_it_says():
     assert "<td>batch=8</td><td>4</td><td>18.8%</td>" in shown["text/html"]
     text, shown = cell("%matplotlib inline")
     table = [ln.split() for ln in text.splitlines() if ln.split() and ln.split()[0].isdigit()]
-    assert sorted((r[0], r[1], r[3]) for r in table) == [("1", "1", "8"), ("1", "2", "8"), ("2", "1", "8"),
-                                                         ("2", "2", "8")]
+    assert sorted((r[0], r[1], r[3]) for r in table) == [
+        ("1", "1", "8"),
+        ("1", "2", "8"),
+        ("2", "1", "8"),
+        ("2", "2", "8"),
+    ]
     assert "gert bench" in text and "4/4" in text
     assert shown["image/png"], "the sweep's plot is shown inline"
     _, shown = cell("from gert.tools import timeline")

@@ -1,6 +1,7 @@
 """Fault injection in the host NPU (issue 13) at the runtime level: each kind reported with CANN 8.5's codes and in
 CANN's way (shared/docs/cann-runtime-rules.md, part 2), and the recovery calls (aclrtStreamAbort,
 aclrtDeviceTaskAbort, aclrtResetDeviceForce, aclrtSetStreamFailureMode, aclrtGetLastError/PeekAtLastError)."""
+
 from __future__ import annotations
 
 import threading
@@ -16,10 +17,10 @@ from models import execute, load, scale_model
 
 pytestmark = RUNTIME + [pytest.mark.hostnpu_only]  # injects faults into the host NPU
 
-AICORE = 507015        # ACL_ERROR_RT_AICORE_EXCEPTION
+AICORE = 507015  # ACL_ERROR_RT_AICORE_EXCEPTION
 SYNC_TIMEOUT = 507046  # ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
-OOM = 207001           # ACL_ERROR_RT_MEMORY_ALLOCATION
-DMA = 507013           # ACL_ERROR_RT_SYS_DMA
+OOM = 207001  # ACL_ERROR_RT_MEMORY_ALLOCATION
+DMA = 507013  # ACL_ERROR_RT_SYS_DMA
 STREAM_ABORT = 107023  # ACL_ERROR_RT_STREAM_ABORT
 
 
@@ -208,7 +209,8 @@ def test_memcpy_fault_async_at_the_sync_and_sync_at_the_call(device):
 
 
 def test_faults_on_another_device_leave_this_one_alone():
-    r = run_python_result("""
+    r = run_python_result(
+        """
         import numpy as np, gert
         from gert import _cann
         d0, d1 = gert.Device(0), gert.Device(1)
@@ -234,8 +236,12 @@ def test_faults_on_another_device_leave_this_one_alone():
         s0.synchronize()
         _cann.reset_device_force(1)
         emit({"codes": codes, "device0": out.tolist() == list(range(64))})
-    """, env={"GERT_HOST_DEVICES": "2",
-              "PYTHONPATH": f"{__import__('_helpers').REPO}:{__import__('_helpers').REPO}/tests"})
+    """,
+        env={
+            "GERT_HOST_DEVICES": "2",
+            "PYTHONPATH": f"{__import__('_helpers').REPO}:{__import__('_helpers').REPO}/tests",
+        },
+    )
     assert r == {"codes": [AICORE, AICORE], "device0": True}
 
 
@@ -255,14 +261,17 @@ def test_env_var_arms_faults_and_rejects_a_bad_spec():
     """
     r = run_python_result(code, env={"GERT_HOST_FAULTS": "memcpy:after=1:count=2:every=1"})
     assert r == {"codes": [0, DMA, DMA, 0], "fired": 2}
-    r = run_python_result("""
+    r = run_python_result(
+        """
         import gert
         try:
             gert.Device(0)
             emit("opened")
         except gert.AclError as e:
             emit([e.code, e.message])
-    """, env={"GERT_HOST_FAULTS": "execute:after=x"})
+    """,
+        env={"GERT_HOST_FAULTS": "execute:after=x"},
+    )
     assert r[0] == 100000 and "GERT_HOST_FAULTS entry 'execute:after=x'" in r[1]
 
 

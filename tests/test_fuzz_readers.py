@@ -8,6 +8,7 @@
 Each target runs in a child interpreter (``_helpers.run_python_result``) so that a crash fails this test, not the
 suite, and is bounded: a fixed number of examples, no example database (conftest's profile), a few seconds each.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -58,7 +59,9 @@ FUZZ = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "150")), deadli
 
 
 def test_fuzz_onnx_reader():
-    out = run_python_result(_FUZZ_PRELUDE + '''
+    out = run_python_result(
+        _FUZZ_PRELUDE
+        + """
 d = gert.Device(0)
 seen = {"parsed": 0, "refused": 0}
 
@@ -79,13 +82,17 @@ def target(data):
 
 target()
 emit([seen, roundtrip()])
-''', timeout=180)
+""",
+        timeout=180,
+    )
     seen, works = out
     assert works and seen["parsed"] + seen["refused"] > 0 and seen["refused"] > 0
 
 
 def test_fuzz_cache_index_reader(tmp_path):
-    out = run_python_result(_FUZZ_PRELUDE + f'''
+    out = run_python_result(
+        _FUZZ_PRELUDE
+        + f"""
 import json
 d = gert.Device(0)
 cache = {str(tmp_path)!r}
@@ -130,6 +137,8 @@ def target(text):
 
 target()
 emit([outcomes, roundtrip()])
-''', timeout=180)
+""",
+        timeout=180,
+    )
     outcomes, works = out
     assert works and outcomes.get("refused", 0) > 0

@@ -14,6 +14,7 @@ Default: BOUNDED examples (about a minute on one core). Long: ``python -m pytest
 --hypothesis-profile long`` (GERT_FUZZ_EXAMPLES examples, default 3000), or ``benchmarks/fuzz_rows.py --minutes N``
 for counts. A failure prints a standalone repro script; keep it in REGRESSIONS.
 """
+
 from __future__ import annotations
 
 import faulthandler
@@ -30,9 +31,9 @@ from fuzz_rows_models import Case, cases
 
 pytestmark = RUNTIME
 
-BOUNDED = 2000   # about 25-30 s of CPU on one core (GERT_FUZZ_EXAMPLES sets the long profile's)
+BOUNDED = 2000  # about 25-30 s of CPU on one core (GERT_FUZZ_EXAMPLES sets the long profile's)
 LONG = settings.get_current_profile_name() == "long"
-COLLECT = os.environ.get("GERT_FUZZ_COLLECT") == "1"   # benchmarks/fuzz_rows.py: record failures, go on, no shrinking
+COLLECT = os.environ.get("GERT_FUZZ_COLLECT") == "1"  # benchmarks/fuzz_rows.py: record failures, go on, no shrinking
 
 # Defect classes whose failures are expected until they are fixed (../shared/repros/rows/README.md): their failures
 # are counted, not raised, and their REGRESSIONS are skipped with the class as the reason. Remove a class once it
@@ -60,10 +61,19 @@ def _record(case: Case, result) -> None:
     if not path:
         return
     ops = sorted({n[0] for n in case.nodes})
-    line = {"families": case.families, "ops": ops, "door": case.door, "outcome": result.outcome,
-            "requests": result.requests, "options": sorted(case.options), "load_error": result.load_error,
-            "failures": [list(f) for f in result.failures[:4]], "inputs": [list(i) for i in case.inputs],
-            "bname": case.bname, "load_options": repr(case.options)}
+    line = {
+        "families": case.families,
+        "ops": ops,
+        "door": case.door,
+        "outcome": result.outcome,
+        "requests": result.requests,
+        "options": sorted(case.options),
+        "load_error": result.load_error,
+        "failures": [list(f) for f in result.failures[:4]],
+        "inputs": [list(i) for i in case.inputs],
+        "bname": case.bname,
+        "load_options": repr(case.options),
+    }
     if result.failures:
         line["repro"] = repro(case, result)
         line["case"] = repr(case)
@@ -73,10 +83,10 @@ def _record(case: Case, result) -> None:
 
 def _run(case: Case):
     path = os.environ.get("GERT_FUZZ_STATS")
-    if path:   # the example in progress, for a crash that takes the process down (benchmarks/fuzz_rows.py)
+    if path:  # the example in progress, for a crash that takes the process down (benchmarks/fuzz_rows.py)
         with open(path + ".current.py", "w") as f:
             f.write(repro(case) + "\n# ---- case ----\n# " + repr(case) + "\n")
-    faulthandler.dump_traceback_later(3 * TIMEOUT, file=sys.stderr)   # a hang beyond the doors' deadlines: stacks
+    faulthandler.dump_traceback_later(3 * TIMEOUT, file=sys.stderr)  # a hang beyond the doors' deadlines: stacks
     try:
         result = check(case, KNOWN_CLASSES)
     finally:
@@ -88,12 +98,17 @@ def _run(case: Case):
 def _report(case: Case, result) -> str:
     lines = [f"{result.outcome}: door {case.door}, options {case.options}"]
     lines += [f"  request {i} output {o}: {k}: {d} [{c}]" for k, i, o, d, c in result.failures[:10]]
-    return "\n".join(lines) + "\n\n---- standalone repro ----\n" + repro(case, result) + "\n---- case ----\n" + \
-        repr(case)
+    return (
+        "\n".join(lines) + "\n\n---- standalone repro ----\n" + repro(case, result) + "\n---- case ----\n" + repr(case)
+    )
 
 
-@settings(max_examples=settings.default.max_examples if LONG else BOUNDED, deadline=None, database=None,
-          suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=settings.default.max_examples if LONG else BOUNDED,
+    deadline=None,
+    database=None,
+    suppress_health_check=list(HealthCheck),
+)
 @given(case=cases())
 def test_every_request_gets_onnx_runtimes_answer_alone(case: Case) -> None:
     result = _run(case)
@@ -103,19 +118,39 @@ def test_every_request_gets_onnx_runtimes_answer_alone(case: Case) -> None:
 
 # ---- regression examples: every failure the fuzzer found, by class ----------------------------------------------
 
-def _c(inputs, nodes, outputs, options, door, requests, inits=(), tags=None, bname="N", tname="T", seed=0,
-       repeat=1) -> Case:
+
+def _c(
+    inputs, nodes, outputs, options, door, requests, inits=(), tags=None, bname="N", tname="T", seed=0, repeat=1
+) -> Case:
     """A regression Case written by hand (the fuzzer prints its finds as full Case(...) literals)."""
-    return Case(inputs=list(inputs), nodes=list(nodes), inits=list(inits), outputs=list(outputs), bname=bname,
-                tname=tname, options=options, door=door, requests=list(requests), seed=seed, shared_params=True,
-                tags=tags or {}, families=[], repeat=repeat)
+    return Case(
+        inputs=list(inputs),
+        nodes=list(nodes),
+        inits=list(inits),
+        outputs=list(outputs),
+        bname=bname,
+        tname=tname,
+        options=options,
+        door=door,
+        requests=list(requests),
+        seed=seed,
+        shared_params=True,
+        tags=tags or {},
+        families=[],
+        repeat=repeat,
+    )
 
 
 _X4 = ("x", "float32", ("B", 4), None)
 _TWO_AXES = [("Transpose", ["x"], ["xt"], {"perm": [1, 0]}), ("MatMul", ["x", "xt"], ["y"], {})]
-_RANGE = [("Shape", ["x"], ["s"], {}), ("Gather", ["s", "zero"], ["n"], {}), ("Range", ["zero", "n", "one"], ["r"], {}),
-          ("Cast", ["r"], ["rf"], {"to": 1}), ("ReduceSum", ["x", "one1"], ["xs"], {"keepdims": 0}),
-          ("Add", ["xs", "rf"], ["y"], {})]
+_RANGE = [
+    ("Shape", ["x"], ["s"], {}),
+    ("Gather", ["s", "zero"], ["n"], {}),
+    ("Range", ["zero", "n", "one"], ["r"], {}),
+    ("Cast", ["r"], ["rf"], {"to": 1}),
+    ("ReduceSum", ["x", "one1"], ["xs"], {"keepdims": 0}),
+    ("Add", ["xs", "rf"], ["y"], {}),
+]
 _RANGE_INITS = [("zero", "int64", [], [0]), ("one", "int64", [], [1]), ("one1", "int64", [1], [1])]
 _SIZE = [("Size", ["x"], ["s3"], {}), ("Cast", ["s3"], ["t4"], {"to": 1}), ("Mul", ["x", "t4"], ["y"], {})]
 _MIXED = {"y": ["rows_mixed"]}
@@ -123,97 +158,316 @@ _MIXED = {"y": ["rows_mixed"]}
 # (id, class, Case): the classes of ../shared/repros/rows/ written as cases, then what the fuzzer found on the code
 # before the row proof (35ee1af); each failed there and passes on the fixed code.
 REGRESSIONS: list = [
-    ("softmax_batch_axis_padded", "rows_mixed", _c([_X4], [("Softmax", ["x"], ["y"], {"axis": 0})],
-                                                    [("y", "float32", ("B", 4))], {}, "run", [(3, 1, None)],
-                                                    tags=_MIXED, seed=7)),
-    ("softmax_batch_axis_merged", "rows_mixed", _c([_X4], [("Softmax", ["x"], ["y"], {"axis": 0})],
-                                                    [("y", "float32", ("B", 4))],
-                                                    {"shape_policy": {"batch": "dynamic"},
-                                                     "dynamic_batching": {"max_queue_delay_ms": 50}},
-                                                    "submit", [(2, 1, None)] * 4, tags=_MIXED, seed=7)),
-    ("slice_reverse_batch", "rows_mixed", _c(
-        [("x", "float32", ("B", 3), None)], [("Slice", ["x", "st", "en", "ax", "sp"], ["y"], {})],
-        [("y", "float32", ("B", 3))], {}, "run_list", [(3, 1, None), (1, 1, None), (2, 1, None)],
-        inits=[("st", "int64", [1], [-1]), ("en", "int64", [1], [-2 ** 62]), ("ax", "int64", [1], [0]),
-               ("sp", "int64", [1], [-1])], tags=_MIXED, repeat=2)),
-    ("range_of_batch_size", "rows_mixed", _c([("x", "float32", ("B", 3), None)], _RANGE, [("y", "float32", ("B",))],
-                                             {"max_batch": 2}, "run", [(5, 1, None)], inits=_RANGE_INITS,
-                                             tags=_MIXED)),
-    ("size_times_x", "rows_mixed", _c([("x", "float32", ("B", "T"), None)], _SIZE, [("y", "float32", (None, None))],
-                                      {"max_batch": 8}, "run", [(3, 3, None)], tags=_MIXED)),
-    ("size_times_x_batch_axis1", "rows_mixed", _c([("x", "float32", (4, "B", 3, 4), None)], _SIZE,
-                                                  [("y", "float32", (None,) * 4)], {"batch_dim": ["x:1"]}, "run",
-                                                  [(3, 3, None)], bname=None, tags=_MIXED)),
-    ("conv_over_batch_axis", "rows_mixed", _c(
-        [("x", "float32", (2, 2, 4, "B"), None)],
-        [("Conv", ["x", "w4"], ["y"], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]})],
-        [("y", "float32", (2, 1, 4, "B"))],
-        {"batch_dim": "N", "max_batch": 8, "gears": {"N": [1, 2, 3]}, "split_batch": True, "pad_value": "nan"},
-        "run_batch", [(5, 3, None)], inits=[("w4", "float32", [1, 2, 3, 3], ("randn", 0, 0.5))], tags=_MIXED)),
-    ("cumsum_batch_axis1", "rows_mixed", _c(
-        [("x", "float32", (3, "B", "T", 1), None)], [("CumSum", ["x", "c7"], ["y"], {})],
-        [("y", "float32", (3, "B", "T", 1))],
-        {"batch_dim": "N", "max_batch": 8, "gears": {"batch": [1, 3]}, "shape_policy": {"T": "exact"},
-         "dynamic_batching": False}, "run_async", [(3, 2, None), (10, 1, None)], inits=[("c7", "int64", [], [-3])],
-        tags=_MIXED, seed=1048576)),
-    ("logsoftmax_split_session", "rows_mixed", _c(
-        [("x", "float32", ("B", "T"), None)], [("LogSoftmax", ["x"], ["y"], {"axis": -2})],
-        [("y", "float32", ("B", "T"))], {"batch_dim": ["x:0"], "max_batch": 4, "split_batch": True,
-                                         "pad_value": "nan"}, "session", [(9, 2, None)], tags=_MIXED, seed=7547)),
-    ("batch_axis1_above_gear", "batch_axis_split", _c(
-        [("x", "float32", (2, "B", 4), None)], [("MatMul", ["x", "W"], ["y"], {})], [("y", "float32", (2, "B", 3))],
-        {"batch_dim": "N", "max_batch": 2}, "run", [(5, 1, None)], inits=[("W", "float32", [4, 3], ("randn", 0, 1.0))],
-        repeat=2)),
-    ("batch_axis1_with_t_split_streams", "batch_axis_split", _c(
-        [("x", "float32", ("T", "B", 4), None)], [("MatMul", ["x", "W"], ["y"], {})], [("y", "float32", ("T", "B", 3))],
-        {"batch_dim": "N", "streams": 2, "split_batch": True}, "run", [(5, 2, None)],
-        inits=[("W", "float32", [4, 3], ("randn", 0, 1.0))], repeat=2)),
-    ("x_times_xt_split", "batch_two_axes", _c(
-        [("x", "float32", ("B", 3), None)], _TWO_AXES, [("y", "float32", ("B", "B"))],
-        {"max_batch": 4, "output_dims": {"y": {0: "batch", 1: "batch"}}}, "run", [(3, 1, None), (8, 1, None),
-                                                                                  (5, 1, None)],
-        tags={"y": ["batch_two_axes"]})),
-    ("x_times_xt_merged", "batch_two_axes", _c(
-        [("x", "float32", ("B", 3), None)], _TWO_AXES, [("y", "float32", ("B", "B"))],
-        {"max_batch": 4, "output_dims": {"y": {0: "batch", 1: "batch"}}}, "run_list", [(1, 1, None), (2, 1, None)],
-        tags={"y": ["batch_two_axes"]})),
-    ("output_dims_keeps_padded_t", "output_dims", _c(
-        [("x", "float32", ("T", "B", 5), None)], [("Relu", ["x"], ["y"], {})], [("y", "float32", ("T", "B", 5))],
-        {"batch_dim": "N", "gears": {"T": [1, 2, 5]}, "shape_policy": {"T": "pad"}, "output_dims": {"y": {1: "batch"}}},
-        "run", [(2, 3, None)])),
-    ("topk_k_input_batch_pad", "pad_value_dependent", _c(
-        [("x", "float32", ("B", 3), None), ("k1", "int64", (1,), 3)],
-        [("TopK", ["x", "k1"], ["top", "idx"], {"axis": 1})],
-        [("top", "float32", ("B", None)), ("idx", "int64", ("B", None))],
-        {"batch_dim": "N", "shape_policy": {"batch": "pad"}}, "run", [(6, 1, None)],
-        tags={"top": ["value_dependent"], "idx": ["value_dependent"]})),
-    ("passthrough_output", "passthrough", _c(
-        [("x", "float32", ("B", 2), None)], [("Add", ["x", "ten"], ["y"], {})],
-        [("y", "float32", ("B", 2)), ("x", "float32", ("B", 2))], {}, "run", [(3, 1, None)],
-        inits=[("ten", "float32", [], [10.0])], tags={"x": ["passthrough"]})),
-    ("passthrough_beside_batch_reduction", "passthrough", _c(
-        [("x", "float32", (1, "B"), None)], [("ReduceSum", ["x"], ["t1"], {"keepdims": 0})],
-        [("t1", "float32", ()), ("x", "float32", (None, None))], {"batch_dim": ["x:1"], "max_batch": 8}, "run_batch",
-        [(3, 3, None)], bname=None, tags={"x": ["passthrough"]}, seed=65536)),
-    ("pad_dim_lost_conv_kernel1", "pad_dim_lost", _c(
-        [("x", "float32", ("B", 4, "T"), None)], [("Conv", ["x", "W"], ["y"], {"kernel_shape": [1]})],
-        [("y", "float32", ("B", 3, "T"))], {"gears": {"T": [1, 6]}, "shape_policy": {"T": "pad"}}, "run",
-        [(3, 3, None)], inits=[("W", "float32", [3, 4, 1], ("randn", 0, 1.0))])),
-    ("pad_dim_lost_slice_to_end", "pad_dim_lost", _c(
-        [("x", "float32", ("T", "B", 2), None)], [("Slice", ["x", "st", "en", "ax", "sp"], ["y"], {})],
-        [("y", "float32", (None, None, None))], {"batch_dim": "N", "gears": {"T": [6]}, "shape_policy": {"T": "pad"}},
-        "run", [(3, 4, None)], inits=[("st", "int64", [1], [0]), ("en", "int64", [1], [2 ** 62]),
-                                      ("ax", "int64", [1], [0]), ("sp", "int64", [1], [1])])),
-    ("session_gather_index_out_of_range", "session_error_class", _c(
-        [("x", "float32", ("B", 3), None), ("i1", "int64", (2,), 9)], [("Gather", ["x", "i1"], ["z"], {"axis": 1})],
-        [("z", "float32", ("B", 2))], {}, "session", [(2, 1, None)], seed=3)),
+    (
+        "softmax_batch_axis_padded",
+        "rows_mixed",
+        _c(
+            [_X4],
+            [("Softmax", ["x"], ["y"], {"axis": 0})],
+            [("y", "float32", ("B", 4))],
+            {},
+            "run",
+            [(3, 1, None)],
+            tags=_MIXED,
+            seed=7,
+        ),
+    ),
+    (
+        "softmax_batch_axis_merged",
+        "rows_mixed",
+        _c(
+            [_X4],
+            [("Softmax", ["x"], ["y"], {"axis": 0})],
+            [("y", "float32", ("B", 4))],
+            {"shape_policy": {"batch": "dynamic"}, "dynamic_batching": {"max_queue_delay_ms": 50}},
+            "submit",
+            [(2, 1, None)] * 4,
+            tags=_MIXED,
+            seed=7,
+        ),
+    ),
+    (
+        "slice_reverse_batch",
+        "rows_mixed",
+        _c(
+            [("x", "float32", ("B", 3), None)],
+            [("Slice", ["x", "st", "en", "ax", "sp"], ["y"], {})],
+            [("y", "float32", ("B", 3))],
+            {},
+            "run_list",
+            [(3, 1, None), (1, 1, None), (2, 1, None)],
+            inits=[
+                ("st", "int64", [1], [-1]),
+                ("en", "int64", [1], [-(2**62)]),
+                ("ax", "int64", [1], [0]),
+                ("sp", "int64", [1], [-1]),
+            ],
+            tags=_MIXED,
+            repeat=2,
+        ),
+    ),
+    (
+        "range_of_batch_size",
+        "rows_mixed",
+        _c(
+            [("x", "float32", ("B", 3), None)],
+            _RANGE,
+            [("y", "float32", ("B",))],
+            {"max_batch": 2},
+            "run",
+            [(5, 1, None)],
+            inits=_RANGE_INITS,
+            tags=_MIXED,
+        ),
+    ),
+    (
+        "size_times_x",
+        "rows_mixed",
+        _c(
+            [("x", "float32", ("B", "T"), None)],
+            _SIZE,
+            [("y", "float32", (None, None))],
+            {"max_batch": 8},
+            "run",
+            [(3, 3, None)],
+            tags=_MIXED,
+        ),
+    ),
+    (
+        "size_times_x_batch_axis1",
+        "rows_mixed",
+        _c(
+            [("x", "float32", (4, "B", 3, 4), None)],
+            _SIZE,
+            [("y", "float32", (None,) * 4)],
+            {"batch_dim": ["x:1"]},
+            "run",
+            [(3, 3, None)],
+            bname=None,
+            tags=_MIXED,
+        ),
+    ),
+    (
+        "conv_over_batch_axis",
+        "rows_mixed",
+        _c(
+            [("x", "float32", (2, 2, 4, "B"), None)],
+            [("Conv", ["x", "w4"], ["y"], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]})],
+            [("y", "float32", (2, 1, 4, "B"))],
+            {"batch_dim": "N", "max_batch": 8, "gears": {"N": [1, 2, 3]}, "split_batch": True, "pad_value": "nan"},
+            "run_batch",
+            [(5, 3, None)],
+            inits=[("w4", "float32", [1, 2, 3, 3], ("randn", 0, 0.5))],
+            tags=_MIXED,
+        ),
+    ),
+    (
+        "cumsum_batch_axis1",
+        "rows_mixed",
+        _c(
+            [("x", "float32", (3, "B", "T", 1), None)],
+            [("CumSum", ["x", "c7"], ["y"], {})],
+            [("y", "float32", (3, "B", "T", 1))],
+            {
+                "batch_dim": "N",
+                "max_batch": 8,
+                "gears": {"batch": [1, 3]},
+                "shape_policy": {"T": "exact"},
+                "dynamic_batching": False,
+            },
+            "run_async",
+            [(3, 2, None), (10, 1, None)],
+            inits=[("c7", "int64", [], [-3])],
+            tags=_MIXED,
+            seed=1048576,
+        ),
+    ),
+    (
+        "logsoftmax_split_session",
+        "rows_mixed",
+        _c(
+            [("x", "float32", ("B", "T"), None)],
+            [("LogSoftmax", ["x"], ["y"], {"axis": -2})],
+            [("y", "float32", ("B", "T"))],
+            {"batch_dim": ["x:0"], "max_batch": 4, "split_batch": True, "pad_value": "nan"},
+            "session",
+            [(9, 2, None)],
+            tags=_MIXED,
+            seed=7547,
+        ),
+    ),
+    (
+        "batch_axis1_above_gear",
+        "batch_axis_split",
+        _c(
+            [("x", "float32", (2, "B", 4), None)],
+            [("MatMul", ["x", "W"], ["y"], {})],
+            [("y", "float32", (2, "B", 3))],
+            {"batch_dim": "N", "max_batch": 2},
+            "run",
+            [(5, 1, None)],
+            inits=[("W", "float32", [4, 3], ("randn", 0, 1.0))],
+            repeat=2,
+        ),
+    ),
+    (
+        "batch_axis1_with_t_split_streams",
+        "batch_axis_split",
+        _c(
+            [("x", "float32", ("T", "B", 4), None)],
+            [("MatMul", ["x", "W"], ["y"], {})],
+            [("y", "float32", ("T", "B", 3))],
+            {"batch_dim": "N", "streams": 2, "split_batch": True},
+            "run",
+            [(5, 2, None)],
+            inits=[("W", "float32", [4, 3], ("randn", 0, 1.0))],
+            repeat=2,
+        ),
+    ),
+    (
+        "x_times_xt_split",
+        "batch_two_axes",
+        _c(
+            [("x", "float32", ("B", 3), None)],
+            _TWO_AXES,
+            [("y", "float32", ("B", "B"))],
+            {"max_batch": 4, "output_dims": {"y": {0: "batch", 1: "batch"}}},
+            "run",
+            [(3, 1, None), (8, 1, None), (5, 1, None)],
+            tags={"y": ["batch_two_axes"]},
+        ),
+    ),
+    (
+        "x_times_xt_merged",
+        "batch_two_axes",
+        _c(
+            [("x", "float32", ("B", 3), None)],
+            _TWO_AXES,
+            [("y", "float32", ("B", "B"))],
+            {"max_batch": 4, "output_dims": {"y": {0: "batch", 1: "batch"}}},
+            "run_list",
+            [(1, 1, None), (2, 1, None)],
+            tags={"y": ["batch_two_axes"]},
+        ),
+    ),
+    (
+        "output_dims_keeps_padded_t",
+        "output_dims",
+        _c(
+            [("x", "float32", ("T", "B", 5), None)],
+            [("Relu", ["x"], ["y"], {})],
+            [("y", "float32", ("T", "B", 5))],
+            {
+                "batch_dim": "N",
+                "gears": {"T": [1, 2, 5]},
+                "shape_policy": {"T": "pad"},
+                "output_dims": {"y": {1: "batch"}},
+            },
+            "run",
+            [(2, 3, None)],
+        ),
+    ),
+    (
+        "topk_k_input_batch_pad",
+        "pad_value_dependent",
+        _c(
+            [("x", "float32", ("B", 3), None), ("k1", "int64", (1,), 3)],
+            [("TopK", ["x", "k1"], ["top", "idx"], {"axis": 1})],
+            [("top", "float32", ("B", None)), ("idx", "int64", ("B", None))],
+            {"batch_dim": "N", "shape_policy": {"batch": "pad"}},
+            "run",
+            [(6, 1, None)],
+            tags={"top": ["value_dependent"], "idx": ["value_dependent"]},
+        ),
+    ),
+    (
+        "passthrough_output",
+        "passthrough",
+        _c(
+            [("x", "float32", ("B", 2), None)],
+            [("Add", ["x", "ten"], ["y"], {})],
+            [("y", "float32", ("B", 2)), ("x", "float32", ("B", 2))],
+            {},
+            "run",
+            [(3, 1, None)],
+            inits=[("ten", "float32", [], [10.0])],
+            tags={"x": ["passthrough"]},
+        ),
+    ),
+    (
+        "passthrough_beside_batch_reduction",
+        "passthrough",
+        _c(
+            [("x", "float32", (1, "B"), None)],
+            [("ReduceSum", ["x"], ["t1"], {"keepdims": 0})],
+            [("t1", "float32", ()), ("x", "float32", (None, None))],
+            {"batch_dim": ["x:1"], "max_batch": 8},
+            "run_batch",
+            [(3, 3, None)],
+            bname=None,
+            tags={"x": ["passthrough"]},
+            seed=65536,
+        ),
+    ),
+    (
+        "pad_dim_lost_conv_kernel1",
+        "pad_dim_lost",
+        _c(
+            [("x", "float32", ("B", 4, "T"), None)],
+            [("Conv", ["x", "W"], ["y"], {"kernel_shape": [1]})],
+            [("y", "float32", ("B", 3, "T"))],
+            {"gears": {"T": [1, 6]}, "shape_policy": {"T": "pad"}},
+            "run",
+            [(3, 3, None)],
+            inits=[("W", "float32", [3, 4, 1], ("randn", 0, 1.0))],
+        ),
+    ),
+    (
+        "pad_dim_lost_slice_to_end",
+        "pad_dim_lost",
+        _c(
+            [("x", "float32", ("T", "B", 2), None)],
+            [("Slice", ["x", "st", "en", "ax", "sp"], ["y"], {})],
+            [("y", "float32", (None, None, None))],
+            {"batch_dim": "N", "gears": {"T": [6]}, "shape_policy": {"T": "pad"}},
+            "run",
+            [(3, 4, None)],
+            inits=[
+                ("st", "int64", [1], [0]),
+                ("en", "int64", [1], [2**62]),
+                ("ax", "int64", [1], [0]),
+                ("sp", "int64", [1], [1]),
+            ],
+        ),
+    ),
+    (
+        "session_gather_index_out_of_range",
+        "session_error_class",
+        _c(
+            [("x", "float32", ("B", 3), None), ("i1", "int64", (2,), 9)],
+            [("Gather", ["x", "i1"], ["z"], {"axis": 1})],
+            [("z", "float32", ("B", 2))],
+            {},
+            "session",
+            [(2, 1, None)],
+            seed=3,
+        ),
+    ),
 ]
 
 
-@pytest.mark.parametrize("klass,case", [
-    pytest.param(k, c, id=name, marks=[pytest.mark.skip(reason=f"known class {k}: {KNOWN_CLASSES[k]}")]
-                 if k in KNOWN_CLASSES else [])
-    for name, k, c in REGRESSIONS])
+@pytest.mark.parametrize(
+    "klass,case",
+    [
+        pytest.param(
+            k,
+            c,
+            id=name,
+            marks=[pytest.mark.skip(reason=f"known class {k}: {KNOWN_CLASSES[k]}")] if k in KNOWN_CLASSES else [],
+        )
+        for name, k, c in REGRESSIONS
+    ],
+)
 def test_regression(klass: str, case: Case) -> None:
     result = _run(case)
     assert not result.failed, _report(case, result)

@@ -18,6 +18,7 @@ and every function, constant, typedef and enumerator our GE headers declare is n
 The wheel is fetched and cached by tests/test_api_fidelity.py's `real_headers` fixture
 ($GERT_TORCH_NPU_CACHE, default ~/.cache/gert/torch-npu; skip when unavailable, fail under CI=true).
 """
+
 import re
 import subprocess
 
@@ -63,10 +64,32 @@ def test_ge_probe_runtime_against_our_headers(tmp_path):
 def test_our_ge_headers_compile_cleanly():
     """Each public header compiles on its own, warning-free, with C++11 (as CANN's do) and C++17."""
     for std in ("c++11", "c++17"):
-        for header in ("ge/ge_api.h", "parser/onnx_parser.h", "exe_graph/runtime/tensor.h",
-                       "ge/ge_graph_compile_summary.h", "graph/tensor.h", "graph/graph.h", "ge/ge_error_codes.h"):
-            result = _run([_gxx(), f"-std={std}", "-fsyntax-only", "-Wall", "-Wextra", "-Werror", "-x", "c++",
-                           "-I", OUR_INCLUDE, "-"], input=f'#include "{header}"\n#include "{header}"\n', cwd=ROOT)
+        for header in (
+            "ge/ge_api.h",
+            "parser/onnx_parser.h",
+            "exe_graph/runtime/tensor.h",
+            "ge/ge_graph_compile_summary.h",
+            "graph/tensor.h",
+            "graph/graph.h",
+            "ge/ge_error_codes.h",
+        ):
+            result = _run(
+                [
+                    _gxx(),
+                    f"-std={std}",
+                    "-fsyntax-only",
+                    "-Wall",
+                    "-Wextra",
+                    "-Werror",
+                    "-x",
+                    "c++",
+                    "-I",
+                    OUR_INCLUDE,
+                    "-",
+                ],
+                input=f'#include "{header}"\n#include "{header}"\n',
+                cwd=ROOT,
+            )
             assert result.returncode == 0, f"{header} (-std={std}):\n{_explain(result)}"
 
 
@@ -79,14 +102,16 @@ def test_ge_probe_real_subset_against_real_headers(real_headers):
     assert (include / "ge" / "ge_api.h").is_file(), f"{real_headers.wheel.name} has no ge/ge_api.h"
     result = _compile(include, [REAL_SUBSET])
     assert result.returncode == 0, (
-        f"CANN's GE headers ({real_headers.wheel.name}) differ from the probe's section A:\n{_explain(result)}")
+        f"CANN's GE headers ({real_headers.wheel.name}) differ from the probe's section A:\n{_explain(result)}"
+    )
 
 
 def test_ge_probe_runtime_against_real_headers(real_headers, tmp_path):
     include = real_headers.require()
     run = _compile_and_run(include, [REAL_SUBSET], tmp_path)
     assert run.returncode == 0, (
-        f"option keys or data type sizes differ from {real_headers.wheel.name}'s:\n{run.stdout}{run.stderr}")
+        f"option keys or data type sizes differ from {real_headers.wheel.name}'s:\n{run.stdout}{run.stderr}"
+    )
     assert "0 mismatches" in run.stdout
 
 
@@ -94,14 +119,29 @@ def test_real_headers_lack_section_b(real_headers):
     """Section B is ours-only because the wheel really does not declare it: if a newer wheel does, move the
     expectations into section A so that they are checked against CANN too."""
     include = real_headers.require()
-    missing = [p for p in ("exe_graph/runtime/tensor.h", "parser/onnx_parser.h", "ge/ge_graph_compile_summary.h")
-               if not (include / p).exists()]
+    missing = [
+        p
+        for p in ("exe_graph/runtime/tensor.h", "parser/onnx_parser.h", "ge/ge_graph_compile_summary.h")
+        if not (include / p).exists()
+    ]
     api = (include / "ge" / "ge_api.h").read_text()
-    missing += [n for n in ("ExecuteGraphWithStreamAsync", "LoadGraph", "CompileGraph", "GetCompiledGraphSummary",
-                            "GEGetErrorMsgV2", "GetSessionId", "GeSessionLoadGraph") if n not in api]
+    missing += [
+        n
+        for n in (
+            "ExecuteGraphWithStreamAsync",
+            "LoadGraph",
+            "CompileGraph",
+            "GetCompiledGraphSummary",
+            "GEGetErrorMsgV2",
+            "GetSessionId",
+            "GeSessionLoadGraph",
+        )
+        if n not in api
+    ]
     assert len(missing) == 10, (
         "the torch-npu wheel now declares part of section B; move it into section A of "
-        f"cbindings/probe/ge_probe.cpp (still missing: {missing})")
+        f"cbindings/probe/ge_probe.cpp (still missing: {missing})"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -131,7 +171,8 @@ def test_ge_probe_selftest_fails_against_real_headers(real_headers, n):
 def test_ge_probe_runtime_selftest_fails(tmp_path):
     run = _compile_and_run(OUR_INCLUDE, ["GERT_PROBE_SELFTEST=5"], tmp_path)
     assert run.returncode == 1 and "ge::OPTION_EXEC_DEVICE_ID" in run.stdout and "1 mismatches" in run.stdout, (
-        f"main() accepted a wrong option key text:\n{run.stdout}{run.stderr}")
+        f"main() accepted a wrong option key text:\n{run.stdout}{run.stderr}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -139,10 +180,23 @@ def test_ge_probe_runtime_selftest_fails(tmp_path):
 
 _NOT_API = {
     # keywords and operators that look like calls
-    "if", "for", "while", "switch", "return", "sizeof", "decltype", "static_assert", "static_cast",
-    "reinterpret_cast", "const_cast", "defined", "alignof",
+    "if",
+    "for",
+    "while",
+    "switch",
+    "return",
+    "sizeof",
+    "decltype",
+    "static_assert",
+    "static_cast",
+    "reinterpret_cast",
+    "const_cast",
+    "defined",
+    "alignof",
     # attribute / visibility macros
-    "ATTRIBUTED_DEPRECATED", "__attribute__", "__declspec",
+    "ATTRIBUTED_DEPRECATED",
+    "__attribute__",
+    "__declspec",
     # std::hash<ge::AscendString>::operator(), checked through GERT_EXPECT_TYPE(decltype(std::hash...))
     "operator()",
 }
@@ -179,8 +233,9 @@ def _declarations(text):
         if name in _NOT_API or name.lstrip("~") in classes or name.startswith(("GE_FUNC", "PARSER_FUNC")):
             continue
         fns.add(name)
-    consts = set(re.findall(r"(?:^|[;{}])\s*(?:static\s+)?(?:const|constexpr)\b[^;=(){}]*?\b(\w+)\s*(?:=|\{)", text,
-                            flags=re.M))
+    consts = set(
+        re.findall(r"(?:^|[;{}])\s*(?:static\s+)?(?:const|constexpr)\b[^;=(){}]*?\b(\w+)\s*(?:=|\{)", text, flags=re.M)
+    )
     types = set(re.findall(r"\busing\s+(\w+)\s*=", text))
     return fns, consts, types, enums
 
@@ -190,9 +245,11 @@ def test_probe_covers_our_ge_headers():
     text = "\n".join(_strip(p.read_text()) for p in headers if p.name != "c_types.h")
     fns, consts, types, enums = _declarations(text)
     assert {"ExecuteGraphWithStreamAsync", "aclgrphParseONNX", "MutableTensorData", "GetOutputDtypes"} <= fns, (
-        f"could not parse cbindings/include: {sorted(fns)}")
+        f"could not parse cbindings/include: {sorted(fns)}"
+    )
     assert {"ACL_ERROR_GE_PARAM_INVALID", "kDynamicDims", "kMaxDimNum"} <= consts and len(enums) >= 100, (
-        "could not parse cbindings/include")
+        "could not parse cbindings/include"
+    )
     probe = re.sub(r"\s+", "", _strip(PROBE.read_text()))
 
     def named(name):
@@ -203,7 +260,12 @@ def test_probe_covers_our_ge_headers():
     problems = [f"function {n}" for n in sorted(fns) if not named(n)]
     problems += [f"constant {n}" for n in sorted(consts) if not named(n)]
     problems += [f"typedef {n}" for n in sorted(types) if not named(n)]
-    problems += [f"enumerator {m} of {e}" for m, e in sorted(enums.items())
-                 if not m.startswith("C_") and not re.search(rf"GERT_EXPECT_ENUM\([\w:]*{e},[\w:]*\b{m},", probe)]
-    assert not problems, ("declared in cbindings/include/{ge,graph,exe_graph,parser} but not checked by "
-                          "cbindings/probe/ge_probe.cpp:\n" + "\n".join(problems))
+    problems += [
+        f"enumerator {m} of {e}"
+        for m, e in sorted(enums.items())
+        if not m.startswith("C_") and not re.search(rf"GERT_EXPECT_ENUM\([\w:]*{e},[\w:]*\b{m},", probe)
+    ]
+    assert not problems, (
+        "declared in cbindings/include/{ge,graph,exe_graph,parser} but not checked by "
+        "cbindings/probe/ge_probe.cpp:\n" + "\n".join(problems)
+    )

@@ -2,6 +2,7 @@
 pipelined (many in flight per stream before one synchronize). Every graph has its own weights and every run its own
 inputs, so a result computed by the wrong graph, from the wrong inputs or into the wrong buffer differs from its
 reference (ONNX Runtime run directly, 1 thread; the streams' cube limit is 1, so equality is bitwise)."""
+
 import threading
 
 import numpy as np
@@ -78,14 +79,23 @@ def lanes(device):
             seed = 10 * lane.index
             # per lane: a static MLP, a dynamic MLP with other weights, an attention block (symbolic seq), and a
             # scale graph whose factor names the lane
-            lane.add(mlp_model(seed), lambda rng: [rng.standard_normal((4, 16)).astype(np.float32)],
-                     {"input_shape": "x:4,16"})
-            lane.add(mlp_model(seed + 1),
-                     lambda rng: [rng.standard_normal((int(rng.integers(1, 9)), 16)).astype(np.float32)])
-            lane.add(attention_model(seed + 2),
-                     lambda rng: [rng.standard_normal((2, int(rng.integers(1, 12)), 16)).astype(np.float32)])
-            lane.add(scale_model(float(lane.index + 2), ("n", 4), name=f"scale{lane.index}"),
-                     lambda rng: [rng.standard_normal((3, 4)).astype(np.float32)], options={"ge.inputShape": "x:3,4"})
+            lane.add(
+                mlp_model(seed),
+                lambda rng: [rng.standard_normal((4, 16)).astype(np.float32)],
+                {"input_shape": "x:4,16"},
+            )
+            lane.add(
+                mlp_model(seed + 1), lambda rng: [rng.standard_normal((int(rng.integers(1, 9)), 16)).astype(np.float32)]
+            )
+            lane.add(
+                attention_model(seed + 2),
+                lambda rng: [rng.standard_normal((2, int(rng.integers(1, 12)), 16)).astype(np.float32)],
+            )
+            lane.add(
+                scale_model(float(lane.index + 2), ("n", 4), name=f"scale{lane.index}"),
+                lambda rng: [rng.standard_normal((3, 4)).astype(np.float32)],
+                options={"ge.inputShape": "x:3,4"},
+            )
             result.append(lane)
     yield result
     for st in streams:
@@ -139,6 +149,7 @@ def test_threads_streams_sessions_pipelined(lanes):
             pending = [_launch(lane, gid, static, ins) for gid, static, ins, _ in plans[i]]
             lane.stream.synchronize()
             results[i] = pending
+
         return fn
 
     run_threads([worker(i) for i in range(len(lanes))])
@@ -176,6 +187,7 @@ def test_threads_sharing_streams(lanes):
                 lane.stream.synchronize()
                 got.append(out)
             results[(i, k)] = got
+
         return fn
 
     run_threads([worker(i, k) for i in range(len(lanes)) for k in range(2)])
@@ -195,10 +207,18 @@ def test_real_models_concurrently(device):
         c0 = load(sessions[0], cls, streams[0], {"input_shape": "x:8,3,48,192"})
         c1 = load(sessions[1], cls, streams[1], {"input_shape": "x:8,3,48,192"})
         d2 = load(sessions[2], det, streams[2])
-        jobs = [(sessions[0], streams[0], c0, cls, True, [text_image(8, 48, 192, 100 + i) for i in range(3)]),
-                (sessions[1], streams[1], c1, cls, True, [text_image(8, 48, 192, 200 + i) for i in range(3)]),
-                (sessions[2], streams[2], d2, det, False,
-                 [text_image(1, 64, 96, 300), text_image(2, 96, 64, 301), text_image(1, 32, 160, 302)])]
+        jobs = [
+            (sessions[0], streams[0], c0, cls, True, [text_image(8, 48, 192, 100 + i) for i in range(3)]),
+            (sessions[1], streams[1], c1, cls, True, [text_image(8, 48, 192, 200 + i) for i in range(3)]),
+            (
+                sessions[2],
+                streams[2],
+                d2,
+                det,
+                False,
+                [text_image(1, 64, 96, 300), text_image(2, 96, 64, 301), text_image(1, 32, 160, 302)],
+            ),
+        ]
         refs = [[ort_run(model, [x], 1, static=static)[0] for x in xs] for _, _, _, model, static, xs in jobs]
         results = [None] * len(jobs)
 
@@ -210,6 +230,7 @@ def test_real_models_concurrently(device):
                 got = [_launch(lane, gid, static, [x]) for x in xs]
                 st.synchronize()
                 results[j] = got
+
             return fn
 
         run_threads([worker(j) for j in range(len(jobs))])
@@ -241,6 +262,7 @@ def test_run_graph_from_threads(device):
         def worker(key):
             def fn():
                 results[key] = [sessions[key[0]].run_graph(key[1], [x]) for x, _ in plans[key]]
+
             return fn
 
         run_threads([worker(k) for k in plans])

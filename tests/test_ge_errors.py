@@ -9,6 +9,7 @@ stream), bad inputs and outputs (count, dtype, rank, shape, host memory, freed m
 inside ONNX Runtime (reported by the stream's next synchronize), and RunGraph's checks. GE finalize runs in a
 subprocess (it drops every session of the process).
 """
+
 import threading
 
 import numpy as np
@@ -81,6 +82,7 @@ def dt(shape, dtype=np.float32, value=1):
 
 # ---- models that cannot be parsed ---------------------------------------------------------------------------------
 
+
 def _bad_models(tmp_path):
     good = add_model()
     junk = tmp_path / "notes.onnx"
@@ -98,8 +100,9 @@ def _bad_models(tmp_path):
     }
 
 
-@pytest.mark.parametrize("case", ["truncated bytes", "non-ONNX bytes", "empty bytes", "truncated file", "text file",
-                                  "missing file"])
+@pytest.mark.parametrize(
+    "case", ["truncated bytes", "non-ONNX bytes", "empty bytes", "truncated file", "text file", "missing file"]
+)
 def test_unparseable_model(tmp_path, usable, case):
     model, code, fragments = _bad_models(tmp_path)[case]
     with pytest.raises(gert.GeError) as ei:
@@ -114,24 +117,35 @@ def test_model_without_nodes_or_with_unsupported_type(usable):
         gert.Graph.from_onnx(passthrough)
     check(ei, GE_FAILED, "no nodes")
     from onnx import TensorProto, helper
-    strings = make_model([helper.make_node("Identity", ["s"], ["t"])],
-                         [helper.make_tensor_value_info("s", TensorProto.STRING, [2])],
-                         [helper.make_tensor_value_info("t", TensorProto.STRING, [2])], name="strings")
+
+    strings = make_model(
+        [helper.make_node("Identity", ["s"], ["t"])],
+        [helper.make_tensor_value_info("s", TensorProto.STRING, [2])],
+        [helper.make_tensor_value_info("t", TensorProto.STRING, [2])],
+        name="strings",
+    )
     with pytest.raises(gert.GeError) as ei:
         gert.Graph.from_onnx(strings)
     check(ei, GE_FAILED, "'s'", "STRING")
     usable()
 
 
-@pytest.mark.parametrize("params, code, fragments", [
-    ({"precision_mode": "force_fp32"}, GRAPH_PARAM_INVALID,
-     ["'precision_mode' is not supported", "input_shape", "ge.outputNodeName", "input_data_names"]),
-    ({"input_shape": "q:1,4"}, GRAPH_PARAM_INVALID, ["'q'", "not a graph input"]),
-    ({"input_shape": "a:1,4,5"}, GRAPH_PARAM_INVALID, ["'a'", "rank 3", "[-1,4]"]),
-    ({"input_shape": "a:1,5"}, GRAPH_PARAM_INVALID, ["'a'", "axis 1", "5", "4"]),
-    ({"input_shape": "a:1,x"}, GRAPH_PARAM_INVALID, ["'a'", "bad dim 'x'"]),
-    ({"ge.outputNodeName": "nothing"}, GRAPH_PARAM_INVALID, ["'nothing'", "not a graph output"]),
-], ids=["unknown key", "unknown input", "wrong rank", "fixed dim", "bad dim", "unknown output"])
+@pytest.mark.parametrize(
+    "params, code, fragments",
+    [
+        (
+            {"precision_mode": "force_fp32"},
+            GRAPH_PARAM_INVALID,
+            ["'precision_mode' is not supported", "input_shape", "ge.outputNodeName", "input_data_names"],
+        ),
+        ({"input_shape": "q:1,4"}, GRAPH_PARAM_INVALID, ["'q'", "not a graph input"]),
+        ({"input_shape": "a:1,4,5"}, GRAPH_PARAM_INVALID, ["'a'", "rank 3", "[-1,4]"]),
+        ({"input_shape": "a:1,5"}, GRAPH_PARAM_INVALID, ["'a'", "axis 1", "5", "4"]),
+        ({"input_shape": "a:1,x"}, GRAPH_PARAM_INVALID, ["'a'", "bad dim 'x'"]),
+        ({"ge.outputNodeName": "nothing"}, GRAPH_PARAM_INVALID, ["'nothing'", "not a graph output"]),
+    ],
+    ids=["unknown key", "unknown input", "wrong rank", "fixed dim", "bad dim", "unknown output"],
+)
 def test_parser_params_refused(usable, params, code, fragments):
     with pytest.raises(gert.GeError) as ei:
         gert.Graph.from_onnx(add_model(), params)
@@ -141,21 +155,42 @@ def test_parser_params_refused(usable, params, code, fragments):
 
 # ---- options ------------------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("options, code, fragments", [
-    ({"ge.exec.precision_mode": "fastest"}, GE_FAILED, ["'fastest'", "force_fp16", "allow_fp32_to_bf16"]),
-    ({"ge.exec.precision_mode_v2": "fp8"}, GE_FAILED, ["'fp8'", "mixed_float16"]),
-    ({"ge.exec.precision_mode": "force_fp32", "ge.exec.precision_mode_v2": "fp16"}, GE_FAILED, ["cannot both"]),
-    ({"ge.inputShape": "q:-1,4"}, GE_PARAM_INVALID, ["'q'", "not an input"]),
-    ({"ge.inputShape": "a:-1,4,1"}, GE_PARAM_INVALID, ["'a'", "rank 3"]),
-    ({"ge.dynamicDims": "1;2"}, GE_PARAM_INVALID, ["needs ge.inputShape with -1"]),
-    ({"ge.inputShape": "a:-1,4;b:-1,4", "ge.dynamicDims": "4,4"}, GE_PARAM_INVALID, ["1 gears", "2 to 100"]),
-    ({"ge.inputShape": "a:-1,4;b:-1,4", "ge.dynamicDims": ";".join(f"{i},{i}" for i in range(1, 102))},
-     GE_PARAM_INVALID, ["101 gears", "2 to 100"]),
-    ({"ge.inputShape": "a:-1,4;b:-1,4", "ge.dynamicDims": "1;2,3"}, GE_PARAM_INVALID,
-     ["'1' has 1 values", "2 -1 dims"]),
-    ({"ge.inputShape": "a:-1,4", "ge.dynamicDims": "1;0"}, GE_PARAM_INVALID, ["bad value '0'"]),
-], ids=["precision", "precision_v2", "both precisions", "inputShape name", "inputShape rank", "gears alone",
-        "one gear", "101 gears", "gear size", "gear value"])
+
+@pytest.mark.parametrize(
+    "options, code, fragments",
+    [
+        ({"ge.exec.precision_mode": "fastest"}, GE_FAILED, ["'fastest'", "force_fp16", "allow_fp32_to_bf16"]),
+        ({"ge.exec.precision_mode_v2": "fp8"}, GE_FAILED, ["'fp8'", "mixed_float16"]),
+        ({"ge.exec.precision_mode": "force_fp32", "ge.exec.precision_mode_v2": "fp16"}, GE_FAILED, ["cannot both"]),
+        ({"ge.inputShape": "q:-1,4"}, GE_PARAM_INVALID, ["'q'", "not an input"]),
+        ({"ge.inputShape": "a:-1,4,1"}, GE_PARAM_INVALID, ["'a'", "rank 3"]),
+        ({"ge.dynamicDims": "1;2"}, GE_PARAM_INVALID, ["needs ge.inputShape with -1"]),
+        ({"ge.inputShape": "a:-1,4;b:-1,4", "ge.dynamicDims": "4,4"}, GE_PARAM_INVALID, ["1 gears", "2 to 100"]),
+        (
+            {"ge.inputShape": "a:-1,4;b:-1,4", "ge.dynamicDims": ";".join(f"{i},{i}" for i in range(1, 102))},
+            GE_PARAM_INVALID,
+            ["101 gears", "2 to 100"],
+        ),
+        (
+            {"ge.inputShape": "a:-1,4;b:-1,4", "ge.dynamicDims": "1;2,3"},
+            GE_PARAM_INVALID,
+            ["'1' has 1 values", "2 -1 dims"],
+        ),
+        ({"ge.inputShape": "a:-1,4", "ge.dynamicDims": "1;0"}, GE_PARAM_INVALID, ["bad value '0'"]),
+    ],
+    ids=[
+        "precision",
+        "precision_v2",
+        "both precisions",
+        "inputShape name",
+        "inputShape rank",
+        "gears alone",
+        "one gear",
+        "101 gears",
+        "gear size",
+        "gear value",
+    ],
+)
 def test_graph_options_refused(session, usable, options, code, fragments):
     gid = next_graph_id()
     with pytest.raises(gert.GeError) as ei:
@@ -183,6 +218,7 @@ def test_session_and_global_options_refused(usable):
 
 # ---- graph life cycle ---------------------------------------------------------------------------------------------
 
+
 def test_life_cycle_order(session, stream, usable):
     gid = next_graph_id()
     session.add_graph(gid, gert.Graph.from_onnx(add_model(name="cycle")))
@@ -206,8 +242,12 @@ def test_life_cycle_order(session, stream, usable):
     check(ei, GE_FAILED, f"graph {gid} is already loaded", "loads once")
     (y,) = session.execute_async(gid, stream, [a, a])
     np.testing.assert_array_equal(y.to_numpy(), np.full((2, 4), 2, np.float32))
-    for call in (lambda: session.compile_graph(777_777), lambda: session.load_graph(777_777, stream),
-                 lambda: session.execute_async(777_777, stream, [a, a]), lambda: session.summary(777_777)):
+    for call in (
+        lambda: session.compile_graph(777_777),
+        lambda: session.load_graph(777_777, stream),
+        lambda: session.execute_async(777_777, stream, [a, a]),
+        lambda: session.summary(777_777),
+    ):
         with pytest.raises(gert.GeError) as ei:
             call()
         check(ei, GE_FAILED, "graph 777777 was not added")
@@ -290,8 +330,11 @@ def test_closed_session_and_destroyed_stream(device, usable):
         s.execute_async(gid, st, [a, a])
     check(ei, acl_code("ACL_ERROR_RT_PARAM_INVALID"), "the stream was destroyed")
     s.close()
-    for call in (lambda: s.compile_graph(gid), lambda: s.run_graph(gid, [np.ones((1, 4), np.float32)] * 2),
-                 lambda: s.add_graph(gid + 1, gert.Graph.from_onnx(add_model()))):
+    for call in (
+        lambda: s.compile_graph(gid),
+        lambda: s.run_graph(gid, [np.ones((1, 4), np.float32)] * 2),
+        lambda: s.add_graph(gid + 1, gert.Graph.from_onnx(add_model())),
+    ):
         with pytest.raises(gert.GeError) as ei:
             call()
         check(ei, GE_FAILED, "the session was closed")
@@ -300,6 +343,7 @@ def test_closed_session_and_destroyed_stream(device, usable):
 
 
 # ---- bad inputs and outputs ---------------------------------------------------------------------------------------
+
 
 def test_input_count(session, stream, static_add, usable):
     a, out = dt((2, 4)), gert.DeviceTensor.empty((2, 4), np.float32)
@@ -361,8 +405,12 @@ def test_unknown_shape_output_buffers(session, stream, dynamic_add, usable):
 
 def _mod_model() -> bytes:
     """y = a mod b, int32[3], static: ONNX Runtime fails the run when b holds a zero."""
-    return make_model([helper.make_node("Mod", ["a", "b"], ["y"])],
-                      [vi("a", np.int32, [3]), vi("b", np.int32, [3])], [vi("y", np.int32, [3])], name="mod")
+    return make_model(
+        [helper.make_node("Mod", ["a", "b"], ["y"])],
+        [vi("a", np.int32, [3]), vi("b", np.int32, [3])],
+        [vi("y", np.int32, [3])],
+        name="mod",
+    )
 
 
 def test_run_failing_inside_onnx_runtime(session, stream, usable):
@@ -467,6 +515,7 @@ def test_run_graph_checks(session, static_add, dynamic_add, usable):
 
 
 # ---- GE finalize (a subprocess: it drops every session of the process) -------------------------------------------
+
 
 def test_finalize_then_initialize_again(tmp_path):
     path = tmp_path / "add.onnx"

@@ -11,6 +11,7 @@
 Equality is bitwise when ONNX Runtime runs with as many intra-op threads as the stream's cube limit (the host NPU's
 compute threads); against a reference at another thread count the tolerance is ``CROSS_THREAD_TOL``.
 """
+
 import gc
 
 import numpy as np
@@ -86,12 +87,15 @@ def rg_session(device):
 
 # ---- PP-OCR -------------------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def cls_static(session, s1, s2):
     """The direction classifier compiled static at 8x3x48x192, once per stream (a graph loads once)."""
     path = ppocr_model(CLS)
-    return path, {1: (load(session, path, s1, {"input_shape": "x:8,3,48,192"}), s1),
-                  2: (load(session, path, s2, {"input_shape": "x:8,3,48,192"}), s2)}
+    return path, {
+        1: (load(session, path, s1, {"input_shape": "x:8,3,48,192"}), s1),
+        2: (load(session, path, s2, {"input_shape": "x:8,3,48,192"}), s2),
+    }
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -232,6 +236,7 @@ def test_ppocr_run_graph(rg_session):
 
 
 # ---- generated graphs ---------------------------------------------------------------------------------------------
+
 
 def _expected_dtype_outputs(dt, a, b, f):
     dt = np.dtype(dt)
@@ -391,6 +396,7 @@ def test_empty_tensors(session, rg_session, s1):
 
 # ---- static vs dynamic, gears -------------------------------------------------------------------------------------
 
+
 def test_static_rejects_other_shape_dynamic_runs_it(session, rg_session, s1):
     model = mlp_model(1)
     sid = load(session, model, s1, {"input_shape": "x:4,16"})
@@ -403,8 +409,9 @@ def test_static_rejects_other_shape_dynamic_runs_it(session, rg_session, s1):
         assert_same(g, r, "mlp static batch 4")
     x3 = rng.standard_normal((3, 16)).astype(np.float32)
     with pytest.raises(gert.GeError) as ei:
-        session.execute_async(sid, s1, [gert.DeviceTensor.from_numpy(x3)],
-                              [gert.DeviceTensor.empty((4, 8), np.float32) for _ in range(2)])
+        session.execute_async(
+            sid, s1, [gert.DeviceTensor.from_numpy(x3)], [gert.DeviceTensor.empty((4, 8), np.float32) for _ in range(2)]
+        )
     assert ei.value.code == SHAPE_INVALID
     for frag in (f"graph {sid}", "'x'", "[3,16]", "[4,16]"):
         assert frag in ei.value.message, ei.value.message
@@ -471,11 +478,17 @@ def test_gears_two_dims(session, s1):
     assert "[1,9]" in ei.value.message and "[1,5] [2,9]" in ei.value.message, ei.value.message
 
 
-@pytest.mark.parametrize("options", [
-    {"ge.exec.precision_mode": "force_fp32"}, {"ge.exec.precision_mode": "allow_mix_precision"},
-    {"ge.exec.precision_mode_v2": "origin"}, {"ge.exec.precision_mode_v2": "mixed_float16"},
-    {"ge.gert_tests.not_a_ge_option": "1"},  # unknown keys: accepted with a warning, as GE does
-], ids=lambda o: "=".join(next(iter(o.items()))))
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"ge.exec.precision_mode": "force_fp32"},
+        {"ge.exec.precision_mode": "allow_mix_precision"},
+        {"ge.exec.precision_mode_v2": "origin"},
+        {"ge.exec.precision_mode_v2": "mixed_float16"},
+        {"ge.gert_tests.not_a_ge_option": "1"},  # unknown keys: accepted with a warning, as GE does
+    ],
+    ids=lambda o: "=".join(next(iter(o.items()))),
+)
 def test_graph_options_accepted(session, s1, options):
     model = add_model(name="opts")
     gid = load(session, model, s1, options=options)
@@ -485,6 +498,7 @@ def test_graph_options_accepted(session, s1, options):
 
 
 # ---- the data path ------------------------------------------------------------------------------------------------
+
 
 def _counted_runs(session, gid, stream, feeds, iterations):
     """Static graph, caller-allocated I/O allocated once; per iteration one H2D per input, the run, one D2H per
@@ -536,9 +550,11 @@ def test_host_counters_prove_data_path(session, s1, which):
 
 # ---- the PP-OCR requirement itself --------------------------------------------------------------------------------
 
+
 def test_missing_ppocr_models_fail_under_ci(monkeypatch):
     """Without the rapidocr-onnxruntime wheel the PP-OCR tests skip locally but FAIL when CI=true."""
     import models
+
     monkeypatch.setattr(models, "ppocr_dir", lambda: None)
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="CI=true"):

@@ -1,5 +1,6 @@
 """Pinned host memory: numpy views and DLPack without copies, free refused while a view is alive; the host
 NPU's counters count bytes per memcpy kind exactly."""
+
 import ctypes
 import gc
 
@@ -18,10 +19,10 @@ def test_numpy_view_is_zero_copy_both_ways():
     f = hb.numpy("float32", (8, 8))
     assert f.shape == (8, 8) and f.dtype == np.float32
     assert f.ctypes.data == hb.ptr != 0
-    u = hb.numpy()                                  # default: uint8, as many as fit
+    u = hb.numpy()  # default: uint8, as many as fit
     assert u.shape == (256,) and u.dtype == np.uint8
     f[:] = np.arange(64, dtype=np.float32).reshape(8, 8)
-    assert u.view(np.float32)[5] == 5.0             # the write through one view shows in the other
+    assert u.view(np.float32)[5] == 5.0  # the write through one view shows in the other
     u[:4] = np.frombuffer(np.float32(-2.5).tobytes(), np.uint8)
     assert f[0, 0] == -2.5
     mv = memoryview(hb)
@@ -52,11 +53,11 @@ def test_device_copies_through_a_host_buffer(streams):
 
 def test_dlpack_export_is_zero_copy():
     hb = gert.HostBuffer(64)
-    assert hb.__dlpack_device__() == (1, 0)          # kDLCPU, device 0
+    assert hb.__dlpack_device__() == (1, 0)  # kDLCPU, device 0
     d = np.from_dlpack(hb)
     assert d.dtype == np.uint8 and d.shape == (64,)
     assert d.ctypes.data == hb.ptr
-    hb.numpy()[:] = 9                                # writes to the buffer show in the imported array
+    hb.numpy()[:] = 9  # writes to the buffer show in the imported array
     assert (d == 9).all()
     hb.numpy()[3] = 1
     assert d[3] == 1
@@ -68,10 +69,18 @@ def test_dlpack_export_is_zero_copy():
 
 
 class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
-                ("ndim", ctypes.c_int32), ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
-                ("lanes", ctypes.c_uint16), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device_type", ctypes.c_int32),
+        ("device_id", ctypes.c_int32),
+        ("ndim", ctypes.c_int32),
+        ("code", ctypes.c_uint8),
+        ("bits", ctypes.c_uint8),
+        ("lanes", ctypes.c_uint16),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
 
 
 class _DLManagedTensorVersioned(ctypes.Structure):
@@ -79,9 +88,13 @@ class _DLManagedTensorVersioned(ctypes.Structure):
 
 
 _DLManagedTensorVersioned._fields_ = [
-    ("major", ctypes.c_uint32), ("minor", ctypes.c_uint32), ("manager_ctx", ctypes.c_void_p),
-    ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensorVersioned))), ("flags", ctypes.c_uint64),
-    ("dl_tensor", _DLTensor)]
+    ("major", ctypes.c_uint32),
+    ("minor", ctypes.c_uint32),
+    ("manager_ctx", ctypes.c_void_p),
+    ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensorVersioned))),
+    ("flags", ctypes.c_uint64),
+    ("dl_tensor", _DLTensor),
+]
 
 
 def test_dlpack_versioned_export_is_writable():
@@ -95,7 +108,7 @@ def test_dlpack_versioned_export_is_writable():
     api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
     api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
     hb = gert.HostBuffer(48)
-    assert api.PyCapsule_GetName(hb.__dlpack__()) == b"dltensor"                      # legacy consumers
+    assert api.PyCapsule_GetName(hb.__dlpack__()) == b"dltensor"  # legacy consumers
     assert api.PyCapsule_GetName(hb.__dlpack__(max_version=(0, 8))) == b"dltensor"
     cap = hb.__dlpack__(max_version=(1, 2))
     assert api.PyCapsule_GetName(cap) == b"dltensor_versioned"
@@ -104,17 +117,17 @@ def test_dlpack_versioned_export_is_writable():
     assert (mt.major, mt.minor, mt.flags) == (1, 0, 0), "DLPack 1.0, writable (no DLPACK_FLAG_BITMASK_READ_ONLY)"
     assert (t.data, t.device_type, t.device_id, t.ndim, t.shape[0]) == (hb.ptr, 1, 0, 1, 48)
     assert (t.code, t.bits, t.lanes, bool(t.strides), t.byte_offset) == (1, 8, 1, False, 0)
-    api.PyCapsule_SetName(cap, b"used_dltensor_versioned")                            # consumed, as numpy does
+    api.PyCapsule_SetName(cap, b"used_dltensor_versioned")  # consumed, as numpy does
     with pytest.raises(BufferError, match="still alive"):
         hb.free()
-    mt.deleter(ctypes.pointer(mt))                                                    # the consumer is done
+    mt.deleter(ctypes.pointer(mt))  # the consumer is done
     del cap
     gc.collect()
-    dropped = hb.__dlpack__(max_version=(1, 0))                                       # never consumed
+    dropped = hb.__dlpack__(max_version=(1, 0))  # never consumed
     del dropped
     gc.collect()
     hb.free()
-    if np.lib.NumpyVersion(np.__version__) >= "2.1.0":                                # numpy asks for 1.x itself
+    if np.lib.NumpyVersion(np.__version__) >= "2.1.0":  # numpy asks for 1.x itself
         hb2 = gert.HostBuffer(8)
         d = np.from_dlpack(hb2)
         d[:] = 5
@@ -126,7 +139,7 @@ def test_free_is_refused_while_a_view_is_alive():
     v = hb.numpy("float64")
     with pytest.raises(BufferError, match="1 view"):
         hb.free()
-    v2 = v[2:5]                                      # a view of the view keeps the export alive
+    v2 = v[2:5]  # a view of the view keeps the export alive
     del v
     gc.collect()
     with pytest.raises(BufferError, match="still alive"):
@@ -142,9 +155,9 @@ def test_free_is_refused_while_a_view_is_alive():
     del d
     gc.collect()
     assert hb.ptr != 0
-    hb.free()                                        # now nothing uses it
+    hb.free()  # now nothing uses it
     assert hb.ptr == 0
-    hb.free()                                        # idempotent
+    hb.free()  # idempotent
     with pytest.raises(BufferError, match="freed"):
         hb.numpy()
     with pytest.raises(ValueError, match=r"DeviceBuffer\.copy_from: .*HostBuffer was freed"):
@@ -183,18 +196,19 @@ def test_host_counters_count_bytes_per_kind_exactly(streams):
     gert.reset_host_counters()
     c0 = gert.host_counters()
     assert {k: c0[k] for k in ("bytes_h2d", "bytes_d2h", "bytes_d2d", "bytes_h2h", "tasks")} == dict.fromkeys(
-        ("bytes_h2d", "bytes_d2h", "bytes_d2d", "bytes_h2h", "tasks"), 0)
-    a.copy_from(host)                                          # H2D 1000, sync: no task
-    a.copy_from(host[:123], stream=s)                          # H2D 123, pageable: done when the call returns, task 1
-    b.copy_from(a, stream=s)                                   # D2D 1000, task 2
-    b.copy_to(hb, stream=s)                                    # D2H 300 into pinned memory, task 3
-    s.launch_host_func(lambda: None)                           # task 4
-    s.record_event()                                           # task 5
+        ("bytes_h2d", "bytes_d2h", "bytes_d2d", "bytes_h2h", "tasks"), 0
+    )
+    a.copy_from(host)  # H2D 1000, sync: no task
+    a.copy_from(host[:123], stream=s)  # H2D 123, pageable: done when the call returns, task 1
+    b.copy_from(a, stream=s)  # D2D 1000, task 2
+    b.copy_to(hb, stream=s)  # D2H 300 into pinned memory, task 3
+    s.launch_host_func(lambda: None)  # task 4
+    s.record_event()  # task 5
     s.synchronize()
-    b.copy_to(out[:77])                                        # D2H 77
-    _cann.memcpy(out.ctypes.data, 50, host.ctypes.data, 50, _cann.MEMCPY_HOST_TO_HOST)       # H2H 50
-    _cann.memcpy(hb.ptr, 10, a.ptr, 10, _cann.MEMCPY_DEFAULT)                                # D2H 10 (inferred)
-    _cann.memcpy(b.ptr, 20, a.ptr + 100, 20, _cann.MEMCPY_DEFAULT)                           # D2D 20 (inferred)
+    b.copy_to(out[:77])  # D2H 77
+    _cann.memcpy(out.ctypes.data, 50, host.ctypes.data, 50, _cann.MEMCPY_HOST_TO_HOST)  # H2H 50
+    _cann.memcpy(hb.ptr, 10, a.ptr, 10, _cann.MEMCPY_DEFAULT)  # D2H 10 (inferred)
+    _cann.memcpy(b.ptr, 20, a.ptr + 100, 20, _cann.MEMCPY_DEFAULT)  # D2D 20 (inferred)
     c = gert.host_counters()
     assert c["bytes_h2d"] == 1123
     assert c["bytes_d2h"] == 387
@@ -202,7 +216,7 @@ def test_host_counters_count_bytes_per_kind_exactly(streams):
     assert c["bytes_h2h"] == 50
     assert c["tasks"] == 5
     hbv = hb.numpy()
-    np.testing.assert_array_equal(hbv[:300], host[:300])       # 10 bytes re-copied from a: same values
+    np.testing.assert_array_equal(hbv[:300], host[:300])  # 10 bytes re-copied from a: same values
     np.testing.assert_array_equal(out[:77], host[:77])
     assert not out[77:].any()
     chk = np.zeros(20, np.uint8)
@@ -219,12 +233,12 @@ def test_device_memory_counters_in_use_and_peak(device):
     bufs = [gert.DeviceBuffer(1 << 20) for _ in range(3)]
     c1 = gert.host_counters()
     grew = c1["device_memory_in_use"] - c0["device_memory_in_use"]
-    assert 3 << 20 <= grew <= (3 << 20) + 3 * 64             # bytes asked for, plus small per-allocation rounding
+    assert 3 << 20 <= grew <= (3 << 20) + 3 * 64  # bytes asked for, plus small per-allocation rounding
     assert c1["device_memory_peak"] == c1["device_memory_in_use"]
     del bufs
     gc.collect()
     c2 = gert.host_counters()
     assert c2["device_memory_in_use"] == c0["device_memory_in_use"]
-    assert c2["device_memory_peak"] == c1["device_memory_peak"]   # the peak remembers
+    assert c2["device_memory_peak"] == c1["device_memory_peak"]  # the peak remembers
     gert.reset_host_counters()
     assert gert.host_counters()["device_memory_peak"] == c0["device_memory_in_use"]

@@ -1,6 +1,7 @@
 """The host NPU's compute provider: ONNX Runtime sessions shared per GE Session (spinning pools) or by all streams
 (no spinning), one environment arena, and requests (fused static ones, dynamic-shape ones) that run inline on the
 waiting thread while other threads queue work on the same stream."""
+
 import gc
 import threading
 import time
@@ -23,8 +24,10 @@ def _double(batch_dim):
     x = oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [batch_dim, 4])
     y = oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [batch_dim, 4])
     two = onnx.numpy_helper.from_array(np.array(2, np.float32), "two")
-    m = oh.make_model(oh.make_graph([oh.make_node("Mul", ["x", "two"], ["y"])], "double", [x], [y], [two]),
-                      opset_imports=[oh.make_opsetid("", 17)])
+    m = oh.make_model(
+        oh.make_graph([oh.make_node("Mul", ["x", "two"], ["y"])], "double", [x], [y], [two]),
+        opset_imports=[oh.make_opsetid("", 17)],
+    )
     m.ir_version = 8
     return m.SerializeToString()
 
@@ -106,7 +109,8 @@ def test_a_run_spins_only_when_alone_on_the_device_and_asked_to(monkeypatch, spi
 def test_a_lone_run_spins_by_default_and_the_variable_turns_it_off(setting):
     """A fresh process (GERT_HOST_ORT_SPINNING unset): a run alone on its device takes the spinning session, as ONNX
     Runtime's default session spins; GERT_HOST_ORT_SPINNING=0: no session spins."""
-    res = run_python_result('''
+    res = run_python_result(
+        """
         import onnx, onnx.helper as oh
         from gert.hostnpu import memory_report
         x = oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", 4])
@@ -119,7 +123,9 @@ def test_a_lone_run_spins_by_default_and_the_variable_turns_it_off(setting):
             assert (model.run({"x": np.ones((2, 4), np.float32)})["y"] == 2).all()
             emit({"by_threads": [k for mm in memory_report()["models"] for k in mm["by_threads"]],
                   "cores": model.pool.workers[0].stream.cube_cores})
-    ''', env={} if setting is None else {"GERT_HOST_ORT_SPINNING": setting})
+    """,
+        env={} if setting is None else {"GERT_HOST_ORT_SPINNING": setting},
+    )
     spinning = [k for k in res["by_threads"] if k.endswith(" spinning")]
     if setting == "0" or res["cores"] == 1:
         assert not spinning, res
@@ -176,8 +182,11 @@ def test_streams_share_the_static_sessions_of_a_hot_size():
         static = [w.graphs[k] for w in workers for k in w.graphs if k != model.pool.tiers.fallback_key]
         assert len(static) == 2, "the hot size was not compiled for both streams"
         provider = gert.hostnpu.host_provider()
-        digests = {e.digest for e in gc.get_objects() if isinstance(e, _ort_provider.OrtExecutable)
-                   and e.group in {w.session.session_id for w in workers}}
+        digests = {
+            e.digest
+            for e in gc.get_objects()
+            if isinstance(e, _ort_provider.OrtExecutable) and e.group in {w.session.session_id for w in workers}
+        }
         items = [(k, s) for k, s in list(provider._shared.items()) if k[0] in digests]
         shared = [s for _, s in items]
         shares = [(k[1], k[3]) for k, _ in items]
@@ -414,8 +423,9 @@ def _dynamic_model(value_dependent: bool) -> bytes:
     else:
         y = oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["n", 4])
         node = oh.make_node("Relu", ["x"], ["y"])
-    m = oh.make_model(oh.make_graph([node], "dyn_vd" if value_dependent else "dyn", [x], [y]),
-                      opset_imports=[oh.make_opsetid("", 17)])
+    m = oh.make_model(
+        oh.make_graph([node], "dyn_vd" if value_dependent else "dyn", [x], [y]), opset_imports=[oh.make_opsetid("", 17)]
+    )
     m.ir_version = 8
     return m.SerializeToString()
 
@@ -427,8 +437,9 @@ def _run_dynamic(session, stream, array):
 
 
 @pytest.mark.parametrize("value_dependent", [False, True])
-def test_dynamic_outputs_are_written_straight_into_device_memory_once_their_shape_is_known(monkeypatch,
-                                                                                          value_dependent):
+def test_dynamic_outputs_are_written_straight_into_device_memory_once_their_shape_is_known(
+    monkeypatch, value_dependent
+):
     """A dynamic graph's output at input shapes seen before is bound to device memory at the shape that run produced:
     ONNX Runtime writes it there, no copy from its own buffer. A graph whose output shape follows input values fails
     ONNX Runtime's check of the bound shape once, runs again unbound (right result) and stops binding; the device
@@ -507,8 +518,10 @@ def _conv_model(static: bool, channels: int = 64) -> bytes:
     dims = [2, 8, 6, 6] if static else ["N", 8, "H", "W"]
     x = oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, dims)
     y = oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)
-    m = oh.make_model(oh.make_graph([oh.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "conv", [x], [y],
-                                    [w]), opset_imports=[oh.make_opsetid("", 17)])
+    m = oh.make_model(
+        oh.make_graph([oh.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "conv", [x], [y], [w]),
+        opset_imports=[oh.make_opsetid("", 17)],
+    )
     m.ir_version = 8
     return m.SerializeToString()
 
@@ -616,7 +629,8 @@ def test_loaded_graphs_charge_their_models_weights_once_against_device_memory():
 def test_load_graph_refuses_weights_beyond_the_device_memory():
     """A model whose weights do not fit the device's free memory fails at LoadGraph with GE's memory allocation error
     naming the bytes, and the device keeps working (issue 28)."""
-    res = run_python_result('''
+    res = run_python_result(
+        """
         import onnx, onnx.helper as oh
         w = onnx.numpy_helper.from_array(np.ones((64, 8, 3, 3), np.float32), "w")
         x = oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 8, 4, 4])
@@ -630,6 +644,8 @@ def test_load_graph_refuses_weights_beyond_the_device_memory():
         except Exception as e:  # noqa: BLE001 - what the load raised, checked by the test
             err = f"{type(e).__name__}: {e}"
         emit({"err": err, "used": gert.memory_info().used, "ok": roundtrip(n=100)})
-    ''', env={"GERT_HOST_DEVICE_MEMORY": "16K"})
+    """,
+        env={"GERT_HOST_DEVICE_MEMORY": "16K"},
+    )
     assert res["err"] and "out of memory for the graph's weights" in res["err"], res
     assert res["used"] == 0 and res["ok"], res

@@ -5,6 +5,7 @@ and a hang fails at the subprocess deadline. Inside, every wait that used to han
 joined with a timeout), so the child reports what stayed blocked instead of hanging. Nothing is synchronized by
 sleeping: host functions block on threading.Event gates the test opens.
 """
+
 from __future__ import annotations
 
 import os
@@ -65,35 +66,36 @@ def child(code: str, env: dict | None = None, timeout: float = 90):
 
 # ---- 1: ranks above GE's 25 ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("rank", [26, 27, 32, 40])
 def test_input_rank_above_25_is_refused_by_the_parser(rank):
-    out = child(f'''
+    out = child(f"""
 d = gert.Device(0)
 try:
     gert.Graph.from_onnx(identity([1] * {rank}, None))
     emit(None)
 except gert.GeError as e:
     emit(str(e))
-''')
+""")
     assert out is not None, f"a rank-{rank} input was accepted"
     assert f"rank {rank}" in out and "25" in out and "'x'" in out
 
 
 def test_rank_25_still_compiles_and_runs():
-    out = child('''
+    out = child("""
 d = gert.Device(0)
 shape = [1] * 24 + [3]
 s = gert.Session(); s.add_graph(1, gert.Graph.from_onnx(identity(shape)))
 y = s.run_graph(1, [np.arange(3, dtype=np.float32).reshape(shape)])[0]
 emit([list(y.shape), y.ravel().tolist(), list(s.summary(1)._output_shapes[0])])
-''')
+""")
     assert out == [[1] * 24 + [3], [0.0, 1.0, 2.0], [1] * 24 + [3]]
 
 
 def test_provider_output_rank_above_25_fails_the_compile():
     # The input has rank 25 (allowed); Unsqueeze makes the output rank 26, known only from shape inference: the
     # compile trampoline used to write dims[25] past gertHostTensorRef::dims.
-    out = child('''
+    out = child("""
 d = gert.Device(0)
 x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1] * 25)
 y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
@@ -104,16 +106,18 @@ try:
     s.compile_graph(1); emit(None)
 except gert.GeError as e:
     emit(str(e))
-''')
+""")
     assert out is not None and "rank 26" in out and "25" in out
 
 
 # ---- 2: a launch racing aclrtDestroyStream -----------------------------------------------------------------
 
+
 def test_launch_racing_destroy_stream_fails_or_runs_never_hangs():
     # A pageable H2D copy waits (CANN: a stream sync first) behind a host function; the stream is destroyed
     # meanwhile. The copy's launch came after the worker had drained and exited: it was queued forever.
-    out = child('''
+    out = child(
+        """
 d = gert.Device(0)
 blocked, outcomes = 0, set()
 for trial in range(12):
@@ -133,7 +137,9 @@ for trial in range(12):
         break
     _cann.free(dptr)
 emit([blocked, sorted(outcomes)])
-''', env={"GERT_HOST_SPIN_US": "0"})
+""",
+        env={"GERT_HOST_SPIN_US": "0"},
+    )
     blocked, outcomes = out
     assert blocked == 0, "a copy launched while its stream was destroyed never completed"
     assert set(outcomes) <= {0, 107000}
@@ -141,8 +147,9 @@ emit([blocked, sorted(outcomes)])
 
 # ---- 3: the Session's launch lock across a dynamic run's wait ------------------------------------------------
 
+
 def test_dynamic_run_wait_does_not_hold_the_session_launch_lock():
-    out = child('''
+    out = child("""
 d = gert.Device(0); S = gert.Stream(d)
 s = loaded(identity(["n"]), S)
 s.add_graph(2, gert.Graph.from_onnx(identity(["n"])))
@@ -157,7 +164,7 @@ def run():
     return s.execute_async(1, S, [x])
 finished, value = in_thread(run, 15)
 emit([finished, err(value), "rc" in removed])
-''')
+""")
     finished, error, removed = out
     assert finished, "a dynamic run deadlocked with a host function that removes a graph of its Session"
     assert error is None and removed
@@ -165,7 +172,7 @@ emit([finished, err(value), "rc" in removed])
 
 # ---- 4: aborts that end waits ----------------------------------------------------------------------------------
 
-_HUNG_PAIR = '''
+_HUNG_PAIR = """
 d = gert.Device(0); A = gert.Stream(d); B = gert.Stream(d)
 s = loaded(identity([4]), A)
 x = gert.DeviceTensor.from_numpy(np.arange(4, dtype=np.float32), A); y = gert.DeviceTensor.empty((4,), np.float32)
@@ -177,32 +184,39 @@ reached = threading.Event()
 B.launch_host_func(reached.set)
 B.wait_event(ev)                               # B's worker then waits for ev
 reached.wait(10)
-'''
+"""
 
 
 def test_stream_abort_ends_a_wait_for_an_event():
-    out = child(_HUNG_PAIR + '''
+    out = child(
+        _HUNG_PAIR
+        + """
 ok_b, v = in_thread(B.abort, 10)
 ok_a, _ = in_thread(A.abort, 10)
 emit([ok_b, err(v), ok_a])
-''')
+"""
+    )
     assert out[0], "aclrtStreamAbort did not end a task waiting for an event (blocked behind an unbounded hang)"
     assert out[1] is None and out[2]
 
 
 def test_device_task_abort_ends_every_stream_before_waiting():
-    out = child(_HUNG_PAIR + '''
+    out = child(
+        _HUNG_PAIR
+        + """
 ok, v = in_thread(lambda: _cann.device_task_abort(0, 0), 10)   # 0: wait forever
 emit([ok, err(v), roundtrip()])
-''')
+"""
+    )
     assert out[0], "aclrtDeviceTaskAbort(dev, 0) blocked: it aborted streams one by one"
     assert out[1] is None and out[2]
 
 
 # ---- 5: copy ranges near 2^64 ----------------------------------------------------------------------------------
 
+
 def test_copy_count_that_wraps_the_address_space_is_refused_with_107000():
-    out = child('''
+    out = child("""
 d = gert.Device(0); st = gert.Stream(d)
 dptr = _cann.malloc(64); host = np.zeros(64, np.uint8)
 wrap = (1 << 64) - dptr + 16                     # dptr + count wraps to 16
@@ -212,15 +226,16 @@ res = [catch(_cann.memcpy, host.ctypes.data, (1 << 64) - 1, dptr, wrap, 2),   # 
        catch(_cann.memset, dptr, (1 << 64) - 1, 0, wrap)]
 st.synchronize()
 emit([[r[0] if r else None for r in res], roundtrip()])
-''')
+""")
     codes, works = out
     assert codes == [107000] * 4 and works
 
 
 # ---- 6: shape-size overflow -------------------------------------------------------------------------------------
 
+
 def test_shape_whose_byte_count_overflows_is_refused():
-    out = child('''
+    out = child("""
 d = gert.Device(0); st = gert.Stream(d)
 idx = numpy_helper.from_array(np.array(1, np.int64), "i")
 x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])
@@ -235,7 +250,7 @@ for n in (1 << 40, 1 << 61, (1 << 62) + 1):   # a 16-byte buffer claimed to hold
     except gert.GeError as e:
         res.append([e.code, str(e)])
 emit([res, roundtrip()])
-''')
+""")
     res, works = out
     assert all(r is not None and r[0] == 145000 for r in res), res
     assert "more bytes than int64" in res[1][1] and works
@@ -243,9 +258,10 @@ emit([res, roundtrip()])
 
 # ---- 7: pinned memory freed with a copy queued -------------------------------------------------------------
 
+
 def test_free_host_with_a_queued_copy_never_writes_into_a_later_allocation():
     # CANN: user error (the memory is freed at once). The host NPU keeps the buffer until the copy ran.
-    out = child('''
+    out = child("""
 import ctypes
 d = gert.Device(0); st = gert.Stream(d)
 N = 4096
@@ -261,7 +277,7 @@ for p in others:
 gate.set(); st.synchronize()
 clean = all(bytes((ctypes.c_ubyte * N).from_address(p)) == b"\\x11" * N for p in others)
 emit([clean, catch(_cann.free_host, pinned)])
-''')
+""")
     clean, double_free = out
     assert clean, "the queued copy wrote the device's bytes into a later pinned allocation"
     assert double_free is not None  # the buffer is gone for the caller: a second free is refused
@@ -269,10 +285,11 @@ emit([clean, catch(_cann.free_host, pinned)])
 
 # ---- 8: C++ exceptions through extern "C" ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("index", ['{"x": "\\uzzzz"}', '{"cache_file_list": [{"graph_key": "\\u+zzz"}]}'])
 def test_bad_unicode_escape_in_the_cache_index_is_an_error_not_an_abort(tmp_path, index):
     (tmp_path / "k1.idx").write_text(index)
-    out = child(f'''
+    out = child(f"""
 d = gert.Device(0)
 s = gert.Session({{"ge.graph_compiler_cache_dir": {str(tmp_path)!r}, "ge.graph_key": "k1"}})
 s.add_graph(1, gert.Graph.from_onnx(identity([2])))
@@ -280,13 +297,13 @@ try:
     s.compile_graph(1); emit(None)
 except gert.GeError as e:
     emit(str(e))
-''')
+""")
     assert out is not None and "cache index file" in out
 
 
 def test_stream_worker_that_cannot_start_is_an_error_not_an_abort():
     # Under an address-space limit std::thread throws std::system_error: CANN's out-of-stream-resources code.
-    out = child('''
+    out = child("""
 import resource
 d = gert.Device(0)
 vm = int(open("/proc/self/status").read().split("VmSize:")[1].split()[0]) * 1024
@@ -303,7 +320,7 @@ resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_IN
 for s in made:
     s.destroy()
 emit([len(made), error, roundtrip()])
-''')
+""")
     made, error, works = out
     assert works
     assert error is None or error == "MemoryError" or error[0] == 207008, error
@@ -346,14 +363,17 @@ def test_reset_device_never_takes_another_threads_new_context(tmp_path):
     # to erase, after unlocking, the context and streams the other thread's aclrtSetDevice had just made (107002 /
     # 107000 while that thread held its reference). C threads (no GIL) make the window wide enough to hit.
     import shutil
+
     cc = shutil.which("cc") or shutil.which("gcc")
     if not cc:
         pytest.skip("no C compiler")
     (tmp_path / "race.c").write_text(_RACE_C)
     lib = tmp_path / "librace.so"
-    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(lib), str(tmp_path / "race.c"), "-lpthread"], check=True,
-                   timeout=60)
-    out = child(f'''
+    subprocess.run(
+        [cc, "-shared", "-fPIC", "-O1", "-o", str(lib), str(tmp_path / "race.c"), "-lpthread"], check=True, timeout=60
+    )
+    out = child(
+        f"""
 import ctypes
 _cann.init()
 acl = ctypes.CDLL(_cann.__file__)
@@ -363,14 +383,17 @@ race.race.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long]
 fn = lambda name: ctypes.cast(getattr(acl, name), ctypes.c_void_p)
 emit(race.race(fn("aclrtSetDevice"), fn("aclrtResetDevice"), fn("aclrtCreateStream"), fn("aclrtDestroyStream"),
                50000))
-''', timeout=120)
+""",
+        timeout=120,
+    )
     assert out == 0, f"{out} create/destroy calls failed while their thread held its own aclrtSetDevice reference"
 
 
 # ---- 10: run_fused's timeout ----------------------------------------------------------------------------------
 
+
 def test_run_fused_times_out_while_the_stream_is_busy():
-    out = child('''
+    out = child("""
 d = gert.Device(0); st = gert.Stream(d)
 s = loaded(identity([4]), st)
 x = gert.DeviceTensor.from_numpy(np.arange(4, dtype=np.float32), st); y = gert.DeviceTensor.empty((4,), np.float32)
@@ -381,7 +404,7 @@ host = np.zeros(4, np.float32)
 finished, v = in_thread(lambda: s.run_fused(1, st, [], [], [(x.buffer.ptr, 16, 0, (4,))],
                                             [(y.buffer.ptr, 16, 0, (4,))], [(host, y.buffer.ptr)], 200), 15)
 emit([finished, err(v), roundtrip()])
-''')
+""")
     finished, error, works = out
     assert finished, "run_fused(timeout_ms=200) waited for an unbounded hang"
     assert error is not None and error[1] == acl_code("ACL_ERROR_RT_STREAM_SYNC_TIMEOUT") and works
@@ -389,8 +412,9 @@ emit([finished, err(v), roundtrip()])
 
 # ---- 11: host functions dropped by an abort -------------------------------------------------------------------
 
+
 def test_host_function_dropped_by_abort_releases_its_callable():
-    out = child('''
+    out = child("""
 import weakref
 d = gert.Device(0); S = gert.Stream(d)
 class Fn:
@@ -408,11 +432,12 @@ released = ref() is None
 gate.set(); aborter.join(10)
 S.synchronize()
 emit([released, aborter.is_alive()])
-''')
+""")
     assert out == [True, False], "a host function dropped by aclrtStreamAbort kept its callable alive"
 
 
 # ---- 13: compile cache files ---------------------------------------------------------------------------------
+
 
 def _dead_pid() -> int:
     p = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -423,15 +448,15 @@ def _dead_pid() -> int:
 def test_stale_temp_files_of_dead_writers_are_removed(tmp_path):
     dead = tmp_path / f"k1.idx.tmp{_dead_pid()}"
     dead.write_text("half an index")
-    live = tmp_path / f"k1.idx.tmp{os.getpid()}"   # this (live) process: another writer mid-write
+    live = tmp_path / f"k1.idx.tmp{os.getpid()}"  # this (live) process: another writer mid-write
     live.write_text("in progress")
-    out = child(f'''
+    out = child(f"""
 d = gert.Device(0)
 s = gert.Session({{"ge.graph_compiler_cache_dir": {str(tmp_path)!r}, "ge.graph_key": "k1"}})
 s.add_graph(1, gert.Graph.from_onnx(identity([2])))
 s.compile_graph(1)
 emit(sorted(os.listdir({str(tmp_path)!r})))
-''')
+""")
     assert dead.name not in out and live.name in out
     assert "k1.idx" in out and any(n.startswith("k1_") and n.endswith(".om") for n in out)
 
@@ -439,7 +464,7 @@ emit(sorted(os.listdir({str(tmp_path)!r})))
 @pytest.mark.parametrize("name", ["sub/k1.om", "../k1.om", "/etc/passwd", ".."])
 def test_cache_file_name_outside_the_cache_directory_is_refused(tmp_path, name):
     (tmp_path / "k1.idx").write_text(f'{{"cache_file_list": [{{"graph_key": "k1", "cache_file_name": "{name}"}}]}}')
-    out = child(f'''
+    out = child(f"""
 d = gert.Device(0)
 s = gert.Session({{"ge.graph_compiler_cache_dir": {str(tmp_path)!r}, "ge.graph_key": "k1"}})
 s.add_graph(1, gert.Graph.from_onnx(identity([2])))
@@ -447,7 +472,7 @@ try:
     s.compile_graph(1); emit(None)
 except gert.GeError as e:
     emit(str(e))
-''')
+""")
     assert out is not None and "not a file name in the cache directory" in out and name in out
 
 
@@ -455,24 +480,33 @@ def test_cache_writes_are_fsynced_before_and_after_the_rename(tmp_path):
     # strace shows the order of the calls: fsync(tmp fd) < rename(tmp, final) < fsync(dir fd), for the .om and the
     # .idx. Skipped where strace is missing.
     import shutil
+
     if not shutil.which("strace"):
         pytest.skip("strace is not installed")
     script = tmp_path / "compile.py"
-    script.write_text(_MODELS.replace("gert.", "gert.") + f'''
+    script.write_text(
+        _MODELS.replace("gert.", "gert.")
+        + f"""
 import gert, threading
 d = gert.Device(0)
 s = gert.Session({{"ge.graph_compiler_cache_dir": {str(tmp_path)!r}, "ge.graph_key": "k1"}})
 s.add_graph(1, gert.Graph.from_onnx(identity([2])))
 s.compile_graph(1)
-''')
+"""
+    )
     log = tmp_path / "trace"
     env = {k: v for k, v in os.environ.items() if not k.startswith("GERT_")}
     env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(gert.__file__)))  # the gert under test
-    subprocess.run(["strace", "-f", "-e", "trace=openat,fsync,rename,close", "-o", str(log), sys.executable,
-                    str(script)], check=True, timeout=90, capture_output=True, env=env)
+    subprocess.run(
+        ["strace", "-f", "-e", "trace=openat,fsync,rename,close", "-o", str(log), sys.executable, str(script)],
+        check=True,
+        timeout=90,
+        capture_output=True,
+        env=env,
+    )
     lines = [ln for ln in log.read_text().splitlines() if str(tmp_path) in ln or "fsync(" in ln]
     renames = [i for i, ln in enumerate(lines) if "rename(" in ln and ".tmp" in ln]
     assert len(renames) == 2, lines
     for r in renames:
-        assert any("fsync(" in ln for ln in lines[max(0, r - 3):r]), lines[max(0, r - 3):r + 3]
-        assert any("fsync(" in ln for ln in lines[r + 1:r + 4]), lines[r:r + 4]
+        assert any("fsync(" in ln for ln in lines[max(0, r - 3) : r]), lines[max(0, r - 3) : r + 3]
+        assert any("fsync(" in ln for ln in lines[r + 1 : r + 4]), lines[r : r + 4]

@@ -2,6 +2,7 @@
 compiled call; its results are the Python path's, never another request's rows nor a buffer another request reuses;
 it is forgotten whenever what it prepared changes (buffers grown, graphs released, a device recovered, close); and
 every front door and feature that needs Python keeps working."""
+
 from __future__ import annotations
 
 import threading
@@ -127,7 +128,7 @@ def test_front_doors_run_list_and_inference_session(device, tmp_path):
     sess = gert.InferenceSession(str(path))
     try:
         for i in range(3):
-            y, = sess.run(None, {"x": _x(2, i)})
+            (y,) = sess.run(None, {"x": _x(2, i)})
             np.testing.assert_array_equal(y, _x(2, i) * 3)
         assert _hot(sess._model)["hits"] == 2
     finally:
@@ -157,8 +158,10 @@ def test_concurrent_callers_on_two_streams_get_their_own_rows(device):
         assert errors == []
         st = m.stats()
         assert st["hot_path"]["hits"] > 0
-        assert sum(s["requests"] for s in st["streams"]) + 0 >= 800 - st["batching"]["requests"] + \
-            st["batching"]["requests"]
+        assert (
+            sum(s["requests"] for s in st["streams"]) + 0
+            >= 800 - st["batching"]["requests"] + st["batching"]["requests"]
+        )
 
 
 @pytest.mark.hostnpu_only
@@ -230,9 +233,16 @@ def test_fused_call_checks_its_buffers(device):
         w = m.pool.workers[0]
         entry = next(iter(w.graphs.values()))
         inb, outb = next(iter(w.in_bufs.values())), next(iter(w.out_bufs.values()))
-        call = _cann.FusedCall(w.session, entry.graph_id, w.stream, [(inb.ptr, inb.nbytes, 16)], [],
-                               [(inb.ptr, 16, entry.in_meta["x"][2], (1, 4))],
-                               [(outb.ptr, 16, entry.out_meta[0][2], (1, 4))], [(outb.ptr, 16)])
+        call = _cann.FusedCall(
+            w.session,
+            entry.graph_id,
+            w.stream,
+            [(inb.ptr, inb.nbytes, 16)],
+            [],
+            [(inb.ptr, 16, entry.in_meta["x"][2], (1, 4))],
+            [(outb.ptr, 16, entry.out_meta[0][2], (1, 4))],
+            [(outb.ptr, 16)],
+        )
         y = np.empty((1, 4), np.float32)
         call([_x(1, 5)], [y])
         np.testing.assert_array_equal(y, _x(1, 5) * 2)
@@ -263,7 +273,6 @@ def test_run_list_merges_on_the_compiled_path_and_splits_each_requests_rows(gear
         geared.run(mixed)
 
 
-
 @pytest.mark.hostnpu_only
 @pytest.mark.parametrize("cols, uploads", [(4, 1), (4096, 4)])
 def test_run_list_gathers_small_pieces_into_one_upload_and_copies_large_ones_piece_by_piece(device, cols, uploads):
@@ -286,6 +295,7 @@ def test_run_list_gathers_small_pieces_into_one_upload_and_copies_large_ones_pie
             np.testing.assert_array_equal(o["y"], r["x"] * 2)
     finally:
         m.close()
+
 
 def _wait_for(cond, what: str, timeout: float = 30.0) -> None:
     import time

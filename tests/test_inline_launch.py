@@ -4,6 +4,7 @@ worker thread (which would wait for the launching thread's GIL to call the compu
 hold either way: work already queued runs first, work queued by other threads meanwhile waits behind the run, a
 task fault is reported by the next synchronize (once), and a hanging kernel leaves the launch free to return so that
 a synchronize can time out."""
+
 from __future__ import annotations
 
 import threading
@@ -225,8 +226,9 @@ def test_a_graph_whose_last_run_was_long_is_launched_on_the_worker_and_the_launc
     ins2, outs2 = _tensors(stream)  # other tensors: a run through the provider's Python again, not a replay
     stream.synchronize()
     launched = threading.Event()
-    launcher = threading.Thread(target=lambda: (session.execute_async(gid, stream, ins2, outs2), launched.set()),
-                                daemon=True)
+    launcher = threading.Thread(
+        target=lambda: (session.execute_async(gid, stream, ins2, outs2), launched.set()), daemon=True
+    )
     launcher.start()
     try:
         assert launched.wait(10), "the launch of a graph known to run long waited for its run"

@@ -6,6 +6,7 @@ queue, as a long request would), queues N requests, waits until the queue holds 
 the request that waited longest takes the others along. Every result is compared with ONNX Runtime run on that
 request alone.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -85,6 +86,7 @@ def _batching(m: gert.Model) -> dict:
 
 # ---- the stream queue's batch hand-off (gert/dispatch.py) ------------------------------------------------------------
 
+
 def test_stream_queue_hands_a_freed_stream_to_the_oldest_request_with_its_company():
     """Queued in turn: a (key K, 2 rows), p (plain), b (K, 1 row), c (key C), d (K, 2 rows: a + b + d would be 5
     rows, over the limit of 4), e (K, may not run on this stream). The freed stream goes to a with b along; then to
@@ -130,6 +132,7 @@ def test_stream_queue_hands_a_freed_stream_to_the_oldest_request_with_its_compan
 
 
 # ---- batches form when a stream comes free ------------------------------------------------------------------------
+
 
 def test_queued_requests_form_one_batch_when_the_stream_comes_free():
     rng = np.random.default_rng(0)
@@ -194,8 +197,14 @@ def test_a_batch_takes_at_most_the_largest_gear_and_only_its_own_key():
     of the first shape (arrival order), the other shape alone."""
     rng = np.random.default_rng(2)
     wide = FAMILIES["scalar_empty"][0]
-    reqs = [{"x": rng.integers(-9, 9, (1, 3)).astype(np.float32), "k": np.array(k, np.float32),
-             "e": np.zeros((1, 0), np.float32)} for k in (3, 3, 3, 5, 3, 3, 3)]  # k: no batch axis, part of the key
+    reqs = [
+        {
+            "x": rng.integers(-9, 9, (1, 3)).astype(np.float32),
+            "k": np.array(k, np.float32),
+            "e": np.zeros((1, 0), np.float32),
+        }
+        for k in (3, 3, 3, 5, 3, 3, 3)
+    ]  # k: no batch axis, part of the key
     with gert.load(wide, batch_dim="N", gears={"batch": [1, 2, 4]}) as m:
         held = Held(m)
         results, threads = _in_threads(m.run, reqs, held)
@@ -247,9 +256,12 @@ def test_value_dependent_models_are_never_merged():
 
     from models import make_model, vi
 
-    model = make_model([helper.make_node("NonZero", ["x"], ["nz"]), helper.make_node("Relu", ["x"], ["y"])],
-                       [vi("x", np.float32, ["batch", 4])],
-                       [vi("nz", np.int64, [2, "k"]), vi("y", np.float32, ["batch", 4])], name="nonzero")
+    model = make_model(
+        [helper.make_node("NonZero", ["x"], ["nz"]), helper.make_node("Relu", ["x"], ["y"])],
+        [vi("x", np.float32, ["batch", 4])],
+        [vi("nz", np.int64, [2, "k"]), vi("y", np.float32, ["batch", 4])],
+        name="nonzero",
+    )
     try:
         m = gert.load(model, shape_policy={"batch": "exact"})
     except gert.GertError as e:
@@ -259,6 +271,7 @@ def test_value_dependent_models_are_never_merged():
 
 
 # ---- a bad request fails alone; a device fault fails only its request ----------------------------------------------
+
 
 def test_a_bad_request_fails_alone_before_the_batch_runs():
     rng = np.random.default_rng(5)
@@ -363,6 +376,7 @@ def test_a_device_fault_in_run_list_fails_only_the_request_that_fails_alone():
 
 # ---- futures, asyncio, close() ------------------------------------------------------------------------------------
 
+
 def test_submitted_futures_are_batched_each_resolving_to_its_own_request_and_cancel_before_start():
     """Gears [1, 2, 4]: submit()'s pool runs 5 at once (4 + one per stream); the 6th and 7th wait in the pool, and
     cancelling the 7th there means it never runs."""
@@ -390,7 +404,8 @@ def test_run_async_callers_share_a_batch():
         async def main():
             tasks = [asyncio.ensure_future(m.run_async(r)) for r in reqs]
             await asyncio.get_running_loop().run_in_executor(
-                None, _until, lambda: held.queued() == 3, "the async requests did not queue")
+                None, _until, lambda: held.queued() == 3, "the async requests did not queue"
+            )
             held.release()
             return await asyncio.wait_for(asyncio.gather(*tasks), WAIT)
 
@@ -478,10 +493,15 @@ def test_latency_slo_waits_only_once_the_gear_run_time_is_known():
 
 def test_settings_are_checked():
     assert BatchingConfig.parse(True) == BatchingConfig() and BatchingConfig.parse(False) is None
-    for bad, what in (({"max_delay": 1}, "unknown setting"), ({"max_queue_delay_ms": -1}, "max_queue_delay_ms"),
-                      ({"max_batch": 0}, "max_batch"), ({"preferred_batch_size": [0]}, "preferred_batch_size"),
-                      ({"max_batch": 2, "preferred_batch_size": 4}, "beyond max_batch"), ("yes", "True, False"),
-                      ({"latency_slo_ms": 0}, "latency_slo_ms")):
+    for bad, what in (
+        ({"max_delay": 1}, "unknown setting"),
+        ({"max_queue_delay_ms": -1}, "max_queue_delay_ms"),
+        ({"max_batch": 0}, "max_batch"),
+        ({"preferred_batch_size": [0]}, "preferred_batch_size"),
+        ({"max_batch": 2, "preferred_batch_size": 4}, "beyond max_batch"),
+        ("yes", "True, False"),
+        ({"latency_slo_ms": 0}, "latency_slo_ms"),
+    ):
         with pytest.raises(gert.GertError, match=what):
             BatchingConfig.parse(bad)
     with pytest.raises(gert.GertError, match="beyond the largest batch"):
@@ -513,9 +533,14 @@ def _close_models():
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
-@given(family=st.sampled_from(["named", "unnamed", "unnamed_batch_dim", "axis1", "scalar_empty"]),
-       gears=st.sampled_from([None, [1, 2, 4], [2, 8], [3]]), by_axis=st.booleans(), held=st.booleans(),
-       rows=st.lists(st.integers(1, 3), min_size=1, max_size=8), seed=st.integers(0, 2**16))
+@given(
+    family=st.sampled_from(["named", "unnamed", "unnamed_batch_dim", "axis1", "scalar_empty"]),
+    gears=st.sampled_from([None, [1, 2, 4], [2, 8], [3]]),
+    by_axis=st.booleans(),
+    held=st.booleans(),
+    rows=st.lists(st.integers(1, 3), min_size=1, max_size=8),
+    seed=st.integers(0, 2**16),
+)
 def test_every_concurrent_caller_gets_exactly_its_own_result(family, gears, by_axis, held, rows, seed):
     """Threads (one per request, 1..8), request sizes 1..3 (within every largest gear: nothing runs in chunks), gears
     with padding, unnamed batch dims and the batch on axis 1: each caller's outputs equal ONNX Runtime run on its
@@ -532,8 +557,10 @@ def test_every_concurrent_caller_gets_exactly_its_own_result(family, gears, by_a
     try:
         results, threads = _in_threads(m.run, reqs)
         if hold is not None:
-            _until(lambda: hold.queued() + sum(t.is_alive() is False for t in threads) == len(reqs),
-                   "the requests did not queue")
+            _until(
+                lambda: hold.queued() + sum(t.is_alive() is False for t in threads) == len(reqs),
+                "the requests did not queue",
+            )
     finally:
         if hold is not None:
             hold.release()

@@ -6,6 +6,7 @@ way out can be in the baseline and end during the test (on a loaded machine it d
 a test may end with fewer threads than it started with, never with one it started. The baseline is read once it
 stopped changing, and the end state is waited for up to a deadline (a joined thread can stay listed in /proc for a
 moment), then checked."""
+
 from __future__ import annotations
 
 import gc
@@ -24,14 +25,15 @@ from gert import _cann
 
 pytestmark = RUNTIME + [pytest.mark.hostnpu_only]  # reads gert.host_counters()
 
-SETTLE_S = 5.0      # deadline for the baseline to stop changing
-STILL_S = 0.05      # how long it must stay unchanged to count as settled
-RETURN_S = 10.0     # deadline for the resources to return to the baseline
+SETTLE_S = 5.0  # deadline for the baseline to stop changing
+STILL_S = 0.05  # how long it must stay unchanged to count as settled
+RETURN_S = 10.0  # deadline for the resources to return to the baseline
 
 
 @dataclass(frozen=True)
 class Resources:
     """Device memory in use, streams alive, and the ids of this process's threads."""
+
     memory: int
     streams: int
     threads: frozenset
@@ -108,10 +110,13 @@ def assert_no_leak(base: Resources, timeout: float = RETURN_S) -> None:
     now = back_to(base, timeout)
     assert (now.memory, now.streams) == (base.memory, base.streams), (
         f"device memory in use {now.memory} (baseline {base.memory}), streams alive {now.streams} "
-        f"(baseline {base.streams})")
+        f"(baseline {base.streams})"
+    )
     new = now.started_since(base)
-    assert not new, (f"threads started during the test still alive after {timeout} s: {thread_names(new)} "
-                     f"({len(now.threads)} threads, baseline {len(base.threads)})")
+    assert not new, (
+        f"threads started during the test still alive after {timeout} s: {thread_names(new)} "
+        f"({len(now.threads)} threads, baseline {len(base.threads)})"
+    )
 
 
 def test_a_baseline_thread_that_ends_is_not_a_leak():
@@ -124,7 +129,7 @@ def test_a_baseline_thread_that_ends_is_not_a_leak():
     release.set()
     leaving.join(10)
     assert_no_leak(base)
-    assert len(resources().threads) < len(base.threads)   # fewer than the baseline
+    assert len(resources().threads) < len(base.threads)  # fewer than the baseline
     kept = threading.Thread(target=keep.wait, name="kept", daemon=True)
     kept.start()
     try:
@@ -149,7 +154,7 @@ def test_10k_allocate_free_cycles_return_memory_to_baseline(device):
         if i % 3 == 0:
             b.free()
         else:
-            del b                                   # freed by the destructor
+            del b  # freed by the destructor
     for i in range(10_000):
         p = _cann.malloc(1 + i % 4099)
         _cann.free(p)
@@ -163,7 +168,7 @@ def test_1k_stream_create_destroy_cycles_return_threads_to_baseline(device):
     ran = []
     for i in range(1000):
         s = gert.Stream(device)
-        if i % 100 == 0:                            # one worker thread per stream, nothing else
+        if i % 100 == 0:  # one worker thread per stream, nothing else
             # (the previous stream's worker, joined, can stay listed for a moment)
             wait_until(lambda: len(thread_ids() - base.threads) == 1, RETURN_S)
             assert len(thread_ids() - base.threads) == 1, (i, thread_names(thread_ids() - base.threads))
@@ -172,11 +177,11 @@ def test_1k_stream_create_destroy_cycles_return_threads_to_baseline(device):
             b.copy_from(src, stream=s)
             b.copy_to(out, stream=s)
         if i % 10 == 0:
-            s.launch_host_func(lambda i=i: ran.append(i))   # the worker thread runs Python too
+            s.launch_host_func(lambda i=i: ran.append(i))  # the worker thread runs Python too
         if i % 2:
             s.destroy()
         else:
-            del s                                    # destroyed by the destructor
+            del s  # destroyed by the destructor
     del b
     assert ran == list(range(0, 1000, 10))
     assert (out == src).all()
@@ -214,16 +219,16 @@ def test_16_threads_share_one_device(device):
                 data = rng.integers(0, 2**31, n, dtype=np.int32) * (tid + 1)
                 a, b = gert.DeviceBuffer(data.nbytes, device), gert.DeviceBuffer(data.nbytes, device)
                 out, out_sync = np.zeros_like(data), np.zeros_like(data)
-                a.copy_from(data, stream=s1)                     # H2D on s1
+                a.copy_from(data, stream=s1)  # H2D on s1
                 ev = s1.record_event()
-                s2.wait_event(ev)                                # s2 waits for s1's copy
-                b.copy_from(a, stream=s2)                        # D2D on s2
-                b.memset(0xFF, nbytes=4, stream=s2)              # first element -> -1
-                b.copy_to(out, stream=s2)                        # D2H on s2
+                s2.wait_event(ev)  # s2 waits for s1's copy
+                b.copy_from(a, stream=s2)  # D2D on s2
+                b.memset(0xFF, nbytes=4, stream=s2)  # first element -> -1
+                b.copy_to(out, stream=s2)  # D2H on s2
                 s2.launch_host_func(lambda it=it: log.append((tid, it)))
                 s2.synchronize()
                 s1.synchronize()
-                a.copy_to(out_sync)                              # synchronous D2H
+                a.copy_to(out_sync)  # synchronous D2H
                 want = data.copy()
                 want[0] = -1
                 np.testing.assert_array_equal(out, want)

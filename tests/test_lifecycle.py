@@ -6,6 +6,7 @@ Every race is forced deterministically: a hook holds one side (a build, a compil
 request) at the point where the other side must act, and the test releases it once that side has acted. A hang
 fails at a deadline: the scenario runs in daemon threads joined with a timeout.
 """
+
 from __future__ import annotations
 
 import gc
@@ -29,12 +30,12 @@ pytestmark = RUNTIME + [pytest.mark.hostnpu_only]  # faults and counters of the 
 
 WAIT = 20.0  # seconds: the deadline of every scenario here (never reached when things work)
 
+
 def device_used() -> int:
     """Device 0's used bytes, after the garbage collector ran: buffers an earlier test in this process left to it are
     freed first, so they are not counted for or against the test."""
     gc.collect()
     return gert.memory_info(0).used
-
 
 
 @pytest.fixture(autouse=True)
@@ -80,8 +81,13 @@ def _session_closed(w) -> bool:
 
 def _length_model() -> bytes:
     """y = x + 1 with x [1, L]: one dynamic dim that is not a batch."""
-    return make_model([helper.make_node("Add", ["x", "one"], ["y"])], [vi("x", np.float32, [1, "L"])],
-                      [vi("y", np.float32, [1, "L"])], [helper.make_tensor("one", 1, [], [1.0])], name="addone_l")
+    return make_model(
+        [helper.make_node("Add", ["x", "one"], ["y"])],
+        [vi("x", np.float32, [1, "L"])],
+        [vi("y", np.float32, [1, "L"])],
+        [helper.make_tensor("one", 1, [], [1.0])],
+        name="addone_l",
+    )
 
 
 def _l(n: int) -> np.ndarray:
@@ -89,6 +95,7 @@ def _l(n: int) -> np.ndarray:
 
 
 # ---- R1: Sequences.create racing close() ---------------------------------------------------------------------------
+
 
 def test_a_sequence_created_while_the_model_closes_fails_cleanly_and_frees_its_state(monkeypatch):
     """create() writes the state outside its lock; a close() that ran meanwhile is seen when the sequence would join
@@ -120,6 +127,7 @@ def test_a_sequence_created_while_the_model_closes_fails_cleanly_and_frees_its_s
 
 # ---- R5: close(timeout) with a stuck stateful step ----------------------------------------------------------------
 
+
 def test_close_with_a_stuck_step_returns_within_its_timeout_and_frees_the_states():
     used = device_used()
     m = gert.load(gru_model(), state={"h": "h_out"}, batch_dim="N")
@@ -141,6 +149,7 @@ def test_close_with_a_stuck_step_returns_within_its_timeout_and_frees_the_states
 
 
 # ---- R6: close(timeout) with a stuck request never escalates to the device ------------------------------------------
+
 
 def test_close_aborting_a_stuck_request_never_recovers_the_device_under_another_model():
     """close() aborts the stuck request's stream; the request fails after close() returned (forced by a hook that
@@ -257,6 +266,7 @@ def test_close_while_threads_step_and_create_sequences_ends_every_thread_and_fre
 
 # ---- R7: close() waits for warmup ------------------------------------------------------------------------------------
 
+
 def test_close_waits_for_the_graph_warmup_compiles_then_warmup_stops(monkeypatch):
     """warmup is counted in flight: close() lets the compile in progress finish in an open Session, then warmup
     stops with 'closed during warmup' (it used to go on in a Session close() had deleted)."""
@@ -290,6 +300,7 @@ def test_close_waits_for_the_graph_warmup_compiles_then_warmup_stops(monkeypatch
 
 
 # ---- R2: a background compile racing a device recovery ---------------------------------------------------------------
+
 
 def test_a_graph_built_in_a_session_replaced_by_recovery_is_not_installed():
     """Worker's graph table: build() in one Session, reopen() (a device recovery), install() refuses the graph;
@@ -350,6 +361,7 @@ def test_a_background_compile_finishing_during_a_device_recovery_is_rebuilt_in_t
 
 # ---- R3: the exact set after a recovery and after an OOM retry -------------------------------------------------------
 
+
 def _compiles_per_cycles(m, sizes, cycles: int) -> int:
     c0 = m.stats()["compiles"]
     for _ in range(cycles):
@@ -382,6 +394,7 @@ def test_exact_keeps_its_hot_set_after_a_recovery_or_an_oom_retry(trigger):
 
 
 # ---- R10: the timeout watchdog of dynamic-graph runs -----------------------------------------------------------------
+
 
 class _Stream:
     def __init__(self):
@@ -451,6 +464,7 @@ def test_late_timeouts_on_a_dynamic_graph_raise_request_timeout_and_the_next_req
 
 
 # ---- the hand-over lock that carries these ownership rules -----------------------------------------------------------
+
 
 def test_hand_off_lock_runs_the_action_here_when_free_and_at_the_holders_release_when_held():
     from gert.handoff import HandOffLock

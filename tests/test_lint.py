@@ -9,6 +9,7 @@ After fixing baselined errors, or to accept an error on purpose (say why in the 
 mypy's cache lives in the test cache directory ($GERT_TEST_CACHE_DIR, else ~/.cache/gert-tests), so a warm run takes
 seconds; ``GERT_CI_COLD=1 .ci/run`` starts it cold like the rest.
 """
+
 from __future__ import annotations
 
 import collections
@@ -41,7 +42,8 @@ def cache_dir() -> str:
     """mypy's cache, kept between runs in the test cache directory (tests/test_toolkit_build.py keeps its builds
     there too)."""
     root = os.environ.get("GERT_TEST_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "gert-tests")
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "gert-tests"
+    )
     path = os.path.join(root, "mypy")
     os.makedirs(path, exist_ok=True)
     return path
@@ -49,9 +51,21 @@ def cache_dir() -> str:
 
 def run_mypy(*targets: str) -> subprocess.CompletedProcess:
     """mypy with pyproject.toml's config: over its ``files`` (gert/, gert_triton/), or over ``targets``."""
-    cmd = [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir", cache_dir(),
-           "--no-pretty", "--no-error-summary", "--hide-error-context", "--no-color-output", "--show-error-codes",
-           *targets]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mypy",
+        "--config-file",
+        str(ROOT / "pyproject.toml"),
+        "--cache-dir",
+        cache_dir(),
+        "--no-pretty",
+        "--no-error-summary",
+        "--hide-error-context",
+        "--no-color-output",
+        "--show-error-codes",
+        *targets,
+    ]
     p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
     if p.returncode not in (0, 1):  # 2: mypy itself failed (bad config, crash): not a type error
         raise AssertionError(f"mypy failed (exit {p.returncode}):\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}")
@@ -97,33 +111,59 @@ def check_against_baseline(output: str, baseline: collections.Counter) -> str | 
     new = new_errors(errors_of(output), baseline)
     if not new:
         return None
-    return (f"mypy: {len(new)} error(s) not in {BASELINE.relative_to(ROOT)} (fix them; to accept one on purpose, "
-            f"run `{UPDATE}` and say why in the commit):\n" + "\n".join(new))
+    return (
+        f"mypy: {len(new)} error(s) not in {BASELINE.relative_to(ROOT)} (fix them; to accept one on purpose, "
+        f"run `{UPDATE}` and say why in the commit):\n" + "\n".join(new)
+    )
 
 
 def write_baseline(path: pathlib.Path = BASELINE) -> int:
     found = errors_of(run_mypy().stdout)
-    header = ("# mypy errors accepted when mypy came in (issue 42); tests/test_lint.py fails on any other.\n"
-              "# One line per error: file: message  [code], line numbers dropped. Regenerate after fixing some:\n"
-              f"#     {UPDATE}\n")
+    header = (
+        "# mypy errors accepted when mypy came in (issue 42); tests/test_lint.py fails on any other.\n"
+        "# One line per error: file: message  [code], line numbers dropped. Regenerate after fixing some:\n"
+        f"#     {UPDATE}\n"
+    )
     path.write_text(header + "".join(f"{key}\n" for key in sorted(key for key, _ in found)))
     return len(found)
 
 
 def test_ruff_check_passes():
     _need("ruff")
-    p = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-fix", "--output-format", "concise", "."],
-                       cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
-    assert p.returncode == 0, (f"ruff check found problems (many fix with `ruff check --fix`):\n{p.stdout[-6000:]}"
-                               f"{p.stderr[-2000:]}")
+    p = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-fix", "--output-format", "concise", "."],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert p.returncode == 0, (
+        f"ruff check found problems (many fix with `ruff check --fix`):\n{p.stdout[-6000:]}{p.stderr[-2000:]}"
+    )
 
 
 def test_ruff_reports_a_new_violation():
     """The ruff check can fail: an unused import in a new file under gert/ is reported, by the project's config."""
     _need("ruff")
-    p = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-fix", "--output-format", "concise",
-                        "--stdin-filename", "gert/lint_probe.py", "-"],
-                       input="import os\n", cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ruff",
+            "check",
+            "--no-fix",
+            "--output-format",
+            "concise",
+            "--stdin-filename",
+            "gert/lint_probe.py",
+            "-",
+        ],
+        input="import os\n",
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert p.returncode == 1 and "F401" in p.stdout and "gert/lint_probe.py" in p.stdout, p.stdout + p.stderr
 
 
@@ -134,8 +174,11 @@ def test_mypy_finds_no_error_beyond_the_baseline():
     found = errors_of(p.stdout)
     stale = stale_entries(found, baseline)
     if stale:
-        warnings.warn(f"{len(stale)} baselined mypy error(s) are gone: run `{UPDATE}` to drop them from the "
-                      f"baseline:\n" + "\n".join(stale[:20]), stacklevel=1)
+        warnings.warn(
+            f"{len(stale)} baselined mypy error(s) are gone: run `{UPDATE}` to drop them from the "
+            f"baseline:\n" + "\n".join(stale[:20]),
+            stacklevel=1,
+        )
     message = check_against_baseline(p.stdout, baseline)
     assert message is None, message
 
@@ -149,7 +192,7 @@ def test_mypy_reports_an_error_the_baseline_does_not_hold(tmp_path):
     p = run_mypy(str(probe))
     message = check_against_baseline(p.stdout, read_baseline())
     assert message is not None, p.stdout + p.stderr
-    assert "lint_probe.py:5: error: Argument 1 to \"half\" has incompatible type \"str\"" in message, message
+    assert 'lint_probe.py:5: error: Argument 1 to "half" has incompatible type "str"' in message, message
     assert "[arg-type]" in message and UPDATE in message, message
 
 
@@ -161,9 +204,13 @@ def test_the_baseline_ignores_line_numbers():
     assert check_against_baseline(moved, baseline) is None
     message = check_against_baseline(moved + out, baseline)
     assert message is not None and "gert/x.py:42" in message and "gert/x.py:10" in message, message
-    defined = "gert/x.py:9: error: Name \"f\" already defined on line 3  [no-redef]\n"
-    assert check_against_baseline(defined.replace("line 3", "line 5"),
-                                  collections.Counter(key for key, _ in errors_of(defined))) is None
+    defined = 'gert/x.py:9: error: Name "f" already defined on line 3  [no-redef]\n'
+    assert (
+        check_against_baseline(
+            defined.replace("line 3", "line 5"), collections.Counter(key for key, _ in errors_of(defined))
+        )
+        is None
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """Device memory: H2D/D2H round trips (sync and async, several streams), D2D copies, memset, contiguity checks."""
+
 import gc
 
 import numpy as np
@@ -13,7 +14,7 @@ from gert import _cann
 pytestmark = RUNTIME
 
 DTYPES = st.one_of(
-    hnp.scalar_dtypes(),                                   # bool, ints, uints, floats, complex, datetime, timedelta
+    hnp.scalar_dtypes(),  # bool, ints, uints, floats, complex, datetime, timedelta
     hnp.integer_dtypes(endianness="?"),
     hnp.floating_dtypes(endianness="?", sizes=(16, 32, 64)),
     hnp.byte_string_dtypes(max_len=5),
@@ -41,13 +42,18 @@ def read_device(buf: gert.DeviceBuffer) -> np.ndarray:
 
 # ---- round trips --------------------------------------------------------------------------------------
 
+
 @settings(max_examples=300)
-@given(a=hnp.arrays(DTYPES, SHAPES), mode=st.sampled_from(["sync", "async"]), si=st.integers(0, 2),
-       offset=st.integers(0, 3))
+@given(
+    a=hnp.arrays(DTYPES, SHAPES),
+    mode=st.sampled_from(["sync", "async"]),
+    si=st.integers(0, 2),
+    offset=st.integers(0, 3),
+)
 @pytest.mark.hostnpu_only  # reads gert.host_counters()
 def test_h2d_d2h_round_trip(streams, a, mode, si, offset):
     if offset and a.ndim >= 1 and a.shape[0] > offset:
-        a = a[offset:]   # contiguous, but not at the start of its allocation
+        a = a[offset:]  # contiguous, but not at the start of its allocation
         assert a.flags.c_contiguous
     s = streams[si] if mode == "async" else None
     before = gert.host_counters()
@@ -93,10 +99,10 @@ def test_async_round_trips_on_several_streams(streams, arrays):
         s = streams[si]
         b1, b2 = gert.DeviceBuffer(a.nbytes), gert.DeviceBuffer(a.nbytes)
         out = scrambled_like(a)
-        b1.copy_from(a, stream=s)       # H2D
-        b2.copy_from(b1, stream=s)      # D2D, after the H2D on the same stream
-        b1.memset(0, stream=s)          # must not reach b2 or out
-        b2.copy_to(out, stream=s)       # D2H
+        b1.copy_from(a, stream=s)  # H2D
+        b2.copy_from(b1, stream=s)  # D2D, after the H2D on the same stream
+        b1.memset(0, stream=s)  # must not reach b2 or out
+        b2.copy_to(out, stream=s)  # D2H
         jobs.append((a, out, b1, b2))
     for s in streams:
         s.synchronize()
@@ -107,7 +113,7 @@ def test_async_round_trips_on_several_streams(streams, arrays):
 
 def test_large_async_copies_overlap_on_streams(streams):
     rng = np.random.default_rng(1)
-    srcs = [rng.standard_normal(1 << 20).astype(np.float32) for _ in streams]   # 4 MiB each
+    srcs = [rng.standard_normal(1 << 20).astype(np.float32) for _ in streams]  # 4 MiB each
     bufs = [gert.DeviceBuffer(x.nbytes) for x in srcs]
     outs = [np.zeros_like(x) for x in srcs]
     for s, x, b, o in zip(streams, srcs, bufs, outs):
@@ -121,13 +127,22 @@ def test_large_async_copies_overlap_on_streams(streams):
 
 # ---- contiguity and other rejected arguments ---------------------------------------------------------
 
+
 @st.composite
 def non_contiguous(draw):
-    base = draw(hnp.arrays(st.sampled_from([np.uint8, np.int16, np.float32, np.complex128]),
-                           hnp.array_shapes(min_dims=2, max_dims=3, min_side=2, max_side=6)))
+    base = draw(
+        hnp.arrays(
+            st.sampled_from([np.uint8, np.int16, np.float32, np.complex128]),
+            hnp.array_shapes(min_dims=2, max_dims=3, min_side=2, max_side=6),
+        )
+    )
     how = draw(st.sampled_from(["step", "reverse", "transpose", "inner_step"]))
-    v = {"step": lambda x: x[::2], "reverse": lambda x: x[::-1], "transpose": lambda x: x.T,
-         "inner_step": lambda x: x[..., ::2]}[how](base)
+    v = {
+        "step": lambda x: x[::2],
+        "reverse": lambda x: x[::-1],
+        "transpose": lambda x: x.T,
+        "inner_step": lambda x: x[..., ::2],
+    }[how](base)
     assume(not v.flags.c_contiguous)
     return v
 
@@ -166,7 +181,7 @@ def test_non_contiguous_destination_is_rejected(streams, v, use_stream):
     s = streams[1] if use_stream else None
     buf = gert.DeviceBuffer(v.nbytes)
     buf.memset(0x11)
-    dst = v                          # a view into base; base must stay untouched
+    dst = v  # a view into base; base must stay untouched
     base_before = dst.base.copy() if dst.base is not None else None
     before = gert.host_counters()
     with pytest.raises(ValueError, match=r"DeviceBuffer\.copy_to: expected a C-contiguous buffer"):
@@ -233,9 +248,15 @@ def test_copy_larger_than_the_buffer_is_rejected(streams):
 
 # ---- D2D and memset ------------------------------------------------------------------------------------
 
+
 @settings(max_examples=60)
-@given(src_n=st.integers(1, 5000), extra=st.integers(0, 300), mode=st.sampled_from(["sync", "async"]),
-       direction=st.sampled_from(["copy_from", "copy_to"]), seed=st.integers(0, 2**32 - 1))
+@given(
+    src_n=st.integers(1, 5000),
+    extra=st.integers(0, 300),
+    mode=st.sampled_from(["sync", "async"]),
+    direction=st.sampled_from(["copy_from", "copy_to"]),
+    seed=st.integers(0, 2**32 - 1),
+)
 @pytest.mark.hostnpu_only  # reads gert.host_counters()
 def test_d2d_copies(streams, src_n, extra, mode, direction, seed):
     rng = np.random.default_rng(seed)
@@ -247,12 +268,12 @@ def test_d2d_copies(streams, src_n, extra, mode, direction, seed):
     dst.copy_from(old)
     before = gert.host_counters()
     if direction == "copy_from":
-        dst.copy_from(src, stream=s)          # whole src into the start of dst
+        dst.copy_from(src, stream=s)  # whole src into the start of dst
         n = src_n
     else:
-        small = gert.DeviceBuffer(src_n)      # copy_to(DeviceBuffer) fills the whole destination
+        small = gert.DeviceBuffer(src_n)  # copy_to(DeviceBuffer) fills the whole destination
         src.copy_to(small, stream=s)
-        dst.copy_from(small, stream=s)        # ordered after the copy into small on the same stream
+        dst.copy_from(small, stream=s)  # ordered after the copy into small on the same stream
         n = src_n
     if s is not None:
         s.synchronize()
@@ -262,7 +283,7 @@ def test_d2d_copies(streams, src_n, extra, mode, direction, seed):
     got = read_device(dst)
     np.testing.assert_array_equal(got[:n], data)
     np.testing.assert_array_equal(got[n:], old[n:])
-    np.testing.assert_array_equal(read_device(src), data)   # the source is untouched
+    np.testing.assert_array_equal(read_device(src), data)  # the source is untouched
 
 
 @settings(max_examples=60)
@@ -294,7 +315,7 @@ def test_memset_is_ordered_with_copies_on_a_stream(streams):
     buf.copy_to(out2, stream=s)
     s.synchronize()
     assert (out1 == 1).all()
-    assert (out2[: n // 2] == 9).all() and (out2[n // 2:] == 1).all()
+    assert (out2[: n // 2] == 9).all() and (out2[n // 2 :] == 1).all()
 
 
 @pytest.mark.hostnpu_only  # reads gert.host_counters()

@@ -7,6 +7,7 @@ gert result is compared BITWISE with ONNX Runtime run at the same intra-op threa
 ONNX Runtime on the model as shipped (every dim symbolic) shape-specialized kernels may round differently: there the
 tolerance is rtol 1e-4, atol 1e-5 (observed: |diff| <= 1.3e-6 on PP-OCR rec softmax outputs).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -78,6 +79,7 @@ def total_requests(stats: dict) -> int:
 
 # ---- PP-OCR rec under each policy ------------------------------------------------------------------------------
 
+
 def test_rec_exact_equals_ort_on_unpadded_input(rec_path, rec_inputs):
     """exact (asked for: the default for these axes is auto): a static graph per width; bitwise = ORT at the same
     static shape and thread count (1)."""
@@ -93,7 +95,8 @@ def test_rec_exact_equals_ort_on_unpadded_input(rec_path, rec_inputs):
         st = m.stats()
         assert st["compiles"] == len(REC_CASES)  # one static graph per new (batch gear, width)
         assert {k: g["hits"] for k, g in st["gears"].items()} == {
-            f"?=48,batch={b},{REC_W}={w}": 1 for b, w in REC_CASES}
+            f"?=48,batch={b},{REC_W}={w}": 1 for b, w in REC_CASES
+        }
         assert all(g["padding_ratio"] == 0 for g in st["gears"].values())
 
 
@@ -133,8 +136,14 @@ def test_rec_pad_equals_ort_on_padded_input(rec_path, rec_inputs):
     with pytest.raises(gert.GertError, match=rf"output '{REC_OUT}' is computed from dim '{REC_W}'.*axes \[1\]"):
         gert.load(rec_path, gears={"batch": [2], REC_W: list(gears)}, shape_policy={REC_W: "pad", REC_H: "exact"})
     # H exact (auto is its default): static graphs, compared with ORT at the same static shapes
-    with gert.load(rec_path, cube_cores=1, gears={"batch": [2], REC_W: list(gears)},
-                   shape_policy={REC_W: "pad", REC_H: "exact"}, pad_value=pad, output_dims={REC_OUT: {1: None}}) as m:
+    with gert.load(
+        rec_path,
+        cube_cores=1,
+        gears={"batch": [2], REC_W: list(gears)},
+        shape_policy={REC_W: "pad", REC_H: "exact"},
+        pad_value=pad,
+        output_dims={REC_OUT: {1: None}},
+    ) as m:
         expect_ratio = {}
         for (b, w), x in zip(REC_CASES, rec_inputs):
             g = min(v for v in gears if v >= w)
@@ -155,14 +164,16 @@ def test_rec_pad_equals_ort_on_padded_input(rec_path, rec_inputs):
 
 # ---- batch gears ------------------------------------------------------------------------------------------------
 
+
 def test_batch_gears_row_by_row_cls(cls_path):
     """gears 1, 4, 8, 16; batches of 1..40 rows (40 is split 16 + 16 + 8): row i = ORT on row i alone, bitwise."""
     rows = text_image(40, 48, 192, seed=40)
-    ref = np.concatenate([ort_run(cls_path, [rows[i:i + 1]], 1)[0] for i in range(40)])
+    ref = np.concatenate([ort_run(cls_path, [rows[i : i + 1]], 1)[0] for i in range(40)])
     batches = [1, 3, 4, 5, 16, 17, 40]
     # exact (asked for; auto is the default) for the image axes: one static graph per batch gear
-    with gert.load(cls_path, cube_cores=1, gears={"batch": [1, 4, 8, 16]},
-                   shape_policy={"x:2": "exact", "x:3": "exact"}) as m:
+    with gert.load(
+        cls_path, cube_cores=1, gears={"batch": [1, 4, 8, 16]}, shape_policy={"x:2": "exact", "x:3": "exact"}
+    ) as m:
         for b in batches:
             y = m.run({"x": rows[:b]})[CLS_OUT]
             assert y.shape == (b, 2)
@@ -188,6 +199,7 @@ def test_batch_gears_generated_model():
 
 
 # ---- many callers ------------------------------------------------------------------------------------------------
+
 
 @settings(max_examples=15, deadline=None)
 @given(config=model_config_strategy(), plans=callers_strategy())
@@ -248,6 +260,7 @@ def test_run_list_groups_by_shape_in_order():
 
 # ---- core limits and stats -----------------------------------------------------------------------------------------
 
+
 @pytest.mark.hostnpu_only  # reads gert.host_counters()
 def test_core_limit_validation():
     cube, vec = hw_cores(), hw_cores(_cann.DEV_ATTR_VECTOR_CORE_NUM)
@@ -297,8 +310,9 @@ def test_core_limit_effect(cores):
         # the device lately (ComputeShare, cbindings/hostnpu/runtime.h: an earlier test's run in this process counts):
         # the thread count keys the provider's replay of a run (the host NPU's replay cache: not in a toolkit build)
         if gert.hostnpu.available():
-            used = {k[0] for w in gert.hostnpu.host_executables() if w.executable.model == data
-                    for k in w.replay_keys()}
+            used = {
+                k[0] for w in gert.hostnpu.host_executables() if w.executable.model == data for k in w.replay_keys()
+            }
             assert len(used) == 1 and used <= {cores, max(1, min(cores, hw_cores() // 2))}, used
         # sessions: the compile-time probe (the device's cube cores), and what LoadGraph prepares: the limit, and the
         # share a run gets beside another run on the device
@@ -335,7 +349,11 @@ def test_stats_consistent_with_work_done():
         assert total_requests(st) == 8 and all(s["requests"] == 4 for s in st["streams"])
         assert all(s["busy_seconds"] > 0 for s in st["streams"])
         assert {k: g["hits"] for k, g in st["gears"].items()} == {
-            "batch=1,n=3": 1, "batch=4,n=3": 3, "batch=8,n=5": 2, "batch=8,n=3": 2}
+            "batch=1,n=3": 1,
+            "batch=4,n=3": 3,
+            "batch=8,n=5": 2,
+            "batch=8,n=3": 2,
+        }
         assert st["gears"]["batch=4,n=3"]["padding_ratio"] == pytest.approx(1 - 11 / 12, rel=1e-12)
         assert st["gears"]["batch=8,n=5"]["padding_ratio"] == pytest.approx(1 - 13 / 16, rel=1e-12)
         assert st["gears"]["batch=8,n=3"]["padding_ratio"] == 0
@@ -362,8 +380,11 @@ BAD_REQUESTS = [
     ({"x": np.zeros((2, 3, 5), np.float32)}, r"input 'x': expected axis 2 of size 2, got 5"),
     ({}, r"missing \['x'\], unexpected \[\]"),
     ({"x": np.zeros((1, 3, 2), np.float32), "z": np.zeros(1)}, r"unexpected \['z'\]"),
-    ({"x": np.zeros((1, 9, 2), np.float32)}, r"inputs \(x:1\): size 9 of dim 'n' is larger than its largest gear; "
-                                             r"gears are \[4, 8\]"),
+    (
+        {"x": np.zeros((1, 9, 2), np.float32)},
+        r"inputs \(x:1\): size 9 of dim 'n' is larger than its largest gear; "
+        r"gears are \[4, 8\]",
+    ),
 ]
 
 
@@ -411,9 +432,12 @@ def test_checks_hold_for_shapes_seen_before():
     a bad request through: wrong dtype, extra or missing input, non-contiguous data, another batch size."""
     from onnx import helper
 
-    data = make_model([helper.make_node("Add", ["a", "b"], ["y"])],
-                      [vi("a", np.float32, ["batch", 4]), vi("b", np.float32, ["batch", 4])],
-                      [vi("y", np.float32, ["batch", 4])], name="add")
+    data = make_model(
+        [helper.make_node("Add", ["a", "b"], ["y"])],
+        [vi("a", np.float32, ["batch", 4]), vi("b", np.float32, ["batch", 4])],
+        [vi("y", np.float32, ["batch", 4])],
+        name="add",
+    )
     with gert.load(data, max_batch=4) as m:
         a = np.arange(12, dtype=np.float32).reshape(3, 4)
         for _ in range(2):  # the second time through the remembered signature
@@ -432,9 +456,12 @@ def test_checks_hold_for_shapes_seen_before():
 
 
 def test_mismatched_batch_between_inputs():
-    data = make_model([__import__("onnx").helper.make_node("Add", ["a", "b"], ["y"])],
-                      [vi("a", np.float32, ["batch", 4]), vi("b", np.float32, ["batch", 4])],
-                      [vi("y", np.float32, ["batch", 4])], name="add2")
+    data = make_model(
+        [__import__("onnx").helper.make_node("Add", ["a", "b"], ["y"])],
+        [vi("a", np.float32, ["batch", 4]), vi("b", np.float32, ["batch", 4])],
+        [vi("y", np.float32, ["batch", 4])],
+        name="add2",
+    )
     with gert.load(data) as m:
         with pytest.raises(gert.GertError, match=r"dim 'batch' is 2 in input 'a' but 3 in input 'b' axis 0"):
             m.run({"a": np.ones((2, 4), np.float32), "b": np.ones((3, 4), np.float32)})
@@ -447,9 +474,12 @@ def test_graph_failure_fails_alone(policy):
     keeps working."""
     from onnx import helper
 
-    data = make_model([helper.make_node("Add", ["a", "b"], ["y"])],
-                      [vi("a", np.float32, ["batch", "n"]), vi("b", np.float32, ["batch", "m"])],
-                      [vi("y", np.float32, ["batch", "k"])], name="bcast")
+    data = make_model(
+        [helper.make_node("Add", ["a", "b"], ["y"])],
+        [vi("a", np.float32, ["batch", "n"]), vi("b", np.float32, ["batch", "m"])],
+        [vi("y", np.float32, ["batch", "k"])],
+        name="bcast",
+    )
     bad = {"a": np.ones((2, 3), np.float32), "b": np.ones((2, 2), np.float32)}  # 3 vs 2: no broadcast
     # each request counted on its own (dynamic batching would merge the two threads' requests:
     # tests/test_inproc_batching)
@@ -527,8 +557,11 @@ def test_close_with_submits_in_flight():
             failed += 1
     assert ok + cancelled + failed == 80 and cancelled + failed > 0, (ok, cancelled, failed)
     assert gert.host_counters()["streams_alive"] == alive  # the model's streams were destroyed
-    for call in (lambda: m.run({"x": xs[0]}), lambda: m.submit({"x": xs[0]}),
-                 lambda: asyncio.run(m.run_async({"x": xs[0]}))):
+    for call in (
+        lambda: m.run({"x": xs[0]}),
+        lambda: m.submit({"x": xs[0]}),
+        lambda: asyncio.run(m.run_async({"x": xs[0]})),
+    ):
         with pytest.raises(gert.GertError, match="closed"):
             call()
     m.close()  # idempotent
@@ -574,6 +607,7 @@ def test_close_while_threads_run_and_submit():
 
 
 # ---- data path ----------------------------------------------------------------------------------------------------
+
 
 def _moved(fn):
     gert.reset_host_counters()
@@ -633,6 +667,7 @@ def test_data_path_non_batch_padding_is_staged():
 
 # ---- API surface ---------------------------------------------------------------------------------------------------
 
+
 def test_api_surface():
     with gert.load(echo_model(), streams=2, max_batch=8) as m:
         assert [(t.name, t.dtype, t.shape) for t in m.inputs] == [("x", np.dtype(np.float32), ("batch", "n", 2))]
@@ -644,8 +679,11 @@ def test_api_surface():
         check_echo(asyncio.run(m.run_async({"x": x})), x)
         check_echo(m.submit({"x": x}).result(30), x)
         assert "2 stream(s)" in repr(m)
-    with pytest.raises(gert.GertError, match=r"'seq' is not a dynamic dim of the model; its dynamic dims are "
-                                             r"\['batch', 'n'\]"):
+    with pytest.raises(
+        gert.GertError,
+        match=r"'seq' is not a dynamic dim of the model; its dynamic dims are "
+        r"\['batch', 'n'\]",
+    ):
         gert.load(echo_model(), gears={"seq": [1]})
     with pytest.raises(gert.GertError, match="shape_policy for 'n' is 'fast'"):
         gert.load(echo_model(), shape_policy={"n": "fast"})
@@ -666,8 +704,10 @@ def test_split_batch_spreads_one_batch_over_idle_streams():
     x = oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 3])
     y = oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 3])
     two = onnx.numpy_helper.from_array(np.array(2, np.float32), "two")
-    m = oh.make_model(oh.make_graph([oh.make_node("Mul", ["x", "two"], ["y"])], "double", [x], [y], [two]),
-                      opset_imports=[oh.make_opsetid("", 17)])
+    m = oh.make_model(
+        oh.make_graph([oh.make_node("Mul", ["x", "two"], ["y"])], "double", [x], [y], [two]),
+        opset_imports=[oh.make_opsetid("", 17)],
+    )
     m.ir_version = 8
     data = np.arange(24, dtype=np.float32).reshape(8, 3)
     with gert.load(m.SerializeToString(), streams=2, gears={"batch": [1, 2, 4, 8]}, split_batch=True) as model:

@@ -10,6 +10,7 @@ Nothing is hand-excluded. Per case:
   exception; ``XFAIL`` lists, with reasons, any that may not (none today), and ``test_pass_rate`` bounds it to 2%.
 One gert.load per case, one stream, no warmup.
 """
+
 from __future__ import annotations
 
 import functools
@@ -58,7 +59,7 @@ def _graphs(g: onnx.GraphProto):
     yield g
     for n in g.node:
         for a in n.attribute:
-            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
                 yield from _graphs(sub)
 
 
@@ -78,13 +79,15 @@ def refused_by_design(model: onnx.ModelProto) -> tuple | None:
                 return "E13010", f"{n.op_type} (no plugin in CANN's ONNX parser)"
     for sub in _graphs(g):
         values = list(sub.input) + list(sub.output) + list(sub.value_info)
-        if any(v.type.tensor_type.elem_type == onnx.TensorProto.STRING for v in values) or \
-                any(t.data_type == onnx.TensorProto.STRING for t in sub.initializer):
+        if any(v.type.tensor_type.elem_type == onnx.TensorProto.STRING for v in values) or any(
+            t.data_type == onnx.TensorProto.STRING for t in sub.initializer
+        ):
             return "DT_STRING", "string tensors"
         for n in sub.node:
             for a in n.attribute:
-                if (a.type == onnx.AttributeProto.TENSOR and a.t.data_type == onnx.TensorProto.STRING) or \
-                        (n.op_type == "Cast" and a.name == "to" and a.i == onnx.TensorProto.STRING):
+                if (a.type == onnx.AttributeProto.TENSOR and a.t.data_type == onnx.TensorProto.STRING) or (
+                    n.op_type == "Cast" and a.name == "to" and a.i == onnx.TensorProto.STRING
+                ):
                     return "DT_STRING", "string tensors"
     return None
 
@@ -125,10 +128,14 @@ def test_backend_interface():
     x = np.array([[1, 0, 2], [0, 3, 0]], np.float32)
     (idx,) = backend.run_node(onnx.helper.make_node("NonZero", ["x"], ["y"]), [x])
     np.testing.assert_array_equal(idx, np.array(np.nonzero(x)))
-    model = onnx.helper.make_model(onnx.helper.make_graph(
-        [onnx.helper.make_node("Sub", ["a", "b"], ["c"])], "sub",
-        [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, ["n"]) for n in ("a", "b")],
-        [onnx.helper.make_tensor_value_info("c", onnx.TensorProto.FLOAT, ["n"])]))
+    model = onnx.helper.make_model(
+        onnx.helper.make_graph(
+            [onnx.helper.make_node("Sub", ["a", "b"], ["c"])],
+            "sub",
+            [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, ["n"]) for n in ("a", "b")],
+            [onnx.helper.make_tensor_value_info("c", onnx.TensorProto.FLOAT, ["n"])],
+        )
+    )
     rep = backend.prepare(model)
     try:
         a, b = np.arange(3, dtype=np.float32), np.ones(3, np.float32)

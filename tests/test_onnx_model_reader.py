@@ -6,6 +6,7 @@ and UndefinedBehaviorSanitizer, once per session; every run must leave the sanit
 onnx.helper, from the PP-OCR models shipped in the rapidocr-onnxruntime wheel (when installed), and from
 truncation and seeded random mutation of a small model. None of this needs the gert extension.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,22 @@ def dump(tmp_path_factory):
     each the parsed JSON object of one model (a dict with "error" when it did not parse)."""
     out_dir = tmp_path_factory.mktemp("onnx_dump")
     exe = str(out_dir / "onnx_model_dump")
-    cmd = ["g++", "-std=c++17", "-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
-           "-fno-sanitize-recover=all", "-Wall", "-Wextra", "-I", HOSTNPU, *SOURCES, "-o", exe]
+    cmd = [
+        "g++",
+        "-std=c++17",
+        "-O1",
+        "-g",
+        "-fno-omit-frame-pointer",
+        "-fsanitize=address,undefined",
+        "-fno-sanitize-recover=all",
+        "-Wall",
+        "-Wextra",
+        "-I",
+        HOSTNPU,
+        *SOURCES,
+        "-o",
+        exe,
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, f"compiling the driver failed:\n{r.stderr}"
     assert "warning" not in r.stderr, r.stderr
@@ -135,8 +150,9 @@ def assert_same(dump, blob):
 
 # ---- models -----------------------------------------------------------------------------------------------------
 def _model(inputs, outputs, nodes=(), initializers=(), sparse=(), name="g", opsets=(("", 17),), ir_version=8):
-    graph = helper.make_graph(list(nodes), name, list(inputs), list(outputs), initializer=list(initializers),
-                              sparse_initializer=list(sparse))
+    graph = helper.make_graph(
+        list(nodes), name, list(inputs), list(outputs), initializer=list(initializers), sparse_initializer=list(sparse)
+    )
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets])
     if ir_version is not None:
         m.ir_version = ir_version
@@ -147,27 +163,39 @@ def rich_model():
     """Several inputs and outputs: named and unnamed dynamic dims, a 0-d tensor, a tensor without a shape,
     sequence / optional / map / sparse outputs, dense and sparse initializers, a custom opset domain."""
     seq = helper.make_tensor_sequence_value_info("tokens", TensorProto.INT32, ["n"])
-    opt = helper.make_value_info("maybe", helper.make_optional_type_proto(
-        helper.make_tensor_type_proto(TensorProto.FLOAT, [2])))
-    mapped = helper.make_value_info("table", helper.make_map_type_proto(
-        TensorProto.STRING, helper.make_tensor_type_proto(TensorProto.INT64, [])))
+    opt = helper.make_value_info(
+        "maybe", helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))
+    )
+    mapped = helper.make_value_info(
+        "table", helper.make_map_type_proto(TensorProto.STRING, helper.make_tensor_type_proto(TensorProto.INT64, []))
+    )
     sparse_out = helper.make_value_info("sp", helper.make_sparse_tensor_type_proto(TensorProto.FLOAT, [4, 4]))
     w = helper.make_tensor("W", TensorProto.FLOAT, [3], [1.0, 2.0, 3.0])
-    sp = helper.make_sparse_tensor(helper.make_tensor("S", TensorProto.FLOAT, [2], [5.0, 6.0]),
-                                   helper.make_tensor("S_idx", TensorProto.INT64, [2], [0, 3]), [4])
-    nodes = [helper.make_node("Identity", ["x"], ["y"], name="id0"),
-             helper.make_node("Relu", ["y"], ["z"]),
-             helper.make_node("Custom", ["z"], ["tokens"], domain="com.example.custom")]
+    sp = helper.make_sparse_tensor(
+        helper.make_tensor("S", TensorProto.FLOAT, [2], [5.0, 6.0]),
+        helper.make_tensor("S_idx", TensorProto.INT64, [2], [0, 3]),
+        [4],
+    )
+    nodes = [
+        helper.make_node("Identity", ["x"], ["y"], name="id0"),
+        helper.make_node("Relu", ["y"], ["z"]),
+        helper.make_node("Custom", ["z"], ["tokens"], domain="com.example.custom"),
+    ]
     return _model(
-        inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 224, 224]),
-                helper.make_tensor_value_info("mask", TensorProto.BOOL, [None, "seq", None]),
-                helper.make_tensor_value_info("scale", TensorProto.DOUBLE, []),
-                helper.make_tensor_value_info("noshape", TensorProto.FLOAT16, None),
-                helper.make_tensor_value_info("名前", TensorProto.INT8, ["长度"])],
-        outputs=[helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", 1000]), seq, opt, mapped,
-                 sparse_out],
-        nodes=nodes, initializers=[w], sparse=[sp], name="rich graph / 图",
-        opsets=(("", 17), ("com.example.custom", 2), ("ai.onnx.ml", 3)))
+        inputs=[
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 224, 224]),
+            helper.make_tensor_value_info("mask", TensorProto.BOOL, [None, "seq", None]),
+            helper.make_tensor_value_info("scale", TensorProto.DOUBLE, []),
+            helper.make_tensor_value_info("noshape", TensorProto.FLOAT16, None),
+            helper.make_tensor_value_info("名前", TensorProto.INT8, ["长度"]),
+        ],
+        outputs=[helper.make_tensor_value_info("z", TensorProto.FLOAT, ["batch", 1000]), seq, opt, mapped, sparse_out],
+        nodes=nodes,
+        initializers=[w],
+        sparse=[sp],
+        name="rich graph / 图",
+        opsets=(("", 17), ("com.example.custom", 2), ("ai.onnx.ml", 3)),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -177,8 +205,21 @@ def rich_bytes():
 
 def test_extension_flags_compile_cleanly():
     """setup.py compiles every cbindings/hostnpu/*.cpp into the extension with -std=c++17 -O2."""
-    r = subprocess.run(["g++", "-std=c++17", "-O2", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden",
-                        "-fsyntax-only", os.path.join(HOSTNPU, "onnx_model.cpp")], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            "g++",
+            "-std=c++17",
+            "-O2",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-fvisibility=hidden",
+            "-fsyntax-only",
+            os.path.join(HOSTNPU, "onnx_model.cpp"),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
 
 
@@ -192,7 +233,7 @@ def test_rich_model(dump, rich_bytes):
     ins = {v["name"]: v for v in got["inputs"]}
     assert ins["x"]["dims"] == ["batch", 3, 224, 224] and ins["x"]["elem_type_name"] == "FLOAT"
     assert ins["mask"]["dims"] == ["", "seq", ""] and ins["mask"]["elem_type_name"] == "BOOL"
-    assert ins["scale"]["has_shape"] is True and ins["scale"]["dims"] == []          # 0-d tensor
+    assert ins["scale"]["has_shape"] is True and ins["scale"]["dims"] == []  # 0-d tensor
     assert ins["noshape"]["has_shape"] is False and ins["noshape"]["elem_type"] == TensorProto.FLOAT16
     assert ins["名前"]["dims"] == ["长度"]
     outs = {v["name"]: v for v in got["outputs"]}
@@ -205,13 +246,15 @@ def test_every_elem_type(dump):
     types = sorted(TensorProto.DataType.values())
     model = _model(
         inputs=[helper.make_tensor_value_info(f"in_{TensorProto.DataType.Name(t)}", t, [2, "n"]) for t in types],
-        outputs=[helper.make_tensor_value_info(f"out_{t}", t, [1]) for t in types])
+        outputs=[helper.make_tensor_value_info(f"out_{t}", t, [1]) for t in types],
+    )
     got = assert_same(dump, model.SerializeToString())
     for t, vi in zip(types, got["inputs"]):
         assert vi["elem_type"] == t
         assert vi["elem_type_name"] == TensorProto.DataType.Name(t), (
             f"elem_type_name({t}) must name the installed onnx's {TensorProto.DataType.Name(t)}: "
-            "extend the table in onnx_model.cpp")
+            "extend the table in onnx_model.cpp"
+        )
 
 
 def test_initializers_listed_as_inputs_ir3(dump):
@@ -219,12 +262,17 @@ def test_initializers_listed_as_inputs_ir3(dump):
     w = helper.make_tensor("W", TensorProto.FLOAT, [4, 3], [0.5] * 12)
     b = helper.make_tensor("B", TensorProto.FLOAT, [4], [0.0] * 4)
     model = _model(
-        inputs=[helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 3]),
-                helper.make_tensor_value_info("W", TensorProto.FLOAT, [4, 3]),
-                helper.make_tensor_value_info("B", TensorProto.FLOAT, [4])],
+        inputs=[
+            helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 3]),
+            helper.make_tensor_value_info("W", TensorProto.FLOAT, [4, 3]),
+            helper.make_tensor_value_info("B", TensorProto.FLOAT, [4]),
+        ],
         outputs=[helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["N", 4])],
         nodes=[helper.make_node("Gemm", ["X", "W", "B"], ["Y"], transB=1)],
-        initializers=[w, b], opsets=(("", 8),), ir_version=3)
+        initializers=[w, b],
+        opsets=(("", 8),),
+        ir_version=3,
+    )
     got = assert_same(dump, model.SerializeToString())
     assert [v["name"] for v in got["inputs"]] == ["X"]
     assert got["initializer_names"] == ["W", "B"]
@@ -234,8 +282,11 @@ def test_initializers_listed_as_inputs_ir3(dump):
 def test_default_ir_version_and_negative_dim(dump):
     """onnx.helper's default IR version (14 with onnx 1.23); a negative dim_value reads as an unnamed symbolic
     dim (PaddlePaddle exports write -1 for the batch)."""
-    model = _model(inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])],
-                   outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])], ir_version=None)
+    model = _model(
+        inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])],
+        outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
+        ir_version=None,
+    )
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = -1
     model.graph.output[0].type.tensor_type.shape.dim[1].dim_value = -7
     got = assert_same(dump, model.SerializeToString())
@@ -246,10 +297,14 @@ def test_default_ir_version_and_negative_dim(dump):
 def test_merged_messages_follow_protobuf(dump, rich_bytes):
     """Concatenated serializations merge (protobuf's rule): repeated fields append, the last scalar wins, a
     later oneof member replaces an earlier one."""
-    other = _model(inputs=[helper.make_tensor_value_info("extra", TensorProto.UINT8, [7])],
-                   outputs=[helper.make_tensor_value_info("o", TensorProto.INT64, None)],
-                   nodes=[helper.make_node("Identity", ["extra"], ["o"])], name="second", opsets=(("", 13),),
-                   ir_version=9).SerializeToString()
+    other = _model(
+        inputs=[helper.make_tensor_value_info("extra", TensorProto.UINT8, [7])],
+        outputs=[helper.make_tensor_value_info("o", TensorProto.INT64, None)],
+        nodes=[helper.make_node("Identity", ["extra"], ["o"])],
+        name="second",
+        opsets=(("", 13),),
+        ir_version=9,
+    ).SerializeToString()
     got = assert_same(dump, rich_bytes + other)
     assert got["graph_name"] == "second" and got["ir_version"] == 9 and got["node_count"] == 4
     # a Dimension whose dim_param is followed by a dim_value (and vice versa); an elem_type set twice
@@ -261,8 +316,9 @@ def test_merged_messages_follow_protobuf(dump, rich_bytes):
     vi = bytes([0x0A, 1]) + b"v" + bytes([0x12, len(type_proto)]) + type_proto
     graph = bytes([0x5A, len(vi)]) + vi
     got = assert_same(dump, bytes([0x08, 8, 0x3A, len(graph)]) + graph)
-    assert got["inputs"] == [{"name": "v", "elem_type": 7, "elem_type_name": "INT64", "has_shape": True,
-                              "dims": [5, "M"]}]
+    assert got["inputs"] == [
+        {"name": "v", "elem_type": 7, "elem_type_name": "INT64", "has_shape": True, "dims": [5, "M"]}
+    ]
 
 
 # ---- real models --------------------------------------------------------------------------------------------------
@@ -306,35 +362,52 @@ def _varint(n):
             return bytes(out)
 
 
-@pytest.mark.parametrize("blob,message", [
-    (b"", "not an ONNX model: the data is empty"),
-    (b"hello, this is a text file, not a model\n", "not an ONNX model (or a corrupt one): unsupported wire type 4"),
-    (bytes([0x0F]), "invalid wire type 7 for field 1 (ir_version) at offset 0"),
-    (bytes([0x08, 1, 0x0E]), "invalid wire type 6 for field 1 (ir_version) at offset 2"),
-    (bytes([0x0B, 0x0C]), "unsupported wire type 3 (start group) for field 1 (ir_version) at offset 0"),
-    (bytes([0x00, 0x00]), "invalid field number 0 at offset 0"),
-    (bytes([0x08]) + b"\xff" * 10 + b"\x01", "the value of field 1 (ir_version) at offset 1 is a varint longer "
-                                             "than 10 bytes"),
-    (bytes([0x08, 0x80, 0x80]), "truncated ONNX model: the value of field 1 (ir_version) at offset 1 runs past "
-                                "the end of the data"),
-    (bytes([0x08, 8, 0x3A]), "truncated ONNX model: the length of field 7 (graph) at offset 3 runs past"),
-    (bytes([0x08, 8, 0x80]), "truncated ONNX model: a field tag at offset 2 runs past the end of the data"),
-    (bytes([0x3A, 0x05, 0x12, 0x01]), "truncated ONNX model: field 7 (graph) needs 5 bytes at offset 2 but only "
-                                      "2 remain"),
-    (bytes([0x3A]) + _varint(2**64 - 1), "field 7 (graph) needs 18446744073709551615 bytes at offset 11 but "
-                                         "only 0 remain"),
-    (bytes([0x3A]) + _varint(2**63 + 5) + b"abc", "field 7 (graph) needs 9223372036854775813 bytes"),
-    (bytes([0x09]) + b"\x00" * 7, "field 1 (ir_version) (fixed64) needs 8 bytes at offset 1 but only 7 remain"),
-    (bytes([0x3A, 0x00, 0x15, 0x01, 0x02]),
-     "field 2 (producer_name) (fixed32) needs 4 bytes at offset 3 but only 2 remain"),
-    (bytes([0x3A, 0x05, 0x5A, 0x05, 0x0A, 0x01, 0x78]), "corrupt ONNX model: field 11 (input) needs 5 bytes at "
-                                                        "offset 4 but only 3 remain in graph"),
-    (bytes([0x3A, 0x0A, 0x62, 0x08, 0x12, 0x06, 0x0A, 0x04, 0x12, 0x02, 0x0A, 0x05]),
-     "corrupt ONNX model: field 1 (dim) needs 5 bytes at offset 12 but only 0 remain in "
-     "graph.output[0].type.tensor_type.shape"),
-    (bytes([0x08, 8, 0x12, 0x03]) + b"abc", "not an ONNX model: no graph (field 7) found"),
-    (bytes([0x3A, 0x01, 0x7F]), "invalid wire type 7 for field 15 (sparse_initializer) at offset 2 in graph"),
-])
+@pytest.mark.parametrize(
+    "blob,message",
+    [
+        (b"", "not an ONNX model: the data is empty"),
+        (b"hello, this is a text file, not a model\n", "not an ONNX model (or a corrupt one): unsupported wire type 4"),
+        (bytes([0x0F]), "invalid wire type 7 for field 1 (ir_version) at offset 0"),
+        (bytes([0x08, 1, 0x0E]), "invalid wire type 6 for field 1 (ir_version) at offset 2"),
+        (bytes([0x0B, 0x0C]), "unsupported wire type 3 (start group) for field 1 (ir_version) at offset 0"),
+        (bytes([0x00, 0x00]), "invalid field number 0 at offset 0"),
+        (
+            bytes([0x08]) + b"\xff" * 10 + b"\x01",
+            "the value of field 1 (ir_version) at offset 1 is a varint longer than 10 bytes",
+        ),
+        (
+            bytes([0x08, 0x80, 0x80]),
+            "truncated ONNX model: the value of field 1 (ir_version) at offset 1 runs past the end of the data",
+        ),
+        (bytes([0x08, 8, 0x3A]), "truncated ONNX model: the length of field 7 (graph) at offset 3 runs past"),
+        (bytes([0x08, 8, 0x80]), "truncated ONNX model: a field tag at offset 2 runs past the end of the data"),
+        (
+            bytes([0x3A, 0x05, 0x12, 0x01]),
+            "truncated ONNX model: field 7 (graph) needs 5 bytes at offset 2 but only 2 remain",
+        ),
+        (
+            bytes([0x3A]) + _varint(2**64 - 1),
+            "field 7 (graph) needs 18446744073709551615 bytes at offset 11 but only 0 remain",
+        ),
+        (bytes([0x3A]) + _varint(2**63 + 5) + b"abc", "field 7 (graph) needs 9223372036854775813 bytes"),
+        (bytes([0x09]) + b"\x00" * 7, "field 1 (ir_version) (fixed64) needs 8 bytes at offset 1 but only 7 remain"),
+        (
+            bytes([0x3A, 0x00, 0x15, 0x01, 0x02]),
+            "field 2 (producer_name) (fixed32) needs 4 bytes at offset 3 but only 2 remain",
+        ),
+        (
+            bytes([0x3A, 0x05, 0x5A, 0x05, 0x0A, 0x01, 0x78]),
+            "corrupt ONNX model: field 11 (input) needs 5 bytes at offset 4 but only 3 remain in graph",
+        ),
+        (
+            bytes([0x3A, 0x0A, 0x62, 0x08, 0x12, 0x06, 0x0A, 0x04, 0x12, 0x02, 0x0A, 0x05]),
+            "corrupt ONNX model: field 1 (dim) needs 5 bytes at offset 12 but only 0 remain in "
+            "graph.output[0].type.tensor_type.shape",
+        ),
+        (bytes([0x08, 8, 0x12, 0x03]) + b"abc", "not an ONNX model: no graph (field 7) found"),
+        (bytes([0x3A, 0x01, 0x7F]), "invalid wire type 7 for field 15 (sparse_initializer) at offset 2 in graph"),
+    ],
+)
 def test_malformed(dump, blob, message):
     got = parse(dump, blob)
     assert "error" in got and message in got["error"], got
@@ -393,10 +466,10 @@ def _mutate(rng, blob):
         elif op == 2:  # insert random bytes
             b[i:i] = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 4)))
         elif op == 3 and b:  # delete a span
-            del b[i:i + rng.randrange(1, 16)]
+            del b[i : i + rng.randrange(1, 16)]
         elif op == 4 and b:  # duplicate a span
             j = rng.randrange(len(b))
-            b[i:i] = b[j:j + rng.randrange(1, 32)]
+            b[i:i] = b[j : j + rng.randrange(1, 32)]
         elif op == 5:  # insert a huge or overlong varint
             b[i:i] = rng.choice((_varint(2**64 - 1), _varint(2**63), b"\xff" * 11, b"\x80" * 10 + b"\x01"))
         elif op == 6:  # truncate
@@ -408,9 +481,11 @@ def test_fuzz_mutations(dump, rich_bytes):
     """Seeded random mutations: no sanitizer report ever; where onnx's parser accepts the bytes and this reader
     does too, both read the same; this reader only refuses what onnx accepts when it holds protobuf groups."""
     rng = random.Random(20240601)
-    small = _model(inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
-                   outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
-                   nodes=[helper.make_node("Relu", ["x"], ["y"])]).SerializeToString()
+    small = _model(
+        inputs=[helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+        outputs=[helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
+        nodes=[helper.make_node("Relu", ["x"], ["y"])],
+    ).SerializeToString()
     blobs = [_mutate(rng, rng.choice((rich_bytes, small))) for _ in range(1500)]
     results = dump(blobs)
     agree = 0

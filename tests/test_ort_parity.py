@@ -3,6 +3,7 @@ gert.InferenceSession with the same test body (the ``api`` fixture: the session,
 one of them), so a new ONNX Runtime version's differences show up here as failures. Behaviours only gert has (the
 CPU fallback's warning, isinstance under the patch, refusing hostile external data in gert's own reader) are
 tested on gert alone."""
+
 from __future__ import annotations
 
 import copy
@@ -31,14 +32,23 @@ pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 def _ort_api():
     from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession
 
-    return types.SimpleNamespace(name="ort", InferenceSession=InferenceSession, SessionOptions=ort.SessionOptions,
-                                 RunOptions=ort.RunOptions, LoraAdapter=ort.LoraAdapter)
+    return types.SimpleNamespace(
+        name="ort",
+        InferenceSession=InferenceSession,
+        SessionOptions=ort.SessionOptions,
+        RunOptions=ort.RunOptions,
+        LoraAdapter=ort.LoraAdapter,
+    )
 
 
 def _gert_api():
-    return types.SimpleNamespace(name="gert", InferenceSession=gert.InferenceSession,
-                                 SessionOptions=gert.SessionOptions, RunOptions=gert.RunOptions,
-                                 LoraAdapter=gert.LoraAdapter)
+    return types.SimpleNamespace(
+        name="gert",
+        InferenceSession=gert.InferenceSession,
+        SessionOptions=gert.SessionOptions,
+        RunOptions=gert.RunOptions,
+        LoraAdapter=gert.LoraAdapter,
+    )
 
 
 @pytest.fixture(params=["ort", "gert"])
@@ -47,8 +57,9 @@ def api(request):
 
 
 def _model(nodes, inputs, outputs, inits=(), opset=13) -> onnx.ModelProto:
-    return h.make_model(h.make_graph(nodes, "g", inputs, outputs, list(inits)),
-                        opset_imports=[h.make_opsetid("", opset)])
+    return h.make_model(
+        h.make_graph(nodes, "g", inputs, outputs, list(inits)), opset_imports=[h.make_opsetid("", opset)]
+    )
 
 
 def _vi(name, shape, elem=T.FLOAT):
@@ -56,8 +67,12 @@ def _vi(name, shape, elem=T.FLOAT):
 
 
 def _add_w() -> onnx.ModelProto:
-    return _model([h.make_node("Add", ["X", "W"], ["Y"])], [_vi("X", [4])], [_vi("Y", [4])],
-                  [numpy_helper.from_array(np.arange(4, dtype=np.float32), "W")])
+    return _model(
+        [h.make_node("Add", ["X", "W"], ["Y"])],
+        [_vi("X", [4])],
+        [_vi("Y", [4])],
+        [numpy_helper.from_array(np.arange(4, dtype=np.float32), "W")],
+    )
 
 
 def _save_external(m: onnx.ModelProto, directory, location="m.onnx.data", name="m.onnx") -> str:
@@ -83,6 +98,7 @@ ONES4 = {"X": np.ones(4, np.float32)}
 
 # ---- 1. external data ----------------------------------------------------------------------------------------
 
+
 def test_external_data_resolves_next_to_the_model(api, tmp_path):
     path = _save_external(_add_w(), tmp_path)
     sess = api.InferenceSession(path)
@@ -92,12 +108,19 @@ def test_external_data_resolves_next_to_the_model(api, tmp_path):
 
 
 def test_external_data_in_a_subdirectory_and_many_files(api, tmp_path):
-    m = _model([h.make_node("Mul", ["X", "A"], ["T"]), h.make_node("Add", ["T", "B"], ["Y"])], [_vi("X", [4])],
-               [_vi("Y", [4])], [numpy_helper.from_array(np.full(4, 3, np.float32), "A"),
-                                  numpy_helper.from_array(np.arange(4, dtype=np.float32), "B")])
+    m = _model(
+        [h.make_node("Mul", ["X", "A"], ["T"]), h.make_node("Add", ["T", "B"], ["Y"])],
+        [_vi("X", [4])],
+        [_vi("Y", [4])],
+        [
+            numpy_helper.from_array(np.full(4, 3, np.float32), "A"),
+            numpy_helper.from_array(np.arange(4, dtype=np.float32), "B"),
+        ],
+    )
     (tmp_path / "w").mkdir()
-    onnx.save_model(m, str(tmp_path / "m.onnx"), save_as_external_data=True, all_tensors_to_one_file=False,
-                    size_threshold=0)
+    onnx.save_model(
+        m, str(tmp_path / "m.onnx"), save_as_external_data=True, all_tensors_to_one_file=False, size_threshold=0
+    )
     m2 = onnx.load(str(tmp_path / "m.onnx"), load_external_data=False)
     for t in m2.graph.initializer:  # move each file into w/
         loc = next(e for e in t.external_data if e.key == "location")
@@ -108,9 +131,14 @@ def test_external_data_in_a_subdirectory_and_many_files(api, tmp_path):
     np.testing.assert_array_equal(y, [3, 4, 5, 6])
 
 
-@pytest.mark.parametrize("location, message", [("../evil.data", "escapes model directory"),
-                                               ("sub/../../evil.data", "escapes model directory"),
-                                               ("/etc/passwd", "Absolute path not allowed")])
+@pytest.mark.parametrize(
+    "location, message",
+    [
+        ("../evil.data", "escapes model directory"),
+        ("sub/../../evil.data", "escapes model directory"),
+        ("/etc/passwd", "Absolute path not allowed"),
+    ],
+)
 def test_external_data_outside_the_model_directory_is_refused(api, tmp_path, location, message):
     d = tmp_path / "model"
     d.mkdir()
@@ -154,8 +182,7 @@ def _external_w_model() -> bytes:
     w.ClearField("raw_data")
     w.data_location = T.EXTERNAL
     w.external_data.add(key="location", value="W_not_on_disk.bin")
-    return _model([h.make_node("Add", ["X", "W"], ["Y"])], [_vi("X", [4])], [_vi("Y", [4])],
-                  [w]).SerializeToString()
+    return _model([h.make_node("Add", ["X", "W"], ["Y"])], [_vi("X", [4])], [_vi("Y", [4])], [w]).SerializeToString()
 
 
 def test_add_external_initializers_from_ortvalues(api):
@@ -172,8 +199,10 @@ def test_add_external_initializers_from_files_in_memory(api):
     np.testing.assert_array_equal(api.InferenceSession(_external_w_model(), so).run(None, ONES4)[0], [1, 2, 3, 4])
 
 
-@pytest.mark.parametrize("name, model, message", [("Q", "external", "Failed to find existing initializer"),
-                                                  ("W", "inline", "non-external initializer")])
+@pytest.mark.parametrize(
+    "name, model, message",
+    [("Q", "external", "Failed to find existing initializer"), ("W", "inline", "non-external initializer")],
+)
 def test_add_external_initializers_errors(api, name, model, message):
     so = api.SessionOptions()
     wv = ort.OrtValue.ortvalue_from_numpy(np.arange(4, dtype=np.float32))
@@ -185,9 +214,14 @@ def test_add_external_initializers_errors(api, name, model, message):
 
 # ---- 2. options that change results --------------------------------------------------------------------------
 
+
 def _mul_w() -> bytes:
-    return _model([h.make_node("Mul", ["X", "W"], ["Y"])], [_vi("X", [3, 2])], [_vi("Y", [3, 2])],
-                  [numpy_helper.from_array(np.ones((3, 2), np.float32), "W")]).SerializeToString()
+    return _model(
+        [h.make_node("Mul", ["X", "W"], ["Y"])],
+        [_vi("X", [3, 2])],
+        [_vi("Y", [3, 2])],
+        [numpy_helper.from_array(np.ones((3, 2), np.float32), "W")],
+    ).SerializeToString()
 
 
 def test_add_initializer_overrides_the_models(api):
@@ -207,8 +241,13 @@ def test_add_initializer_of_an_unknown_name_is_ignored(api):
 
 
 def test_lora_adapter_is_applied_per_run(api, tmp_path):
-    g = h.make_graph([h.make_node("MatMul", ["x", "a"], ["y"])], "g", [_vi("x", [1, 2]), _vi("a", [2, 1])],
-                     [_vi("y", [1, 1])], [h.make_tensor("a", T.FLOAT, [2, 1], [0, 0])])
+    g = h.make_graph(
+        [h.make_node("MatMul", ["x", "a"], ["y"])],
+        "g",
+        [_vi("x", [1, 2]), _vi("a", [2, 1])],
+        [_vi("y", [1, 1])],
+        [h.make_tensor("a", T.FLOAT, [2, 1], [0, 0])],
+    )
     model = h.make_model(g, opset_imports=[h.make_opsetid("", 13)]).SerializeToString()
     fmt = ort.AdapterFormat()
     fmt.set_parameters({"a": ort.OrtValue.ortvalue_from_numpy(np.ones((2, 1), np.float32))})
@@ -225,8 +264,13 @@ def test_lora_adapter_is_applied_per_run(api, tmp_path):
 
 
 def test_lora_adapter_gert_cannot_read_is_refused_not_ignored(tmp_path):
-    g = h.make_graph([h.make_node("MatMul", ["x", "a"], ["y"])], "g", [_vi("x", [1, 2]), _vi("a", [2, 1])],
-                     [_vi("y", [1, 1])], [h.make_tensor("a", T.FLOAT, [2, 1], [0, 0])])
+    g = h.make_graph(
+        [h.make_node("MatMul", ["x", "a"], ["y"])],
+        "g",
+        [_vi("x", [1, 2]), _vi("a", [2, 1])],
+        [_vi("y", [1, 1])],
+        [h.make_tensor("a", T.FLOAT, [2, 1], [0, 0])],
+    )
     fmt = ort.AdapterFormat()
     fmt.set_parameters({"a": ort.OrtValue.ortvalue_from_numpy(np.ones((2, 1), np.float32))})
     path = str(tmp_path / "a.onnx_adapter")
@@ -262,8 +306,12 @@ def test_run_async_finishes_when_the_session_is_dropped(api):
     model = _model([h.make_node("Mul", ["X", "X"], ["Y"])], [_vi("X", [3, 2])], [_vi("Y", [3, 2])])
     done, got = threading.Event(), {}
     sess = api.InferenceSession(model.SerializeToString())
-    sess.run_async(["Y"], {"X": np.full((3, 2), 3, np.float32)},
-                   lambda res, data, err: (got.update(res=res, err=err), done.set()), None)
+    sess.run_async(
+        ["Y"],
+        {"X": np.full((3, 2), 3, np.float32)},
+        lambda res, data, err: (got.update(res=res, err=err), done.set()),
+        None,
+    )
     del sess
     gc.collect()
     assert done.wait(30) and got["err"] == "", got
@@ -271,8 +319,9 @@ def test_run_async_finishes_when_the_session_is_dropped(api):
 
 
 def _relu(name="relu_0") -> bytes:
-    return _model([h.make_node("Relu", ["X"], ["Y"], name=name)], [_vi("X", [3, 2])],
-                  [_vi("Y", [3, 2])]).SerializeToString()
+    return _model(
+        [h.make_node("Relu", ["X"], ["Y"], name=name)], [_vi("X", [3, 2])], [_vi("Y", [3, 2])]
+    ).SerializeToString()
 
 
 def test_set_providers_with_an_unknown_provider_raises(api):
@@ -299,17 +348,26 @@ def test_load_config_from_model(api, monkeypatch):
     import json
 
     m = _model([h.make_node("Relu", ["X"], ["Y"])], [_vi("X", [2])], [_vi("Y", [2])])
-    h.set_model_props(m, {"ort_config": json.dumps({"session_options": {"inter_op_num_threads": 5,
-                                                                        "intra_op_num_threads": 2}})})
+    h.set_model_props(
+        m, {"ort_config": json.dumps({"session_options": {"inter_op_num_threads": 5, "intra_op_num_threads": 2}})}
+    )
     monkeypatch.setenv("ORT_LOAD_CONFIG_FROM_MODEL", "1")
     so = api.InferenceSession(m.SerializeToString()).get_session_options()
     assert (so.inter_op_num_threads, so.intra_op_num_threads) == (5, 2)
 
 
-@pytest.mark.parametrize("data, cls", [(b"not an onnx model", "InvalidProtobuf"),
-                                       (_model([h.make_node("Add", ["X", "Z"], ["Y"])], [_vi("X", [2]),
-                                                                                        _vi("Z", [2], T.INT64)],
-                                               [_vi("Y", [2])]).SerializeToString(), "Fail")])
+@pytest.mark.parametrize(
+    "data, cls",
+    [
+        (b"not an onnx model", "InvalidProtobuf"),
+        (
+            _model(
+                [h.make_node("Add", ["X", "Z"], ["Y"])], [_vi("X", [2]), _vi("Z", [2], T.INT64)], [_vi("Y", [2])]
+            ).SerializeToString(),
+            "Fail",
+        ),
+    ],
+)
 def test_load_errors_are_onnx_runtimes_classes(api, data, cls):
     with pytest.raises(getattr(C, cls)):
         api.InferenceSession(data)
@@ -332,30 +390,38 @@ def test_isinstance_holds_under_the_patch():
 
 # ---- 3. CPU fallback ----------------------------------------------------------------------------------------
 
+
 def _string_identity(node: str = "id") -> bytes:
     v = lambda n: _vi(n, [2, 2], T.STRING)  # noqa: E731
-    return _model([h.make_node("Identity", ["input:0"], ["output:0"], name=node)], [v("input:0")],
-                  [v("output:0")]).SerializeToString()
+    return _model(
+        [h.make_node("Identity", ["input:0"], ["output:0"], name=node)], [v("input:0")], [v("output:0")]
+    ).SerializeToString()
 
 
 def _sequence_length() -> bytes:
     seq = h.make_sequence_type_proto(h.make_tensor_type_proto(T.FLOAT, shape=None))
-    g = h.make_graph([h.make_node("SequenceLength", ["X"], ["Y"])], "g", [h.make_value_info("X", seq)],
-                     [_vi("Y", [], T.INT64)])
+    g = h.make_graph(
+        [h.make_node("SequenceLength", ["X"], ["Y"])], "g", [h.make_value_info("X", seq)], [_vi("Y", [], T.INT64)]
+    )
     return h.make_model(g, opset_imports=[h.make_opsetid("", 11)]).SerializeToString()
 
 
 def _optional_identity() -> bytes:
     opt = h.make_optional_type_proto(h.make_sequence_type_proto(h.make_tensor_type_proto(T.FLOAT, shape=[5])))
-    g = h.make_graph([h.make_node("Identity", ["opt_in"], ["opt_out"])], "g", [h.make_value_info("opt_in", opt)],
-                     [h.make_value_info("opt_out", opt)])
+    g = h.make_graph(
+        [h.make_node("Identity", ["opt_in"], ["opt_out"])],
+        "g",
+        [h.make_value_info("opt_in", opt)],
+        [h.make_value_info("opt_out", opt)],
+    )
     return h.make_model(g, opset_imports=[h.make_opsetid("", 16)]).SerializeToString()
 
 
 def _no_input() -> bytes:
     c = h.make_node("Constant", [], ["y"], value=h.make_tensor("v", T.FLOAT, [2], [1.5, 2.5]))
-    return h.make_model(h.make_graph([c], "const", [], [_vi("y", [2])]),
-                        opset_imports=[h.make_opsetid("", 17)]).SerializeToString()
+    return h.make_model(
+        h.make_graph([c], "const", [], [_vi("y", [2])]), opset_imports=[h.make_opsetid("", 17)]
+    ).SerializeToString()
 
 
 FALLBACK_CASES = {
@@ -382,8 +448,9 @@ def test_cpu_fallback_warns_once_naming_the_nodes():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(2):
-            gert.InferenceSession(_string_identity("warned"), providers=["CANNExecutionProvider",
-                                                                         "CPUExecutionProvider"])
+            gert.InferenceSession(
+                _string_identity("warned"), providers=["CANNExecutionProvider", "CPUExecutionProvider"]
+            )
     told = [str(w.message) for w in caught if "CPUExecutionProvider" in str(w.message)]
     assert len(told) == 1 and "Identity('warned')" in told[0] and "DT_STRING" in told[0], told
 
@@ -395,6 +462,7 @@ def test_without_the_cpu_provider_a_model_ge_refuses_fails():
 
 
 # ---- 4. the rest of the 1.32 session API ----------------------------------------------------------------------
+
 
 def test_memory_infos_and_ep_devices(api):
     sess = api.InferenceSession(_relu())
@@ -417,8 +485,9 @@ def test_run_with_ortvaluevector(api):
     sess, feeds, fetches = api.InferenceSession(_relu()), C.OrtValueVector(), C.OrtValueVector()
     x = ort.OrtValue.ortvalue_from_numpy(-np.ones((3, 2), np.float32))
     feeds.push_back(x._get_c_value())
-    sess.run_with_ortvaluevector(ort.RunOptions(), ["X"], feeds, ["Y"], fetches,
-                                 [ort.OrtDevice.make("cpu", 0)._get_c_device()])
+    sess.run_with_ortvaluevector(
+        ort.RunOptions(), ["X"], feeds, ["Y"], fetches, [ort.OrtDevice.make("cpu", 0)._get_c_device()]
+    )
     gc.collect()
     np.testing.assert_array_equal(fetches[0].numpy(), np.zeros((3, 2), np.float32))
 
@@ -459,13 +528,18 @@ def test_external_weights_are_not_read_twice(tmp_path):
     """A model's external weights cost gert what they cost ONNX Runtime (peak RSS of a process that loads and runs
     it once): gert reads none of them itself."""
     n = 16 * 1024 * 1024  # 64 MB of float32
-    m = _model([h.make_node("ReduceSum", ["W"], ["S"], keepdims=0), h.make_node("Add", ["X", "S"], ["Y"])],
-               [_vi("X", [1])], [_vi("Y", [1])], [numpy_helper.from_array(np.ones(n, np.float32), "W")])
+    m = _model(
+        [h.make_node("ReduceSum", ["W"], ["S"], keepdims=0), h.make_node("Add", ["X", "S"], ["Y"])],
+        [_vi("X", [1])],
+        [_vi("Y", [1])],
+        [numpy_helper.from_array(np.ones(n, np.float32), "W")],
+    )
     path = _save_external(m, tmp_path)
     grown = {}
     for side in ("ort", "gert"):
-        out = subprocess.run([sys.executable, "-c", _MEMORY_SCRIPT, path, side, str(n)], capture_output=True,
-                             text=True, timeout=300)
+        out = subprocess.run(
+            [sys.executable, "-c", _MEMORY_SCRIPT, path, side, str(n)], capture_output=True, text=True, timeout=300
+        )
         assert out.returncode == 0, out.stderr[-2000:]
         grown[side] = int(out.stdout.split()[-1])
     assert grown["gert"] < grown["ort"] + 0.5 * 4 * n, grown  # a second copy would add 4n bytes

@@ -1,6 +1,7 @@
 """Edge partitioning (issue 38, deliver 1): a model GE's parser refuses runs its core on gert and the refused nodes at
 its edges on ONNX Runtime's CPU provider, as ONNX Runtime's CANN execution provider partitions it; a split that is
 not sound runs the whole model on the CPU. Checked against ONNX Runtime running the whole model."""
+
 from __future__ import annotations
 
 import warnings
@@ -26,44 +27,58 @@ def _model(nodes, inputs, outputs, inits=(), opset=17) -> onnx.ModelProto:
 
 def string_prefix() -> onnx.ModelProto:
     """A string input parsed on the CPU (Cast string -> float), then a numeric core."""
-    return _model([oh.make_node("Cast", ["s"], ["x"], to=TP.FLOAT, name="parse"),
-                   oh.make_node("Mul", ["x", "w"], ["m"], name="scale"),
-                   oh.make_node("Relu", ["m"], ["y"], name="relu")],
-                  [oh.make_tensor_value_info("s", TP.STRING, ["n", 4])],
-                  [oh.make_tensor_value_info("y", TP.FLOAT, ["n", 4])],
-                  [nh.from_array(np.array([1.0, -2.0, 3.0, 0.5], np.float32), "w")])
+    return _model(
+        [
+            oh.make_node("Cast", ["s"], ["x"], to=TP.FLOAT, name="parse"),
+            oh.make_node("Mul", ["x", "w"], ["m"], name="scale"),
+            oh.make_node("Relu", ["m"], ["y"], name="relu"),
+        ],
+        [oh.make_tensor_value_info("s", TP.STRING, ["n", 4])],
+        [oh.make_tensor_value_info("y", TP.FLOAT, ["n", 4])],
+        [nh.from_array(np.array([1.0, -2.0, 3.0, 0.5], np.float32), "w")],
+    )
 
 
 def string_suffix() -> onnx.ModelProto:
     """A numeric core whose class index is turned into text on the CPU (Cast int64 -> string)."""
-    return _model([oh.make_node("MatMul", ["x", "w"], ["logits"], name="head"),
-                   oh.make_node("ArgMax", ["logits"], ["idx"], axis=1, keepdims=0, name="argmax"),
-                   oh.make_node("Cast", ["idx"], ["label"], to=TP.STRING, name="to_text")],
-                  [oh.make_tensor_value_info("x", TP.FLOAT, ["n", 3])],
-                  [oh.make_tensor_value_info("label", TP.STRING, ["n"]),
-                   oh.make_tensor_value_info("logits", TP.FLOAT, ["n", 5])],
-                  [nh.from_array(np.arange(15, dtype=np.float32).reshape(3, 5) % 7 - 3, "w")])
+    return _model(
+        [
+            oh.make_node("MatMul", ["x", "w"], ["logits"], name="head"),
+            oh.make_node("ArgMax", ["logits"], ["idx"], axis=1, keepdims=0, name="argmax"),
+            oh.make_node("Cast", ["idx"], ["label"], to=TP.STRING, name="to_text"),
+        ],
+        [oh.make_tensor_value_info("x", TP.FLOAT, ["n", 3])],
+        [oh.make_tensor_value_info("label", TP.STRING, ["n"]), oh.make_tensor_value_info("logits", TP.FLOAT, ["n", 5])],
+        [nh.from_array(np.arange(15, dtype=np.float32).reshape(3, 5) % 7 - 3, "w")],
+    )
 
 
 def both_edges() -> onnx.ModelProto:
     """String in, string out, a numeric core between; the input also passes through as an output."""
-    return _model([oh.make_node("Cast", ["s"], ["x"], to=TP.FLOAT, name="parse"),
-                   oh.make_node("Add", ["x", "x"], ["d"], name="double"),
-                   oh.make_node("Cast", ["d"], ["t"], to=TP.STRING, name="format")],
-                  [oh.make_tensor_value_info("s", TP.STRING, ["n", 2])],
-                  [oh.make_tensor_value_info("t", TP.STRING, ["n", 2]),
-                   oh.make_tensor_value_info("d", TP.FLOAT, ["n", 2])])
+    return _model(
+        [
+            oh.make_node("Cast", ["s"], ["x"], to=TP.FLOAT, name="parse"),
+            oh.make_node("Add", ["x", "x"], ["d"], name="double"),
+            oh.make_node("Cast", ["d"], ["t"], to=TP.STRING, name="format"),
+        ],
+        [oh.make_tensor_value_info("s", TP.STRING, ["n", 2])],
+        [oh.make_tensor_value_info("t", TP.STRING, ["n", 2]), oh.make_tensor_value_info("d", TP.FLOAT, ["n", 2])],
+    )
 
 
 def no_core() -> onnx.ModelProto:
     """Refused nodes on both sides of every numeric node: no sound core; the whole model runs on the CPU."""
-    return _model([oh.make_node("Cast", ["s"], ["x"], to=TP.FLOAT, name="r1"),
-                   oh.make_node("Neg", ["x"], ["m"], name="m1"),
-                   oh.make_node("Cast", ["m"], ["t"], to=TP.STRING, name="r2"),
-                   oh.make_node("Cast", ["t"], ["u"], to=TP.FLOAT, name="r3"),
-                   oh.make_node("Abs", ["u"], ["y"], name="m2")],
-                  [oh.make_tensor_value_info("s", TP.STRING, ["n"])],
-                  [oh.make_tensor_value_info("y", TP.FLOAT, ["n"])])
+    return _model(
+        [
+            oh.make_node("Cast", ["s"], ["x"], to=TP.FLOAT, name="r1"),
+            oh.make_node("Neg", ["x"], ["m"], name="m1"),
+            oh.make_node("Cast", ["m"], ["t"], to=TP.STRING, name="r2"),
+            oh.make_node("Cast", ["t"], ["u"], to=TP.FLOAT, name="r3"),
+            oh.make_node("Abs", ["u"], ["y"], name="m2"),
+        ],
+        [oh.make_tensor_value_info("s", TP.STRING, ["n"])],
+        [oh.make_tensor_value_info("y", TP.FLOAT, ["n"])],
+    )
 
 
 def _strings(rows: int, cols: int, seed: int = 0) -> np.ndarray:
@@ -94,12 +109,19 @@ def _same(a, b) -> None:
             np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("make, feed, cpu_nodes, core_nodes", [
-    (string_prefix, lambda n: {"s": _strings(n, 4)}, ["parse"], ["scale", "relu"]),
-    (string_suffix, lambda n: {"x": np.random.default_rng(n).standard_normal((n, 3)).astype(np.float32)},
-     ["to_text"], ["head", "argmax"]),
-    (both_edges, lambda n: {"s": _strings(n, 2, n)}, ["parse", "format"], ["double"]),
-])
+@pytest.mark.parametrize(
+    "make, feed, cpu_nodes, core_nodes",
+    [
+        (string_prefix, lambda n: {"s": _strings(n, 4)}, ["parse"], ["scale", "relu"]),
+        (
+            string_suffix,
+            lambda n: {"x": np.random.default_rng(n).standard_normal((n, 3)).astype(np.float32)},
+            ["to_text"],
+            ["head", "argmax"],
+        ),
+        (both_edges, lambda n: {"s": _strings(n, 2, n)}, ["parse", "format"], ["double"]),
+    ],
+)
 def test_core_runs_on_gert_and_edges_on_cpu_with_onnx_runtimes_values(make, feed, cpu_nodes, core_nodes):
     model = make()
     so = ort.SessionOptions()
@@ -156,8 +178,14 @@ def test_without_cpu_provider_the_refused_model_fails_as_onnx_runtime_says():
 def test_external_data_models_fall_back_whole(tmp_path):
     model = string_prefix()
     path = tmp_path / "m.onnx"
-    onnx.save(string_prefix(), str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="w.bin",
-              size_threshold=0)
+    onnx.save(
+        string_prefix(),
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="w.bin",
+        size_threshold=0,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with gert.InferenceSession(str(path), providers=PROVIDERS) as sess:
@@ -188,10 +216,14 @@ def dags(draw):
         names.append(out)
     used = {x for n in nodes for x in n.input}
     outs = [n.output[0] for n in nodes if n.output[0] not in used] + draw(
-        st.lists(st.sampled_from([n.output[0] for n in nodes]), max_size=2, unique=True))
+        st.lists(st.sampled_from([n.output[0] for n in nodes]), max_size=2, unique=True)
+    )
     outs = list(dict.fromkeys(outs))
-    model = _model(nodes, [oh.make_tensor_value_info(x, TP.FLOAT, ["n", 3]) for x in ("a", "b")],
-                   [oh.make_tensor_value_info(x, TP.FLOAT, None) for x in outs])
+    model = _model(
+        nodes,
+        [oh.make_tensor_value_info(x, TP.FLOAT, ["n", 3]) for x in ("a", "b")],
+        [oh.make_tensor_value_info(x, TP.FLOAT, None) for x in outs],
+    )
     refused = sorted(draw(st.sets(st.integers(0, count - 1), min_size=1, max_size=3)))
     return model, refused
 
@@ -225,10 +257,14 @@ def test_refused_nodes_are_what_canns_parser_refuses():
     assert ort_partition.refused_nodes(string_prefix()) == [0]
     assert ort_partition.refused_nodes(string_suffix()) == [2]
     assert ort_partition.refused_nodes(both_edges()) == [0, 2]
-    seq = _model([oh.make_node("SequenceConstruct", ["x"], ["q"], name="sq"),
-                  oh.make_node("SequenceAt", ["q", "i"], ["y"], name="at"),
-                  oh.make_node("Relu", ["y"], ["z"], name="r")],
-                 [oh.make_tensor_value_info("x", TP.FLOAT, ["n"])],
-                 [oh.make_tensor_value_info("z", TP.FLOAT, ["n"])],
-                 [nh.from_array(np.array(0, np.int64), "i")])
+    seq = _model(
+        [
+            oh.make_node("SequenceConstruct", ["x"], ["q"], name="sq"),
+            oh.make_node("SequenceAt", ["q", "i"], ["y"], name="at"),
+            oh.make_node("Relu", ["y"], ["z"], name="r"),
+        ],
+        [oh.make_tensor_value_info("x", TP.FLOAT, ["n"])],
+        [oh.make_tensor_value_info("z", TP.FLOAT, ["n"])],
+        [nh.from_array(np.array(0, np.int64), "i")],
+    )
     assert ort_partition.refused_nodes(seq) == [0, 1]

@@ -1,5 +1,6 @@
 """gert.InferenceSession against ONNX Runtime's own InferenceSession: the same call on both gives the same result or
 the same class of error (ONNX Runtime is the reference). And gert.patch_onnxruntime."""
+
 from __future__ import annotations
 
 import subprocess
@@ -31,8 +32,15 @@ def described(args) -> list:
 
 
 def meta(m) -> tuple:
-    return (m.producer_name, m.graph_name, m.domain, m.description, m.graph_description, m.version,
-            dict(m.custom_metadata_map))
+    return (
+        m.producer_name,
+        m.graph_name,
+        m.domain,
+        m.description,
+        m.graph_description,
+        m.version,
+        dict(m.custom_metadata_map),
+    )
 
 
 def scaled_model(version: bool = True) -> bytes:
@@ -44,14 +52,32 @@ def scaled_model(version: bool = True) -> bytes:
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3, None])
     z = helper.make_tensor_value_info("z", TensorProto.INT64, None)
     c2 = helper.make_tensor_value_info("c2", TensorProto.INT64, ["N"])
-    nodes = [helper.make_node("Mul", ["x", "w"], ["t"]), helper.make_node("Add", ["t", "b"], ["y"]),
-             helper.make_node("ArgMax", ["y"], ["z"], axis=1, keepdims=0), helper.make_node("Add", ["c", "c"], ["c2"])]
-    g = helper.make_graph(nodes, "scaled", [x, c, w], [y, z, c2],
-                          [helper.make_tensor("w", TensorProto.FLOAT, [1], [2.0]),
-                           helper.make_tensor("b", TensorProto.FLOAT, [1], [0.5])], doc_string="graph doc")
+    nodes = [
+        helper.make_node("Mul", ["x", "w"], ["t"]),
+        helper.make_node("Add", ["t", "b"], ["y"]),
+        helper.make_node("ArgMax", ["y"], ["z"], axis=1, keepdims=0),
+        helper.make_node("Add", ["c", "c"], ["c2"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "scaled",
+        [x, c, w],
+        [y, z, c2],
+        [
+            helper.make_tensor("w", TensorProto.FLOAT, [1], [2.0]),
+            helper.make_tensor("b", TensorProto.FLOAT, [1], [0.5]),
+        ],
+        doc_string="graph doc",
+    )
     kw = dict(model_version=7) if version else {}
-    m = helper.make_model(g, producer_name="gert-tests", doc_string="model doc", domain="ai.gert.test",
-                          opset_imports=[helper.make_opsetid("", 17)], **kw)
+    m = helper.make_model(
+        g,
+        producer_name="gert-tests",
+        doc_string="model doc",
+        domain="ai.gert.test",
+        opset_imports=[helper.make_opsetid("", 17)],
+        **kw,
+    )
     m.ir_version = 8
     helper.set_model_props(m, {"character": "a\nb\nc", "note": "kept"})
     # (no onnx.checker: it wants a shape on every graph output, which ONNX itself does not require)
@@ -75,6 +101,7 @@ def scaled():
 
 # ---- metadata --------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", [CLS, DET, REC])
 def test_ppocr_models_describe_themselves_as_in_onnx_runtime(name):
     path = ppocr_model(name)
@@ -88,8 +115,11 @@ def test_ppocr_models_describe_themselves_as_in_onnx_runtime(name):
 
 def test_built_model_describes_itself_as_in_onnx_runtime(scaled):
     data, sess, ref = scaled
-    assert described(sess.get_inputs()) == described(ref.get_inputs()) == [
-        ("x", ["N", 3, None], "tensor(float)"), ("c", ["N"], "tensor(int64)")]
+    assert (
+        described(sess.get_inputs())
+        == described(ref.get_inputs())
+        == [("x", ["N", 3, None], "tensor(float)"), ("c", ["N"], "tensor(int64)")]
+    )
     assert described(sess.get_outputs()) == described(ref.get_outputs())
     assert sess.get_outputs()[1].shape == ["N", None], "an output the file leaves unshaped is inferred"
     assert described(sess.get_overridable_initializers()) == described(ref.get_overridable_initializers())
@@ -103,6 +133,7 @@ def test_built_model_describes_itself_as_in_onnx_runtime(scaled):
 
 
 # ---- running ---------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("names", [None, [], ["c2", "y"], ["z"]])
 def test_run_returns_outputs_in_the_order_asked(scaled, names):
@@ -126,8 +157,9 @@ def test_ppocr_cls_results_equal_onnx_runtime():
     path = ppocr_model(CLS)
     x = text_image(4, 48, 192, seed=3)
     with gert.InferenceSession(path) as sess:
-        np.testing.assert_allclose(sess.run(None, {"x": x})[0], reference(path).run(None, {"x": x})[0],
-                                   rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(
+            sess.run(None, {"x": x})[0], reference(path).run(None, {"x": x})[0], rtol=1e-4, atol=1e-5
+        )
 
 
 BAD_FEEDS = {
@@ -191,6 +223,7 @@ def test_run_async_calls_back_as_onnx_runtime_does(scaled):
 
 # ---- options ---------------------------------------------------------------------------------------------------
 
+
 def test_threads_become_the_streams_cube_cores(scaled):
     data, _, _ = scaled
     so = gert.SessionOptions()
@@ -236,8 +269,9 @@ def test_providers_and_provider_options(scaled):
     data, _, _ = scaled
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        sess = gert.InferenceSession(data, providers=[("CANNExecutionProvider", {"device_id": 0, "streams": "2"}),
-                                                      "CPUExecutionProvider"])
+        sess = gert.InferenceSession(
+            data, providers=[("CANNExecutionProvider", {"device_id": 0, "streams": "2"}), "CPUExecutionProvider"]
+        )
     with sess:
         assert sess.get_providers() == ["CANNExecutionProvider", "CPUExecutionProvider"]
         assert sess.get_provider_options()["CANNExecutionProvider"] == {"device_id": "0", "streams": "2"}
@@ -247,6 +281,7 @@ def test_providers_and_provider_options(scaled):
 
 
 # ---- patching --------------------------------------------------------------------------------------------------
+
 
 def test_patch_routes_cann_sessions_to_gert_and_unpatch_restores(scaled):
     data, _, _ = scaled
@@ -278,9 +313,11 @@ def test_patch_routes_cann_sessions_to_gert_and_unpatch_restores(scaled):
 
 
 def test_importing_gert_patches_nothing():
-    code = ("import gert, onnxruntime as ort; from onnxruntime.capi.onnxruntime_inference_collection import "
-            "InferenceSession; assert ort.InferenceSession is InferenceSession; "
-            "assert 'CANNExecutionProvider' not in ort.get_available_providers(); print('ok')")
+    code = (
+        "import gert, onnxruntime as ort; from onnxruntime.capi.onnxruntime_inference_collection import "
+        "InferenceSession; assert ort.InferenceSession is InferenceSession; "
+        "assert 'CANNExecutionProvider' not in ort.get_available_providers(); print('ok')"
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
 
@@ -311,13 +348,16 @@ def test_session_compiles_at_creation_and_runs_any_batch_unpadded(scaled):
 
 # ---- issue 31 R9: the feeds, run_options and run variants of ONNX Runtime ------------------------------------------
 
+
 def scalar_mul_model() -> bytes:
     """y = x * s over x f32[N, 4] and a 0-d s."""
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
     s = helper.make_tensor_value_info("s", TensorProto.FLOAT, [])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])
-    m = helper.make_model(helper.make_graph([helper.make_node("Mul", ["x", "s"], ["y"])], "smul", [x, s], [y]),
-                          opset_imports=[helper.make_opsetid("", 17)])
+    m = helper.make_model(
+        helper.make_graph([helper.make_node("Mul", ["x", "s"], ["y"])], "smul", [x, s], [y]),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
     m.ir_version = 8
     return m.SerializeToString()
 

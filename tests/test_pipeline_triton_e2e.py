@@ -5,6 +5,7 @@ model with an output reduced over the batch (R8) never sees pad rows or other re
 The server is the one bundled in nvidia-pytriton, started by gert_triton.server.TritonServer (as in
 tests/test_triton_e2e.py); every wait is bounded and the server is stopped also when a test fails.
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -29,12 +30,22 @@ CALL_TIMEOUT = 30.0
 
 def unnamed_model() -> bytes:
     """x [?, 4] (the batch dim unnamed) -> y = x * 2 + 1 [?, 4], z = ReduceSum(x, axis 1, keepdims) [?, 1]."""
-    nodes = [helper.make_node("Mul", ["x", "two"], ["x2"]), helper.make_node("Add", ["x2", "one"], ["y"]),
-             helper.make_node("ReduceSum", ["x", "ax1"], ["z"], keepdims=1)]
-    return make_model(nodes, [vi("x", np.float32, [None, 4])], [vi("y", np.float32, [None, 4]),
-                                                                  vi("z", np.float32, [None, 1])],
-                      [_const("two", np.array(2, np.float32)), _const("one", np.array(1, np.float32)),
-                       _const("ax1", np.array([1], np.int64))], name="unnamed_e2e")
+    nodes = [
+        helper.make_node("Mul", ["x", "two"], ["x2"]),
+        helper.make_node("Add", ["x2", "one"], ["y"]),
+        helper.make_node("ReduceSum", ["x", "ax1"], ["z"], keepdims=1),
+    ]
+    return make_model(
+        nodes,
+        [vi("x", np.float32, [None, 4])],
+        [vi("y", np.float32, [None, 4]), vi("z", np.float32, [None, 1])],
+        [
+            _const("two", np.array(2, np.float32)),
+            _const("one", np.array(1, np.float32)),
+            _const("ax1", np.array([1], np.int64)),
+        ],
+        name="unnamed_e2e",
+    )
 
 
 MODELS = {
@@ -63,8 +74,9 @@ def infer(client, model: str, feeds: dict, outputs: list) -> dict:
         i = grpcclient.InferInput(k, list(v.shape), np_to_triton_dtype(v.dtype))
         i.set_data_from_numpy(v)
         inputs.append(i)
-    res = client.infer(model, inputs, outputs=[grpcclient.InferRequestedOutput(o) for o in outputs],
-                       client_timeout=CALL_TIMEOUT)
+    res = client.infer(
+        model, inputs, outputs=[grpcclient.InferRequestedOutput(o) for o in outputs], client_timeout=CALL_TIMEOUT
+    )
     return {o: res.as_numpy(o) for o in outputs}
 
 

@@ -6,6 +6,7 @@ The emulation model (gert/preview/precision.py): a lowered node's float inputs a
 (round-to-nearest-even, overflow to inf), the op computes in fp32 - which is exactly numpy's float16 arithmetic
 (numpy computes half ops in float and rounds the result).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -55,7 +56,7 @@ def feeds(seed=0):
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal(N) * 300).astype(np.float32)
     y = (rng.standard_normal(N) * 3 + 0.5).astype(np.float32)
-    x[:3] = [70000.0, 1e-8, 1.0 + 2 ** -12]  # above fp16's range, below its subnormals, a rounding tie's neighbour
+    x[:3] = [70000.0, 1e-8, 1.0 + 2**-12]  # above fp16's range, below its subnormals, a rounding tie's neighbour
     y[:3] = [1.0, 3.0, 1.0]
     x[3], y[3] = 300.0, 300.0  # the product 90000 overflows fp16
     return {"x": x, "y": y}
@@ -84,8 +85,15 @@ def test_force_fp16_equals_numpy_float16_bit_for_bit():
     np.testing.assert_array_equal(z3, ref)
 
 
-@pytest.mark.parametrize("kw", [{}, {"precision_mode": "must_keep_origin_dtype"}, {"precision_mode": "origin"},
-                                {"options": {"ge.exec.precision_mode_v2": "origin"}}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"precision_mode": "must_keep_origin_dtype"},
+        {"precision_mode": "origin"},
+        {"options": {"ge.exec.precision_mode_v2": "origin"}},
+    ],
+)
 def test_origin_equals_onnx_runtime_bit_for_bit(kw):
     f = feeds()
     np.testing.assert_array_equal(run(arith(), f, **kw)["z"], ort_run(arith(), f)["z"])
@@ -133,12 +141,15 @@ def r16(v):
         return v.astype(np.float16).astype(np.float32)
 
 
-@pytest.mark.parametrize("mode, cube_in, cube_out, vector", [
-    ("allow_fp32_to_fp16", True, True, False),    # cube ops in fp16, vector ops keep fp32
-    ("force_fp32", True, False, False),            # cube ops: fp16 in, fp32 out
-    ("cube_fp16in_fp32out", True, False, False),
-    ("allow_mix_precision", True, True, True),     # Add and MatMul are not on the emulation's black list
-])
+@pytest.mark.parametrize(
+    "mode, cube_in, cube_out, vector",
+    [
+        ("allow_fp32_to_fp16", True, True, False),  # cube ops in fp16, vector ops keep fp32
+        ("force_fp32", True, False, False),  # cube ops: fp16 in, fp32 out
+        ("cube_fp16in_fp32out", True, False, False),
+        ("allow_mix_precision", True, True, True),  # Add and MatMul are not on the emulation's black list
+    ],
+)
 def test_cube_and_vector_ops_per_mode(mode, cube_in, cube_out, vector):
     data, x, w, b = matmul_add()
     h = (r16(x) @ r16(w)) if cube_in else x @ w
@@ -176,8 +187,11 @@ def test_repr_shows_the_mode():
 def test_compile_cache_key_covers_the_precision_settings(tmp_path):
     f = feeds(2)
     ref16 = f16_reference(f["x"], f["y"]).astype(np.float32)
-    cases = [({}, False), ({"precision_mode": "force_fp16"}, True),
-             ({"precision_mode": "force_fp16", "keep_fp32": ["Div"]}, None)]
+    cases = [
+        ({}, False),
+        ({"precision_mode": "force_fp16"}, True),
+        ({"precision_mode": "force_fp16", "keep_fp32": ["Div"]}, None),
+    ]
     for kw, _fp16 in cases:  # cold: each setting its own key
         with gert.load(arith(), cache_dir=tmp_path, **kw) as m:
             z = m.run(f)["z"]
@@ -279,8 +293,12 @@ def test_gert_precision_cli_writes_the_keep_dtype_file(tmp_path, capsys):
     xs = tmp_path / "x.npy"
     np.save(xs, np.linspace(1, 4, 16, dtype=np.float32))
     keep = tmp_path / "keep.txt"
-    assert main(["precision", str(path), "--input", f"x={xs}", "--modes", "force_fp16,origin",
-                 "--keep-fp32-out", str(keep)]) == 0
+    assert (
+        main(
+            ["precision", str(path), "--input", f"x={xs}", "--modes", "force_fp16,origin", "--keep-fp32-out", str(keep)]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "force_fp16" in out and "origin" in out and "wrote" in out
     assert "OpName:n09" in keep.read_text().splitlines()
@@ -293,8 +311,12 @@ def test_batch_normalization_statistics_stay_fp32():
     c = 4
     params = {"scale": np.ones(c), "bias": np.zeros(c), "mean": np.full(c, 5.0), "var": np.array([1e8, 4e7, 1.0, 2.0])}
     inits = [nh.from_array(v.astype(np.float32), k) for k, v in params.items()]
-    data = build([oh.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["y"], name="bn")],
-                 [vi("x", [1, c, 2, 2])], [vi("y", [1, c, 2, 2])], inits)
+    data = build(
+        [oh.make_node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], ["y"], name="bn")],
+        [vi("x", [1, c, 2, 2])],
+        [vi("y", [1, c, 2, 2])],
+        inits,
+    )
     x = np.random.default_rng(5).standard_normal((1, c, 2, 2)).astype(np.float32) * 1000
     y = run(data, {"x": x}, precision_mode="force_fp16")["y"]
     ref = ort_run(data, {"x": r16(x)})["y"]
@@ -326,8 +348,23 @@ def test_gert_bench_precision_mode(tmp_path, capsys):
 
     path = tmp_path / "arith.onnx"
     path.write_bytes(arith())
-    assert main(["bench", str(path), "--precision-mode", "force_fp16", "--iterations", "4", "--concurrency", "1",
-                 "--warmup", "1"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                str(path),
+                "--precision-mode",
+                "force_fp16",
+                "--iterations",
+                "4",
+                "--concurrency",
+                "1",
+                "--warmup",
+                "1",
+            ]
+        )
+        == 0
+    )
     assert main(["bench", str(path), "--precision-mode", "fp8", "--iterations", "4"]) == 2
     assert "precision_mode: 'fp8' is not a GE precision mode" in capsys.readouterr().err
 

@@ -1,6 +1,7 @@
 """Issue 24 through the REAL tritonserver: gert_triton's cann_ops=strict refuses a model a stock CANN 8.x parser would
 refuse (the load fails with GE's E13010 text), and precision_mode=force_fp16 serves numpy float16's results. One
 server for the module on free ports, explicit model control."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -28,8 +29,13 @@ def served(tmp_path_factory):
     (root / "qdq.onnx").write_bytes(qdq().SerializeToString())
     (root / "arith.onnx").write_bytes(arith())
     init_repo(str(root / "qdq.onnx"), str(repo), name="qdq_strict", parameters={**P, "cann_ops": "strict"})
-    init_repo(str(root / "arith.onnx"), str(repo), name="arith_fp16", max_batch_size=0,
-              parameters={**P, "precision_mode": "force_fp16"})
+    init_repo(
+        str(root / "arith.onnx"),
+        str(repo),
+        name="arith_fp16",
+        max_batch_size=0,
+        parameters={**P, "precision_mode": "force_fp16"},
+    )
     log = str(root / "server.log")
     srv = start_server(str(repo), log)
     client = httpclient.InferenceServerClient(srv.url("http"), connection_timeout=60, network_timeout=60)

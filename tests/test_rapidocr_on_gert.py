@@ -1,6 +1,7 @@
 """A real ONNX Runtime application on gert, unchanged: RapidOCR (det -> cls -> rec, PP-OCR models) over a dozen
 rendered text images of different sizes, once on ONNX Runtime and once with gert.patch_onnxruntime(when="always")
 applied before RapidOCR is imported. Same texts, same boxes, same scores (to float tolerance)."""
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,7 @@ def run_app(mode: str) -> dict:
     r = subprocess.run([sys.executable, SCRIPT, mode], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     line = next(ln for ln in r.stdout.splitlines() if ln.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):])
+    return json.loads(line[len("RESULT ") :])
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
 """The README's set-up and test commands are what CI runs, in a fresh venv (so a missing dependency fails CI first)."""
+
 from __future__ import annotations
 
 import os
@@ -35,8 +36,9 @@ def test_main_job_line_is_venv_first_and_ci_runs_it_in_a_fresh_clone():
     """PEP 668: a system Python marked EXTERNALLY-MANAGED (Debian 12, Ubuntu 23.04+) refuses `pip install` outside a
     venv, so the line makes one and uses its pip and python; CI runs it as written in a new clone of the commit."""
     line = readme_main_job_line()
-    assert re.match(r"python3 -m venv (\S+) && \1/bin/pip install -e \. && \1/bin/python examples/quickstart\.py$",
-                    line), line
+    assert re.match(
+        r"python3 -m venv (\S+) && \1/bin/pip install -e \. && \1/bin/python examples/quickstart\.py$", line
+    ), line
     ci_lines = [ln.strip() for ln in _read(".ci", "run").splitlines()]
     assert line in ci_lines, f".ci/run does not run the README's main-job line {line!r}"
     clone = next(i for i, ln in enumerate(ci_lines) if re.match(r'git clone -q \S+ "?\$clone/gert"?$', ln))
@@ -72,6 +74,15 @@ def test_ci_runs_the_readme_commands_in_a_fresh_venv():
 def test_test_extra_holds_the_tools_the_tests_run():
     """Tests run `python -m cython` (API fidelity) and import these: the test extra must bring them."""
     extra = re.search(r"^test = \[(.*?)\]", _read("pyproject.toml"), re.S | re.M).group(1)
-    for pkg in ("pytest", "hypothesis", "pytest-benchmark", "onnx", "onnxruntime", "Cython", "pytest-xdist",
-                "pytest-randomly", "pytest-repeat"):
+    for pkg in (
+        "pytest",
+        "hypothesis",
+        "pytest-benchmark",
+        "onnx",
+        "onnxruntime",
+        "Cython",
+        "pytest-xdist",
+        "pytest-randomly",
+        "pytest-repeat",
+    ):
         assert re.search(rf'"{re.escape(pkg)}[<>=!\[ "]', extra + " "), f"{pkg} is missing from the test extra"

@@ -2,6 +2,7 @@
 recovered (aclrtDeviceTaskAbort, new streams and Sessions) while the other device serves; request timeouts abort
 and reuse the stuck stream; close() returns in time with a hung stream; out of device memory releases caches and
 retries once. Faults come from the host NPU's injection (gert.inject_fault)."""
+
 from __future__ import annotations
 
 import time
@@ -132,7 +133,8 @@ def test_out_of_memory_on_a_buffer_grow_releases_caches_and_retries_once(model):
 
 
 def test_device_failure_is_recovered_while_the_other_device_serves():
-    r = run_python_result("""
+    r = run_python_result(
+        """
         import threading, time
         import numpy as np, gert
         from gert.errors import DeviceUnavailable
@@ -163,7 +165,10 @@ def test_device_failure_is_recovered_while_the_other_device_serves():
               "failed": sorted({str(o) for o in outcomes if o not in ("ok", "wrong")}),
               "recoveries": st["recoveries"], "failed_tasks": st["failed_tasks"], "after_ok": after_ok,
               "both_serve_after": all(n > 0 for n in served)})
-    """, env={"GERT_HOST_DEVICES": "2", "PYTHONPATH": f"{REPO}:{REPO}/tests"}, timeout=120)
+    """,
+        env={"GERT_HOST_DEVICES": "2", "PYTHONPATH": f"{REPO}:{REPO}/tests"},
+        timeout=120,
+    )
     assert r["wrong"] == 0
     assert r["recoveries"] == 1, r
     assert r["failed_tasks"] >= 1 and r["ok"] >= 120 - 8, r

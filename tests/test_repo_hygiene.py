@@ -2,6 +2,7 @@
 ``sym_shape_infer_temp.onnx``, written into the working directory by ONNX Runtime's symbolic shape inference, sat
 tracked at the root, referenced by nothing). Sizes are those of the blobs in git's index, so a large file staged but
 not yet committed fails too. Skipped outside a git checkout (an sdist, an installed copy)."""
+
 from __future__ import annotations
 
 import pathlib
@@ -55,12 +56,18 @@ def test_nothing_over_1mb_tracked_outside_docs_and_examples():
     sizes = tracked_sizes()
     assert "pyproject.toml" in sizes, sorted(sizes)[:20]  # the listing itself worked
     big = oversized(sizes)
-    assert not big, (f"tracked files over {MAX_BYTES} bytes outside {', '.join(LARGE_ALLOWED)}: "
-                     + ", ".join(f"{p} ({n} bytes)" for p, n in sorted(big.items())))
+    assert not big, f"tracked files over {MAX_BYTES} bytes outside {', '.join(LARGE_ALLOWED)}: " + ", ".join(
+        f"{p} ({n} bytes)" for p, n in sorted(big.items())
+    )
 
 
 def test_the_rule_sees_a_large_file_and_spares_docs():
     """The filter itself: a large root file is reported, large files under docs/ and examples/ are not."""
-    sizes = {"sym_shape_infer_temp.onnx": 4_808_403, "docs/big.png": 2_000_000, "examples/in.npy": 3_000_000,
-             "README.md": 69_168, "docsx/big.bin": 1_000_001}
+    sizes = {
+        "sym_shape_infer_temp.onnx": 4_808_403,
+        "docs/big.png": 2_000_000,
+        "examples/in.npy": 3_000_000,
+        "README.md": 69_168,
+        "docsx/big.bin": 1_000_001,
+    }
     assert oversized(sizes) == {"sym_shape_infer_temp.onnx": 4_808_403, "docsx/big.bin": 1_000_001}

@@ -2,6 +2,7 @@
 
 Each model is built with onnx.helper; every result is compared with ONNX Runtime run on that request alone.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,34 +31,59 @@ def assert_same(got: dict, want: dict, what: str = "") -> None:
 def unnamed_mlp() -> bytes:
     """x [?, 8] -> y [?, 4]: the batch dim has no name in the file (as exported speech / detection models)."""
     w = np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32)
-    return make_model([helper.make_node("MatMul", ["x", "W"], ["y"])], [vi("x", np.float32, [None, 8])],
-                      [vi("y", np.float32, [None, 4])], [_const("W", w)], name="unnamed_mlp")
+    return make_model(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])],
+        [vi("x", np.float32, [None, 8])],
+        [vi("y", np.float32, [None, 4])],
+        [_const("W", w)],
+        name="unnamed_mlp",
+    )
 
 
 def unnamed_rnn() -> bytes:
     """The issue's 5-node RNN: MatMul(x, W) + MatMul(h, U) -> Tanh -> h_out; Squeeze(h_out, 0) -> y, all ? unnamed."""
     rng = np.random.default_rng(1)
-    nodes = [helper.make_node("MatMul", ["x", "W"], ["a"]), helper.make_node("MatMul", ["h", "U"], ["b"]),
-             helper.make_node("Add", ["a", "b"], ["c"]), helper.make_node("Tanh", ["c"], ["h_out"]),
-             helper.make_node("Squeeze", ["h_out", "zero"], ["y"])]
-    return make_model(nodes, [vi("x", np.float32, [None, 8]), vi("h", np.float32, [1, None, HID])],
-                      [vi("y", np.float32, [None, HID]), vi("h_out", np.float32, [1, None, HID])],
-                      [_const("W", rng.standard_normal((8, HID)).astype(np.float32) * 0.5),
-                       _const("U", rng.standard_normal((HID, HID)).astype(np.float32) * 0.5),
-                       _const("zero", np.array([0], np.int64))], name="unnamed_rnn")
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["a"]),
+        helper.make_node("MatMul", ["h", "U"], ["b"]),
+        helper.make_node("Add", ["a", "b"], ["c"]),
+        helper.make_node("Tanh", ["c"], ["h_out"]),
+        helper.make_node("Squeeze", ["h_out", "zero"], ["y"]),
+    ]
+    return make_model(
+        nodes,
+        [vi("x", np.float32, [None, 8]), vi("h", np.float32, [1, None, HID])],
+        [vi("y", np.float32, [None, HID]), vi("h_out", np.float32, [1, None, HID])],
+        [
+            _const("W", rng.standard_normal((8, HID)).astype(np.float32) * 0.5),
+            _const("U", rng.standard_normal((HID, HID)).astype(np.float32) * 0.5),
+            _const("zero", np.array([0], np.int64)),
+        ],
+        name="unnamed_rnn",
+    )
 
 
 def reduce_max_model() -> bytes:
     """x [N, 4] -> y [4] = max over the batch (R8: an output without the batch axis)."""
-    return make_model([helper.make_node("ReduceMax", ["x", "ax"], ["y"], keepdims=0)],
-                      [vi("x", np.float32, ["N", 4])], [vi("y", np.float32, [4])],
-                      [_const("ax", np.array([0], np.int64))], name="rmax", opset=18)
+    return make_model(
+        [helper.make_node("ReduceMax", ["x", "ax"], ["y"], keepdims=0)],
+        [vi("x", np.float32, ["N", 4])],
+        [vi("y", np.float32, [4])],
+        [_const("ax", np.array([0], np.int64))],
+        name="rmax",
+        opset=18,
+    )
 
 
 def flatten_model() -> bytes:
     """x [N, 4] -> y [?] = Reshape(x, [-1]): the batch hides in a dim inference cannot name."""
-    return make_model([helper.make_node("Reshape", ["x", "shape"], ["y"])], [vi("x", np.float32, ["N", 4])],
-                      [vi("y", np.float32, [None])], [_const("shape", np.array([-1], np.int64))], name="flat")
+    return make_model(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"])],
+        [vi("x", np.float32, ["N", 4])],
+        [vi("y", np.float32, [None])],
+        [_const("shape", np.array([-1], np.int64))],
+        name="flat",
+    )
 
 
 def rows(n: int, seed: int, width: int = 8) -> np.ndarray:
@@ -65,6 +91,7 @@ def rows(n: int, seed: int, width: int = 8) -> np.ndarray:
 
 
 # ---- unnamed batch dim, batch_dim=["x:0"]: padding rows never leak ------------------------------------------------
+
 
 @pytest.mark.parametrize("batch_dim", [None, ["x:0"], "x:0"])
 def test_unnamed_batch_run_slices_off_padding(batch_dim):
@@ -102,13 +129,20 @@ def test_unnamed_rnn_step_gives_each_sequence_its_own_rows():
 
 # ---- the batch dim by any of its names --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("key", ["N", "batch", "x:1", "h:1"])
 def test_batch_dim_addressable_by_every_name(key):
     from recurrent_models import gru_model
 
     model = gru_model()
-    with gert.load(model, state={"h": "h_out"}, batch_dim="N", gears={key: [1, 2, 4, 8]},
-                   shape_policy={key: "pad"}, output_dims={"y": {1: key}}) as m:
+    with gert.load(
+        model,
+        state={"h": "h_out"},
+        batch_dim="N",
+        gears={key: [1, 2, 4, 8]},
+        shape_policy={key: "pad"},
+        output_dims={"y": {1: key}},
+    ) as m:
         assert m.plan.batch.gears == (1, 2, 4, 8) and m.plan.batch.policy == "pad"
         assert m.plan.batch_axis("y", output=True) == 1
         s1, s2, s3 = (m.sequence() for _ in range(3))
@@ -125,6 +159,7 @@ def test_unknown_dim_name_names_the_aliases():
 
 
 # ---- outputs without the batch axis (R8) --------------------------------------------------------------------------
+
 
 def test_reduction_over_the_batch_sees_only_the_request():
     """R8: default settings padded run(3 rows) to 4 with zero rows (max [0 0 0 0]) and merged run([a, b])."""
@@ -171,8 +206,11 @@ def test_output_not_computed_from_the_batch_is_returned_whole():
     """An output that depends only on an input without the batch axis is the same for every request: merging is
     fine."""
     nodes = [helper.make_node("Mul", ["x", "k"], ["y"]), helper.make_node("Neg", ["k"], ["z"])]
-    model = make_model(nodes, [vi("x", np.float32, ["N", 4]), vi("k", np.float32, [])],
-                       [vi("y", np.float32, ["N", 4]), vi("z", np.float32, [])])
+    model = make_model(
+        nodes,
+        [vi("x", np.float32, ["N", 4]), vi("k", np.float32, [])],
+        [vi("y", np.float32, ["N", 4]), vi("z", np.float32, [])],
+    )
     k = np.array(3, np.float32)
     reqs = [{"x": rows(n, n, 4), "k": k} for n in (1, 3)]
     with gert.load(model, batch_dim="N") as m:
@@ -182,6 +220,7 @@ def test_output_not_computed_from_the_batch_is_returned_whole():
 
 
 # ---- a batched step is all-or-nothing (R4) ------------------------------------------------------------------------
+
 
 @pytest.mark.hostnpu_only  # gert.inject_fault
 @pytest.mark.parametrize("after", [3, 4, 5, 6])
@@ -218,9 +257,12 @@ def test_batched_step_failing_halfway_leaves_every_state_as_it_was(after):
 
 def test_ort_facade_refuses_none_instead_of_nan():
     """R9: None for a 0-d float input became NaN through np.asarray(None, float32); ONNX Runtime fails the run."""
-    model = make_model([helper.make_node("Mul", ["x", "s"], ["y"])], [vi("x", np.float32, ["N", 4]),
-                                                                     vi("s", np.float32, [])],
-                       [vi("y", np.float32, ["N", 4])], name="scalar_mul")
+    model = make_model(
+        [helper.make_node("Mul", ["x", "s"], ["y"])],
+        [vi("x", np.float32, ["N", 4]), vi("s", np.float32, [])],
+        [vi("y", np.float32, ["N", 4])],
+        name="scalar_mul",
+    )
     with gert.InferenceSession(model) as sess:
         with pytest.raises(gert.GertError, match="Missing Input: s"):  # ONNX Runtime's Fail
             sess.run(None, {"x": np.ones((2, 4), np.float32), "s": None})

@@ -1,5 +1,6 @@
 """Core (resource) limits: CANN's fallback order stream -> device -> hardware, per-stream values, range checks,
 and aclrtUseStreamResInCurrentThread / aclrtGetResInCurrentThread per thread."""
+
 import threading
 
 import pytest
@@ -40,17 +41,18 @@ def test_fallback_order_in_process(device):
     with gert.Stream(device) as s, gert.Stream(device) as t:
         _cann.set_device_res_limit(0, CUBE, 1)
         assert _cann.get_device_res_limit(0, CUBE) == 1
-        assert s.cube_cores == 1 and t.cube_cores == 1              # stream unset -> device
+        assert s.cube_cores == 1 and t.cube_cores == 1  # stream unset -> device
         s.cube_cores = n
-        assert s.cube_cores == n and t.cube_cores == 1              # stream set -> stream
+        assert s.cube_cores == n and t.cube_cores == 1  # stream set -> stream
         s.reset_limits()
-        assert s.cube_cores == 1                                     # back to the device
+        assert s.cube_cores == 1  # back to the device
         _cann.reset_device_res_limit(0)
-        assert s.cube_cores == n and t.cube_cores == n               # back to the hardware
+        assert s.cube_cores == n and t.cube_cores == n  # back to the hardware
 
 
 def test_fallback_order_and_per_stream_values():
-    res = run_python_result('''
+    res = run_python_result(
+        """
         C, V = _cann.RES_CUBE_CORE, _cann.RES_VECTOR_CORE
         d = gert.Device(0)
         s1, s2, s3 = gert.Stream(d), gert.Stream(d), gert.Stream(d)
@@ -79,11 +81,13 @@ def test_fallback_order_and_per_stream_values():
         with gert.Device(0) as d2:
             out["after_reopen"] = _cann.get_device_res_limit(0, C)
         emit(out)
-    ''', env={"GERT_HOST_CUBE_CORES": "8", "GERT_HOST_VECTOR_CORES": "6"})
+    """,
+        env={"GERT_HOST_CUBE_CORES": "8", "GERT_HOST_VECTOR_CORES": "6"},
+    )
     assert res["hw"] == [8, 6]
-    assert res["start"] == [8, 6]                       # nothing set: hardware
-    assert res["device_cube"] == [4, 6, 4, 6]           # device cube limit; vector still hardware
-    assert res["streams"] == [[2, 6], [7, 3], [4, 6]]   # stream values where set, else device, else hardware
+    assert res["start"] == [8, 6]  # nothing set: hardware
+    assert res["device_cube"] == [4, 6, 4, 6]  # device cube limit; vector still hardware
+    assert res["streams"] == [[2, 6], [7, 3], [4, 6]]  # stream values where set, else device, else hardware
     assert res["raw_stream"] == 3
     assert res["device_vector"] == [[2, 5], [7, 3], [4, 5]]
     assert res["s2_reset"] == [4, 5]
@@ -103,7 +107,7 @@ def test_out_of_range_values_are_rejected(device):
             assert (
                 "aclrtSetStreamResLimit" in e.message and f"cube core limit {bad} is out of range [1, {n}]" in e.message
             )
-            assert s.cube_cores == before                          # unchanged
+            assert s.cube_cores == before  # unchanged
         with pytest.raises(gert.AclError) as ei:
             s.vector_cores = hw(VECTOR) + 1
         assert "vector core limit" in ei.value.message
@@ -116,7 +120,7 @@ def test_out_of_range_values_are_rejected(device):
         assert "out of range" in ei.value.message
     assert _cann.get_device_res_limit(0, CUBE) == n
     with pytest.raises(gert.AclError) as ei:
-        _cann.set_device_res_limit(0, 7, 1)                        # not an aclrtDevResLimitType
+        _cann.set_device_res_limit(0, 7, 1)  # not an aclrtDevResLimitType
     assert ei.value.code == 107000 and "aclrtDevResLimitType" in ei.value.message  # CANN 8.5: 107000
     with pytest.raises(gert.AclError) as ei:
         _cann.set_device_res_limit(gert.device_count(), CUBE, 1)
@@ -124,7 +128,8 @@ def test_out_of_range_values_are_rejected(device):
 
 
 def test_use_in_current_thread_is_per_thread():
-    res = run_python_result('''
+    res = run_python_result(
+        """
         C, V = _cann.RES_CUBE_CORE, _cann.RES_VECTOR_CORE
         d = gert.Device(0)
         _cann.set_device_res_limit(0, C, 4)
@@ -160,13 +165,15 @@ def test_use_in_current_thread_is_per_thread():
         streams["c"].destroy()                      # a destroyed stream's binding falls back to the device
         after_destroy = _cann.get_res_in_current_thread(C)
         emit({"seen": seen, "main": main, "unuse_other": unuse_other, "after_destroy": after_destroy})
-    ''', env={"GERT_HOST_CUBE_CORES": "8", "GERT_HOST_VECTOR_CORES": "6"})
+    """,
+        env={"GERT_HOST_CUBE_CORES": "8", "GERT_HOST_VECTOR_CORES": "6"},
+    )
     seen = res["seen"]
     assert seen["a"] == [[3, 6], [6, 6], [4, 6]]
     assert seen["b"] == [[5, 2], [5, 2], [4, 6]]
-    assert seen["c"] == [[4, 6], [4, 6], [4, 6]]        # uses a stream without limits: device, hardware
+    assert seen["c"] == [[4, 6], [4, 6], [4, 6]]  # uses a stream without limits: device, hardware
     assert seen["none"] == [[4, 6], [4, 6], [4, 6]]
-    assert res["main"] == [4, 6]                        # other threads' choices do not leak into this one
+    assert res["main"] == [4, 6]  # other threads' choices do not leak into this one
     code, name, msg = res["unuse_other"]
     assert code == 107000 and "does not use the resources of stream" in msg
     assert res["after_destroy"] == 4
@@ -189,8 +196,7 @@ def test_use_in_current_thread_in_process(device):
             if stream is not None:
                 stream.unuse_in_current_thread()
 
-        ts = [threading.Thread(target=worker, args=a) for a in
-              (("limited", limited), ("plain", plain), ("none", None))]
+        ts = [threading.Thread(target=worker, args=a) for a in (("limited", limited), ("plain", plain), ("none", None))]
         for t in ts:
             t.start()
         for t in ts:

@@ -4,6 +4,7 @@ Soundness is checked against ONNX Runtime, not against gert: wherever the proof 
 independent, row i of ONNX Runtime's output for a batch equals its output for row i alone. Random models
 (hypothesis) and one case per rule; the classes the proof must refuse (ops mixing rows along the batch) are named.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -42,16 +43,26 @@ def _ort_rows_hold(m: onnx.ModelProto, feeds: dict, batch: dict, verdict: dict, 
     names = [o.name for o in sess.get_outputs()]
     together = dict(zip(names, sess.run(None, feeds)))
     for i in range(rows):
-        alone = dict(zip(names, sess.run(None, {n: np.take(v, [i], axis=batch[n]) if n in batch else v
-                                                for n, v in feeds.items()})))
+        alone = dict(
+            zip(
+                names,
+                sess.run(None, {n: np.take(v, [i], axis=batch[n]) if n in batch else v for n, v in feeds.items()}),
+            )
+        )
         for n in names:
             v = verdict[n]
             if v.independent and v.axis is not None:
-                np.testing.assert_allclose(np.take(together[n], [i], axis=v.axis), alone[n], rtol=1e-4, atol=1e-5,
-                                           err_msg=f"output {n}: the proof says rows independent on axis {v.axis}")
+                np.testing.assert_allclose(
+                    np.take(together[n], [i], axis=v.axis),
+                    alone[n],
+                    rtol=1e-4,
+                    atol=1e-5,
+                    err_msg=f"output {n}: the proof says rows independent on axis {v.axis}",
+                )
 
 
 # ---- one case per rule -----------------------------------------------------------------------------------------------
+
 
 def _x(shape=("N", 4, 5), name="x"):
     return helper.make_tensor_value_info(name, F, list(shape))
@@ -71,51 +82,123 @@ def _elem(nodes, name: str) -> int:
 
 CASES = [  # (id, nodes, initializers, batch axis of x, expected batch axis of y or None: not independent)
     ("relu", [helper.make_node("Relu", ["x"], ["y"])], [], 0, 0),
-    ("add_broadcast_row", [helper.make_node("Add", ["x", "b"], ["y"])], [_const("b", np.ones((1, 4, 5), np.float32))],
-     0, 0),
-    ("add_positional", [helper.make_node("Add", ["x", "b"], ["y"])], [_const("b", np.ones((3, 4, 5), np.float32))],
-     0, None),
+    (
+        "add_broadcast_row",
+        [helper.make_node("Add", ["x", "b"], ["y"])],
+        [_const("b", np.ones((1, 4, 5), np.float32))],
+        0,
+        0,
+    ),
+    (
+        "add_positional",
+        [helper.make_node("Add", ["x", "b"], ["y"])],
+        [_const("b", np.ones((3, 4, 5), np.float32))],
+        0,
+        None,
+    ),
     ("softmax_batch", [helper.make_node("Softmax", ["x"], ["y"], axis=0)], [], 0, None),
     ("softmax_other", [helper.make_node("Softmax", ["x"], ["y"], axis=2)], [], 0, 0),
     ("logsoftmax_axis1_batch1", [helper.make_node("LogSoftmax", ["x"], ["y"], axis=1)], [], 1, None),
     ("cumsum_batch", [helper.make_node("CumSum", ["x", "ax"], ["y"])], [_const("ax", np.array(0))], 0, None),
     ("cumsum_other", [helper.make_node("CumSum", ["x", "ax"], ["y"])], [_const("ax", np.array(1))], 0, 0),
-    ("reducemean_batch", [helper.make_node("ReduceMean", ["x"], ["m"], axes=[0]),
-                          helper.make_node("Sub", ["x", "m"], ["y"])], [], 0, None),
+    (
+        "reducemean_batch",
+        [helper.make_node("ReduceMean", ["x"], ["m"], axes=[0]), helper.make_node("Sub", ["x", "m"], ["y"])],
+        [],
+        0,
+        None,
+    ),
     ("reducemean_other", [helper.make_node("ReduceMean", ["x"], ["y"], axes=[2], keepdims=0)], [], 1, 1),
-    ("reducel2_all", [helper.make_node("ReduceL2", ["x"], ["m"]), helper.make_node("Mul", ["x", "m"], ["y"])], [],
-     0, None),
-    ("slice_reverse_batch", [helper.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"])],
-     [_const("s", [-1]), _const("e", [-(2 ** 62)]), _const("a", [0]), _const("st", [-1])], 0, None),
-    ("slice_other", [helper.make_node("Slice", ["x", "s", "e", "a"], ["y"])],
-     [_const("s", [1]), _const("e", [3]), _const("a", [1])], 0, 0),
-    ("slice_batch_whole", [helper.make_node("Slice", ["x", "s", "e", "a"], ["y"])],
-     [_const("s", [0]), _const("e", [2 ** 62]), _const("a", [0])], 0, 0),
-    ("slice_batch_part", [helper.make_node("Slice", ["x", "s", "e", "a"], ["y"])],
-     [_const("s", [1]), _const("e", [2 ** 62]), _const("a", [0])], 0, None),
+    (
+        "reducel2_all",
+        [helper.make_node("ReduceL2", ["x"], ["m"]), helper.make_node("Mul", ["x", "m"], ["y"])],
+        [],
+        0,
+        None,
+    ),
+    (
+        "slice_reverse_batch",
+        [helper.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"])],
+        [_const("s", [-1]), _const("e", [-(2**62)]), _const("a", [0]), _const("st", [-1])],
+        0,
+        None,
+    ),
+    (
+        "slice_other",
+        [helper.make_node("Slice", ["x", "s", "e", "a"], ["y"])],
+        [_const("s", [1]), _const("e", [3]), _const("a", [1])],
+        0,
+        0,
+    ),
+    (
+        "slice_batch_whole",
+        [helper.make_node("Slice", ["x", "s", "e", "a"], ["y"])],
+        [_const("s", [0]), _const("e", [2**62]), _const("a", [0])],
+        0,
+        0,
+    ),
+    (
+        "slice_batch_part",
+        [helper.make_node("Slice", ["x", "s", "e", "a"], ["y"])],
+        [_const("s", [1]), _const("e", [2**62]), _const("a", [0])],
+        0,
+        None,
+    ),
     ("transpose", [helper.make_node("Transpose", ["x"], ["y"], perm=[2, 0, 1])], [], 0, 1),
     ("matmul_rows", [helper.make_node("MatMul", ["x", "w"], ["y"])], [_const("w", np.ones((5, 3), np.float32))], 0, 0),
-    ("matmul_contracts", [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]),
-                          helper.make_node("MatMul", ["x", "t"], ["y"])], [], 2, None),
-    ("x_xT", [helper.make_node("Reshape", ["x", "s"], ["f"]), helper.make_node("Transpose", ["f"], ["t"]),
-              helper.make_node("MatMul", ["f", "t"], ["y"])], [_const("s", [0, -1])], 0, None),
+    (
+        "matmul_contracts",
+        [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]), helper.make_node("MatMul", ["x", "t"], ["y"])],
+        [],
+        2,
+        None,
+    ),
+    (
+        "x_xT",
+        [
+            helper.make_node("Reshape", ["x", "s"], ["f"]),
+            helper.make_node("Transpose", ["f"], ["t"]),
+            helper.make_node("MatMul", ["f", "t"], ["y"]),
+        ],
+        [_const("s", [0, -1])],
+        0,
+        None,
+    ),
     ("flatten", [helper.make_node("Flatten", ["x"], ["y"], axis=1)], [], 0, 0),
     ("reshape_all", [helper.make_node("Reshape", ["x", "s"], ["y"])], [_const("s", [-1])], 0, None),
     ("reshape_split_batch", [helper.make_node("Reshape", ["x", "s"], ["y"])], [_const("s", [-1, 10])], 0, None),
-    ("reshape_from_shape", [helper.make_node("Shape", ["x"], ["sh"]),
-                            helper.make_node("Gather", ["sh", "i0"], ["n"], axis=0),
-                            helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"]),
-                            helper.make_node("Concat", ["n1", "m1"], ["s"], axis=0),
-                            helper.make_node("Reshape", ["x", "s"], ["y"])],
-     [_const("i0", np.array(0)), _const("ax0", [0]), _const("m1", [-1])], 0, 0),
-    ("range_of_batch", [helper.make_node("Shape", ["x"], ["sh"]),
-                        helper.make_node("Gather", ["sh", "i0"], ["n"], axis=0),
-                        helper.make_node("Range", ["z", "n", "one"], ["r"]),
-                        helper.make_node("Cast", ["r"], ["rf"], to=F),
-                        helper.make_node("Unsqueeze", ["rf", "ax"], ["ru"]),
-                        helper.make_node("Add", ["x", "ru"], ["y"])],
-     [_const("i0", np.array(0)), _const("z", np.array(0, np.int64)), _const("one", np.array(1, np.int64)),
-      _const("ax", [1, 2])], 0, None),
+    (
+        "reshape_from_shape",
+        [
+            helper.make_node("Shape", ["x"], ["sh"]),
+            helper.make_node("Gather", ["sh", "i0"], ["n"], axis=0),
+            helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"]),
+            helper.make_node("Concat", ["n1", "m1"], ["s"], axis=0),
+            helper.make_node("Reshape", ["x", "s"], ["y"]),
+        ],
+        [_const("i0", np.array(0)), _const("ax0", [0]), _const("m1", [-1])],
+        0,
+        0,
+    ),
+    (
+        "range_of_batch",
+        [
+            helper.make_node("Shape", ["x"], ["sh"]),
+            helper.make_node("Gather", ["sh", "i0"], ["n"], axis=0),
+            helper.make_node("Range", ["z", "n", "one"], ["r"]),
+            helper.make_node("Cast", ["r"], ["rf"], to=F),
+            helper.make_node("Unsqueeze", ["rf", "ax"], ["ru"]),
+            helper.make_node("Add", ["x", "ru"], ["y"]),
+        ],
+        [
+            _const("i0", np.array(0)),
+            _const("z", np.array(0, np.int64)),
+            _const("one", np.array(1, np.int64)),
+            _const("ax", [1, 2]),
+        ],
+        0,
+        None,
+    ),
     ("concat_batch", [helper.make_node("Concat", ["x", "x"], ["y"], axis=0)], [], 0, None),
     ("concat_other", [helper.make_node("Concat", ["x", "x"], ["y"], axis=2)], [], 0, 0),
     ("gather_batch", [helper.make_node("Gather", ["x", "i"], ["y"], axis=0)], [_const("i", [0])], 0, None),
@@ -131,13 +214,23 @@ CASES = [  # (id, nodes, initializers, batch axis of x, expected batch axis of y
     ("squeeze_noaxes", [helper.make_node("Squeeze", ["x"], ["y"])], [], 0, None),
     ("unsqueeze", [helper.make_node("Unsqueeze", ["x", "a"], ["y"])], [_const("a", [0, 2])], 1, 3),
     ("split_other", [helper.make_node("Split", ["x"], ["y", "z"], axis=2, num_outputs=2)], [], 0, 0),
-    ("einsum", [helper.make_node("Einsum", ["x", "w"], ["y"], equation="nij,jk->nik")],
-     [_const("w", np.ones((5, 3), np.float32))], 0, 0),
+    (
+        "einsum",
+        [helper.make_node("Einsum", ["x", "w"], ["y"], equation="nij,jk->nik")],
+        [_const("w", np.ones((5, 3), np.float32))],
+        0,
+        0,
+    ),
     ("einsum_sum_batch", [helper.make_node("Einsum", ["x"], ["y"], equation="nij->ij")], [], 0, None),
     ("hardmax_opset11_coerced", [helper.make_node("Hardmax", ["x"], ["y"], axis=0)], [], 1, None),
     ("nonzero", [helper.make_node("NonZero", ["x"], ["y"])], [], 0, None),
-    ("layernorm", [helper.make_node("LayerNormalization", ["x", "s"], ["y"], axis=-1)],
-     [_const("s", np.ones(5, np.float32))], 0, 0),
+    (
+        "layernorm",
+        [helper.make_node("LayerNormalization", ["x", "s"], ["y"], axis=-1)],
+        [_const("s", np.ones(5, np.float32))],
+        0,
+        0,
+    ),
 ]
 
 
@@ -146,8 +239,13 @@ def test_each_rule_says_where_the_batch_lands_and_onnx_runtime_agrees(case):
     name, nodes, inits, axis, want = case
     shape = ["N", 4, 5] if axis == 0 else [3, "N", 5] if axis == 1 else [3, 4, "N"]
     outs = sorted({o for n in nodes for o in n.output} - {i for n in nodes for i in n.input})
-    m = _model(nodes, [_x(shape)], [_y(o, _elem(nodes, o)) for o in outs], inits, opset=11 if "opset11" in name else
-               (18 if "split" in name else 17))
+    m = _model(
+        nodes,
+        [_x(shape)],
+        [_y(o, _elem(nodes, o)) for o in outs],
+        inits,
+        opset=11 if "opset11" in name else (18 if "split" in name else 17),
+    )
     verdict = _prove(m, {"x": axis})
     got = verdict["y"]
     if want is None:
@@ -160,8 +258,11 @@ def test_each_rule_says_where_the_batch_lands_and_onnx_runtime_agrees(case):
 
 
 def test_the_refusal_names_the_node_that_mixed_rows():
-    m = _model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Softmax", ["r"], ["y"], axis=0, name="sm")],
-               [_x()], [_y()])
+    m = _model(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Softmax", ["r"], ["y"], axis=0, name="sm")],
+        [_x()],
+        [_y()],
+    )
     got = _prove(m, {"x": 0})["y"]
     assert "'sm' (Softmax)" in got.reason and "batch axis 0" in got.reason
 
@@ -178,11 +279,31 @@ def test_an_if_on_a_free_condition_keeps_rows_where_both_branches_do():
 
 # ---- random models: wherever the proof says independent, ONNX Runtime agrees --------------------------------------
 
+
 def _step(draw, cur: str, k: int, rank: int):
     """One random op on ``cur`` (rank 3): (nodes, initializers, output name)."""
     out = f"t{k}"
-    kind = draw(st.sampled_from(["relu", "softmax", "cumsum", "reduce_sub", "transpose", "slice", "concat", "pad",
-                                 "tile", "gather", "add_const", "matmul", "topk", "reshape_keep", "range_row"]))
+    kind = draw(
+        st.sampled_from(
+            [
+                "relu",
+                "softmax",
+                "cumsum",
+                "reduce_sub",
+                "transpose",
+                "slice",
+                "concat",
+                "pad",
+                "tile",
+                "gather",
+                "add_const",
+                "matmul",
+                "topk",
+                "reshape_keep",
+                "range_row",
+            ]
+        )
+    )
     axis = draw(st.integers(0, rank - 1))
     c = f"c{k}"
     if kind == "relu":
@@ -192,16 +313,21 @@ def _step(draw, cur: str, k: int, rank: int):
     if kind == "cumsum":
         return [helper.make_node("CumSum", [cur, c], [out])], [_const(c, np.array(axis))]
     if kind == "reduce_sub":
-        return [helper.make_node("ReduceMean", [cur], [c + "m"], axes=[axis]),
-                helper.make_node("Sub", [cur, c + "m"], [out])], []
+        return [
+            helper.make_node("ReduceMean", [cur], [c + "m"], axes=[axis]),
+            helper.make_node("Sub", [cur, c + "m"], [out]),
+        ], []
     if kind == "transpose":
         return [helper.make_node("Transpose", [cur], [out], perm=draw(st.permutations(range(rank))))], []
     if kind == "slice":
         step = draw(st.sampled_from([1, -1]))
-        ends = [2 ** 62] if step == 1 else [-(2 ** 62)]
+        ends = [2**62] if step == 1 else [-(2**62)]
         return [helper.make_node("Slice", [cur, c + "s", c + "e", c + "a", c + "t"], [out])], [
-            _const(c + "s", [0 if step == 1 else -1]), _const(c + "e", ends), _const(c + "a", [axis]),
-            _const(c + "t", [step])]
+            _const(c + "s", [0 if step == 1 else -1]),
+            _const(c + "e", ends),
+            _const(c + "a", [axis]),
+            _const(c + "t", [step]),
+        ]
     if kind == "concat":
         return [helper.make_node("Concat", [cur, cur], [out], axis=axis)], []
     if kind == "pad":
@@ -217,25 +343,29 @@ def _step(draw, cur: str, k: int, rank: int):
     if kind == "add_const":
         shape = [1] * rank
         shape[axis] = draw(st.sampled_from([1, 2]))
-        return [helper.make_node("Add", [cur, c], [out])], [_const(c, np.arange(np.prod(shape), dtype=np.float32)
-                                                                   .reshape(shape))]
+        return [helper.make_node("Add", [cur, c], [out])], [
+            _const(c, np.arange(np.prod(shape), dtype=np.float32).reshape(shape))
+        ]
     if kind == "matmul":
-        return [helper.make_node("Transpose", [cur], [c + "t"], perm=draw(st.permutations(range(rank)))),
-                helper.make_node("MatMul", [c + "t", c + "t2"], [out]),
-                helper.make_node("Transpose", [c + "t"], [c + "t2"], perm=[0, 2, 1])], []
+        return [
+            helper.make_node("Transpose", [cur], [c + "t"], perm=draw(st.permutations(range(rank)))),
+            helper.make_node("MatMul", [c + "t", c + "t2"], [out]),
+            helper.make_node("Transpose", [c + "t"], [c + "t2"], perm=[0, 2, 1]),
+        ], []
     if kind == "topk":
         return [helper.make_node("TopK", [cur, c], [out, c + "i"], axis=axis)], [_const(c, [1])]
     if kind == "reshape_keep":
         return [helper.make_node("Shape", [cur], [c + "sh"]), helper.make_node("Reshape", [cur, c + "sh"], [out])], []
     # range_row: a row index from the batch's size... or from another axis' size
-    return [helper.make_node("Shape", [cur], [c + "sh"]),
-            helper.make_node("Gather", [c + "sh", c + "i"], [c + "n"], axis=0),
-            helper.make_node("Range", [c + "z", c + "n", c + "o"], [c + "r"]),
-            helper.make_node("Cast", [c + "r"], [c + "f"], to=F),
-            helper.make_node("Mul", [c + "f", c + "f"], [c + "f2"]),
-            helper.make_node("ReduceSum", [c + "f2"], [c + "s"], keepdims=1),
-            helper.make_node("Add", [cur, c + "s"], [out])], [
-        _const(c + "i", np.array(axis)), _const(c + "z", np.array(0, np.int64)), _const(c + "o", np.array(1, np.int64))]
+    return [
+        helper.make_node("Shape", [cur], [c + "sh"]),
+        helper.make_node("Gather", [c + "sh", c + "i"], [c + "n"], axis=0),
+        helper.make_node("Range", [c + "z", c + "n", c + "o"], [c + "r"]),
+        helper.make_node("Cast", [c + "r"], [c + "f"], to=F),
+        helper.make_node("Mul", [c + "f", c + "f"], [c + "f2"]),
+        helper.make_node("ReduceSum", [c + "f2"], [c + "s"], keepdims=1),
+        helper.make_node("Add", [cur, c + "s"], [out]),
+    ], [_const(c + "i", np.array(axis)), _const(c + "z", np.array(0, np.int64)), _const(c + "o", np.array(1, np.int64))]
 
 
 @st.composite
@@ -266,16 +396,23 @@ def test_random_models_the_proof_is_sound_against_onnx_runtime(case, rows):
     x = np.random.default_rng(rows).standard_normal([rows if d == "N" else d for d in shape]).astype(np.float32)
     try:
         _ort_rows_hold(m, {"x": x}, {"x": axis}, verdict, rows)
-    except (ort.capi.onnxruntime_pybind11_state.Fail, ort.capi.onnxruntime_pybind11_state.InvalidArgument,
-            ort.capi.onnxruntime_pybind11_state.RuntimeException):
+    except (
+        ort.capi.onnxruntime_pybind11_state.Fail,
+        ort.capi.onnxruntime_pybind11_state.InvalidArgument,
+        ort.capi.onnxruntime_pybind11_state.RuntimeException,
+    ):
         reject()  # ONNX Runtime refuses the random model at these sizes (a constant that does not broadcast)
 
 
 # ---- gert.load: what the proof decides, the cross-check, and the user's declaration ----------------------------------
 
+
 def _softmax_batch() -> bytes:
-    return _model([helper.make_node("Softmax", ["x"], ["y"], axis=0, name="mix")], [_x(("N", 4))],
-                  [helper.make_tensor_value_info("y", F, ["N", 4])]).SerializeToString()
+    return _model(
+        [helper.make_node("Softmax", ["x"], ["y"], axis=0, name="mix")],
+        [_x(("N", 4))],
+        [helper.make_tensor_value_info("y", F, ["N", 4])],
+    ).SerializeToString()
 
 
 def test_load_runs_a_mixing_model_alone_says_why_and_the_cross_check_agrees():
@@ -290,8 +427,9 @@ def test_check_rows_reports_a_declaration_the_model_breaks():
     """rows_independent is the user's word; the cross-check shows when it is wrong, naming the output."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        m = gert.load(_softmax_batch(), rows_independent=["y"], output_dims={"y": {0: "batch"}},
-                      shape_policy={"batch": "dynamic"})
+        m = gert.load(
+            _softmax_batch(), rows_independent=["y"], output_dims={"y": {0: "batch"}}, shape_policy={"batch": "dynamic"}
+        )
     with m:
         assert m.plan.separable
         with pytest.raises(gert.GertError, match=r"check_rows: output 'y': row 0 of a batch of 3 differs"):
@@ -299,9 +437,12 @@ def test_check_rows_reports_a_declaration_the_model_breaks():
 
 
 def test_check_rows_on_a_proved_model():
-    model = _model([helper.make_node("MatMul", ["x", "w"], ["y"])], [_x(("N", "T", 5))],
-                   [helper.make_tensor_value_info("y", F, ["N", "T", 3])],
-                   [_const("w", np.ones((5, 3), np.float32))]).SerializeToString()
+    model = _model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        [_x(("N", "T", 5))],
+        [helper.make_tensor_value_info("y", F, ["N", "T", 3])],
+        [_const("w", np.ones((5, 3), np.float32))],
+    ).SerializeToString()
     with gert.load(model) as m:
         assert m.plan.batch.policy == "pad"
         assert m.check_rows(rows=3) == {"y": "independent"}
@@ -314,8 +455,12 @@ def test_rows_independent_names_must_be_outputs():
 
 def _conv_t(strides: int) -> bytes:
     w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((3, 4, 1)).astype(np.float32), "W")
-    return _model([helper.make_node("Conv", ["x", "W"], ["y"], kernel_shape=[1], strides=[strides])],
-                  [_x(("B", 4, "T"))], [helper.make_tensor_value_info("y", F, ["B", 3, "T"])], [w]).SerializeToString()
+    return _model(
+        [helper.make_node("Conv", ["x", "W"], ["y"], kernel_shape=[1], strides=[strides])],
+        [_x(("B", 4, "T"))],
+        [helper.make_tensor_value_info("y", F, ["B", 3, "T"])],
+        [w],
+    ).SerializeToString()
 
 
 def test_a_padded_dim_is_sliced_off_where_the_probe_places_it_and_refused_where_nothing_can():
@@ -334,8 +479,11 @@ def test_a_padded_dim_is_sliced_off_where_the_probe_places_it_and_refused_where_
 def test_a_padded_dim_the_model_ties_to_another_is_padded_alike_or_refused():
     """x [N, 4, ?] * x2 [N, 4, ?]: the two unnamed dims must be equal. Padding one alone broke every request on the
     device (found by the row fuzzer); it is refused at load, and padding both alike runs as ONNX Runtime does."""
-    model = _model([helper.make_node("Mul", ["x2", "x"], ["y"])], [_x(("N", 4, None)), _x(("N", 4, None), "x2")],
-                   [helper.make_tensor_value_info("y", F, ["N", 4, None])]).SerializeToString()
+    model = _model(
+        [helper.make_node("Mul", ["x2", "x"], ["y"])],
+        [_x(("N", 4, None)), _x(("N", 4, None), "x2")],
+        [helper.make_tensor_value_info("y", F, ["N", 4, None])],
+    ).SerializeToString()
     with pytest.raises(gert.GertError, match=r"'x:2': 'pad': the model needs dim 'x:2' to equal one of \['x2:2'\]"):
         gert.load(model, gears={"x:2": [6, 8]}, shape_policy={"x:2": "pad"})
     rng = np.random.default_rng(0)

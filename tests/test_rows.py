@@ -2,6 +2,7 @@
 batch: row slicing across parts, the errors, and run_batch results (exact gear, padded batch, a batch split over
 streams through the middle of a request, a padded non-batch axis, a batch above the top gear) against the
 reference of each request alone."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -61,8 +62,8 @@ def seq():
 
 def test_run_batch_exact_and_padded_gears(seq):
     with gert.load(seq, max_batch=4) as m:
-        check_batch(m, [seq_inputs(b, 5, uid) for uid, b in enumerate([1, 2, 1])])   # 4 rows: gear 4
-        check_batch(m, [seq_inputs(b, 5, uid) for uid, b in enumerate([1, 2])])      # 3 rows padded to 4
+        check_batch(m, [seq_inputs(b, 5, uid) for uid, b in enumerate([1, 2, 1])])  # 4 rows: gear 4
+        check_batch(m, [seq_inputs(b, 5, uid) for uid, b in enumerate([1, 2])])  # 3 rows padded to 4
         check_batch(m, [seq_inputs(b, 5, uid) for uid, b in enumerate([2, 3, 1, 2])])  # 8 rows: two runs of 4
         hits = {k: g["hits"] for k, g in m.stats()["gears"].items()}
         assert hits == {"S=5,batch=4": 4}

@@ -9,6 +9,7 @@ on every front door (Model.run, run(list), submit, gert.InferenceSession, Triton
 - gert.InferenceSession raises ONNX Runtime's exception classes (InvalidArgument, Fail) for errors met while running,
   and gives ONNX Runtime's output shapes for a one-element array fed to a 0-d input.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,13 @@ from _helpers import RUNTIME, run_python_result
 
 pytestmark = RUNTIME
 
-POLICIES = [{}, {"shape_policy": {"batch": "pad"}, "gears": {"batch": [1, 4]}}, {"shape_policy": {"batch": "exact"}},
-            {"shape_policy": {"batch": "dynamic"}}, {"shape_policy": {"batch": "auto"}}]
+POLICIES = [
+    {},
+    {"shape_policy": {"batch": "pad"}, "gears": {"batch": [1, 4]}},
+    {"shape_policy": {"batch": "exact"}},
+    {"shape_policy": {"batch": "dynamic"}},
+    {"shape_policy": {"batch": "auto"}},
+]
 POLICY_IDS = ["default", "pad", "exact", "dynamic", "auto"]
 
 
@@ -46,19 +52,24 @@ def _ort(model: bytes, feed: dict) -> list:
 
 
 def _same(got, want, what: str) -> None:
-    assert got.shape == want.shape and got.dtype == want.dtype, f"{what}: {got.dtype}{got.shape} != " \
-                                                                 f"{want.dtype}{want.shape}"
+    assert got.shape == want.shape and got.dtype == want.dtype, (
+        f"{what}: {got.dtype}{got.shape} != {want.dtype}{want.shape}"
+    )
     np.testing.assert_array_equal(got, want, err_msg=what)
 
 
 # ---- outputs ONNX Runtime does not write in place ------------------------------------------------------------------
 
+
 def aliased_model() -> bytes:
     """Outputs y = x + ten, x itself (a pass-through), ten (an initializer), c (a Constant node), and y again."""
     c = h.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.float32([1, 2]), "cv"))
-    return _model([h.make_node("Add", ["x", "ten"], ["y"]), c], [_vi("x", ["N", 2])],
-                  [_vi("y", ["N", 2]), _vi("x", ["N", 2]), _vi("ten", []), _vi("c", [2]), _vi("y", ["N", 2])],
-                  [numpy_helper.from_array(np.float32(10), "ten")])
+    return _model(
+        [h.make_node("Add", ["x", "ten"], ["y"]), c],
+        [_vi("x", ["N", 2])],
+        [_vi("y", ["N", 2]), _vi("x", ["N", 2]), _vi("ten", []), _vi("c", [2]), _vi("y", ["N", 2])],
+        [numpy_helper.from_array(np.float32(10), "ten")],
+    )
 
 
 def _rows(n: int, seed: int) -> np.ndarray:
@@ -92,6 +103,7 @@ def test_aliased_outputs_from_threads():
     model = aliased_model()
     errors = []
     with gert.load(model) as m:
+
         def caller(seed: int) -> None:
             try:
                 for i in range(20):
@@ -146,20 +158,26 @@ def test_output_that_is_only_the_input():
 
 # ---- 0-sized dims ---------------------------------------------------------------------------------------------------
 
+
 def _lstm_model() -> bytes:
     """PyTorch's layout of an LSTM: x [T, N, F] -> Y [T, 1, N, H], Yh [1, N, H]."""
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array(rng.standard_normal((1, 12, 4)).astype(np.float32), "W")
     r = numpy_helper.from_array(rng.standard_normal((1, 12, 3)).astype(np.float32), "R")
-    return _model([h.make_node("LSTM", ["x", "W", "R"], ["Y", "Yh"], hidden_size=3)], [_vi("x", [3, "N", 4])],
-                  [_vi("Y", [3, 1, "N", 3]), _vi("Yh", [1, "N", 3])], [w, r])
+    return _model(
+        [h.make_node("LSTM", ["x", "W", "R"], ["Y", "Yh"], hidden_size=3)],
+        [_vi("x", [3, "N", 4])],
+        [_vi("Y", [3, 1, "N", 3]), _vi("Yh", [1, "N", 3])],
+        [w, r],
+    )
 
 
 def test_zero_row_lstm_never_reaches_the_kernel():
     """ONNX Runtime's LSTM aborts the process on 0 rows: every front door and policy answers 0 rows (the shapes
     of ONNX Runtime's answer at 1 row, with 0 on the batch axis) and then still serves; in a child process, so that
     an abort fails this test and not the session."""
-    res = run_python_result(f"""
+    res = run_python_result(
+        f"""
         import threading, numpy as np, gert, warnings
         warnings.simplefilter("ignore")
         model = bytes.fromhex({_lstm_model().hex()!r})
@@ -179,7 +197,9 @@ def test_zero_row_lstm_never_reaches_the_kernel():
         got["session"] = [list(a.shape) for a in sess.run(None, {{"x": empty}})]
         got["session after"] = [list(a.shape) for a in sess.run(None, {{"x": good}})]
         emit(got)
-    """, timeout=300)
+    """,
+        timeout=300,
+    )
     zero, two = {"Y": [3, 1, 0, 3], "Yh": [1, 0, 3]}, {"Y": [3, 1, 2, 3], "Yh": [1, 2, 3]}
     for name in ("default", "pad", "exact", "dynamic", "auto"):
         assert res[f"{name} run"] == zero and res[f"{name} submit"] == zero, (name, res)
@@ -191,8 +211,9 @@ def _mlp_with_constant_output() -> bytes:
     """y = x @ W [N, 3]; k: a Constant output that no input reaches."""
     w = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(4, 3), "W")
     k = h.make_node("Constant", [], ["k"], value=numpy_helper.from_array(np.float32([7, 8]), "kv"))
-    return _model([h.make_node("MatMul", ["x", "W"], ["y"]), k], [_vi("x", ["N", 4])],
-                  [_vi("y", ["N", 3]), _vi("k", [2])], [w])
+    return _model(
+        [h.make_node("MatMul", ["x", "W"], ["y"]), k], [_vi("x", ["N", 4])], [_vi("y", ["N", 3]), _vi("k", [2])], [w]
+    )
 
 
 @pytest.mark.parametrize("opts", POLICIES, ids=POLICY_IDS)
@@ -200,14 +221,20 @@ def test_zero_rows_answered_as_onnx_runtime_or_refused_alone(opts):
     """0 rows of an MLP: ONNX Runtime's answer (shape and dtype) where every output carries the batch. With an
     output no input reaches (its value needs a run), a padded batch runs at a gear and answers as ONNX Runtime
     does; an unpadded one is refused alone, naming the input, the dim and the output."""
-    mlp = _model([h.make_node("MatMul", ["x", "W"], ["y"]), h.make_node("Relu", ["y"], ["z"])], [_vi("x", ["N", 4])],
-                 [_vi("y", ["N", 3]), _vi("z", ["N", 3])],
-                 [numpy_helper.from_array(np.ones((4, 3), np.float32), "W")])
+    mlp = _model(
+        [h.make_node("MatMul", ["x", "W"], ["y"]), h.make_node("Relu", ["y"], ["z"])],
+        [_vi("x", ["N", 4])],
+        [_vi("y", ["N", 3]), _vi("z", ["N", 3])],
+        [numpy_helper.from_array(np.ones((4, 3), np.float32), "W")],
+    )
     empty, good = np.zeros((0, 4), np.float32), np.ones((2, 4), np.float32)
     with gert.load(mlp, **opts) as m:
         want = dict(zip(["y", "z"], _ort(mlp, {"x": empty})))
-        for what, out in [("run", m.run({"x": empty})), ("submit", m.submit({"x": empty}).result()),
-                          ("run(list)", m.run([{"x": empty}, {"x": good}])[0])]:
+        for what, out in [
+            ("run", m.run({"x": empty})),
+            ("submit", m.submit({"x": empty}).result()),
+            ("run(list)", m.run([{"x": empty}, {"x": good}])[0]),
+        ]:
             for k, v in want.items():
                 _same(out[k], v, f"{what} {k}")
     model = _mlp_with_constant_output()
@@ -229,20 +256,33 @@ def test_zero_rows_answered_as_onnx_runtime_or_refused_alone(opts):
 def _cls_model() -> bytes:
     """PP-OCR cls's shape: x [N, 3, H, W] -> Conv -> GlobalAveragePool -> Flatten -> Gemm -> Softmax -> [N, 2]."""
     rng = np.random.default_rng(1)
-    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "cw"),
-             numpy_helper.from_array(rng.standard_normal((4, 2)).astype(np.float32), "gw")]
-    nodes = [h.make_node("Conv", ["x", "cw"], ["c"], pads=[1, 1, 1, 1]), h.make_node("GlobalAveragePool", ["c"], ["p"]),
-             h.make_node("Flatten", ["p"], ["f"]), h.make_node("Gemm", ["f", "gw"], ["g"]),
-             h.make_node("Softmax", ["g"], ["prob"], axis=1)]
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "cw"),
+        numpy_helper.from_array(rng.standard_normal((4, 2)).astype(np.float32), "gw"),
+    ]
+    nodes = [
+        h.make_node("Conv", ["x", "cw"], ["c"], pads=[1, 1, 1, 1]),
+        h.make_node("GlobalAveragePool", ["c"], ["p"]),
+        h.make_node("Flatten", ["p"], ["f"]),
+        h.make_node("Gemm", ["f", "gw"], ["g"]),
+        h.make_node("Softmax", ["g"], ["prob"], axis=1),
+    ]
     return _model(nodes, [_vi("x", ["N", 3, "H", "W"])], [_vi("prob", ["N", 2])], inits)
 
 
 ZERO_WIDTH = r"input 'x': expected dim 'W' \(axis 3\) of size >= 1, got 0"
 
 
-@pytest.mark.parametrize("opts", [{}, {"shape_policy": {"W": "pad"}, "gears": {"W": [8, 16]}},
-                                  {"shape_policy": {"W": "exact"}}, {"shape_policy": {"W": "dynamic"}}],
-                         ids=["default", "pad", "exact", "dynamic"])
+@pytest.mark.parametrize(
+    "opts",
+    [
+        {},
+        {"shape_policy": {"W": "pad"}, "gears": {"W": [8, 16]}},
+        {"shape_policy": {"W": "exact"}},
+        {"shape_policy": {"W": "dynamic"}},
+    ],
+    ids=["default", "pad", "exact", "dynamic"],
+)
 def test_zero_width_is_an_input_error_before_anything_runs(opts):
     """PP-OCR cls given [1, 3, 8, 0]: an InputError naming the input and the dim (never a kernel's or a device's
     error), nothing compiled or run for it; good requests beside it run."""
@@ -252,8 +292,11 @@ def test_zero_width_is_an_input_error_before_anything_runs(opts):
         want = _ort(model, {"x": good})[0]
         _same(m.run({"x": good})["prob"], want, "good")
         before = m.stats()["requests"] if "requests" in m.stats() else None
-        for call in (lambda: m.run({"x": bad}), lambda: m.submit({"x": bad}).result(),
-                     lambda: m.run([{"x": good}, {"x": bad}])):
+        for call in (
+            lambda: m.run({"x": bad}),
+            lambda: m.submit({"x": bad}).result(),
+            lambda: m.run([{"x": good}, {"x": bad}]),
+        ):
             with pytest.raises(gert.GertError, match=ZERO_WIDTH) as e:
                 call()
             assert e.value.kind == "empty" and e.value.input == "x", e.value
@@ -271,8 +314,11 @@ def test_zero_width_is_an_input_error_before_anything_runs(opts):
 
 def test_zero_sized_dim_with_every_output_empty_is_answered():
     """A dim other than the batch of size 0 that every output carries: ONNX Runtime's empty answer, no run."""
-    model = _model([h.make_node("Relu", ["x"], ["r"]), h.make_node("Transpose", ["x"], ["t"], perm=[1, 0])],
-                   [_vi("x", ["N", "T"])], [_vi("r", ["N", "T"]), _vi("t", ["T", "N"])])
+    model = _model(
+        [h.make_node("Relu", ["x"], ["r"]), h.make_node("Transpose", ["x"], ["t"], perm=[1, 0])],
+        [_vi("x", ["N", "T"])],
+        [_vi("r", ["N", "T"]), _vi("t", ["T", "N"])],
+    )
     x = np.zeros((2, 0), np.float32)
     with gert.load(model) as m:
         for k, v in zip(["r", "t"], _ort(model, {"x": x})):
@@ -296,9 +342,17 @@ def test_zero_width_through_triton_is_invalid_arg(monkeypatch, tmp_path):
     pb.set_model_dir(str(mdir))
     cfg = TritonPythonModel.auto_complete_config(pb.ModelConfig(pb.default_config("cls", max_batch_size=8))).as_dict()
     model = TritonPythonModel()
-    model.initialize({"model_config": json.dumps(cfg), "model_instance_kind": "CPU",
-                      "model_instance_name": "cls_0_0", "model_instance_device_id": "0",
-                      "model_repository": str(mdir), "model_version": "1", "model_name": "cls"})
+    model.initialize(
+        {
+            "model_config": json.dumps(cfg),
+            "model_instance_kind": "CPU",
+            "model_instance_name": "cls_0_0",
+            "model_instance_device_id": "0",
+            "model_repository": str(mdir),
+            "model_version": "1",
+            "model_name": "cls",
+        }
+    )
     try:
         good, bad = np.ones((1, 3, 8, 16), np.float32), np.zeros((1, 3, 8, 0), np.float32)
         no_rows = np.zeros((0, 3, 8, 16), np.float32)
@@ -320,9 +374,13 @@ def test_zero_width_through_triton_is_invalid_arg(monkeypatch, tmp_path):
 
 # ---- gert.InferenceSession: ONNX Runtime's errors while running, scalar feeds ------------------------------------
 
+
 def _gather_model() -> bytes:
-    return _model([h.make_node("Gather", ["y", "idx"], ["z"], axis=1)],
-                  [_vi("y", ["N", 3]), _vi("idx", [2], T.INT64)], [_vi("z", ["N", 2])])
+    return _model(
+        [h.make_node("Gather", ["y", "idx"], ["z"], axis=1)],
+        [_vi("y", ["N", 3]), _vi("idx", [2], T.INT64)],
+        [_vi("z", ["N", 2])],
+    )
 
 
 def _error_of(sess, feed):
@@ -362,8 +420,9 @@ def test_session_run_errors_are_onnx_runtimes_classes():
 
 def test_session_dim_mismatch_is_fail():
     """Inputs whose shared dim differs (ONNX Runtime fails the first kernel that meets them: Fail)."""
-    model = _model([h.make_node("Add", ["x", "y"], ["z"])], [_vi("x", ["N", 3]), _vi("y", ["N", 3])],
-                   [_vi("z", ["N", 3])])
+    model = _model(
+        [h.make_node("Add", ["x", "y"], ["z"])], [_vi("x", ["N", 3]), _vi("y", ["N", 3])], [_vi("z", ["N", 3])]
+    )
     feed = {"x": np.ones((2, 3), np.float32), "y": np.ones((3, 3), np.float32)}
     want = _error_of(ort.InferenceSession(model, providers=["CPUExecutionProvider"]), feed)
     sess = gert.InferenceSession(model, providers=["CANNExecutionProvider"])
@@ -376,9 +435,12 @@ def test_session_dim_mismatch_is_fail():
 @pytest.mark.parametrize("k", [np.array([2.0], np.float32), np.array([[2.0]], np.float32)], ids=["(1,)", "(1,1)"])
 def test_session_one_element_array_for_a_0d_input(k):
     """ONNX Runtime computes with the array as given: outputs computed from it keep its broadcast shape."""
-    model = _model([h.make_node("Mul", ["k", "three"], ["z"]), h.make_node("Mul", ["x", "k"], ["y"])],
-                   [_vi("x", ["N", 2]), _vi("k", [])], [_vi("y", ["N", 2]), _vi("z", [])],
-                   [numpy_helper.from_array(np.array(3.0, np.float32), "three")])
+    model = _model(
+        [h.make_node("Mul", ["k", "three"], ["z"]), h.make_node("Mul", ["x", "k"], ["y"])],
+        [_vi("x", ["N", 2]), _vi("k", [])],
+        [_vi("y", ["N", 2]), _vi("z", [])],
+        [numpy_helper.from_array(np.array(3.0, np.float32), "three")],
+    )
     sess = gert.InferenceSession(model, providers=["CANNExecutionProvider"])
     for n in (2, 3):
         feed = {"x": np.arange(2 * n, dtype=np.float32).reshape(n, 2), "k": k}
@@ -399,6 +461,7 @@ def test_session_from_a_file_reads_it_for_scalar_shapes(tmp_path):
 
 # ---- the host NPU's replay of a run (cbindings/_provider.pxi) -------------------------------------------------------
 
+
 def _host_executable(data: bytes):
     (wrapped,) = [w for w in gert.hostnpu.host_executables() if w.executable.model == data]
     return wrapped
@@ -407,9 +470,12 @@ def _host_executable(data: bytes):
 def test_replayed_runs_copy_the_aliased_outputs_again():
     """A static graph run again on the same device buffers is replayed from the host NPU's cache: the replay makes
     the pass-through and the second listing's copies too, from the buffers' current contents."""
-    data = _model([h.make_node("Mul", ["x", "k"], ["y"])], [_vi("x", [3, 4])],
-                  [_vi("y", [3, 4]), _vi("x", [3, 4]), _vi("y", [3, 4])],
-                  [numpy_helper.from_array(np.float32(2.25), "k")])  # bytes no other test compiles
+    data = _model(
+        [h.make_node("Mul", ["x", "k"], ["y"])],
+        [_vi("x", [3, 4])],
+        [_vi("y", [3, 4]), _vi("x", [3, 4]), _vi("y", [3, 4])],
+        [numpy_helper.from_array(np.float32(2.25), "k")],
+    )  # bytes no other test compiles
     x1 = np.arange(12, dtype=np.float32).reshape(3, 4)
     graph = gert.Graph.from_onnx(data, {"input_shape": "x:3,4"})
     with gert.Stream() as stream, gert.Session() as session:
@@ -431,8 +497,11 @@ def test_replayed_runs_copy_the_aliased_outputs_again():
 def test_a_failing_replay_still_reports_onnx_runtimes_status():
     """Bad values at the shapes of a run that was replayed: the error carries ONNX Runtime's status (a replay that
     fails runs again through the provider, which learns it), so gert.InferenceSession can raise its class."""
-    data = _model([h.make_node("Gather", ["y", "idx"], ["z"], axis=1)], [_vi("y", [2, 5]), _vi("idx", [2], T.INT64)],
-                  [_vi("z", [2, 2])])
+    data = _model(
+        [h.make_node("Gather", ["y", "idx"], ["z"], axis=1)],
+        [_vi("y", [2, 5]), _vi("idx", [2], T.INT64)],
+        [_vi("z", [2, 2])],
+    )
     graph = gert.Graph.from_onnx(data, {"input_shape": "y:2,5;idx:2"})
     with gert.Stream() as stream, gert.Session() as session:
         session.add_graph(1, graph)

@@ -1,6 +1,7 @@
 """Session.RunGraphWithStreamAsync (ge::Tensor handles over device memory) on the host NPU: it compiles and loads the
 graph on first use (GE: "used to compile, load, and run graphs"), runs asynchronously on the stream, allocates the
 outputs of a dynamic graph left empty, and refuses what ExecuteGraphWithStreamAsync refuses, under its own name."""
+
 import gc
 
 import numpy as np
@@ -21,8 +22,13 @@ def affine_model(batch) -> bytes:
     y = oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [batch, 4])
     three = onnx.numpy_helper.from_array(np.array(3, np.float32), "three")
     b = onnx.numpy_helper.from_array(np.arange(4, dtype=np.float32), "b")
-    g = oh.make_graph([oh.make_node("Mul", ["x", "three"], ["t"]), oh.make_node("Add", ["t", "b"], ["y"])],
-                      "affine", [x], [y], [three, b])
+    g = oh.make_graph(
+        [oh.make_node("Mul", ["x", "three"], ["t"]), oh.make_node("Add", ["t", "b"], ["y"])],
+        "affine",
+        [x],
+        [y],
+        [three, b],
+    )
     m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 17)])
     m.ir_version = 8
     return m.SerializeToString()
@@ -81,13 +87,21 @@ def test_refusals_name_run_graph_with_stream_async(session, stream):
         session.run_async(static, stream, [x])
     assert ei.value.message.startswith("RunGraphWithStreamAsync:") and "static" in ei.value.message
     with pytest.raises(gert.GeError) as ei:  # the wrong dtype, named with both sides
-        session.run_async(static, stream, [gert.DeviceTensor.from_numpy(np.zeros((3, 4), np.float64), stream)],
-                          [gert.DeviceTensor.empty((3, 4), np.float32)])
+        session.run_async(
+            static,
+            stream,
+            [gert.DeviceTensor.from_numpy(np.zeros((3, 4), np.float64), stream)],
+            [gert.DeviceTensor.empty((3, 4), np.float32)],
+        )
     assert ei.value.message.startswith("RunGraphWithStreamAsync:")
     assert "'x'" in ei.value.message and "DT_DOUBLE" in ei.value.message and "DT_FLOAT" in ei.value.message
     with pytest.raises(gert.GeError) as ei:  # host memory: GE takes device memory only
-        session.run_async(static, stream, [gert.DeviceTensor(gert.HostBuffer(48), (3, 4), np.dtype(np.float32))],
-                          [gert.DeviceTensor.empty((3, 4), np.float32)])
+        session.run_async(
+            static,
+            stream,
+            [gert.DeviceTensor(gert.HostBuffer(48), (3, 4), np.dtype(np.float32))],
+            [gert.DeviceTensor.empty((3, 4), np.float32)],
+        )
     assert "RunGraphWithStreamAsync: inputs[0]" in ei.value.message and "HostBuffer" in ei.value.message
     with pytest.raises(gert.GeError) as ei:
         session.run_async(987654, stream, [x], [gert.DeviceTensor.empty((3, 4), np.float32)])

@@ -3,6 +3,7 @@ leave the model dir (also through a symlink), while the default model.onnx is re
 backends read their model files (issue 31, T7); malformed config parameters and
 malformed ONNX bytes fail the load with a GertError that says what is wrong, never a crash (the fuzzing runs in a
 child process, so a crash would fail the test rather than end the session)."""
+
 from __future__ import annotations
 
 import pytest
@@ -36,17 +37,20 @@ def test_version_dir_symlinked_out_of_the_model_dir(tmp_path):
         find_onnx_file(str(d), "1", "model.onnx")  # a path the parameter names stays inside
 
 
-@pytest.mark.parametrize("key, entry, words", [
-    ("streams", {"string_value": None}, ["'streams'", "string value"]),
-    ("gears", {"string_value": 5}, ["'gears'", "string value"]),
-    ("onnx_file", {"string_value": {"x": 1}}, ["'onnx_file'", "string value"]),
-    ("pad_value", ["1"], ["'pad_value'", "string value"]),
-    ("streams", {"string_value": "99999999999999999999"}, ["'streams'", f"[1, {MAX_STREAMS}]"]),
-    ("request_timeout_ms", {"string_value": "-1"}, ["'request_timeout_ms'", "[1,"]),
-    ("shape_policy", {"string_value": "W:teleport"}, ["'shape_policy'", "teleport"]),
-    ("gears", {"string_value": "batch:1,,x"}, ["'gears'", "integers"]),
-    ("split_batch", {"string_value": "\x00"}, ["'split_batch'"]),
-])
+@pytest.mark.parametrize(
+    "key, entry, words",
+    [
+        ("streams", {"string_value": None}, ["'streams'", "string value"]),
+        ("gears", {"string_value": 5}, ["'gears'", "string value"]),
+        ("onnx_file", {"string_value": {"x": 1}}, ["'onnx_file'", "string value"]),
+        ("pad_value", ["1"], ["'pad_value'", "string value"]),
+        ("streams", {"string_value": "99999999999999999999"}, ["'streams'", f"[1, {MAX_STREAMS}]"]),
+        ("request_timeout_ms", {"string_value": "-1"}, ["'request_timeout_ms'", "[1,"]),
+        ("shape_policy", {"string_value": "W:teleport"}, ["'shape_policy'", "teleport"]),
+        ("gears", {"string_value": "batch:1,,x"}, ["'gears'", "integers"]),
+        ("split_batch", {"string_value": "\x00"}, ["'split_batch'"]),
+    ],
+)
 def test_malformed_parameter_values_fail_naming_the_key(key, entry, words):
     with pytest.raises(ConfigError) as e:
         parse_parameters({key: entry})
@@ -55,7 +59,8 @@ def test_malformed_parameter_values_fail_naming_the_key(key, entry, words):
 
 
 def test_malformed_onnx_bytes_fail_the_load_with_a_message_never_a_crash():
-    r = run_python_result("""
+    r = run_python_result(
+        """
         import random
         import gert
         from models import mlp_model, scale_model
@@ -82,7 +87,10 @@ def test_malformed_onnx_bytes_fail_the_load_with_a_message_never_a_crash():
                 kind = type(e).__name__
             kinds[kind] = kinds.get(kind, 0) + 1
         emit({"kinds": kinds, "empty_messages": empty, "n": len(cases)})
-    """, env={"PYTHONPATH": f"{REPO}:{REPO}/tests"}, timeout=300)
+    """,
+        env={"PYTHONPATH": f"{REPO}:{REPO}/tests"},
+        timeout=300,
+    )
     assert set(r["kinds"]) <= {"loaded", "GertError"}, r
     assert r["kinds"].get("GertError", 0) > r["n"] // 3 and r["empty_messages"] == 0, r
 
@@ -90,6 +98,7 @@ def test_malformed_onnx_bytes_fail_the_load_with_a_message_never_a_crash():
 def test_malformed_onnx_file_fails_the_triton_load_with_a_message(pb, tmp_path, seq_bytes):
     from gert.errors import GertError
     from gert_triton import TritonPythonModel
+
     mdir = model_dir(tmp_path, seq_bytes[: len(seq_bytes) // 2])  # truncated
     cfg = pb.default_config("m", max_batch_size=8, parameters=params(streams="1"))
     with pytest.raises(GertError) as e:
@@ -102,8 +111,10 @@ def test_malformed_onnx_file_fails_the_triton_load_with_a_message(pb, tmp_path, 
 INVALID_PARAM = 100000  # ACL_ERROR_INVALID_PARAM, CANN's parameter error
 
 
-@pytest.mark.parametrize("case", ["d2h_overrun", "h2d_overrun", "h2d_freed", "d2h_freed", "host_into_device",
-                                  "host_into_pinned", "h2h_overrun"])
+@pytest.mark.parametrize(
+    "case",
+    ["d2h_overrun", "h2d_overrun", "h2d_freed", "d2h_freed", "host_into_device", "host_into_pinned", "h2h_overrun"],
+)
 @pytest.mark.parametrize("use_stream", [False, True])
 def test_raw_copy_host_range_is_checked_against_pinned_allocations(case, use_stream, streams):
     """A host range past the end of a HostBuffer, in a freed one, or running into a registered allocation from
@@ -152,15 +163,25 @@ def test_raw_copy_host_range_is_checked_against_pinned_allocations(case, use_str
 
 # ---- constant folding bounds what it produces (issue 37) ------------------------------------------------------------
 
+
 def _range_model(length: int):
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
-    nodes = [helper.make_node("Range", ["s", "l", "d"], ["r"]), helper.make_node("Shape", ["r"], ["n"]),
-             helper.make_node("Cast", ["n"], ["nf"], to=TensorProto.FLOAT), helper.make_node("Add", ["x", "nf"], ["y"])]
+    nodes = [
+        helper.make_node("Range", ["s", "l", "d"], ["r"]),
+        helper.make_node("Shape", ["r"], ["n"]),
+        helper.make_node("Cast", ["n"], ["nf"], to=TensorProto.FLOAT),
+        helper.make_node("Add", ["x", "nf"], ["y"]),
+    ]
     inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in (("s", 0), ("l", length), ("d", 1))]
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])], inits)
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1])],
+        inits,
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 

@@ -9,6 +9,7 @@
 - A --pre / --post step file is copied under its own module name, never over the step model's model.py; a name the
   stub could not import as that file is refused before anything is written.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,11 +28,24 @@ from gert_triton.repo import init_repo
 model_config_pb2 = pytest.importorskip("tritonclient.grpc.model_config_pb2")
 
 F = TensorProto.FLOAT
-INJECTED = ('y"\n    data_type: TYPE_FP32\n    dims: [ 4 ]\n  }\n]\nparameters {\n  key: "trace_file"\n'
-            '  value: { string_value: "/tmp/victim" }\n}\noutput [\n  {\n    name: "y')
-NAMES = [INJECTED, 'q"uote', "new\nline", "back\\slash", "trailing\\", "br{ace}s [ ]", "tab\there\r",
-         "ünïcødé ✓ 名前", "\u202eright-to-left", 'x" } ] parameters { key: "cache_dir" value: { string_value: "/" } }',
-         "'single'", "\x01\x7f"]
+INJECTED = (
+    'y"\n    data_type: TYPE_FP32\n    dims: [ 4 ]\n  }\n]\nparameters {\n  key: "trace_file"\n'
+    '  value: { string_value: "/tmp/victim" }\n}\noutput [\n  {\n    name: "y'
+)
+NAMES = [
+    INJECTED,
+    'q"uote',
+    "new\nline",
+    "back\\slash",
+    "trailing\\",
+    "br{ace}s [ ]",
+    "tab\there\r",
+    "ünïcødé ✓ 名前",
+    "\u202eright-to-left",
+    'x" } ] parameters { key: "cache_dir" value: { string_value: "/" } }',
+    "'single'",
+    "\x01\x7f",
+]
 
 
 def parse(path) -> model_config_pb2.ModelConfig:
@@ -41,15 +55,18 @@ def parse(path) -> model_config_pb2.ModelConfig:
 
 def relu_pair(path, out_name: str, in_name: str = "x") -> str:
     """x -> Relu -> y, and y -> Identity -> ``out_name``: a model whose second output has a crafted name."""
-    g = helper.make_graph([helper.make_node("Relu", [in_name], ["y"]), helper.make_node("Identity", ["y"], [out_name])],
-                          "h", [helper.make_tensor_value_info(in_name, F, ["n", 4])],
-                          [helper.make_tensor_value_info("y", F, ["n", 4]),
-                           helper.make_tensor_value_info(out_name, F, ["n", 4])])
+    g = helper.make_graph(
+        [helper.make_node("Relu", [in_name], ["y"]), helper.make_node("Identity", ["y"], [out_name])],
+        "h",
+        [helper.make_tensor_value_info(in_name, F, ["n", 4])],
+        [helper.make_tensor_value_info("y", F, ["n", 4]), helper.make_tensor_value_info(out_name, F, ["n", 4])],
+    )
     path.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
     return str(path)
 
 
 # ---- one writer: escaped, parsed back -------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", NAMES, ids=range(len(NAMES)))
 def test_crafted_tensor_names_stay_names(tmp_path, name):
@@ -76,7 +93,7 @@ def test_the_repro_injection_through_the_command(tmp_path, capsys):
 def test_crafted_parameter_values_and_model_names_stay_strings(tmp_path, value):
     src = relu_pair(tmp_path / "m.onnx", "z")
     name = "m" + value.replace("/", "_")
-    if any(ord(c) < 0x20 or ord(c) == 0x7f for c in name):
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in name):
         with pytest.raises(GertError, match="control character"):
             init_repo(src, str(tmp_path / "repo"), name=name, parameters={"keep_fp32": value})
         assert not (tmp_path / "repo").exists()
@@ -111,12 +128,17 @@ text_strings = st.text(st.characters(blacklist_characters="\x00", blacklist_cate
 def test_any_string_reads_back_as_itself(a, b):
     """Property: whatever the strings, the written text parses (protobuf's parser, Triton's schema) to exactly the
     config meant: one input named a, one parameter b -> a, and nothing else."""
-    config = {"name": a, "backend": "python", "max_batch_size": 0,
-              "input": [{"name": a, "data_type": "TYPE_FP32", "dims": [-1], "reshape": {"shape": []}}],
-              "output": [{"name": b, "data_type": "TYPE_FP32", "dims": [2]}],
-              "ensemble_scheduling": {"step": [{"model_name": b, "model_version": -1, "input_map": {a: b},
-                                                "output_map": {b: a}}]},
-              "parameters": {b: {"string_value": a}}}
+    config = {
+        "name": a,
+        "backend": "python",
+        "max_batch_size": 0,
+        "input": [{"name": a, "data_type": "TYPE_FP32", "dims": [-1], "reshape": {"shape": []}}],
+        "output": [{"name": b, "data_type": "TYPE_FP32", "dims": [2]}],
+        "ensemble_scheduling": {
+            "step": [{"model_name": b, "model_version": -1, "input_map": {a: b}, "output_map": {b: a}}]
+        },
+        "parameters": {b: {"string_value": a}},
+    }
     cfg = text_format.Parse(write_config(config), model_config_pb2.ModelConfig())
     assert cfg.name == a and [i.name for i in cfg.input] == [a] and [o.name for o in cfg.output] == [b]
     assert {k: v.string_value for k, v in cfg.parameters.items()} == {b: a}
@@ -125,6 +147,7 @@ def test_any_string_reads_back_as_itself(a, b):
 
 
 # ---- trace_file and cache_dir: inside the model dir, or the server's root ---------------------------------------
+
 
 @pytest.fixture
 def mdir(tmp_path, monkeypatch):
@@ -140,9 +163,12 @@ def test_a_path_parameter_stays_inside_the_model_dir(mdir, tmp_path, key, env):
     real = os.path.realpath(mdir)
     assert model_path(key, "t.json", str(mdir)) == os.path.join(real, "t.json")
     assert model_path(key, "a/../b/t", str(mdir)) == os.path.join(real, "b", "t")
-    for bad, words in (("../t.json", ["climbs out", "'..'"]), ("1/../../../t", ["climbs out"]),
-                       (str(tmp_path / "victim"), ["absolute path", f"{env} is not set"]),
-                       ("/etc/passwd", ["absolute path"])):
+    for bad, words in (
+        ("../t.json", ["climbs out", "'..'"]),
+        ("1/../../../t", ["climbs out"]),
+        (str(tmp_path / "victim"), ["absolute path", f"{env} is not set"]),
+        ("/etc/passwd", ["absolute path"]),
+    ):
         with pytest.raises(ConfigError) as info:
             model_path(key, bad, str(mdir))
         msg = str(info.value)
@@ -191,25 +217,41 @@ def test_an_injected_absolute_trace_file_fails_the_load_before_it_compiles(mdir,
     pb.set_model_dir(str(mdir))
     victim = tmp_path / "victim"
     raw = {"streams": {"string_value": "1"}, "trace_file": {"string_value": str(victim)}}
-    cfg = TritonPythonModel.auto_complete_config(pb.ModelConfig(pb.default_config("m", max_batch_size=8,
-                                                                                   parameters=raw))).as_dict()
+    cfg = TritonPythonModel.auto_complete_config(
+        pb.ModelConfig(pb.default_config("m", max_batch_size=8, parameters=raw))
+    ).as_dict()
     with pytest.raises(ConfigError, match="parameter 'trace_file'.*absolute path.*GERT_TRACE_DIR"):
-        TritonPythonModel().initialize({"model_config": json.dumps(cfg), "model_instance_kind": "CPU",
-                                        "model_instance_name": "m_0_0", "model_instance_device_id": "0",
-                                        "model_repository": str(mdir), "model_version": "1", "model_name": "m"})
+        TritonPythonModel().initialize(
+            {
+                "model_config": json.dumps(cfg),
+                "model_instance_kind": "CPU",
+                "model_instance_name": "m_0_0",
+                "model_instance_device_id": "0",
+                "model_repository": str(mdir),
+                "model_version": "1",
+                "model_name": "m",
+            }
+        )
     assert not victim.exists()
 
 
 # ---- --pre / --post step files ----------------------------------------------------------------------------------
 
-STEP_PY = ("import numpy as np\nfrom gert_triton.steps import step\n\n"
-           "@step(inputs={'raw': (np.float32, [4])})\ndef pre(inputs):\n    return {'x': inputs['raw']}\n")
+STEP_PY = (
+    "import numpy as np\nfrom gert_triton.steps import step\n\n"
+    "@step(inputs={'raw': (np.float32, [4])})\ndef pre(inputs):\n    return {'x': inputs['raw']}\n"
+)
 
 
-@pytest.mark.parametrize("file, words", [("model.py", ["'model' is the step model's own module", "model_steps.py"]),
-                                         ("json.py", ["'json'", "imports first"]),
-                                         ("numpy.py", ["'numpy'", "imports first"]),
-                                         ("my-steps.py", ["not a Python identifier"])])
+@pytest.mark.parametrize(
+    "file, words",
+    [
+        ("model.py", ["'model' is the step model's own module", "model_steps.py"]),
+        ("json.py", ["'json'", "imports first"]),
+        ("numpy.py", ["'numpy'", "imports first"]),
+        ("my-steps.py", ["not a Python identifier"]),
+    ],
+)
 def test_a_step_file_the_stub_could_not_import_is_refused_before_writing(tmp_path, file, words):
     (tmp_path / "steps").mkdir()
     step_file = tmp_path / "steps" / file

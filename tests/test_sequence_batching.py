@@ -4,6 +4,7 @@ sequence's lock, so a Model.step holding that lock while it waits for the stream
 fault in a batch of steps fails only the step that fails alone. Merges are made to happen by holding the model's
 only stream until the steps queued; hangs are failures at a deadline (the model is then left open: closing it would
 wait for the hung threads)."""
+
 from __future__ import annotations
 
 import threading
@@ -100,8 +101,9 @@ def test_seq_run_from_threads_shares_one_run_and_equals_onnxruntime():
         assert _runs(m) - runs == 1, "the four steps ran as one batch"
         for i, (_, box) in enumerate(started):
             assert not isinstance(box[0], BaseException), box[0]
-            np.testing.assert_allclose(box[0]["y"], _ref(refs[i], xs[i]), rtol=1e-5, atol=1e-6,
-                                       err_msg=f"round {rnd} sequence {i}")
+            np.testing.assert_allclose(
+                box[0]["y"], _ref(refs[i], xs[i]), rtol=1e-5, atol=1e-6, err_msg=f"round {rnd} sequence {i}"
+            )
     m.close()
 
 

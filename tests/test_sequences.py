@@ -1,6 +1,7 @@
 """Stateful models (issue 14): gert.Sequence keeps the recurrent state on the device, model.step batches sequences,
 batch_dim puts the batch on any axis. Every result is checked against ONNX Runtime run step by step with the state
 fed back by hand; the host NPU's copy counters prove that the state never crosses to the host during a step."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -40,6 +41,7 @@ def copied(fn) -> tuple:
 
 
 # ---- one sequence ----------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("policy", ["pad", "auto"])
 def test_gru_60_steps_equal_onnxruntime_and_state_stays_on_device(policy):
@@ -82,9 +84,12 @@ def test_lstm_two_states_initial_state_reset_and_state_copy():
         np.testing.assert_allclose(seq.state["h"], ref["h"], rtol=1e-5, atol=1e-6)
         seq.reset()  # zeros
         assert not seq.state["h"].any() and not seq.state["c"].any() and seq.steps == 0
-        np.testing.assert_allclose(seq.run(steps[0])["y"],
-                                   reference(LSTM, steps[:1], {"h": zeros(), "c": zeros()}, LSTM_STATE)[0]["y"],
-                                   rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            seq.run(steps[0])["y"],
+            reference(LSTM, steps[:1], {"h": zeros(), "c": zeros()}, LSTM_STATE)[0]["y"],
+            rtol=1e-5,
+            atol=1e-6,
+        )
         seq.reset({"h": h0, "c": c0})
         np.testing.assert_array_equal(seq.state["c"], c0)
         seq.close()
@@ -114,10 +119,11 @@ def test_step_inputs_are_checked_and_name_the_input():
 
 
 def test_load_refuses_state_pairs_that_disagree_naming_both():
-    bad_dtype = make_model([helper.make_node("Identity", ["x"], ["y"]), helper.make_node("Cast", ["h"], ["h_out"],
-                                                                                          to=7)],
-                           [vi("x", np.float32, ["N", 2]), vi("h", np.float32, ["N", 3])],
-                           [vi("y", np.float32, ["N", 2]), vi("h_out", np.int64, ["N", 3])])
+    bad_dtype = make_model(
+        [helper.make_node("Identity", ["x"], ["y"]), helper.make_node("Cast", ["h"], ["h_out"], to=7)],
+        [vi("x", np.float32, ["N", 2]), vi("h", np.float32, ["N", 3])],
+        [vi("y", np.float32, ["N", 2]), vi("h_out", np.int64, ["N", 3])],
+    )
     with pytest.raises(GertError, match="state input 'h' is float32 but its output 'h_out' is int64"):
         gert.load(bad_dtype, state={"h": "h_out"})
     bad_shape = make_model(
@@ -137,6 +143,7 @@ def test_load_refuses_state_pairs_that_disagree_naming_both():
 
 
 # ---- many sequences ------------------------------------------------------------------------------------------------
+
 
 def test_64_interleaved_sequences_stepped_in_batches_with_gears_and_padding():
     """64 LSTM sequences, 52 rounds; each round a random subset steps as one model.step (batches padded to gears
@@ -176,8 +183,7 @@ def test_branching_on_a_scalar_groups_steps_by_its_value():
         refs = [{"h": zeros()} for _ in seqs]
         for r in range(50):
             modes = rng.integers(0, 2, size=len(seqs))
-            feeds = [{"x": rng.standard_normal((1, 1, HIDDEN)).astype(np.float32), "mode": np.array(m)}
-                     for m in modes]
+            feeds = [{"x": rng.standard_normal((1, 1, HIDDEN)).astype(np.float32), "mode": np.array(m)} for m in modes]
             before = sum(g["hits"] for g in model.stats()["gears"].values())
             outs = model.step(list(zip(seqs, feeds)))
             runs = sum(g["hits"] for g in model.stats()["gears"].values()) - before
@@ -193,8 +199,7 @@ def test_concurrent_runs_from_threads_are_batched():
     feeds = [[xs(rng) for _ in range(steps)] for _ in range(n)]
     # a generous window (the first step of a round waits 0.1 s for the others): steps that the 8 threads start
     # together share a run whatever the machine's load (at 5 ms that was left to scheduling)
-    with gert.load(GRU, state=GRU_STATE, batch_dim="N", gears={"batch": [1, 2, 4, 8]},
-                   sequence_wait_s=0.1) as model:
+    with gert.load(GRU, state=GRU_STATE, batch_dim="N", gears={"batch": [1, 2, 4, 8]}, sequence_wait_s=0.1) as model:
         seqs = [model.sequence() for _ in range(n)]
         got: list = [[] for _ in range(n)]
 
@@ -232,7 +237,8 @@ def test_thousands_of_sequences_and_close_frees_device_memory():
 def test_out_of_device_memory_fails_only_the_new_sequence():
     """A 64 MiB device, states of 1 MiB: sequences are created until the device is full; the one that does not fit
     gets a GertError, the others keep stepping; closing one makes room again."""
-    res = run_python_result("""
+    res = run_python_result(
+        """
         import sys
         sys.path.insert(0, "tests")
         from recurrent_models import gated_model
@@ -254,7 +260,10 @@ def test_out_of_device_memory_fails_only_the_new_sequence():
         seqs[0].close()
         again = model.sequence()
         emit({"n": len(seqs), "err": err, "ys": ys, "hs": hs, "again": again.state["h"].shape[2]})
-    """, env={"GERT_HOST_DEVICE_MEMORY": "64M"}, timeout=120)
+    """,
+        env={"GERT_HOST_DEVICE_MEMORY": "64M"},
+        timeout=120,
+    )
     assert res["err"] is not None and "out of device memory for state 'h'" in res["err"], res
     assert 10 < res["n"] - 8 < 64 - 8
     assert res["hs"] == [1.0] * 5  # h = 0 + x
@@ -263,8 +272,11 @@ def test_out_of_device_memory_fails_only_the_new_sequence():
 
 # ---- a property over random interleavings ------------------------------------------------------------------------
 
-_EVENTS = st.lists(st.tuples(st.sampled_from(["start", "step", "end"]), st.integers(0, 5),
-                             st.integers(0, 2 ** 31 - 1)), min_size=8, max_size=40)
+_EVENTS = st.lists(
+    st.tuples(st.sampled_from(["start", "step", "end"]), st.integers(0, 5), st.integers(0, 2**31 - 1)),
+    min_size=8,
+    max_size=40,
+)
 
 
 @settings(max_examples=60)
@@ -314,6 +326,7 @@ def model_gru():
 
 # ---- batch on any axis -------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("batch_dim", ["N", ["x:1", "h:1"]])
 def test_batch_dim_on_axis_1_pads_splits_and_batches_requests(batch_dim):
     rng = np.random.default_rng(6)
@@ -351,9 +364,14 @@ def test_requests_batch_only_across_equal_values_of_unbatched_inputs():
     rng = np.random.default_rng(7)
     sess = ort_session(GATED)
     with gert.load(GATED, batch_dim="N") as model:
-        reqs = [{"x": rng.standard_normal((1, 1, HIDDEN)).astype(np.float32),
-                 "h": rng.standard_normal((1, 1, HIDDEN)).astype(np.float32), "mode": np.array(m)}
-                for m in (0, 1, 1, 0, 1)]
+        reqs = [
+            {
+                "x": rng.standard_normal((1, 1, HIDDEN)).astype(np.float32),
+                "h": rng.standard_normal((1, 1, HIDDEN)).astype(np.float32),
+                "mode": np.array(m),
+            }
+            for m in (0, 1, 1, 0, 1)
+        ]
         outs = model.run(reqs)
         for f, out in zip(reqs, outs):
             y, h = sess.run(None, f)
@@ -365,7 +383,8 @@ def test_requests_batch_only_across_equal_values_of_unbatched_inputs():
 
 def test_sequences_spread_over_two_devices_step_on_their_own():
     """Sequences go round robin over the model's devices; a step batches each device's sequences on that device."""
-    res = run_python_result("""
+    res = run_python_result(
+        """
         import sys
         sys.path.insert(0, "tests")
         from recurrent_models import gru_model, reference
@@ -384,7 +403,10 @@ def test_sequences_spread_over_two_devices_step_on_their_own():
         for s in model.stats()["streams"]:
             per_device[s["device"]] = per_device.get(s["device"], 0) + s["requests"]
         emit({"devices": [s.device for s in seqs], "worst": worst, "runs": per_device})
-    """, env={"GERT_HOST_DEVICES": "2"}, timeout=120)
+    """,
+        env={"GERT_HOST_DEVICES": "2"},
+        timeout=120,
+    )
     assert res["devices"] == [0, 1, 0, 1, 0]
     assert res["worst"] < 1e-5
     assert res["runs"] == {"0": 6, "1": 6}  # one batched run per device per step
@@ -410,7 +432,8 @@ def test_steps_reset_and_state_from_a_thread_without_the_device_context():
 
         assert run_threads(in_thread, 1) == []
         for y, ref in zip(got["y"], refs):
-            np.testing.assert_allclose(y, reference(GRU, [{"x": got["x"]}], ref, GRU_STATE)[0]["y"], rtol=1e-5,
-                                       atol=1e-6)
+            np.testing.assert_allclose(
+                y, reference(GRU, [{"x": got["x"]}], ref, GRU_STATE)[0]["y"], rtol=1e-5, atol=1e-6
+            )
         np.testing.assert_allclose(got["h1"], refs[1]["h"], rtol=1e-5, atol=1e-6)
         assert not seqs[0].state["h"].any()

@@ -3,6 +3,7 @@ serving within 30 s and gert's /readyz is never 200 while it is down; a model wh
 reloaded while the other models and another replica on the same host keep serving, /readyz/MODEL 503 meanwhile;
 SIGTERM drains; the user's own --model-control-mode=none restarts the server instead; the two serve_* scripts of
 ../shared/repros/security exit 0. Every wait is bounded; requests are few."""
+
 from __future__ import annotations
 
 import json
@@ -32,13 +33,15 @@ from triton_server import START_TIMEOUT, children, gone, kill_tree, log_tail, ru
 grpcclient = pytest.importorskip("tritonclient.grpc")
 e2e = pytest.mark.skipif(pytriton_root() is None, reason="needs the nvidia-pytriton wheel's tritonserver")
 
-BACK_WITHIN = 30.0   # the issue's bound: server or model back and serving
+BACK_WITHIN = 30.0  # the issue's bound: server or model back and serving
 CALL_TIMEOUT = 20.0
-REPROS = os.environ.get("GERT_SECURITY_REPROS",
-                        os.path.join(os.path.dirname(__file__), "..", "..", "shared", "repros", "security"))
+REPROS = os.environ.get(
+    "GERT_SECURITY_REPROS", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "repros", "security")
+)
 
 
 # ---- helpers ------------------------------------------------------------------------------------------------------
+
 
 def get(port: int, path: str, timeout: float = 3.0) -> int | None:
     """HTTP status of GET path on loopback, None when nothing answers."""
@@ -145,21 +148,25 @@ def stop(p: subprocess.Popen, log: str) -> None:
 
 # ---- without a server -----------------------------------------------------------------------------------------------
 
+
 def test_plan_runs_explicit_mode_restricted_to_gert_unless_the_user_chose():
     pl = plan([])
     assert pl.control == "gert" and pl.can_reload
     assert "--model-control-mode=explicit" in pl.args and "--load-model=*" in pl.args
     assert pl.repo_header[0] == SUPERVISOR_HEADER and len(pl.repo_header[1]) == 32
-    assert restricted_header([a.split("=", 1)[1] for a in pl.args if a.startswith("--http-restricted-api=")]) \
+    assert (
+        restricted_header([a.split("=", 1)[1] for a in pl.args if a.startswith("--http-restricted-api=")])
         == pl.repo_header
+    )
     assert "--exit-timeout-secs=10" in pl.args
     a, b = pl.with_generation(1), pl.with_generation(2)
     prefix = [x for x in a if "shm-region-prefix-name" in x][0]
     assert prefix.startswith("--backend-config=python,shm-region-prefix-name=gert_") and prefix not in b
     assert plan([]).shm_prefix != pl.shm_prefix, "two servers on one host share a shm prefix"
 
-    none = plan(["--model-control-mode=none", "--exit-timeout-secs=3",
-                 "--backend-config=python,shm-region-prefix-name=mine_"])
+    none = plan(
+        ["--model-control-mode=none", "--exit-timeout-secs=3", "--backend-config=python,shm-region-prefix-name=mine_"]
+    )
     assert none.control == "none" and not none.can_reload and none.exit_timeout == 3
     assert any("restarts the whole server" in n for n in none.notes)
     assert none.shm_prefix is None and none.with_generation(1) == none.args  # the user's prefix is kept
@@ -181,6 +188,7 @@ def test_replica_ports_and_restart_backoff():
 
 
 # ---- against tritonserver -------------------------------------------------------------------------------------------
+
 
 @e2e
 def test_killed_tritonserver_is_back_within_30s_and_readyz_not_200_meanwhile(tmp_path):
@@ -331,8 +339,7 @@ def slow_model(layers: int = 120, width: int = 512) -> bytes:
         prev = f"t{i}"
     nodes.append(helper.make_node("Identity", [prev], ["y"]))
     w = numpy_helper.from_array(np.eye(width, dtype=np.float32), "w")
-    return make_model(nodes, [vi("x", np.float32, ["n", width])], [vi("y", np.float32, ["n", width])], [w],
-                      name="slow")
+    return make_model(nodes, [vi("x", np.float32, ["n", width])], [vi("y", np.float32, ["n", width])], [w], name="slow")
 
 
 @e2e
@@ -387,8 +394,14 @@ def test_security_repro_exits_0(script, tmp_path):
     path = os.path.join(REPROS, script)
     if not os.path.isfile(path):
         pytest.skip(f"{path} not here (set GERT_SECURITY_REPROS)")
-    r = subprocess.run([sys.executable, path], cwd=str(tmp_path), capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]})
+    r = subprocess.run(
+        [sys.executable, path],
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]},
+    )
     assert r.returncode == 0, f"{script} exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}"
 
 
@@ -409,8 +422,21 @@ def test_a_taken_default_health_port_is_said_and_serving_goes_on_an_asked_one_is
             blocker.close()
     blocker.listen(1)
     try:
-        cmd = [sys.executable, "-m", "gert", "serve", repo, "--http-port", str(ports[0]), "--grpc-port",
-               str(ports[1]), "--metrics-port", str(ports[2]), "--", "--exit-timeout-secs=5"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "gert",
+            "serve",
+            repo,
+            "--http-port",
+            str(ports[0]),
+            "--grpc-port",
+            str(ports[1]),
+            "--metrics-port",
+            str(ports[2]),
+            "--",
+            "--exit-timeout-secs=5",
+        ]
         with open(log, "wb") as out:
             p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
@@ -422,8 +448,9 @@ def test_a_taken_default_health_port_is_said_and_serving_goes_on_an_asked_one_is
             assert f"default port 127.0.0.1:{ports[2] + 1}" in log_tail(log, 200)
         finally:
             stop(p, log)
-        asked = subprocess.run(cmd[:4] + ["--health-port", str(ports[2] + 1)] + cmd[4:], capture_output=True,
-                               text=True, timeout=60)
+        asked = subprocess.run(
+            cmd[:4] + ["--health-port", str(ports[2] + 1)] + cmd[4:], capture_output=True, text=True, timeout=60
+        )
         assert asked.returncode == 2 and "--health-port" in asked.stderr, asked.stderr
     finally:
         blocker.close()

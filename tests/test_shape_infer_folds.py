@@ -4,6 +4,7 @@ A fold that differs from ONNX Runtime gives a static graph whose output shapes d
 then fails on the device (found by the row fuzzer: Slice with a negative step from below the axis, GlobalMaxPool on
 rank 3). Each fold here is checked against ONNX Runtime on the same constants.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,8 +17,13 @@ from gert.core import shape_infer
 
 def _folded_and_ort(node, consts: dict, opset: int = 18):
     out = node.output[0]
-    g = helper.make_graph([node], "g", [], [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)],
-                          [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()])
+    g = helper.make_graph(
+        [node],
+        "g",
+        [],
+        [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()],
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
     m.ir_version = 8
     folded = shape_infer.trace(m, {}).values.get(out)
@@ -25,17 +31,22 @@ def _folded_and_ort(node, consts: dict, opset: int = 18):
     return folded, want
 
 
-BIG = 2 ** 62
+BIG = 2**62
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.integers(1, 6), st.integers(-8, 8) | st.sampled_from([BIG, -BIG]), st.integers(-8, 8) |
-       st.sampled_from([BIG, -BIG]), st.sampled_from([-3, -2, -1, 1, 2, 3]))
+@given(
+    st.integers(1, 6),
+    st.integers(-8, 8) | st.sampled_from([BIG, -BIG]),
+    st.integers(-8, 8) | st.sampled_from([BIG, -BIG]),
+    st.sampled_from([-3, -2, -1, 1, 2, 3]),
+)
 def test_slice_folds_as_onnx_runtime_slices(n, start, end, step):
     data = np.arange(n, dtype=np.float32)
     node = helper.make_node("Slice", ["d", "s", "e", "a", "t"], ["y"])
-    folded, want = _folded_and_ort(node, {"d": data, "s": np.array([start]), "e": np.array([end]),
-                                          "a": np.array([0]), "t": np.array([step])})
+    folded, want = _folded_and_ort(
+        node, {"d": data, "s": np.array([start]), "e": np.array([end]), "a": np.array([0]), "t": np.array([step])}
+    )
     assert folded is not None and folded.shape == want.shape and np.array_equal(folded, want), (folded, want)
 
 

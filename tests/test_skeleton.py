@@ -1,5 +1,6 @@
 """A model's skeleton (gert/core/skeleton.py): the shape work at load reads a model without its weights' bytes, and
 learns from it exactly what it learns from the whole model (issue 28: host memory)."""
+
 import numpy as np
 import onnx
 import onnx.helper as oh
@@ -20,20 +21,36 @@ def _weights_model() -> onnx.ModelProto:
     shape = numpy_helper.from_array(np.array([-1, 10, 10], np.int64), "shape")
     cond = numpy_helper.from_array(np.array(True), "cond")
     big = oh.make_node("Constant", [], ["m"], value=numpy_helper.from_array(rng.random((64, 100), dtype=np.float32)))
-    branch_const = oh.make_node("Constant", [], ["b"],
-                                value=numpy_helper.from_array(rng.random((5000,), dtype=np.float32)))
-    then_g = oh.make_graph([oh.make_node("Identity", ["z"], ["t"])], "then", [],
-                           [oh.make_tensor_value_info("t", onnx.TensorProto.FLOAT, None)])
-    else_g = oh.make_graph([branch_const, oh.make_node("Mul", ["z", "b0"], ["e"]),
-                            oh.make_node("Constant", [], ["b0"], value_float=1.0)], "else", [],
-                           [oh.make_tensor_value_info("e", onnx.TensorProto.FLOAT, None)])
-    nodes = [oh.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
-             oh.make_node("ReduceMean", ["c"], ["r"], axes=[2, 3], keepdims=0),
-             big, oh.make_node("MatMul", ["r", "m"], ["p"]),
-             oh.make_node("Reshape", ["p", "shape"], ["z"]),
-             oh.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g)]
-    g = oh.make_graph(nodes, "weights", [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 8, "H", "W"])],
-                      [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], [w, shape, cond])
+    branch_const = oh.make_node(
+        "Constant", [], ["b"], value=numpy_helper.from_array(rng.random((5000,), dtype=np.float32))
+    )
+    then_g = oh.make_graph(
+        [oh.make_node("Identity", ["z"], ["t"])],
+        "then",
+        [],
+        [oh.make_tensor_value_info("t", onnx.TensorProto.FLOAT, None)],
+    )
+    else_g = oh.make_graph(
+        [branch_const, oh.make_node("Mul", ["z", "b0"], ["e"]), oh.make_node("Constant", [], ["b0"], value_float=1.0)],
+        "else",
+        [],
+        [oh.make_tensor_value_info("e", onnx.TensorProto.FLOAT, None)],
+    )
+    nodes = [
+        oh.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        oh.make_node("ReduceMean", ["c"], ["r"], axes=[2, 3], keepdims=0),
+        big,
+        oh.make_node("MatMul", ["r", "m"], ["p"]),
+        oh.make_node("Reshape", ["p", "shape"], ["z"]),
+        oh.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g),
+    ]
+    g = oh.make_graph(
+        nodes,
+        "weights",
+        [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 8, "H", "W"])],
+        [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [w, shape, cond],
+    )
     m = oh.make_model(g, opset_imports=[oh.make_opsetid("", 13)])
     m.ir_version = 8
     return m

@@ -2,6 +2,7 @@
 process on gert.Model, with injected execute faults and bad requests mixed in; only those fail, every other answer
 is correct, and the stub's / the process's RSS, threads and fds stay flat. The long run's figures are in
 benchmarks/RESULTS.md."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,13 @@ pytestmark = [
 def test_soak_short(tmp_path):
     out = tmp_path / "soak.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("GERT_")}
-    p = subprocess.run([sys.executable, os.path.join(REPO, "benchmarks", "soak.py"), "--short", "--json", str(out)],
-                       env=env, capture_output=True, text=True, timeout=240)
+    p = subprocess.run(
+        [sys.executable, os.path.join(REPO, "benchmarks", "soak.py"), "--short", "--json", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     r = json.loads(out.read_text())
     for part in ("triton", "model"):

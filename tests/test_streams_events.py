@@ -1,5 +1,6 @@
 """Streams, events and host functions: ordering across streams (property test), event status and timing,
 host-function errors, draining on destroy."""
+
 import gc
 import os
 import shutil
@@ -30,14 +31,14 @@ def op_strategy(n_streams):
     slot = st.integers(0, N_SLOTS - 1)
     byte = st.integers(0, 255)
     return st.one_of(
-        st.tuples(st.just("h2d"), s, buf, byte),                      # buf <- constant host array
-        st.tuples(st.just("h2d_slot"), s, buf, slot),                 # buf <- host slot (read when it runs)
-        st.tuples(st.just("d2h"), s, buf, slot),                      # slot <- buf
-        st.tuples(st.just("d2d"), s, buf, buf).filter(lambda t: t[2] != t[3]),   # buf a <- buf b
-        st.tuples(st.just("memset"), s, buf, byte, st.integers(1, NBYTES)),     # first n bytes of buf <- v
-        st.tuples(st.just("hf_log"), s, slot),                        # host func: log.append(slot contents)
-        st.tuples(st.just("hf_write"), s, slot, byte),                # host func: slot[:] = v
-        st.tuples(st.just("hf_bump"), s, slot, st.integers(1, 9)),    # host func: slot += k (order-sensitive)
+        st.tuples(st.just("h2d"), s, buf, byte),  # buf <- constant host array
+        st.tuples(st.just("h2d_slot"), s, buf, slot),  # buf <- host slot (read when it runs)
+        st.tuples(st.just("d2h"), s, buf, slot),  # slot <- buf
+        st.tuples(st.just("d2d"), s, buf, buf).filter(lambda t: t[2] != t[3]),  # buf a <- buf b
+        st.tuples(st.just("memset"), s, buf, byte, st.integers(1, NBYTES)),  # first n bytes of buf <- v
+        st.tuples(st.just("hf_log"), s, slot),  # host func: log.append(slot contents)
+        st.tuples(st.just("hf_write"), s, slot, byte),  # host func: slot[:] = v
+        st.tuples(st.just("hf_bump"), s, slot, st.integers(1, 9)),  # host func: slot += k (order-sensitive)
         st.tuples(st.just("sleep"), s, st.sampled_from([0.0005, 0.002])),  # host func: delay this stream
     )
 
@@ -63,7 +64,7 @@ def resources(op):
         return [("log", 0), ("slot", op[2])]
     if kind in ("hf_write", "hf_bump"):
         return [("slot", op[2])]
-    return []                                                          # sleep
+    return []  # sleep
 
 
 def sequential_model(ops):
@@ -185,17 +186,18 @@ def test_the_ordering_check_detects_missing_waits(device):
     ops = [("sleep", 0, 0.25), ("h2d", 0, 0, 7), ("d2h", 1, 0, 0), ("hf_log", 1, 0)]
     want = sequential_model(ops)
     got = run_on_streams(device, 2, ops, with_waits=False)
-    assert got[2] != want[2]            # stream 1 read buffer 0 before stream 0 wrote it
+    assert got[2] != want[2]  # stream 1 read buffer 0 before stream 0 wrote it
     got = run_on_streams(device, 2, ops, with_waits=True)
     assert got[2] == want[2] == [bytes([7] * NBYTES)]
 
 
 # ---- events ------------------------------------------------------------------------------------------
 
+
 def test_event_query_and_synchronize(streams):
     s = streams[0]
     ev = gert.Event()
-    assert ev.query() is True                      # never recorded: complete
+    assert ev.query() is True  # never recorded: complete
     gate = threading.Event()
     s.launch_host_func(lambda: gate.wait(10))
     ev.record(s)
@@ -245,13 +247,13 @@ def test_wait_captures_the_record_current_at_the_call(streams):
     ev = gert.Event()
     a.launch_host_func(lambda: gate.wait(10))
     a.launch_host_func(lambda: log.append("a"))
-    ev.record(a)                 # record #1: completes after a's work
-    c.wait_event(ev)             # waits for record #1
+    ev.record(a)  # record #1: completes after a's work
+    c.wait_event(ev)  # waits for record #1
     c.launch_host_func(lambda: log.append("c"))
-    ev.record(b)                 # record #2 on an idle stream: completes at once
+    ev.record(b)  # record #2 on an idle stream: completes at once
     b.synchronize()
     try:
-        with pytest.raises(gert.AclError) as ei:   # c must still be blocked behind a's gated work
+        with pytest.raises(gert.AclError) as ei:  # c must still be blocked behind a's gated work
             c.synchronize(timeout=1.0)
         assert ei.value.code == 507046
         assert log == []
@@ -304,7 +306,7 @@ def test_elapsed_ms_errors(streams):
 def test_destroyed_event_is_refused(streams):
     ev = gert.Event()
     ev.destroy()
-    ev.destroy()                       # idempotent
+    ev.destroy()  # idempotent
     with pytest.raises(gert.AclError) as ei:
         ev.record(streams[0])
     assert ei.value.code == 107000 and "destroyed" in ei.value.message
@@ -313,6 +315,7 @@ def test_destroyed_event_is_refused(streams):
 
 
 # ---- host functions and stream life ------------------------------------------------------------------
+
 
 def test_host_functions_run_in_stream_order(streams):
     logs = {i: [] for i in range(3)}
@@ -333,13 +336,13 @@ def test_host_function_exception_is_reported_then_cleared(streams):
         raise KeyError("from a host function")
 
     s.launch_host_func(boom)
-    s.launch_host_func(lambda: ran.append(1))      # later work still runs
+    s.launch_host_func(lambda: ran.append(1))  # later work still runs
     with pytest.raises(gert.HostFunctionError) as ei:
         s.synchronize()
     assert len(ei.value.errors) == 1 and isinstance(ei.value.errors[0], KeyError)
     assert "from a host function" in str(ei.value)
     assert ran == [1]
-    s.synchronize()                                  # reported once
+    s.synchronize()  # reported once
     assert_runtime_works()
 
 
@@ -352,6 +355,7 @@ def test_host_function_objects_are_released_after_running(streams):
     class Probe:
         def __call__(self):
             pass
+
     p = Probe()
     ref = weakref.ref(p)
     streams[0].launch_host_func(p)
@@ -375,7 +379,7 @@ def test_destroy_drains_pending_work(device):
     out = np.zeros(1 << 20, np.uint8)
     buf.copy_to(out)
     assert (out == 3).all()
-    s.destroy()                                   # idempotent
+    s.destroy()  # idempotent
 
 
 def test_stream_context_manager_and_device_synchronize(device):
@@ -393,7 +397,7 @@ def test_destroy_stream_from_its_own_host_function_asan(tmp_path):
     if cxx is None:
         pytest.skip("no C++ compiler to build the AddressSanitizer probe")
     drv = tmp_path / "drv.cpp"
-    drv.write_text(r'''
+    drv.write_text(r"""
 #include "acl/acl.h"
 #include <chrono>
 #include <cstdio>
@@ -409,17 +413,37 @@ int main() {
   std::printf("done\n");
   return 0;
 }
-''')
+""")
     hostnpu = os.path.join(REPO, "cbindings", "hostnpu")
     sources = sorted(os.path.join(hostnpu, f) for f in os.listdir(hostnpu) if f.endswith(".cpp"))
     exe = tmp_path / "drv"
-    build = subprocess.run([cxx, "-std=c++17", "-O0", "-g", "-fsanitize=address", "-fno-omit-frame-pointer",
-                            "-I", os.path.join(REPO, "cbindings", "include"), "-I", hostnpu, str(drv), *sources,
-                            "-pthread", "-o", str(exe)], capture_output=True, text=True, timeout=900)
+    build = subprocess.run(
+        [
+            cxx,
+            "-std=c++17",
+            "-O0",
+            "-g",
+            "-fsanitize=address",
+            "-fno-omit-frame-pointer",
+            "-I",
+            os.path.join(REPO, "cbindings", "include"),
+            "-I",
+            hostnpu,
+            str(drv),
+            *sources,
+            "-pthread",
+            "-o",
+            str(exe),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if build.returncode != 0 and ("sanitize" in build.stderr or "asan" in build.stderr.lower()):
         pytest.skip("the compiler cannot build with -fsanitize=address")
     assert build.returncode == 0, build.stderr
-    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "ASAN_OPTIONS": "detect_leaks=0"})
+    run = subprocess.run(
+        [str(exe)], capture_output=True, text=True, timeout=60, env={**os.environ, "ASAN_OPTIONS": "detect_leaks=0"}
+    )
     assert "AddressSanitizer" not in run.stderr, run.stderr[:3000]
     assert run.returncode == 0 and "destroy=0" in run.stdout and "done" in run.stdout, run.stdout + run.stderr

@@ -4,6 +4,7 @@ Checked here without a server, the way the stub starts Python: isolated (-I: no 
 finding its prefix through PATH. The real-server test is
 test_triton_e2e.py::test_gert_serve_from_a_venv_that_is_not_activated.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,13 +29,19 @@ def test_prefix_gives_an_isolated_interpreter_this_import_path(tmp_path):
     try:
         env = {"PATH": os.path.join(prefix, "bin") + ":/usr/bin:/bin", "HOME": os.environ.get("HOME", "/")}
         code = "import json, sys, gert_triton, onnxruntime; print(json.dumps([sys.path, sys.prefix]))"
-        r = subprocess.run([os.path.join(prefix, "bin", "python3"), "-I", "-c", code], env=env, cwd="/",
-                           capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [os.path.join(prefix, "bin", "python3"), "-I", "-c", code],
+            env=env,
+            cwd="/",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert r.returncode == 0, r.stderr
         path, sys_prefix = json.loads(r.stdout)
         assert sys_prefix == prefix
         want = stub_env.import_path()
-        assert path[:len(want)] == want, "this interpreter's import path comes first, in its order"
+        assert path[: len(want)] == want, "this interpreter's import path comes first, in its order"
         if sys.prefix != sys.base_prefix and not os.path.exists(os.path.join(sys.prefix, "lib", "site.py")):
             import site
 
@@ -52,4 +59,5 @@ def test_prefix_is_what_the_server_environment_puts_first_on_path(tmp_path):
     env = s.environment(str(tmp_path))
     assert env["PATH"].split(os.pathsep)[0] == os.path.join(s.stub_env, "bin")
     assert os.path.realpath(os.path.join(s.stub_env, "bin", "python3")) == os.path.realpath(
-        getattr(sys, "_base_executable", sys.executable))
+        getattr(sys, "_base_executable", sys.executable)
+    )

@@ -1,6 +1,7 @@
 """Types for the compiled modules: gert/_cann.pyi and gert/core/_hotpath.pyi match the built modules (mypy's stubtest:
 every public name, its kind, its parameters and defaults; tests/stubtest_allowlist.txt lists what Cython adds that
 is no API, each with its reason), and an install ships them with PEP 561's py.typed in gert and gert_triton."""
+
 from __future__ import annotations
 
 import fnmatch
@@ -33,15 +34,31 @@ def run_stubtest(tmp_path: pathlib.Path, modules=STUBBED) -> subprocess.Complete
     its own: the rest of gert is read but not reported on (this test checks the stubs, not the code base), and its
     cache stays in tmp_path."""
     config = tmp_path / "mypy.ini"
-    config.write_text("[mypy]\nfollow_imports = silent\nignore_missing_imports = True\n"
-                      f"cache_dir = {tmp_path / 'cache'}\n")
-    return subprocess.run([sys.executable, "-m", "mypy.stubtest", "--mypy-config-file", str(config),
-                           "--allowlist", str(ALLOWLIST), *modules],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    config.write_text(
+        f"[mypy]\nfollow_imports = silent\nignore_missing_imports = True\ncache_dir = {tmp_path / 'cache'}\n"
+    )
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy.stubtest",
+            "--mypy-config-file",
+            str(config),
+            "--allowlist",
+            str(ALLOWLIST),
+            *modules,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
-@pytest.mark.skipif(_cann.backend() != "hostnpu",
-                    reason="the stub describes the host NPU build; a toolkit build has no host_* functions")
+@pytest.mark.skipif(
+    _cann.backend() != "hostnpu",
+    reason="the stub describes the host NPU build; a toolkit build has no host_* functions",
+)
 def test_stubs_match_the_built_modules(tmp_path):
     _need_stubtest()
     p = run_stubtest(tmp_path)
@@ -62,13 +79,30 @@ def test_stubtest_sees_a_stub_that_drifted(tmp_path):
     assert "    def flush(self) -> None: ...\n" in text
     (drifted / "_hotpath.pyi").write_text(text.replace("    def flush(self) -> None: ...\n", ""))
     config = tmp_path / "mypy.ini"
-    config.write_text(f"[mypy]\nfollow_imports = silent\nignore_missing_imports = True\n"
-                      f"mypy_path = {tmp_path / 'stubs'}\ncache_dir = {tmp_path / 'cache'}\n")
-    p = subprocess.run([sys.executable, "-m", "mypy.stubtest", "--mypy-config-file", str(config),
-                        "--allowlist", str(ALLOWLIST), "--ignore-unused-allowlist", "gert.core._hotpath"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    config.write_text(
+        f"[mypy]\nfollow_imports = silent\nignore_missing_imports = True\n"
+        f"mypy_path = {tmp_path / 'stubs'}\ncache_dir = {tmp_path / 'cache'}\n"
+    )
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy.stubtest",
+            "--mypy-config-file",
+            str(config),
+            "--allowlist",
+            str(ALLOWLIST),
+            "--ignore-unused-allowlist",
+            "gert.core._hotpath",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode != 0 and "gert.core._hotpath.HotPath.flush is not present in stub" in p.stdout, (
-        (p.stdout + p.stderr)[-3000:])
+        p.stdout + p.stderr
+    )[-3000:]
 
 
 def test_every_stubbed_module_is_compiled_and_has_its_stub():
@@ -77,7 +111,8 @@ def test_every_stubbed_module_is_compiled_and_has_its_stub():
         folder = ROOT.joinpath(*parts[:-1])
         assert (folder / f"{parts[-1]}.pyi").is_file(), f"{module} has no stub"
         assert list(folder.glob(f"{parts[-1]}.*.so")) or list(folder.glob(f"{parts[-1]}.*.pyd")), (
-            f"{module} is not built in place (python setup.py build_ext --inplace)")
+            f"{module} is not built in place (python setup.py build_ext --inplace)"
+        )
 
 
 def _package_data() -> dict:
@@ -101,4 +136,5 @@ def test_an_install_ships_py_typed_and_the_stubs():
         patterns = data.get(package, [])
         assert any(fnmatch.fnmatch(path.name, pat) for pat in patterns), (
             f"{rel} is not in pyproject's [tool.setuptools.package-data] for {package!r} ({patterns}): an install "
-            "would not ship it")
+            "would not ship it"
+        )

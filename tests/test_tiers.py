@@ -6,6 +6,7 @@ A compile is made slow, or held until the test releases it, by wrapping the host
 runs inside GE CompileGraph): requests that completed while a static compile was held prove that no request waited
 for it, and the thread that ran each static compile shows where it ran.
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -28,12 +29,12 @@ pytestmark = RUNTIME
 
 WAIT = 30.0  # seconds: upper bound for background work in these tests (never reached when things work)
 
+
 def device_used() -> int:
     """Device 0's used bytes, after the garbage collector ran: buffers an earlier test in this process left to it are
     freed first, so they are not counted for or against the test."""
     gc.collect()
     return gert.memory_info(0).used
-
 
 
 @contextlib.contextmanager
@@ -77,6 +78,7 @@ def on_all_streams(m, key) -> bool:
 
 # ---- the building blocks ----------------------------------------------------------------------------------------
 
+
 def test_frequency_window_counts_only_the_last_requests():
     w = FrequencyWindow(4)
     assert [w.add(k) for k in "aabab"] == [1, 2, 1, 3, 2]  # the 5th addition pushes the first 'a' out
@@ -101,12 +103,15 @@ def test_segmented_lru_keeps_reused_keys_through_a_scan():
 
 # ---- auto on the request path -----------------------------------------------------------------------------------
 
+
 def test_auto_is_the_default_and_warmup_compiles_only_the_dynamic_graph():
     with gert.load(echo_model(), streams=2, gears={"batch": [1, 4]}) as m:
         assert m.plan.dims["n"].policy == "auto"
         assert m.warmup() == 2  # one dynamic-shape graph per stream, whatever the batch gears
-        assert all(list(w.graphs) == [(("batch", -1), ("n", -1))] and not w.graphs[(("batch", -1), ("n", -1))]
-                   .is_static for w in m.pool.workers)
+        assert all(
+            list(w.graphs) == [(("batch", -1), ("n", -1))] and not w.graphs[(("batch", -1), ("n", -1))].is_static
+            for w in m.pool.workers
+        )
         for i, (b, n) in enumerate([(1, 3), (3, 5), (4, 7), (2, 9)]):
             x = echo_input(i + 1, b, n)
             check_echo(m.run({"x": x}), x)
@@ -168,8 +173,10 @@ def test_one_off_flood_never_compiles_on_the_request_path_nor_evicts_hot_graphs(
     completed, so none of those requests can have waited for a compile. Then a flood of one-off sizes (each seen
     once, and one seen twice: below hot_after) runs on the dynamic graph and evicts nothing."""
     gate, compiled_on = threading.Event(), []
-    with held_static_compiles(gate, compiled_on), \
-            gert.load(echo_model(), streams=2, gears={"batch": [1]}, max_exact_graphs=2, hot_after=3) as m:
+    with (
+        held_static_compiles(gate, compiled_on),
+        gert.load(echo_model(), streams=2, gears={"batch": [1]}, max_exact_graphs=2, hot_after=3) as m,
+    ):
         m.warmup()
         uid = iter(range(1, 1000))
         for n in (2, 3):
@@ -235,8 +242,10 @@ def test_concurrent_requests_while_a_background_compile_is_in_flight():
     """8 threads x 2 streams, hot and cold shapes mixed, while the hot shape's compile is held; every caller gets
     its own result; released, the hot shape moves to its static graph with the same results."""
     gate, compiled_on = threading.Event(), []
-    with held_static_compiles(gate, compiled_on), \
-            gert.load(echo_model(), streams=2, gears={"batch": [1, 4]}, hot_after=2) as m:
+    with (
+        held_static_compiles(gate, compiled_on),
+        gert.load(echo_model(), streams=2, gears={"batch": [1, 4]}, hot_after=2) as m,
+    ):
         m.warmup()
 
         def call(uid):
@@ -251,8 +260,10 @@ def test_concurrent_requests_while_a_background_compile_is_in_flight():
             assert compiled_on, "a shape became hot"
             assert m.stats()["static_hits"] == 0  # every compile is held: all of it ran on the dynamic graph
             gate.set()
-            wait_for(lambda: m.stats()["tiers"]["pending"] == 0 and m.stats()["background_compiles"]
-                     == len(compiled_on), "the background compiles")
+            wait_for(
+                lambda: m.stats()["tiers"]["pending"] == 0 and m.stats()["background_compiles"] == len(compiled_on),
+                "the background compiles",
+            )
             done = list(pool.map(call, range(201, 401)))
         st = m.stats()
         assert st["static_hits"] > 0 and st["request_path_compiles"] == 0
@@ -298,8 +309,10 @@ def _session_closed(w) -> bool:
 
 def test_a_failed_background_compile_is_recorded_and_the_shape_stays_dynamic():
     gate, compiled_on = threading.Event(), []
-    with held_static_compiles(gate, compiled_on, fail=True), \
-            gert.load(echo_model(), gears={"batch": [1]}, hot_after=2) as m:
+    with (
+        held_static_compiles(gate, compiled_on, fail=True),
+        gert.load(echo_model(), gears={"batch": [1]}, hot_after=2) as m,
+    ):
         m.warmup()
         for i in range(6):
             x = echo_input(i + 1, 1, 4)
@@ -323,6 +336,7 @@ def test_without_warmup_the_dynamic_graph_is_compiled_once_on_the_request_path()
 
 
 # ---- exact -------------------------------------------------------------------------------------------------------
+
 
 def test_exact_one_off_scan_does_not_evict_reused_graphs():
     """exact compiles each new size on the request path (it has no other graph), but a scan of one-off sizes only
@@ -499,6 +513,7 @@ def test_compile_share_is_checked():
 
 # ---- the host_memory budget (issue 28) ----------------------------------------------------------------------------
 
+
 def test_a_hot_shape_over_the_host_memory_budget_stays_on_the_dynamic_graph_and_is_correct():
     """host_memory bounds the bytes the static graphs hold: with a budget below one static graph's bytes (GE's
     summary: const + feature memory, on every stream), a hot shape is turned down, counted, and its requests keep
@@ -558,8 +573,16 @@ def test_a_second_shape_that_would_pass_the_budget_is_turned_down():
         check_echo(m.run({"x": x}), x)
 
 
-@pytest.mark.parametrize("value,message", [(-1, ">= 0"), ("lots", "string like"), (1.5, "number of bytes"),
-                                           (True, "number of bytes"), ("2XB", "string like")])
+@pytest.mark.parametrize(
+    "value,message",
+    [
+        (-1, ">= 0"),
+        ("lots", "string like"),
+        (1.5, "number of bytes"),
+        (True, "number of bytes"),
+        ("2XB", "string like"),
+    ],
+)
 def test_host_memory_is_checked(value, message):
     with pytest.raises(gert.GertError, match=f"host_memory must .*{message}"):
         gert.load(echo_model(), host_memory=value)

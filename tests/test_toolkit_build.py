@@ -6,6 +6,7 @@ skip there, saying why: conftest.py).
 One build per source digest (~2-3 minutes on 2 shared cores), kept between sessions in the test cache (the
 ``build`` fixture); deselect with ``-m "not toolkit_build"`` when iterating.
 """
+
 from __future__ import annotations
 
 import ast
@@ -27,22 +28,46 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 pytestmark = [
     pytest.mark.toolkit_build,
-    pytest.mark.skipif(gert.backend() != "hostnpu",
-                       reason="already running against a toolkit-mode build (this module is what runs it)"),
-    pytest.mark.skipif(shutil.which("g++") is None or shutil.which("nm") is None or shutil.which("ldd") is None,
-                       reason="needs g++, nm and ldd"),
+    pytest.mark.skipif(
+        gert.backend() != "hostnpu", reason="already running against a toolkit-mode build (this module is what runs it)"
+    ),
+    pytest.mark.skipif(
+        shutil.which("g++") is None or shutil.which("nm") is None or shutil.which("ldd") is None,
+        reason="needs g++, nm and ldd",
+    ),
 ]
 
 # The suite run against the toolkit build (~2 minutes here): the runtime, GE graphs (ExecuteGraphWithStreamAsync and
 # RunGraphWithStreamAsync), the Model executor, errors, the Triton adapter's unit tests, the CLI and the examples.
 # Left out: what builds or serves (fidelity probes, the tritonserver e2e) and the slower ORT-facade / RapidOCR tests,
 # which exercise the same bindings through gert.Model.
-SUITE = ["test_memory.py", "test_streams_events.py", "test_host_buffer.py", "test_errors.py", "test_ge_graphs.py",
-         "test_ge_errors.py", "test_run_graph_with_stream_async.py", "test_model.py", "test_examples.py",
-         "test_triton_unit.py", "test_bench_cli.py", "test_hostnpu_accessor.py", "test_acl_rules.py"]
+SUITE = [
+    "test_memory.py",
+    "test_streams_events.py",
+    "test_host_buffer.py",
+    "test_errors.py",
+    "test_ge_graphs.py",
+    "test_ge_errors.py",
+    "test_run_graph_with_stream_async.py",
+    "test_model.py",
+    "test_examples.py",
+    "test_triton_unit.py",
+    "test_bench_cli.py",
+    "test_hostnpu_accessor.py",
+    "test_acl_rules.py",
+]
 # What a process linked against a toolkit may need besides the toolkit's own libraries.
-SYSTEM_LIBS = {"linux-vdso.so.1", "libstdc++.so.6", "libgcc_s.so.1", "libc.so.6", "libm.so.6", "libpthread.so.0",
-               "libdl.so.2", "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1"}
+SYSTEM_LIBS = {
+    "linux-vdso.so.1",
+    "libstdc++.so.6",
+    "libgcc_s.so.1",
+    "libc.so.6",
+    "libm.so.6",
+    "libpthread.so.0",
+    "libdl.so.2",
+    "ld-linux-x86-64.so.2",
+    "ld-linux-aarch64.so.1",
+}
 
 
 def _cann_libraries() -> list:
@@ -65,8 +90,8 @@ def _run(cmd, timeout=600, **kw) -> subprocess.CompletedProcess:
 class Build:
     def __init__(self, base: str, src: str, run_dir: str):
         self.toolkit = os.path.join(base, "toolkit")
-        self.src = src                      # a clean copy of the checkout: what `pip install .` builds from
-        self.run_dir = run_dir              # tests, examples, cbindings... without the gert packages (no shadowing)
+        self.src = src  # a clean copy of the checkout: what `pip install .` builds from
+        self.run_dir = run_dir  # tests, examples, cbindings... without the gert packages (no shadowing)
         self.venv = os.path.join(base, "venv")
         self.python = os.path.join(self.venv, "bin", "python")
 
@@ -117,7 +142,8 @@ def _cache_root() -> str:
     """Where built toolkits and their venvs are kept between sessions: $GERT_TEST_CACHE_DIR, else
     $XDG_CACHE_HOME/gert-tests (~/.cache/gert-tests)."""
     root = os.environ.get("GERT_TEST_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "gert-tests")
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "gert-tests"
+    )
     os.makedirs(root, exist_ok=True)
     return root
 
@@ -140,7 +166,7 @@ def build(tmp_path_factory):
     the same digest at once wait for each other (a lock file). The module is one xdist group (conftest.py): one
     build per session."""
     base = tmp_path_factory.mktemp("toolkit_build")
-    src = str(base / "src")      # a clean copy of the checkout: what `pip install .` builds from
+    src = str(base / "src")  # a clean copy of the checkout: what `pip install .` builds from
     shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(*JUNK))
     key = _source_digest(src)
     cached = os.path.join(_cache_root(), f"toolkit-{key}")
@@ -199,14 +225,24 @@ def test_toolkit_has_cann_layout_and_each_library_exports_what_its_namesake_does
         assert os.path.isfile(os.path.join(lib64, f"lib{name}.so")), f"lib{name}.so missing (setup.py links it)"
     for d in ("acl", "ge", "graph", "parser", "exe_graph"):
         assert os.path.isdir(os.path.join(build.toolkit, "include", d)), d
-    exports = {name: _nm(os.path.join(lib64, f"lib{name}.so"), "-C", "--defined-only")
-               for name in ("ascendcl", "graph", "ge_runner", "fmk_onnx_parser")}
+    exports = {
+        name: _nm(os.path.join(lib64, f"lib{name}.so"), "-C", "--defined-only")
+        for name in ("ascendcl", "graph", "ge_runner", "fmk_onnx_parser")
+    }
     expect = {
         "ascendcl": [" aclInit", " aclrtMalloc", " aclrtMemcpyAsync", " aclrtSynchronizeStreamWithTimeout"],
-        "graph": [" ge::Graph::Graph(", " ge::AscendString::AscendString(", " ge::GetSizeInBytes(",
-                  " ge::Tensor::Tensor("],
-        "ge_runner": [" ge::GEInitialize(", " ge::Session::Session(", " ge::Session::ExecuteGraphWithStreamAsync(",
-                      " ge::GEGetErrorMsgV2()"],
+        "graph": [
+            " ge::Graph::Graph(",
+            " ge::AscendString::AscendString(",
+            " ge::GetSizeInBytes(",
+            " ge::Tensor::Tensor(",
+        ],
+        "ge_runner": [
+            " ge::GEInitialize(",
+            " ge::Session::Session(",
+            " ge::Session::ExecuteGraphWithStreamAsync(",
+            " ge::GEGetErrorMsgV2()",
+        ],
         "fmk_onnx_parser": [" ge::aclgrphParseONNX(", " ge::aclgrphParseONNXFromMem("],
     }
     for lib, symbols in expect.items():
@@ -217,8 +253,13 @@ def test_toolkit_has_cann_layout_and_each_library_exports_what_its_namesake_does
     assert " ge::Session::Session(" not in exports["ascendcl"] + exports["graph"]
     # CANN's old C++ ABI (-D_GLIBCXX_USE_CXX11_ABI=0): no std::__cxx11 type in any exported symbol
     assert not [line for text in exports.values() for line in text.splitlines() if "__cxx11" in line]
-    env = _run(["bash", "-c", f"source {build.toolkit}/set_env.sh && echo $ASCEND_HOME_PATH $ASCEND_TOOLKIT_HOME "
-                              "$LD_LIBRARY_PATH"]).stdout.split()
+    env = _run(
+        [
+            "bash",
+            "-c",
+            f"source {build.toolkit}/set_env.sh && echo $ASCEND_HOME_PATH $ASCEND_TOOLKIT_HOME $LD_LIBRARY_PATH",
+        ]
+    ).stdout.split()
     assert env[:2] == [build.toolkit, build.toolkit] and env[2].startswith(f"{build.toolkit}/lib64")
 
 
@@ -286,26 +327,47 @@ def test_a_c_program_builds_and_runs_against_the_toolkit(build, tmp_path):
     src = tmp_path / "client.c"
     src.write_text(C_CLIENT)
     exe = str(tmp_path / "client")
-    _run(["gcc", "-std=c11", "-Wall", "-Werror", "-I", f"{build.toolkit}/include", str(src), "-o", exe,
-          "-L", f"{build.toolkit}/lib64", "-lascendcl"])
+    _run(
+        [
+            "gcc",
+            "-std=c11",
+            "-Wall",
+            "-Werror",
+            "-I",
+            f"{build.toolkit}/include",
+            str(src),
+            "-o",
+            exe,
+            "-L",
+            f"{build.toolkit}/lib64",
+            "-lascendcl",
+        ]
+    )
     r = _run(["bash", "-c", f"source {build.toolkit}/set_env.sh && {exe}"])
     assert r.stdout.strip() == "ok 7", r.stdout
 
 
 def test_quickstart_runs_against_the_toolkit_build(build):
-    r = _run([build.python, os.path.join(build.run_dir, "examples", "quickstart.py")], env=build.env(),
-             cwd=build.run_dir, timeout=300)
+    r = _run(
+        [build.python, os.path.join(build.run_dir, "examples", "quickstart.py")],
+        env=build.env(),
+        cwd=build.run_dir,
+        timeout=300,
+    )
     assert "max |gert - onnxruntime|: 0.0" in r.stdout and "futures agree: True" in r.stdout, r.stdout
 
 
 def test_info_names_the_toolkit_and_host_features_come_from_the_optional_module(build):
     r = _run([build.python, "-m", "gert", "info"], env=build.env(), cwd="/")
     assert "backend: cann" in r.stdout
-    assert (f"toolkit: {build.toolkit}, version 8.5.0 ({build.toolkit}/version.info); "
-            "the host NPU packaged as a toolkit") in r.stdout, r.stdout
-    code = ("import gert; print(gert.hostnpu._module.__name__, gert.hostnpu.available(), "
-            "sorted(gert.host_counters())[0], type(gert.hostnpu.host_provider()).__name__, "
-            "hasattr(gert._cann, 'host_counters'))")
+    assert (
+        f"toolkit: {build.toolkit}, version 8.5.0 ({build.toolkit}/version.info); the host NPU packaged as a toolkit"
+    ) in r.stdout, r.stdout
+    code = (
+        "import gert; print(gert.hostnpu._module.__name__, gert.hostnpu.available(), "
+        "sorted(gert.host_counters())[0], type(gert.hostnpu.host_provider()).__name__, "
+        "hasattr(gert._cann, 'host_counters'))"
+    )
     out = _run([build.python, "-c", code], env=build.env(), cwd="/").stdout.split()
     assert out == ["gert._hostnpu", "True", "bytes_d2d", "OrtGraphProvider", "False"]
 
@@ -313,8 +375,14 @@ def test_info_names_the_toolkit_and_host_features_come_from_the_optional_module(
 def test_suite_passes_against_the_toolkit_build(build):
     tests = [os.path.join(build.run_dir, "tests", t) for t in SUITE]
     # -n 2: the run's own xdist workers (this test's worker waits meanwhile)
-    r = subprocess.run([build.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "-n", "2", *tests],
-                       capture_output=True, text=True, timeout=900, env=build.env(), cwd=build.run_dir)
+    r = subprocess.run(
+        [build.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "-n", "2", *tests],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=build.env(),
+        cwd=build.run_dir,
+    )
     tail = r.stdout[-6000:]
     assert r.returncode == 0, f"the suite failed against the toolkit-mode build:\n{tail}\n{r.stderr[-2000:]}"
     summary = r.stdout.strip().splitlines()[-1]

@@ -1,4 +1,5 @@
 """gert.trace (issue 25): a per-request timeline of every stream as Chrome trace-event JSON."""
+
 from __future__ import annotations
 
 import json
@@ -109,8 +110,7 @@ def test_two_streams_overlap_one_stream_never_overlaps_itself(model):
             for w in workers:
                 w.stream.launch_host_func(lambda: gate.wait(60))  # the one gate
             outs = []
-            clients = [threading.Thread(target=lambda i=i: outs.append(model.run({"x": _x(4, i)})))
-                       for i in range(2)]
+            clients = [threading.Thread(target=lambda i=i: outs.append(model.run({"x": _x(4, i)}))) for i in range(2)]
             for c in clients:
                 c.start()
             deadline = time.monotonic() + 30
@@ -148,8 +148,7 @@ def test_background_compile_on_the_compiler_track():
             _wait_background(m)
     compiles = _x_events(t.events, "compile")
     assert compiles, [e["name"] for e in _x_events(t.events)]
-    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in t.events if e["ph"] == "M"
-             and e["name"] == "thread_name"}
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in t.events if e["ph"] == "M" and e["name"] == "thread_name"}
     track = (compiles[0]["pid"], compiles[0]["tid"])
     assert names[track].startswith("compiler")
     assert all((e["pid"], e["tid"]) != track for e in _x_events(t.events) if e["name"] != "compile")
@@ -232,9 +231,30 @@ def test_bench_writes_trace_and_timeline(tmp_path):
     path = tmp_path / "mlp.onnx"
     path.write_bytes(mlp_model(3))
     out, png = tmp_path / "b.json", tmp_path / "b.png"
-    r = subprocess.run([sys.executable, "-m", "gert", "bench", str(path), "--streams", "1,2", "--batch", "4",
-                        "--iterations", "40", "--concurrency", "4", "--trace", str(out), "--timeline", str(png)],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gert",
+            "bench",
+            str(path),
+            "--streams",
+            "1,2",
+            "--batch",
+            "4",
+            "--iterations",
+            "40",
+            "--concurrency",
+            "4",
+            "--trace",
+            str(out),
+            "--timeline",
+            str(png),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     data = json.loads(out.read_text())
     assert data["displayTimeUnit"] == "ms"
@@ -251,12 +271,21 @@ def _triton_model(pb, tmp_path, parameters: dict):
     (mdir / "1" / "model.onnx").write_bytes(mlp_model(4))
     pb.set_model_dir(str(mdir))
     raw = {k: {"string_value": v} for k, v in dict(parameters, streams="1").items()}
-    cfg = TritonPythonModel.auto_complete_config(pb.ModelConfig(pb.default_config("mlp", max_batch_size=8,
-                                                                                   parameters=raw))).as_dict()
+    cfg = TritonPythonModel.auto_complete_config(
+        pb.ModelConfig(pb.default_config("mlp", max_batch_size=8, parameters=raw))
+    ).as_dict()
     m = TritonPythonModel()
-    m.initialize({"model_config": json.dumps(cfg), "model_instance_kind": "CPU", "model_instance_name": "mlp_0_0",
-                  "model_instance_device_id": "0", "model_repository": str(mdir), "model_version": "1",
-                  "model_name": "mlp"})
+    m.initialize(
+        {
+            "model_config": json.dumps(cfg),
+            "model_instance_kind": "CPU",
+            "model_instance_name": "mlp_0_0",
+            "model_instance_device_id": "0",
+            "model_repository": str(mdir),
+            "model_version": "1",
+            "model_name": "mlp",
+        }
+    )
     return m, mdir
 
 
@@ -266,8 +295,10 @@ def test_triton_trace_names_the_batch_each_request_rode_in(monkeypatch, tmp_path
     pb = fake_pb_utils.install(monkeypatch)
     m, mdir = _triton_model(pb, tmp_path, {"trace_file": "trace.json"})
     try:
-        reqs = [pb.InferenceRequest([pb.Tensor("x", _x(rows, rows))], ["logits"], request_id=f"r{rows}")
-                for rows in (1, 2, 3)]
+        reqs = [
+            pb.InferenceRequest([pb.Tensor("x", _x(rows, rows))], ["logits"], request_id=f"r{rows}")
+            for rows in (1, 2, 3)
+        ]
         responses = m.execute(reqs)
         assert all(not r.has_error() for r in responses)
     finally:

@@ -2,6 +2,7 @@
 the traced run is still the staged one (h2d / execute / d2h timed by the stream), its waits are bounded by the
 request's timeout and end on the watchdog's abort; the request raises RequestTimeout and the stream serves again.
 Hangs come from the host NPU's fault injection (gert.inject_fault)."""
+
 from __future__ import annotations
 
 import time

@@ -2,6 +2,7 @@
 a Chrome trace naming the batch each Triton request rode in (by request id), and its timestamps line up with
 Triton's own trace (--trace-config, steady_clock ns) through ``otherData.monotonic_origin_ns``. Its own server on
 free ports (explicit model control), independent of the other e2e modules."""
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,13 @@ def served(tmp_path_factory):
     src = root / "mlp.onnx"
     src.write_bytes(mlp_model(5))
     # one stream, a 20 ms batching window: the concurrent requests below ride in shared batches
-    init_repo(str(src), str(repo), name="mlp", max_batch_size=8,
-              parameters={"streams": "1", "trace_file": str(root / "gert.json"), "gears": "batch:1,2,4,8"})
+    init_repo(
+        str(src),
+        str(repo),
+        name="mlp",
+        max_batch_size=8,
+        parameters={"streams": "1", "trace_file": str(root / "gert.json"), "gears": "batch:1,2,4,8"},
+    )
     cfg = repo / "mlp" / "config.pbtxt"
     text = cfg.read_text()
     if "dynamic_batching" in text:
@@ -44,11 +50,20 @@ def served(tmp_path_factory):
     triton_trace = str(root / "triton.json")
     with pytest.MonkeyPatch.context() as mp:  # an absolute trace_file must be inside GERT_TRACE_DIR (the server's)
         mp.setenv("GERT_TRACE_DIR", str(root))
-        srv = start_server(str(repo), log, [*EXPLICIT, f"--trace-config=triton,file={triton_trace}",
-                                            "--trace-config=triton,log-frequency=1", "--trace-config=rate=1",
-                                            "--trace-config=level=TIMESTAMPS"])
-    client = httpclient.InferenceServerClient(srv.url("http"), connection_timeout=CALL_TIMEOUT,
-                                              network_timeout=CALL_TIMEOUT, concurrency=8)
+        srv = start_server(
+            str(repo),
+            log,
+            [
+                *EXPLICIT,
+                f"--trace-config=triton,file={triton_trace}",
+                "--trace-config=triton,log-frequency=1",
+                "--trace-config=rate=1",
+                "--trace-config=level=TIMESTAMPS",
+            ],
+        )
+    client = httpclient.InferenceServerClient(
+        srv.url("http"), connection_timeout=CALL_TIMEOUT, network_timeout=CALL_TIMEOUT, concurrency=8
+    )
     try:
         yield srv, client, root, log
     finally:

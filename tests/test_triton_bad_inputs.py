@@ -9,6 +9,7 @@ which Triton's parser accepts) is a value, not an error: it is served, and the r
 A sequence id or start/end flag on a model without sequence batching is refused by gert_triton (Triton passes them
 through).
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,8 @@ from tritonclient.grpc import service_pb2  # noqa: E402
 pytestmark = [pytest.mark.skipif(pytriton_root() is None, reason="needs nvidia-pytriton (pip install -e '.[triton]')")]
 
 MAX_BATCH = 8
-REPEAT = 3                 # each bad request is sent this often (a per-request leak would show in the RSS)
-RSS_SLACK = 4 << 20        # bytes: allocator noise allowed on top of the warmed-up resident set
+REPEAT = 3  # each bad request is sent this often (a per-request leak would show in the RSS)
+RSS_SLACK = 4 << 20  # bytes: allocator noise allowed on top of the warmed-up resident set
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +41,11 @@ def server(tmp_path_factory):
     seq_file.write_bytes(seq_model())
     repo = root / "repo"
     init_repo(str(seq_file), str(repo), name="seq", parameters={"streams": "1"})
-    srv = start_server(str(repo), str(root / "server.log"), ["--model-control-mode=explicit", "--load-model=seq",
-                                                             "--exit-timeout-secs=5"])
+    srv = start_server(
+        str(repo),
+        str(root / "server.log"),
+        ["--model-control-mode=explicit", "--load-model=seq", "--exit-timeout-secs=5"],
+    )
     try:
         yield srv
     finally:
@@ -49,6 +53,7 @@ def server(tmp_path_factory):
 
 
 # ---- requests, described once and sent over either protocol --------------------------------------------------------
+
 
 def T(name, datatype, shape, data=None, raw=None, **params):
     """One input: ``data`` (numpy, sent as binary / raw contents) or ``raw`` (bytes as given)."""
@@ -79,8 +84,7 @@ def http_body(inputs: list, outputs=None, extra=None, binary_size_delta: int = 0
         header["outputs"] = [{"name": o} for o in outputs]
     header.update(extra or {})
     head = json.dumps(header).encode()
-    return head + tail, {"Inference-Header-Content-Length": str(len(head)),
-                         "Content-Type": "application/octet-stream"}
+    return head + tail, {"Inference-Header-Content-Length": str(len(head)), "Content-Type": "application/octet-stream"}
 
 
 def grpc_request(model: str, inputs: list, outputs=None, version: str = "", params=None):
@@ -110,20 +114,34 @@ def grpc_request(model: str, inputs: list, outputs=None, version: str = "", para
 CASES = [
     ("wrong dtype FP64 for a", {"inputs": [T("a", "FP64", A.shape, A.astype(np.float64)), good()[1]]}, ["a", "FP64"]),
     ("wrong dtype INT32 for m", {"inputs": [good()[0], T("m", "INT32", M.shape, M.astype(np.int32))]}, ["m", "INT32"]),
-    ("BYTES for a numeric input", {"inputs": [T("a", "BYTES", [1, 1], raw=struct.pack("<I", 3) + b"abc"),
-                                              good()[1]]}, ["a", "BYTES"]),
+    (
+        "BYTES for a numeric input",
+        {"inputs": [T("a", "BYTES", [1, 1], raw=struct.pack("<I", 3) + b"abc"), good()[1]]},
+        ["a", "BYTES"],
+    ),
     ("unknown datatype", {"inputs": [T("a", "FP33", A.shape, A), good()[1]]}, ["'a'", "data-type"]),
     ("rank too low", {"inputs": [T("a", "FP32", [1, 4], A[0]), good()[1]]}, ["a"]),
     ("rank too high", {"inputs": [T("a", "FP32", [1, 4, 4, 1], A), good()[1]]}, ["a"]),
     ("wrong fixed dim", {"inputs": [T("a", "FP32", [1, 4, 3], A[..., :3]), good()[1]]}, ["a"]),
-    ("S differs between inputs", {"inputs": [good()[0], T("m", "INT64", [1, 5], np.zeros((1, 5), np.int64))]},
-     ["'S'", "4", "5"]),
+    (
+        "S differs between inputs",
+        {"inputs": [good()[0], T("m", "INT64", [1, 5], np.zeros((1, 5), np.int64))]},
+        ["'S'", "4", "5"],
+    ),
     ("missing input", {"inputs": [good()[0]]}, ["m"]),
     ("extra input", {"inputs": good() + [T("zz", "FP32", [1, 1], np.zeros((1, 1), np.float32))]}, ["zz"]),
     ("duplicated input", {"inputs": good() + [good()[0]]}, ["a"]),
     ("no inputs at all", {"inputs": []}, ["input"]),
-    ("empty batch", {"inputs": [T("a", "FP32", [0, 4, 4], np.zeros((0, 4, 4), np.float32)),
-                                T("m", "INT64", [0, 4], np.zeros((0, 4), np.int64))]}, []),
+    (
+        "empty batch",
+        {
+            "inputs": [
+                T("a", "FP32", [0, 4, 4], np.zeros((0, 4, 4), np.float32)),
+                T("m", "INT64", [0, 4], np.zeros((0, 4), np.int64)),
+            ]
+        },
+        [],
+    ),
     ("batch above max_batch_size", {"inputs": good(batch=MAX_BATCH + 1)}, ["batch"]),
     ("negative dim", {"inputs": [T("a", "FP32", [1, -4, 4], A), good()[1]]}, []),
     ("huge dim", {"inputs": [T("a", "FP32", [1, 1 << 40, 4], A), good()[1]]}, []),
@@ -134,34 +152,114 @@ CASES = [
     ("unknown version", {"version": "7", "inputs": good()}, ["7"]),
     ("non-numeric version", {"version": "abc", "inputs": good()}, []),  # HTTP: 404 from Triton's router
     ("unknown requested output", {"inputs": good(), "outputs": ["zz"]}, ["zz"]),
-    ("sequence id on a model without sequence batching", {"inputs": good(), "params": {"sequence_id": 42}},
-     ["sequence"]),
-    ("sequence_start without sequence id", {"inputs": good(), "params": {"sequence_start": True}},
-     ["sequence_start=True"]),
+    (
+        "sequence id on a model without sequence batching",
+        {"inputs": good(), "params": {"sequence_id": 42}},
+        ["sequence"],
+    ),
+    (
+        "sequence_start without sequence id",
+        {"inputs": good(), "params": {"sequence_start": True}},
+        ["sequence_start=True"],
+    ),
     ("priority of the wrong type", {"inputs": good(), "params": {"priority": "high"}}, ["priority"]),
-    ("malformed JSON", {"http": ("/v2/models/seq/infer", b'{"inputs": [{"name": "a", "shape": [1, 4',
-                                 {"Content-Type": "application/json"}), "grpc_skip": True}, []),
-    ("JSON body not an object", {"http": ("/v2/models/seq/infer", b'[1, 2, 3]', {"Content-Type": "application/json"}),
-                                 "grpc_skip": True}, []),
-    ("JSON inputs not a list", {"http": ("/v2/models/seq/infer", b'{"inputs": {"a": 1}}',
-                                         {"Content-Type": "application/json"}), "grpc_skip": True}, []),
-    ("JSON data of the wrong length", {"http": ("/v2/models/seq/infer", json.dumps(
-        {"inputs": [{"name": "a", "datatype": "FP32", "shape": [1, 4, 4], "data": [0.5] * 15},
-                    {"name": "m", "datatype": "INT64", "shape": [1, 4], "data": [1] * 4}]}).encode(),
-        {"Content-Type": "application/json"}), "grpc_skip": True}, []),
-    ("JSON strings for FP32 data", {"http": ("/v2/models/seq/infer", json.dumps(
-        {"inputs": [{"name": "a", "datatype": "FP32", "shape": [1, 4, 4], "data": ["x"] * 16},
-                    {"name": "m", "datatype": "INT64", "shape": [1, 4], "data": [1] * 4}]}).encode(),
-        {"Content-Type": "application/json"}), "grpc_skip": True}, []),
-    ("NaN for an INT64 input in JSON", {"http": ("/v2/models/seq/infer", (
-        b'{"inputs": [{"name": "a", "datatype": "FP32", "shape": [1, 1, 4], "data": [1, 2, 3, 4]},'
-        b' {"name": "m", "datatype": "INT64", "shape": [1, 1], "data": [NaN]}]}'),
-        {"Content-Type": "application/json"}), "grpc_skip": True}, []),
-    ("shape with a non-integer", {"http": ("/v2/models/seq/infer", json.dumps(
-        {"inputs": [{"name": "a", "datatype": "FP32", "shape": [1, "four", 4], "data": [0.5] * 16}]}).encode(),
-        {"Content-Type": "application/json"}), "grpc_skip": True}, []),
-    ("raw contents for a missing input", {"grpc_raw": lambda r: r.raw_input_contents.append(M.tobytes()),
-                                          "inputs": good()[:1], "http_skip": True}, []),
+    (
+        "malformed JSON",
+        {
+            "http": (
+                "/v2/models/seq/infer",
+                b'{"inputs": [{"name": "a", "shape": [1, 4',
+                {"Content-Type": "application/json"},
+            ),
+            "grpc_skip": True,
+        },
+        [],
+    ),
+    (
+        "JSON body not an object",
+        {"http": ("/v2/models/seq/infer", b"[1, 2, 3]", {"Content-Type": "application/json"}), "grpc_skip": True},
+        [],
+    ),
+    (
+        "JSON inputs not a list",
+        {
+            "http": ("/v2/models/seq/infer", b'{"inputs": {"a": 1}}', {"Content-Type": "application/json"}),
+            "grpc_skip": True,
+        },
+        [],
+    ),
+    (
+        "JSON data of the wrong length",
+        {
+            "http": (
+                "/v2/models/seq/infer",
+                json.dumps(
+                    {
+                        "inputs": [
+                            {"name": "a", "datatype": "FP32", "shape": [1, 4, 4], "data": [0.5] * 15},
+                            {"name": "m", "datatype": "INT64", "shape": [1, 4], "data": [1] * 4},
+                        ]
+                    }
+                ).encode(),
+                {"Content-Type": "application/json"},
+            ),
+            "grpc_skip": True,
+        },
+        [],
+    ),
+    (
+        "JSON strings for FP32 data",
+        {
+            "http": (
+                "/v2/models/seq/infer",
+                json.dumps(
+                    {
+                        "inputs": [
+                            {"name": "a", "datatype": "FP32", "shape": [1, 4, 4], "data": ["x"] * 16},
+                            {"name": "m", "datatype": "INT64", "shape": [1, 4], "data": [1] * 4},
+                        ]
+                    }
+                ).encode(),
+                {"Content-Type": "application/json"},
+            ),
+            "grpc_skip": True,
+        },
+        [],
+    ),
+    (
+        "NaN for an INT64 input in JSON",
+        {
+            "http": (
+                "/v2/models/seq/infer",
+                (
+                    b'{"inputs": [{"name": "a", "datatype": "FP32", "shape": [1, 1, 4], "data": [1, 2, 3, 4]},'
+                    b' {"name": "m", "datatype": "INT64", "shape": [1, 1], "data": [NaN]}]}'
+                ),
+                {"Content-Type": "application/json"},
+            ),
+            "grpc_skip": True,
+        },
+        [],
+    ),
+    (
+        "shape with a non-integer",
+        {
+            "http": (
+                "/v2/models/seq/infer",
+                json.dumps(
+                    {"inputs": [{"name": "a", "datatype": "FP32", "shape": [1, "four", 4], "data": [0.5] * 16}]}
+                ).encode(),
+                {"Content-Type": "application/json"},
+            ),
+            "grpc_skip": True,
+        },
+        [],
+    ),
+    (
+        "raw contents for a missing input",
+        {"grpc_raw": lambda r: r.raw_input_contents.append(M.tobytes()), "inputs": good()[:1], "http_skip": True},
+        [],
+    ),
     ("sequence end flag", {"inputs": good(), "params": {"sequence_end": True}}, ["sequence_end=True"]),
 ]
 
@@ -184,8 +282,12 @@ def send_http(server, how: dict) -> tuple:
     else:
         model, version = how.get("model", "seq"), how.get("version", "")
         path = f"/v2/models/{model}" + (f"/versions/{version}" if version else "") + "/infer"
-        body, headers = http_body(how["inputs"], how.get("outputs"),
-                                  {"parameters": how["params"]} if how.get("params") else None, how.get("delta", 0))
+        body, headers = http_body(
+            how["inputs"],
+            how.get("outputs"),
+            {"parameters": how["params"]} if how.get("params") else None,
+            how.get("delta", 0),
+        )
     status, text = raw_http(server, path, body, headers)
     try:
         msg = json.loads(text).get("error", "")
@@ -195,8 +297,9 @@ def send_http(server, how: dict) -> tuple:
 
 
 def send_grpc(client, how: dict) -> tuple:
-    req = grpc_request(how.get("model", "seq"), how["inputs"], how.get("outputs"), how.get("version", ""),
-                       how.get("params"))
+    req = grpc_request(
+        how.get("model", "seq"), how["inputs"], how.get("outputs"), how.get("version", ""), how.get("params")
+    )
     if "grpc_raw" in how:
         how["grpc_raw"](req)
     try:
@@ -208,9 +311,11 @@ def send_grpc(client, how: dict) -> tuple:
 
 def check_served(server, client) -> None:
     r = seq_inputs(2, 5, 99)
-    status, text = raw_http(server, "/v2/models/seq/infer", *http_body(
-        [T("a", "FP32", r["a"].shape, r["a"]), T("m", "INT64", r["m"].shape, r["m"])],
-        outputs=None))
+    status, text = raw_http(
+        server,
+        "/v2/models/seq/infer",
+        *http_body([T("a", "FP32", r["a"].shape, r["a"]), T("m", "INT64", r["m"].shape, r["m"])], outputs=None),
+    )
     assert status == 200, text[:300]
     res = client.infer("seq", [_grpc_input(k, v) for k, v in r.items()])
     exp = seq_expected(r)
@@ -220,6 +325,7 @@ def check_served(server, client) -> None:
 
 def _grpc_input(name, arr):
     from tritonclient.utils import np_to_triton_dtype
+
     i = grpcclient.InferInput(name, list(arr.shape), np_to_triton_dtype(arr.dtype))
     i.set_data_from_numpy(arr)
     return i
@@ -253,8 +359,11 @@ def test_bad_input_matrix_over_http_and_grpc(server):
                         ok = 400 <= status < 500 or (name in PARSE_ERRORS_500 and status == 500)
                     else:
                         status, msg = send_grpc(client, how)
-                        ok = status in ("StatusCode.INVALID_ARGUMENT", "StatusCode.NOT_FOUND",
-                                        "StatusCode.UNAVAILABLE" if how.get("model") == "nope" else "-")
+                        ok = status in (
+                            "StatusCode.INVALID_ARGUMENT",
+                            "StatusCode.NOT_FOUND",
+                            "StatusCode.UNAVAILABLE" if how.get("model") == "nope" else "-",
+                        )
                     sent += 1
                     missing = [w for w in words if w not in msg]
                     if not ok or missing or not msg:
@@ -267,7 +376,8 @@ def test_bad_input_matrix_over_http_and_grpc(server):
         after = rss(stub[0])
         assert stub_processes(server, "seq") == stub, "the stub process was replaced"
         assert after <= before + max(RSS_SLACK, before // 20), (
-            f"stub RSS grew from {before >> 20} MiB to {after >> 20} MiB over {sent} bad requests")
+            f"stub RSS grew from {before >> 20} MiB to {after >> 20} MiB over {sent} bad requests"
+        )
     finally:
         client.close()
 

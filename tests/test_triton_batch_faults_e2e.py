@@ -6,6 +6,7 @@ launch 1 and fails; execute retries the requests one by one (gert.core.engine.ru
 the first of them is launch 2 and fails; the other two get ONNX Runtime's results. Without the retry all three
 fail; without the merge two would. The retry is counted in gert_retried_batches_total (Triton's metrics
 endpoint). One server for this module on free ports, independent of the others."""
+
 from __future__ import annotations
 
 import os
@@ -27,15 +28,19 @@ from triton_server import start_server
 httpclient = pytest.importorskip("tritonclient.http")
 from tritonclient.utils import np_to_triton_dtype  # noqa: E402
 
-pytestmark = [pytest.mark.hostnpu_only,
-              pytest.mark.skipif(pytriton_root() is None, reason="needs nvidia-pytriton (pip install -e '.[triton]')")]
+pytestmark = [
+    pytest.mark.hostnpu_only,
+    pytest.mark.skipif(pytriton_root() is None, reason="needs nvidia-pytriton (pip install -e '.[triton]')"),
+]
 
 FAULTS = "execute:after=0:count=2"  # per stub: kernel launches 1 and 2 fail, the rest run
 # one stream, nothing compiled or run at load: the launches a model's stub makes are exactly the tests' runs
 MODELS = {
-    "seq_pad": (seq_model, {"streams": "1", "warmup": "false"}),                  # 3 rows run padded to gear 4
-    "relu_exact": (relu_model, {"streams": "1", "warmup": "false", "gears": "batch:1,2,4,8",
-                                "shape_policy": "batch:exact"}),                 # 3 rows run as gear pieces 2 + 1
+    "seq_pad": (seq_model, {"streams": "1", "warmup": "false"}),  # 3 rows run padded to gear 4
+    "relu_exact": (
+        relu_model,
+        {"streams": "1", "warmup": "false", "gears": "batch:1,2,4,8", "shape_policy": "batch:exact"},
+    ),  # 3 rows run as gear pieces 2 + 1
 }
 
 
@@ -52,14 +57,21 @@ def server(tmp_path_factory):
             text = f.read()
         assert "max_queue_delay_microseconds: 2000" in text, text
         with open(cfg, "w") as f:
-            f.write(text.replace("max_queue_delay_microseconds: 2000",
-                                 "preferred_batch_size: [ 3 ]\n  max_queue_delay_microseconds: 20000000"))
+            f.write(
+                text.replace(
+                    "max_queue_delay_microseconds: 2000",
+                    "preferred_batch_size: [ 3 ]\n  max_queue_delay_microseconds: 20000000",
+                )
+            )
     log = str(root / "server.log")
     old = os.environ.get("GERT_HOST_FAULTS")
     os.environ["GERT_HOST_FAULTS"] = FAULTS  # the server (and its stubs) inherit it
     try:
-        srv = start_server(str(repo), log, ["--model-control-mode=explicit", *(f"--load-model={n}" for n in MODELS),
-                                            "--exit-timeout-secs=5"])
+        srv = start_server(
+            str(repo),
+            log,
+            ["--model-control-mode=explicit", *(f"--load-model={n}" for n in MODELS), "--exit-timeout-secs=5"],
+        )
     finally:
         if old is None:
             os.environ.pop("GERT_HOST_FAULTS", None)
@@ -118,7 +130,7 @@ def _executions(client, name: str, deadline_s: float = 30.0) -> int:
 def _retried_metric(server, name: str, deadline_s: float = 30.0) -> float:
     """gert_retried_batches_total of the model on Triton's metrics endpoint, once published (the publisher thread
     sends it after the batch; 0.0 if it never comes)."""
-    pattern = re.compile(r'^gert_retried_batches_total\{([^}]*)\}\s+(\S+)$', re.M)
+    pattern = re.compile(r"^gert_retried_batches_total\{([^}]*)\}\s+(\S+)$", re.M)
     end = time.monotonic() + deadline_s
     while True:
         with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=CALL_TIMEOUT) as r:
@@ -131,8 +143,9 @@ def _retried_metric(server, name: str, deadline_s: float = 30.0) -> float:
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_fault_in_a_merged_batch_fails_only_the_request_that_fails_alone(server, name):
-    client = httpclient.InferenceServerClient(server.url("http"), connection_timeout=CALL_TIMEOUT,
-                                              network_timeout=CALL_TIMEOUT, concurrency=8)
+    client = httpclient.InferenceServerClient(
+        server.url("http"), connection_timeout=CALL_TIMEOUT, network_timeout=CALL_TIMEOUT, concurrency=8
+    )
     try:
         reqs = _requests(name)
         got = _send_together(client, name, reqs)

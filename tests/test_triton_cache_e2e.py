@@ -2,6 +2,7 @@
 compile each graph once and leave one recorded entry per key; a swapped entry never changes what a model answers;
 a directory others can write fails the model load with the fix in the message. One server for the module on free
 ports (explicit model control: each test loads the models it needs), independent of the other Triton modules."""
+
 from __future__ import annotations
 
 import json
@@ -46,8 +47,9 @@ def server(root):
 
 @pytest.fixture(scope="module")
 def http(server):
-    c = httpclient.InferenceServerClient(server.url("http"), connection_timeout=CALL_TIMEOUT,
-                                         network_timeout=CALL_TIMEOUT)
+    c = httpclient.InferenceServerClient(
+        server.url("http"), connection_timeout=CALL_TIMEOUT, network_timeout=CALL_TIMEOUT
+    )
     yield c
     c.close()
 
@@ -84,16 +86,21 @@ def test_two_instances_sharing_a_directory_compile_each_key_once(server, http, r
     and recorded once; the other instance's compiles are verified hits."""
     cache = root / "shared-cache"
     model = mlp_model(3)
-    init_repo(write_onnx(root, "mlp", model), server.repo, name="shared", instances=2, max_batch_size=4,
-              parameters={"streams": "1", "gears": "batch:1,2,4", "cache_dir": str(cache)})
+    init_repo(
+        write_onnx(root, "mlp", model),
+        server.repo,
+        name="shared",
+        instances=2,
+        max_batch_size=4,
+        parameters={"streams": "1", "gears": "batch:1,2,4", "cache_dir": str(cache)},
+    )
     load(server, http, "shared")
     try:
         x = np.random.default_rng(5).standard_normal((3, 16)).astype(np.float32)
-        np.testing.assert_allclose(infer(http, "shared", x, "probs"), ort_run(model, [x])[1], rtol=1e-5,
-                                   atol=1e-6)
+        np.testing.assert_allclose(infer(http, "shared", x, "probs"), ort_run(model, [x])[1], rtol=1e-5, atol=1e-6)
         hits = cache_lines(server, "shared")
         assert len(hits) == 2 and sum(hits) == 3, hits  # 6 compiles over the two instances, 3 of them compiled
-        keys = sorted(f[:-len(".idx")] for f in os.listdir(cache) if f.endswith(".idx"))
+        keys = sorted(f[: -len(".idx")] for f in os.listdir(cache) if f.endswith(".idx"))
         oms = sorted(f for f in os.listdir(cache) if f.endswith(".om"))
         assert len(keys) == len(oms) == 3, os.listdir(cache)
         for key in keys:  # one entry per key, recorded, the record naming exactly GE's files
@@ -111,8 +118,13 @@ def test_a_swapped_entry_never_changes_an_answer(server, http, root):
     """The issue's repro through Triton: A (y = 2x) and B (y = -7x) with their own caches; B's .om copied over A's;
     reloading A answers 2x, and the server log has gert's CacheWarning saying what changed."""
     for name, factor in (("scale_a", 2.0), ("scale_b", -7.0)):
-        init_repo(write_onnx(root, name, scale_model(factor)), server.repo, name=name, max_batch_size=4,
-                  parameters={"streams": "1", "gears": "batch:1,2,4", "cache_dir": "gcache"})
+        init_repo(
+            write_onnx(root, name, scale_model(factor)),
+            server.repo,
+            name=name,
+            max_batch_size=4,
+            parameters={"streams": "1", "gears": "batch:1,2,4", "cache_dir": "gcache"},
+        )
         load(server, http, name)
         http.unload_model(name)
     a, b = (os.path.join(server.repo, n, "gcache") for n in ("scale_a", "scale_b"))
@@ -127,8 +139,16 @@ def test_a_swapped_entry_never_changes_an_answer(server, http, root):
         assert cache_lines(server, "scale_a")[-1] == 0
         with open(server.log, errors="replace") as f:
             log = f.read()
-        assert len(re.findall(r"CacheWarning: compile cache .*scale_a/gcache: entry gert_\w+ is broken: "
-                              r"gert_\w+_\d{14}\.om changed \(SHA-256", log)) == 3, log_tail(server.log)
+        assert (
+            len(
+                re.findall(
+                    r"CacheWarning: compile cache .*scale_a/gcache: entry gert_\w+ is broken: "
+                    r"gert_\w+_\d{14}\.om changed \(SHA-256",
+                    log,
+                )
+            )
+            == 3
+        ), log_tail(server.log)
     finally:
         http.unload_model("scale_a")
 
@@ -137,8 +157,13 @@ def test_a_directory_others_can_write_fails_the_load_with_the_fix(server, http, 
     cache = root / "open-cache"
     cache.mkdir()
     os.chmod(cache, 0o777)
-    init_repo(write_onnx(root, "open", scale_model(2.0)), server.repo, name="open", max_batch_size=4,
-              parameters={"streams": "1", "gears": "batch:1,2,4", "cache_dir": str(cache)})
+    init_repo(
+        write_onnx(root, "open", scale_model(2.0)),
+        server.repo,
+        name="open",
+        max_batch_size=4,
+        parameters={"streams": "1", "gears": "batch:1,2,4", "cache_dir": str(cache)},
+    )
     with pytest.raises(InferenceServerException) as info:
         http.load_model("open")
     msg = str(info.value)

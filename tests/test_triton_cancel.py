@@ -4,6 +4,7 @@ cancelled before execute() read it or while the others were read and earlier gro
 the batch run as one batch, as they would have. Triton's pb_utils is the fake in fake_pb_utils.py; the models run
 on gert (host NPU) in this process. The end-to-end test against the real server is tests/test_triton_cancel_e2e.py.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,18 @@ import fake_pb_utils
 from _helpers import RUNTIME
 from gert_triton import TritonPythonModel
 from gert_triton.cancellation import Cancellation, Cancelled
-from test_triton_unit import (ONE_STREAM, assert_error, autocomplete, check_seq, gear_hits, hit_delta, init_args,
-                              model_dir, outputs_of, request)
+from test_triton_unit import (
+    ONE_STREAM,
+    assert_error,
+    autocomplete,
+    check_seq,
+    gear_hits,
+    hit_delta,
+    init_args,
+    model_dir,
+    outputs_of,
+    request,
+)
 from triton_models import SEQ_OUTPUTS, seq_inputs, seq_model
 
 pytestmark = RUNTIME
@@ -66,6 +77,7 @@ def late(pb, inputs: dict, after: int = 2) -> LateCancel:
 
 # ---- Cancellation alone -------------------------------------------------------------------------------------------
 
+
 def test_run_live_takes_cancelled_members_out_of_the_batch():
     class R:
         def __init__(self, cancelled):
@@ -78,8 +90,9 @@ def test_run_live_takes_cancelled_members_out_of_the_batch():
     reqs = [R(False), R(True), R(False)]
     c = Cancellation(reqs, recheck_after_s=0.0)
     ran = []
-    out = c.run_live(["a", "b", "c"], lambda batch: ran.append(batch) or [x.upper() for x in batch],
-                     {"a": 0, "b": 1, "c": 2}.get)
+    out = c.run_live(
+        ["a", "b", "c"], lambda batch: ran.append(batch) or [x.upper() for x in batch], {"a": 0, "b": 1, "c": 2}.get
+    )
     assert ran == [["a", "c"]] and out[0] == "A" and out[2] == "C" and isinstance(out[1], Cancelled)
     ran.clear()
     out = c.run_live(["b"], lambda batch: ran.append(batch) or batch, {"b": 1}.get)
@@ -90,6 +103,7 @@ def test_run_live_takes_cancelled_members_out_of_the_batch():
 
 
 # ---- execute() ----------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("batcher", [True, False], ids=["dynamic_batching", "default_scheduler"])
 def test_cancelled_request_is_not_run_and_the_others_batch(pb, tmp_path, seq_bytes, batcher):
@@ -182,15 +196,23 @@ def counting_step(inputs: dict) -> dict:
 def test_step_model_does_not_run_a_cancelled_request(pb):
     from gert_triton.steps import TritonPythonModel as Step
 
-    cfg = {"name": "s", "max_batch_size": 0, "parameters": {"function": {"string_value": f"{__name__}:counting_step"}},
-           "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [2]}],
-           "output": [{"name": "y", "data_type": "TYPE_FP32", "dims": [2]}]}
+    cfg = {
+        "name": "s",
+        "max_batch_size": 0,
+        "parameters": {"function": {"string_value": f"{__name__}:counting_step"}},
+        "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [2]}],
+        "output": [{"name": "y", "data_type": "TYPE_FP32", "dims": [2]}],
+    }
     s = Step()
     s.initialize({"model_config": json.dumps(cfg)})
     CALLS.clear()
     x = np.ones(2, np.float32)
-    rs = s.execute([pb.InferenceRequest([pb.Tensor("x", x)], ["y"]),
-                    pb.InferenceRequest([pb.Tensor("x", x)], ["y"], cancelled=True)])
+    rs = s.execute(
+        [
+            pb.InferenceRequest([pb.Tensor("x", x)], ["y"]),
+            pb.InferenceRequest([pb.Tensor("x", x)], ["y"], cancelled=True),
+        ]
+    )
     assert not rs[0].has_error() and rs[1].error().code() == pb.TritonError.CANCELLED
     assert len(CALLS) == 1
 
@@ -202,8 +224,9 @@ from test_triton_sequences import Reference, seq_request, seqmodel, step_x, y_of
 
 def cancelled(pb, req, after: int = 1) -> LateCancel:
     """``req`` (a fake request) as one the client cancelled (from the ``after``-th ask on)."""
-    return LateCancel(req.inputs(), req.requested_output_names(), correlation_id=req.correlation_id(),
-                      flags=req.flags(), after=after)
+    return LateCancel(
+        req.inputs(), req.requested_output_names(), correlation_id=req.correlation_id(), flags=req.flags(), after=after
+    )
 
 
 def test_cancelled_sequence_step_does_not_advance_the_state_and_a_cancelled_end_frees_it(seqmodel):

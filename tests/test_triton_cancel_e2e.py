@@ -12,6 +12,7 @@ gRPC calls and dropped HTTP connections leaves the model's stub at its level.
   Triton's own part (the Python backend's shared memory pool, which never shrinks, and tritonserver's heap) is
   printed, not bounded here (see the notes of issue 37).
 """
+
 from __future__ import annotations
 
 import json
@@ -31,9 +32,9 @@ grpcclient = pytest.importorskip("tritonclient.grpc")
 
 pytestmark = [pytest.mark.skipif(pytriton_root() is None, reason="needs nvidia-pytriton (pip install -e '.[triton]')")]
 
-ROWS = 256            # x: [batch, ROWS, 128] float32: 128 KB per row
+ROWS = 256  # x: [batch, ROWS, 128] float32: 128 KB per row
 CALL_TIMEOUT = 60.0
-HOLD_TIMEOUT = 60.0   # how long the model's preprocess waits for the test's gate
+HOLD_TIMEOUT = 60.0  # how long the model's preprocess waits for the test's gate
 
 MODEL_PY = '''import os
 import time
@@ -70,8 +71,10 @@ class TritonPythonModel(Base):
 def relu_model() -> bytes:
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", ROWS, 128])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", ROWS, 128])
-    m = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu", [x], [y]),
-                          opset_imports=[helper.make_opsetid("", 17)])
+    m = helper.make_model(
+        helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu", [x], [y]),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
     m.ir_version = 8
     return m.SerializeToString()
 
@@ -89,12 +92,18 @@ def server(tmp_path_factory):
         text = f.read()
     assert "max_queue_delay_microseconds: 2000" in text, text
     with open(cfg, "w") as f:
-        f.write(text.replace("max_queue_delay_microseconds: 2000",
-                             "preferred_batch_size: [ 4 ]\n  max_queue_delay_microseconds: 20000000"))
+        f.write(
+            text.replace(
+                "max_queue_delay_microseconds: 2000",
+                "preferred_batch_size: [ 4 ]\n  max_queue_delay_microseconds: 20000000",
+            )
+        )
     init_repo(str(root / "relu.onnx"), str(root / "repo"), name="burst", parameters={"streams": "1"})  # as written
-    srv = start_server(str(root / "repo"), str(root / "server.log"),
-                       ["--model-control-mode=explicit", "--load-model=relu", "--load-model=burst",
-                        "--exit-timeout-secs=10"])
+    srv = start_server(
+        str(root / "repo"),
+        str(root / "server.log"),
+        ["--model-control-mode=explicit", "--load-model=relu", "--load-model=burst", "--exit-timeout-secs=10"],
+    )
     srv.gate = gate
     try:
         yield srv
@@ -110,8 +119,12 @@ def x_of(value: float, rows: int = 1) -> np.ndarray:
 def send(client, x: np.ndarray, results: dict, key, model: str = "relu") -> object:
     inp = grpcclient.InferInput("x", list(x.shape), "FP32")
     inp.set_data_from_numpy(x)
-    return client.async_infer(model, [inp], lambda result, error: results.__setitem__(
-        key, error if error is not None else result.as_numpy("y")), client_timeout=CALL_TIMEOUT)
+    return client.async_infer(
+        model,
+        [inp],
+        lambda result, error: results.__setitem__(key, error if error is not None else result.as_numpy("y")),
+        client_timeout=CALL_TIMEOUT,
+    )
 
 
 def wait_for(predicate, timeout: float, what: str) -> None:
@@ -192,15 +205,28 @@ def burst(server, calls: int = 100, drops: int = 20, model: str = "burst") -> di
         for h in handles:
             h.cancel()
         body = x.tobytes()
-        head = json.dumps({"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32",
-                                        "parameters": {"binary_data_size": len(body)}}]}).encode()
+        head = json.dumps(
+            {
+                "inputs": [
+                    {
+                        "name": "x",
+                        "shape": list(x.shape),
+                        "datatype": "FP32",
+                        "parameters": {"binary_data_size": len(body)},
+                    }
+                ]
+            }
+        ).encode()
         for k in range(drops):
             with socket.create_connection(("127.0.0.1", server.http_port), timeout=CALL_TIMEOUT) as s:
-                s.sendall(f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: test\r\n".encode()
-                          + b"Content-Type: application/octet-stream\r\n"
-                          + f"Inference-Header-Content-Length: {len(head)}\r\n".encode()
-                          + f"Content-Length: {len(head) + len(body)}\r\n\r\n".encode()
-                          + head + (body if k % 2 == 0 else body[:len(body) // 2]))
+                s.sendall(
+                    f"POST /v2/models/{model}/infer HTTP/1.1\r\nHost: test\r\n".encode()
+                    + b"Content-Type: application/octet-stream\r\n"
+                    + f"Inference-Header-Content-Length: {len(head)}\r\n".encode()
+                    + f"Content-Length: {len(head) + len(body)}\r\n\r\n".encode()
+                    + head
+                    + (body if k % 2 == 0 else body[: len(body) // 2])
+                )
         wait_for(lambda: len(results) == calls, CALL_TIMEOUT, f"answers to {calls} cancelled calls")
     finally:
         client.close()

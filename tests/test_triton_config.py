@@ -1,6 +1,7 @@
 """gert_triton's config generation, load-time check, error codes, gear split, metric labels and BF16 tensors (issue
 31 T1-T8, issue 22's repo-init repro), with the fake pb_utils; the same behaviour against the real server is in
 test_triton_config_e2e.py."""
+
 from __future__ import annotations
 
 import json
@@ -50,8 +51,9 @@ def run_one(pb, m, case) -> dict:
     """One request as the client sends it; an input whose config has a reshape arrives reshaped (Triton's core
     reshapes it before the backend sees it: [batch] + reshape.shape)."""
     reshape = {e["name"]: e["reshape"].get("shape", []) for e in m.config.get("input", []) if "reshape" in e}
-    tensors = [pb.Tensor(k, v.reshape(v.shape[:1] + tuple(reshape[k])) if k in reshape else v)
-               for k, v in case.inputs.items()]
+    tensors = [
+        pb.Tensor(k, v.reshape(v.shape[:1] + tuple(reshape[k])) if k in reshape else v) for k, v in case.inputs.items()
+    ]
     kw = {"correlation_id": 11, "flags": 3} if case.sequence else {}
     (r,) = m.execute([pb.InferenceRequest(tensors, list(case.expected), **kw)])
     assert not r.has_error(), r.error()
@@ -68,6 +70,7 @@ def load(pb, mdir: str, cfg: dict) -> TritonPythonModel:
 
 # ---- issue 22: a config gert writes always loads --------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("case", [c for c in shape_cases() if c.name != "bf16"], ids=lambda c: c.name)
 @pytest.mark.parametrize("how", ["repo_init", "auto_complete"])
 def test_generated_config_loads_and_answers_for_every_shape_class(pb, tmp_path, case, how):
@@ -77,8 +80,9 @@ def test_generated_config_loads_and_answers_for_every_shape_class(pb, tmp_path, 
     target = write_case(tmp_path, case)
     cfg = triton_json(os.path.join(target, "config.pbtxt"))
     if how == "auto_complete":
-        cfg = {k: v for k, v in cfg.items()
-               if k not in ("name", "input", "output", "max_batch_size", "dynamic_batching")}
+        cfg = {
+            k: v for k, v in cfg.items() if k not in ("name", "input", "output", "max_batch_size", "dynamic_batching")
+        }
         cfg = pb.default_config(case.name, **cfg)
     m = load(pb, target, cfg)
     try:
@@ -104,6 +108,7 @@ def test_zero_d_input_config_is_checked_by_the_same_function(pb, tmp_path):
 
 # ---- T4: the served version -----------------------------------------------------------------------------------------
 
+
 def test_served_version_follows_the_stub_and_the_version_policy(tmp_path):
     d = tmp_path / "m"
     for v in ("1", "2", "10"):
@@ -127,6 +132,7 @@ def test_autocomplete_reads_the_pinned_version_not_the_highest(pb, tmp_path):
 
 # ---- T5: ':' in state names -----------------------------------------------------------------------------------------
 
+
 def test_state_parameter_with_colon_names_round_trips(tmp_path):
     assert parse_state("h:0=h_out:0;c:0=c_out:0") == {"h:0": "h_out:0", "c:0": "c_out:0"}
     assert parse_state("h:h_out") == {"h": "h_out"}  # the older form
@@ -134,11 +140,13 @@ def test_state_parameter_with_colon_names_round_trips(tmp_path):
         parse_state("h=")
     case = next(c for c in shape_cases() if c.name == "colon_state")
     text = open(os.path.join(write_case(tmp_path, case), "config.pbtxt")).read()
-    assert parse_parameters(triton_json(os.path.join(tmp_path, "repo", case.name, "config.pbtxt"))["parameters"]
-                            ).state == {"h:0": "h_out:0"}, text
+    assert parse_parameters(
+        triton_json(os.path.join(tmp_path, "repo", case.name, "config.pbtxt"))["parameters"]
+    ).state == {"h:0": "h_out:0"}, text
 
 
 # ---- T6: BF16 -------------------------------------------------------------------------------------------------------
+
 
 def test_bf16_has_a_triton_type_and_repo_init_writes_it(tmp_path):
     assert triton_dtype(ml_dtypes.bfloat16) == "TYPE_BF16"
@@ -164,7 +172,7 @@ def test_dlpack_export_and_import_match_numpy():
     del imported
     gc.collect()
     assert live_exports() == 0, "the consumer's deleter call releases the exported array"
-    np.testing.assert_array_equal(array_from_dlpack(a.__dlpack__()), a)      # numpy -> ours
+    np.testing.assert_array_equal(array_from_dlpack(a.__dlpack__()), a)  # numpy -> ours
     b = np.array([[-1.5, 2, 0.25], [3, -4, 8]], dtype=ml_dtypes.bfloat16)
     back = array_from_dlpack(DLPackArray(b).__dlpack__())
     assert back.dtype == b.dtype and np.array_equal(back.view(np.uint16), b.view(np.uint16))
@@ -175,6 +183,7 @@ def test_dlpack_export_and_import_match_numpy():
 
 
 # ---- T7: a default model.onnx symlinked from a shared store -------------------------------------------------------
+
 
 def test_symlinked_default_model_loads(pb, tmp_path):
     store = _write(tmp_path, "relu.onnx", relu_model())
@@ -192,6 +201,7 @@ def test_symlinked_default_model_loads(pb, tmp_path):
 
 # ---- T8: outputs a config leaves out ------------------------------------------------------------------------------
 
+
 def test_autocomplete_keeps_a_trimmed_output_list(pb, tmp_path):
     """onnxruntime_backend's auto-complete fills the outputs only when the config lists none."""
     mdir = model_dir(tmp_path, two_out_model())
@@ -201,6 +211,7 @@ def test_autocomplete_keeps_a_trimmed_output_list(pb, tmp_path):
 
 
 # ---- T1: batch gears under a non-pad policy -----------------------------------------------------------------------
+
 
 def test_gear_chunks():
     assert gear_chunks(3, (1, 2, 4, 8)) == (2, 1)
@@ -214,8 +225,13 @@ def test_merged_batch_of_a_non_gear_size_runs_as_gears(pb, tmp_path, policy):
     """T1: Triton merges three batch-1 requests (one execute, 3 rows); with gears 1,2,4,8 and a non-pad batch policy
     they run as 2 + 1 and each request gets its own row."""
     mdir = model_dir(tmp_path, relu_model())
-    m = load(pb, mdir, pb.default_config("m", max_batch_size=8, parameters=params(
-        streams="1", gears="batch:1,2,4,8", shape_policy=f"batch:{policy}")))
+    m = load(
+        pb,
+        mdir,
+        pb.default_config(
+            "m", max_batch_size=8, parameters=params(streams="1", gears="batch:1,2,4,8", shape_policy=f"batch:{policy}")
+        ),
+    )
     try:
         xs = [np.full((1, 4), -1.0 + i, np.float32) * (1 if i % 2 else -1) for i in range(3)]
         responses = m.execute([pb.InferenceRequest([pb.Tensor("x", x)], ["y"]) for x in xs])
@@ -234,12 +250,18 @@ def test_merged_batch_of_a_non_gear_size_runs_as_gears(pb, tmp_path, policy):
 def test_gears_that_cannot_make_every_batch_size_fail_the_load(pb, tmp_path):
     mdir = model_dir(tmp_path, relu_model())
     with pytest.raises(ConfigError, match=r"'gears'.*cannot make up batch sizes \[1, 3\].*add gear 1"):
-        load(pb, mdir, pb.default_config("m", max_batch_size=4, parameters=params(
-            streams="1", gears="batch:2,4", shape_policy="batch:exact")))
+        load(
+            pb,
+            mdir,
+            pb.default_config(
+                "m", max_batch_size=4, parameters=params(streams="1", gears="batch:2,4", shape_policy="batch:exact")
+            ),
+        )
     assert GearSplitter((1, 4)).check(8) is None
 
 
 # ---- T2 / T3: bounded labels, one series per instance ---------------------------------------------------------------
+
 
 def test_gear_label_is_bounded():
     gears = {"batch": frozenset({"1", "2", "4"}), "S": frozenset()}
@@ -253,16 +275,24 @@ def test_a_reloaded_instance_never_shares_a_series_with_the_stub_it_replaces(pb)
     Triton hands both stubs one shared series when their labels are equal, and the first to delete its Metric frees
     it under the other (triton-inference-server/server#8663: a use after free in the server). The stub's pid keeps
     the two sets of series apart."""
+
     def publisher(pid: int) -> Publisher:
-        return Publisher(pb, "m", lambda: [(GEAR_HITS, {"gear": "batch=1"}, "increment", 1.0)], version="1",
-                         instance="m_0_0", pid=pid)
+        return Publisher(
+            pb,
+            "m",
+            lambda: [(GEAR_HITS, {"gear": "batch=1"}, "increment", 1.0)],
+            version="1",
+            instance="m_0_0",
+            pid=pid,
+        )
 
     old, new = publisher(1001), publisher(1002)
     try:
         for p in (old, new):
             assert p.flush(10)
-        labels = [tuple(sorted(x.labels.items())) for f in pb.FAMILIES if f.name == "gert_gear_hits_total"
-                  for x in f.metrics]
+        labels = [
+            tuple(sorted(x.labels.items())) for f in pb.FAMILIES if f.name == "gert_gear_hits_total" for x in f.metrics
+        ]
         assert len(labels) == 2 and len(set(labels)) == 2, labels
         assert sorted(dict(x)["pid"] for x in labels) == ["1001", "1002"]
     finally:
@@ -277,8 +307,9 @@ def test_auto_policy_sizes_share_one_label_and_instances_their_own_series(pb, tm
     monkeypatch.setattr(executor, "_LABELS_KEPT", 4)
     mdir = model_dir(tmp_path, relu_model(dims=("N", "S")))
     pb.set_model_dir(mdir)
-    cfg = TritonPythonModel.auto_complete_config(pb.ModelConfig(pb.default_config(
-        "m", parameters=params(streams="1", metrics_interval_ms="0")))).as_dict()
+    cfg = TritonPythonModel.auto_complete_config(
+        pb.ModelConfig(pb.default_config("m", parameters=params(streams="1", metrics_interval_ms="0")))
+    ).as_dict()
     models = []
     for instance in ("m_0_0", "m_0_1"):
         m = TritonPythonModel()
@@ -293,17 +324,23 @@ def test_auto_policy_sizes_share_one_label_and_instances_their_own_series(pb, tm
         for m in models:
             assert m.metrics.flush(10)
         assert len(executor._LABELS) <= 4
-        series = [(dict(x.labels)["instance"], dict(x.labels)["gear"], x.value())
-                  for f in pb.FAMILIES if f.name == "gert_gear_hits_total" for x in f.metrics]
+        series = [
+            (dict(x.labels)["instance"], dict(x.labels)["gear"], x.value())
+            for f in pb.FAMILIES
+            if f.name == "gert_gear_hits_total"
+            for x in f.metrics
+        ]
         assert sorted(series) == [("m_0_0", "S=dynamic,batch=1", 6.0), ("m_0_1", "S=dynamic,batch=1", 6.0)]
-        assert all(dict(x.labels)["version"] == "1"
-                   for f in pb.FAMILIES if f.name == "gert_padding_ratio" for x in f.metrics)
+        assert all(
+            dict(x.labels)["version"] == "1" for f in pb.FAMILIES if f.name == "gert_padding_ratio" for x in f.metrics
+        )
     finally:
         for m in models:
             m.finalize()
 
 
 # ---- issue 22: one map from gert errors to Triton codes ------------------------------------------------------------
+
 
 def test_error_codes():
     oom = AclError(207001, "out of memory")
@@ -330,8 +367,9 @@ def test_bf16_model_loads_with_gert_itself(tmp_path):
 
 
 def test_describe_gives_the_zero_d_input_no_batch_axis_and_hides_the_state(tmp_path):
-    spec = describe(onnx_io(str(_write(tmp_path, "s.onnx", stateful_sr_model()))), {"state": "stateN"},
-                    ["input:0", "state:1"])
+    spec = describe(
+        onnx_io(str(_write(tmp_path, "s.onnx", stateful_sr_model()))), {"state": "stateN"}, ["input:0", "state:1"]
+    )
     assert spec.inputs == (TensorSpec("input", "TYPE_FP32", (-1, 4), 0), TensorSpec("sr", "TYPE_FP32", (), None))
     assert spec.outputs == (TensorSpec("output", "TYPE_FP32", (-1, 4), 0),) and spec.batchable
 
@@ -348,7 +386,11 @@ def test_config_naming_an_output_the_model_lacks_or_batching_a_fixed_model_is_re
     fixed = model_dir(tmp_path / "f", relu_model(dims=(2, 4)))
     cfg = autocomplete(pb, fixed, parameters=params(streams="1"))
     assert cfg["max_batch_size"] == 0
-    cfg = {**cfg, "max_batch_size": 8, "input": [{**cfg["input"][0], "dims": [4]}],
-           "output": [{**cfg["output"][0], "dims": [4]}]}
+    cfg = {
+        **cfg,
+        "max_batch_size": 8,
+        "input": [{**cfg["input"][0], "dims": [4]}],
+        "output": [{**cfg["output"][0], "dims": [4]}],
+    }
     with pytest.raises(ConfigError, match="max_batch_size is 8, but the model has no batch axis"):
         TritonPythonModel().initialize(init_args(fixed, cfg))

@@ -3,6 +3,7 @@ repo-init repro): every model shape class loads from `gert repo init`'s config a
 request with ONNX Runtime's result; merged non-gear batches, bounded metric labels, one series per instance, the
 served version, a symlinked default model file and a trimmed output list. One server for the module on free ports
 (explicit model control: each test loads the models it needs), independent of test_triton_e2e.py's."""
+
 from __future__ import annotations
 
 import os
@@ -48,8 +49,9 @@ def server(root):
 
 @pytest.fixture(scope="module")
 def http(server):
-    c = httpclient.InferenceServerClient(server.url("http"), connection_timeout=CALL_TIMEOUT,
-                                         network_timeout=CALL_TIMEOUT, concurrency=8)
+    c = httpclient.InferenceServerClient(
+        server.url("http"), connection_timeout=CALL_TIMEOUT, network_timeout=CALL_TIMEOUT, concurrency=8
+    )
     yield c
     c.close()
 
@@ -108,6 +110,7 @@ def without_io(text: str) -> str:
 
 # ---- issue 22: a config gert writes always loads, over every shape class --------------------------------------------
 
+
 @pytest.mark.parametrize("case", shape_cases(), ids=lambda c: c.name)
 def test_every_shape_class_loads_from_repo_init_and_auto_complete(server, http, grpc, root, case):
     src = write_onnx(root, case.name, case.onnx)
@@ -132,18 +135,25 @@ def test_every_shape_class_loads_from_repo_init_and_auto_complete(server, http, 
 
 # ---- T1: a merged batch of a size that is not a gear ---------------------------------------------------------------
 
+
 @pytest.mark.parametrize("policy", ["exact", "auto"])
 def test_merged_non_gear_batch_answers_every_request(server, http, root, policy):
     """Triton merges three batch-1 requests into one execute of 3 rows (preferred_batch_size 3 and a long queue
     delay make the merge happen: the batch goes when the third request arrives); with gears 1,2,4,8 and a non-pad
     batch policy each request gets its own result."""
     name = f"gears_{policy}"
-    target = init_repo(write_onnx(root, "relu", relu_model()), repo_of(server), name=name,
-                       parameters={**P, "gears": "batch:1,2,4,8", "shape_policy": f"batch:{policy}"})
+    target = init_repo(
+        write_onnx(root, "relu", relu_model()),
+        repo_of(server),
+        name=name,
+        parameters={**P, "gears": "batch:1,2,4,8", "shape_policy": f"batch:{policy}"},
+    )
     cfg = os.path.join(target, "config.pbtxt")
     with open(cfg) as f:
-        text = f.read().replace("max_queue_delay_microseconds: 2000",
-                                "preferred_batch_size: [ 3 ]\n  max_queue_delay_microseconds: 20000000")
+        text = f.read().replace(
+            "max_queue_delay_microseconds: 2000",
+            "preferred_batch_size: [ 3 ]\n  max_queue_delay_microseconds: 20000000",
+        )
     with open(cfg, "w") as f:
         f.write(text)
     load(server, http, name)
@@ -162,12 +172,13 @@ def test_merged_non_gear_batch_answers_every_request(server, http, root, policy)
 
 # ---- T2 / T3: metric labels ---------------------------------------------------------------------------------------
 
+
 def metrics(server) -> list:
     with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=CALL_TIMEOUT) as r:
         text = r.read().decode()
     out = []
     for line in text.splitlines():
-        m = re.match(r'^(\w+)\{([^}]*)\}\s+(\S+)$', line)
+        m = re.match(r"^(\w+)\{([^}]*)\}\s+(\S+)$", line)
         if m:
             out.append((m.group(1), dict(re.findall(r'(\w+)="([^"]*)"', m.group(2))), float(m.group(3))))
     return out
@@ -190,16 +201,26 @@ def wait_for(check, timeout: float = 30.0):
 
 def test_auto_policy_sizes_share_bounded_gear_labels(server, http, root):
     """T2: 24 distinct sizes of an auto dim make one gert_gear_hits_total series (S=dynamic), not 24."""
-    init_repo(write_onnx(root, "relu_s", relu_model(dims=("N", "S"))), repo_of(server), name="auto_s",
-              parameters={**P, "metrics_interval_ms": "0"})
+    init_repo(
+        write_onnx(root, "relu_s", relu_model(dims=("N", "S"))),
+        repo_of(server),
+        name="auto_s",
+        parameters={**P, "metrics_interval_ms": "0"},
+    )
     load(server, http, "auto_s")
     rng = np.random.default_rng(0)
     for s in range(1, 25):
         x = rng.standard_normal((1, s)).astype(np.float32)
-        np.testing.assert_array_equal(http.infer("auto_s", inputs_of(httpclient, {"x": x}, {})).as_numpy("y"),
-                                      np.maximum(x, 0))
-    got = wait_for(lambda: [s for s in series(server, "gert_gear_hits_total", "auto_s")
-                            if sum(v for _, v in series(server, "gert_gear_hits_total", "auto_s")) >= 24])
+        np.testing.assert_array_equal(
+            http.infer("auto_s", inputs_of(httpclient, {"x": x}, {})).as_numpy("y"), np.maximum(x, 0)
+        )
+    got = wait_for(
+        lambda: [
+            s
+            for s in series(server, "gert_gear_hits_total", "auto_s")
+            if sum(v for _, v in series(server, "gert_gear_hits_total", "auto_s")) >= 24
+        ]
+    )
     assert [lab["gear"] for lab, _ in got] == ["S=dynamic,batch=1"], got
     assert all(lab["version"] == "1" and lab["instance"] for lab, _ in got)
     http.unload_model("auto_s")
@@ -238,11 +259,13 @@ def test_triton_shares_a_series_between_stubs_with_equal_labels(server, http):
         with open(os.path.join(repo, name, "1", "model.py"), "w") as f:
             f.write(SHARED_SERIES_MODEL)
         with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
-            f.write(f'backend: "python"\nmax_batch_size: 0\n'
-                    f'input [{{ name: "x", data_type: TYPE_FP32, dims: [ 1 ] }}]\n'
-                    f'output [{{ name: "y", data_type: TYPE_FP32, dims: [ 1 ] }}]\n'
-                    f'instance_group [{{ kind: KIND_CPU, count: 1 }}]\n'
-                    f'parameters: {{ key: "amount", value: {{ string_value: "{amount}" }} }}\n')
+            f.write(
+                f'backend: "python"\nmax_batch_size: 0\n'
+                f'input [{{ name: "x", data_type: TYPE_FP32, dims: [ 1 ] }}]\n'
+                f'output [{{ name: "y", data_type: TYPE_FP32, dims: [ 1 ] }}]\n'
+                f"instance_group [{{ kind: KIND_CPU, count: 1 }}]\n"
+                f'parameters: {{ key: "amount", value: {{ string_value: "{amount}" }} }}\n'
+            )
 
     def shared() -> list:
         return [v for name, labels, v in metrics(server) if name == "gert_test_shared_total"]
@@ -264,24 +287,42 @@ def test_triton_shares_a_series_between_stubs_with_equal_labels(server, http):
 def test_instances_publish_their_own_active_sequences(server, http, grpc, root):
     """T3: 4 live sequences over 2 instances: the gauges of the instances add up to 4 (one series per instance)."""
     case = next(c for c in shape_cases() if c.name == "colon_state")
-    init_repo(write_onnx(root, "gru2", case.onnx), repo_of(server), name="gru2", instances=2,
-              parameters={**P, "metrics_interval_ms": "0"}, sequence=case.init["sequence"])
+    init_repo(
+        write_onnx(root, "gru2", case.onnx),
+        repo_of(server),
+        name="gru2",
+        instances=2,
+        parameters={**P, "metrics_interval_ms": "0"},
+        sequence=case.init["sequence"],
+    )
     load(server, http, "gru2")
     for sid in (101, 102, 103, 104):
-        grpc.infer("gru2", inputs_of(grpcclient, case.inputs, {}), sequence_id=sid, sequence_start=True,
-                   client_timeout=CALL_TIMEOUT)
-    got = wait_for(lambda: (lambda s: s if sum(v for _, v in s) == 4 else None)(
-        series(server, "gert_active_sequences", "gru2")))
+        grpc.infer(
+            "gru2",
+            inputs_of(grpcclient, case.inputs, {}),
+            sequence_id=sid,
+            sequence_start=True,
+            client_timeout=CALL_TIMEOUT,
+        )
+    got = wait_for(
+        lambda: (lambda s: s if sum(v for _, v in s) == 4 else None)(series(server, "gert_active_sequences", "gru2"))
+    )
     assert got and sum(v for _, v in got) == 4, series(server, "gert_active_sequences", "gru2")
     assert len({lab["instance"] for lab, _ in got}) == len(got), "one series per instance"
     assert {int(lab["pid"]) for lab, _ in got} == set(stub_processes(server, "gru2")), "each series names its stub"
     for sid in (101, 102, 103, 104):
-        grpc.infer("gru2", inputs_of(grpcclient, case.inputs, {}), sequence_id=sid, sequence_end=True,
-                   client_timeout=CALL_TIMEOUT)
+        grpc.infer(
+            "gru2",
+            inputs_of(grpcclient, case.inputs, {}),
+            sequence_id=sid,
+            sequence_end=True,
+            client_timeout=CALL_TIMEOUT,
+        )
     http.unload_model("gru2")
 
 
 # ---- T4: the served version ---------------------------------------------------------------------------------------
+
 
 def test_pinned_version_loads_with_an_empty_staged_version_dir(server, http, root):
     target = init_repo(write_onnx(root, "relu", relu_model()), repo_of(server), name="pinned", parameters=P)
@@ -290,12 +331,14 @@ def test_pinned_version_loads_with_an_empty_staged_version_dir(server, http, roo
     os.makedirs(os.path.join(target, "2"))  # being staged: no model file yet
     load(server, http, "pinned")
     x = np.array([[-1, 2, -3, 4]], np.float32)
-    np.testing.assert_array_equal(http.infer("pinned", inputs_of(httpclient, {"x": x}, {})).as_numpy("y"),
-                                  np.maximum(x, 0))
+    np.testing.assert_array_equal(
+        http.infer("pinned", inputs_of(httpclient, {"x": x}, {})).as_numpy("y"), np.maximum(x, 0)
+    )
     http.unload_model("pinned")
 
 
 # ---- T7: a default model.onnx symlinked from a shared store -------------------------------------------------------
+
 
 def test_symlinked_default_model_file_loads(server, http, root):
     store = root / "store"
@@ -306,8 +349,9 @@ def test_symlinked_default_model_file_loads(server, http, root):
     os.symlink(store / "relu.onnx", os.path.join(target, "1", "model.onnx"))
     load(server, http, "symlinked")
     x = np.array([[-1, 2, -3, 4]], np.float32)
-    np.testing.assert_array_equal(http.infer("symlinked", inputs_of(httpclient, {"x": x}, {})).as_numpy("y"),
-                                  np.maximum(x, 0))
+    np.testing.assert_array_equal(
+        http.infer("symlinked", inputs_of(httpclient, {"x": x}, {})).as_numpy("y"), np.maximum(x, 0)
+    )
     http.unload_model("symlinked")
     os.remove(os.path.join(target, "1", "model.onnx"))  # no model file at all: no parameter is blamed
     with pytest.raises(InferenceServerException) as e:
@@ -316,6 +360,7 @@ def test_symlinked_default_model_file_loads(server, http, root):
 
 
 # ---- T8: a trimmed output list ------------------------------------------------------------------------------------
+
 
 def test_outputs_a_config_leaves_out_stay_out(server, http, grpc, root):
     target = init_repo(write_onnx(root, "two", two_out_model()), repo_of(server), name="trim", parameters=P)
@@ -337,12 +382,32 @@ def test_outputs_a_config_leaves_out_stay_out(server, http, grpc, root):
 
 # ---- T5 through the CLI, as the repro ran it ----------------------------------------------------------------------
 
+
 def test_cli_repo_init_with_colon_state_names_loads(server, http, grpc, root):
     case = next(c for c in shape_cases() if c.name == "colon_state")
     src = write_onnx(root, "colon_cli", case.onnx)
-    r = subprocess.run([sys.executable, "-m", "gert", "repo", "init", src, repo_of(server), "--name", "colon_cli",
-                        "--state", "h:0=h_out:0", "--batch-dim", "N", "--param", "streams=1"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gert",
+            "repo",
+            "init",
+            src,
+            repo_of(server),
+            "--name",
+            "colon_cli",
+            "--state",
+            "h:0=h_out:0",
+            "--batch-dim",
+            "N",
+            "--param",
+            "streams=1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     load(server, http, "colon_cli")
     out = answer(grpc, case, "colon_cli")
@@ -352,21 +417,27 @@ def test_cli_repo_init_with_colon_state_names_loads(server, http, grpc, root):
 
 # ---- issue 28: the host_memory budget reaches the model ------------------------------------------------------------
 
+
 def test_host_memory_parameter_keeps_static_graphs_within_its_budget(server, http, root):
     """Two instances of one auto model, one with room for static graphs (host_memory 1GB), one with none (1 byte):
     a size sent often enough turns hot in both; the first serves it from a static graph, the second never builds one
     into service and keeps answering from the dynamic graph, correctly."""
     path = write_onnx(root, "relu_hm", relu_model(dims=("N", "S")))
     for name, budget in (("hm_room", "1GB"), ("hm_none", "1")):
-        init_repo(path, repo_of(server), name=name,
-                  parameters={**P, "metrics_interval_ms": "0", "hot_after": "2", "host_memory": budget})
+        init_repo(
+            path,
+            repo_of(server),
+            name=name,
+            parameters={**P, "metrics_interval_ms": "0", "hot_after": "2", "host_memory": budget},
+        )
         load(server, http, name)
     rng = np.random.default_rng(0)
 
     def ask(model: str) -> None:
         x = rng.standard_normal((1, 5)).astype(np.float32)
-        np.testing.assert_array_equal(http.infer(model, inputs_of(httpclient, {"x": x}, {})).as_numpy("y"),
-                                      np.maximum(x, 0))
+        np.testing.assert_array_equal(
+            http.infer(model, inputs_of(httpclient, {"x": x}, {})).as_numpy("y"), np.maximum(x, 0)
+        )
 
     def static_hits(model: str) -> float:
         return sum(v for lab, v in series(server, "gert_graph_requests_total", model) if lab.get("graph") == "static")
@@ -380,7 +451,9 @@ def test_host_memory_parameter_keeps_static_graphs_within_its_budget(server, htt
     ask("hm_none")
     assert static_hits("hm_none") == 0
     assert sum(v for _, v in series(server, "gert_background_compiles_total", "hm_none")) == 0
-    assert sum(v for lab, v in series(server, "gert_graph_requests_total", "hm_none")
-               if lab.get("graph") == "dynamic") >= 3
+    assert (
+        sum(v for lab, v in series(server, "gert_graph_requests_total", "hm_none") if lab.get("graph") == "dynamic")
+        >= 3
+    )
     for name in ("hm_room", "hm_none"):
         http.unload_model(name)

@@ -10,6 +10,7 @@ bad requests (4xx with a clear message, and the server keeps serving), a bad par
 message naming it, unload + load while traffic runs, the metrics endpoint, and `gert serve` itself (SIGTERM, exit
 code). Every wait is bounded; the server is stopped (process group SIGTERM, then SIGKILL) also when tests fail.
 """
+
 from __future__ import annotations
 
 import http.client as httplib
@@ -59,15 +60,17 @@ pytestmark = [
 CLS_OUT = "save_infer_model/scale_0.tmp_1"
 MAX_BATCH = 8
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
-CALL_TIMEOUT = 30.0      # any single client call
-LOAD_TIMEOUT = 300.0     # a model load through the repository API (a stub process, gert.load, warmup) on a busy machine
+CALL_TIMEOUT = 30.0  # any single client call
+LOAD_TIMEOUT = 300.0  # a model load through the repository API (a stub process, gert.load, warmup) on a busy machine
 BATCH_DELAY_US = 500_000  # cls_batched's max_queue_delay_microseconds: a batch waits this long for its rows
 RTOL, ATOL = 1e-4, 1e-5  # against ONNX Runtime on the model as shipped (every dim symbolic), as in test_model.py
-NOT_SERVING = re.compile(r"unknown model|no available versions|not ready|unavailable|UNAVAILABLE|is not found",
-                         re.IGNORECASE)
+NOT_SERVING = re.compile(
+    r"unknown model|no available versions|not ready|unavailable|UNAVAILABLE|is not found", re.IGNORECASE
+)
 
 
 # ---- the server ---------------------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def cls_path():
@@ -93,23 +96,49 @@ def repo(tmp_path_factory, cls_path):
     init_repo(str(seq_file), str(repo), name="seq")
     init_repo(str(seq_file), str(repo), name="reload")
     init_repo(str(seq_file), str(repo), name="bad", parameters={"streams": "zero"})
-    shutil.copytree(os.path.join(EXAMPLES, "model_repository", "tiny_classifier"), repo / "tiny_classifier",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        os.path.join(EXAMPLES, "model_repository", "tiny_classifier"),
+        repo / "tiny_classifier",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     init_repo(str(seq_file), str(repo), name="seq2", parameters={"streams": "1", "cube_cores": "1"}, instances=2)
-    init_repo(str(seq_file), str(repo), name="tiered", parameters={"streams": "2", "split_batch": "false",
-                                                                    "hot_after": "2", "hot_window": "16",
-                                                                    "compile_share": "0.9", "metrics_interval_ms": "0"})
-    init_repo(cls_path, str(repo), name="cached", parameters={"streams": "1", "cube_cores": "1", "cache_dir": "gcache",
-                                                         "gears": "batch:1,2,4,8;x:2:48;x:3:192"},
-              instances=2)
+    init_repo(
+        str(seq_file),
+        str(repo),
+        name="tiered",
+        parameters={
+            "streams": "2",
+            "split_batch": "false",
+            "hot_after": "2",
+            "hot_window": "16",
+            "compile_share": "0.9",
+            "metrics_interval_ms": "0",
+        },
+    )
+    init_repo(
+        cls_path,
+        str(repo),
+        name="cached",
+        parameters={"streams": "1", "cube_cores": "1", "cache_dir": "gcache", "gears": "batch:1,2,4,8;x:2:48;x:3:192"},
+        instances=2,
+    )
     return str(repo)
 
 
 @pytest.fixture(scope="module")
 def server(repo, tmp_path_factory):
     log = str(tmp_path_factory.mktemp("triton-log") / "server.log")
-    srv = start_server(repo, log, ["--model-control-mode=explicit", "--load-model=cls", "--load-model=seq",
-                                   "--load-model=reload", "--exit-timeout-secs=5"])
+    srv = start_server(
+        repo,
+        log,
+        [
+            "--model-control-mode=explicit",
+            "--load-model=cls",
+            "--load-model=seq",
+            "--load-model=reload",
+            "--exit-timeout-secs=5",
+        ],
+    )
     try:
         yield srv
     finally:
@@ -118,8 +147,9 @@ def server(repo, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def http(server):
-    c = httpclient.InferenceServerClient(server.url("http"), connection_timeout=CALL_TIMEOUT,
-                                         network_timeout=CALL_TIMEOUT)
+    c = httpclient.InferenceServerClient(
+        server.url("http"), connection_timeout=CALL_TIMEOUT, network_timeout=CALL_TIMEOUT
+    )
     yield c
     c.close()
 
@@ -141,6 +171,7 @@ def cls_gert(cls_path, device):
 
 # ---- client helpers -----------------------------------------------------------------------------------------------
 
+
 def infer(client, model: str, inputs: dict, outputs=None, binary: bool = True, **kw):
     mod = httpclient if isinstance(client, httpclient.InferenceServerClient) else grpcclient
     ins = []
@@ -153,8 +184,12 @@ def infer(client, model: str, inputs: dict, outputs=None, binary: bool = True, *
         ins.append(i)
     outs = None
     if outputs is not None:
-        outs = [httpclient.InferRequestedOutput(o, binary_data=binary) if mod is httpclient
-                else grpcclient.InferRequestedOutput(o) for o in outputs]
+        outs = [
+            httpclient.InferRequestedOutput(o, binary_data=binary)
+            if mod is httpclient
+            else grpcclient.InferRequestedOutput(o)
+            for o in outputs
+        ]
     if mod is grpcclient:
         kw.setdefault("client_timeout", CALL_TIMEOUT)
     return client.infer(model, ins, outputs=outs, **kw)
@@ -162,8 +197,9 @@ def infer(client, model: str, inputs: dict, outputs=None, binary: bool = True, *
 
 def client_for(server, protocol: str):
     if protocol.startswith("http"):
-        return httpclient.InferenceServerClient(server.url("http"), connection_timeout=CALL_TIMEOUT,
-                                                network_timeout=CALL_TIMEOUT)
+        return httpclient.InferenceServerClient(
+            server.url("http"), connection_timeout=CALL_TIMEOUT, network_timeout=CALL_TIMEOUT
+        )
     return grpcclient.InferenceServerClient(server.url("grpc"))
 
 
@@ -183,8 +219,11 @@ def check_seq_good(client, model: str = "seq", uid: int = 3) -> None:
 
 def stats(client, model: str) -> dict:
     s = client.get_inference_statistics(model, as_json=True)["model_stats"][0]
-    return {"inference_count": int(s.get("inference_count", 0)), "execution_count": int(s.get("execution_count", 0)),
-            "batches": {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in s.get("batch_stats", [])}}
+    return {
+        "inference_count": int(s.get("inference_count", 0)),
+        "execution_count": int(s.get("execution_count", 0)),
+        "batches": {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in s.get("batch_stats", [])},
+    }
 
 
 def join_all(threads, timeout: float) -> None:
@@ -221,13 +260,20 @@ def unload_model(server, name: str) -> None:
     c = grpcclient.InferenceServerClient(server.url("grpc"))
     try:
         c.unload_model(name, client_timeout=LOAD_TIMEOUT)
-        wait_for(lambda: {m["name"]: m.get("state") for m in c.get_model_repository_index(as_json=True)["models"]}
-                 .get(name) not in ("READY", "UNLOADING", "LOADING"), LOAD_TIMEOUT, f"{name} unloaded")
+        wait_for(
+            lambda: (
+                {m["name"]: m.get("state") for m in c.get_model_repository_index(as_json=True)["models"]}.get(name)
+                not in ("READY", "UNLOADING", "LOADING")
+            ),
+            LOAD_TIMEOUT,
+            f"{name} unloaded",
+        )
     finally:
         c.close()
 
 
 # ---- readiness and metadata ---------------------------------------------------------------------------------------
+
 
 def test_server_and_models_ready(server, http, grpc):
     assert http.is_server_live() and grpc.is_server_live()
@@ -238,8 +284,11 @@ def test_server_and_models_ready(server, http, grpc):
     assert index["cls"]["state"] == index["seq"]["state"] == "READY" and index["bad"].get("state") != "READY"
     # Triton's strict readiness: the server is ready while no model it was asked to load failed to load
     # (test_bad_parameter_fails_the_load_naming_it makes one fail, whichever order the tests run in)
-    failed = sorted(name for name, m in index.items()
-                    if m.get("state") == "UNAVAILABLE" and m.get("reason", "") not in ("", "unloaded"))
+    failed = sorted(
+        name
+        for name, m in index.items()
+        if m.get("state") == "UNAVAILABLE" and m.get("reason", "") not in ("", "unloaded")
+    )
     assert http.is_server_ready() == grpc.is_server_ready() == (not failed), (failed, index)
     assert server.process.poll() is None
 
@@ -252,16 +301,19 @@ def test_metadata_matches_config_and_onnx(http, grpc, repo, model):
     assert cfg["backend"] == "python" and cfg["max_batch_size"] == MAX_BATCH
     assert "dynamic_batching" in cfg
     for kind, onnx in (("input", onnx_inputs), ("output", onnx_outputs)):
-        assert [(e["name"], e["data_type"], [int(d) for d in e["dims"]]) for e in cfg[kind]] == \
-            [(e["name"], e["data_type"], e["dims"]) for e in onnx], kind
+        assert [(e["name"], e["data_type"], [int(d) for d in e["dims"]]) for e in cfg[kind]] == [
+            (e["name"], e["data_type"], e["dims"]) for e in onnx
+        ], kind
     for meta in (http.get_model_metadata(model), grpc.get_model_metadata(model, as_json=True)):
         assert meta["name"] == model and meta["platform"] == "python" and meta["versions"] == ["1"]
         for kind, entries in (("inputs", cfg["input"]), ("outputs", cfg["output"])):
-            assert [(t["name"], t["datatype"], [int(d) for d in t["shape"]]) for t in meta[kind]] == \
-                [(e["name"], e["data_type"][len("TYPE_"):], [-1] + [int(d) for d in e["dims"]]) for e in entries]
+            assert [(t["name"], t["datatype"], [int(d) for d in t["shape"]]) for t in meta[kind]] == [
+                (e["name"], e["data_type"][len("TYPE_") :], [-1] + [int(d) for d in e["dims"]]) for e in entries
+            ]
 
 
 # ---- results ------------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("protocol", ["http", "http-json", "grpc"])
 @pytest.mark.parametrize("batch,h,w", [(1, 48, 192), (3, 48, 192), (2, 48, 320)])
@@ -303,6 +355,7 @@ def test_seq_results_equal_expected_and_ort(server, protocol):
 
 # ---- load ---------------------------------------------------------------------------------------------------------
 
+
 def test_dynamic_batching_merges_under_concurrent_load(server, cls_gert):
     """16 clients send at once to cls_batched (cls with max_queue_delay_microseconds BATCH_DELAY_US): the dynamic
     batcher holds each batch until max_batch_size rows or that delay, so concurrent requests are merged (the server's
@@ -326,27 +379,36 @@ def test_dynamic_batching_merges_under_concurrent_load(server, cls_gert):
                 barrier.wait(CALL_TIMEOUT)
                 for i in range(per_thread):
                     out = infer(c, "cls_batched", {"x": xs[t]}).as_numpy(CLS_OUT)
-                    np.testing.assert_allclose(out, expected[t], rtol=0, atol=ATOL,
-                                               err_msg=f"thread {t} request {i}: not its own result")
+                    np.testing.assert_allclose(
+                        out, expected[t], rtol=0, atol=ATOL, err_msg=f"thread {t} request {i}: not its own result"
+                    )
             except BaseException as e:  # noqa: BLE001 - reported below
                 errors.append((t, e))
             finally:
                 c.close()
 
-        threads = [threading.Thread(target=worker, args=(t,), name=f"client-{t}", daemon=True)
-                   for t in range(threads_n)]
+        threads = [
+            threading.Thread(target=worker, args=(t,), name=f"client-{t}", daemon=True) for t in range(threads_n)
+        ]
         for th in threads:
             th.start()
         join_all(threads, 180)
         assert not errors, f"{len(errors)} client(s) failed; first: {errors[0]}"
         # the server counts a request when it releases it, which may come just after the client has its response
-        after = wait_for(lambda: (lambda a: a if a["inference_count"] - before["inference_count"] >=
-                                  threads_n * per_thread else None)(stats(grpc, "cls_batched")),
-                         30, "the server's statistics count every request")
+        after = wait_for(
+            lambda: (
+                lambda a: a if a["inference_count"] - before["inference_count"] >= threads_n * per_thread else None
+            )(stats(grpc, "cls_batched")),
+            30,
+            "the server's statistics count every request",
+        )
         inferences = after["inference_count"] - before["inference_count"]
         executions = after["execution_count"] - before["execution_count"]
-        merged = {b: n - before["batches"].get(b, 0) for b, n in after["batches"].items()
-                  if b > 1 and n > before["batches"].get(b, 0)}
+        merged = {
+            b: n - before["batches"].get(b, 0)
+            for b, n in after["batches"].items()
+            if b > 1 and n > before["batches"].get(b, 0)
+        }
         assert inferences == threads_n * per_thread
         assert executions < inferences, f"{inferences} requests ran in {executions} executions: nothing was merged"
         assert merged, f"no batch above 1 in the server's batch statistics: {after['batches']}"
@@ -385,16 +447,27 @@ def test_concurrent_mixed_shapes_each_get_their_own_result(server):
 
 BAD_REQUESTS = {
     # name: (model, inputs, requested outputs, words the error message must contain)
-    "wrong dtype": ("cls", lambda: {"x": text_image(1, 48, 192, 1).astype(np.float64)}, None,
-                    ["'x'", "FP64", "FP32"]),
+    "wrong dtype": ("cls", lambda: {"x": text_image(1, 48, 192, 1).astype(np.float64)}, None, ["'x'", "FP64", "FP32"]),
     "wrong shape": ("cls", lambda: {"x": np.zeros((1, 4, 48, 192), np.float32)}, None, ["'x'", "shape"]),
-    "wrong rank": ("seq", lambda: {"a": np.zeros((1, 3), np.float32), "m": np.zeros((1, 3), np.int64)}, None,
-                   ["'a'", "shape"]),
+    "wrong rank": (
+        "seq",
+        lambda: {"a": np.zeros((1, 3), np.float32), "m": np.zeros((1, 3), np.int64)},
+        None,
+        ["'a'", "shape"],
+    ),
     "missing input": ("seq", lambda: {"a": np.zeros((1, 3, 4), np.float32)}, None, ["'m'"]),
-    "batch above max_batch_size": ("cls", lambda: {"x": np.zeros((MAX_BATCH + 1, 3, 48, 192), np.float32)}, None,
-                                   ["batch", str(MAX_BATCH)]),
-    "S differs between inputs": ("seq", lambda: {"a": np.zeros((1, 5, 4), np.float32),
-                                                 "m": np.zeros((1, 6), np.int64)}, None, ["'S'", "5", "6"]),
+    "batch above max_batch_size": (
+        "cls",
+        lambda: {"x": np.zeros((MAX_BATCH + 1, 3, 48, 192), np.float32)},
+        None,
+        ["batch", str(MAX_BATCH)],
+    ),
+    "S differs between inputs": (
+        "seq",
+        lambda: {"a": np.zeros((1, 5, 4), np.float32), "m": np.zeros((1, 6), np.int64)},
+        None,
+        ["'S'", "5", "6"],
+    ),
     "unknown output": ("seq", lambda: seq_inputs(1, 3, 1), ["zz"], ["zz"]),
     "unknown input": ("seq", lambda: dict(seq_inputs(1, 3, 1), zz=np.zeros((1, 1), np.float32)), None, ["zz"]),
 }
@@ -435,13 +508,17 @@ def raw_http(server, path: str, body: bytes, headers: dict) -> tuple:
 TRITON_ANSWERS_500 = {"json data too short", "malformed json"}
 
 
-@pytest.mark.parametrize("case", ["binary too short", "header length beyond body", "json data too short",
-                                  "malformed json"])
+@pytest.mark.parametrize(
+    "case", ["binary too short", "header length beyond body", "json data too short", "malformed json"]
+)
 def test_truncated_or_malformed_http_body_gets_4xx(server, http, case):
     x = text_image(1, 48, 192, seed=5)
     nbytes = x.nbytes
-    header = {"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32",
-                          "parameters": {"binary_data_size": nbytes}}]}
+    header = {
+        "inputs": [
+            {"name": "x", "shape": list(x.shape), "datatype": "FP32", "parameters": {"binary_data_size": nbytes}}
+        ]
+    }
     if case == "binary too short":
         head = json.dumps(header).encode()
         body = head + x.tobytes()[: nbytes // 2]
@@ -453,8 +530,9 @@ def test_truncated_or_malformed_http_body_gets_4xx(server, http, case):
         hdrs = {"Inference-Header-Content-Length": str(len(body) + 100), "Content-Type": "application/octet-stream"}
         words = []
     elif case == "json data too short":
-        body = json.dumps({"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32",
-                                       "data": x.ravel()[:100].tolist()}]}).encode()
+        body = json.dumps(
+            {"inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32", "data": x.ravel()[:100].tolist()}]}
+        ).encode()
         hdrs = {"Content-Type": "application/json"}
         words = ["shape"]
     else:
@@ -477,14 +555,18 @@ def test_truncated_or_malformed_http_body_gets_4xx(server, http, case):
 
 # ---- bad parameters, unload and load ------------------------------------------------------------------------------
 
+
 @pytest.fixture
 def own_server(repo, tmp_path):
     """A server of the test's own (seq loaded), for what has made tritonserver 2.51 abort on heap corruption
     ("malloc(): unaligned fastbin chunk detected", "corrupted double-linked list", Signal 6, then hung): a series of
     failed loads of one model with config overrides, and loading a model with two instances. On its own server such
     an abort fails only that test, never the module's shared server (and watch_for_abort ends the hang)."""
-    srv = start_server(repo, str(tmp_path / "server.log"), ["--model-control-mode=explicit", "--load-model=seq",
-                                                           "--exit-timeout-secs=5"])
+    srv = start_server(
+        repo,
+        str(tmp_path / "server.log"),
+        ["--model-control-mode=explicit", "--load-model=seq", "--exit-timeout-secs=5"],
+    )
     try:
         yield srv
     finally:
@@ -493,8 +575,9 @@ def own_server(repo, tmp_path):
 
 def test_bad_parameter_fails_the_load_naming_it(own_server):
     server = own_server
-    http = httpclient.InferenceServerClient(server.url("http"), connection_timeout=CALL_TIMEOUT,
-                                            network_timeout=LOAD_TIMEOUT)
+    http = httpclient.InferenceServerClient(
+        server.url("http"), connection_timeout=CALL_TIMEOUT, network_timeout=LOAD_TIMEOUT
+    )
     grpc = grpcclient.InferenceServerClient(server.url("grpc"))
     try:
         _bad_parameter_loads(server, http, grpc)
@@ -514,11 +597,16 @@ def _bad_parameter_loads(server, http, grpc) -> None:
         assert "parameter 'streams'" in f.read()
     # configs given with the load request (explicit model control): an unknown key, onnx_file leaving the model dir,
     # a batch gear above max_batch_size
-    for params, words in [({"colour": "red"}, ["unknown parameter 'colour'"]),
-                          ({"onnx_file": "../cls/1/model.onnx"}, ["'onnx_file'", "leaves"]),
-                          ({"gears": "batch:1,16"}, ["'gears'", "max_batch_size"])]:
-        cfg = {"backend": "python", "max_batch_size": MAX_BATCH,
-               "parameters": {k: {"string_value": v} for k, v in params.items()}}
+    for params, words in [
+        ({"colour": "red"}, ["unknown parameter 'colour'"]),
+        ({"onnx_file": "../cls/1/model.onnx"}, ["'onnx_file'", "leaves"]),
+        ({"gears": "batch:1,16"}, ["'gears'", "max_batch_size"]),
+    ]:
+        cfg = {
+            "backend": "python",
+            "max_batch_size": MAX_BATCH,
+            "parameters": {k: {"string_value": v} for k, v in params.items()},
+        }
         with pytest.raises(InferenceServerException) as info:
             grpc.load_model("bad", config=json.dumps(cfg), client_timeout=LOAD_TIMEOUT)
         for w in words:
@@ -563,8 +651,10 @@ def test_unload_and_load_while_traffic_runs(server, grpc):
             return {t for sent, t, e in log if sent > t0 and e == "ok"}
 
     load_model(server, "reload")  # loaded at start; loaded again here in case an earlier test left it otherwise
-    threads = [threading.Thread(target=worker, args=(t, p), name=f"traffic-{t}", daemon=True)
-               for t, p in enumerate(["grpc", "grpc", "grpc", "http"])]
+    threads = [
+        threading.Thread(target=worker, args=(t, p), name=f"traffic-{t}", daemon=True)
+        for t, p in enumerate(["grpc", "grpc", "grpc", "http"])
+    ]
     for th in threads:
         th.start()
     try:
@@ -573,8 +663,11 @@ def test_unload_and_load_while_traffic_runs(server, grpc):
         grpc.unload_model("reload", client_timeout=LOAD_TIMEOUT)
         wait_for(lambda: not grpc.is_model_ready("reload"), 60, "the model is not ready after unload")
         t_away = time.monotonic()
-        wait_for(lambda: [e for sent, _, e in list(log) if sent > t_away and e != "ok"], 60,
-                 "a request refused while the model is unloaded")
+        wait_for(
+            lambda: [e for sent, _, e in list(log) if sent > t_away and e != "ok"],
+            60,
+            "a request refused while the model is unloaded",
+        )
         grpc.load_model("reload", client_timeout=LOAD_TIMEOUT)
         t_loaded = time.monotonic()
         assert grpc.is_model_ready("reload")
@@ -588,14 +681,17 @@ def test_unload_and_load_while_traffic_runs(server, grpc):
     assert before.count("ok") > 0 and after.count("ok") > 0, "traffic did not run before unload or recover after load"
     assert "WRONG RESULT" not in {e for _, _, e in log}
     failures = {e for _, _, e in log if e != "ok"}
-    print(f"unload/load under traffic: {sum(e == 'ok' for _, _, e in log)} ok, "
-          f"{sum(e != 'ok' for _, _, e in log)} refused while unloaded: {failures}")
+    print(
+        f"unload/load under traffic: {sum(e == 'ok' for _, _, e in log)} ok, "
+        f"{sum(e != 'ok' for _, _, e in log)} refused while unloaded: {failures}"
+    )
     assert all(NOT_SERVING.search(e) for e in failures), f"unclean failures: {failures}"
     assert all(e == "ok" for e in after), f"failures of requests sent after the load returned: {set(after) - {'ok'}}"
     check_seq_good(grpc, "reload")
 
 
 # ---- several instances --------------------------------------------------------------------------------------------
+
 
 def stub_processes(server, model: str) -> list:
     """The Python-backend stub processes the server runs for ``model``."""
@@ -645,8 +741,9 @@ def test_two_instances_share_one_compile_cache(own_server, repo, cls_path):
     both stub processes (GE's {key}.lock) and the cache stays consistent; a reload takes every graph from it. On a
     server of its own, as the other two-instance test."""
     server = own_server
-    http = httpclient.InferenceServerClient(server.url("http"), connection_timeout=CALL_TIMEOUT,
-                                            network_timeout=CALL_TIMEOUT)
+    http = httpclient.InferenceServerClient(
+        server.url("http"), connection_timeout=CALL_TIMEOUT, network_timeout=CALL_TIMEOUT
+    )
     cache = os.path.join(repo, "cached", "gcache")
     x = text_image(3, 48, 192, seed=11)
 
@@ -698,8 +795,9 @@ def test_auto_tier_parameters_move_a_hot_size_to_a_static_graph(server, grpc):
     requests sent after that must run on the static graph."""
     load_model(server, "tiered")
     try:
-        assert model_metric(server, "gert_background_compiles_total", "tiered") in ({}, {"": 0}), \
+        assert model_metric(server, "gert_background_compiles_total", "tiered") in ({}, {"": 0}), (
             "a freshly loaded model starts with no background compile"
+        )
         for i in range(2):
             check_seq_good(grpc, "tiered", uid=40 + i)  # B 2, S 5 (check_seq_good's sizes): hot at the second
 
@@ -713,9 +811,13 @@ def test_auto_tier_parameters_move_a_hot_size_to_a_static_graph(server, grpc):
         before = model_metric(server, "gert_graph_requests_total", "tiered", by="graph")
         for i in range(4):
             check_seq_good(grpc, "tiered", uid=60 + i)
-        graph = wait_for(lambda: (lambda g: g if g.get("static", 0) - before.get("static", 0) >= 4 else None)(
-            model_metric(server, "gert_graph_requests_total", "tiered", by="graph")), 30,
-            "the 4 requests after the compiles counted as static")
+        graph = wait_for(
+            lambda: (lambda g: g if g.get("static", 0) - before.get("static", 0) >= 4 else None)(
+                model_metric(server, "gert_graph_requests_total", "tiered", by="graph")
+            ),
+            30,
+            "the 4 requests after the compiles counted as static",
+        )
         # the last poll's request above may be published after ``before`` was read (the publisher is a thread), so
         # the 4 requests are checked by what cannot come from it: none of them ran on the dynamic-shape graph
         assert graph.get("dynamic", 0) == before.get("dynamic", 0), (before, graph)
@@ -727,12 +829,24 @@ def test_auto_tier_parameters_move_a_hot_size_to_a_static_graph(server, grpc):
 
 # ---- the README's example ----------------------------------------------------------------------------------------
 
+
 def test_example_repository_and_client(server):
     """examples/model_repository serves, and examples/client.py (HTTP and gRPC, results checked) succeeds on it."""
     load_model(server, "tiny_classifier")  # loaded here, not at server start: a broken example fails this test only
     try:
-        r = subprocess.run([sys.executable, os.path.join(EXAMPLES, "client.py"), "--http", server.url("http"),
-                            "--grpc", server.url("grpc")], capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [
+                sys.executable,
+                os.path.join(EXAMPLES, "client.py"),
+                "--http",
+                server.url("http"),
+                "--grpc",
+                server.url("grpc"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         assert "HTTP:" in r.stdout and "gRPC:" in r.stdout
     finally:
@@ -741,12 +855,13 @@ def test_example_repository_and_client(server):
 
 # ---- metrics ------------------------------------------------------------------------------------------------------
 
+
 def metrics(server) -> dict:
     with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=CALL_TIMEOUT) as r:
         text = r.read().decode()
     out: dict = {}
     for line in text.splitlines():
-        m = re.match(r'^(\w+)\{([^}]*)\}\s+(\S+)$', line)
+        m = re.match(r"^(\w+)\{([^}]*)\}\s+(\S+)$", line)
         if m:
             labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
             out.setdefault(m.group(1), []).append((labels, float(m.group(3))))
@@ -809,8 +924,13 @@ def test_metrics_endpoint_exposes_gert_metrics(server, grpc):
         return m if rows >= 3 + MAX_BATCH and graphs == everything else None
 
     m = wait_for(lambda: published(metrics(server)), 30, "gert published this test's batches")
-    s = wait_for(lambda: (lambda s: s if s["execution_count"] - s0["execution_count"] >= executions else None)(
-        stats(grpc, "cls")), 30, "the server counts this test's requests")
+    s = wait_for(
+        lambda: (lambda s: s if s["execution_count"] - s0["execution_count"] >= executions else None)(
+            stats(grpc, "cls")
+        ),
+        30,
+        "the server counts this test's requests",
+    )
     assert s["execution_count"] - s0["execution_count"] == executions
     assert s["inference_count"] - s0["inference_count"] == 3 + MAX_BATCH
     for name in ("gert_gear_hits_total", "gert_padding_ratio", "gert_stream_busy_seconds_total"):
@@ -836,6 +956,7 @@ def test_metrics_endpoint_exposes_gert_metrics(server, grpc):
 
 # ---- gert serve ---------------------------------------------------------------------------------------------------
 
+
 def test_gert_serve_runs_the_server_and_exits_on_sigterm(tmp_path):
     seq_file = tmp_path / "seq.onnx"
     seq_file.write_bytes(seq_model())
@@ -847,8 +968,10 @@ def test_gert_serve_runs_the_server_and_exits_on_sigterm(tmp_path):
     try:
         server_pids = children(p.pid)
         assert len(server_pids) == 1, f"gert serve should run one tritonserver child, has {server_pids}"
-        for client in (httpclient.InferenceServerClient(f"127.0.0.1:{hp}", network_timeout=CALL_TIMEOUT),
-                       grpcclient.InferenceServerClient(f"127.0.0.1:{gp}")):
+        for client in (
+            httpclient.InferenceServerClient(f"127.0.0.1:{hp}", network_timeout=CALL_TIMEOUT),
+            grpcclient.InferenceServerClient(f"127.0.0.1:{gp}"),
+        ):
             try:
                 check_seq_good(client)
             finally:
@@ -912,8 +1035,13 @@ def test_gert_serve_from_a_venv_that_is_not_activated(tmp_path):
     env["PATH"] = "/usr/local/bin:/usr/bin:/bin"
     p, server_pids = None, []
     try:
-        base = subprocess.run([getattr(sys, "_base_executable", sys.executable), "-c", f"import {probe}"], env=env,
-                              cwd="/", capture_output=True, timeout=60)
+        base = subprocess.run(
+            [getattr(sys, "_base_executable", sys.executable), "-c", f"import {probe}"],
+            env=env,
+            cwd="/",
+            capture_output=True,
+            timeout=60,
+        )
         assert base.returncode != 0, "the base interpreter must not see the venv-only module"
         seq_file = tmp_path / "seq.onnx"
         seq_file.write_bytes(seq_model())
@@ -926,12 +1054,23 @@ def test_gert_serve_from_a_venv_that_is_not_activated(tmp_path):
         with open(model_py, "w") as f:
             f.write(f"import {probe}  # installed only in the venv that runs gert serve\nimport onnxruntime\n" + code)
         log = str(tmp_path / "serve.log")
-        p, (hp, gp, _) = start_serve(repo, log, 3, "--model-control-mode=explicit", "--load-model=seq",
-                                     host="127.0.0.2", gert_cmd=(gert_bin,), options=("--address", "127.0.0.2"),
-                                     env=env, cwd="/")
+        p, (hp, gp, _) = start_serve(
+            repo,
+            log,
+            3,
+            "--model-control-mode=explicit",
+            "--load-model=seq",
+            host="127.0.0.2",
+            gert_cmd=(gert_bin,),
+            options=("--address", "127.0.0.2"),
+            env=env,
+            cwd="/",
+        )
         server_pids = children(p.pid)
-        for client in (httpclient.InferenceServerClient(f"127.0.0.2:{hp}", network_timeout=CALL_TIMEOUT),
-                       grpcclient.InferenceServerClient(f"127.0.0.2:{gp}")):
+        for client in (
+            httpclient.InferenceServerClient(f"127.0.0.2:{hp}", network_timeout=CALL_TIMEOUT),
+            grpcclient.InferenceServerClient(f"127.0.0.2:{gp}"),
+        ):
             try:
                 check_seq_good(client)
                 assert not client.is_model_ready("other"), "--load-model=seq after -- must load only seq"

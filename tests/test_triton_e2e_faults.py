@@ -8,6 +8,7 @@ GERT_HOST_FAULTS, so each stub process's host NPU arms the faults at aclInit and
 - a stub killed with SIGKILL: its requests fail fast (INTERNAL); the bundled Triton 2.51 python backend does not restart
   stubs, so a reload through the repository API brings the model back, and it serves again.
 """
+
 from __future__ import annotations
 
 import os
@@ -56,9 +57,16 @@ def server(tmp_path_factory):
     # positions are exact. Each test loads the models it uses (a new stub process, whose launches count from 0), so
     # the positions hold whatever ran before (another test, or this one again with --count).
     for name in ("faulty", "killed", "bystander"):
-        init_repo(str(seq_file), str(repo), name=name,
-                  parameters={"streams": "1", "request_timeout_ms": str(TIMEOUT_MS),
-                              "metrics_interval_ms": str(METRICS_INTERVAL_MS)})
+        init_repo(
+            str(seq_file),
+            str(repo),
+            name=name,
+            parameters={
+                "streams": "1",
+                "request_timeout_ms": str(TIMEOUT_MS),
+                "metrics_interval_ms": str(METRICS_INTERVAL_MS),
+            },
+        )
     log = str(root / "server.log")
     old = os.environ.get("GERT_HOST_FAULTS")
     os.environ["GERT_HOST_FAULTS"] = FAULTS  # the server (and its stubs) inherit it
@@ -117,9 +125,16 @@ def test_task_fault_internal_timeout_unavailable_model_stays_ready(server, proto
 
 def _metrics_settled(server, pid: int) -> bool:
     """The stub's gert_* series are there and unchanged over two reads more than a publication interval apart."""
+
     def mine() -> list:
-        return sorted((name, sorted(labels.items()), value) for name, series in metrics(server).items()
-                      if name.startswith("gert_") for labels, value in series if labels.get("pid") == str(pid))
+        return sorted(
+            (name, sorted(labels.items()), value)
+            for name, series in metrics(server).items()
+            if name.startswith("gert_")
+            for labels, value in series
+            if labels.get("pid") == str(pid)
+        )
+
     first = mine()
     time.sleep(3 * METRICS_INTERVAL_MS / 1000)
     return bool(first) and mine() == first

@@ -1,5 +1,6 @@
 """Issue 26 without a server: `gert repo init --pre/--post` (gert_triton/ensemble.py) and the step model
 (gert_triton/steps.py) with the fake pb_utils. tests/test_triton_ensemble_e2e.py serves what they write."""
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ from triton_models import fixed_model, seq_model
 
 pytestmark = RUNTIME
 
-STEPS_PY = textwrap.dedent('''
+STEPS_PY = textwrap.dedent("""
     import numpy as np
     from gert_triton.steps import step
 
@@ -35,7 +36,7 @@ STEPS_PY = textwrap.dedent('''
 
     def undeclared(inputs):
         return inputs
-''')
+""")
 
 
 @pytest.fixture
@@ -83,13 +84,16 @@ def test_repo_init_cli_pre_only(tmp_path, steps_file, seq_onnx, capsys):
     assert not (tmp_path / "r" / "seq_post").exists()
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    ({"pre": "{f}:undeclared"}, ["declares no inputs", "step(inputs="]),
-    ({"post": "{f}:undeclared"}, ["declares no outputs"]),
-    ({"pre": "{f}:missing"}, ["has no function 'missing'"]),
-    ({"pre": "no_such_module_xyz:f"}, ["no_such_module_xyz"]),
-    ({"pre": "nocolon"}, ["not 'module:function'"]),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"pre": "{f}:undeclared"}, ["declares no inputs", "step(inputs="]),
+        ({"post": "{f}:undeclared"}, ["declares no outputs"]),
+        ({"pre": "{f}:missing"}, ["has no function 'missing'"]),
+        ({"pre": "no_such_module_xyz:f"}, ["no_such_module_xyz"]),
+        ({"pre": "nocolon"}, ["not 'module:function'"]),
+    ],
+)
 def test_repo_init_refuses_a_bad_step_before_writing(tmp_path, steps_file, seq_onnx, kwargs, words):
     repo = tmp_path / "repo"
     with pytest.raises(GertError) as e:
@@ -117,6 +121,7 @@ def test_a_model_without_batching_gets_steps_without_it(tmp_path, steps_file):
 
 # ---- the step model ------------------------------------------------------------------------------------------------
 
+
 @step(inputs={"v": (np.float32, [-1])}, outputs={"s": (np.float32, [1])})
 def total(inputs):
     if inputs["v"].shape[0] == 0:
@@ -129,9 +134,13 @@ def wrong_dtype(inputs):
 
 
 def step_model(pb, fn: str, role: str = "pre", mbs: int = 4):
-    config = {"name": "st", "max_batch_size": mbs, "input": [{"name": "v", "data_type": "TYPE_FP32", "dims": [-1]}],
-              "output": [{"name": "s", "data_type": "TYPE_FP32", "dims": [1]}],
-              "parameters": {"function": {"string_value": fn}, "role": {"string_value": role}}}
+    config = {
+        "name": "st",
+        "max_batch_size": mbs,
+        "input": [{"name": "v", "data_type": "TYPE_FP32", "dims": [-1]}],
+        "output": [{"name": "s", "data_type": "TYPE_FP32", "dims": [1]}],
+        "parameters": {"function": {"string_value": fn}, "role": {"string_value": role}},
+    }
     m = StepModel()
     m.initialize({"model_config": json.dumps(config)})
     return m
@@ -142,8 +151,9 @@ def test_step_model_runs_each_row_and_fails_a_bad_request_alone(monkeypatch):
     m = step_model(pb, f"{__name__}:total")
     good = np.array([[1, 2, 3], [4, 5, 6]], np.float32)
     bad = np.zeros((1, 0), np.float32)
-    r_good, r_bad = m.execute([pb.InferenceRequest([pb.Tensor("v", good)], ["s"]),
-                               pb.InferenceRequest([pb.Tensor("v", bad)], ["s"])])
+    r_good, r_bad = m.execute(
+        [pb.InferenceRequest([pb.Tensor("v", good)], ["s"]), pb.InferenceRequest([pb.Tensor("v", bad)], ["s"])]
+    )
     assert not r_good.has_error()
     np.testing.assert_array_equal(r_good.output_tensors()[0].as_numpy(), [[6], [15]])
     assert r_bad.error().code() == pb.TritonError.INVALID_ARG and "input 'v'" in r_bad.error().message()

@@ -8,6 +8,7 @@ the BLS model ``ocr`` answer N text images with the boxes and text that the same
 (examples/ocr_pipeline.py) and that RapidOCR gives on ONNX Runtime, over HTTP and gRPC; a bad image fails alone with
 INVALID_ARG; det runs the BLS model's N det calls as one batch (Triton's statistics and gert's gear hits).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -41,8 +42,8 @@ EXAMPLE_REPO = os.path.join(EXAMPLES, "ensemble_repository")
 sys.path.insert(0, EXAMPLES)
 import ocr_pipeline as op  # noqa: E402  (examples/ocr_pipeline.py)
 
-N = 4                      # images per test, sent at once
-WAIT_US = 1_500_000        # the batchers of ocr and det wait this long for N requests
+N = 4  # images per test, sent at once
+WAIT_US = 1_500_000  # the batchers of ocr and det wait this long for N requests
 START_TIMEOUT = 150.0
 CALL_TIMEOUT = 60.0
 TEXTS = ["Hello gert 123", "Ascend NPU runtime", "quick brown fox 42", "GE graph compile"]
@@ -100,12 +101,21 @@ class Served:
         self.log = log
         self._out = open(log, "wb")
         gert_cli = os.path.join(os.path.dirname(sys.executable), "gert")
-        cmd = [gert_cli if os.path.exists(gert_cli) else sys.executable, *([] if os.path.exists(gert_cli) else
-                                                                         ["-m", "gert"]),
-               "serve", repo, "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),
-               "--metrics-port", str(self.metrics_port)]
-        self.process = subprocess.Popen(cmd, cwd=cwd, stdout=self._out, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+        cmd = [
+            gert_cli if os.path.exists(gert_cli) else sys.executable,
+            *([] if os.path.exists(gert_cli) else ["-m", "gert"]),
+            "serve",
+            repo,
+            "--http-port",
+            str(self.http_port),
+            "--grpc-port",
+            str(self.grpc_port),
+            "--metrics-port",
+            str(self.metrics_port),
+        ]
+        self.process = subprocess.Popen(
+            cmd, cwd=cwd, stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -190,9 +200,9 @@ def expected(launched, images):
 
 def client(server, protocol: str):
     if protocol == "http":
-        return httpclient, httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}",
-                                                            connection_timeout=CALL_TIMEOUT,
-                                                            network_timeout=CALL_TIMEOUT)
+        return httpclient, httpclient.InferenceServerClient(
+            f"127.0.0.1:{server.http_port}", connection_timeout=CALL_TIMEOUT, network_timeout=CALL_TIMEOUT
+        )
     return grpcclient, grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
 
 
@@ -231,17 +241,18 @@ def stats(server, model: str) -> tuple:
 
 
 def invalid_arg(e, protocol: str) -> bool:
-    return isinstance(e, InferenceServerException) and e.status() == ("400" if protocol == "http"
-                                                                       else "StatusCode.INVALID_ARGUMENT")
+    return isinstance(e, InferenceServerException) and e.status() == (
+        "400" if protocol == "http" else "StatusCode.INVALID_ARGUMENT"
+    )
 
 
 # ---- the example is what `gert repo init --pre/--post` writes --------------------------------------------------------
 
+
 def test_example_ensemble_is_what_repo_init_writes(tmp_path):
     from gert_triton.repo import init_repo
 
-    init_repo(op.model_path("det"), str(tmp_path), name="det", pre="ocr_pipeline:det_pre",
-              post="ocr_pipeline:det_post")
+    init_repo(op.model_path("det"), str(tmp_path), name="det", pre="ocr_pipeline:det_pre", post="ocr_pipeline:det_post")
     for entry in ("det", "det_pre", "det_post", "det_ensemble"):
         with open(os.path.join(EXAMPLE_REPO, entry, "config.pbtxt")) as f:
             assert (tmp_path / entry / "config.pbtxt").read_text() == f.read(), entry
@@ -250,6 +261,7 @@ def test_example_ensemble_is_what_repo_init_writes(tmp_path):
 
 
 # ---- against the server ----------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_ensemble_gives_the_in_process_and_rapidocr_boxes(server, images, expected, protocol):
@@ -310,9 +322,20 @@ def test_a_bad_image_fails_alone_with_invalid_arg(server, images, expected, mode
 
 
 def test_client_script_reads_the_text(server, images):
-    r = subprocess.run([sys.executable, os.path.join(EXAMPLES, "ensemble_client.py"),
-                        "--count", "1", "--http", f"127.0.0.1:{server.http_port}",
-                        "--grpc", f"127.0.0.1:{server.grpc_port}"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(EXAMPLES, "ensemble_client.py"),
+            "--count",
+            "1",
+            "--http",
+            f"127.0.0.1:{server.http_port}",
+            "--grpc",
+            f"127.0.0.1:{server.grpc_port}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "'Hello gert 123'" in r.stdout, r.stdout

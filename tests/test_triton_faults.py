@@ -1,6 +1,7 @@
 """gert_triton under device faults (issue 13), with the fake pb_utils: a device or runtime failure is INTERNAL, a
 timeout UNAVAILABLE, bad input still INVALID_ARG; the model keeps serving. The same through the real server is in
 tests/test_triton_e2e_faults.py."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -56,18 +57,20 @@ def test_device_fault_is_internal_timeout_unavailable_bad_input_invalid(pb, load
 def test_sequence_fields_on_a_model_without_sequence_batching_are_refused(pb, loaded, tmp_path, seq_bytes):
     m = loaded(model_dir(tmp_path, seq_bytes), parameters=params(streams="1"))
     good = seq_inputs(1, 4, 2)
-    reqs = [pb.InferenceRequest([pb.Tensor(k, v) for k, v in good.items()], ["y", "c"], **kw)
-            for kw in ({"correlation_id": 7}, {"correlation_id": "abc"}, {"flags": 1}, {"flags": 2}, {})]
+    reqs = [
+        pb.InferenceRequest([pb.Tensor(k, v) for k, v in good.items()], ["y", "c"], **kw)
+        for kw in ({"correlation_id": 7}, {"correlation_id": "abc"}, {"flags": 1}, {"flags": 2}, {})
+    ]
     out = m.execute(reqs)
     for r, word in zip(out, ("sequence_id=7", "sequence_id='abc'", "sequence_start=True", "sequence_end=True")):
         assert_error(pb, r, pb.TritonError.INVALID_ARG, "no sequence batching", word)
     check_seq(outputs_of(out[4]), good)
 
 
-@pytest.mark.parametrize("gears", [{}, {"gears": "batch:1,2,4", "shape_policy": "batch:exact"}],
-                         ids=["pad", "exact-gear-pieces"])
-def test_device_fault_in_a_merged_batch_fails_only_the_request_that_fails_alone(pb, loaded, tmp_path, seq_bytes,
-                                                                                 gears):
+@pytest.mark.parametrize(
+    "gears", [{}, {"gears": "batch:1,2,4", "shape_policy": "batch:exact"}], ids=["pad", "exact-gear-pieces"]
+)
+def test_device_fault_in_a_merged_batch_fails_only_the_request_that_fails_alone(pb, loaded, tmp_path, seq_bytes, gears):
     """Triton merged 3 requests into one execute: their run faults (AI Core exception, 507015) and so does request
     0's run alone; the batch is retried request by request (Engine.run_many -> run_isolated), so request 0 is
     answered INTERNAL and the others get their own results, equal to ONNX Runtime's. With exact batch gears the

@@ -6,6 +6,7 @@ timer, a bad request in a batch. End to end: the real tritonserver with tritoncl
 against ONNX Runtime with the state fed back by hand, concurrent sequences batched by the Oldest strategy, an idle
 timeout, an END inside a batch, and the active-sequences metric.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,14 +57,23 @@ class Reference:
 
 # ---- unit: execute() as the sequence batcher calls it ---------------------------------------------------------------
 
+
 def load_model(pb, model_dir, fields: dict) -> tuple:
     """(model, config): auto_complete_config and initialize, as Triton runs them."""
     pb.set_model_dir(str(model_dir))
     cfg = TritonPythonModel.auto_complete_config(pb.ModelConfig(pb.default_config("gru", **fields))).as_dict()
     m = TritonPythonModel()
-    m.initialize({"model_config": json.dumps(cfg), "model_instance_kind": "CPU", "model_instance_name": "gru_0_0",
-                  "model_instance_device_id": "0", "model_repository": str(model_dir), "model_version": "1",
-                  "model_name": "gru"})
+    m.initialize(
+        {
+            "model_config": json.dumps(cfg),
+            "model_instance_kind": "CPU",
+            "model_instance_name": "gru_0_0",
+            "model_instance_device_id": "0",
+            "model_repository": str(model_dir),
+            "model_version": "1",
+            "model_name": "gru",
+        }
+    )
     return m, cfg
 
 
@@ -79,10 +89,15 @@ def seqmodel(request, monkeypatch, tmp_path):
     d = tmp_path / "gru"
     (d / "1").mkdir(parents=True)
     (d / "1" / "model.onnx").write_bytes(GRU)
-    fields = {"max_batch_size": 8, "sequence_batching": {"max_sequence_idle_microseconds": str(idle_us),
-                                                         "control_input": CONTROLS},
-              "parameters": {"state": {"string_value": "h:h_out"}, "batch_dim": {"string_value": "N"},
-                             "streams": {"string_value": "1"}}}
+    fields = {
+        "max_batch_size": 8,
+        "sequence_batching": {"max_sequence_idle_microseconds": str(idle_us), "control_input": CONTROLS},
+        "parameters": {
+            "state": {"string_value": "h:h_out"},
+            "batch_dim": {"string_value": "N"},
+            "streams": {"string_value": "1"},
+        },
+    }
     m, cfg = load_model(pb, d, fields)
     yield pb, m, cfg
     m.finalize()
@@ -240,13 +255,19 @@ def test_idle_timer_drops_the_state_without_an_end(seqmodel):
 
 
 def test_repo_config_for_a_stateful_model(tmp_path):
-    text = config_pbtxt("gru", onnx_io_of(tmp_path), 8, {"state": "h:h_out", "batch_dim": "N"},
-                        sequence={"state": STATE, "batch_dim": "N", "strategy": "direct", "idle_us": 2000})
+    text = config_pbtxt(
+        "gru",
+        onnx_io_of(tmp_path),
+        8,
+        {"state": "h:h_out", "batch_dim": "N"},
+        sequence={"state": STATE, "batch_dim": "N", "strategy": "direct", "idle_us": 2000},
+    )
     assert "dynamic_batching" not in text and "direct {" in text and "max_sequence_idle_microseconds: 2000" in text
     assert 'name: "h"' not in text and 'name: "h_out"' not in text
     # no control inputs: the adapter reads flags() and correlation_id(); each control is one more tensor per request
     assert "control_input" not in text and "CONTROL_SEQUENCE" not in text
     from gert.errors import GertError
+
     with pytest.raises(GertError, match="no batch axis: name it with batch_dim"):
         config_pbtxt("gru", onnx_io_of(tmp_path), 8, sequence={"state": STATE})
     with pytest.raises(GertError, match="output 'nope'"):
@@ -273,22 +294,38 @@ def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("triton-seq")
     (root / "gru.onnx").write_bytes(GRU)
     repo = root / "repo"
-    init_repo(str(root / "gru.onnx"), str(repo), name="gru", max_batch_size=8,
-              sequence={"state": STATE, "batch_dim": "N", "strategy": "oldest", "idle_us": 600_000_000},
-              parameters={"streams": "1", "metrics_interval_ms": "0"})
+    init_repo(
+        str(root / "gru.onnx"),
+        str(repo),
+        name="gru",
+        max_batch_size=8,
+        sequence={"state": STATE, "batch_dim": "N", "strategy": "oldest", "idle_us": 600_000_000},
+        parameters={"streams": "1", "metrics_interval_ms": "0"},
+    )
     # gru with a generous Oldest max_queue_delay_microseconds: steps of different sequences that arrive together
     # wait for each other (up to 8) instead of leaving the batching to timing (the default delay is 1 ms)
-    init_repo(str(root / "gru.onnx"), str(repo), name="gru_batched", max_batch_size=8,
-              sequence={"state": STATE, "batch_dim": "N", "strategy": "oldest", "idle_us": 600_000_000},
-              parameters={"streams": "1", "metrics_interval_ms": "0"})
+    init_repo(
+        str(root / "gru.onnx"),
+        str(repo),
+        name="gru_batched",
+        max_batch_size=8,
+        sequence={"state": STATE, "batch_dim": "N", "strategy": "oldest", "idle_us": 600_000_000},
+        parameters={"streams": "1", "metrics_interval_ms": "0"},
+    )
     cfg = repo / "gru_batched" / "config.pbtxt"
     text = cfg.read_text()
     assert text.count("max_queue_delay_microseconds: 1000\n") == 1, text
-    cfg.write_text(text.replace("max_queue_delay_microseconds: 1000\n",
-                                f"max_queue_delay_microseconds: {BATCH_DELAY_US}\n"))
-    init_repo(str(root / "gru.onnx"), str(repo), name="gru_idle", max_batch_size=4,
-              sequence={"state": STATE, "batch_dim": "N", "strategy": "direct", "idle_us": 400_000},
-              parameters={"streams": "1", "metrics_interval_ms": "0"})
+    cfg.write_text(
+        text.replace("max_queue_delay_microseconds: 1000\n", f"max_queue_delay_microseconds: {BATCH_DELAY_US}\n")
+    )
+    init_repo(
+        str(root / "gru.onnx"),
+        str(repo),
+        name="gru_idle",
+        max_batch_size=4,
+        sequence={"state": STATE, "batch_dim": "N", "strategy": "direct", "idle_us": 400_000},
+        parameters={"streams": "1", "metrics_interval_ms": "0"},
+    )
     from triton_server import start_server  # this worker's ports, new ones if taken; the abort watchdog
 
     srv = start_server(str(repo), str(root / "server.log"), ["--exit-timeout-secs=5"])
@@ -362,8 +399,15 @@ def test_e2e_concurrent_sequences_batch_and_end_inside_a_batch(server):
         got = []
         for s in range(steps - (i % 4)):
             x = step_x(key * 1000 + s)
-            y = infer_step(grpcclient, clients[i], "gru_batched", key, x, sequence_start=s == 0,
-                           sequence_end=s == steps - (i % 4) - 1)
+            y = infer_step(
+                grpcclient,
+                clients[i],
+                "gru_batched",
+                key,
+                x,
+                sequence_start=s == 0,
+                sequence_end=s == steps - (i % 4) - 1,
+            )
             got.append((x, y))
         results[key] = got
 
@@ -386,8 +430,9 @@ def test_e2e_idle_timeout_frees_the_state(server):
     ref = Reference()
     ref.start(77)
     x = step_x(1)
-    np.testing.assert_allclose(infer_step(mod, client, "gru_idle", 77, x, sequence_start=True), ref.step(77, x),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        infer_step(mod, client, "gru_idle", 77, x, sequence_start=True), ref.step(77, x), rtol=1e-5, atol=1e-6
+    )
     assert metric(server, "gert_active_sequences", "gru_idle", 1.0) == 1.0
     # after max_sequence_idle_microseconds (0.4 s) Triton releases the slot and gert's timer the state: waited for
     assert metric(server, "gert_active_sequences", "gru_idle", 0.0) == 0.0  # dropped without any request
@@ -396,8 +441,12 @@ def test_e2e_idle_timeout_frees_the_state(server):
     # started again: a fresh (zero) state, and the freed one is no longer counted
     ref.start(77)
     x = step_x(3)
-    np.testing.assert_allclose(infer_step(mod, client, "gru_idle", 77, x, sequence_start=True, sequence_end=True),
-                               ref.step(77, x), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        infer_step(mod, client, "gru_idle", 77, x, sequence_start=True, sequence_end=True),
+        ref.step(77, x),
+        rtol=1e-5,
+        atol=1e-6,
+    )
     assert metric(server, "gert_active_sequences", "gru_idle", 0.0) == 0.0
 
 
@@ -420,9 +469,14 @@ def metric(server, name: str, model: str, want: float) -> float:
 
 def gear_hits(server, model: str) -> int:
     text = metrics_text(server)
-    return int(sum(float(v) for v in re.findall(rf'^gert_gear_hits_total{{[^}}]*model="{model}"[^}}]*}} ([0-9.e+-]+)$',
-                                                text, re.MULTILINE)))
-
+    return int(
+        sum(
+            float(v)
+            for v in re.findall(
+                rf'^gert_gear_hits_total{{[^}}]*model="{model}"[^}}]*}} ([0-9.e+-]+)$', text, re.MULTILINE
+            )
+        )
+    )
 
 
 def test_state_and_batch_dim_parameters():
@@ -443,8 +497,25 @@ def test_cli_repo_init_writes_the_sequence_batcher(tmp_path, capsys):
 
     (tmp_path / "gru.onnx").write_bytes(GRU)
     repo = tmp_path / "repo"
-    assert main(["repo", "init", str(tmp_path / "gru.onnx"), str(repo), "--state", "h=h_out", "--batch-dim", "N",
-                 "--sequence-strategy", "direct", "--max-sequence-idle-us", "700000"]) == 0
+    assert (
+        main(
+            [
+                "repo",
+                "init",
+                str(tmp_path / "gru.onnx"),
+                str(repo),
+                "--state",
+                "h=h_out",
+                "--batch-dim",
+                "N",
+                "--sequence-strategy",
+                "direct",
+                "--max-sequence-idle-us",
+                "700000",
+            ]
+        )
+        == 0
+    )
     text = (repo / "gru" / "config.pbtxt").read_text()
     assert "sequence_batching" in text and "direct {" in text and "700000" in text and "dynamic_batching" not in text
     assert 'string_value: "h=h_out"' in text and 'string_value: "N"' in text
@@ -466,18 +537,30 @@ def test_batch_dim_model_without_state_batches_on_axis_1(monkeypatch, tmp_path):
     (d / "1" / "model.onnx").write_bytes(GRU)
     text = config_pbtxt("gru", onnx_io_of(tmp_path), 8, {"batch_dim": "N", "streams": "1"})
     assert "dynamic_batching" in text and "max_batch_size: 8" in text and "dims: [ 1, 4 ]" in text
-    fields = {"max_batch_size": 8, "dynamic_batching": {},
-              "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [1, INPUT]},
-                        {"name": "h", "data_type": "TYPE_FP32", "dims": [1, HIDDEN]}],
-              "output": [{"name": "y", "data_type": "TYPE_FP32", "dims": [1, HIDDEN]},
-                         {"name": "h_out", "data_type": "TYPE_FP32", "dims": [1, HIDDEN]}],
-              "parameters": {"batch_dim": {"string_value": "N"}, "streams": {"string_value": "1"}}}
+    fields = {
+        "max_batch_size": 8,
+        "dynamic_batching": {},
+        "input": [
+            {"name": "x", "data_type": "TYPE_FP32", "dims": [1, INPUT]},
+            {"name": "h", "data_type": "TYPE_FP32", "dims": [1, HIDDEN]},
+        ],
+        "output": [
+            {"name": "y", "data_type": "TYPE_FP32", "dims": [1, HIDDEN]},
+            {"name": "h_out", "data_type": "TYPE_FP32", "dims": [1, HIDDEN]},
+        ],
+        "parameters": {"batch_dim": {"string_value": "N"}, "streams": {"string_value": "1"}},
+    }
     assert parse_parameters(fields["parameters"]).batch_dim == "N"
     m, _ = load_model(pb, d, fields)
     try:
         rng = np.random.default_rng(0)
-        feeds = [{"x": rng.standard_normal((b, 1, INPUT)).astype(np.float32),
-                  "h": rng.standard_normal((b, 1, HIDDEN)).astype(np.float32)} for b in (1, 2, 1)]
+        feeds = [
+            {
+                "x": rng.standard_normal((b, 1, INPUT)).astype(np.float32),
+                "h": rng.standard_normal((b, 1, HIDDEN)).astype(np.float32),
+            }
+            for b in (1, 2, 1)
+        ]
         reqs = [pb.InferenceRequest([pb.Tensor(k, v) for k, v in f.items()], ["y", "h_out"]) for f in feeds]
         before = sum(g["hits"] for g in m.model.stats()["gears"].values())
         rs = m.execute(reqs)

@@ -2,6 +2,7 @@
 metrics, `gert repo init` and the `gert serve` command line. Triton's pb_utils is the fake in fake_pb_utils.py; the
 models run on gert (host NPU) in this process.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,6 +33,7 @@ def pb(monkeypatch):
 
 # ---- helpers ------------------------------------------------------------------------------------------------------
 
+
 def model_dir(tmp_path, onnx: bytes, name: str = "m", where: str = "1") -> str:
     d = tmp_path / name
     (d / "1").mkdir(parents=True)
@@ -61,8 +63,15 @@ def autocomplete(pb, mdir: str, cls=TritonPythonModel, **fields) -> dict:
 
 def init_args(mdir: str, cfg: dict, device: str = "0") -> dict:
     name = os.path.basename(mdir)
-    return {"model_config": json.dumps(cfg), "model_instance_kind": "CPU", "model_instance_name": f"{name}_0_0",
-            "model_instance_device_id": device, "model_repository": mdir, "model_version": "1", "model_name": name}
+    return {
+        "model_config": json.dumps(cfg),
+        "model_instance_kind": "CPU",
+        "model_instance_name": f"{name}_0_0",
+        "model_instance_device_id": device,
+        "model_repository": mdir,
+        "model_version": "1",
+        "model_name": name,
+    }
 
 
 @pytest.fixture
@@ -123,21 +132,54 @@ def seq_bytes():
 
 # ---- config parameters --------------------------------------------------------------------------------------------
 
+
 def test_parameters_every_key():
-    p = parse_parameters(params(onnx_file="sub/m.onnx", streams="3", cube_cores="2", vector_cores="1",
-                                gears="batch:1,4,8;W:160,320,640", shape_policy="W:pad;H:exact", pad_value="-1.5",
-                                max_batch="8", device_ids="0, 1"))
-    assert p == GertParams(onnx_file="sub/m.onnx", streams=3, cube_cores=2, vector_cores=1,
-                           gears={"batch": [1, 4, 8], "W": [160, 320, 640]}, shape_policy={"W": "pad", "H": "exact"},
-                           pad_value=-1.5, max_batch=8, device_ids=(0, 1), options={})
+    p = parse_parameters(
+        params(
+            onnx_file="sub/m.onnx",
+            streams="3",
+            cube_cores="2",
+            vector_cores="1",
+            gears="batch:1,4,8;W:160,320,640",
+            shape_policy="W:pad;H:exact",
+            pad_value="-1.5",
+            max_batch="8",
+            device_ids="0, 1",
+        )
+    )
+    assert p == GertParams(
+        onnx_file="sub/m.onnx",
+        streams=3,
+        cube_cores=2,
+        vector_cores=1,
+        gears={"batch": [1, 4, 8], "W": [160, 320, 640]},
+        shape_policy={"W": "pad", "H": "exact"},
+        pad_value=-1.5,
+        max_batch=8,
+        device_ids=(0, 1),
+        options={},
+    )
 
 
 def test_parameters_shape_tiers():
-    p = parse_parameters(params(shape_policy="W:auto;H:exact", hot_after="2", hot_window="64", max_exact_graphs="4",
-                                compile_share="0.5", host_memory="1.5GB"))
+    p = parse_parameters(
+        params(
+            shape_policy="W:auto;H:exact",
+            hot_after="2",
+            hot_window="64",
+            max_exact_graphs="4",
+            compile_share="0.5",
+            host_memory="1.5GB",
+        )
+    )
     assert p.shape_policy == {"W": "auto", "H": "exact"}
-    assert p.load_kwargs() == {"hot_after": 2, "hot_window": 64, "max_exact_graphs": 4, "compile_share": 0.5,
-                               "host_memory": 3 << 29}
+    assert p.load_kwargs() == {
+        "hot_after": 2,
+        "hot_window": 64,
+        "max_exact_graphs": 4,
+        "compile_share": 0.5,
+        "host_memory": 3 << 29,
+    }
     assert parse_parameters(params(host_memory="1048576")).host_memory == 1 << 20
     assert GertParams().load_kwargs() == {}  # gert.load's defaults
 
@@ -145,9 +187,13 @@ def test_parameters_shape_tiers():
 def test_tiers_parameters_reach_the_model_and_its_metrics(pb, loaded, tmp_path, seq_bytes):
     """seq's S (no gears) is auto: warmup compiles the dynamic graph; a size seen hot_after times gets a static graph
     in the background; the graph_requests / background_compiles metrics count what the model's stats count."""
-    m = loaded(model_dir(tmp_path, seq_bytes, name="tiered"),
-               parameters={**ONE_STREAM, **params(hot_after="2", hot_window="16", max_exact_graphs="3",
-                                                  compile_share="0.75", host_memory="256MB")})
+    m = loaded(
+        model_dir(tmp_path, seq_bytes, name="tiered"),
+        parameters={
+            **ONE_STREAM,
+            **params(hot_after="2", hot_window="16", max_exact_graphs="3", compile_share="0.75", host_memory="256MB"),
+        },
+    )
     tiers = m.model.pool.tiers
     assert (tiers.hot_after, tiers._window.size, tiers.max_static, tiers.compile_share) == (2, 16, 3, 0.75)
     assert tiers.host_memory == 256 << 20
@@ -161,31 +207,59 @@ def test_tiers_parameters_reach_the_model_and_its_metrics(pb, loaded, tmp_path, 
     st = m.model.stats()
     assert (st["dynamic_hits"], st["static_hits"], st["background_compiles"]) == (2, 1, 1)
     assert m.metrics.flush(10)
-    got = {(f.name, tuple(sorted(x.labels.items()))): sum(v for _, v in x.calls)
-           for f in pb.FAMILIES if f.name.startswith(("gert_graph", "gert_background", "gert_request_path"))
-           for x in f.metrics}
-    where = tuple(sorted((("device", "0"), ("model", "tiered"), ("stream", "0"), ("version", "1"),
-                          ("instance", "tiered_0_0"), ("pid", str(os.getpid())))))
-    assert got == {("gert_graph_requests_total", tuple(sorted((("graph", "dynamic"),) + where))): 2,
-                   ("gert_graph_requests_total", tuple(sorted((("graph", "static"),) + where))): 1,
-                   ("gert_background_compiles_total", where): 1}
+    got = {
+        (f.name, tuple(sorted(x.labels.items()))): sum(v for _, v in x.calls)
+        for f in pb.FAMILIES
+        if f.name.startswith(("gert_graph", "gert_background", "gert_request_path"))
+        for x in f.metrics
+    }
+    where = tuple(
+        sorted(
+            (
+                ("device", "0"),
+                ("model", "tiered"),
+                ("stream", "0"),
+                ("version", "1"),
+                ("instance", "tiered_0_0"),
+                ("pid", str(os.getpid())),
+            )
+        )
+    )
+    assert got == {
+        ("gert_graph_requests_total", tuple(sorted((("graph", "dynamic"),) + where))): 2,
+        ("gert_graph_requests_total", tuple(sorted((("graph", "static"),) + where))): 1,
+        ("gert_background_compiles_total", where): 1,
+    }
 
 
 def test_parameters_ge_keys_by_level():
-    p = parse_parameters(params(**{"ge.exec.precision_mode": "force_fp16", "session.ge.opt": "1",
-                                   "graph.ge.inputShape": "x:1,3"}))
-    assert p.options == {"global.ge.exec.precision_mode": "force_fp16", "session.ge.opt": "1",
-                         "graph.ge.inputShape": "x:1,3"}
+    p = parse_parameters(
+        params(**{"ge.exec.precision_mode": "force_fp16", "session.ge.opt": "1", "graph.ge.inputShape": "x:1,3"})
+    )
+    assert p.options == {
+        "global.ge.exec.precision_mode": "force_fp16",
+        "session.ge.opt": "1",
+        "graph.ge.inputShape": "x:1,3",
+    }
     from gert.model import _split_options  # the keys reach GEInitialize / Session / AddGraph with GE's names
-    assert _split_options(p.options) == ({"ge.exec.precision_mode": "force_fp16"}, {"ge.opt": "1"},
-                                         {"ge.inputShape": "x:1,3"})
+
+    assert _split_options(p.options) == (
+        {"ge.exec.precision_mode": "force_fp16"},
+        {"ge.opt": "1"},
+        {"ge.inputShape": "x:1,3"},
+    )
 
 
 def test_parameters_plain_strings_triton_keys_and_empty():
     assert parse_parameters({}) == GertParams()
     assert parse_parameters(None) == GertParams()
-    p = parse_parameters({"streams": "2", "EXECUTION_ENV_PATH": {"string_value": "$$TRITON_MODEL_DIRECTORY/e"},
-                          "FORCE_CPU_ONLY_INPUT_TENSORS": {"string_value": "no"}})
+    p = parse_parameters(
+        {
+            "streams": "2",
+            "EXECUTION_ENV_PATH": {"string_value": "$$TRITON_MODEL_DIRECTORY/e"},
+            "FORCE_CPU_ONLY_INPUT_TENSORS": {"string_value": "no"},
+        }
+    )
     assert p.streams == 2 and p.options == {}
 
 
@@ -194,17 +268,51 @@ def test_dim_names_with_colons():
     assert p.gears == {"x:3": [160, 320], "batch": [2]} and p.shape_policy == {"x:3": "pad"}
 
 
-@pytest.mark.parametrize("key,value", [
-    ("streams", "zero"), ("streams", "0"), ("streams", "-1"), ("streams", ""), ("streams", "1.5"),
-    ("cube_cores", "x"), ("cube_cores", "0"), ("vector_cores", "two"), ("max_batch", "0"),
-    ("gears", ""), ("gears", "batch"), ("gears", ":1,2"), ("gears", "batch:1,a"), ("gears", "batch:0,4"),
-    ("gears", "batch:"), ("shape_policy", "W:squash"), ("shape_policy", "W"), ("shape_policy", ";"),
-    ("pad_value", "abc"), ("pad_value", ""), ("device_ids", "a"), ("device_ids", "-1"), ("device_ids", ""),
-    ("onnx_file", ""), ("onnx_file", "  "), ("metrics_interval_ms", "-1"), ("metrics_interval_ms", "1e3"),
-    ("warmup", "maybe"), ("hot_after", "0"), ("hot_after", "often"), ("hot_window", "0"), ("max_exact_graphs", "0"),
-    ("shape_policy", "W:tiered"), ("compile_share", "0"), ("compile_share", "1.5"), ("compile_share", "half"),
-    ("host_memory", "lots"), ("host_memory", "-1"), ("host_memory", ""), ("host_memory", "2XB"),
-])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("streams", "zero"),
+        ("streams", "0"),
+        ("streams", "-1"),
+        ("streams", ""),
+        ("streams", "1.5"),
+        ("cube_cores", "x"),
+        ("cube_cores", "0"),
+        ("vector_cores", "two"),
+        ("max_batch", "0"),
+        ("gears", ""),
+        ("gears", "batch"),
+        ("gears", ":1,2"),
+        ("gears", "batch:1,a"),
+        ("gears", "batch:0,4"),
+        ("gears", "batch:"),
+        ("shape_policy", "W:squash"),
+        ("shape_policy", "W"),
+        ("shape_policy", ";"),
+        ("pad_value", "abc"),
+        ("pad_value", ""),
+        ("device_ids", "a"),
+        ("device_ids", "-1"),
+        ("device_ids", ""),
+        ("onnx_file", ""),
+        ("onnx_file", "  "),
+        ("metrics_interval_ms", "-1"),
+        ("metrics_interval_ms", "1e3"),
+        ("warmup", "maybe"),
+        ("hot_after", "0"),
+        ("hot_after", "often"),
+        ("hot_window", "0"),
+        ("max_exact_graphs", "0"),
+        ("shape_policy", "W:tiered"),
+        ("compile_share", "0"),
+        ("compile_share", "1.5"),
+        ("compile_share", "half"),
+        ("host_memory", "lots"),
+        ("host_memory", "-1"),
+        ("host_memory", ""),
+        ("host_memory", "2XB"),
+    ],
+)
 def test_malformed_parameter_names_key(key, value):
     with pytest.raises(ConfigError, match=f"'{key}'"):
         parse_parameters(params(**{key: value}))
@@ -234,8 +342,9 @@ def test_onnx_file_lookup(tmp_path):
     assert "parameter 'onnx_file':" not in str(e.value)
 
 
-@pytest.mark.parametrize("escape", ["../outside.onnx", "../m2/model.onnx", "sub/../../outside.onnx", "link.onnx",
-                                    "ABS"])
+@pytest.mark.parametrize(
+    "escape", ["../outside.onnx", "../m2/model.onnx", "sub/../../outside.onnx", "link.onnx", "ABS"]
+)
 def test_onnx_file_leaving_the_model_dir_is_refused(tmp_path, escape):
     (tmp_path / "outside.onnx").write_bytes(b"x")
     (tmp_path / "m2").mkdir()
@@ -272,15 +381,36 @@ def test_initialize_passes_parameters_to_gert_load(pb, tmp_path, seq_bytes, monk
         raise Stop
 
     monkeypatch.setattr(gt_model.gert, "load", fake_load)
-    cfg = autocomplete(pb, mdir, parameters=params(streams="2", cube_cores="1", vector_cores="1", gears="S:4,8",
-                                                   shape_policy="S:pad", pad_value="3", request_timeout_ms="1500",
-                                                   **{"session.ge.x": "1", "ge.y": "2"}))
+    cfg = autocomplete(
+        pb,
+        mdir,
+        parameters=params(
+            streams="2",
+            cube_cores="1",
+            vector_cores="1",
+            gears="S:4,8",
+            shape_policy="S:pad",
+            pad_value="3",
+            request_timeout_ms="1500",
+            **{"session.ge.x": "1", "ge.y": "2"},
+        ),
+    )
     with pytest.raises(Stop):
         TritonPythonModel().initialize(init_args(mdir, cfg, device="0"))
-    assert seen == dict(path=os.path.realpath(os.path.join(mdir, "1", "model.onnx")), devices=(0,), streams=2,
-                        cube_cores=1, vector_cores=1, gears={"S": [4, 8]}, shape_policy={"S": "pad"}, pad_value=3.0,
-                        max_batch=8, options={"session.ge.x": "1", "global.ge.y": "2"}, request_timeout_s=1.5,
-                        split_batch=True)  # several streams: one batch is split over the idle ones by default
+    assert seen == dict(
+        path=os.path.realpath(os.path.join(mdir, "1", "model.onnx")),
+        devices=(0,),
+        streams=2,
+        cube_cores=1,
+        vector_cores=1,
+        gears={"S": [4, 8]},
+        shape_policy={"S": "pad"},
+        pad_value=3.0,
+        max_batch=8,
+        options={"session.ge.x": "1", "global.ge.y": "2"},
+        request_timeout_s=1.5,
+        split_batch=True,
+    )  # several streams: one batch is split over the idle ones by default
     seen.clear()
     cfg = autocomplete(pb, mdir, parameters=params(device_ids="0,1", gears="batch:1,2", split_batch="false"))
     with pytest.raises(Stop):
@@ -295,18 +425,21 @@ def test_initialize_passes_parameters_to_gert_load(pb, tmp_path, seq_bytes, monk
     assert seen["split_batch"] is False, "one stream: nothing to split over"
 
 
-@pytest.mark.parametrize("given, batching, cores, want", [
-    ({}, True, (2, 2), StreamLayout(2, 1, 1, auto=True)),           # batching: two streams, half the cores each
-    ({}, True, (24, 48), StreamLayout(2, 12, 24, auto=True)),
-    ({}, True, (3, 1), StreamLayout(2, 1, None, auto=True)),        # one vector core: not split
-    ({}, True, (1, 1), StreamLayout(1, None, None, auto=True)),     # one core: nothing to split
-    ({}, False, (2, 2), StreamLayout(1, None, None, auto=True)),    # no batches to split
-    ({"split_batch": "false"}, True, (2, 2), StreamLayout(1, None, None, auto=True)),  # batches not split
-    ({"streams": "3"}, True, (2, 2), StreamLayout(3, None, None, auto=False)),
-    ({"cube_cores": "1"}, True, (2, 2), StreamLayout(1, 1, None, auto=False)),
-    ({"vector_cores": "2"}, True, (2, 2), StreamLayout(1, None, 2, auto=False)),
-    ({"streams": "2", "cube_cores": "2"}, False, (2, 2), StreamLayout(2, 2, None, auto=False)),
-])
+@pytest.mark.parametrize(
+    "given, batching, cores, want",
+    [
+        ({}, True, (2, 2), StreamLayout(2, 1, 1, auto=True)),  # batching: two streams, half the cores each
+        ({}, True, (24, 48), StreamLayout(2, 12, 24, auto=True)),
+        ({}, True, (3, 1), StreamLayout(2, 1, None, auto=True)),  # one vector core: not split
+        ({}, True, (1, 1), StreamLayout(1, None, None, auto=True)),  # one core: nothing to split
+        ({}, False, (2, 2), StreamLayout(1, None, None, auto=True)),  # no batches to split
+        ({"split_batch": "false"}, True, (2, 2), StreamLayout(1, None, None, auto=True)),  # batches not split
+        ({"streams": "3"}, True, (2, 2), StreamLayout(3, None, None, auto=False)),
+        ({"cube_cores": "1"}, True, (2, 2), StreamLayout(1, 1, None, auto=False)),
+        ({"vector_cores": "2"}, True, (2, 2), StreamLayout(1, None, 2, auto=False)),
+        ({"streams": "2", "cube_cores": "2"}, False, (2, 2), StreamLayout(2, 2, None, auto=False)),
+    ],
+)
 def test_stream_layout(given, batching, cores, want):
     asked = []
     got = stream_layout(parse_parameters(params(**given)), batching, lambda: asked.append(1) or cores)
@@ -350,9 +483,15 @@ def test_warmup_compiles_declared_gears_at_load(pb, loaded, tmp_path, seq_bytes)
     cold = loaded(model_dir(tmp_path, seq_bytes, name="cold"), parameters=params(warmup="false", **gears))
     assert cold.model.stats()["compiles"] == 0
     # dims that config.pbtxt fixes (S = 6 here) are compiled too: Triton only lets those sizes through
-    fixed = loaded(model_dir(tmp_path, seq_bytes, name="fixed"), parameters=ONE_STREAM, max_batch_size=8,
-                   input=[{"name": "a", "data_type": "TYPE_FP32", "dims": [6, 4]},
-                          {"name": "m", "data_type": "TYPE_INT64", "dims": [6]}])
+    fixed = loaded(
+        model_dir(tmp_path, seq_bytes, name="fixed"),
+        parameters=ONE_STREAM,
+        max_batch_size=8,
+        input=[
+            {"name": "a", "data_type": "TYPE_FP32", "dims": [6, 4]},
+            {"name": "m", "data_type": "TYPE_INT64", "dims": [6]},
+        ],
+    )
     assert fixed.max_batch_size == 8
     assert fixed.model.stats()["compiles"] == 4, "batch gears 1, 2, 4, 8 at S = 6"
     check_seq(outputs_of(fixed.execute([request(pb, seq_inputs(3, 6, 1))])[0]), seq_inputs(3, 6, 1))
@@ -408,13 +547,18 @@ def test_subclass_converting_inputs_may_declare_other_dtypes(pb, tmp_path, seq_b
 
 # ---- auto_complete_config -----------------------------------------------------------------------------------------
 
+
 def test_autocomplete_batchable(pb, tmp_path, seq_bytes):
     cfg = autocomplete(pb, model_dir(tmp_path, seq_bytes))
     assert cfg["max_batch_size"] == gt_model.DEFAULT_MAX_BATCH
-    assert cfg["input"] == [{"name": "a", "data_type": "TYPE_FP32", "dims": [-1, 4]},
-                            {"name": "m", "data_type": "TYPE_INT64", "dims": [-1]}]
-    assert cfg["output"] == [{"name": "y", "data_type": "TYPE_FP32", "dims": [-1]},
-                             {"name": "c", "data_type": "TYPE_INT64", "dims": [-1]}]
+    assert cfg["input"] == [
+        {"name": "a", "data_type": "TYPE_FP32", "dims": [-1, 4]},
+        {"name": "m", "data_type": "TYPE_INT64", "dims": [-1]},
+    ]
+    assert cfg["output"] == [
+        {"name": "y", "data_type": "TYPE_FP32", "dims": [-1]},
+        {"name": "c", "data_type": "TYPE_INT64", "dims": [-1]},
+    ]
     assert cfg["dynamic_batching"] == {}
 
 
@@ -439,12 +583,21 @@ def test_autocomplete_keeps_what_the_config_gives(pb, tmp_path, seq_bytes):
     assert [o["name"] for o in cfg["output"]] == ["y", "c"]
 
 
-@pytest.mark.parametrize("maker,inputs,outputs", [
-    (fixed_model, [{"name": "x", "data_type": "TYPE_FP32", "dims": [2, 3]}],
-     [{"name": "y", "data_type": "TYPE_FP32", "dims": [2, 3]}]),
-    (reduce_all_model, [{"name": "x", "data_type": "TYPE_FP32", "dims": [-1, 4]}],
-     [{"name": "total", "data_type": "TYPE_FP32", "dims": [1, 1]}]),
-])
+@pytest.mark.parametrize(
+    "maker,inputs,outputs",
+    [
+        (
+            fixed_model,
+            [{"name": "x", "data_type": "TYPE_FP32", "dims": [2, 3]}],
+            [{"name": "y", "data_type": "TYPE_FP32", "dims": [2, 3]}],
+        ),
+        (
+            reduce_all_model,
+            [{"name": "x", "data_type": "TYPE_FP32", "dims": [-1, 4]}],
+            [{"name": "total", "data_type": "TYPE_FP32", "dims": [1, 1]}],
+        ),
+    ],
+)
 def test_autocomplete_not_batchable(pb, tmp_path, maker, inputs, outputs):
     cfg = autocomplete(pb, model_dir(tmp_path, maker()))
     assert cfg["max_batch_size"] == 0 and "dynamic_batching" not in cfg
@@ -468,12 +621,14 @@ def test_autocomplete_finds_onnx_file_parameter_and_version_dirs(pb, tmp_path, s
     with pytest.raises(ConfigError, match="'onnx_file'"):
         autocomplete(pb, mdir)
     pb.set_model_dir(os.path.join(mdir, "1"))  # a stub that reports the version dir
-    cfg = TritonPythonModel.auto_complete_config(pb.ModelConfig(pb.default_config(
-        "m", parameters=params(onnx_file="seq.onnx"))))
+    cfg = TritonPythonModel.auto_complete_config(
+        pb.ModelConfig(pb.default_config("m", parameters=params(onnx_file="seq.onnx")))
+    )
     assert cfg.as_dict()["max_batch_size"] == 8
 
 
 # ---- execute ------------------------------------------------------------------------------------------------------
+
 
 def test_execute_batches_same_shape_requests_into_one_run(pb, loaded, tmp_path, seq_bytes):
     m = loaded(model_dir(tmp_path, seq_bytes), parameters=ONE_STREAM)
@@ -582,8 +737,8 @@ def test_preprocess_postprocess_overrides(pb, loaded, tmp_path, seq_bytes):
     m = loaded(model_dir(tmp_path, seq_bytes), cls=Scaled, parameters=ONE_STREAM)
     r1 = seq_inputs(1, 3, 1)
     r2 = dict(seq_inputs(1, 3, 2), a=seq_inputs(1, 3, 2)["a"].astype(np.float64))  # fine after preprocess
-    r3 = dict(seq_inputs(1, 3, 3), m=-np.ones((1, 3), np.int64))                  # preprocess refuses it
-    r4 = dict(seq_inputs(1, 3, 4), m=np.full((1, 3), 99, np.int64))               # postprocess fails on it
+    r3 = dict(seq_inputs(1, 3, 3), m=-np.ones((1, 3), np.int64))  # preprocess refuses it
+    r4 = dict(seq_inputs(1, 3, 4), m=np.full((1, 3), 99, np.int64))  # postprocess fails on it
     before = gear_hits(m)
     responses = m.execute([request(pb, r) for r in (r1, r2, r3, r4)])
     for i, r in ((0, r1), (1, r2)):
@@ -601,17 +756,26 @@ def test_metrics_once_per_batch(pb, loaded, tmp_path, seq_bytes):
     m = loaded(model_dir(tmp_path, seq_bytes, name="seqm"), parameters=ONE_STREAM)
     names = {f.name for f in pb.FAMILIES}
     assert {"gert_gear_hits_total", "gert_padding_ratio", "gert_stream_busy_seconds_total"} <= names
-    hits, pad, busy = (pb.family(n) for n in ("gert_gear_hits_total", "gert_padding_ratio",
-                                               "gert_stream_busy_seconds_total"))
+    hits, pad, busy = (
+        pb.family(n) for n in ("gert_gear_hits_total", "gert_padding_ratio", "gert_stream_busy_seconds_total")
+    )
 
     def calls():
         assert m.metrics.flush(10), "published"
-        return {(f.name, tuple(sorted(x.labels.items()))): list(x.calls) for f in (hits, pad, busy)
-                for x in f.metrics}
+        return {(f.name, tuple(sorted(x.labels.items()))): list(x.calls) for f in (hits, pad, busy) for x in f.metrics}
 
     def key(family, gear):
-        return family, tuple(sorted((("gear", gear), ("model", "seqm"), ("version", "1"), ("instance", "seqm_0_0"),
-                                       ("pid", str(os.getpid())))))
+        return family, tuple(
+            sorted(
+                (
+                    ("gear", gear),
+                    ("model", "seqm"),
+                    ("version", "1"),
+                    ("instance", "seqm_0_0"),
+                    ("pid", str(os.getpid())),
+                )
+            )
+        )
 
     m.execute([request(pb, seq_inputs(1, 3, uid)) for uid in range(3)])  # one batch of 3 rows -> gear batch=4
     c1 = calls()
@@ -622,17 +786,20 @@ def test_metrics_once_per_batch(pb, loaded, tmp_path, seq_bytes):
     assert len(busy_calls) == 1 and len(busy_calls[0]) == 1 and busy_calls[0][0][1] > 0
     assert busy_calls[0][0][0] == "increment"
     # two groups in one execute: each gear hit once, each metric touched at most once per execute
-    m.execute([request(pb, seq_inputs(1, 5, 1))] + [request(pb, seq_inputs(1, 3, uid)) for uid in range(3)]
-              + [request(pb, seq_inputs(1, 5, 3))])
+    m.execute(
+        [request(pb, seq_inputs(1, 5, 1))]
+        + [request(pb, seq_inputs(1, 3, uid)) for uid in range(3)]
+        + [request(pb, seq_inputs(1, 5, 3))]
+    )
     c2 = calls()
-    new = {k: v[len(c1.get(k, [])):] for k, v in c2.items()}
+    new = {k: v[len(c1.get(k, [])) :] for k, v in c2.items()}
     assert new[gear4] == [("increment", 1)]
     assert new[key("gert_gear_hits_total", "S=dynamic,batch=2")] == [("increment", 1)]
     assert all(len(v) <= 1 for v in new.values()), new
     # a batch that only hits one gear leaves the other gears' metrics alone (every metric call is an IPC message)
     m.execute([request(pb, seq_inputs(1, 5, 4))])
     c3 = calls()
-    new = {k: v[len(c2.get(k, [])):] for k, v in c3.items() if len(v) > len(c2.get(k, []))}
+    new = {k: v[len(c2.get(k, [])) :] for k, v in c3.items() if len(v) > len(c2.get(k, []))}
     assert all("batch=4" not in dict(k[1]).get("gear", "") for k in new), new
     # all requests bad: no gear hit is counted
     m.execute([request(pb, {"a": np.zeros((1, 2, 4), np.float32)})])
@@ -671,8 +838,7 @@ def test_metrics_are_published_off_the_request_path(pb, loaded, tmp_path, seq_by
     m.finalize()
     assert hits[0].value() == 4
     # at most one publication per interval: any number of batches in between become one call per metric
-    m3 = loaded(model_dir(tmp_path, seq_bytes, name="m3"), parameters=params(streams="1",
-                                                                              metrics_interval_ms="600000"))
+    m3 = loaded(model_dir(tmp_path, seq_bytes, name="m3"), parameters=params(streams="1", metrics_interval_ms="600000"))
     for uid in range(10):
         m3.execute([request(pb, seq_inputs(1, 5, uid))])
     assert m3.metrics.flush(10)
@@ -711,6 +877,7 @@ def test_finalize_closes_the_model(pb, tmp_path, seq_bytes):
 
 # ---- gert repo init and the command line --------------------------------------------------------------------------
 
+
 def parse_pbtxt(path: str) -> dict:
     from google.protobuf import json_format, text_format
     from tritonclient.grpc import model_config_pb2
@@ -729,10 +896,14 @@ def test_repo_init_batchable(tmp_path, seq_bytes):
     assert target == str(tmp_path / "repo" / "seq")
     cfg = parse_pbtxt(os.path.join(target, "config.pbtxt"))  # valid ModelConfig text
     assert cfg["name"] == "seq" and cfg["backend"] == "python" and cfg["max_batch_size"] == 8
-    assert cfg["input"] == [{"name": "a", "data_type": "TYPE_FP32", "dims": ["-1", "4"]},
-                            {"name": "m", "data_type": "TYPE_INT64", "dims": ["-1"]}]
-    assert cfg["output"] == [{"name": "y", "data_type": "TYPE_FP32", "dims": ["-1"]},
-                             {"name": "c", "data_type": "TYPE_INT64", "dims": ["-1"]}]
+    assert cfg["input"] == [
+        {"name": "a", "data_type": "TYPE_FP32", "dims": ["-1", "4"]},
+        {"name": "m", "data_type": "TYPE_INT64", "dims": ["-1"]},
+    ]
+    assert cfg["output"] == [
+        {"name": "y", "data_type": "TYPE_FP32", "dims": ["-1"]},
+        {"name": "c", "data_type": "TYPE_INT64", "dims": ["-1"]},
+    ]
     assert "dynamic_batching" in cfg and cfg["instance_group"] == [{"kind": "KIND_CPU", "count": 1}]
     assert "platform" not in cfg
     with open(os.path.join(target, "1", "model.onnx"), "rb") as f:
@@ -746,8 +917,7 @@ def test_repo_init_batchable(tmp_path, seq_bytes):
     # options: max_batch_size, parameters; an existing entry is refused unless overwrite
     with pytest.raises(gert.GertError, match="exists"):
         init_repo(str(src), str(tmp_path / "repo"))
-    target = init_repo(str(src), str(tmp_path / "repo"), max_batch_size=4, parameters={"streams": "2"},
-                       overwrite=True)
+    target = init_repo(str(src), str(tmp_path / "repo"), max_batch_size=4, parameters={"streams": "2"}, overwrite=True)
     cfg = parse_pbtxt(os.path.join(target, "config.pbtxt"))
     assert cfg["max_batch_size"] == 4 and cfg["parameters"] == {"streams": {"string_value": "2"}}
     parse_parameters(cfg["parameters"])  # what repo init writes, gert_triton reads
@@ -779,8 +949,9 @@ def test_repo_init_matches_autocomplete(pb, tmp_path, seq_bytes):
     auto = autocomplete(pb, target)
     assert written["max_batch_size"] == auto["max_batch_size"]
     for kind in ("input", "output"):
-        assert [(e["name"], e["data_type"], [int(d) for d in e["dims"]]) for e in written[kind]] == \
-            [(e["name"], e["data_type"], e["dims"]) for e in auto[kind]]
+        assert [(e["name"], e["data_type"], [int(d) for d in e["dims"]]) for e in written[kind]] == [
+            (e["name"], e["data_type"], e["dims"]) for e in auto[kind]
+        ]
 
 
 def test_cli_repo_init(tmp_path, seq_bytes, capsys):
@@ -796,16 +967,41 @@ def test_cli_repo_init(tmp_path, seq_bytes, capsys):
     assert main(["repo", "init", str(src), str(tmp_path / "r"), "--name", "cls", "--force"]) == 0
     assert main(["repo", "init", str(tmp_path / "nope.onnx"), str(tmp_path / "r")]) == 2
     # parameters (checked before anything is written, as the model load would) and the instance count
-    assert main(["repo", "init", str(src), str(tmp_path / "r"), "--name", "p", "--param", "streams=1",
-                 "--param", "gears=batch:1,4", "--param", 'onnx_file=odd "name".onnx', "--instances", "2"]) == 0
+    assert (
+        main(
+            [
+                "repo",
+                "init",
+                str(src),
+                str(tmp_path / "r"),
+                "--name",
+                "p",
+                "--param",
+                "streams=1",
+                "--param",
+                "gears=batch:1,4",
+                "--param",
+                'onnx_file=odd "name".onnx',
+                "--instances",
+                "2",
+            ]
+        )
+        == 0
+    )
     cfg = parse_pbtxt(str(tmp_path / "r" / "p" / "config.pbtxt"))
-    assert cfg["parameters"] == {"streams": {"string_value": "1"}, "gears": {"string_value": "batch:1,4"},
-                                 "onnx_file": {"string_value": 'odd "name".onnx'}}
+    assert cfg["parameters"] == {
+        "streams": {"string_value": "1"},
+        "gears": {"string_value": "batch:1,4"},
+        "onnx_file": {"string_value": 'odd "name".onnx'},
+    }
     assert cfg["instance_group"] == [{"kind": "KIND_CPU", "count": 2}]
     capsys.readouterr()
-    for bad, says in ((["--param", "colour=red"], "unknown parameter 'colour'"),
-                      (["--param", "streams=zero"], "'streams'"), (["--param", "streams"], "KEY=VALUE"),
-                      (["--instances", "0"], "instances must be >= 1")):
+    for bad, says in (
+        (["--param", "colour=red"], "unknown parameter 'colour'"),
+        (["--param", "streams=zero"], "'streams'"),
+        (["--param", "streams"], "KEY=VALUE"),
+        (["--instances", "0"], "instances must be >= 1"),
+    ):
         assert main(["repo", "init", str(src), str(tmp_path / "r"), "--name", "q", *bad]) == 2, bad
         assert says in capsys.readouterr().err, bad
         assert not os.path.exists(tmp_path / "r" / "q" / "config.pbtxt")
@@ -817,13 +1013,35 @@ def test_cli_serve_arguments(tmp_path, monkeypatch, capsys):
     from gert.cli import main
 
     seen = []
-    monkeypatch.setattr(supervisor, "run_supervised", lambda repo, ports, ts, extra, address, health, replica, *_:
-                        seen.append((repo, *supervisor.replica_ports(ports, replica), ts, list(extra), address)) or 7)
+    monkeypatch.setattr(
+        supervisor,
+        "run_supervised",
+        lambda repo, ports, ts, extra, address, health, replica, *_: (
+            seen.append((repo, *supervisor.replica_ports(ports, replica), ts, list(extra), address)) or 7
+        ),
+    )
     repo = str(tmp_path)
     assert main(["serve", repo, "--http-port", "1", "--grpc-port", "2", "--metrics-port", "3"]) == 7
     assert seen[-1] == (repo, 1, 2, 3, None, [], "127.0.0.1"), "loopback unless told otherwise"
-    assert main(["serve", "--http-port", "1", repo, "--tritonserver", "/bin/ts", "--address", "0.0.0.0", "--",
-                 "--log-verbose=1", "--exit-timeout-secs", "5"]) == 7
+    assert (
+        main(
+            [
+                "serve",
+                "--http-port",
+                "1",
+                repo,
+                "--tritonserver",
+                "/bin/ts",
+                "--address",
+                "0.0.0.0",
+                "--",
+                "--log-verbose=1",
+                "--exit-timeout-secs",
+                "5",
+            ]
+        )
+        == 7
+    )
     assert seen[-1] == (repo, 1, 8001, 8002, "/bin/ts", ["--log-verbose=1", "--exit-timeout-secs", "5"], "0.0.0.0")
     assert main(["serve", repo]) == 7 and seen[-1] == (repo, 8000, 8001, 8002, None, [], "127.0.0.1")
     assert main(["serve", str(tmp_path / "missing")]) == 2
@@ -845,8 +1063,9 @@ def test_server_helpers(tmp_path):
     dest = server.prepare_backends(root, str(tmp_path / "backends"))
     stub = os.path.join(dest, "python", "triton_python_backend_stub")
     assert os.access(stub, os.X_OK) and os.path.isfile(os.path.join(dest, "python", "libtriton_python.so"))
-    assert not os.path.exists(os.path.join(root, "backends", "python", "triton_python_backend_stub")), \
+    assert not os.path.exists(os.path.join(root, "backends", "python", "triton_python_backend_stub")), (
         "the installed package stays untouched"
+    )
     s = server.TritonServer(str(tmp_path), http_port=1, grpc_port=2, metrics_port=3)
     s.backends = dest
     cmd = s.command()

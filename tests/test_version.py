@@ -1,5 +1,6 @@
 """One version everywhere: pyproject.toml's (what an install records), ``gert.__version__`` (kept by gert/core, part
 of every compile cache key), what ``gert info`` prints, and a CHANGELOG.md section saying what changed in it."""
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -37,7 +38,8 @@ def info_version(command: list) -> str:
 def test_pyproject_and_gert_version_agree():
     assert gert.__version__ == pyproject_version(), (
         f"gert.__version__ is {gert.__version__}, pyproject.toml says {pyproject_version()}: change both "
-        "(gert/core/__init__.py and pyproject.toml)")
+        "(gert/core/__init__.py and pyproject.toml)"
+    )
     assert re.fullmatch(r"\d+\.\d+\.\d+", gert.__version__), gert.__version__
 
 
@@ -48,8 +50,8 @@ def test_installed_metadata_has_this_version():
     except importlib.metadata.PackageNotFoundError:
         pytest.skip("gert is not installed (run from the source tree)")
     assert installed == gert.__version__, (
-        f"the installed gert's metadata says {installed}, the source {gert.__version__}: "
-        "run `pip install -e .` again")
+        f"the installed gert's metadata says {installed}, the source {gert.__version__}: run `pip install -e .` again"
+    )
 
 
 def test_gert_info_prints_gert_version():
@@ -62,5 +64,6 @@ def test_gert_info_prints_gert_version():
 def test_changelog_has_a_section_for_this_version():
     text = (ROOT / "CHANGELOG.md").read_text()
     assert re.search(rf"^## \[{re.escape(gert.__version__)}\] - \d{{4}}-\d{{2}}-\d{{2}}$", text, re.M), (
-        f"CHANGELOG.md has no '## [{gert.__version__}] - YYYY-MM-DD' section")
+        f"CHANGELOG.md has no '## [{gert.__version__}] - YYYY-MM-DD' section"
+    )
     assert "## [Unreleased]" in text

@@ -1,6 +1,7 @@
 """The real tritonserver for the end-to-end tests: started on this xdist worker's free ports (tests/_ports.py), again
 on new ports when one was taken between choosing it and the bind, watched for an abort, and stopped with its log
 tail printed when it did not exit cleanly. Also `gert serve` in a subprocess, for the tests of the CLI."""
+
 from __future__ import annotations
 
 import contextlib
@@ -38,6 +39,7 @@ def watch_for_abort(srv: TritonServer, log: str) -> None:
     fastbin chunk detected", then "Signal (6) received.") and then hung in its handler, so every client call
     without a deadline hung the suite. A thread watches the log and kills such a server at once: the calls fail
     fast (connection refused), the test that ran fails naming the cause."""
+
     def watch() -> None:
         while srv.process is not None and srv.process.poll() is None:
             time.sleep(0.5)
@@ -47,8 +49,9 @@ def watch_for_abort(srv: TritonServer, log: str) -> None:
             except OSError:
                 continue
             if ABORTED.search(text):
-                print(f"tritonserver aborted (killed by the test's watchdog); log tail:\n{log_tail(log)}",
-                      file=sys.stderr)
+                print(
+                    f"tritonserver aborted (killed by the test's watchdog); log tail:\n{log_tail(log)}", file=sys.stderr
+                )
                 try:
                     os.killpg(srv.process.pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
@@ -101,6 +104,7 @@ def running_server(repo: str, log: str, extra_args: Sequence[str] = EXPLICIT) ->
 
 # ---- gert serve ---------------------------------------------------------------------------------------------------
 
+
 def children(pid: int) -> list:
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as f:
@@ -117,11 +121,25 @@ def gone(pid: int) -> bool:
         return True
 
 
-def run_serve(repo: str, log_path: str, *extra: str, gert_cmd=(sys.executable, "-m", "gert"), options=(),
-              env=None, cwd=None) -> tuple:
+def run_serve(
+    repo: str, log_path: str, *extra: str, gert_cmd=(sys.executable, "-m", "gert"), options=(), env=None, cwd=None
+) -> tuple:
     ports = free_ports(3)
-    cmd = [*gert_cmd, "serve", repo, "--http-port", str(ports[0]), "--grpc-port", str(ports[1]),
-           "--metrics-port", str(ports[2]), *options, "--", "--exit-timeout-secs=5", *extra]
+    cmd = [
+        *gert_cmd,
+        "serve",
+        repo,
+        "--http-port",
+        str(ports[0]),
+        "--grpc-port",
+        str(ports[1]),
+        "--metrics-port",
+        str(ports[2]),
+        *options,
+        "--",
+        "--exit-timeout-secs=5",
+        *extra,
+    ]
     log = open(log_path, "wb")
     p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=cwd)
     log.close()
@@ -156,8 +174,9 @@ def wait_http_ready(p: subprocess.Popen, port: int, timeout: float, host: str = 
     pytest.fail(f"gert serve was not ready within {timeout} s")
 
 
-def start_serve(repo: str, log: str, attempts: int = 3, *extra: str, host: str = "127.0.0.1",
-                timeout: Optional[float] = None, **run) -> tuple:
+def start_serve(
+    repo: str, log: str, attempts: int = 3, *extra: str, host: str = "127.0.0.1", timeout: Optional[float] = None, **run
+) -> tuple:
     """`gert serve` running and ready (new ports if one was taken meanwhile); killed if it does not get ready."""
     for attempt in range(attempts):
         p, ports = run_serve(repo, log, *extra, **run)

@@ -14,6 +14,7 @@ DIR gets what a CANN 8.5 install has where gert looks (shared/docs/cann-api.md s
 - set_env.sh (ASCEND_TOOLKIT_HOME, ASCEND_HOME_PATH, LD_LIBRARY_PATH), version.info, and gert_hostnpu.info: the
   marker by which gert's setup.py knows the toolkit is the host NPU and builds gert._hostnpu too.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -91,21 +92,39 @@ def build(root: str, jobs: int = 2, cxx: str = "") -> str:
                 link(d)
             out = os.path.join(lib64, f"lib{name}.so")
             objs = [objects[s] for s in srcs] or [objects["empty.cpp"]]
-            _run([cxx, "-shared", "-pthread", "-o", out, *objs, f"-Wl,-soname,lib{name}.so", "-Wl,--no-undefined",
-                  "-Wl,-rpath,$ORIGIN", "-L", lib64, *[f"-l{d}" for d in deps]])
+            _run(
+                [
+                    cxx,
+                    "-shared",
+                    "-pthread",
+                    "-o",
+                    out,
+                    *objs,
+                    f"-Wl,-soname,lib{name}.so",
+                    "-Wl,--no-undefined",
+                    "-Wl,-rpath,$ORIGIN",
+                    "-L",
+                    lib64,
+                    *[f"-l{d}" for d in deps],
+                ]
+            )
             done.add(name)
 
         for name in LIBRARIES:
             link(name)
     _write(os.path.join(root, "version.info"), f"Version={CANN_VERSION}\n")
-    _write(os.path.join(root, MARKER), f"toolkit=gert host NPU\nfollows=CANN {CANN_VERSION}\n"
-                                       f"libraries={' '.join(LIBRARIES)}\n")
+    _write(
+        os.path.join(root, MARKER),
+        f"toolkit=gert host NPU\nfollows=CANN {CANN_VERSION}\nlibraries={' '.join(LIBRARIES)}\n",
+    )
     q = shlex.quote(root)
-    _write(os.path.join(root, "set_env.sh"),
-           "# gert host NPU toolkit: the environment CANN's set_env.sh sets. Use: source set_env.sh\n"
-           f"export ASCEND_TOOLKIT_HOME={q}\n"
-           f"export ASCEND_HOME_PATH={q}\n"
-           f'export LD_LIBRARY_PATH={q}/lib64${{LD_LIBRARY_PATH:+:${{LD_LIBRARY_PATH}}}}\n')
+    _write(
+        os.path.join(root, "set_env.sh"),
+        "# gert host NPU toolkit: the environment CANN's set_env.sh sets. Use: source set_env.sh\n"
+        f"export ASCEND_TOOLKIT_HOME={q}\n"
+        f"export ASCEND_HOME_PATH={q}\n"
+        f"export LD_LIBRARY_PATH={q}/lib64${{LD_LIBRARY_PATH:+:${{LD_LIBRARY_PATH}}}}\n",
+    )
     return root
 
 

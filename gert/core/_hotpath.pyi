@@ -1,5 +1,6 @@
 """Types of gert.core._hotpath (gert/core/_hotpath.pyx, compiled): the request pipeline's hot loop. Checked against
 the built module by mypy's stubtest (tests/test_stubs.py)."""
+
 from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
@@ -11,9 +12,19 @@ _KEPT: int
 class Prepared:
     """A request signature's run prepared on one stream (its FusedCall), with counters kept in C."""
 
-    def __init__(self, worker: Any, call: Any, use_limits: Optional[Callable[[], None]], out_names: tuple,
-                 out_shapes: tuple, out_dtypes: tuple, label: str, real_elements: int, padded_elements: int,
-                 batched: bool) -> None: ...
+    def __init__(
+        self,
+        worker: Any,
+        call: Any,
+        use_limits: Optional[Callable[[], None]],
+        out_names: tuple,
+        out_shapes: tuple,
+        out_dtypes: tuple,
+        label: str,
+        real_elements: int,
+        padded_elements: int,
+        batched: bool,
+    ) -> None: ...
     @property
     def worker(self) -> Any: ...
     @property
@@ -51,9 +62,18 @@ class HotPath:
     enabled: bool
     batch_limit: int
     lists: bool
-    def __init__(self, names: Any, queue: Any, on_error: Callable[[Any, BaseException], Any],
-                 on_idle: Callable[[], Any], trace: Any, count: Callable[[Prepared, int, int, float], Any],
-                 enabled: bool = True, batch_limit: int = 0, lists: bool = False) -> None: ...
+    def __init__(
+        self,
+        names: Any,
+        queue: Any,
+        on_error: Callable[[Any, BaseException], Any],
+        on_idle: Callable[[], Any],
+        trace: Any,
+        count: Callable[[Prepared, int, int, float], Any],
+        enabled: bool = True,
+        batch_limit: int = 0,
+        lists: bool = False,
+    ) -> None: ...
     @property
     def closed(self) -> bool: ...
     @property
@@ -68,9 +88,20 @@ class HotPath:
     def size(self) -> int: ...
     def run(self, inputs: Any) -> Optional[Dict[str, np.ndarray]]: ...
     def run_list(self, requests: Any) -> Optional[List[Dict[str, np.ndarray]]]: ...
-    def offer(self, worker: Any, signature: tuple, sizes: dict, call: Any, use_limits: Optional[Callable[[], None]],
-              out_names: tuple, out_shapes: tuple, out_dtypes: tuple, label: str, real_elements: int,
-              padded_elements: int) -> None: ...
+    def offer(
+        self,
+        worker: Any,
+        signature: tuple,
+        sizes: dict,
+        call: Any,
+        use_limits: Optional[Callable[[], None]],
+        out_names: tuple,
+        out_shapes: tuple,
+        out_dtypes: tuple,
+        label: str,
+        real_elements: int,
+        padded_elements: int,
+    ) -> None: ...
     def wants(self, signature: tuple, worker: Any) -> bool: ...
     def add(self, signature: tuple, prepared: Prepared) -> None: ...
     def forget(self, worker: Any = None) -> None: ...

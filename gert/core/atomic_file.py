@@ -3,6 +3,7 @@
 A reader (a viewer opening a trace, another process reading a compile-cache record) sees no file or the whole
 file, never a half-written one; a write that fails leaves the previous file as it was and no temporary file.
 """
+
 from __future__ import annotations
 
 import contextlib

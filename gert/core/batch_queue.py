@@ -8,6 +8,7 @@ retries a device fault member by member (``run_isolated``), and fans each member
 (gert.core.engine.Engine.run) and seq.run steps (gert/sequence.py, which pass their own run function) go through it
 alike; the stream is taken from the model's StreamPool (gert/core/pool.py).
 """
+
 from __future__ import annotations
 
 import time
@@ -38,14 +39,16 @@ class BatchQueue:
         self.stats = BatchingStats()
         self.run_times = RunTimes()  # per batch size run: what latency_slo_ms leaves room for
 
-    def submit(self, pending: Pending, run_members: RunMembers, admit: Optional[Admit] = None,
-               record: bool = True) -> dict:
+    def submit(
+        self, pending: Pending, run_members: RunMembers, admit: Optional[Admit] = None, record: bool = True
+    ) -> dict:
         """``pending``'s result: queued with its key, led by itself or by the request whose batch takes it.
         ``run_members(members, run)``: how a batch runs (one result per member); ``admit(group)``: which members of
         a batch run (sequences: each step's sequence locked, without waiting); ``record``: the batch counts in the
         dynamic batching stats (sequence steps count only their retries)."""
         return self.pool.dispatch_batch(
-            pending, lambda group, run: self._lead(group, run, run_members, admit, record), self.gather_rule)
+            pending, lambda group, run: self._lead(group, run, run_members, admit, record), self.gather_rule
+        )
 
     def gather_rule(self, group: list) -> tuple:
         """(time.perf_counter() until which the leader of ``group`` may wait for company, enough(rows)), or
@@ -67,8 +70,14 @@ class BatchQueue:
             until.append(first + config.latency_slo_ms / 1000.0 - run if run is not None else first)
         return min(until), (lambda rows: rows >= target)
 
-    def _lead(self, group: list, on_stream: Callable[[Request], dict], run_members: RunMembers,
-              admit: Optional[Admit], record: bool) -> None:
+    def _lead(
+        self,
+        group: list,
+        on_stream: Callable[[Request], dict],
+        run_members: RunMembers,
+        admit: Optional[Admit],
+        record: bool,
+    ) -> None:
         """Run the admitted members of ``group`` as one batch on the stream ``on_stream`` runs on, and deliver each
         its outputs or error. A device fault of a merged batch is retried member by member, so that only a member
         that fails alone fails."""
@@ -89,8 +98,9 @@ class BatchQueue:
         try:
             if members:
                 try:
-                    outs = run_isolated(members, lambda ms: run_members(ms, run),
-                                        None if record else self.stats.retried)
+                    outs = run_isolated(
+                        members, lambda ms: run_members(ms, run), None if record else self.stats.retried
+                    )
                 except Exception as e:  # noqa: BLE001 - the batch's error (not a device fault): every member's
                     outs = [e] * len(members)
                 for p, out in zip(members, outs):
@@ -128,8 +138,10 @@ def batch_limit(plan: ShapePlan, batcher: Batcher, config: Optional[BatchingConf
     else:
         return 0
     if config.preferred_batch_size and config.preferred_batch_size[-1] > top:
-        raise GertError(f"dynamic_batching: preferred_batch_size {list(config.preferred_batch_size)} goes "
-                        f"beyond the largest batch this model runs ({top})")
+        raise GertError(
+            f"dynamic_batching: preferred_batch_size {list(config.preferred_batch_size)} goes "
+            f"beyond the largest batch this model runs ({top})"
+        )
     return top if top > 1 else 0
 
 

@@ -12,6 +12,7 @@ part. Outputs are split and joined on each output's own batch axis.
 gear pieces, the compiled path's run(list)) asks it, and merge / split / join refuse to work for a model where it is
 False (a bug then fails loudly instead of handing a caller rows it did not send).
 """
+
 from __future__ import annotations
 
 from typing import Callable, Mapping, Optional, Sequence
@@ -31,17 +32,24 @@ class Batcher:
         self.in_axes = {t.name: plan.batch_axis(t.name) for t in plan.inputs}
         self.out_axes = {t.name: plan.batch_axis(t.name, output=True) for t in plan.outputs}
         # an output with the batch on two axes ([N, N] of x @ x^T): a request's part of it is not one slice
-        several = [(t.name, axes) for t in plan.outputs
-                   for axes in [[a for a in range(len(t.shape)) if plan.output_axes.get((t.name, a)) == "batch"]]
-                   if len(axes) > 1]
+        several = [
+            (t.name, axes)
+            for t in plan.outputs
+            for axes in [[a for a in range(len(t.shape)) if plan.output_axes.get((t.name, a)) == "batch"]]
+            if len(axes) > 1
+        ]
         if plan.batch is None:
             self.why = "the model has no batch axis"
         elif not plan.separable:
-            self.why = (f"outputs {list(plan.unsplit)} are computed from the batch but do not carry it, so one "
-                        "request's rows cannot be told apart in them")
+            self.why = (
+                f"outputs {list(plan.unsplit)} are computed from the batch but do not carry it, so one "
+                "request's rows cannot be told apart in them"
+            )
         elif several:
-            self.why = (f"output '{several[0][0]}' carries the batch on axes {several[0][1]}, so one request's part "
-                        "of it is not one slice")
+            self.why = (
+                f"output '{several[0][0]}' carries the batch on axes {several[0][1]}, so one request's part "
+                "of it is not one slice"
+            )
         else:
             self.why = ""
         # requests may share a run, and a batch may be padded, split or chunked: the model has a batch axis and every
@@ -58,7 +66,7 @@ class Batcher:
                 a = np.asarray(a)
                 key.append((n, a.shape, a.dtype.str, a.tobytes()))
             else:
-                key.append((n, a.dtype.str, a.shape[:axis] + a.shape[axis + 1:]))
+                key.append((n, a.dtype.str, a.shape[:axis] + a.shape[axis + 1 :]))
         return tuple(key)
 
     def rows(self, arrays: Mapping[str, object]) -> int:
@@ -70,8 +78,13 @@ class Batcher:
                 return int(shape[axis])
         return 1
 
-    def merge(self, requests: Sequence[Mapping[str, object]], pad_to: Optional[int] = None,
-              pad_value: Optional[Mapping[str, float]] = None, total: Optional[int] = None) -> dict:
+    def merge(
+        self,
+        requests: Sequence[Mapping[str, object]],
+        pad_to: Optional[int] = None,
+        pad_value: Optional[Mapping[str, float]] = None,
+        total: Optional[int] = None,
+    ) -> dict:
         """One batch of ``requests`` (equal keys): each batched input joined on its batch axis as Rows (no host
         copy); inputs without the batch axis taken from the first request. ``pad_to``: rows of filler
         (``pad_value``, else the plan's) appended up to that many rows; ``total``: the requests' rows, when the
@@ -178,7 +191,7 @@ def take(value, axis: Optional[int], start: int, rows: int):
     if type(value) is Rows:
         return value.take(start, rows)
     if axis == 0:
-        return value[start:start + rows]
+        return value[start : start + rows]
     index = [slice(None)] * len(value.shape)
     index[axis] = slice(start, start + rows)
     return value[tuple(index)]

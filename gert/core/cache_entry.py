@@ -10,6 +10,7 @@ precision settings. Before a compile that would hit, ``check`` compares the entr
 checked for who could have written them (gert.core.cache_trust). Working over GE's files only, this holds on real CANN as
 on the host NPU.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -63,8 +64,9 @@ def listed_names(directory: str, key: str) -> list:
         raise ValueError("no cache_file_list array")
     names: list = []
     for e in entries:
-        if not (isinstance(e, dict) and isinstance(e.get("graph_key"), str)
-                and isinstance(e.get("cache_file_name"), str)):
+        if not (
+            isinstance(e, dict) and isinstance(e.get("graph_key"), str) and isinstance(e.get("cache_file_name"), str)
+        ):
             raise ValueError(f"entry {e!r} lacks a graph_key or cache_file_name string")
         for field_name in ("cache_file_name", "var_desc_file_name"):
             name = e.get(field_name)
@@ -85,8 +87,12 @@ def sha256(path: str) -> str:
 def precision_settings(levels: Mapping[str, Mapping[str, str]]) -> dict:
     """Every option whose key starts with ``ge.exec.precision_mode``, as "level.key" -> value (levels: global,
     session, graph)."""
-    return {f"{level}.{k}": str(v) for level, opts in sorted(levels.items()) for k, v in sorted(opts.items())
-            if k.startswith(PRECISION_PREFIX)}
+    return {
+        f"{level}.{k}": str(v)
+        for level, opts in sorted(levels.items())
+        for k, v in sorted(opts.items())
+        if k.startswith(PRECISION_PREFIX)
+    }
 
 
 @dataclass(frozen=True)
@@ -94,14 +100,24 @@ class Record:
     """The contents of ``{key}.gert.json``."""
 
     key: str
-    inputs: dict     # what the key was derived from: model digest, options (with ge.inputShape), versions
+    inputs: dict  # what the key was derived from: model digest, options (with ge.inputShape), versions
     precision: dict  # "level.ge.exec.precision_mode*" -> value
-    files: dict      # name as GE lists it (the index first) -> SHA-256
+    files: dict  # name as GE lists it (the index first) -> SHA-256
     stats: dict = field(default_factory=dict)  # name -> [inode, size, mtime_ns, ctime_ns] when it was hashed
 
     def to_bytes(self) -> bytes:
-        return json.dumps({"format": FORMAT, "key": self.key, "inputs": self.inputs, "precision": self.precision,
-                           "files": self.files, "stats": self.stats}, indent=1, sort_keys=True).encode()
+        return json.dumps(
+            {
+                "format": FORMAT,
+                "key": self.key,
+                "inputs": self.inputs,
+                "precision": self.precision,
+                "files": self.files,
+                "stats": self.stats,
+            },
+            indent=1,
+            sort_keys=True,
+        ).encode()
 
     @classmethod
     def from_bytes(cls, data: bytes) -> "Record":
@@ -111,8 +127,12 @@ class Record:
             raise ValueError(f"not JSON: {e}") from None
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise ValueError(f"not a format {FORMAT} gert record")
-        if not (isinstance(d.get("key"), str) and isinstance(d.get("inputs"), dict)
-                and isinstance(d.get("precision"), dict) and isinstance(d.get("files"), dict)):
+        if not (
+            isinstance(d.get("key"), str)
+            and isinstance(d.get("inputs"), dict)
+            and isinstance(d.get("precision"), dict)
+            and isinstance(d.get("files"), dict)
+        ):
             raise ValueError("key, inputs, precision or files missing")
         stats = d.get("stats", {})
         return cls(d["key"], d["inputs"], d["precision"], d["files"], stats if isinstance(stats, dict) else {})
@@ -196,8 +216,9 @@ def _hash(path: str) -> tuple:
     return digest, (after if after == before else None)
 
 
-def new_record(directory: str, key: str, inputs: dict, precision: dict, known: Optional[dict] = None,
-               weights: bool = False) -> Record:
+def new_record(
+    directory: str, key: str, inputs: dict, precision: dict, known: Optional[dict] = None, weights: bool = False
+) -> Record:
     """The record of the entry of ``key`` as it is now; ``known``: name -> (SHA-256, signature) that ``check`` just
     verified (not hashed again). ``weights``: GE wrote the graph's weights to ``weight/`` (ge.externalWeight): every
     file there is recorded (GE does not say which are this graph's; a later change to one fails the check)."""
@@ -220,8 +241,9 @@ class Verdict:
     rehashed: Optional[dict] = None  # name -> (verified SHA-256, signature or None)
 
 
-def check(directory: str, key: str, trust: Trust, inputs: dict, precision: dict, trust_foreign: bool,
-          weights: bool = False) -> Verdict:
+def check(
+    directory: str, key: str, trust: Trust, inputs: dict, precision: dict, trust_foreign: bool, weights: bool = False
+) -> Verdict:
     """Whether GE may load the entry of ``key``: who could have written its files, and whether they and the key's
     inputs are what gert recorded when it saved the entry (with ``weights``, the ``weight/`` files it recorded)."""
     try:
@@ -239,9 +261,14 @@ def check(directory: str, key: str, trust: Trust, inputs: dict, precision: dict,
     if not os.path.lexists(rec_path):
         if trust_foreign:
             return Verdict("foreign")
-        return Verdict("broken", [f"it has no gert record ({record_name(key)}): written by another tool, an older "
-                                  f"gert, or a save that did not finish (trust_foreign_entries=True uses such "
-                                  f"entries)"])
+        return Verdict(
+            "broken",
+            [
+                f"it has no gert record ({record_name(key)}): written by another tool, an older "
+                f"gert, or a save that did not finish (trust_foreign_entries=True uses such "
+                f"entries)"
+            ],
+        )
     problem = trust.file_problem(rec_path, record_name(key))
     if problem:
         return Verdict("broken", [problem])

@@ -19,6 +19,7 @@ with ``cache_mode`` (default ``0o700``). Each file of an entry is checked with l
 unless it stays in the directory and is owned by a trusted user, and its target is checked like a file; a file
 owned by an untrusted user, or writable by one, is a broken entry. POSIX ACLs are not read.
 """
+
 from __future__ import annotations
 
 import grp
@@ -45,8 +46,7 @@ def parse_mode(value: Union[int, str, None], what: str = "cache_mode") -> int:
     if value is None:
         return DEFAULT_MODE
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise GertError(f"{what}: expected an octal mode such as 0o700 or '0770', got {type(value).__name__} "
-                        f"{value!r}")
+        raise GertError(f"{what}: expected an octal mode such as 0o700 or '0770', got {type(value).__name__} {value!r}")
     if isinstance(value, str):
         text = value.strip().lower()
         try:
@@ -56,12 +56,16 @@ def parse_mode(value: Union[int, str, None], what: str = "cache_mode") -> int:
     else:
         mode = value
     if mode & 0o002:
-        raise GertError(f"{what}: {oct(mode)} lets every user write the cache, which decides what every model "
-                        f"loaded from it computes; use 0o700 (this user) or 0o770 / 0o2770 (this user's group)")
+        raise GertError(
+            f"{what}: {oct(mode)} lets every user write the cache, which decides what every model "
+            f"loaded from it computes; use 0o700 (this user) or 0o770 / 0o2770 (this user's group)"
+        )
     if mode & ~_ALLOWED_BITS or mode & 0o700 != 0o700:
-        raise GertError(f"{what}: {oct(mode)} is not a cache directory mode: the owner needs rwx (0o700), and "
-                        f"only the setgid bit and group rwx / others r-x may be added (e.g. 0o700, 0o750, 0o770, "
-                        f"0o2770)")
+        raise GertError(
+            f"{what}: {oct(mode)} is not a cache directory mode: the owner needs rwx (0o700), and "
+            f"only the setgid bit and group rwx / others r-x may be added (e.g. 0o700, 0o750, 0o770, "
+            f"0o2770)"
+        )
     return mode
 
 
@@ -129,8 +133,10 @@ def _writers_problem(st: os.stat_result, trusted) -> Optional[str]:
     if bits & 0o020:
         others = sorted(u for u in group_members(st.st_gid) if not trusted(u))
         if others:
-            return (f"group {_group(st.st_gid)} can write it, and its members "
-                    f"{', '.join(_user(u) for u in others[:3])}{' ...' if len(others) > 3 else ''} are not trusted")
+            return (
+                f"group {_group(st.st_gid)} can write it, and its members "
+                f"{', '.join(_user(u) for u in others[:3])}{' ...' if len(others) > 3 else ''} are not trusted"
+            )
     return None
 
 
@@ -139,8 +145,8 @@ class Trust:
     """The trust policy of one cache directory: its mode and owner/group as checked at open."""
 
     directory: str  # absolute, symlinks resolved
-    mode: int       # cache_mode
-    gid: int        # the directory's group (its members trusted when the mode grants the group write access)
+    mode: int  # cache_mode
+    gid: int  # the directory's group (its members trusted when the mode grants the group write access)
 
     @property
     def group_shared(self) -> bool:
@@ -175,8 +181,7 @@ class Trust:
                 return f"{name}: {problem}"
         if stat.S_ISLNK(st.st_mode):
             if not self.trusted_user(st.st_uid):
-                return (f"{name} is a symlink owned by {_user(st.st_uid)}, who may not write this cache "
-                        f"({self._who()})")
+                return f"{name} is a symlink owned by {_user(st.st_uid)}, who may not write this cache ({self._who()})"
             real = os.path.realpath(path)
             if os.path.dirname(real) != parent:
                 return f"{name} is a symlink out of the cache directory (it resolves to {real})"
@@ -201,16 +206,20 @@ class Trust:
         if not stat.S_ISREG(st.st_mode):
             return f"{name} is not a regular file"
         if not self.trusted_user(st.st_uid):
-            return (f"{name} is owned by {_user(st.st_uid)}, group {_group(st.st_gid)}, who may not write this "
-                    f"cache ({self._who()})")
+            return (
+                f"{name} is owned by {_user(st.st_uid)}, group {_group(st.st_gid)}, who may not write this "
+                f"cache ({self._who()})"
+            )
         mode = oct(stat.S_IMODE(st.st_mode))
         if st.st_mode & 0o002:
             return f"{name} is writable by every user (mode {mode})"
         if st.st_mode & 0o020 and not (self.group_shared and st.st_gid == self.gid):
             others = [u for u in group_members(st.st_gid) if not self.trusted_user(u)]
             if others:
-                return (f"{name} is writable by group {_group(st.st_gid)} (mode {mode}), whose members "
-                        f"{', '.join(_user(u) for u in sorted(others)[:3])} this cache does not trust")
+                return (
+                    f"{name} is writable by group {_group(st.st_gid)} (mode {mode}), whose members "
+                    f"{', '.join(_user(u) for u in sorted(others)[:3])} this cache does not trust"
+                )
         return None
 
 
@@ -258,20 +267,29 @@ def _check_directory(path: str, st: os.stat_result, trust: Trust) -> None:
     about = f"cache_dir {path!r} {_about(path, st)}: "
     if bits & 0o002:
         sticky = bits & stat.S_ISVTX
-        raise GertError(about + "every user can write it (world-writable" + (
-            "; the sticky bit does not stop others adding entries" if sticky else " without the sticky bit") +
-            f")." + _WHY + f" Fix: `chmod o-w{',-t' if sticky else ''} {path}` (or `chmod {oct(trust.mode)[2:]} "
+        raise GertError(
+            about
+            + "every user can write it (world-writable"
+            + ("; the sticky bit does not stop others adding entries" if sticky else " without the sticky bit")
+            + f")."
+            + _WHY
+            + f" Fix: `chmod o-w{',-t' if sticky else ''} {path}` (or `chmod {oct(trust.mode)[2:]} "
             f"{path}`), or use a directory only this user can write (gert creates a missing one with mode "
-            f"{oct(trust.mode)})")
+            f"{oct(trust.mode)})"
+        )
     if not trust.trusted_user(st.st_uid):
-        raise GertError(about + "owned by another user, who can change it at will." + _WHY + " Fix: use a "
-                        f"directory this user owns (gert creates a missing one with mode {oct(trust.mode)}), or "
-                        f"`chown` this one; to share one directory with a group, make it group-writable by a group "
-                        f"of this user and pass cache_mode=0o770 (GERT_CACHE_MODE=0770)")
+        raise GertError(
+            about + "owned by another user, who can change it at will." + _WHY + " Fix: use a "
+            f"directory this user owns (gert creates a missing one with mode {oct(trust.mode)}), or "
+            f"`chown` this one; to share one directory with a group, make it group-writable by a group "
+            f"of this user and pass cache_mode=0o770 (GERT_CACHE_MODE=0770)"
+        )
     if bits & 0o020 and not trust.group_shared:
-        raise GertError(about + f"group {_group(st.st_gid)} can write it, which cache_mode {oct(trust.mode)} does not "
-                        f"trust.{_WHY} Fix: `chmod g-w {path}`, or, to share the cache with that group, pass "
-                        f"cache_mode=0o770 (GERT_CACHE_MODE=0770)")
+        raise GertError(
+            about + f"group {_group(st.st_gid)} can write it, which cache_mode {oct(trust.mode)} does not "
+            f"trust.{_WHY} Fix: `chmod g-w {path}`, or, to share the cache with that group, pass "
+            f"cache_mode=0o770 (GERT_CACHE_MODE=0770)"
+        )
 
 
 def _check_path(path: str, trust: Trust) -> None:
@@ -318,8 +336,9 @@ def _check_ancestor(path: str, cur: str, st: os.stat_result, child: os.stat_resu
     if not trust.trusted_user(st.st_uid):
         fix = "use a cache directory under directories owned by this user or root"
     elif sticky:
-        problem += (f", and the next step on the way is owned by {_user(child.st_uid)}, whom the sticky bit does not "
-                    f"protect")
+        problem += (
+            f", and the next step on the way is owned by {_user(child.st_uid)}, whom the sticky bit does not protect"
+        )
         fix = "use a cache directory whose parents this user or root own"
     else:
         fix = f"`chmod go-w {cur}` (or `chmod +t {cur}`, as /tmp), or put the cache elsewhere"

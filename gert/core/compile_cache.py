@@ -19,6 +19,7 @@ Several processes share one directory safely: gert holds ``{key}.gert.lock`` aro
 holds its own ``{key}.lock`` inside the compile), so each key is compiled once, later compiles load it, and no one
 checks an entry whose record is not written yet.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -52,8 +53,7 @@ _NOT_IN_KEY = frozenset({"ge.session_device_id", "ge.exec.deviceId", CACHE_DIR_O
 __all__ = ["CacheWarning", "CompileCache", "compile_graph", "resolve_dir"]
 
 
-def resolve_dir(cache_dir: Optional[os.PathLike | str], cache_mode: Union[int, str, None] = None
-                ) -> Optional[Trust]:
+def resolve_dir(cache_dir: Optional[os.PathLike | str], cache_mode: Union[int, str, None] = None) -> Optional[Trust]:
     """The cache directory: ``cache_dir``, else ``GERT_CACHE_DIR``, else None (no cache; "" turns it off too).
     Created with ``cache_mode`` if missing (GE requires it to exist); GertError if others can write it."""
     if cache_dir is None:
@@ -64,8 +64,13 @@ def resolve_dir(cache_dir: Optional[os.PathLike | str], cache_mode: Union[int, s
 
 
 # The files a CANN toolkit states its version in (relative to ASCEND_HOME_PATH / the toolkit gert was built with).
-_VERSION_FILES = ("version.cfg", "compiler/version.info", "runtime/version.info", "opp/version.info",
-                  "*-linux/ascend_toolkit_install.info")
+_VERSION_FILES = (
+    "version.cfg",
+    "compiler/version.info",
+    "runtime/version.info",
+    "opp/version.info",
+    "*-linux/ascend_toolkit_install.info",
+)
 _toolkit_cache: dict = {}
 
 
@@ -77,8 +82,17 @@ def toolkit_version(roots: Optional[tuple] = None) -> str:
     if roots is None:
         if _cann.backend() == "hostnpu":
             return ""
-        roots = tuple(dict.fromkeys(r for r in (_cann.toolkit_root(), os.environ.get("ASCEND_HOME_PATH"),
-                                                os.environ.get("ASCEND_TOOLKIT_HOME")) if r))
+        roots = tuple(
+            dict.fromkeys(
+                r
+                for r in (
+                    _cann.toolkit_root(),
+                    os.environ.get("ASCEND_HOME_PATH"),
+                    os.environ.get("ASCEND_TOOLKIT_HOME"),
+                )
+                if r
+            )
+        )
     hit = _toolkit_cache.get(roots)
     if hit is None:
         digest = hashlib.blake2b(digest_size=12)
@@ -95,6 +109,7 @@ def toolkit_version(roots: Optional[tuple] = None) -> str:
 def external_weights(levels: Mapping[str, Mapping[str, str]]) -> bool:
     """Whether GE writes the graph's weights to the cache's ``weight/`` directory: ``ge.externalWeight`` on (graph,
     else session, else global) without ``ge.externalWeightDir`` (ge-shapes-and-cache.md B)."""
+
     def option(key):
         for level in ("graph", "session", "global"):
             if key in levels.get(level, {}):
@@ -140,15 +155,25 @@ class CompileCache:
             self.trust = prepare_directory(self.directory, parse_mode(None))
 
     @classmethod
-    def open(cls, cache_dir, model: bytes, global_options: Optional[Mapping[str, str]] = None,
-             cache_mode: Union[int, str, None] = None, trust_foreign_entries: bool = False
-             ) -> Optional["CompileCache"]:
+    def open(
+        cls,
+        cache_dir,
+        model: bytes,
+        global_options: Optional[Mapping[str, str]] = None,
+        cache_mode: Union[int, str, None] = None,
+        trust_foreign_entries: bool = False,
+    ) -> Optional["CompileCache"]:
         """None when no directory is given (argument or GERT_CACHE_DIR)."""
         trust = resolve_dir(cache_dir, cache_mode)
         if trust is None:
             return None
-        return cls(trust.directory, hashlib.blake2b(model, digest_size=20).hexdigest(),
-                   tuple(sorted((global_options or {}).items())), trust, bool(trust_foreign_entries))
+        return cls(
+            trust.directory,
+            hashlib.blake2b(model, digest_size=20).hexdigest(),
+            tuple(sorted((global_options or {}).items())),
+            trust,
+            bool(trust_foreign_entries),
+        )
 
     def key_inputs(self, session_options: Mapping[str, str], graph_options: Mapping[str, str]) -> dict:
         """What a graph's key is derived from (recorded in each entry's gert record)."""
@@ -157,9 +182,15 @@ class CompileCache:
         def keep(opts):
             return sorted([k, str(v)] for k, v in opts.items() if k not in _NOT_IN_KEY)
 
-        return {"model": self.model_digest, "global": [list(kv) for kv in self.global_options],
-                "session": keep(session_options), "graph": keep(graph_options),
-                "gert": core.__version__, "backend": _backend_tag(), "toolkit": toolkit_version()}
+        return {
+            "model": self.model_digest,
+            "global": [list(kv) for kv in self.global_options],
+            "session": keep(session_options),
+            "graph": keep(graph_options),
+            "gert": core.__version__,
+            "backend": _backend_tag(),
+            "toolkit": toolkit_version(),
+        }
 
     def graph_key(self, session_options: Mapping[str, str], graph_options: Mapping[str, str]) -> str:
         """``gert_`` + 32 hex digits (GE's key pattern ^[A-Za-z0-9_-]{1,128}$)."""
@@ -168,8 +199,9 @@ class CompileCache:
 
     def precision_settings(self, session_options: Mapping[str, str], graph_options: Mapping[str, str]) -> dict:
         """The ge.exec.precision_mode* options of a compile (recorded with each entry)."""
-        return cache_entry.precision_settings({"global": dict(self.global_options), "session": session_options,
-                                               "graph": graph_options})
+        return cache_entry.precision_settings(
+            {"global": dict(self.global_options), "session": session_options, "graph": graph_options}
+        )
 
     # ---- files of one key ------------------------------------------------------------------------------------------
     def _files(self, key: str) -> list:
@@ -214,10 +246,15 @@ class CompileCache:
         except FileNotFoundError:
             what = "it is gone"
         except OSError as e:
-            raise GertError(f"compile cache {self.directory}: GE's lock file of entry {key} is unsafe ({problem}) "
-                            f"and cannot be removed ({e.strerror}); remove it, or use another cache_dir") from None
-        warnings.warn(f"compile cache {self.directory}: GE's lock file of entry {key} is unsafe: {problem}; {what}",
-                      CacheWarning, stacklevel=5)
+            raise GertError(
+                f"compile cache {self.directory}: GE's lock file of entry {key} is unsafe ({problem}) "
+                f"and cannot be removed ({e.strerror}); remove it, or use another cache_dir"
+            ) from None
+        warnings.warn(
+            f"compile cache {self.directory}: GE's lock file of entry {key} is unsafe: {problem}; {what}",
+            CacheWarning,
+            stacklevel=5,
+        )
 
     @contextlib.contextmanager
     def _entry_lock(self, key: str) -> Iterator[None]:
@@ -225,8 +262,9 @@ class CompileCache:
             yield
 
     # ---- compiling -------------------------------------------------------------------------------------------------
-    def compile(self, session, graph_id: int, graph, session_options: Mapping[str, str],
-                graph_options: Mapping[str, str]) -> str:
+    def compile(
+        self, session, graph_id: int, graph, session_options: Mapping[str, str], graph_options: Mapping[str, str]
+    ) -> str:
         """AddGraph with the derived ``ge.graph_key`` and CompileGraph; returns "hit" or "miss". Under
         ``{key}.gert.lock``: the entry is checked first (a broken one removed with a CacheWarning), and a fresh one
         recorded after GE saved it. A compile that fails while the key has files is taken for a broken entry too:
@@ -234,24 +272,38 @@ class CompileCache:
         key = self.graph_key(session_options, graph_options)
         inputs = self.key_inputs(session_options, graph_options)
         precision = self.precision_settings(session_options, graph_options)
-        weights = external_weights({"global": dict(self.global_options), "session": session_options,
-                                    "graph": graph_options})
+        weights = external_weights(
+            {"global": dict(self.global_options), "session": session_options, "graph": graph_options}
+        )
         with self._entry_lock(key):
             verdict = self._check(key, inputs, precision, weights)
             if verdict.state == "broken":
                 self._discard(key, verdict.problems)
                 if self._files(key):  # could not remove it: never let GE load it
                     return self._compile_uncached(session, graph_id, graph, graph_options, key)
-            outcome = self._compile(session, graph_id, graph, graph_options, key,
-                                    "hit" if verdict.state in ("verified", "foreign") else "miss")
+            outcome = self._compile(
+                session,
+                graph_id,
+                graph,
+                graph_options,
+                key,
+                "hit" if verdict.state in ("verified", "foreign") else "miss",
+            )
             if outcome == "miss" and os.path.exists(os.path.join(self.directory, cache_entry.idx_name(key))):
                 self._record(key, inputs, precision, weights=weights)
             elif verdict.rehashed and outcome == "hit":
                 self._record(key, inputs, precision, verdict.rehashed, must=False, weights=weights)
             return outcome
 
-    def _record(self, key: str, inputs: dict, precision: dict, known: Optional[dict] = None,
-                must: bool = True, weights: bool = False) -> None:
+    def _record(
+        self,
+        key: str,
+        inputs: dict,
+        precision: dict,
+        known: Optional[dict] = None,
+        must: bool = True,
+        weights: bool = False,
+    ) -> None:
         """Write the key's record: after GE saved the entry (``must``), or again with the current signatures of
         files verified by their hashes (an optimisation: skipped if the directory refuses it)."""
         try:
@@ -259,14 +311,19 @@ class CompileCache:
             cache_entry.write_record(self.directory, record, self.trust)
         except (OSError, ValueError) as e:
             if must:  # the graph is compiled: it serves; the unrecorded entry is compiled again by later loads
-                warnings.warn(f"compile cache {self.directory}: cannot record entry {key} ({e}); later loads will "
-                              f"compile it again", CacheWarning, stacklevel=4)
+                warnings.warn(
+                    f"compile cache {self.directory}: cannot record entry {key} ({e}); later loads will "
+                    f"compile it again",
+                    CacheWarning,
+                    stacklevel=4,
+                )
 
     def _check(self, key: str, inputs: dict, precision: dict, weights: bool = False) -> cache_entry.Verdict:
         start = time.perf_counter()
         self._check_lock_file(key)
-        verdict = cache_entry.check(self.directory, key, self.trust, inputs, precision, self.trust_foreign_entries,
-                                    weights)
+        verdict = cache_entry.check(
+            self.directory, key, self.trust, inputs, precision, self.trust_foreign_entries, weights
+        )
         with self._stats_lock:
             self.stats.checks += 1
             self.stats.seconds += time.perf_counter() - start
@@ -280,11 +337,13 @@ class CompileCache:
             what = f"removed {len(removed)} file(s) and compiling again"
         except (OSError, GertError) as e:
             what = f"cannot remove it ({e}), so compiling without the cache"
-        warnings.warn(f"compile cache {self.directory}: entry {key} is broken: {'; '.join(problems)}; {what}",
-                      CacheWarning, stacklevel=4)
+        warnings.warn(
+            f"compile cache {self.directory}: entry {key} is broken: {'; '.join(problems)}; {what}",
+            CacheWarning,
+            stacklevel=4,
+        )
 
-    def _compile(self, session, graph_id: int, graph, graph_options: Mapping[str, str], key: str,
-                 expected: str) -> str:
+    def _compile(self, session, graph_id: int, graph, graph_options: Mapping[str, str], key: str, expected: str) -> str:
         options = {**graph_options, GRAPH_KEY_OPTION: key}
         for attempt in (0, 1):
             session.add_graph(graph_id, graph, options)
@@ -364,8 +423,14 @@ def _create_lock(path: str, perms: int) -> None:
         raise GertError(f"compile cache: cannot create the lock file {path!r}: {e.strerror}") from None
 
 
-def compile_graph(session, graph_id: int, graph, session_options: Mapping[str, str],
-                  graph_options: Mapping[str, str], cache: Optional[CompileCache]) -> Optional[str]:
+def compile_graph(
+    session,
+    graph_id: int,
+    graph,
+    session_options: Mapping[str, str],
+    graph_options: Mapping[str, str],
+    cache: Optional[CompileCache],
+) -> Optional[str]:
     """AddGraph + CompileGraph, through the cache when there is one: "hit", "miss", or None (no cache). On failure
     nothing stays added. The host NPU's provider emulates the graph's precision mode (gert/preview/precision.py)."""
     settings, session_options, graph_options = precision.split_options(session_options, graph_options)
@@ -373,8 +438,14 @@ def compile_graph(session, graph_id: int, graph, session_options: Mapping[str, s
         return _compile_graph(session, graph_id, graph, session_options, graph_options, cache)
 
 
-def _compile_graph(session, graph_id: int, graph, session_options: Mapping[str, str],
-                   graph_options: Mapping[str, str], cache: Optional[CompileCache]) -> Optional[str]:
+def _compile_graph(
+    session,
+    graph_id: int,
+    graph,
+    session_options: Mapping[str, str],
+    graph_options: Mapping[str, str],
+    cache: Optional[CompileCache],
+) -> Optional[str]:
     if cache is not None:
         return cache.compile(session, graph_id, graph, session_options, graph_options)
     session.add_graph(graph_id, graph, graph_options)

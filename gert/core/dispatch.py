@@ -11,6 +11,7 @@ every other queued request of the same key that may run there, up to its row lim
 the request that waited longest; the others wait for their share of its outputs. A free stream is taken at once, so
 a lone request never waits for company unless its leader asks to (``gather``, max_queue_delay_ms).
 """
+
 from __future__ import annotations
 
 import collections
@@ -113,8 +114,9 @@ class StreamQueue(Generic[W]):
             return None, []
         raise GertError("the model was closed before this request started")
 
-    def gather(self, w: W, group: list, key: tuple, rows: int, limit: int, until: float,
-               enough: Callable[[int], bool]) -> list:
+    def gather(
+        self, w: W, group: list, key: tuple, rows: int, limit: int, until: float, enough: Callable[[int], bool]
+    ) -> list:
         """The leader of ``group`` (holding ``w``) waits until time.perf_counter() reaches ``until`` for requests of
         ``key`` to join, taking each one that fits within ``limit`` rows, until ``enough(rows)``; the group."""
         with self._lock:

@@ -6,6 +6,7 @@ comes free, the request that waited longest takes it together with every queued 
 largest batch gear, and runs them as one batch. Nothing waits for a batch to fill unless ``max_queue_delay_ms`` says
 so: a lone request runs at once.
 """
+
 from __future__ import annotations
 
 import collections
@@ -43,8 +44,9 @@ class BatchingConfig:
         if value is True:
             return BatchingConfig()
         if not isinstance(value, Mapping):
-            raise GertError(f"dynamic_batching must be True, False or a dict of {list(_SETTINGS)}; got "
-                            f"{type(value).__name__}")
+            raise GertError(
+                f"dynamic_batching must be True, False or a dict of {list(_SETTINGS)}; got {type(value).__name__}"
+            )
         unknown = [k for k in value if k not in _SETTINGS]
         if unknown:
             raise GertError(f"dynamic_batching: unknown setting(s) {unknown}; the settings are {list(_SETTINGS)}")
@@ -65,8 +67,10 @@ class BatchingConfig:
         except (TypeError, ValueError):
             ok = False
         if not ok:
-            raise GertError(f"dynamic_batching: preferred_batch_size must be an int or a list of ints >= 1, got "
-                            f"{value.get('preferred_batch_size')!r}")
+            raise GertError(
+                f"dynamic_batching: preferred_batch_size must be an int or a list of ints >= 1, got "
+                f"{value.get('preferred_batch_size')!r}"
+            )
         if top is not None and sizes and sizes[-1] > top:
             raise GertError(f"dynamic_batching: preferred_batch_size {list(sizes)} goes beyond max_batch={top}")
         return BatchingConfig(float(delay), top, sizes, None if slo is None else float(slo))
@@ -76,11 +80,34 @@ class Pending:
     """One request waiting in the stream queue to share a run; the request that leads its batch delivers its
     result (or error) here, and its own thread waits for it."""
 
-    __slots__ = ("arrays", "sizes", "rows", "key", "out", "timeout", "limit", "queued_at", "_done", "_result",
-                 "_error", "device", "wait_s")
+    __slots__ = (
+        "arrays",
+        "sizes",
+        "rows",
+        "key",
+        "out",
+        "timeout",
+        "limit",
+        "queued_at",
+        "_done",
+        "_result",
+        "_error",
+        "device",
+        "wait_s",
+    )
 
-    def __init__(self, arrays: dict, sizes: dict, rows: int, key: tuple, out: Optional[dict],
-                 timeout: Optional[float], limit: int, device: Optional[int] = None, wait_s: float = 0.0):
+    def __init__(
+        self,
+        arrays: dict,
+        sizes: dict,
+        rows: int,
+        key: tuple,
+        out: Optional[dict],
+        timeout: Optional[float],
+        limit: int,
+        device: Optional[int] = None,
+        wait_s: float = 0.0,
+    ):
         self.arrays, self.sizes, self.rows, self.key = arrays, sizes, rows, key
         self.out, self.timeout, self.limit = out, timeout, limit
         self.device = device  # only a stream of this device may run it (a sequence step: its state lives there)
@@ -136,12 +163,12 @@ class BatchingStats:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.batches = 0          # runs of the batcher (a lone request is a batch of 1)
-        self.requests = 0         # requests those runs served
+        self.batches = 0  # runs of the batcher (a lone request is a batch of 1)
+        self.requests = 0  # requests those runs served
         self.retried_batches = 0  # merged batches that failed on the device and were retried request by request
-        self.sizes: collections.Counter = collections.Counter()    # requests per batch -> batches
-        self.gears: dict = {}     # gear label -> [batches, requests]
-        self.wait_seconds = 0.0   # summed over requests
+        self.sizes: collections.Counter = collections.Counter()  # requests per batch -> batches
+        self.gears: dict = {}  # gear label -> [batches, requests]
+        self.wait_seconds = 0.0  # summed over requests
         self._waits: collections.deque = collections.deque(maxlen=_WAITS_KEPT)
 
     def record(self, requests: int, gear: str, waits: list, retried: bool = False) -> None:
@@ -179,14 +206,20 @@ class BatchingStats:
         with self._lock:
             sizes = sorted(self.sizes.items())
             waits = sorted(self._waits)
-            out = {"batches": self.batches, "requests": self.requests, "retried_batches": self.retried_batches,
-                   "mean_batch_size": self.requests / self.batches if self.batches else 0.0,
-                   "p99_batch_size": _percentile_counts(sizes, 0.99),
-                   "mean_queue_wait_ms": 1000 * self.wait_seconds / self.requests if self.requests else 0.0,
-                   "p99_queue_wait_ms": 1000 * waits[min(len(waits) - 1, int(0.99 * len(waits)))] if waits else 0.0,
-                   "batch_sizes": dict(sizes),
-                   "gears": {k: {"batches": b, "requests": r, "mean_batch_size": r / b}
-                             for k, (b, r) in sorted(self.gears.items())}}
+            out = {
+                "batches": self.batches,
+                "requests": self.requests,
+                "retried_batches": self.retried_batches,
+                "mean_batch_size": self.requests / self.batches if self.batches else 0.0,
+                "p99_batch_size": _percentile_counts(sizes, 0.99),
+                "mean_queue_wait_ms": 1000 * self.wait_seconds / self.requests if self.requests else 0.0,
+                "p99_queue_wait_ms": 1000 * waits[min(len(waits) - 1, int(0.99 * len(waits)))] if waits else 0.0,
+                "batch_sizes": dict(sizes),
+                "gears": {
+                    k: {"batches": b, "requests": r, "mean_batch_size": r / b}
+                    for k, (b, r) in sorted(self.gears.items())
+                },
+            }
         return out
 
 

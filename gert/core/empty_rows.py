@@ -9,6 +9,7 @@ element are the same whatever a run would compute. Otherwise the request is refu
 naming the input, the dim and the output that needs a run. The Validator refuses such a dim other than the batch
 before anything runs; 0 rows of the batch get here (a padded batch runs at a gear instead).
 """
+
 from __future__ import annotations
 
 from typing import Optional

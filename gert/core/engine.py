@@ -10,6 +10,7 @@ key along, and the Engine merges them (Batcher.merge), runs them once and splits
 gert.Model, gert.Sequences, gert.InferenceSession, gert.onnx_backend and gert_triton are front doors: they translate
 their callers' inputs and errors and call the Engine; none holds a copy of a step.
 """
+
 from __future__ import annotations
 
 import time
@@ -62,19 +63,25 @@ class Engine:
         # above; off where every request needs the Python path: split_batch, dynamic batching that waits for company
         # (max_queue_delay_ms, latency_slo_ms). run(list) merges there on axis 0 where every input and output
         # carries the batch there.
-        waits = dynamic_batching is not None and bool(dynamic_batching.max_queue_delay_ms
-                                                      or dynamic_batching.latency_slo_ms)
+        waits = dynamic_batching is not None and bool(
+            dynamic_batching.max_queue_delay_ms or dynamic_batching.latency_slo_ms
+        )
         b = self.batcher
         lists = b.enabled and all(a == 0 for a in b.in_axes.values()) and all(a == 0 for a in b.out_axes.values())
-        self.hot = pool.open_hot_path(self.validator.names, self._count_hot,
-                                      not self.split_batch and not (waits and self.batch_limit), self.batch_limit,
-                                      lists)
+        self.hot = pool.open_hot_path(
+            self.validator.names,
+            self._count_hot,
+            not self.split_batch and not (waits and self.batch_limit),
+            self.batch_limit,
+            lists,
+        )
 
     def _count_hot(self, prepared, runs: int, lone: int, seconds: float) -> None:
         """The compiled hot path's runs of ``prepared``, counted in C, added to its stream's stats and, for lone
         requests the dynamic batcher would have run as batches of one, to the batching stats."""
-        prepared.worker.count_fast(prepared.label, runs, runs * prepared.real_elements,
-                                   runs * prepared.padded_elements, seconds)
+        prepared.worker.count_fast(
+            prepared.label, runs, runs * prepared.real_elements, runs * prepared.padded_elements, seconds
+        )
         if prepared.batched and lone:
             self.batching_stats.record_alone(lone, prepared.label)
 
@@ -102,10 +109,12 @@ class Engine:
             axes = ", ".join(f"{i}:{a}" for i, a in dim.axes)
             run_sizes[name] = dim.resolve(value, f"inputs ({axes})")
             if name == "batch" and run_sizes[name] != value and not self._pads:
-                raise GertError(f"inputs ({axes}): a batch of {value} rows would be padded to {run_sizes[name]} or "
-                                f"cut into chunks, but this model's rows cannot be padded, merged or split "
-                                f"({self.batcher.why}); send a batch of one of its gears {list(dim.gears)}, or load it "
-                                f"with shape_policy={{'batch': 'exact'}}")
+                raise GertError(
+                    f"inputs ({axes}): a batch of {value} rows would be padded to {run_sizes[name]} or "
+                    f"cut into chunks, but this model's rows cannot be padded, merged or split "
+                    f"({self.batcher.why}); send a batch of one of its gears {list(dim.gears)}, or load it "
+                    f"with shape_policy={{'batch': 'exact'}}"
+                )
         key = tuple(sorted((n, -1 if dims[n].policy == "dynamic" else v) for n, v in run_sizes.items()))
         if len(self._resolved) >= _RESOLVED_KEPT:
             self._resolved.clear()
@@ -113,8 +122,7 @@ class Engine:
         return run_sizes, key
 
     # ---- one request -----------------------------------------------------------------------------------------------
-    def run(self, inputs: Mapping[str, object], out: Optional[Mapping] = None,
-            timeout: Optional[float] = None) -> dict:
+    def run(self, inputs: Mapping[str, object], out: Optional[Mapping] = None, timeout: Optional[float] = None) -> dict:
         """One request: validated, run at its graph's sizes (padding sliced off), in chunks when it is larger than
         the largest gear, spread over idle streams with split_batch."""
         tr = _trace.active  # tracing (gert.trace): the request's spans on the calling thread's track; off: this check
@@ -128,8 +136,9 @@ class Engine:
                 tr.span("validate", tr.thread_track(), t0, time.perf_counter())
             if self._pads and sizes["batch"] > self.plan.batch.gears[-1]:
                 chunk, total = self.plan.batch.gears[-1], sizes["batch"]
-                return self._run_chunks(arrays, sizes, [(s, min(chunk, total - s)) for s in range(0, total, chunk)],
-                                        timeout)
+                return self._run_chunks(
+                    arrays, sizes, [(s, min(chunk, total - s)) for s in range(0, total, chunk)], timeout
+                )
             parts = self._idle_parts(sizes)
             if parts > 1:  # split_batch: spread one batch over the streams that have nothing to do
                 total = sizes["batch"]
@@ -137,10 +146,20 @@ class Engine:
                 starts = [sum(counts[:i]) for i in range(parts)]
                 return self._run_chunks(arrays, sizes, list(zip(starts, counts)), timeout)
             run_sizes, key = self.resolve(sizes)  # a size without a graph fails here, alone, before any batch
-            if self.batch_limit and 0 < sizes["batch"] < self.batch_limit \
-                    and all(type(a) is np.ndarray for a in arrays.values()):
-                pending = Pending(arrays, sizes, sizes["batch"], self.batcher.key(arrays), dict(out) if out else None,
-                                  timeout, self.batch_limit)
+            if (
+                self.batch_limit
+                and 0 < sizes["batch"] < self.batch_limit
+                and all(type(a) is np.ndarray for a in arrays.values())
+            ):
+                pending = Pending(
+                    arrays,
+                    sizes,
+                    sizes["batch"],
+                    self.batcher.key(arrays),
+                    dict(out) if out else None,
+                    timeout,
+                    self.batch_limit,
+                )
                 return self.batches.submit(pending, self._run_members)
             return self.pool.dispatch(Request(arrays, sizes, run_sizes, key, dict(out) if out else None, timeout))
         except BaseException as e:
@@ -155,8 +174,13 @@ class Engine:
                     tr.error("request", tr.thread_track(), t0, time.perf_counter(), failed)
 
     # ---- dynamic batching ------------------------------------------------------------------------------------------
-    def queue(self, pending: Pending, run_members: Callable[[list, Callable[[Request], dict]], list],
-              admit: Optional[Callable[[list], tuple]] = None, record: bool = True) -> dict:
+    def queue(
+        self,
+        pending: Pending,
+        run_members: Callable[[list, Callable[[Request], dict]], list],
+        admit: Optional[Callable[[list], tuple]] = None,
+        record: bool = True,
+    ) -> dict:
         """``pending``'s result through the model's one batch queue (gert/core/batch_queue.py), with a front door's
         own run function and admit rule (seq.run steps: gert/sequence.py)."""
         return self.batches.submit(pending, run_members, admit, record)
@@ -167,24 +191,32 @@ class Engine:
         rows = [p.rows for p in members]
         first = members[0]
         arrays = first.arrays if len(members) == 1 else self.batcher.merge([p.arrays for p in members])
-        out = run(self._request(arrays, dict(first.sizes, batch=sum(rows)), first.out if len(members) == 1 else None,
-                                first.timeout if len(members) == 1 else smallest_timeout(members)))
+        out = run(
+            self._request(
+                arrays,
+                dict(first.sizes, batch=sum(rows)),
+                first.out if len(members) == 1 else None,
+                first.timeout if len(members) == 1 else smallest_timeout(members),
+            )
+        )
         return [out] if len(members) == 1 else self.batcher.split(out, rows)
 
     def _request(self, arrays: dict, sizes: dict, out: Optional[dict], timeout: Optional[float]) -> Request:
         run_sizes, key = self.resolve(sizes)
         return Request(arrays, sizes, run_sizes, key, out, timeout)
 
-    def run_prepared(self, arrays: Mapping[str, object], run: Optional[Callable[[Request], dict]] = None,
-                     **request) -> dict:
+    def run_prepared(
+        self, arrays: Mapping[str, object], run: Optional[Callable[[Request], dict]] = None, **request
+    ) -> dict:
         """A batch a front door laid out itself (sequence steps: states bound as device tensors, gathered and
         scattered by ``before`` / ``after``): validated, resolved and dispatched as one run (``run``: on the stream
         a batch leader holds, else the first free one); ``request``: the other Request fields (device_out, device,
         real_batch, before, after)."""
         checked, sizes = self.validator.check(arrays)
         run_sizes, key = self.resolve(sizes)
-        return (run or self.pool.dispatch)(Request(checked, sizes, run_sizes, key,
-                                                   timeout=self.pool.timeout_for(None), **request))
+        return (run or self.pool.dispatch)(
+            Request(checked, sizes, run_sizes, key, timeout=self.pool.timeout_for(None), **request)
+        )
 
     def _idle_parts(self, sizes: dict) -> int:
         """With split_batch: how many streams are idle (at most the batch size); 1 means run as one request."""
@@ -196,6 +228,7 @@ class Engine:
         """Row ranges [(start, rows)] of one request run as separate requests (concurrently with split_batch),
         their outputs joined back on each output's batch axis. Each chunk's inputs are views (Batcher.piece): no
         copy here, one at upload where the batch is not on axis 0."""
+
         def one(start: int, rows: int) -> dict:
             sub = self.batcher.piece(arrays, start, rows)
             sub_sizes = dict(sizes, batch=rows)
@@ -210,8 +243,13 @@ class Engine:
         return self.batcher.join(parts)
 
     # ---- many requests -----------------------------------------------------------------------------------------------
-    def run_many(self, requests: Sequence[Mapping[str, object]], timeout: Optional[float] = None,
-                 return_exceptions: bool = False, run_group: Optional[Callable[[list], list]] = None) -> list:
+    def run_many(
+        self,
+        requests: Sequence[Mapping[str, object]],
+        timeout: Optional[float] = None,
+        return_exceptions: bool = False,
+        run_group: Optional[Callable[[list], list]] = None,
+    ) -> list:
         """Requests of any shapes: grouped by batch key, each group run as one batch, split back in order. A
         request that fails validation fails alone; a group whose run faults is retried request by request
         (``run_isolated``), else its error fails its members. ``return_exceptions``: each failed request's result
@@ -257,10 +295,15 @@ class Engine:
 
         def rest(r: Mapping[str, object], n: str) -> tuple:  # the shape of input n without its batch axis
             shape = np.shape(r[n])
-            return shape[:axes[n]] + shape[axes[n] + 1:]
+            return shape[: axes[n]] + shape[axes[n] + 1 :]
 
-        if any(not np.array_equal(np.asarray(r[n]), np.asarray(first[n])) if axes[n] is None else
-               rest(r, n) != rest(first, n) for r in requests[1:] for n in names):
+        if any(
+            not np.array_equal(np.asarray(r[n]), np.asarray(first[n]))
+            if axes[n] is None
+            else rest(r, n) != rest(first, n)
+            for r in requests[1:]
+            for n in names
+        ):
             return self.run_many(requests, timeout)  # other non-batch shapes or unbatched values: not one batch
         out = self.run(self.batcher.merge([{n: r[n] for n in names} for r in requests]), None, timeout)
         return self.batcher.split(out, [self.batcher.rows({n: r[n] for n in names}) for r in requests])

@@ -6,6 +6,7 @@ buffer (padding written on the device, or staged only when a non-batch axis is p
 ExecuteGraphWithStreamAsync, one D2H per output straight into the result array, then a synchronize that waits
 without the GIL. GE serializes launches inside one Session, hence one Session per stream.
 """
+
 from __future__ import annotations
 
 import copy
@@ -27,6 +28,7 @@ from gert.core.shapes import ShapePlan
 from gert.core.stream_graphs import GraphEntry, StreamGraphs, WorkerStats  # noqa: F401 - WorkerStats: re-exported
 from gert.core.tensor import DeviceTensor
 
+
 @dataclass
 class GearStats:
     hits: int = 0
@@ -43,8 +45,8 @@ class Request:
     """One request after validation: arrays by input name and the real size of each dynamic dim."""
 
     arrays: dict
-    sizes: dict                 # dim name -> real size
-    run_sizes: dict             # dim name -> size the graph runs at (gear, or real)
+    sizes: dict  # dim name -> real size
+    run_sizes: dict  # dim name -> size the graph runs at (gear, or real)
     key: tuple = field(default=())
     out: Optional[dict] = None  # output name -> the caller's out= array, written by D2H directly when it fits
     timeout: Optional[float] = None  # seconds the request may take on its stream (None: no limit)
@@ -52,7 +54,7 @@ class Request:
     # Inputs given as a gert.DeviceTensor are bound as they are (no H2D): together, a recurrent state stays on the
     # device from one step to the next (gert.sequence)
     device_out: Optional[dict] = None
-    device: Optional[int] = None    # run on a stream of this device (where the request's device tensors live)
+    device: Optional[int] = None  # run on a stream of this device (where the request's device tensors live)
     real_batch: Optional[int] = None  # rows that are real when the caller padded the batch itself (gear stats)
     # device-side work queued on the request's stream: before the run (D2D copies (dst, dmax, src, n) and zero fills
     # (ptr, dmax, n): a batch of sequences gathers its states), and after a successful run (D2D copies: scattered
@@ -65,11 +67,35 @@ class Worker(StreamGraphs):
     """One stream on one device running requests, one at a time (the caller holds ``lock``), on the graphs of its
     table (gert.core.stream_graphs.StreamGraphs: the stream, Session, graphs, buffers and their life)."""
 
-    def __init__(self, index: int, device: int, graph: Graph, plan: ShapePlan, session_options: dict,
-                 graph_options: dict, cube_cores: Optional[int], vector_cores: Optional[int], max_exact_graphs: int,
-                 cache=None, tiers=None, hot: Optional[Callable[[], object]] = None):
-        super().__init__(index, device, graph, plan, session_options, graph_options, cube_cores, vector_cores,
-                         max_exact_graphs, cache, tiers, hot)
+    def __init__(
+        self,
+        index: int,
+        device: int,
+        graph: Graph,
+        plan: ShapePlan,
+        session_options: dict,
+        graph_options: dict,
+        cube_cores: Optional[int],
+        vector_cores: Optional[int],
+        max_exact_graphs: int,
+        cache=None,
+        tiers=None,
+        hot: Optional[Callable[[], object]] = None,
+    ):
+        super().__init__(
+            index,
+            device,
+            graph,
+            plan,
+            session_options,
+            graph_options,
+            cube_cores,
+            vector_cores,
+            max_exact_graphs,
+            cache,
+            tiers,
+            hot,
+        )
         self.limited = cube_cores is not None or vector_cores is not None
         self._compiled_for = 0  # id() of the request whose graph the request path compiled last
         self.trace_events: Optional[list] = None  # timing events of a traced run (gert/core/staged.py)
@@ -98,7 +124,6 @@ class Worker(StreamGraphs):
                 while len(self.failed) > _FAILED_COMPILES_KEPT:
                     self.failed.popitem(last=False)
             raise
-
 
     # ---- buffers ------------------------------------------------------------------------------------------
     def _buffer(self, pool: dict, name: str, nbytes: int) -> DeviceBuffer:
@@ -130,9 +155,17 @@ class Worker(StreamGraphs):
         if tr is not None:
             track = tr.stream_track(self)
             tr.flow(tr.thread_track(), t0, track, t0)
-            tr.span("graph", track, t0, time.perf_counter(),
-                    args={"graph": "static" if entry.is_static else "dynamic", "key": _key_label(req.key),
-                          "compiled": self.stats.request_path_compiles > compiles})
+            tr.span(
+                "graph",
+                track,
+                t0,
+                time.perf_counter(),
+                args={
+                    "graph": "static" if entry.is_static else "dynamic",
+                    "key": _key_label(req.key),
+                    "compiled": self.stats.request_path_compiles > compiles,
+                },
+            )
         plan = self.plan
         real_elements = padded_elements = 0
         uploads, fills, inputs = [], [], []
@@ -146,8 +179,10 @@ class Worker(StreamGraphs):
             if entry.is_static:
                 shape, nbytes, ge_dt = entry.in_meta[t.name]
             else:
-                shape = tuple(req.run_sizes[plan.input_axes[(t.name, a)]] if (t.name, a) in plan.input_axes else d
-                              for a, d in enumerate(t.shape))
+                shape = tuple(
+                    req.run_sizes[plan.input_axes[(t.name, a)]] if (t.name, a) in plan.input_axes else d
+                    for a, d in enumerate(t.shape)
+                )
                 nbytes, ge_dt = math.prod(shape) * arr.dtype.itemsize, None
             buf = self._buffer(self.in_bufs, t.name, nbytes)
             self._plan_upload(arr, shape, buf, plan.pad_value[t.name], uploads, fills)
@@ -181,14 +216,27 @@ class Worker(StreamGraphs):
                     t1 = time.perf_counter()
                 # a sequence step's gather (before) and scatter (after, into staged buffers swapped in only once the
                 # step succeeded) in the same call: no hand-off to the stream's worker for them on the host NPU
-                self.session.run_fused(entry.graph_id, self.stream, uploads, fills,
-                                       [(b.ptr, n, g, s) for b, s, _, n, g in inputs], outputs, downloads,
-                                       -1 if req.timeout is None else max(1, round(req.timeout * 1000)),
-                                       req.before, req.after)
+                self.session.run_fused(
+                    entry.graph_id,
+                    self.stream,
+                    uploads,
+                    fills,
+                    [(b.ptr, n, g, s) for b, s, _, n, g in inputs],
+                    outputs,
+                    downloads,
+                    -1 if req.timeout is None else max(1, round(req.timeout * 1000)),
+                    req.before,
+                    req.after,
+                )
                 fused = tr is None
                 if tr is not None:
-                    tr.span("execute", track, t1, time.perf_counter(),
-                            args={"clock": "host", "fused": "h2d, execute, d2h, synchronize in one call"})
+                    tr.span(
+                        "execute",
+                        track,
+                        t1,
+                        time.perf_counter(),
+                        args={"clock": "host", "fused": "h2d, execute, d2h, synchronize in one call"},
+                    )
         else:
             if req.timeout is None:  # the host NPU runs it on this thread (a timeout needs the worker to abort)
                 with hooks.current().inline(self.stream.handle):
@@ -213,30 +261,70 @@ class Worker(StreamGraphs):
         self.stats.busy_seconds += time.perf_counter() - t0
         hot = self._hot_path() if fused else None
         if hot is not None:
-            self._offer(hot, req, entry, uploads, fills, inputs, outputs, downloads, results, label, real_elements,
-                        padded_elements)
+            self._offer(
+                hot,
+                req,
+                entry,
+                uploads,
+                fills,
+                inputs,
+                outputs,
+                downloads,
+                results,
+                label,
+                real_elements,
+                padded_elements,
+            )
         if tr is not None:
-            tr.span("run", track, t0, time.perf_counter(), "run",
-                    {"rows": req.sizes.get("batch"), "key": label, "graph": "static" if entry.is_static else "dynamic"})
+            tr.span(
+                "run",
+                track,
+                t0,
+                time.perf_counter(),
+                "run",
+                {"rows": req.sizes.get("batch"), "key": label, "graph": "static" if entry.is_static else "dynamic"},
+            )
         return results
 
-    def _offer(self, hot, req: Request, entry: GraphEntry, uploads: list, fills: list, inputs: list, outputs: list,
-               downloads: list, results: dict, label: str, real_elements: int, padded_elements: int) -> None:
+    def _offer(
+        self,
+        hot,
+        req: Request,
+        entry: GraphEntry,
+        uploads: list,
+        fills: list,
+        inputs: list,
+        outputs: list,
+        downloads: list,
+        results: dict,
+        label: str,
+        real_elements: int,
+        padded_elements: int,
+    ) -> None:
         """Offer the request just run to the compiled hot path (gert/core/_hotpath.pyx), when running its signature
         again is this same fused call with only the host arrays changed: numpy inputs each uploaded whole (no staged
         padding), every output downloaded whole into a fresh array (no slice of a padded one), a graph that is not
         evicted, nothing of the request's own (out=, timeout, device tensors, sequence copies)."""
-        if (req.out or req.device_out or req.before or req.after or req.real_batch is not None
-                or req.timeout is not None or entry.evictable or self.tiers is not None
-                or len(downloads) != len(self.plan.outputs)):
+        if (
+            req.out
+            or req.device_out
+            or req.before
+            or req.after
+            or req.real_batch is not None
+            or req.timeout is not None
+            or entry.evictable
+            or self.tiers is not None
+            or len(downloads) != len(self.plan.outputs)
+        ):
             return
         arrays = [req.arrays[t.name] for t in self.plan.inputs]
         signature = tuple((a.shape, a.dtype) for a in arrays)
         if not hot.wants(signature, self):  # off, or prepared on this stream already
             return
         if all(type(a) is Rows and a.axis == 0 for a in arrays):  # a merged batch (run(list)): parts in a row
-            if any(a.shape[1:] != tuple(i[1][1:]) for a, i in zip(arrays, inputs)) \
-                    or len(uploads) != sum(1 for a in arrays for part in a.parts if part.nbytes):
+            if any(a.shape[1:] != tuple(i[1][1:]) for a, i in zip(arrays, inputs)) or len(uploads) != sum(
+                1 for a in arrays for part in a.parts if part.nbytes
+            ):
                 return
             whole = [(b.ptr, b.nbytes, a.nbytes) for a, (b, _, _, _, _) in zip(arrays, inputs)]
         elif len(uploads) == len(arrays) and all(type(a) is np.ndarray and u[2] is a for a, u in zip(arrays, uploads)):
@@ -246,13 +334,29 @@ class Worker(StreamGraphs):
         outs = [results[o.name] for o in self.plan.outputs]
         if any(host is not out for (host, _), out in zip(downloads, outs)):
             return
-        call = _cann.FusedCall(self.session, entry.graph_id, self.stream, whole, fills,
-                               [(b.ptr, n, g, s) for b, s, _, n, g in inputs], outputs,
-                               [(dptr, host.nbytes) for host, dptr in downloads])
-        hot.offer(self, signature, req.sizes, call,
-                       self.stream.use_in_current_thread if self.limited else None,
-                       tuple(o.name for o in self.plan.outputs), tuple(o.shape for o in outs),
-                       tuple(o.dtype for o in outs), label, real_elements, padded_elements)
+        call = _cann.FusedCall(
+            self.session,
+            entry.graph_id,
+            self.stream,
+            whole,
+            fills,
+            [(b.ptr, n, g, s) for b, s, _, n, g in inputs],
+            outputs,
+            [(dptr, host.nbytes) for host, dptr in downloads],
+        )
+        hot.offer(
+            self,
+            signature,
+            req.sizes,
+            call,
+            self.stream.use_in_current_thread if self.limited else None,
+            tuple(o.name for o in self.plan.outputs),
+            tuple(o.shape for o in outs),
+            tuple(o.dtype for o in outs),
+            label,
+            real_elements,
+            padded_elements,
+        )
 
     def count_fast(self, label: str, runs: int, real_elements: int, padded_elements: int, seconds: float) -> None:
         """Runs of the compiled hot path on this stream, added to its stats as Worker.run counts its own."""
@@ -264,8 +368,16 @@ class Worker(StreamGraphs):
         self.stats.static_hits += runs
         self.stats.busy_seconds += seconds
 
-    def _run_dynamic(self, entry: GraphEntry, req: Request, uploads: list, fills: list, inputs: list,
-                     results: dict, tr: Optional[_trace.Recorder] = None) -> None:
+    def _run_dynamic(
+        self,
+        entry: GraphEntry,
+        req: Request,
+        uploads: list,
+        fills: list,
+        inputs: list,
+        results: dict,
+        tr: Optional[_trace.Recorder] = None,
+    ) -> None:
         """A request on a dynamic-shape graph: uploads, the run (GE sizes the outputs), downloads, synchronize.
         Traced: each stage stamped by the host (GE waits for the run to size the outputs, so ``execute`` holds it)."""
         plan = self.plan
@@ -273,8 +385,9 @@ class Worker(StreamGraphs):
         stamps = [time.perf_counter()] if tr is not None else None
         for dptr, dmax, host in uploads:
             if host.nbytes:
-                _cann.memcpy_async(dptr, dmax, host.ctypes.data, host.nbytes, _cann.MEMCPY_HOST_TO_DEVICE,
-                                   stream.handle)
+                _cann.memcpy_async(
+                    dptr, dmax, host.ctypes.data, host.nbytes, _cann.MEMCPY_HOST_TO_DEVICE, stream.handle
+                )
         for dptr, dmax, n, value in fills:
             _cann.memset_async(dptr, dmax, value, n, stream.handle)
         stream.keep_alive(uploads)
@@ -291,8 +404,9 @@ class Worker(StreamGraphs):
                 n = math.prod(dev.shape) * np.dtype(dev.dtype).itemsize
                 _check_device_out(o.name, target, n, self.device)
                 if n:
-                    _cann.memcpy_async(target.ptr, target.nbytes, dev.buffer.ptr, n,
-                                       _cann.MEMCPY_DEVICE_TO_DEVICE, stream.handle)
+                    _cann.memcpy_async(
+                        target.ptr, target.nbytes, dev.buffer.ptr, n, _cann.MEMCPY_DEVICE_TO_DEVICE, stream.handle
+                    )
                 continue
             host, results[o.name] = self._plan_download(o.name, dev.shape, dev.dtype, req)
             if host.nbytes:
@@ -328,22 +442,26 @@ class Worker(StreamGraphs):
         """(buffer, shape, dtype, nbytes, GE dtype) of a device-resident input: it must already have the shape the
         graph runs at (no padding on the device) and live on this stream's device."""
         if arr.buffer.device_id != self.device:
-            raise GertError(f"input '{name}' lives on device {arr.buffer.device_id}; this stream is on device "
-                            f"{self.device}")
+            raise GertError(
+                f"input '{name}' lives on device {arr.buffer.device_id}; this stream is on device {self.device}"
+            )
         if entry.is_static:
             shape = entry.in_meta[name][0]
         else:
             t = next(t for t in self.plan.inputs if t.name == name)
-            shape = tuple(req.run_sizes[self.plan.input_axes[(name, a)]] if (name, a) in self.plan.input_axes
-                          else d for a, d in enumerate(t.shape))
+            shape = tuple(
+                req.run_sizes[self.plan.input_axes[(name, a)]] if (name, a) in self.plan.input_axes else d
+                for a, d in enumerate(t.shape)
+            )
         if tuple(shape) != arr.shape:
-            raise GertError(f"input '{name}': a device tensor is bound as it is, so it must have the shape the graph "
-                            f"runs at {tuple(shape)}; got {arr.shape}")
+            raise GertError(
+                f"input '{name}': a device tensor is bound as it is, so it must have the shape the graph "
+                f"runs at {tuple(shape)}; got {arr.shape}"
+            )
         return arr.buffer, arr.shape, arr.dtype, arr.nbytes, arr.ge_dtype
 
     @staticmethod
-    def _plan_upload(arr, shape: tuple, buf: DeviceBuffer, pad_value, uploads: list,
-                     fills: list) -> None:
+    def _plan_upload(arr, shape: tuple, buf: DeviceBuffer, pad_value, uploads: list, fills: list) -> None:
         """The H2D copies (and memsets) that lay ``arr`` out in ``buf`` as ``shape`` (>= arr.shape on every axis).
         A Rows (a batch kept in parts) on axis 0 is copied part by part into its place: no host concatenation. A batch
         on another axis (a Rows, or a strided view) is laid out once in a host array of ``shape`` (padding included):

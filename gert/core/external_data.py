@@ -9,6 +9,7 @@ directory and every location in the file are hostile input, so an absolute locat
 directory, or a symlink that leads out of it, is refused with ONNX Runtime's message. A model given as bytes has no
 directory: ONNX Runtime resolves its external data against the working directory, and gert reads none of it.
 """
+
 from __future__ import annotations
 
 import os
@@ -52,8 +53,9 @@ def entry(t: onnx.TensorProto) -> Entry:
         offset = int(info.get("offset") or 0)
         length = int(info["length"]) if info.get("length") else None
     except ValueError:
-        raise ExternalDataError(t.name, f"offset {info.get('offset')!r} / length {info.get('length')!r} is not an "
-                                        "integer") from None
+        raise ExternalDataError(
+            t.name, f"offset {info.get('offset')!r} / length {info.get('length')!r} is not an integer"
+        ) from None
     if offset < 0 or (length is not None and length < 0):
         raise ExternalDataError(t.name, f"offset {offset} / length {length} is negative")
     return Entry(info.get("location", ""), offset, length)
@@ -69,8 +71,11 @@ def resolve(directory: str, t: onnx.TensorProto) -> str:
     allowed = os.path.realpath(directory)
     resolved = os.path.realpath(os.path.join(allowed, location))
     if os.path.commonpath([allowed, resolved]) != allowed:
-        raise ExternalDataError(t.name, f'External data path escapes model directory. External data path: "{location}"'
-                                        f' resolved path: "{resolved}" allowed directory: "{allowed}"')
+        raise ExternalDataError(
+            t.name,
+            f'External data path escapes model directory. External data path: "{location}"'
+            f' resolved path: "{resolved}" allowed directory: "{allowed}"',
+        )
     return resolved
 
 
@@ -136,9 +141,12 @@ def supply(model: onnx.ModelProto, files: Mapping[str, bytes]) -> set:
         blob = files[e.location]
         end = len(blob) if e.length is None else e.offset + e.length
         if end > len(blob):
-            raise ExternalDataError(t.name, f"the in-memory file {e.location!r} holds {len(blob)} bytes; offset "
-                                            f"{e.offset} + length {e.length} needs {end}")
-        set_data(t, blob[e.offset:end])
+            raise ExternalDataError(
+                t.name,
+                f"the in-memory file {e.location!r} holds {len(blob)} bytes; offset "
+                f"{e.offset} + length {e.length} needs {end}",
+            )
+        set_data(t, blob[e.offset : end])
         done.add(t.name)
     return done
 

@@ -1,4 +1,5 @@
 """Background calls with futures that close() can cancel and wake (Model.submit / run_async)."""
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -14,8 +15,9 @@ class FutureRunner:
     is never notified, and concurrent.futures.wait / as_completed on it would block forever."""
 
     def __init__(self, max_workers: int, thread_name_prefix: str):
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=max_workers,
-                                                           thread_name_prefix=thread_name_prefix)
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max_workers, thread_name_prefix=thread_name_prefix
+        )
         self._lock = threading.Lock()
         self._queued: set = set()  # futures no pool thread has started
         self._closed = False

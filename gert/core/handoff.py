@@ -5,6 +5,7 @@ lock. close() with a timeout must not free what a stuck request or step still us
 it runs the release under the lock when it gets the lock in time, and otherwise hands the release to the holder,
 which runs it when it lets go (``run_or_hand_over``). Either way the release runs exactly once, holding the lock.
 """
+
 from __future__ import annotations
 
 import threading
@@ -23,7 +24,7 @@ class HandOffLock:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._meta = threading.Lock()   # guards taking actions off _handed
+        self._meta = threading.Lock()  # guards taking actions off _handed
         self._handed: list = []
         self.acquire = self._lock.acquire
         self.locked = self._lock.locked

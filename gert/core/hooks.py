@@ -4,6 +4,7 @@ against a real CANN toolkit leaves the core as it is (docs/architecture.md, "Lay
 The defaults are what a device does: work enqueued on a stream runs there whatever the enqueuing thread does, and
 GE only logs whether a compile hit its compile cache. The host NPU (gert/hostnpu/) registers its own at import.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -6,6 +6,7 @@ GE's compile summary reports for it (CompiledGraphSummary: const memory, the wei
 workspace), once per stream it is loaded on. The default is a share of the machine's memory (the cgroup's limit where
 one is set, as in a container): DEFAULT_SHARE of it per Model.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,8 +18,22 @@ from gert.errors import GertError
 # The share of the machine's memory a Model's static graphs may hold by default: a server that loads a few models,
 # and the workers of a CI machine or laptop, stay well inside the machine.
 DEFAULT_SHARE = 0.125
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
-          "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1 << 10,
+    "kb": 1 << 10,
+    "kib": 1 << 10,
+    "m": 1 << 20,
+    "mb": 1 << 20,
+    "mib": 1 << 20,
+    "g": 1 << 30,
+    "gb": 1 << 30,
+    "gib": 1 << 30,
+    "t": 1 << 40,
+    "tb": 1 << 40,
+    "tib": 1 << 40,
+}
 _CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
 
 
@@ -57,8 +72,9 @@ def parse(value: Union[int, str, None]) -> int:
         unit = m.group(2).lower() if m else None
         if m is not None and unit in _UNITS:
             return int(float(m.group(1)) * _UNITS[unit])
-    raise GertError(f"host_memory must be a number of bytes (an int >= 0 or a string like '2GB', '512MB'), "
-                    f"got {value!r}")
+    raise GertError(
+        f"host_memory must be a number of bytes (an int >= 0 or a string like '2GB', '512MB'), got {value!r}"
+    )
 
 
 def graph_bytes(summary) -> int:

@@ -7,6 +7,7 @@ dim gets one fresh symbol, the model is inferred, and an output axis carries tha
 unnamed batch dim ("?" in the file) is found like a named one; a reduction over the batch shows as an output without
 the symbol (docs/architecture.md, "output batch axis").
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -78,7 +79,8 @@ def output_dims(proto: onnx.ModelProto, input_axes: Mapping[tuple, str]) -> dict
     out: dict = {}
     for value in proto.graph.output:
         out[value.name] = next((f[value.name] for f in found if _placed(f.get(value.name))), None) or next(
-            (f[value.name] for f in found if f.get(value.name) is not None), None)
+            (f[value.name] for f in found if f.get(value.name) is not None), None
+        )
     if not all(_placed(d) for d in out.values()):  # symbols lost on the way: sizes that differ per dim tell
         probed = _probe(m, input_axes)
         for name, dims in probed.items():
@@ -98,7 +100,7 @@ def _placed(dims: Optional[tuple]) -> bool:
 
 
 _SIZES = (64, 48, 32, 96, 128, 16, 224, 320)  # probe sizes of a non-batch dim, in the order tried
-_BATCH, _BATCH2 = 3, 5                        # probe sizes of the batch
+_BATCH, _BATCH2 = 3, 5  # probe sizes of the batch
 
 
 def _probe(m: onnx.ModelProto, input_axes: Mapping[tuple, str]) -> dict:
@@ -108,22 +110,29 @@ def _probe(m: onnx.ModelProto, input_axes: Mapping[tuple, str]) -> dict:
     names = sorted(set(input_axes.values()))
 
     def shapes(sizes: dict) -> Optional[dict]:
-        from gert.core import shape_infer as _shape_infer  # GE's way: folds Shape -> Cast -> Slice -> Concat at fixed sizes
+        from gert.core import (
+            shape_infer as _shape_infer,
+        )  # GE's way: folds Shape -> Cast -> Slice -> Concat at fixed sizes
 
         dims = {}
         for value in m.graph.input:
             t = value.type.tensor_type
             if value.type.WhichOneof("value") != "tensor_type" or not t.HasField("shape"):
                 continue
-            dims[value.name] = [sizes[input_axes[(value.name, a)]] if (value.name, a) in input_axes
-                                else (d.dim_value if d.HasField("dim_value") else None)
-                                for a, d in enumerate(t.shape.dim)]
+            dims[value.name] = [
+                sizes[input_axes[(value.name, a)]]
+                if (value.name, a) in input_axes
+                else (d.dim_value if d.HasField("dim_value") else None)
+                for a, d in enumerate(t.shape.dim)
+            ]
         try:
             got = _shape_infer.infer(m, dims)
         except Exception:  # noqa: BLE001 - these sizes do not fit the model: nothing learnt
             return None
-        return {o.name: (tuple(d) if d is not None and all(type(x) is int for x in d) else None)
-                for o, d in zip(m.graph.output, got.output_dims)}
+        return {
+            o.name: (tuple(d) if d is not None and all(type(x) is int for x in d) else None)
+            for o, d in zip(m.graph.output, got.output_dims)
+        }
 
     at_base = None
     for size in _SIZES:  # a base at which the whole model infers (a height the model fixes, e.g. 48)
@@ -135,7 +144,7 @@ def _probe(m: onnx.ModelProto, input_axes: Mapping[tuple, str]) -> dict:
         return {}
     out = {k: (list(v) if v is not None else None) for k, v in at_base.items()}
     for n in names:
-        for size in ((_BATCH2,) if n == "batch" else tuple(x for x in _SIZES if x != base[n])):
+        for size in (_BATCH2,) if n == "batch" else tuple(x for x in _SIZES if x != base[n]):
             moved = shapes({**base, n: size})
             if moved is not None:
                 break
@@ -144,8 +153,10 @@ def _probe(m: onnx.ModelProto, input_axes: Mapping[tuple, str]) -> dict:
                 return {}
             for k, dims in out.items():
                 if dims is not None:
-                    out[k] = [UNKNOWN if type(d) is int and d == base[n] and at_base[k][a] == base[n] else d
-                              for a, d in enumerate(dims)]
+                    out[k] = [
+                        UNKNOWN if type(d) is int and d == base[n] and at_base[k][a] == base[n] else d
+                        for a, d in enumerate(dims)
+                    ]
             continue
         for k, dims in list(out.items()):
             now = moved.get(k)
@@ -191,7 +202,7 @@ def depends_on(proto: onnx.ModelProto, inputs: set) -> set:
     for node in proto.graph.node:
         used = [i for i in node.input if i]
         for a in node.attribute:  # a subgraph reads outer names too
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            for g in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
                 used += [i for n in all_nodes(g) for i in n.input if i]
         if any(i in reached for i in used):
             reached.update(o for o in node.output if o)
@@ -203,5 +214,5 @@ def all_nodes(graph: onnx.GraphProto):
     for node in graph.node:
         yield node
         for a in node.attribute:
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            for g in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
                 yield from all_nodes(g)

@@ -6,6 +6,7 @@ first free stream under recovery; ``dispatch_batch`` queues a request that may s
 the one that gets a stream leads the batch (dynamic batching, gert/core/dynamic.py). Front doors construct a pool
 and an Engine over it; they call only the two (docs/architecture.md).
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -49,8 +50,9 @@ class PoolConfig:
 class StreamPool:
     """A model's streams (Workers) over its devices, and every request's way onto one of them."""
 
-    def __init__(self, plan: ShapePlan, graph, config: PoolConfig, session_options: dict, graph_options: dict,
-                 cache=None):
+    def __init__(
+        self, plan: ShapePlan, graph, config: PoolConfig, session_options: dict, graph_options: dict, cache=None
+    ):
         self.plan = plan
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -62,10 +64,22 @@ class StreamPool:
         self.recovery = Recovery(lambda: self.workers, config.request_timeout_s)  # gert/core/recovery.py
         self.timeout_for = self.recovery.timeout_for  # a request's device timeout: its own, else the model's
         # policy auto: requests route through the tiers (dynamic graph now, static graphs once hot)
-        self.tiers = (Tiers(lambda: self.workers, sorted(plan.dims), config.max_exact_graphs, config.hot_after,
-                            config.hot_window, config.compile_share, config.host_memory) if plan.tiered else None)
-        self.workers = _open_workers(config, graph, plan, session_options, graph_options, cache, self.tiers,
-                                     lambda: self.hot)
+        self.tiers = (
+            Tiers(
+                lambda: self.workers,
+                sorted(plan.dims),
+                config.max_exact_graphs,
+                config.hot_after,
+                config.hot_window,
+                config.compile_share,
+                config.host_memory,
+            )
+            if plan.tiered
+            else None
+        )
+        self.workers = _open_workers(
+            config, graph, plan, session_options, graph_options, cache, self.tiers, lambda: self.hot
+        )
         self.queue: StreamQueue = StreamQueue(self.workers)  # first free stream, arrival order (gert/core/dispatch.py)
 
     # ---- state ----------------------------------------------------------------------------------------------------
@@ -91,8 +105,9 @@ class StreamPool:
         waiting for the parts."""
         with self._lock:
             if self._parts is None:
-                self._parts = concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(self.workers)),
-                                                                    thread_name_prefix="gert-model-part")
+                self._parts = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=max(1, len(self.workers)), thread_name_prefix="gert-model-part"
+                )
             return self._parts
 
     @contextlib.contextmanager
@@ -160,8 +175,13 @@ class StreamPool:
                 t0 = time.perf_counter()
             w, group = self.queue.acquire_batch(usable, pending, pending.key, pending.rows, pending.limit)
             if tr is not None:
-                tr.span("queue", tr.thread_track(), t0, time.perf_counter(),
-                        args={"stream": w.index} if w is not None else {"batched_by": "another request"})
+                tr.span(
+                    "queue",
+                    tr.thread_track(),
+                    t0,
+                    time.perf_counter(),
+                    args={"stream": w.index} if w is not None else {"batched_by": "another request"},
+                )
             if w is None:
                 return pending.result()  # another request's batch ran it
             try:
@@ -171,8 +191,13 @@ class StreamPool:
                 if until is not None:
                     self.queue.gather(w, group, pending.key, sum(p.rows for p in group), pending.limit, until, enough)
                 if tr is not None:  # batch formation: which requests ride together, their rows
-                    tr.span("batch", tr.stream_track(w), t1, time.perf_counter(),
-                            args={"requests": len(group), "rows": [p.rows for p in group]})
+                    tr.span(
+                        "batch",
+                        tr.stream_track(w),
+                        t1,
+                        time.perf_counter(),
+                        args={"requests": len(group), "rows": [p.rows for p in group]},
+                    )
                 with w.lock:
                     lead(group, lambda req: self._run_on(w, req))
             except BaseException as e:  # noqa: BLE001 - each member's error (this request's too, raised below)
@@ -184,8 +209,9 @@ class StreamPool:
             return pending.result()
 
     # ---- the compiled hot path ------------------------------------------------------------------------------------
-    def open_hot_path(self, names: Sequence[str], count: Callable, enabled: bool, batch_limit: int,
-                      lists: bool) -> HotPath:
+    def open_hot_path(
+        self, names: Sequence[str], count: Callable, enabled: bool, batch_limit: int, lists: bool
+    ) -> HotPath:
         """The compiled hot path (gert/core/_hotpath.pyx) over these streams: its queue, its recovery (off while a
         device recovers), close()'s wait, and its workers (which offer it what they ran). Off with a model-wide
         timeout, or GERT_HOT_PATH=0 in the environment."""
@@ -202,8 +228,9 @@ class StreamPool:
         return self.hot
 
     # ---- close ----------------------------------------------------------------------------------------------------
-    def close(self, timeout: float, stop: Sequence[Callable[[], None]] = (),
-              drained: Optional[Callable[[float], None]] = None) -> bool:
+    def close(
+        self, timeout: float, stop: Sequence[Callable[[], None]] = (), drained: Optional[Callable[[float], None]] = None
+    ) -> bool:
         """Stop taking requests (False when closed already). ``stop``: the front door's own pools, shut once no
         request may start; then the requests in flight complete within ``timeout`` seconds, after which their
         streams are aborted; ``drained(seconds left)``: what the front door frees once no request runs (sequences);
@@ -242,16 +269,38 @@ class StreamPool:
         return True
 
 
-def _open_workers(config: PoolConfig, graph, plan: ShapePlan, sess: dict, graph_opts: dict, cache, tiers,
-                  hot: Callable[[], Optional[HotPath]]) -> list:
+def _open_workers(
+    config: PoolConfig,
+    graph,
+    plan: ShapePlan,
+    sess: dict,
+    graph_opts: dict,
+    cache,
+    tiers,
+    hot: Callable[[], Optional[HotPath]],
+) -> list:
     """``config.streams`` Workers (a stream with its Session and graphs) per device. All or none: the ones opened
     are closed when one fails."""
     workers: list = []
     try:
         for d in config.devices:
             for _ in range(int(config.streams)):
-                workers.append(Worker(len(workers), d, graph, plan, sess, graph_opts, config.cube_cores,
-                                      config.vector_cores, config.max_exact_graphs, cache=cache, tiers=tiers, hot=hot))
+                workers.append(
+                    Worker(
+                        len(workers),
+                        d,
+                        graph,
+                        plan,
+                        sess,
+                        graph_opts,
+                        config.cube_cores,
+                        config.vector_cores,
+                        config.max_exact_graphs,
+                        cache=cache,
+                        tiers=tiers,
+                        hot=hot,
+                    )
+                )
     except BaseException:
         for w in workers:
             w.close()

@@ -14,6 +14,7 @@
   buffers, the other shapes' graphs) is released and the request retried once, as torch_npu's allocator frees its
   cache and retries; a second failure fails that request only.
 """
+
 from __future__ import annotations
 
 import threading
@@ -26,11 +27,11 @@ from gert import _cann
 from gert.core import trace as _trace
 from gert.errors import AclError, DeviceUnavailable, GeError, GertError, RequestTimeout
 
-SYNC_TIMEOUT = 507046                 # ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
-OOM_CODES = (207001, 245000)          # ACL_ERROR_RT_MEMORY_ALLOCATION, ACL_ERROR_GE_MEMORY_ALLOCATION
-RECOVERING_CODES = (107022, 107023)   # ACL_ERROR_RT_DEVICE_TASK_ABORT, ACL_ERROR_RT_STREAM_ABORT
+SYNC_TIMEOUT = 507046  # ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
+OOM_CODES = (207001, 245000)  # ACL_ERROR_RT_MEMORY_ALLOCATION, ACL_ERROR_GE_MEMORY_ALLOCATION
+RECOVERING_CODES = (107022, 107023)  # ACL_ERROR_RT_DEVICE_TASK_ABORT, ACL_ERROR_RT_STREAM_ABORT
 GE_FAILED = 0xFFFFFFFF
-DEVICE_ABORT_TIMEOUT_MS = 10_000      # aclrtDeviceTaskAbort's wait for the tasks running on the device
+DEVICE_ABORT_TIMEOUT_MS = 10_000  # aclrtDeviceTaskAbort's wait for the tasks running on the device
 
 
 def is_runtime_failure(e: BaseException) -> bool:
@@ -55,11 +56,11 @@ def error_class(e: BaseException) -> str:
 
 @dataclass
 class FaultStats:
-    failed_tasks: int = 0     # requests failed by a device or runtime failure
-    timeouts: int = 0         # requests past their timeout
+    failed_tasks: int = 0  # requests failed by a device or runtime failure
+    timeouts: int = 0  # requests past their timeout
     aborted_streams: int = 0  # aclrtStreamAbort calls (after timeouts, and on close)
-    recoveries: int = 0       # devices recovered after a device-wide failure
-    oom_retries: int = 0      # requests retried after out of device memory released the caches
+    recoveries: int = 0  # devices recovered after a device-wide failure
+    oom_retries: int = 0  # requests retried after out of device memory released the caches
 
 
 class Recovery:
@@ -93,8 +94,10 @@ class Recovery:
         with self._lock:
             ok = [w for w in workers if w.device not in self._recovering]
             if not ok:
-                raise DeviceUnavailable(f"device(s) {sorted(self._recovering)} are being recovered after a device "
-                                        f"failure; no device of this model can take the request now, retry later")
+                raise DeviceUnavailable(
+                    f"device(s) {sorted(self._recovering)} are being recovered after a device "
+                    f"failure; no device of this model can take the request now, retry later"
+                )
         return ok
 
     def run(self, w, req) -> dict:
@@ -117,10 +120,14 @@ class Recovery:
             self.stats.timeouts += 1
             _traced("timeout", w, e)
             self._abort(w)
-            raise RequestTimeout(f"request timed out: not done within {req.timeout:g} s on device {w.device} stream "
-                                 f"{w.index} (aclrtSynchronizeStreamWithTimeout returned {SYNC_TIMEOUT}); the stream "
-                                 f"was aborted (aclrtStreamAbort) and serves again", w.device, w.index,
-                                 req.timeout) from e
+            raise RequestTimeout(
+                f"request timed out: not done within {req.timeout:g} s on device {w.device} stream "
+                f"{w.index} (aclrtSynchronizeStreamWithTimeout returned {SYNC_TIMEOUT}); the stream "
+                f"was aborted (aclrtStreamAbort) and serves again",
+                w.device,
+                w.index,
+                req.timeout,
+            ) from e
         except GeError as e:
             _traced("fault", w, e)
             self._failed(w, e)
@@ -192,8 +199,7 @@ class Recovery:
                 listener(False)
             tr = _trace.active
             if tr is not None:  # aclrtDeviceTaskAbort and the device's streams reopened
-                tr.span("recovery", tr.stream_track(current), started, time.perf_counter(), "error",
-                        {"device": device})
+                tr.span("recovery", tr.stream_track(current), started, time.perf_counter(), "error", {"device": device})
 
 
 def _traced(name: str, w, e: BaseException) -> None:

@@ -4,6 +4,7 @@ gert.core.row_proof decides which outputs have independent rows; this checks the
 (``Model.check_rows()``): an output the proof calls independent whose rows differ between the batch and the row
 alone is a bug in a rule, reported as an error naming the output, never silently trusted either way.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Mapping, Optional
@@ -34,8 +35,15 @@ def random_rows(plan: ShapePlan, rows: int, sizes: Mapping[str, int], rng: np.ra
     return out
 
 
-def check_rows(plan: ShapePlan, run: Callable[[dict], dict], rows: int = 3, seed: int = 0,
-               sizes: Optional[Mapping[str, int]] = None, rtol: float = 1e-4, atol: float = 1e-5) -> dict:
+def check_rows(
+    plan: ShapePlan,
+    run: Callable[[dict], dict],
+    rows: int = 3,
+    seed: int = 0,
+    sizes: Optional[Mapping[str, int]] = None,
+    rtol: float = 1e-4,
+    atol: float = 1e-5,
+) -> dict:
     """Run ``rows`` random rows as one request and each row alone (``run``: the model's run); returns {output:
     "independent" | "not batched" | "not proved"}; GertError naming the first output the proof calls independent
     whose rows differ."""
@@ -76,10 +84,13 @@ def _compare(plan: ShapePlan, together: dict, alone: list, rtol: float, atol: fl
             continue
         for i, one in enumerate(alone):
             got = np.take(together[t.name], [i], axis=axis)
-            if got.shape != one[t.name].shape or not np.allclose(got, one[t.name], rtol=rtol, atol=atol,
-                                                                  equal_nan=True):
-                raise GertError(f"check_rows: output '{t.name}': row {i} of a batch of {len(alone)} differs from "
-                                f"the row run alone, but the row proof says its rows are independent (batch axis "
-                                f"{axis}); this is a bug in gert's row rules: please report it with the model")
+            if got.shape != one[t.name].shape or not np.allclose(
+                got, one[t.name], rtol=rtol, atol=atol, equal_nan=True
+            ):
+                raise GertError(
+                    f"check_rows: output '{t.name}': row {i} of a batch of {len(alone)} differs from "
+                    f"the row run alone, but the row proof says its rows are independent (batch axis "
+                    f"{axis}); this is a bug in gert's row rules: please report it with the model"
+                )
         verdict[t.name] = "independent"
     return verdict

@@ -18,6 +18,7 @@ at two batch sizes (gert.core.shape_infer.trace, GE's compile-time inference, at
 land on exactly one axis with the same rows before and after it. An operator without a rule, control flow and
 custom domains are Mixed when a batched tensor reaches them: unknown means not independent.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,8 +31,8 @@ import onnx
 from gert.core import shape_infer
 from gert.core.onnx_io import all_nodes
 
-_B1, _B2 = 3, 5                                # the two batch sizes the shapes are traced at
-_BASES = (64, 48, 32, 96, 128, 16, 224, 320)   # a non-batch dynamic dim's size in the traces, first that fits
+_B1, _B2 = 3, 5  # the two batch sizes the shapes are traced at
+_BASES = (64, 48, 32, 96, 128, 16, 224, 320)  # a non-batch dynamic dim's size in the traces, first that fits
 
 
 @dataclass(frozen=True)
@@ -84,8 +85,9 @@ def prove(model: onnx.ModelProto, input_axes: Mapping[tuple, str]) -> dict:
         elif isinstance(s, Batched):
             out[value.name] = OutputRows(value.name, s.axis, True)
         elif isinstance(s, Sized):
-            out[value.name] = OutputRows(value.name, None, False,
-                                         f"node {s.node} computes it from the batch's size, not from its rows")
+            out[value.name] = OutputRows(
+                value.name, None, False, f"node {s.node} computes it from the batch's size, not from its rows"
+            )
         else:
             out[value.name] = OutputRows(value.name, None, False, f"node {s.node}: {s.why}")
     return out
@@ -99,12 +101,16 @@ def _traces(model: onnx.ModelProto, input_axes: Mapping[tuple, str]) -> Optional
         t = value.type.tensor_type
         if value.type.WhichOneof("value") != "tensor_type" or not t.HasField("shape"):
             continue
-        dims_of[value.name] = [(input_axes.get((value.name, a)), d.dim_value if d.HasField("dim_value") else None)
-                               for a, d in enumerate(t.shape.dim)]
+        dims_of[value.name] = [
+            (input_axes.get((value.name, a)), d.dim_value if d.HasField("dim_value") else None)
+            for a, d in enumerate(t.shape.dim)
+        ]
 
     def at(batch: int, base: int):
-        dims = {n: [batch if dim == "batch" else base if dim is not None else fixed for dim, fixed in axes]
-                for n, axes in dims_of.items()}
+        dims = {
+            n: [batch if dim == "batch" else base if dim is not None else fixed for dim, fixed in axes]
+            for n, axes in dims_of.items()
+        }
         try:
             return shape_infer.trace(model, dims)
         except Exception:  # noqa: BLE001 - these sizes do not fit the model
@@ -136,8 +142,9 @@ def _ranks(model: onnx.ModelProto) -> dict:
             out.setdefault(i.name, len(i.dims))
         for n in g.node:
             for a in n.attribute:
-                for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
                     read(sub)
+
     read(inferred.graph)
     return out
 
@@ -207,7 +214,7 @@ class _Walk:
         label = f"'{node.name}' ({node.op_type})" if node.name else f"{node.op_type} -> {list(node.output)}"
         reads = [i for i in node.input if i]
         for a in node.attribute:  # a subgraph reads outer names too
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            for g in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
                 reads += [i for n in all_nodes(g) for i in n.input if i]
         states = [self.state.get(i) for i in reads]
         if all(s is None for s in states):
@@ -219,14 +226,18 @@ class _Walk:
             result = [Mixed(label, f"control flow ({node.op_type}) over the batch")] * len(node.output)
         elif not any(isinstance(s, Batched) for s in states):
             result = [Sized(label)] * len(node.output)  # computed from the batch's size alone
-            if node.op_type == "ConstantOfShape" or node.op_type in ("Expand", "Tile") and \
-                    self.state.get(node.input[0]) is None:
+            if (
+                node.op_type == "ConstantOfShape"
+                or node.op_type in ("Expand", "Tile")
+                and self.state.get(node.input[0]) is None
+            ):
                 result = [self._uniform(node, label)]
         else:
             rule = _RULES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
             if rule is None:
-                result = [Mixed(label, f"no row rule for {node.domain + '.' if node.domain else ''}"
-                                       f"{node.op_type}")] * len(node.output)
+                result = [
+                    Mixed(label, f"no row rule for {node.domain + '.' if node.domain else ''}{node.op_type}")
+                ] * len(node.output)
             else:
                 try:
                     got = rule(self, node, label)
@@ -314,6 +325,7 @@ class _Refuse(Exception):
 
 # ---- the rules: (walk, node, label) -> Batched / Mixed for every output, or a list per output ------------------------
 
+
 def _elementwise(w: _Walk, node: onnx.NodeProto, label: str):
     """Broadcasting ops: the batched inputs' axes align on one output axis; a free input there has size 1."""
     ins = w.data(node, tuple(range(len(node.input))), label)
@@ -347,13 +359,13 @@ def _along(mixing: Callable[[_Walk, onnx.NodeProto, int], set]):
         if a in {m % r for m in mixing(w, node, r)}:
             raise _Refuse(f"it combines values along the batch axis {a}")
         return Batched(a)
+
     return rule
 
 
 def _softmax_axes(w: _Walk, node: onnx.NodeProto, r: int) -> set:
     axis = _attr(node, "axis", -1 if w.opset >= 13 else 1) % r
-    return {axis} if w.opset >= 13 or node.op_type not in ("Softmax", "LogSoftmax", "Hardmax") \
-        else set(range(axis, r))
+    return {axis} if w.opset >= 13 or node.op_type not in ("Softmax", "LogSoftmax", "Hardmax") else set(range(axis, r))
 
 
 def _cumsum_axes(w: _Walk, node: onnx.NodeProto, r: int) -> set:
@@ -548,7 +560,7 @@ def _relayout(w: _Walk, node: onnx.NodeProto, label: str):
         raise _Refuse(f"the batch lands on axes {moved} of its output")
     k = moved[0]
     for s, d in zip(src, dst):
-        if d[k] != s[a] or math.prod(s[:a]) != math.prod(d[:k]) or math.prod(s[a + 1:]) != math.prod(d[k + 1:]):
+        if d[k] != s[a] or math.prod(s[:a]) != math.prod(d[:k]) or math.prod(s[a + 1 :]) != math.prod(d[k + 1 :]):
             raise _Refuse(f"it moves values between rows ({s} -> {d})")
     return Batched(k)
 
@@ -593,7 +605,9 @@ def _keeps_batch(w: _Walk, node: onnx.NodeProto, label: str):
             if shp is None:  # with step 1, the batch axis' size kept at both batch sizes means every row, in order
                 raise _Refuse("its output shapes are not known, so nothing shows it keeps every row")
     elif op == "Resize" and _attr(node, "coordinate_transformation_mode", b"half_pixel") in (
-            b"tf_crop_and_resize", "tf_crop_and_resize"):
+        b"tf_crop_and_resize",
+        "tf_crop_and_resize",
+    ):
         raise _Refuse("it crops by a region of interest, which can shift rows")
     elif op == "Tile":
         reps = w.const(node.input[1])
@@ -744,37 +758,151 @@ def _dropout(w: _Walk, node: onnx.NodeProto, label: str):
 
 
 _ELEMENTWISE = {
-    "Abs", "Acos", "Acosh", "Add", "And", "Asin", "Asinh", "Atan", "Atanh", "BitShift", "BitwiseAnd", "BitwiseNot",
-    "BitwiseOr", "BitwiseXor", "Cast", "CastLike", "Ceil", "Celu", "Clip", "Cos", "Cosh", "Div", "Elu", "Equal", "Erf",
-    "Exp", "Floor", "Gelu", "Greater", "GreaterOrEqual", "HardSigmoid", "HardSwish", "Identity", "IsInf", "IsNaN",
-    "LeakyRelu", "Less", "LessOrEqual", "Log", "Max", "Mean", "Min", "Mish", "Mod", "Mul", "Neg", "Not", "Or", "Pow",
-    "PRelu", "Reciprocal", "Relu", "Round", "Selu", "Shrink", "Sigmoid", "Sign", "Sin", "Sinh", "Softplus", "Softsign",
-    "Sqrt", "Sub", "Sum", "Tan", "Tanh", "ThresholdedRelu", "Where", "Xor", "Swish",
+    "Abs",
+    "Acos",
+    "Acosh",
+    "Add",
+    "And",
+    "Asin",
+    "Asinh",
+    "Atan",
+    "Atanh",
+    "BitShift",
+    "BitwiseAnd",
+    "BitwiseNot",
+    "BitwiseOr",
+    "BitwiseXor",
+    "Cast",
+    "CastLike",
+    "Ceil",
+    "Celu",
+    "Clip",
+    "Cos",
+    "Cosh",
+    "Div",
+    "Elu",
+    "Equal",
+    "Erf",
+    "Exp",
+    "Floor",
+    "Gelu",
+    "Greater",
+    "GreaterOrEqual",
+    "HardSigmoid",
+    "HardSwish",
+    "Identity",
+    "IsInf",
+    "IsNaN",
+    "LeakyRelu",
+    "Less",
+    "LessOrEqual",
+    "Log",
+    "Max",
+    "Mean",
+    "Min",
+    "Mish",
+    "Mod",
+    "Mul",
+    "Neg",
+    "Not",
+    "Or",
+    "Pow",
+    "PRelu",
+    "Reciprocal",
+    "Relu",
+    "Round",
+    "Selu",
+    "Shrink",
+    "Sigmoid",
+    "Sign",
+    "Sin",
+    "Sinh",
+    "Softplus",
+    "Softsign",
+    "Sqrt",
+    "Sub",
+    "Sum",
+    "Tan",
+    "Tanh",
+    "ThresholdedRelu",
+    "Where",
+    "Xor",
+    "Swish",
 }
 _RULES: dict = {op: _elementwise for op in _ELEMENTWISE}
-_RULES.update({
-    "Softmax": _along(_softmax_axes), "LogSoftmax": _along(_softmax_axes), "Hardmax": _along(_softmax_axes),
-    "CumSum": _along(_cumsum_axes), "LpNormalization": _along(lambda w, n, r: {_attr(n, "axis", -1)}),
-    "LRN": _along(lambda w, n, r: {1}), "LayerNormalization": _layernorm,
-    "MeanVarianceNormalization": _along(_mvn_axes), "BatchNormalization": _along(_batchnorm_axes),
-    "InstanceNormalization": _along(lambda w, n, r: set(range(1, r))),
-    "GroupNormalization": _along(lambda w, n, r: set(range(1, r))),
-    "Conv": _along(_first_only), "ConvTranspose": _along(_first_only), "ConvInteger": _along(_first_only),
-    "DepthToSpace": _along(_first_only), "SpaceToDepth": _along(_first_only),
-    "MaxPool": _maxpool, "AveragePool": _along(_pool_axes), "LpPool": _along(_pool_axes),
-    "GlobalAveragePool": _along(_pool_axes), "GlobalMaxPool": _along(_pool_axes), "GlobalLpPool": _along(_pool_axes),
-    "Trilu": _along(lambda w, n, r: {r - 2, r - 1}), "Det": _along(lambda w, n, r: {r - 2, r - 1}),
-    "ArgMax": _arg, "ArgMin": _arg, "TopK": _topk,
-    "MatMul": _matmul, "MatMulInteger": _matmul, "Gemm": _gemm, "Einsum": _einsum,
-    "Transpose": _transpose, "Squeeze": _squeeze, "Unsqueeze": _unsqueeze, "Reshape": _relayout,
-    "Flatten": _relayout, "Expand": _keeps_batch, "Tile": _keeps_batch, "Pad": _keeps_batch, "Slice": _keeps_batch,
-    "Resize": _keeps_batch, "Upsample": _keeps_batch, "Split": _split, "Concat": _concat, "Gather": _gather,
-    "GatherElements": _gather_elements, "GatherND": _gather_nd, "OneHot": _onehot,
-    "RNN": _recurrent, "GRU": _recurrent, "LSTM": _recurrent, "QuantizeLinear": _quantize,
-    "DequantizeLinear": _quantize, "Shape": _shape, "Size": _shape, "ReverseSequence": _reverse_sequence, "Dropout": _dropout,
-    "If": _if,
-})
-for _op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum",
-            "ReduceLogSumExp", "ReduceSumSquare"):
+_RULES.update(
+    {
+        "Softmax": _along(_softmax_axes),
+        "LogSoftmax": _along(_softmax_axes),
+        "Hardmax": _along(_softmax_axes),
+        "CumSum": _along(_cumsum_axes),
+        "LpNormalization": _along(lambda w, n, r: {_attr(n, "axis", -1)}),
+        "LRN": _along(lambda w, n, r: {1}),
+        "LayerNormalization": _layernorm,
+        "MeanVarianceNormalization": _along(_mvn_axes),
+        "BatchNormalization": _along(_batchnorm_axes),
+        "InstanceNormalization": _along(lambda w, n, r: set(range(1, r))),
+        "GroupNormalization": _along(lambda w, n, r: set(range(1, r))),
+        "Conv": _along(_first_only),
+        "ConvTranspose": _along(_first_only),
+        "ConvInteger": _along(_first_only),
+        "DepthToSpace": _along(_first_only),
+        "SpaceToDepth": _along(_first_only),
+        "MaxPool": _maxpool,
+        "AveragePool": _along(_pool_axes),
+        "LpPool": _along(_pool_axes),
+        "GlobalAveragePool": _along(_pool_axes),
+        "GlobalMaxPool": _along(_pool_axes),
+        "GlobalLpPool": _along(_pool_axes),
+        "Trilu": _along(lambda w, n, r: {r - 2, r - 1}),
+        "Det": _along(lambda w, n, r: {r - 2, r - 1}),
+        "ArgMax": _arg,
+        "ArgMin": _arg,
+        "TopK": _topk,
+        "MatMul": _matmul,
+        "MatMulInteger": _matmul,
+        "Gemm": _gemm,
+        "Einsum": _einsum,
+        "Transpose": _transpose,
+        "Squeeze": _squeeze,
+        "Unsqueeze": _unsqueeze,
+        "Reshape": _relayout,
+        "Flatten": _relayout,
+        "Expand": _keeps_batch,
+        "Tile": _keeps_batch,
+        "Pad": _keeps_batch,
+        "Slice": _keeps_batch,
+        "Resize": _keeps_batch,
+        "Upsample": _keeps_batch,
+        "Split": _split,
+        "Concat": _concat,
+        "Gather": _gather,
+        "GatherElements": _gather_elements,
+        "GatherND": _gather_nd,
+        "OneHot": _onehot,
+        "RNN": _recurrent,
+        "GRU": _recurrent,
+        "LSTM": _recurrent,
+        "QuantizeLinear": _quantize,
+        "DequantizeLinear": _quantize,
+        "Shape": _shape,
+        "Size": _shape,
+        "ReverseSequence": _reverse_sequence,
+        "Dropout": _dropout,
+        "If": _if,
+    }
+)
+for _op in (
+    "ReduceSum",
+    "ReduceMean",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    "ReduceSumSquare",
+):
     _RULES[_op] = _reduce
 RULES = frozenset(_RULES)  # the operators with a row rule (docs/architecture.md lists them)

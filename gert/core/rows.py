@@ -7,6 +7,7 @@ the parts out once, in one host buffer of the run's shape (padding included), an
 the batch was merged, cut into chunks or padded. A Rows looks enough like an array for validation (shape, dtype,
 ndim, size, nbytes) and takes row ranges (for chunks and split batches) without copying.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,19 +28,25 @@ class Rows:
         arrays = [np.require(np.asarray(p), requirements="C") if axis == 0 else np.asarray(p) for p in parts]
         first = arrays[0]
         if first.ndim <= axis:
-            raise GertError(f"{what}: a {first.ndim}-d array has no batch axis {axis} to join on"
-                            if first.ndim else f"{what}: a 0-d array has no batch axis to join on")
-        rest = first.shape[:axis] + first.shape[axis + 1:]
+            raise GertError(
+                f"{what}: a {first.ndim}-d array has no batch axis {axis} to join on"
+                if first.ndim
+                else f"{what}: a 0-d array has no batch axis to join on"
+            )
+        rest = first.shape[:axis] + first.shape[axis + 1 :]
         for i, a in enumerate(arrays[1:], start=1):
             if a.dtype != first.dtype:
-                raise GertError(f"{what}: request {i} has dtype {a.dtype}, request 0 has {first.dtype}; "
-                                "one batch takes one dtype")
-            if a.ndim != first.ndim or a.shape[:axis] + a.shape[axis + 1:] != rest:
-                raise GertError(f"{what}: request {i} has shape {a.shape}, request 0 has {first.shape}; "
-                                "one batch takes one non-batch shape")
+                raise GertError(
+                    f"{what}: request {i} has dtype {a.dtype}, request 0 has {first.dtype}; one batch takes one dtype"
+                )
+            if a.ndim != first.ndim or a.shape[:axis] + a.shape[axis + 1 :] != rest:
+                raise GertError(
+                    f"{what}: request {i} has shape {a.shape}, request 0 has {first.shape}; "
+                    "one batch takes one non-batch shape"
+                )
         self.parts = arrays
         self.axis = axis
-        self.shape = first.shape[:axis] + (sum(a.shape[axis] for a in arrays),) + first.shape[axis + 1:]
+        self.shape = first.shape[:axis] + (sum(a.shape[axis] for a in arrays),) + first.shape[axis + 1 :]
         self.dtype = first.dtype
 
     @property
@@ -70,7 +77,7 @@ class Rows:
             picked = [_along(self.parts[0], axis, 0, 0)]
         out = Rows.__new__(Rows)
         out.parts, out.dtype, out.axis = picked, self.dtype, axis
-        out.shape = self.shape[:axis] + (max(stop - start, 0),) + self.shape[axis + 1:]
+        out.shape = self.shape[:axis] + (max(stop - start, 0),) + self.shape[axis + 1 :]
         return out
 
     def __getitem__(self, rows: slice) -> "Rows":

@@ -10,6 +10,7 @@ The result says, per graph output, whether its shape is known from the input sha
 operator (NonZero, NonMaxSuppression, ...) or a shape operand that comes from an input's values leaves dims
 unknown: the graph is then an unknown-shape graph, whose outputs GE allocates at execution.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,23 +32,141 @@ _OPERAND_ELEMENTS = 16
 # Range(0, 62.5M, 1) made loading allocate 500 MB.
 _FOLD_OUTPUT_BYTES = 1 << 20
 # Operators whose output can be far larger than their inputs: folded only when the output size is predicted.
-_GROWS = {"Constant", "Range", "ConstantOfShape", "Expand", "Tile", "Resize", "Upsample", "Pad", "OneHot", "EyeLike",
-          "CenterCropPad", "Col2Im", "MatMul", "Gemm", "Einsum", "Gather", "GatherElements", "GatherND",
-          "DFT", "STFT", "MelWeightMatrix", "HannWindow", "HammingWindow", "BlackmanWindow", "ConvTranspose",
-          "MaxUnpool", "StringSplit", "TfIdfVectorizer", "RoiAlign", "MaxRoiPool", "AffineGrid", "ImageDecoder"}
+_GROWS = {
+    "Constant",
+    "Range",
+    "ConstantOfShape",
+    "Expand",
+    "Tile",
+    "Resize",
+    "Upsample",
+    "Pad",
+    "OneHot",
+    "EyeLike",
+    "CenterCropPad",
+    "Col2Im",
+    "MatMul",
+    "Gemm",
+    "Einsum",
+    "Gather",
+    "GatherElements",
+    "GatherND",
+    "DFT",
+    "STFT",
+    "MelWeightMatrix",
+    "HannWindow",
+    "HammingWindow",
+    "BlackmanWindow",
+    "ConvTranspose",
+    "MaxUnpool",
+    "StringSplit",
+    "TfIdfVectorizer",
+    "RoiAlign",
+    "MaxRoiPool",
+    "AffineGrid",
+    "ImageDecoder",
+}
 # Operators whose output has at most prod(input size + 1) elements (broadcasting, reshaping, selecting, reducing:
 # the nodes of shape subgraphs): their folds are not sized by inference first while that bound is small.
-_BOUNDED = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Mod", "Equal", "Less", "Greater",
-            "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Not", "Where", "Cast", "CastLike", "Identity",
-            "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Concat", "Slice", "Gather", "GatherElements", "Transpose",
-            "Shape", "Size", "Neg", "Abs", "Floor", "Ceil", "Round", "Sqrt", "Reciprocal", "Sign", "Exp", "Log",
-            "Relu", "Sigmoid", "Tanh", "Clip", "ReduceProd", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceMean",
-            "ArgMax", "ArgMin", "Split", "Unique", "CumSum", "IsNaN", "IsInf", "Softmax", "MatMul"}
+_BOUNDED = {
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Max",
+    "Min",
+    "Sum",
+    "Mean",
+    "Mod",
+    "Equal",
+    "Less",
+    "Greater",
+    "LessOrEqual",
+    "GreaterOrEqual",
+    "And",
+    "Or",
+    "Xor",
+    "Not",
+    "Where",
+    "Cast",
+    "CastLike",
+    "Identity",
+    "Reshape",
+    "Squeeze",
+    "Unsqueeze",
+    "Flatten",
+    "Concat",
+    "Slice",
+    "Gather",
+    "GatherElements",
+    "Transpose",
+    "Shape",
+    "Size",
+    "Neg",
+    "Abs",
+    "Floor",
+    "Ceil",
+    "Round",
+    "Sqrt",
+    "Reciprocal",
+    "Sign",
+    "Exp",
+    "Log",
+    "Relu",
+    "Sigmoid",
+    "Tanh",
+    "Clip",
+    "ReduceProd",
+    "ReduceSum",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceMean",
+    "ArgMax",
+    "ArgMin",
+    "Split",
+    "Unique",
+    "CumSum",
+    "IsNaN",
+    "IsInf",
+    "Softmax",
+    "MatMul",
+}
 # Elementwise operators whose output has the (broadcast) shape and element type of their inputs.
-_UNARY = {"Relu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Selu", "Softplus", "Softsign",
-          "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Round", "Erf", "Sin", "Cos", "Identity",
-          "Softmax", "LogSoftmax", "Mish", "Gelu", "Sign",
-          "Clip", "BatchNormalization", "InstanceNormalization", "LayerNormalization"}  # (X, parameters...) -> X's
+_UNARY = {
+    "Relu",
+    "Sigmoid",
+    "Tanh",
+    "HardSigmoid",
+    "HardSwish",
+    "LeakyRelu",
+    "Elu",
+    "Selu",
+    "Softplus",
+    "Softsign",
+    "Neg",
+    "Abs",
+    "Exp",
+    "Log",
+    "Sqrt",
+    "Reciprocal",
+    "Floor",
+    "Ceil",
+    "Round",
+    "Erf",
+    "Sin",
+    "Cos",
+    "Identity",
+    "Softmax",
+    "LogSoftmax",
+    "Mish",
+    "Gelu",
+    "Sign",
+    "Clip",
+    "BatchNormalization",
+    "InstanceNormalization",
+    "LayerNormalization",
+}  # (X, parameters...) -> X's
 _BROADCAST = {"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "PRelu"}
 # Never folded: their value is not a function of their inputs.
 _NO_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
@@ -97,8 +216,13 @@ class _T:
         tt = t.tensor_type
         if not tt.HasField("shape"):
             return _T(tt.elem_type, None)
-        return _T(tt.elem_type, tuple(int(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0
-                                      else (d.dim_param or None) for d in tt.shape.dim))
+        return _T(
+            tt.elem_type,
+            tuple(
+                int(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0 else (d.dim_param or None)
+                for d in tt.shape.dim
+            ),
+        )
 
 
 def _known(t: Optional[_T]) -> Optional[tuple]:
@@ -111,8 +235,8 @@ class _Scope:
     def __init__(self, parent: Optional["_Scope"] = None) -> None:
         self.parent = parent
         self.types: dict = {}
-        self.values: dict = {}       # name -> np.ndarray (folded)
-        self.protos: dict = {}       # name -> TensorProto (initializers, converted on demand)
+        self.values: dict = {}  # name -> np.ndarray (folded)
+        self.protos: dict = {}  # name -> TensorProto (initializers, converted on demand)
 
     def type(self, name: str) -> Optional[_T]:
         s = self
@@ -187,8 +311,11 @@ class _Inferer:
             if op in ("Shape", "Size") and self._shape_op(node, scope):
                 return None
         sizes = [scope.size(i) if i else 0 for i in node.input]
-        if op not in _NO_FOLD and all(n is not None and n <= _FOLD_ELEMENTS for n in sizes) and \
-                not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+        if (
+            op not in _NO_FOLD
+            and all(n is not None and n <= _FOLD_ELEMENTS for n in sizes)
+            and not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
+        ):
             ins = [scope.value(i) if i else None for i in node.input]
             if self._fold_fits(node, scope, ins, sizes) and self._fold(node, scope, ins):
                 return None
@@ -199,11 +326,18 @@ class _Inferer:
         it given the constant inputs' values. An output it cannot size is allowed, except of an operator that can
         grow (_GROWS): _fold checks the actual size afterwards, as ONNX Runtime's folding does."""
         domain = node.domain or ""
-        if domain in ("", "ai.onnx") and node.op_type in _BOUNDED and \
-                math.prod(n + 1 for n in sizes) * 16 <= _FOLD_OUTPUT_BYTES:
+        if (
+            domain in ("", "ai.onnx")
+            and node.op_type in _BOUNDED
+            and math.prod(n + 1 for n in sizes) * 16 <= _FOLD_OUTPUT_BYTES
+        ):
             return True  # cannot outgrow the bound, whatever inference would say (most folds: no call into ONNX)
-        if domain in ("", "ai.onnx") and node.op_type == "Range" and len(ins) == 3 and \
-                all(v is not None and np.size(v) == 1 for v in ins):
+        if (
+            domain in ("", "ai.onnx")
+            and node.op_type == "Range"
+            and len(ins) == 3
+            and all(v is not None and np.size(v) == 1 for v in ins)
+        ):
             # its size from its operands (ONNX's inference refuses 1-element operands that are not 0-d, which
             # ONNX Runtime's kernel takes: AffineGrid's expansion writes them)
             start, limit, delta = (float(np.asarray(v).reshape(-1)[0]) for v in ins)
@@ -213,10 +347,12 @@ class _Inferer:
             version = self.opsets.get(domain, self.opsets.get("ai.onnx", 1) if domain == "" else 1)
             schema = defs.get_schema(node.op_type, version, domain)
             types = {i: t.to_proto() for i in node.input if i for t in [scope.type(i)] if t is not None}
-            data = {i: numpy_helper.from_array(np.asarray(v), i) for i, v in zip(node.input, ins)
-                    if i and v is not None}
-            out = shape_inference.infer_node_outputs(schema, node, types, data, opset_imports=self.opset_protos,
-                                                     ir_version=self.ir_version)
+            data = {
+                i: numpy_helper.from_array(np.asarray(v), i) for i, v in zip(node.input, ins) if i and v is not None
+            }
+            out = shape_inference.infer_node_outputs(
+                schema, node, types, data, opset_imports=self.opset_protos, ir_version=self.ir_version
+            )
         except Exception:  # noqa: BLE001 - no schema or inference, or inputs it refuses: sized after the fold
             out = {}
         largest = max(sizes, default=1)
@@ -319,11 +455,13 @@ class _Inferer:
                     v = scope.value(i, _OPERAND_ELEMENTS)
                     if v is not None:
                         data[i] = numpy_helper.from_array(np.asarray(v), i)
-            out = shape_inference.infer_node_outputs(schema, node, types, data, opset_imports=self.opset_protos,
-                                                     ir_version=self.ir_version)
+            out = shape_inference.infer_node_outputs(
+                schema, node, types, data, opset_imports=self.opset_protos, ir_version=self.ir_version
+            )
         except shape_inference.InferenceError as e:  # GE's InferShape fails the compile
-            raise ShapeError(f"shape inference failed at node '{node.name or node.op_type}' ({node.op_type}): "
-                             f"{e}") from None
+            raise ShapeError(
+                f"shape inference failed at node '{node.name or node.op_type}' ({node.op_type}): {e}"
+            ) from None
         except Exception:  # noqa: BLE001 - no schema or no inference function: the outputs stay unknown
             out = {}
         for name in node.output:
@@ -422,8 +560,12 @@ def _run(m: onnx.ModelProto, input_dims: Mapping[str, Sequence]) -> tuple:
         if i.name in inits:
             continue
         dims = input_dims.get(i.name)
-        scope.types[i.name] = _T(i.type.tensor_type.elem_type, None if dims is None else tuple(
-            d if isinstance(d, str) else (int(d) if d is not None and d >= 0 else None) for d in dims))
+        scope.types[i.name] = _T(
+            i.type.tensor_type.elem_type,
+            None
+            if dims is None
+            else tuple(d if isinstance(d, str) else (int(d) if d is not None and d >= 0 else None) for d in dims),
+        )
     inf.graph(m.graph, scope)
     return inf, scope
 
@@ -436,8 +578,13 @@ def infer(model, input_dims: Mapping[str, Sequence]) -> Inferred:
     inf, scope = _run(m, input_dims)
     types = [scope.type(o.name) for o in m.graph.output]
     outs = [_known(t) for t in types]
-    return Inferred(outs, not inf.unknown and all(s is not None for s in outs), inf.unknown,
-                    [None if t is None else t.dims for t in types], [0 if t is None else t.elem for t in types])
+    return Inferred(
+        outs,
+        not inf.unknown and all(s is not None for s in outs),
+        inf.unknown,
+        [None if t is None else t.dims for t in types],
+        [0 if t is None else t.elem for t in types],
+    )
 
 
 @dataclass

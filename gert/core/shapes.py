@@ -12,6 +12,7 @@ names (an ONNX dim name such as ``"N"``, or the axes that carry it, ``["x:1", "h
 - ``auto``: tiered (gert.core.tiers): a size runs at once on the stream's dynamic-shape graph; sizes that turn out hot get a
   static graph compiled in the background. The default for non-batch dims without gears.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -40,10 +41,10 @@ class TensorInfo:
 class Dim:
     """One dynamic dimension of the model and how it is served."""
 
-    name: str                       # "batch", an ONNX dim_param, or "input:axis"
-    axes: list                      # [(input name, axis)] where it appears
+    name: str  # "batch", an ONNX dim_param, or "input:axis"
+    axes: list  # [(input name, axis)] where it appears
     policy: str = "exact"
-    gears: tuple = ()               # sorted sizes; empty: any size (exact / dynamic / auto only)
+    gears: tuple = ()  # sorted sizes; empty: any size (exact / dynamic / auto only)
 
     def resolve(self, value: int, where: str) -> int:
         """The size the graph is run at for a request of ``value`` along this dim."""
@@ -53,8 +54,10 @@ class Dim:
                     return g
             if self.name == "batch":
                 return self.gears[-1]  # the executor splits larger batches
-            raise GertError(f"{where}: size {value} of dim '{self.name}' is larger than its largest gear; "
-                            f"gears are {list(self.gears)}")
+            raise GertError(
+                f"{where}: size {value} of dim '{self.name}' is larger than its largest gear; "
+                f"gears are {list(self.gears)}"
+            )
         if self.gears and value not in self.gears:
             raise GertError(f"{where}: size {value} of dim '{self.name}' is not one of its gears {list(self.gears)}")
         return value
@@ -66,17 +69,17 @@ class ShapePlan:
 
     inputs: list
     outputs: list
-    dims: dict = field(default_factory=dict)          # name -> Dim
-    input_axes: dict = field(default_factory=dict)    # (input, axis) -> dim name
-    output_axes: dict = field(default_factory=dict)   # (output, axis) -> dim name, for slicing
+    dims: dict = field(default_factory=dict)  # name -> Dim
+    input_axes: dict = field(default_factory=dict)  # (input, axis) -> dim name
+    output_axes: dict = field(default_factory=dict)  # (output, axis) -> dim name, for slicing
     has_batch: bool = False
-    pad_value: dict = field(default_factory=dict)     # input name -> pad value
-    aliases: dict = field(default_factory=dict)       # another name of a dim (ONNX name, "input:axis") -> dim name
+    pad_value: dict = field(default_factory=dict)  # input name -> pad value
+    aliases: dict = field(default_factory=dict)  # another name of a dim (ONNX name, "input:axis") -> dim name
     # outputs whose rows are not proved independent of other rows (gert.core.row_proof: a reduction or softmax over
     # the batch, NMS's [selected, 3], an op without a rule): requests are then never padded, merged or split
     unsplit: tuple = ()
-    mixing: dict = field(default_factory=dict)        # output -> why its rows are not proved independent
-    unplaced: dict = field(default_factory=dict)      # output -> axes whose size inference could not tell
+    mixing: dict = field(default_factory=dict)  # output -> why its rows are not proved independent
+    unplaced: dict = field(default_factory=dict)  # output -> axes whose size inference could not tell
     value_dependent: tuple = ()
 
     @property
@@ -106,9 +109,12 @@ class ShapePlan:
         """The dim that ``spec`` names: a dim name ("batch", "seq"), an ONNX dim_param, or "input:axis"."""
         name = spec if spec in self.dims else self.aliases.get(spec)
         if name is None:
-            raise GertError(f"{what}: '{spec}' is not a dynamic dim of the model; its dynamic dims are "
-                            f"{sorted(self.dims)}" + (f" (also named {sorted(self.aliases)})" if self.aliases else "")
-                            + ("" if self.has_batch else " (the model has no batch axis)"))
+            raise GertError(
+                f"{what}: '{spec}' is not a dynamic dim of the model; its dynamic dims are "
+                f"{sorted(self.dims)}"
+                + (f" (also named {sorted(self.aliases)})" if self.aliases else "")
+                + ("" if self.has_batch else " (the model has no batch axis)")
+            )
         return name
 
     def max_batch(self) -> Optional[int]:
@@ -148,8 +154,9 @@ def _batch_axes(batch_dim, inputs: list, outputs: list, keys: dict) -> tuple:
         found = {(t.name, a) for t in inputs for a, k in enumerate(keys[t.name]) if k == batch_dim}
         if not found:
             names = sorted({k for t in inputs for k in keys[t.name] if isinstance(k, str)})
-            raise GertError(f"batch_dim '{batch_dim}' is not a dynamic dim name of the model's inputs; they have "
-                            f"{names}")
+            raise GertError(
+                f"batch_dim '{batch_dim}' is not a dynamic dim name of the model's inputs; they have {names}"
+            )
         return found, set(), {batch_dim}
     specs = [batch_dim] if isinstance(batch_dim, str) else list(batch_dim)
     ins, outs = set(), set()
@@ -159,12 +166,16 @@ def _batch_axes(batch_dim, inputs: list, outputs: list, keys: dict) -> tuple:
         name, _, axis = str(spec).rpartition(":")
         kind, t = by_name.get(name, (None, None))
         if t is None or not axis.lstrip("-").isdigit() or not -len(t.shape) <= int(axis) < len(t.shape):
-            raise GertError(f"batch_dim '{spec}' must be 'tensor:axis' naming an axis of an input or output; inputs "
-                            f"{[(i.name, i.shape) for i in inputs]}")
+            raise GertError(
+                f"batch_dim '{spec}' must be 'tensor:axis' naming an axis of an input or output; inputs "
+                f"{[(i.name, i.shape) for i in inputs]}"
+            )
         a = int(axis) % len(t.shape)
         if isinstance(t.shape[a], int):
-            raise GertError(f"batch_dim '{spec}': axis {a} of {kind} '{name}' is fixed ({t.shape[a]}), not dynamic "
-                            f"(shape {t.shape})")
+            raise GertError(
+                f"batch_dim '{spec}': axis {a} of {kind} '{name}' is fixed ({t.shape[a]}), not dynamic "
+                f"(shape {t.shape})"
+            )
         (ins if kind == "input" else outs).add((name, a))
     if not ins:
         raise GertError(f"batch_dim {specs} names no input axis")
@@ -172,13 +183,20 @@ def _batch_axes(batch_dim, inputs: list, outputs: list, keys: dict) -> tuple:
     return ins, outs, {shapes[n][a] for n, a in ins if isinstance(shapes[n][a], str)}
 
 
-def plan_shapes(io: dict, gears: Optional[Mapping[str, Sequence[int]]] = None,
-                shape_policy: Optional[Mapping[str, str]] = None, pad_value: Union[float, Mapping[str, float]] = 0,
-                max_batch: Optional[int] = None,
-                output_dims: Optional[Mapping[str, Mapping[int, str]]] = None,
-                batch_dim: Union[str, Sequence[str], None] = None,
-                state: Optional[Mapping[str, str]] = None, *, model=None, value_dependent: Sequence[str] = (),
-                rows_independent: Union[bool, Sequence[str], None] = None) -> ShapePlan:
+def plan_shapes(
+    io: dict,
+    gears: Optional[Mapping[str, Sequence[int]]] = None,
+    shape_policy: Optional[Mapping[str, str]] = None,
+    pad_value: Union[float, Mapping[str, float]] = 0,
+    max_batch: Optional[int] = None,
+    output_dims: Optional[Mapping[str, Mapping[int, str]]] = None,
+    batch_dim: Union[str, Sequence[str], None] = None,
+    state: Optional[Mapping[str, str]] = None,
+    *,
+    model=None,
+    value_dependent: Sequence[str] = (),
+    rows_independent: Union[bool, Sequence[str], None] = None,
+) -> ShapePlan:
     """Build the shape plan from ONNX I/O metadata (``gert._cann.read_onnx_io``) and the user's settings. With
     ``model`` (the parsed ONNX model) the outputs' dims come from shape inference (gert.core.onnx_io.output_dims),
     else from the dim names the file declares (config tools that only describe a model)."""
@@ -205,8 +223,9 @@ def plan_shapes(io: dict, gears: Optional[Mapping[str, Sequence[int]]] = None,
             dim.axes.append((t.name, axis))
             plan.input_axes[(t.name, axis)] = name
     plan.aliases = _aliases(inputs, keys, plan.input_axes)
-    _output_axes(plan, keys, batch_dim, batch_out, batch_names, model, value_dependent, state, output_dims,
-                 rows_independent)
+    _output_axes(
+        plan, keys, batch_dim, batch_out, batch_names, model, value_dependent, state, output_dims, rows_independent
+    )
     # policies and gears
     policy = {plan.dim_name(k, "shape_policy"): v for k, v in (shape_policy or {}).items()}
     user_gears = {plan.dim_name(k, "gears"): v for k, v in (gears or {}).items()}
@@ -263,8 +282,18 @@ def _aliases(inputs: list, keys: dict, input_axes: dict) -> dict:
     return out
 
 
-def _output_axes(plan: ShapePlan, keys: dict, batch_dim, batch_out: set, batch_names: set, model,
-                 value_dependent: Sequence[str], state, output_dims, rows_independent) -> None:
+def _output_axes(
+    plan: ShapePlan,
+    keys: dict,
+    batch_dim,
+    batch_out: set,
+    batch_names: set,
+    model,
+    value_dependent: Sequence[str],
+    state,
+    output_dims,
+    rows_independent,
+) -> None:
     """plan.output_axes ({(output, axis): dim}) and plan.unsplit. With the model: the batch axis of each output and
     whether its rows are independent come from the row proof (gert.core.row_proof), the other dims' axes from shape
     inference; ``output_dims`` adds to or corrects what they found, ``rows_independent`` declares outputs whose rows
@@ -305,12 +334,17 @@ def _output_axes(plan: ShapePlan, keys: dict, batch_dim, batch_out: set, batch_n
             for axis, d in enumerate(t.shape):
                 if isinstance(d, int):
                     continue
-                if (batch_dim is None and axis == 0 and plan.has_batch) or (t.name, axis) in batch_out \
-                        or d in batch_names:
+                if (
+                    (batch_dim is None and axis == 0 and plan.has_batch)
+                    or (t.name, axis) in batch_out
+                    or d in batch_names
+                ):
                     plan.output_axes[(t.name, axis)] = "batch"
                 elif isinstance(d, str) and d in in_names and d in plan.dims:
                     plan.output_axes[(t.name, axis)] = d
-    for in_name, out_name in (state.items() if isinstance(state, Mapping) else ()):  # a state output carries its state input's dims
+    for in_name, out_name in (
+        state.items() if isinstance(state, Mapping) else ()
+    ):  # a state output carries its state input's dims
         t = next((t for t in inputs if t.name == in_name), None)
         if t is not None and out_name in names:
             for axis in range(len(t.shape)):
@@ -342,8 +376,10 @@ def _output_axes(plan: ShapePlan, keys: dict, batch_dim, batch_out: set, batch_n
         elif t.name in declared:
             mixing.pop(t.name, None)
             if not axes and model is not None and t.name in _batched(model, plan):
-                raise GertError(f"rows_independent declares output '{t.name}', but no axis of it is known to carry "
-                                f"the batch; name it with output_dims={{'{t.name}': {{AXIS: 'batch'}}}}")
+                raise GertError(
+                    f"rows_independent declares output '{t.name}', but no axis of it is known to carry "
+                    f"the batch; name it with output_dims={{'{t.name}': {{AXIS: 'batch'}}}}"
+                )
     if model is None:
         carried = {n for (n, a), d in plan.output_axes.items() if d == "batch"}
         mixing = {t.name: "it does not carry the batch" for t in outputs if t.name not in carried}
@@ -394,11 +430,13 @@ def _padded_dims_placed(plan: ShapePlan, model) -> None:
         for t in plan.outputs:
             axes = plan.unplaced.get(t.name)
             if axes and t.name in reached:
-                raise GertError(f"shape_policy '{name}': 'pad': output '{t.name}' is computed from dim '{name}', but "
-                                f"the size of its axes {axes} cannot be told from the inputs' sizes, so the padding "
-                                f"could not be sliced off it; use 'exact' or 'auto' for '{name}', name the axis "
-                                f"with output_dims={{'{t.name}': {{{axes[0]}: '{name}'}}}} if it follows '{name}', or "
-                                f"{{{axes[0]}: None}} to take that axis at its padded run size")
+                raise GertError(
+                    f"shape_policy '{name}': 'pad': output '{t.name}' is computed from dim '{name}', but "
+                    f"the size of its axes {axes} cannot be told from the inputs' sizes, so the padding "
+                    f"could not be sliced off it; use 'exact' or 'auto' for '{name}', name the axis "
+                    f"with output_dims={{'{t.name}': {{{axes[0]}: '{name}'}}}} if it follows '{name}', or "
+                    f"{{{axes[0]}: None}} to take that axis at its padded run size"
+                )
 
 
 def _padded_alike(plan: ShapePlan, model, name: str) -> None:
@@ -411,8 +449,13 @@ def _padded_alike(plan: ShapePlan, model, name: str) -> None:
     alike = {n for n, d in plan.dims.items() if n != "batch" and d.policy == "pad" and d.gears == dim.gears}
 
     def fits(size_of) -> bool:
-        dims = {t.name: [size_of(plan.input_axes[(t.name, a)]) if (t.name, a) in plan.input_axes else d
-                         for a, d in enumerate(t.shape)] for t in plan.inputs}
+        dims = {
+            t.name: [
+                size_of(plan.input_axes[(t.name, a)]) if (t.name, a) in plan.input_axes else d
+                for a, d in enumerate(t.shape)
+            ]
+            for t in plan.inputs
+        }
         try:
             shape_infer.trace(model, dims)
         except shape_infer.ShapeError:
@@ -426,9 +469,11 @@ def _padded_alike(plan: ShapePlan, model, name: str) -> None:
             continue
         if not fits(lambda d: 3 if d == "batch" else base + 1 if d in alike else base):
             others = sorted(n for n in plan.dims if n != "batch" and n not in alike)
-            raise GertError(f"shape_policy '{name}': 'pad': the model needs dim '{name}' to equal one of {others} "
-                            f"(its shapes do not fit when they differ), so padding '{name}' alone would break a good "
-                            f"request; give them the same policy and gears, or use 'exact' or 'auto' for '{name}'")
+            raise GertError(
+                f"shape_policy '{name}': 'pad': the model needs dim '{name}' to equal one of {others} "
+                f"(its shapes do not fit when they differ), so padding '{name}' alone would break a good "
+                f"request; give them the same policy and gears, or use 'exact' or 'auto' for '{name}'"
+            )
         return
 
 
@@ -445,20 +490,26 @@ def _unsplit_policy(plan: ShapePlan, policy_given: bool, gears_given: bool) -> N
             batch.gears = ()
         import warnings
 
-        warnings.warn(f"gert.load: requests of this model run alone on the batch axis (never padded, merged or "
-                      f"split): the rows of output '{name}' are not proved independent: {plan.mixing.get(name, '')}; "
-                      f"declare rows_independent=['{name}'] if each of its rows depends on the same input row alone",
-                      RowsNotIndependent, stacklevel=4)
+        warnings.warn(
+            f"gert.load: requests of this model run alone on the batch axis (never padded, merged or "
+            f"split): the rows of output '{name}' are not proved independent: {plan.mixing.get(name, '')}; "
+            f"declare rows_independent=['{name}'] if each of its rows depends on the same input row alone",
+            RowsNotIndependent,
+            stacklevel=4,
+        )
         return
     if batch.policy == "pad":
-        raise GertError(f"shape_policy batch='pad': the rows of output '{name}' are not proved independent "
-                        f"({plan.mixing.get(name, '')}), so filler rows or another caller's rows could change its "
-                        f"values; use 'exact' (the default for such models), or declare rows_independent="
-                        f"['{name}'] if each of its rows depends on the same input row alone")
+        raise GertError(
+            f"shape_policy batch='pad': the rows of output '{name}' are not proved independent "
+            f"({plan.mixing.get(name, '')}), so filler rows or another caller's rows could change its "
+            f"values; use 'exact' (the default for such models), or declare rows_independent="
+            f"['{name}'] if each of its rows depends on the same input row alone"
+        )
 
 
-def warmup_keys(plan: ShapePlan, sizes: Optional[Mapping[str, Sequence[int]]] = None,
-                fallback_key: Optional[tuple] = None) -> list:
+def warmup_keys(
+    plan: ShapePlan, sizes: Optional[Mapping[str, Sequence[int]]] = None, fallback_key: Optional[tuple] = None
+) -> list:
     """The graph keys a warmup compiles: every combination of the dims' gears (a dynamic dim: -1; an exact or auto
     dim without gears: ``sizes[dim]``). When some dim has neither, no static combination is known and only
     ``fallback_key`` (the auto policy's dynamic-shape graph, if any) is compiled."""

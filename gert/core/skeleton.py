@@ -11,6 +11,7 @@ constant of more than ``KEPT_ELEMENTS`` elements keeps no data and is marked as 
 reader that wants its values fails saying so (ONNX: "cannot parse data from external tensors") instead of reading
 an empty tensor.
 """
+
 from __future__ import annotations
 
 from typing import Iterator, Union
@@ -55,7 +56,8 @@ def strip(model: onnx.ModelProto) -> int:
 def is_skeleton_tensor(t: onnx.TensorProto) -> bool:
     """Whether ``t`` is a constant whose data the skeleton dropped."""
     return t.data_location == onnx.TensorProto.EXTERNAL and any(
-        e.key == "location" and e.value == STRIPPED for e in t.external_data)
+        e.key == "location" and e.value == STRIPPED for e in t.external_data
+    )
 
 
 def _copy(model: onnx.ModelProto) -> onnx.ModelProto:

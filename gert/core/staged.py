@@ -14,6 +14,7 @@ whose abort (aclrtStreamAbort) past the timeout ends them, and the final synchro
 the timeout. Either way the request raises ACL_ERROR_RT_STREAM_SYNC_TIMEOUT (Recovery.run: RequestTimeout, the stream
 aborted and reused).
 """
+
 from __future__ import annotations
 
 import time
@@ -38,8 +39,7 @@ def timing_events(worker) -> Optional[list]:
     return worker.trace_events or None
 
 
-def run_staged(worker, tr, track: tuple, entry, req, uploads: list, fills: list, inputs: list,
-               downloads: list) -> None:
+def run_staged(worker, tr, track: tuple, entry, req, uploads: list, fills: list, inputs: list, downloads: list) -> None:
     """Queue ``req``'s uploads, run and downloads on ``worker``'s stream as separate calls with a timing event
     between each, synchronize, and record h2d / execute / d2h (device time) and synchronize (the host's wait).
     With ``req.timeout``, every wait ends by then (see the module's docstring): AclError 507046 past it."""
@@ -61,8 +61,9 @@ def run_staged(worker, tr, track: tuple, entry, req, uploads: list, fills: list,
     tr.span("synchronize", tr.thread_track(), waited, done)
 
 
-def _queue(worker, entry, req, uploads: list, fills: list, inputs: list, downloads: list, events: Optional[list],
-           host: list) -> None:
+def _queue(
+    worker, entry, req, uploads: list, fills: list, inputs: list, downloads: list, events: Optional[list], host: list
+) -> None:
     """The request's calls on the stream, a timing event before and after each stage; ``host`` gets the host's
     stamp after each stage was queued."""
     stream, handle, plan = worker.stream, worker.stream.handle, worker.plan

@@ -3,6 +3,7 @@ released through one owner, so that a device recovery, an out-of-memory retry, a
 never leave a graph of a retired Session installed or a Session closed under a compile (gert.core.executor.Worker runs
 requests on it; gert.core.tiers, gert.core.recovery and Model.warmup change graphs only through it).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -29,37 +30,37 @@ from gert.core.tiers import SegmentedLRU
 class GraphEntry:
     graph_id: int
     key: tuple
-    input_shapes: dict          # input name -> shape the graph runs at (-1 for dynamic dims)
+    input_shapes: dict  # input name -> shape the graph runs at (-1 for dynamic dims)
     is_static: bool
-    output_shapes: list         # per output (static graphs)
+    output_shapes: list  # per output (static graphs)
     output_dtypes: list
     evictable: bool
     # static graphs: per input (shape, nbytes, GE dtype), per output (numpy dtype, nbytes, GE dtype), computed once
     in_meta: dict = field(default_factory=dict)
     out_meta: list = field(default_factory=list)
-    generation: int = 0          # the Session it was built in (StreamGraphs.install refuses an older one)
+    generation: int = 0  # the Session it was built in (StreamGraphs.install refuses an older one)
     compile_seconds: float = 0.0
-    memory: int = 0              # bytes GE's summary reports: const (weights) + feature memory (gert.core.host_memory)
+    memory: int = 0  # bytes GE's summary reports: const (weights) + feature memory (gert.core.host_memory)
 
 
 @dataclass
 class WorkerStats:
     device: int
     stream: int
-    cube_cores: int = 0    # the stream's effective core limits (its own, else the device's, else all)
+    cube_cores: int = 0  # the stream's effective core limits (its own, else the device's, else all)
     vector_cores: int = 0
     requests: int = 0
     busy_seconds: float = 0.0
     compiles: int = 0
     compile_seconds: float = 0.0
-    failed_compiles: int = 0   # shapes whose compile failed (later requests of that shape fail without compiling)
-    static_hits: int = 0       # requests served by a static graph
-    dynamic_hits: int = 0      # requests served by a dynamic-shape graph
-    background_compiles: int = 0         # static graphs compiled off the request path (policy auto)
+    failed_compiles: int = 0  # shapes whose compile failed (later requests of that shape fail without compiling)
+    static_hits: int = 0  # requests served by a static graph
+    dynamic_hits: int = 0  # requests served by a dynamic-shape graph
+    background_compiles: int = 0  # static graphs compiled off the request path (policy auto)
     failed_background_compiles: int = 0  # those that failed: the shape stays on the dynamic graph
-    request_path_compiles: int = 0       # compiles a request waited for (0 once a model is warm, unless exact)
-    cache_hits: int = 0        # compiles GE's compile cache served (gert.core.compile_cache)
-    cache_misses: int = 0      # compiles that compiled afresh and filled the cache
+    request_path_compiles: int = 0  # compiles a request waited for (0 once a model is warm, unless exact)
+    cache_hits: int = 0  # compiles GE's compile cache served (gert.core.compile_cache)
+    cache_misses: int = 0  # compiles that compiled afresh and filled the cache
 
 
 @dataclass(eq=False)
@@ -71,7 +72,7 @@ class _Context:
     stream: Stream
     session: Session
     generation: int
-    builds: int = 0        # builds running in it now (they hold no worker lock)
+    builds: int = 0  # builds running in it now (they hold no worker lock)
     retired: bool = False  # replaced or closed: disposed when the last build leaves
 
 
@@ -85,9 +86,21 @@ class StreamGraphs:
     dropped: gert.core.tiers, gert.core.recovery and Model.warmup use nothing else. ``build`` needs no lock (GE compiles one
     graph of a Session while its other graphs execute); the others need ``lock``."""
 
-    def __init__(self, index: int, device: int, graph: Graph, plan: ShapePlan, session_options: dict,
-                 graph_options: dict, cube_cores: Optional[int], vector_cores: Optional[int], max_exact_graphs: int,
-                 cache=None, tiers=None, hot: Optional[Callable[[], object]] = None):
+    def __init__(
+        self,
+        index: int,
+        device: int,
+        graph: Graph,
+        plan: ShapePlan,
+        session_options: dict,
+        graph_options: dict,
+        cube_cores: Optional[int],
+        vector_cores: Optional[int],
+        max_exact_graphs: int,
+        cache=None,
+        tiers=None,
+        hot: Optional[Callable[[], object]] = None,
+    ):
         self.index = index
         self.device = device
         self.plan = plan
@@ -115,8 +128,9 @@ class StreamGraphs:
         self._graph_ids = itertools.count(1)  # thread-safe: the tiers' thread compiles too
         self.in_bufs: dict = {}
         self.out_bufs: dict = {}
-        self.stats = WorkerStats(device=device, stream=index, cube_cores=self.stream.cube_cores,
-                                 vector_cores=self.stream.vector_cores)
+        self.stats = WorkerStats(
+            device=device, stream=index, cube_cores=self.stream.cube_cores, vector_cores=self.stream.vector_cores
+        )
 
     def _open(self, generation: int) -> _Context:
         """A stream (with its core limits) and a Session; again after a device recovery (reopen)."""
@@ -165,8 +179,9 @@ class StreamGraphs:
             entry = self._build_in(ctx, key)
         except Exception as e:
             if ctx.retired:
-                raise SessionReplaced(f"the Session of stream {self.index} was replaced while graph {_key_label(key)} "
-                                      f"was built") from e
+                raise SessionReplaced(
+                    f"the Session of stream {self.index} was replaced while graph {_key_label(key)} was built"
+                ) from e
             raise
         finally:
             self._leave(ctx)
@@ -201,8 +216,9 @@ class StreamGraphs:
         if entry is not None:
             return entry
         plan = self.plan
-        evictable = self.tiers is None and any(plan.dims[n].policy == "exact" and not plan.dims[n].gears
-                                               for n, _ in key)
+        evictable = self.tiers is None and any(
+            plan.dims[n].policy == "exact" and not plan.dims[n].gears for n, _ in key
+        )
         if evictable:
             for old_key in self.exact.admit(key):
                 self.evict(old_key)
@@ -294,8 +310,9 @@ class StreamGraphs:
         spec = ";".join(f"{n}:{','.join(str(d) for d in s)}" for n, s in shapes.items())
         gid = next(self._graph_ids)
         session = ctx.session
-        outcome = compile_graph(session, gid, self.graph, self.session_options,
-                                {"ge.inputShape": spec, **self.graph_options}, self.cache)
+        outcome = compile_graph(
+            session, gid, self.graph, self.session_options, {"ge.inputShape": spec, **self.graph_options}, self.cache
+        )
         if outcome == "hit":
             self.stats.cache_hits += 1
         elif outcome == "miss":
@@ -307,8 +324,16 @@ class StreamGraphs:
             session.remove_graph(gid)
             raise
         static = summary.is_static  # an unknown-shape graph's summary has no output shapes (GE's getters fail)
-        entry = GraphEntry(gid, key, shapes, static, summary.output_shapes if static else [],
-                           summary.output_dtypes if static else [], False, memory=graph_bytes(summary))
+        entry = GraphEntry(
+            gid,
+            key,
+            shapes,
+            static,
+            summary.output_shapes if static else [],
+            summary.output_dtypes if static else [],
+            False,
+            memory=graph_bytes(summary),
+        )
         if entry.is_static:
             for t in plan.inputs:
                 shape = shapes[t.name]

@@ -1,4 +1,5 @@
 """Device tensors (a DeviceBuffer with a shape and dtype) and the compile summary of a GE graph."""
+
 from __future__ import annotations
 
 import math
@@ -28,8 +29,10 @@ class DeviceTensor:
         self.dtype = np.dtype(self.dtype)
         self.ge_dtype = ge_dtype(self.dtype)
         if self.nbytes > self.buffer.nbytes:
-            raise GertError(f"DeviceTensor: shape {self.shape} of {self.dtype} needs {self.nbytes} bytes, "
-                            f"the buffer holds {self.buffer.nbytes}")
+            raise GertError(
+                f"DeviceTensor: shape {self.shape} of {self.dtype} needs {self.nbytes} bytes, "
+                f"the buffer holds {self.buffer.nbytes}"
+            )
 
     @property
     def nbytes(self) -> int:
@@ -80,9 +83,11 @@ class DeviceTensor:
         return f"DeviceTensor(shape={self.shape}, dtype={self.dtype}, ptr=0x{self.ptr:x})"
 
 
-_NOT_STATIC = ("graph {graph_id} is an unknown-shape graph (an input dim is dynamic, or a shape depends on input "
-               "values): GE's GetCompiledGraphSummary reports {what} only for static graphs; the outputs' shapes "
-               "come with each execution")
+_NOT_STATIC = (
+    "graph {graph_id} is an unknown-shape graph (an input dim is dynamic, or a shape depends on input "
+    "values): GE's GetCompiledGraphSummary reports {what} only for static graphs; the outputs' shapes "
+    "come with each execution"
+)
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,7 @@ class GraphSummary:
     def _get(self, value, what: str):
         if value is None:
             from gert.errors import GeError
+
             raise GeError(0xFFFFFFFF, _NOT_STATIC.format(graph_id=self.graph_id, what=what))
         return value
 

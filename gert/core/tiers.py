@@ -17,6 +17,7 @@ Policy ``exact`` compiles on the request path (it has no other graph to run on);
 (SegmentedLRU): new sizes enter a probation segment and only a second hit protects them, so a scan of one-off sizes
 evicts only other one-offs.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -59,8 +60,9 @@ COMPILE_SHARE = 0.25
 ADMIT_HORIZON = 4
 
 
-def check_settings(hot_after: int, hot_window: int, max_exact_graphs: int,
-                   compile_share: float = COMPILE_SHARE, host_memory=None) -> None:
+def check_settings(
+    hot_after: int, hot_window: int, max_exact_graphs: int, compile_share: float = COMPILE_SHARE, host_memory=None
+) -> None:
     """GertError naming the setting, unless hot_after >= 1, hot_window >= hot_after, max_exact_graphs >= 1,
     0 < compile_share <= 1 and host_memory is a number of bytes (gert/core/host_memory.py)."""
     _host_memory.parse(host_memory)
@@ -147,8 +149,16 @@ class Tiers:
     """The ``auto`` policy of one Model: routes each request to its static graph or the stream's dynamic-shape graph,
     counts hotness, and compiles static graphs for hot shapes in one background thread."""
 
-    def __init__(self, workers: Callable[[], list], dims: Sequence[str], max_static: int, hot_after: int = HOT_AFTER,
-                 hot_window: int = HOT_WINDOW, compile_share: float = COMPILE_SHARE, host_memory=None):
+    def __init__(
+        self,
+        workers: Callable[[], list],
+        dims: Sequence[str],
+        max_static: int,
+        hot_after: int = HOT_AFTER,
+        hot_window: int = HOT_WINDOW,
+        compile_share: float = COMPILE_SHARE,
+        host_memory=None,
+    ):
         check_settings(hot_after, hot_window, max_static, compile_share)
         self.host_memory = _host_memory.parse(host_memory)  # bytes the static graphs may hold (all streams)
         self.compile_share = float(compile_share)
@@ -161,10 +171,10 @@ class Tiers:
         # (a tail of a few dozen sizes, each a percent or so) swap places by chance, each swap a compile
         self._long = FrequencyWindow(ADMIT_HORIZON * int(hot_window))
         self._lock = threading.Condition()
-        self._static: dict = {}          # admitted keys -> tick of their last request
+        self._static: dict = {}  # admitted keys -> tick of their last request
         self._queue: collections.deque = collections.deque()
         self._queued: set = set()
-        self._rejected: dict = {}        # key -> (its count, the tick) when admission turned it down
+        self._rejected: dict = {}  # key -> (its count, the tick) when admission turned it down
         self._failed: "collections.OrderedDict" = collections.OrderedDict()  # key -> why its compile failed
         self._tick = 0
         self._thread: Optional[threading.Thread] = None
@@ -172,8 +182,8 @@ class Tiers:
         self.evictions = 0
         self.rejections = 0
         self.memory_refusals = 0  # hot shapes turned down (or dropped once built) for the host_memory budget
-        self._bytes: dict = {}    # admitted keys -> bytes of their graphs on every stream (once built)
-        self._largest = 0         # the most bytes one static shape's graphs took (the estimate for the next)
+        self._bytes: dict = {}  # admitted keys -> bytes of their graphs on every stream (once built)
+        self._largest = 0  # the most bytes one static shape's graphs took (the estimate for the next)
         self.resting = 0.0  # seconds the compiler thread rested between compiles (COMPILE_SHARE)
         self._rest_until = 0.0  # time.monotonic() before which the compiler thread starts no compile
         _live.add(self)
@@ -196,8 +206,14 @@ class Tiers:
                     self._queued.add(key)
                     self._queue.append(key)
                     self._lock.notify()
-            elif (n >= self.hot_after and key not in self._queued and key not in self._failed
-                  and self._may_retry(key, n) and not self._stopping and not w.has(key)):
+            elif (
+                n >= self.hot_after
+                and key not in self._queued
+                and key not in self._failed
+                and self._may_retry(key, n)
+                and not self._stopping
+                and not w.has(key)
+            ):
                 self._queued.add(key)
                 self._queue.append(key)
                 self._lock.notify()
@@ -244,8 +260,14 @@ class Tiers:
             t1 = time.monotonic()
             tr = _trace.active
             if tr is not None:  # a background compile, on the compiler thread's track
-                tr.span("compile", tr.thread_track("compiler (gert-tiers)"), p0, time.perf_counter(), "compile",
-                        {"key": _label(key), "streams": len(self.workers)})
+                tr.span(
+                    "compile",
+                    tr.thread_track("compiler (gert-tiers)"),
+                    p0,
+                    time.perf_counter(),
+                    "compile",
+                    {"key": _label(key), "streams": len(self.workers)},
+                )
             with self._lock:
                 self._queued.discard(key)
                 self._rest_until = t1 + (t1 - t0) * (1 - self.compile_share) / self.compile_share
@@ -379,12 +401,19 @@ class Tiers:
 
     def stats(self) -> dict:
         with self._lock:
-            return {"static_shapes": len(self._static), "max_static": self.max_static, "pending": len(self._queued),
-                    "evictions": self.evictions, "rejections": self.rejections,
-                    "host_memory": self.host_memory, "static_bytes": self.static_bytes(),
-                    "memory_refusals": self.memory_refusals,
-                    "compile_share": self.compile_share, "resting_s": round(self.resting, 3),
-                    "failed_background_compiles": {_label(k): str(e) for k, e in self._failed.items()}}
+            return {
+                "static_shapes": len(self._static),
+                "max_static": self.max_static,
+                "pending": len(self._queued),
+                "evictions": self.evictions,
+                "rejections": self.rejections,
+                "host_memory": self.host_memory,
+                "static_bytes": self.static_bytes(),
+                "memory_refusals": self.memory_refusals,
+                "compile_share": self.compile_share,
+                "resting_s": round(self.resting, 3),
+                "failed_background_compiles": {_label(k): str(e) for k, e in self._failed.items()},
+            }
 
 
 _FAILED_KEPT = 64

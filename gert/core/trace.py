@@ -10,6 +10,7 @@ and one for the compiler thread (gert/core/tiers.py).
 Off, it costs the hot path one check: ``if trace.active is not None`` (a module global, read where a request
 starts and where a stream runs it); nothing is called.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -29,7 +30,7 @@ class Recorder:
     def __init__(self, stages: bool = True):
         self.stages = stages  # run a static graph's request as separate h2d / execute / d2h calls, each timed
         self.origin = time.perf_counter()
-        self._raw: list = []   # events as tuples, in recording order
+        self._raw: list = []  # events as tuples, in recording order
         self._meta: list = []  # the tracks' names (Chrome's "M" events)
         self._lock = threading.Lock()
         self._tracks: dict = {}  # key -> (pid, tid)
@@ -52,12 +53,12 @@ class Recorder:
             if pid not in self._next_tid:
                 self._next_tid[pid] = 0
                 pname = "host" if pid == HOST_PID else f"device {pid}"
-                self._meta.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-                                    "args": {"name": pname}})
+                self._meta.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": pname}})
             tid = self._next_tid[pid] = self._next_tid[pid] + 1
             self._meta.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
-            self._meta.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
-                                "args": {"sort_index": sort}})
+            self._meta.append(
+                {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": sort}}
+            )
             self._tracks[key] = track = (pid, tid)
             return track
 
@@ -88,22 +89,36 @@ class Recorder:
         out = {}
         for name, ds in sorted(durs.items()):
             ds.sort()
-            out[name] = {"count": len(ds), "mean_ms": sum(ds) / len(ds),
-                         "p99_ms": ds[min(len(ds) - 1, int(0.99 * len(ds)))]}
+            out[name] = {
+                "count": len(ds),
+                "mean_ms": sum(ds) / len(ds),
+                "p99_ms": ds[min(len(ds) - 1, int(0.99 * len(ds)))],
+            }
         return out
 
     # ---- events ---------------------------------------------------------------------------------------------
     # Recorded as tuples (cheap on the request path); ``events`` builds the trace-event dicts when asked.
-    def span(self, name: str, track: tuple, start: float, end: float, cat: str = "stage",
-             args: Optional[dict] = None) -> None:
+    def span(
+        self, name: str, track: tuple, start: float, end: float, cat: str = "stage", args: Optional[dict] = None
+    ) -> None:
         """A complete event from perf_counter ``start`` to ``end`` on ``track``."""
         self._raw.append(("X", name, cat, start, end, track, args))
 
-    def error(self, name: str, track: tuple, start: float, end: float, error: BaseException,
-              args: Optional[dict] = None) -> None:
+    def error(
+        self, name: str, track: tuple, start: float, end: float, error: BaseException, args: Optional[dict] = None
+    ) -> None:
         """A fault, timeout or failed request: a complete event of category "error" naming the exception."""
-        self._raw.append(("X", name, "error", start, end, track,
-                          dict(args or {}, error=type(error).__name__, message=str(error)[:300])))
+        self._raw.append(
+            (
+                "X",
+                name,
+                "error",
+                start,
+                end,
+                track,
+                dict(args or {}, error=type(error).__name__, message=str(error)[:300]),
+            )
+        )
 
     def flow(self, source: tuple, at: float, target: tuple, to: float, name: str = "request") -> None:
         """An arrow from ``source`` at ``at`` to the event enclosing ``to`` on ``target`` (a request's caller span to
@@ -117,16 +132,42 @@ class Recorder:
         us = self.us
         for ph, name, cat, start, end, track, extra in list(self._raw):
             if ph == "X":
-                ev = {"ph": "X", "name": name, "cat": cat, "ts": us(start),
-                      "dur": round(max(0.0, end - start) * 1e6, 3), "pid": track[0], "tid": track[1]}
+                ev = {
+                    "ph": "X",
+                    "name": name,
+                    "cat": cat,
+                    "ts": us(start),
+                    "dur": round(max(0.0, end - start) * 1e6, 3),
+                    "pid": track[0],
+                    "tid": track[1],
+                }
                 if extra:
                     ev["args"] = extra
                 out.append(ev)
             else:  # a flow: cat holds its id, extra its target track
-                out.append({"ph": "s", "name": name, "cat": "flow", "id": cat, "ts": us(start),
-                            "pid": track[0], "tid": track[1]})
-                out.append({"ph": "f", "bp": "e", "name": name, "cat": "flow", "id": cat, "ts": us(end),
-                            "pid": extra[0], "tid": extra[1]})
+                out.append(
+                    {
+                        "ph": "s",
+                        "name": name,
+                        "cat": "flow",
+                        "id": cat,
+                        "ts": us(start),
+                        "pid": track[0],
+                        "tid": track[1],
+                    }
+                )
+                out.append(
+                    {
+                        "ph": "f",
+                        "bp": "e",
+                        "name": name,
+                        "cat": "flow",
+                        "id": cat,
+                        "ts": us(end),
+                        "pid": extra[0],
+                        "tid": extra[1],
+                    }
+                )
         return out
 
 

@@ -4,6 +4,7 @@ An error names the input, what was expected and what was given: ``input 'x': exp
 float64 (the model takes float32 of shape ('batch', 4), the input is float64 of shape (3, 4))``. It is an InputError, whose fields let a front door that speaks another
 API's language (gert.InferenceSession: ONNX Runtime's exception classes and messages) translate it.
 """
+
 from __future__ import annotations
 
 from typing import Mapping, Optional, Sequence
@@ -25,8 +26,16 @@ class InputError(GertError):
     "empty" (a dynamic dim other than the batch of size 0; a 0-row request gert cannot answer without a run:
     gert/core/empty_rows.py); ``expected`` / ``actual``: dtype and shape (or the names, for "names")."""
 
-    def __init__(self, message: str, kind: str, input: Optional[str] = None, expected=None, actual=None,
-                 missing: Sequence[str] = (), unexpected: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        message: str,
+        kind: str,
+        input: Optional[str] = None,
+        expected=None,
+        actual=None,
+        missing: Sequence[str] = (),
+        unexpected: Sequence[str] = (),
+    ) -> None:
         super().__init__(message)
         self.kind, self.input, self.expected, self.actual = kind, input, expected, actual
         self.missing, self.unexpected = list(missing), list(unexpected)
@@ -43,8 +52,7 @@ class Validator:
         self.specs = [t for t in plan.inputs if names is None or t.name in names]
         self.names = [t.name for t in self.specs]
         self.takes = takes
-        self._axes = [[(axis, plan.input_axes.get((t.name, axis))) for axis in range(len(t.shape))]
-                      for t in self.specs]
+        self._axes = [[(axis, plan.input_axes.get((t.name, axis))) for axis in range(len(t.shape))] for t in self.specs]
         self._passed: dict = {}  # ((shape, dtype) per input) -> dim sizes
 
     def check(self, inputs: Mapping[str, object]) -> tuple:
@@ -63,8 +71,9 @@ class Validator:
                     arrays = {}
                     for n in names:
                         a = inputs[n]
-                        arrays[n] = a if type(a) is not np.ndarray or a.flags.c_contiguous \
-                            else np.require(a, requirements="C")
+                        arrays[n] = (
+                            a if type(a) is not np.ndarray or a.flags.c_contiguous else np.require(a, requirements="C")
+                        )
                     return arrays, dict(sizes)
         arrays, sizes = self._check(inputs)
         if all(type(a) in _LAID_OUT for a in arrays.values()):
@@ -75,20 +84,32 @@ class Validator:
 
     def _check(self, inputs: Mapping[str, object]) -> tuple:
         if not (type(inputs) is dict or isinstance(inputs, Mapping)):
-            raise InputError(f"inputs must be a dict of input name -> array, got {type(inputs).__name__}", "type",
-                             actual=type(inputs).__name__)
+            raise InputError(
+                f"inputs must be a dict of input name -> array, got {type(inputs).__name__}",
+                "type",
+                actual=type(inputs).__name__,
+            )
         missing = [n for n in self.names if n not in inputs]
         extra = [n for n in inputs if n not in self.names]
         if missing or extra:
-            raise InputError(f"inputs: missing {missing}, unexpected {extra}; {self.takes} {self.names}", "names",
-                             expected=list(self.names), actual=list(inputs), missing=missing, unexpected=extra)
+            raise InputError(
+                f"inputs: missing {missing}, unexpected {extra}; {self.takes} {self.names}",
+                "names",
+                expected=list(self.names),
+                actual=list(inputs),
+                missing=missing,
+                unexpected=extra,
+            )
         arrays, sizes, where = {}, {}, {}
         for t, axes in zip(self.specs, self._axes):
             a = inputs[t.name]
             if not isinstance(a, _LAID_OUT):
                 a = np.asarray(a)
-            if a.dtype != t.dtype or a.ndim != len(t.shape) or any(
-                    dim is None and a.shape[axis] != t.shape[axis] for axis, dim in axes):
+            if (
+                a.dtype != t.dtype
+                or a.ndim != len(t.shape)
+                or any(dim is None and a.shape[axis] != t.shape[axis] for axis, dim in axes)
+            ):
                 if a.dtype != t.dtype:
                     kind, want, got = "dtype", f"dtype {t.dtype}", f"{a.dtype}"
                 elif a.ndim != len(t.shape):
@@ -96,15 +117,26 @@ class Validator:
                 else:
                     axis = next(x for x, dim in axes if dim is None and a.shape[x] != t.shape[x])
                     kind, want, got = "dims", f"axis {axis} of size {t.shape[axis]}", f"{a.shape[axis]}"
-                raise InputError(f"input '{t.name}': expected {want}, got {got} (the model takes {t.dtype} of shape "
-                                 f"{t.shape}, the input is {a.dtype} of shape {tuple(a.shape)})", kind, t.name,
-                                 (t.dtype, t.shape), (a.dtype, tuple(a.shape)))
+                raise InputError(
+                    f"input '{t.name}': expected {want}, got {got} (the model takes {t.dtype} of shape "
+                    f"{t.shape}, the input is {a.dtype} of shape {tuple(a.shape)})",
+                    kind,
+                    t.name,
+                    (t.dtype, t.shape),
+                    (a.dtype, tuple(a.shape)),
+                )
             for axis, dim in axes:
                 if dim is None:
                     continue
                 if dim in sizes and sizes[dim] != a.shape[axis]:
-                    raise InputError(f"dim '{dim}' is {sizes[dim]} in {where[dim]} but {a.shape[axis]} in input "
-                                     f"'{t.name}' axis {axis}", "dim", t.name, sizes[dim], a.shape[axis])
+                    raise InputError(
+                        f"dim '{dim}' is {sizes[dim]} in {where[dim]} but {a.shape[axis]} in input "
+                        f"'{t.name}' axis {axis}",
+                        "dim",
+                        t.name,
+                        sizes[dim],
+                        a.shape[axis],
+                    )
                 sizes[dim] = a.shape[axis]
                 where.setdefault(dim, f"input '{t.name}'")
             # np.require keeps 0-d arrays 0-d; Rows and device tensors are laid out by the executor
@@ -151,14 +183,20 @@ def empty_shapes(plan: ShapePlan, sizes: Mapping[str, int]) -> tuple:
 def empty_error(plan: ShapePlan, dim: str, arrays: Mapping[str, object], why: str) -> InputError:
     """The InputError for a request whose dim ``dim`` has size 0 and that gert cannot answer without a run: names
     the first input that carries the dim, its axis, and ``why``."""
-    name, axis = next(((n, a) for (n, a), d in plan.input_axes.items() if d == dim and n in arrays),
-                      (next(iter(arrays), "?"), 0))
+    name, axis = next(
+        ((n, a) for (n, a), d in plan.input_axes.items() if d == dim and n in arrays), (next(iter(arrays), "?"), 0)
+    )
     arr = arrays.get(name)
     spec = next((t for t in plan.inputs if t.name == name), None)
     shape = tuple(arr.shape) if arr is not None else ()
     dtype = getattr(arr, "dtype", None)
-    return InputError(f"input '{name}': expected dim '{dim}' (axis {axis}) of size >= 1, got 0: {why}, so the "
-                      f"answer needs a run, and gert runs no graph on an empty tensor (a kernel may fail or abort the "
-                      f"process on one) (the model takes {spec.dtype if spec else '?'} of shape "
-                      f"{spec.shape if spec else '?'}, the input is {dtype} of shape {shape})", "empty", name,
-                      (spec.dtype, spec.shape) if spec else None, (dtype, shape))
+    return InputError(
+        f"input '{name}': expected dim '{dim}' (axis {axis}) of size >= 1, got 0: {why}, so the "
+        f"answer needs a run, and gert runs no graph on an empty tensor (a kernel may fail or abort the "
+        f"process on one) (the model takes {spec.dtype if spec else '?'} of shape "
+        f"{spec.shape if spec else '?'}, the input is {dtype} of shape {shape})",
+        "empty",
+        name,
+        (spec.dtype, spec.shape) if spec else None,
+        (dtype, shape),
+    )

@@ -13,6 +13,7 @@ buffer into the result. What Model decides up front lives here:
 - graph outputs without a shape or type in the ONNX file (legal: ONNX leaves them to inference) get them from
   shape inference, with the input dims' symbolic names where they carry through.
 """
+
 from __future__ import annotations
 
 
@@ -23,14 +24,44 @@ import onnx
 _DATA_SHAPED = {"NonZero", "NonMaxSuppression", "Compress", "Unique"}
 # Inputs (by position) whose values decide the output shape.
 _SHAPE_OPERANDS: dict = {
-    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 3), "Resize": (2, 3),
-    "Upsample": (1,), "Range": (0, 1, 2), "ConstantOfShape": (0,), "OneHot": (1,), "TopK": (1,), "Split": (1,),
-    "Unsqueeze": (1,), "Squeeze": (1,), "CenterCropPad": (1,), "Col2Im": (1, 2), "DFT": (1,), "STFT": (1, 3),
-    "HannWindow": (0,), "HammingWindow": (0,), "BlackmanWindow": (0,), "MelWeightMatrix": (0, 1), "MaxUnpool": (2,),
-    "AffineGrid": (1,), "If": (0,),
+    "Reshape": (1,),
+    "Expand": (1,),
+    "Tile": (1,),
+    "Slice": (1, 2, 3, 4),
+    "Pad": (1, 3),
+    "Resize": (2, 3),
+    "Upsample": (1,),
+    "Range": (0, 1, 2),
+    "ConstantOfShape": (0,),
+    "OneHot": (1,),
+    "TopK": (1,),
+    "Split": (1,),
+    "Unsqueeze": (1,),
+    "Squeeze": (1,),
+    "CenterCropPad": (1,),
+    "Col2Im": (1, 2),
+    "DFT": (1,),
+    "STFT": (1, 3),
+    "HannWindow": (0,),
+    "HammingWindow": (0,),
+    "BlackmanWindow": (0,),
+    "MelWeightMatrix": (0, 1),
+    "MaxUnpool": (2,),
+    "AffineGrid": (1,),
+    "If": (0,),
 }
-_REDUCE = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-           "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}
+_REDUCE = {
+    "ReduceSum",
+    "ReduceMean",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
+    "ReduceLogSumExp",
+    "ReduceSumSquare",
+}
 
 
 def _taint(graph: onnx.GraphProto, value: dict, shape: dict) -> None:
@@ -45,7 +76,7 @@ def _taint(graph: onnx.GraphProto, value: dict, shape: dict) -> None:
         from_values = any(value.get(node.input[k], False) for k in operands if k < len(node.input) and node.input[k])
         sub_value = False
         for a in node.attribute:  # subgraphs (If branches) see the outer names
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+            for g in [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs):
                 _taint(g, value, shape)
                 in_shape = in_shape or any(shape.get(o.name, False) for o in g.output)
                 sub_value = sub_value or any(value.get(o.name, False) for o in g.output)

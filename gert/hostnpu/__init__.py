@@ -9,6 +9,7 @@ waiting thread's work inline, and the compile cache's hit / miss. The compute pr
 
 To add one: implement it in cbindings/_host.pxi, then add one ``name = _host_only("name")`` line below.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -49,8 +50,10 @@ def _host_only(name: str) -> Callable:
     def call(*args, **kwargs):
         impl = getattr(_module, name, None) if _module is not None else None
         if impl is None:
-            raise GertError(f"gert.{name}() is a host NPU feature; this gert is built against the CANN toolkit at "
-                            f"{_cann.toolkit_root() or '?'}, which has none (gert.hostnpu.available() is False)")
+            raise GertError(
+                f"gert.{name}() is a host NPU feature; this gert is built against the CANN toolkit at "
+                f"{_cann.toolkit_root() or '?'}, which has none (gert.hostnpu.available() is False)"
+            )
         return impl(*args, **kwargs)
 
     impl = getattr(_module, name, None) if _module is not None else None
@@ -95,7 +98,6 @@ def _compile_cache_result() -> str | None:
 hooks.register(hooks.BindingHooks(inline=inline, compile_cache_result=_compile_cache_result))
 
 
-
 def without_arena(model: bytes, model_dir: str = "") -> None:
     """Let the host NPU's sessions of ``model`` take their intermediates from the heap instead of an arena (what
     ONNX Runtime's SessionOptions.enable_cpu_mem_arena = False asks; gert.InferenceSession passes it on). Nothing on
@@ -114,14 +116,20 @@ def memory_report() -> dict:
 
     models: dict = {}
     for digest, size, threads, _overrides, spin in host_provider().sessions():
-        m = models.setdefault(digest.hex()[:12], {"digest": digest.hex()[:12], "model_bytes": size, "sessions": 0,
-                                                 "by_threads": collections.Counter()})
+        m = models.setdefault(
+            digest.hex()[:12],
+            {"digest": digest.hex()[:12], "model_bytes": size, "sessions": 0, "by_threads": collections.Counter()},
+        )
         m["sessions"] += 1
         m["by_threads"][f"{threads}{' spinning' if spin else ''}"] += 1
     counters = host_counters()
     info = _cann.memory_info(0)
     parsed = {digest.hex()[:12]: size for digest, size in host_provider().parsed_models()}
-    return {"models": [dict(m, by_threads=dict(m["by_threads"])) for m in models.values()],
-            "parsed_models": parsed,
-            "device_in_use": counters["device_memory_in_use"], "device_peak": counters["device_memory_peak"],
-            "device_used": info.used, "device_total": info.total}
+    return {
+        "models": [dict(m, by_threads=dict(m["by_threads"])) for m in models.values()],
+        "parsed_models": parsed,
+        "device_in_use": counters["device_memory_in_use"],
+        "device_peak": counters["device_memory_peak"],
+        "device_used": info.used,
+        "device_total": info.total,
+    }

@@ -5,6 +5,7 @@ worker thread to compute them. Device memory on the host NPU is host memory, so 
 and writes the outputs in place through IOBinding: no copies. The GIL is held only inside these calls, and
 ONNX Runtime releases it while it computes.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -116,8 +117,17 @@ class OrtExecutable:
     shared with the other graphs of the same model (OrtGraphProvider.shared_session; _SESSION_PER_SIZE): the gears
     and hot sizes of every stream run on one session, one thread pool and one copy of the weights."""
 
-    def __init__(self, model: bytes, in_names: Sequence[str], in_dims: Sequence[tuple], out_names: Sequence[str],
-                 provider: OrtGraphProvider, group: int = 0, overrides: dict | None = None, model_dir: str = ""):
+    def __init__(
+        self,
+        model: bytes,
+        in_names: Sequence[str],
+        in_dims: Sequence[tuple],
+        out_names: Sequence[str],
+        provider: OrtGraphProvider,
+        group: int = 0,
+        overrides: dict | None = None,
+        model_dir: str = "",
+    ):
         self.model = model
         self.model_dir = model_dir  # the model file's directory: its external data (gert/core/external_data.py)
         # Set for an executable loaded from GE's compile cache: its model is ONNX Runtime's optimized one (sessions
@@ -176,8 +186,14 @@ class OrtExecutable:
             self._sessions[(threads, spin)] = sess
         return sess
 
-    def run(self, threads: int, alone: bool, inputs: Sequence[TensorArg], outputs: Sequence[TensorArg],
-            alloc: Callable[[int], int]) -> list:
+    def run(
+        self,
+        threads: int,
+        alone: bool,
+        inputs: Sequence[TensorArg],
+        outputs: Sequence[TensorArg],
+        alloc: Callable[[int], int],
+    ) -> list:
         """Runs once; returns per output None (written in place) or (ptr, nbytes, dims) of what it produced.
 
         Outputs whose shape the graph does not fix (a dynamic graph) are written straight into device memory when a
@@ -263,8 +279,9 @@ class OrtExecutable:
             self._learned[in_key] = tuple(r[2] if r is not None else tuple(o[3]) for r, o in zip(results, outputs))
         return results
 
-    def _copy_outputs(self, inputs: Sequence[TensorArg], outputs: Sequence[TensorArg], results: list,
-                      alloc: Callable[[int], int]) -> list:
+    def _copy_outputs(
+        self, inputs: Sequence[TensorArg], outputs: Sequence[TensorArg], results: list, alloc: Callable[[int], int]
+    ) -> list:
         """Writes the outputs ONNX Runtime did not (``self._copies``) from their source: an input, or the output
         listed first under the same name. Fills ``results`` as run() returns them; returns the (dst, src, nbytes)
         copies made, which a replay of an in-place run repeats."""
@@ -280,8 +297,10 @@ class OrtExecutable:
             ptr, nbytes, _, dims = outputs[i]
             if ptr and all(d >= 0 for d in dims):
                 if tuple(dims) != shape or size > nbytes:
-                    raise ValueError(f"output '{self.out_names[i]}' is a copy of a tensor of shape {shape}; its "
-                                     f"buffer is for shape {tuple(dims)} ({nbytes} bytes)")
+                    raise ValueError(
+                        f"output '{self.out_names[i]}' is a copy of a tensor of shape {shape}; its "
+                        f"buffer is for shape {tuple(dims)} ({nbytes} bytes)"
+                    )
                 dst = ptr
                 results[i] = None
             else:
@@ -312,8 +331,15 @@ class OrtExecutable:
                     model = f.read()
             finally:
                 os.unlink(path)
-        head = json.dumps({"format": _CACHE_FORMAT, "in_names": self.in_names, "in_dims": self.in_dims,
-                           "out_names": self.out_names, "overrides": self._overrides()}).encode()
+        head = json.dumps(
+            {
+                "format": _CACHE_FORMAT,
+                "in_names": self.in_names,
+                "in_dims": self.in_dims,
+                "out_names": self.out_names,
+                "overrides": self._overrides(),
+            }
+        ).encode()
         return len(head).to_bytes(4, "little") + head + model
 
     def take_replay(self) -> tuple | None:
@@ -365,9 +391,11 @@ def _copying_replay(replay: tuple | None, moves: list, io) -> tuple:
     moves = tuple(moves)
     memmove = ctypes.memmove
     if replay is None:
+
         def run_copies() -> None:
             for dst, src, n in moves:
                 memmove(dst, src, n)
+
         return run_copies, (), io
     call, args, keep = replay
 
@@ -375,11 +403,13 @@ def _copying_replay(replay: tuple | None, moves: list, io) -> tuple:
         call(*args)
         for dst, src, n in moves:
             memmove(dst, src, n)
+
     return run_and_copy, (), keep
 
 
-def _ort_status_error(sess, in_names: Sequence[str], inputs: Sequence[TensorArg],
-                      out_names: Sequence[str]) -> BaseException | None:
+def _ort_status_error(
+    sess, in_names: Sequence[str], inputs: Sequence[TensorArg], out_names: Sequence[str]
+) -> BaseException | None:
     """ONNX Runtime's own exception for a run that failed through IOBinding, or None. run_with_iobinding reports
     every failure as RuntimeError("Error in execution: ..."), without the status (INVALID_ARGUMENT, FAIL, ...) that
     ONNX Runtime's run() raises as its exception class; the failed run is made again with run() to learn it, so
@@ -453,8 +483,9 @@ class OrtGraphProvider:
                 self._meta[digest] = shapes
         return shapes
 
-    def shared_session(self, model: bytes, digest: bytes, threads: int, overrides: dict, optimized: bool = False,
-                       spin: bool = False):
+    def shared_session(
+        self, model: bytes, digest: bytes, threads: int, overrides: dict, optimized: bool = False, spin: bool = False
+    ):
         """The session for (model, threads, overrides, spin), created on first use; it lives while a graph uses it.
         ``optimized``: the model is ONNX Runtime's optimized one (from GE's compile cache), not optimized again.
         Shared by every GE Session (stream): a size compiled for each stream costs one ONNX Runtime session, and the
@@ -527,10 +558,20 @@ class OrtGraphProvider:
         shape inference over the input shapes (never from a run), -1 where a dim is not known from them and (-2,)
         where not even the rank is; ``unknown_shape``: some tensor's shape depends on input values."""
         model = precision.for_compile(model)  # the compile's GE precision mode, emulated (the same bytes for origin)
-        exe = OrtExecutable(model, [i[0] for i in inputs], [i[2] for i in inputs], [o[0] for o in outputs], self,
-                            group, model_dir=self._external_dir(model))
-        probe_key = (exe.digest, tuple((i[0], i[1], tuple(i[2])) for i in inputs),
-                     tuple((o[0], o[1], tuple(o[2])) for o in outputs))
+        exe = OrtExecutable(
+            model,
+            [i[0] for i in inputs],
+            [i[2] for i in inputs],
+            [o[0] for o in outputs],
+            self,
+            group,
+            model_dir=self._external_dir(model),
+        )
+        probe_key = (
+            exe.digest,
+            tuple((i[0], i[1], tuple(i[2])) for i in inputs),
+            tuple((o[0], o[1], tuple(o[2])) for o in outputs),
+        )
         known = self._probed.get(probe_key)
         if known is not None:  # the same graph at the same shapes, compiled for another stream: validated already
             return exe, list(known[0]), known[1]
@@ -544,8 +585,10 @@ class OrtGraphProvider:
         unknown = True
         if all(d >= 0 for i in inputs for d in i[2]):
             inferred = _shape_infer.infer(self._parsed_model(model, exe.digest), {i[0]: tuple(i[2]) for i in inputs})
-            result = [(dt, _UNKNOWN_RANK if dims is None else tuple(d if type(d) is int else -1 for d in dims))
-                      for dt, dims in zip(dtypes, inferred.output_dims)]
+            result = [
+                (dt, _UNKNOWN_RANK if dims is None else tuple(d if type(d) is int else -1 for d in dims))
+                for dt, dims in zip(dtypes, inferred.output_dims)
+            ]
             unknown = not inferred.all_known
         with self._lock:
             if len(self._probed) >= _PROBED_LIMIT:
@@ -553,19 +596,25 @@ class OrtGraphProvider:
             self._probed[probe_key] = (tuple(result), unknown)
         return exe, result, unknown
 
-
     def load(self, data: bytes, group: int = 0) -> OrtExecutable:
         """An executable from OrtExecutable.save's bytes (gertHostGraphProvider.load: a GE compile cache hit), with
         no validation, shape inference or graph optimization; ValueError for bytes it cannot read."""
         try:
             n = int.from_bytes(data[:4], "little")
-            head = json.loads(data[4:4 + n])
+            head = json.loads(data[4 : 4 + n])
             if head.get("format") != _CACHE_FORMAT:
                 raise ValueError(f"format {head.get('format')!r}, expected {_CACHE_FORMAT!r}")
-            model = data[4 + n:]
+            model = data[4 + n :]
             in_dims = [tuple(int(d) for d in dims) for dims in head["in_dims"]]
-            exe = OrtExecutable(model, head["in_names"], in_dims, head["out_names"], self, group,
-                                {str(k): int(v) for k, v in head["overrides"].items()})
+            exe = OrtExecutable(
+                model,
+                head["in_names"],
+                in_dims,
+                head["out_names"],
+                self,
+                group,
+                {str(k): int(v) for k, v in head["overrides"].items()},
+            )
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"not a cached ONNX Runtime executable: {e}") from None
         return exe
@@ -648,6 +697,8 @@ def _declared_input_shapes(proto) -> list:
         dims = v.type.tensor_type.shape.dim if v.type.HasField("tensor_type") else []
         out.append([d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in dims])
     return out
+
+
 _UNKNOWN_RANK = (-2,)  # GE's UNKNOWN_DIM_NUM
 _PARSED_KEPT = 4
 
@@ -659,4 +710,4 @@ def _ort_dtype(meta) -> int:
         raise ValueError(f"output '{meta.name}' is a {t}, not a tensor")
     from onnx import TensorProto
 
-    return ge_dtype(onnx_to_numpy(getattr(TensorProto, t[len("tensor("):-1].upper(), 0)))
+    return ge_dtype(onnx_to_numpy(getattr(TensorProto, t[len("tensor(") : -1].upper(), 0)))

@@ -8,6 +8,7 @@
 Kept apart from the runtime core: the core calls in at two points (gert/core/compile_cache.py compile_graph sets the
 compile's precision settings, gert/hostnpu/ort_provider.py compile applies them).
 """
+
 from gert.preview.cann_ops import CannCompatibilityWarning, CannReport, Unsupported
 from gert.preview.check import cann_check
 from gert.preview.precision import PrecisionSettings

@@ -8,6 +8,7 @@ the parser and always maps. The registered keys are ``cann_ops.json`` next to th
 ``date`` say where they come from); a user plugin in a custom OPP can add keys, so "unregistered" means "on a
 stock install".
 """
+
 from __future__ import annotations
 
 import collections
@@ -42,7 +43,7 @@ class CannCompatibilityWarning(UserWarning):
 
 
 def _parse_range(text: str) -> frozenset:
-    """"1,8-18" -> {1, 8, ..., 18}."""
+    """ "1,8-18" -> {1, 8, ..., 18}."""
     out = set()
     for part in text.split(","):
         lo, _, hi = part.strip().partition("-")
@@ -134,12 +135,13 @@ class CannReport:
     def summary(self) -> str:
         if self.ok:
             return f"a stock CANN 8.x ONNX parser maps all {self.nodes} node(s)"
-        return (f"a stock CANN 8.x ONNX parser would refuse {len(self.unsupported)} of {self.nodes} node(s) "
-                f"(E13010)")
+        return f"a stock CANN 8.x ONNX parser would refuse {len(self.unsupported)} of {self.nodes} node(s) (E13010)"
 
     def rows(self) -> list:
-        return [(u.node, u.op_type, u.key, u.reason + (f" ({u.detail})" if u.detail else ""), u.graph or "main")
-                for u in self.unsupported]
+        return [
+            (u.node, u.op_type, u.key, u.reason + (f" ({u.detail})" if u.detail else ""), u.graph or "main")
+            for u in self.unsupported
+        ]
 
     def __str__(self) -> str:
         opsets = ", ".join(f"{d or DEFAULT_DOMAIN} {v}" for d, v in sorted(self.opsets.items()))
@@ -158,8 +160,10 @@ class CannReport:
 
     def _repr_html_(self) -> str:
         e = html.escape
-        parts = [f"<p><b>CANN op coverage</b>: {e(self.summary())}<br>opsets: "
-                 f"{e(', '.join(f'{d or DEFAULT_DOMAIN} {v}' for d, v in sorted(self.opsets.items())))}</p>"]
+        parts = [
+            f"<p><b>CANN op coverage</b>: {e(self.summary())}<br>opsets: "
+            f"{e(', '.join(f'{d or DEFAULT_DOMAIN} {v}' for d, v in sorted(self.opsets.items())))}</p>"
+        ]
         if self.unsupported:
             parts.append("<table><tr><th>node</th><th>op_type</th><th>key</th><th>reason</th><th>graph</th></tr>")
             for r in self.rows():
@@ -170,10 +174,25 @@ class CannReport:
         return "".join(parts)
 
     def to_dict(self) -> dict:
-        return {"ok": self.ok, "opsets": dict(self.opsets), "nodes": self.nodes, "table_date": self.table_date,
-                "unsupported": [{"node": u.node, "op_type": u.op_type, "key": u.key, "reason": u.reason,
-                                 "graph": u.graph, "detail": u.detail} for u in self.unsupported],
-                "suggestions": list(self.suggestions), "notes": list(self.notes)}
+        return {
+            "ok": self.ok,
+            "opsets": dict(self.opsets),
+            "nodes": self.nodes,
+            "table_date": self.table_date,
+            "unsupported": [
+                {
+                    "node": u.node,
+                    "op_type": u.op_type,
+                    "key": u.key,
+                    "reason": u.reason,
+                    "graph": u.graph,
+                    "detail": u.detail,
+                }
+                for u in self.unsupported
+            ],
+            "suggestions": list(self.suggestions),
+            "notes": list(self.notes),
+        }
 
 
 def load_proto(model: ModelLike):
@@ -215,8 +234,16 @@ def check_proto(proto) -> CannReport:
         name = _node_name(n, i)
         version = opsets.get(domain)
         if version is None:
-            unsupported.append(Unsupported(name, n.op_type, f"{domain}::?::{n.op_type}", MISSING_OPSET_IMPORT, path,
-                                           f"the model imports no opset for domain {domain}"))
+            unsupported.append(
+                Unsupported(
+                    name,
+                    n.op_type,
+                    f"{domain}::?::{n.op_type}",
+                    MISSING_OPSET_IMPORT,
+                    path,
+                    f"the model imports no opset for domain {domain}",
+                )
+            )
             continue
         key = f"{domain}::{version}::{n.op_type}"
         if t.maps(domain, version, n.op_type):
@@ -266,8 +293,10 @@ def _suggestions(opsets: dict, ops, unsupported, t: OpTable) -> list:
         if v is None and version > MAX_STANDARD_OPSET:
             v = best_opset([o for o in ops if t.opsets(*o)], t)
             if v is not None:
-                out.append(f"re-export at opset {v} (or `gert check --fix`): every op that CANN maps at all maps "
-                           f"there; the others stay refused")
+                out.append(
+                    f"re-export at opset {v} (or `gert check --fix`): every op that CANN maps at all maps "
+                    f"there; the others stay refused"
+                )
         elif v is not None:
             out.append(f"re-export at opset {v} (or `gert check --fix OUT.onnx`): every op maps there")
     types = {op for op, _ in reasons}
@@ -276,8 +305,10 @@ def _suggestions(opsets: dict, ops, unsupported, t: OpTable) -> list:
     if types & {"Loop", "Scan"}:
         out.append("Loop/Scan: unroll the loop or run it on the host around the NPU graph")
     if any(u.reason == DOMAIN_NOT_MAPPED and u.key.startswith("com.microsoft") for u in unsupported):
-        out.append("com.microsoft ops come from ONNX Runtime's graph optimizations: save the model before "
-                   "optimizing (ORT_DISABLE_ALL) or export it from the framework again")
+        out.append(
+            "com.microsoft ops come from ONNX Runtime's graph optimizations: save the model before "
+            "optimizing (ORT_DISABLE_ALL) or export it from the framework again"
+        )
     if "Gelu" in types:
         out.append("Gelu (opset 20): export at opset <= 18, where exporters decompose it into Erf/Mul/Add")
     return out
@@ -304,8 +335,7 @@ def resolve_mode(mode: str | None) -> str:
     return mode
 
 
-def enforce(data: bytes, mode: str | None, digest: str | None = None, stacklevel: int = 3
-            ) -> CannReport | None:
+def enforce(data: bytes, mode: str | None, digest: str | None = None, stacklevel: int = 3) -> CannReport | None:
     """Apply ``cann_ops`` to a model about to be loaded: "off" nothing; "warn" a CannCompatibilityWarning once per
     model (its digest) per process; "strict" a GeError with GE's E13010 text, as aclgrphParseONNX refuses it."""
     mode = resolve_mode(mode)
@@ -329,8 +359,11 @@ def enforce(data: bytes, mode: str | None, digest: str | None = None, stacklevel
     if report.ok:
         return report
     real = _cann.backend() != "hostnpu"
-    if mode == "warn" and not real and any(u.op_type in HOST_REFUSES and u.key.startswith(DEFAULT_DOMAIN + "::")
-                                           for u in report.unsupported):
+    if (
+        mode == "warn"
+        and not real
+        and any(u.op_type in HOST_REFUSES and u.key.startswith(DEFAULT_DOMAIN + "::") for u in report.unsupported)
+    ):
         return report  # the host NPU's parser refuses the model itself next, with GE's E13010
 
     if mode == "strict" and not real:
@@ -342,14 +375,22 @@ def enforce(data: bytes, mode: str | None, digest: str | None = None, stacklevel
             if digest in _warned:
                 return report
             _warned.add(digest)
-        where = ("the CANN toolkit's parser decides" if real else
-                 "the host NPU runs it anyway; cann_ops='strict' refuses it as CANN does")
+        where = (
+            "the CANN toolkit's parser decides"
+            if real
+            else "the host NPU runs it anyway; cann_ops='strict' refuses it as CANN does"
+        )
         lines = report.ge_message().splitlines()
-        shown = "\n".join(lines[:_WARN_LINES]) + (f"\n... and {len(lines) - _WARN_LINES} more (gert.cann_check(model) "
-                                                  f"lists them)" if len(lines) > _WARN_LINES else "")
-        warnings.warn(f"{report.summary()} ({where}):\n{shown}"
-                      + "".join(f"\n  suggestion: {s}" for s in report.suggestions),
-                      CannCompatibilityWarning, stacklevel=stacklevel)
+        shown = "\n".join(lines[:_WARN_LINES]) + (
+            f"\n... and {len(lines) - _WARN_LINES} more (gert.cann_check(model) lists them)"
+            if len(lines) > _WARN_LINES
+            else ""
+        )
+        warnings.warn(
+            f"{report.summary()} ({where}):\n{shown}" + "".join(f"\n  suggestion: {s}" for s in report.suggestions),
+            CannCompatibilityWarning,
+            stacklevel=stacklevel,
+        )
     return report
 
 

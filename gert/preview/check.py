@@ -3,6 +3,7 @@
 Kept above both steps it joins (gert/preview/cann_ops.py checks, gert/preview/fix.py converts and compares), so
 neither imports the other's caller.
 """
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,9 @@ from gert.preview import fix as fixer
 from gert.preview.cann_ops import DEFAULT_DOMAIN, CannReport, ModelLike, check_proto, load_proto
 
 
-def cann_check(model: ModelLike, fix: str | os.PathLike | None = None, inputs: dict | None = None,
-               shapes: dict | None = None) -> CannReport:
+def cann_check(
+    model: ModelLike, fix: str | os.PathLike | None = None, inputs: dict | None = None, shapes: dict | None = None
+) -> CannReport:
     """Check a model (path, bytes or ModelProto) against CANN 8.x's registered ONNX keys; see CannReport.
 
     ``fix``: a path to write the model converted down to the highest opset where its ops map (as ``gert check
@@ -34,8 +36,10 @@ def cann_check(model: ModelLike, fix: str | os.PathLike | None = None, inputs: d
     if result.written:
         fixer.write(result, fix)
         diffs = ", ".join(f"{k} {v:.3g}" for k, v in result.max_abs_diff.items())
-        report.notes.append(f"fix: converted opset {report.opsets.get(DEFAULT_DOMAIN)} -> {result.target} (max |d| "
-                            f"per output: {diffs}), wrote {result.path}: {result.report.summary()}")
+        report.notes.append(
+            f"fix: converted opset {report.opsets.get(DEFAULT_DOMAIN)} -> {result.target} (max |d| "
+            f"per output: {diffs}), wrote {result.path}: {result.report.summary()}"
+        )
     else:
         report.notes.append(f"fix: nothing written: {result.error}")
     return report

@@ -3,6 +3,7 @@
 Both run the same graph rewrite the host NPU's provider compiles for a mode (gert/preview/precision.py), on ONNX
 Runtime directly (no device needed): the numbers are those of the emulation model, not of a device.
 """
+
 from __future__ import annotations
 
 import html
@@ -33,15 +34,16 @@ class OutputError:
     cosine: float
     max_abs: float
     max_rel: float
-    nonfinite: int       # inf / NaN values in the mode's output (the fp32 output's own excluded)
-    beyond_fp16: float   # share of the fp32 output's values above fp16's range (|x| > 65504)
+    nonfinite: int  # inf / NaN values in the mode's output (the fp32 output's own excluded)
+    beyond_fp16: float  # share of the fp32 output's values above fp16's range (|x| > 65504)
 
 
 def _errors(mode: str, name: str, ref: np.ndarray, got: np.ndarray) -> OutputError:
     if ref.dtype.kind != "f":
         same = float(np.mean(ref == got)) if ref.size else 1.0
-        return OutputError(mode, name, same, float(np.max(np.abs(ref.astype(np.float64) - got))) if ref.size else 0.0,
-                           0.0, 0, 0.0)
+        return OutputError(
+            mode, name, same, float(np.max(np.abs(ref.astype(np.float64) - got))) if ref.size else 0.0, 0.0, 0, 0.0
+        )
     a = ref.astype(np.float64).ravel()
     b = got.astype(np.float64).ravel()
     finite_ref = np.isfinite(a)
@@ -77,8 +79,18 @@ class PrecisionTable:
         return [r.__dict__.copy() for r in self.rows]
 
     def _cells(self) -> list:
-        return [(r.mode, r.output, f"{r.cosine:.6f}", f"{r.max_abs:.3g}", f"{r.max_rel:.3g}", str(r.nonfinite),
-                 f"{r.beyond_fp16:.2%}") for r in self.rows]
+        return [
+            (
+                r.mode,
+                r.output,
+                f"{r.cosine:.6f}",
+                f"{r.max_abs:.3g}",
+                f"{r.max_rel:.3g}",
+                str(r.nonfinite),
+                f"{r.beyond_fp16:.2%}",
+            )
+            for r in self.rows
+        ]
 
     HEAD = ("mode", "output", "cosine", "max |d|", "max rel", "inf/NaN", "> fp16 range")
 
@@ -124,8 +136,11 @@ def _feeds(proto, inputs: Mapping[str, np.ndarray] | None, stacklevel: int = 3) 
     names = {v.name for v in proto.graph.input} - {t.name for t in proto.graph.initializer}
     missing = sorted(names - set(inputs or {}))
     if missing:
-        warnings.warn(f"random values for input(s) {', '.join(missing)}: real inputs give real answers",
-                      RandomInputsWarning, stacklevel=stacklevel)
+        warnings.warn(
+            f"random values for input(s) {', '.join(missing)}: real inputs give real answers",
+            RandomInputsWarning,
+            stacklevel=stacklevel,
+        )
     return random_inputs(proto, inputs), bool(missing)
 
 
@@ -134,8 +149,12 @@ def _run(proto, settings: precision.PrecisionSettings, feeds) -> dict:
     return ort_run(model.SerializeToString(), feeds)
 
 
-def compare_precision(model: ModelLike, inputs: Mapping[str, np.ndarray] | None = None,
-                      modes: Sequence[str] = DEFAULT_MODES, keep_fp32: Iterable[str] = ()) -> PrecisionTable:
+def compare_precision(
+    model: ModelLike,
+    inputs: Mapping[str, np.ndarray] | None = None,
+    modes: Sequence[str] = DEFAULT_MODES,
+    keep_fp32: Iterable[str] = (),
+) -> PrecisionTable:
     """Per mode x output: cosine similarity, max abs and max relative error against fp32 (must_keep_origin_dtype),
     inf/NaN count and the share of fp32 values beyond fp16's range. Missing inputs get random values (warned)."""
     proto = load_proto(model)
@@ -234,8 +253,12 @@ def _score(ref: np.ndarray, got: np.ndarray) -> float:
     return 1e6 * bad / a.size + rel
 
 
-def find_keep_fp32(model: ModelLike, inputs: Mapping[str, np.ndarray] | None = None,
-                   precision_mode: str = "force_fp16", min_cosine: float = 0.999) -> KeepFp32Result:
+def find_keep_fp32(
+    model: ModelLike,
+    inputs: Mapping[str, np.ndarray] | None = None,
+    precision_mode: str = "force_fp16",
+    min_cosine: float = 0.999,
+) -> KeepFp32Result:
     """A small set of node names that, kept in fp32, brings every output's cosine against fp32 to ``min_cosine``.
 
     Ranks the nodes the mode lowers by the error of their own output under the mode (inf/NaN first, then relative
@@ -257,8 +280,11 @@ def find_keep_fp32(model: ModelLike, inputs: Mapping[str, np.ndarray] | None = N
 
     before = worst(())
     order = {n.name: i for i, n in enumerate(proto.graph.node)}
-    candidates = [n for n in proto.graph.node if any(precision.lowered(base.mode, n.op_type))
-                  and n.op_type not in ("Constant", "Cast", "Shape", "Size")]
+    candidates = [
+        n
+        for n in proto.graph.node
+        if any(precision.lowered(base.mode, n.op_type)) and n.op_type not in ("Constant", "Cast", "Shape", "Size")
+    ]
     if before >= min_cosine or not candidates:
         return KeepFp32Result([], precision_mode, min_cosine, before, before, runs)
     wide = _with_intermediates(proto)
@@ -274,8 +300,9 @@ def find_keep_fp32(model: ModelLike, inputs: Mapping[str, np.ndarray] | None = N
     lo, hi = 1, len(ranking)
     if worst(ranking) < min_cosine:
         after = worst(ranking)
-        return KeepFp32Result(list(ranking), precision_mode, min_cosine, before, after, runs,
-                              [(k, scores[k]) for k in ranking])
+        return KeepFp32Result(
+            list(ranking), precision_mode, min_cosine, before, after, runs, [(k, scores[k]) for k in ranking]
+        )
     while lo < hi:
         mid = (lo + hi) // 2
         if worst(ranking[:mid]) >= min_cosine:
@@ -288,5 +315,6 @@ def find_keep_fp32(model: ModelLike, inputs: Mapping[str, np.ndarray] | None = N
         if trial and worst(trial) >= min_cosine:
             keep = trial
     keep.sort(key=order.get)
-    return KeepFp32Result(keep, precision_mode, min_cosine, before, worst(keep), runs,
-                          [(k, scores[k]) for k in ranking])
+    return KeepFp32Result(
+        keep, precision_mode, min_cosine, before, worst(keep), runs, [(k, scores[k]) for k in ranking]
+    )

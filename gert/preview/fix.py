@@ -6,6 +6,7 @@ CANN never maps) stays flagged. The comparison runs on the inputs the user gives
 random values), else on inputs gert invents from the model (its example shapes, its declared dims); when the
 original model refuses an invented input, the result names that input and how to give it.
 """
+
 from __future__ import annotations
 
 import os
@@ -43,18 +44,29 @@ class FixResult:
         return self.model is not None
 
     def to_dict(self) -> dict:
-        return {"target_opset": self.target, "written": self.path, "max_abs_diff": self.max_abs_diff,
-                "error": self.error, "needs": [i.name for i in self.needs],
-                "inputs": list(self.inputs), "invented": [i.name for i in self.invented],
-                "report": self.report.to_dict() if self.written and self.report is not None else None}
+        return {
+            "target_opset": self.target,
+            "written": self.path,
+            "max_abs_diff": self.max_abs_diff,
+            "error": self.error,
+            "needs": [i.name for i in self.needs],
+            "inputs": list(self.inputs),
+            "invented": [i.name for i in self.invented],
+            "report": self.report.to_dict() if self.written and self.report is not None else None,
+        }
 
 
 def python_hint(i: Invented) -> str:
     return i.python_hint()
 
 
-def fix(proto, tolerance: float = 1e-4, inputs: Mapping[str, np.ndarray] | None = None,
-        shapes: Mapping[str, Sequence[int]] | None = None, hint: Hint = python_hint) -> FixResult:
+def fix(
+    proto,
+    tolerance: float = 1e-4,
+    inputs: Mapping[str, np.ndarray] | None = None,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    hint: Hint = python_hint,
+) -> FixResult:
     """Convert ``proto`` (a ModelProto) down to the highest opset <= 18 where every op CANN maps at all maps, and
     compare it with the original on ``inputs`` / ``shapes`` (see gert.preview.inputs.make_feeds; a FeedError when
     they do not fit the model). ``hint`` words how to give an input the original refused when invented."""
@@ -66,19 +78,27 @@ def fix(proto, tolerance: float = 1e-4, inputs: Mapping[str, np.ndarray] | None 
     version = before.opsets.get(cann_ops.DEFAULT_DOMAIN)
     t = cann_ops.table()
     ops = [(n.domain or cann_ops.DEFAULT_DOMAIN, n.op_type) for n, _ in cann_ops.walk_nodes(proto.graph, "main")]
-    target = cann_ops.best_opset([o for o in ops if t.opsets(*o) or o[1] == "Constant"], t,
-                                 min(version or 0, cann_ops.MAX_STANDARD_OPSET))
+    target = cann_ops.best_opset(
+        [o for o in ops if t.opsets(*o) or o[1] == "Constant"], t, min(version or 0, cann_ops.MAX_STANDARD_OPSET)
+    )
     if version is None or target is None:
         return FixResult(None, before, error="no ai.onnx opset at which the model's mapped ops all map")
     if target == version:
-        return FixResult(target, before, error=f"the model is at opset {version} already, where every op CANN maps "
-                                               "at all maps: no conversion can help the ops left")
+        return FixResult(
+            target,
+            before,
+            error=f"the model is at opset {version} already, where every op CANN maps "
+            "at all maps: no conversion can help the ops left",
+        )
     try:
         converted = version_converter.convert_version(proto, target)
         onnx.checker.check_model(converted)
     except Exception as e:  # noqa: BLE001 - version_converter raises plain RuntimeErrors
-        return FixResult(target, before, error=f"ONNX's version_converter could not convert opset {version} -> "
-                                               f"{target}: {_first_line(e)}")
+        return FixResult(
+            target,
+            before,
+            error=f"ONNX's version_converter could not convert opset {version} -> {target}: {_first_line(e)}",
+        )
     data = converted.SerializeToString()
     a = _run_original(proto, feeds, target, before, hint)
     if isinstance(a, FixResult):
@@ -86,22 +106,34 @@ def fix(proto, tolerance: float = 1e-4, inputs: Mapping[str, np.ndarray] | None 
     try:
         b = run_session(ort_session(data), feeds.arrays)
     except Exception as e:  # noqa: BLE001 - ONNX Runtime's exceptions
-        return FixResult(target, before, error=f"ONNX Runtime could not run the converted model (opset {target}) on "
-                                               f"inputs the original runs: {_first_line(e)}", invented=feeds.invented)
+        return FixResult(
+            target,
+            before,
+            error=f"ONNX Runtime could not run the converted model (opset {target}) on "
+            f"inputs the original runs: {_first_line(e)}",
+            invented=feeds.invented,
+        )
     diffs = {}
     for name, x in a.items():
         y = b.get(name)
         if y is None or np.shape(x) != np.shape(y):
-            return FixResult(target, before, error=f"output '{name}' differs in shape after conversion",
-                             invented=feeds.invented)
+            return FixResult(
+                target, before, error=f"output '{name}' differs in shape after conversion", invented=feeds.invented
+            )
         diffs[name] = float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64)))) if np.size(x) else 0.0
     worst = max(diffs.values(), default=0.0)
     scale = max((float(np.max(np.abs(x))) for x in a.values() if np.size(x) and x.dtype.kind in "fiu"), default=1.0)
     if not worst <= tolerance * max(1.0, scale):
-        return FixResult(target, before, diffs, error=f"the converted model's outputs differ by up to {worst:g}",
-                         invented=feeds.invented)
-    return FixResult(target, cann_ops.check_proto(converted), diffs, data, inputs=list(feeds.arrays),
-                     invented=feeds.invented)
+        return FixResult(
+            target,
+            before,
+            diffs,
+            error=f"the converted model's outputs differ by up to {worst:g}",
+            invented=feeds.invented,
+        )
+    return FixResult(
+        target, cann_ops.check_proto(converted), diffs, data, inputs=list(feeds.arrays), invented=feeds.invented
+    )
 
 
 def _run_original(proto, feeds: Feeds, target: int, before, hint: Hint):
@@ -121,15 +153,27 @@ def _run_original(proto, feeds: Feeds, target: int, before, hint: Hint):
         at = f"at node '{node[0]}' ({node[1]}): " if node else ""
         if not suspects:  # only what the user gave (arrays, shapes) reaches the failing node
             made = {i.name: i for i in feeds.invented}
-            given = [n if n not in made else f"{n} random {made[n].shape}" for n in feeds.arrays
-                     if (upstream is None or n in upstream) and (n not in made or made[n].origin == "shape")]
-            return FixResult(target, before, error=f"ONNX Runtime could not run the original model on the input(s) "
-                                                   f"given ({', '.join(given)}): {at}{reason}")
+            given = [
+                n if n not in made else f"{n} random {made[n].shape}"
+                for n in feeds.arrays
+                if (upstream is None or n in upstream) and (n not in made or made[n].origin == "shape")
+            ]
+            return FixResult(
+                target,
+                before,
+                error=f"ONNX Runtime could not run the original model on the input(s) "
+                f"given ({', '.join(given)}): {at}{reason}",
+            )
         what = "; ".join(i.describe() for i in suspects)
         how = "; ".join(hint(i) for i in suspects)
-        return FixResult(target, before, needs=suspects, invented=feeds.invented,
-                         error=f"ONNX Runtime could not run the original model on the inputs gert invented: {at}"
-                               f"{reason}. gert could not invent a valid {what}; give it: {how}")
+        return FixResult(
+            target,
+            before,
+            needs=suspects,
+            invented=feeds.invented,
+            error=f"ONNX Runtime could not run the original model on the inputs gert invented: {at}"
+            f"{reason}. gert could not invent a valid {what}; give it: {how}",
+        )
 
 
 _NODE = re.compile(r"running (\S+) node\. Name:'([^']*)'")

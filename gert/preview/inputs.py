@@ -2,6 +2,7 @@
 comparison feed a model. The user's arrays and shapes first; else the model's own example shapes (ONNX metadata
 ``gert.example_shapes``), else its declared dims (a dynamic dim: ``dim``), with random values. Real inputs give real
 answers; an input gert had to invent is recorded (``Invented``) so that a model that refuses it can be named."""
+
 from __future__ import annotations
 
 import json
@@ -67,8 +68,12 @@ class Invented:
         return f"{given}: its random values do not work"
 
     def describe(self) -> str:
-        what = {"declared": "dynamic dims taken as", "example": "the model's example shape",
-                "static": "its declared shape", "shape": "the shape given"}[self.origin]
+        what = {
+            "declared": "dynamic dims taken as",
+            "example": "the model's example shape",
+            "static": "its declared shape",
+            "shape": "the shape given",
+        }[self.origin]
         return f"input '{self.name}' ({self.dtype} {self.declared_text()}; random values, {what} {self.shape})"
 
 
@@ -122,16 +127,30 @@ def _check_shape(name: str, declared: tuple | None, shape: tuple, what: str) -> 
     if declared is None:
         return
     if len(shape) != len(declared):
-        raise FeedError(f"input '{name}': {what} has rank {len(shape)} (shape {tuple(shape)}); the model takes rank "
-                        f"{len(declared)} {list(declared)}", name, declared, tuple(shape))
+        raise FeedError(
+            f"input '{name}': {what} has rank {len(shape)} (shape {tuple(shape)}); the model takes rank "
+            f"{len(declared)} {list(declared)}",
+            name,
+            declared,
+            tuple(shape),
+        )
     for axis, (d, s) in enumerate(zip(declared, shape)):
         if isinstance(d, int) and d > 0 and d != s:
-            raise FeedError(f"input '{name}': {what} has {s} at axis {axis}; the model fixes it to {d} "
-                            f"(shape {list(declared)})", name, declared, tuple(shape))
+            raise FeedError(
+                f"input '{name}': {what} has {s} at axis {axis}; the model fixes it to {d} (shape {list(declared)})",
+                name,
+                declared,
+                tuple(shape),
+            )
 
 
-def make_feeds(proto, given: Mapping[str, np.ndarray] | None = None,
-               shapes: Mapping[str, Sequence[int]] | None = None, seed: int = 0, dim: int = 1) -> Feeds:
+def make_feeds(
+    proto,
+    given: Mapping[str, np.ndarray] | None = None,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+    seed: int = 0,
+    dim: int = 1,
+) -> Feeds:
     """An array per graph input: ``given`` ones (checked: dtype, rank, fixed dims), else random values of the declared
     dtype in the shape ``shapes`` gives, else the model's example shape, else the declared one (dynamic dims =
     ``dim``). Floats N(0, 1); integers in [0, 3); bools. Names that are no input of the model are refused."""
@@ -142,8 +161,12 @@ def make_feeds(proto, given: Mapping[str, np.ndarray] | None = None,
     for what, named in (("an array", given), ("a shape", shapes)):
         unknown = sorted(set(named) - set(names))
         if unknown:
-            raise FeedError(f"unknown input '{unknown[0]}' given {what}; the model's inputs are {names}", unknown[0],
-                            names, unknown[0])
+            raise FeedError(
+                f"unknown input '{unknown[0]}' given {what}; the model's inputs are {names}",
+                unknown[0],
+                names,
+                unknown[0],
+            )
     both = sorted(set(given) & set(shapes))
     if both:
         raise FeedError(f"input '{both[0]}' is given both as an array and as a shape: give one", both[0])
@@ -154,8 +177,12 @@ def make_feeds(proto, given: Mapping[str, np.ndarray] | None = None,
         if v.name in given:
             a = np.asarray(given[v.name])
             if a.dtype != dtype:
-                raise FeedError(f"input '{v.name}': the model takes {dtype}, the array given is {a.dtype}", v.name,
-                                str(dtype), str(a.dtype))
+                raise FeedError(
+                    f"input '{v.name}': the model takes {dtype}, the array given is {a.dtype}",
+                    v.name,
+                    str(dtype),
+                    str(a.dtype),
+                )
             _check_shape(v.name, declared, a.shape, "the array given")
             out.arrays[v.name] = a
             continue
@@ -184,8 +211,13 @@ def _random(name: str, dtype: np.dtype, shape: tuple, rng: np.random.Generator) 
     raise FeedError(f"input '{name}': no random values for dtype {dtype}; give the input", name, None, str(dtype))
 
 
-def random_inputs(proto, given: Mapping[str, np.ndarray] | None = None, seed: int = 0, dim: int = 1,
-                  shapes: Mapping[str, Sequence[int]] | None = None) -> dict:
+def random_inputs(
+    proto,
+    given: Mapping[str, np.ndarray] | None = None,
+    seed: int = 0,
+    dim: int = 1,
+    shapes: Mapping[str, Sequence[int]] | None = None,
+) -> dict:
     """The arrays of make_feeds (the precision comparison's inputs)."""
     return make_feeds(proto, given, shapes, seed, dim).arrays
 

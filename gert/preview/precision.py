@@ -22,6 +22,7 @@ The provider finds the settings of the compile it is running in ``current()``: g
 sets them (``compiling``) from the graph's GE options for the compile on its thread; a compile through the GE API
 itself (gert.Session with the option) gets them from the host NPU (gert.hostnpu.compile_option).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,25 +37,69 @@ PRECISION_MODE_V2 = "ge.exec.precision_mode_v2"
 KEEP_FP32_OPTION = "gert.keep_fp32"  # gert's own: moved into the compile-cache key, never handed to GE
 DEFAULT_MODE = "must_keep_origin_dtype"
 
-V1_MODES = ("force_fp16", "allow_fp32_to_fp16", "allow_mix_precision", "allow_mix_precision_fp16",
-            "allow_mix_precision_bf16", "allow_fp32_to_bf16", "must_keep_origin_dtype", "force_fp32",
-            "cube_fp16in_fp32out")
-V2_TO_V1 = {"fp16": "force_fp16", "origin": "must_keep_origin_dtype", "cube_fp16in_fp32out": "cube_fp16in_fp32out",
-            "mixed_float16": "allow_mix_precision_fp16", "mixed_bfloat16": "allow_mix_precision_bf16"}
+V1_MODES = (
+    "force_fp16",
+    "allow_fp32_to_fp16",
+    "allow_mix_precision",
+    "allow_mix_precision_fp16",
+    "allow_mix_precision_bf16",
+    "allow_fp32_to_bf16",
+    "must_keep_origin_dtype",
+    "force_fp32",
+    "cube_fp16in_fp32out",
+)
+V2_TO_V1 = {
+    "fp16": "force_fp16",
+    "origin": "must_keep_origin_dtype",
+    "cube_fp16in_fp32out": "cube_fp16in_fp32out",
+    "mixed_float16": "allow_mix_precision_fp16",
+    "mixed_bfloat16": "allow_mix_precision_bf16",
+}
 
 CUBE_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "LSTM", "GRU", "RNN", "Einsum"})
-MIX_BLACK_LIST = frozenset({"Softmax", "LogSoftmax", "Exp", "Log", "Pow", "Sqrt", "Reciprocal", "Div",
-                            "ReduceSum", "ReduceMean", "ReduceProd", "ReduceLogSumExp", "ReduceLogSum",
-                            "ReduceSumSquare", "ReduceL1", "ReduceL2", "LayerNormalization", "BatchNormalization",
-                            "InstanceNormalization", "GroupNormalization", "LpNormalization", "Erf",
-                            "SoftmaxCrossEntropyLoss", "CumSum", "Range"})
+MIX_BLACK_LIST = frozenset(
+    {
+        "Softmax",
+        "LogSoftmax",
+        "Exp",
+        "Log",
+        "Pow",
+        "Sqrt",
+        "Reciprocal",
+        "Div",
+        "ReduceSum",
+        "ReduceMean",
+        "ReduceProd",
+        "ReduceLogSumExp",
+        "ReduceLogSum",
+        "ReduceSumSquare",
+        "ReduceL1",
+        "ReduceL2",
+        "LayerNormalization",
+        "BatchNormalization",
+        "InstanceNormalization",
+        "GroupNormalization",
+        "LpNormalization",
+        "Erf",
+        "SoftmaxCrossEntropyLoss",
+        "CumSum",
+        "Range",
+    }
+)
 # Float inputs that are parameters of the op rather than data, never rounded: scales / roi (read on the host), and
 # the normalizations' statistics and affine parameters, which CANN's BatchNorm / BNInference kernels take in fp32 in
 # every mode (and ATC folds into the preceding Conv in fp32). PP-OCRv4 det has BatchNormalization variances up to
 # 9.8e7: rounded to fp16 they would be inf and zero the whole output.
-_PARAM_INPUTS = {"Resize": {1, 2}, "Upsample": {1}, "RoiAlign": {1}, "NonMaxSuppression": {2, 3, 4},
-                 "Range": {0, 1, 2}, "ConstantOfShape": {0}, "BatchNormalization": {1, 2, 3, 4},
-                 "InstanceNormalization": {1, 2}}
+_PARAM_INPUTS = {
+    "Resize": {1, 2},
+    "Upsample": {1},
+    "RoiAlign": {1},
+    "NonMaxSuppression": {2, 3, 4},
+    "Range": {0, 1, 2},
+    "ConstantOfShape": {0},
+    "BatchNormalization": {1, 2, 3, 4},
+    "InstanceNormalization": {1, 2},
+}
 
 
 @dataclass(frozen=True)
@@ -64,7 +109,7 @@ class PrecisionSettings:
     mode: str = DEFAULT_MODE
     keep_fp32: tuple = ()
     option: str = PRECISION_MODE  # which GE key the user set (for display)
-    given: str = DEFAULT_MODE     # the value as given
+    given: str = DEFAULT_MODE  # the value as given
 
     @property
     def keeps_dtypes(self) -> bool:
@@ -86,8 +131,7 @@ class PrecisionSettings:
         return f"{self.given}{keep}"
 
 
-def normalise(mode: str | None, keep_fp32: Iterable[str] = (), what: str = "precision_mode"
-              ) -> PrecisionSettings:
+def normalise(mode: str | None, keep_fp32: Iterable[str] = (), what: str = "precision_mode") -> PrecisionSettings:
     """Settings from a mode name of either GE key (None: the host NPU's default, must_keep_origin_dtype)."""
     from gert.errors import GertError
 
@@ -102,8 +146,10 @@ def normalise(mode: str | None, keep_fp32: Iterable[str] = (), what: str = "prec
         return PrecisionSettings(v1, keep, PRECISION_MODE, m)
     if m in V2_TO_V1:
         return PrecisionSettings(V2_TO_V1[m], keep, PRECISION_MODE_V2, m)
-    raise GertError(f"{what}: {m!r} is not a GE precision mode; expected one of {', '.join(V1_MODES)} "
-                    f"(ge.exec.precision_mode) or {', '.join(V2_TO_V1)} (ge.exec.precision_mode_v2)")
+    raise GertError(
+        f"{what}: {m!r} is not a GE precision mode; expected one of {', '.join(V1_MODES)} "
+        f"(ge.exec.precision_mode) or {', '.join(V2_TO_V1)} (ge.exec.precision_mode_v2)"
+    )
 
 
 def from_options(*levels: Mapping[str, str]) -> PrecisionSettings:
@@ -171,14 +217,20 @@ def rewrite_proto(proto, settings: PrecisionSettings):
 
     def cast_pair(src: str, dst: str, tag: str):
         mid = fresh(f"{src}__{tag}_low")
-        return [helper.make_node("Cast", [src], [mid], name=fresh(f"{tag}_to_low"), to=low),
-                helper.make_node("Cast", [mid], [dst], name=fresh(f"{tag}_to_fp32"), to=TensorProto.FLOAT)]
+        return [
+            helper.make_node("Cast", [src], [mid], name=fresh(f"{tag}_to_low"), to=low),
+            helper.make_node("Cast", [mid], [dst], name=fresh(f"{tag}_to_fp32"), to=TensorProto.FLOAT),
+        ]
 
     for i, n in enumerate(graph.node):
         name = n.name or f"{n.op_type}_{i}"
         r_in, r_out = lowered(settings.mode, n.op_type)
-        if n.op_type in ("Constant", "Cast", "Shape", "Size") or name in keep or n.op_type in keep or n.domain not in (
-                "", "ai.onnx"):
+        if (
+            n.op_type in ("Constant", "Cast", "Shape", "Size")
+            or name in keep
+            or n.op_type in keep
+            or n.domain not in ("", "ai.onnx")
+        ):
             r_in = r_out = False
         if r_in:
             params = _PARAM_INPUTS.get(n.op_type, set())
@@ -277,16 +329,21 @@ def for_compile(model: bytes) -> bytes:
     return out
 
 
-def model_settings(precision_mode: str | None, keep_fp32: Iterable[str], session_options: Mapping[str, str],
-                   graph_options: Mapping[str, str]) -> tuple:
+def model_settings(
+    precision_mode: str | None,
+    keep_fp32: Iterable[str],
+    session_options: Mapping[str, str],
+    graph_options: Mapping[str, str],
+) -> tuple:
     """gert.load's precision_mode / keep_fp32 with its GE options: (settings, graph options carrying them). The mode
     may come from either (options={"ge.exec.precision_mode": ...}), not from both."""
     from gert.errors import GertError
 
     set_in = [k for k in (PRECISION_MODE, PRECISION_MODE_V2) if k in session_options or k in graph_options]
     if precision_mode is not None and set_in:
-        raise GertError(f"precision_mode={precision_mode!r} and options {set_in[0]!r} both set the precision mode; "
-                        f"set one")
+        raise GertError(
+            f"precision_mode={precision_mode!r} and options {set_in[0]!r} both set the precision mode; set one"
+        )
     keep = list(keep_fp32) if not isinstance(keep_fp32, str) else [keep_fp32]
     if precision_mode is None and not keep:
         return from_options(session_options, graph_options), graph_options

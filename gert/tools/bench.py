@@ -5,6 +5,7 @@ Each configuration loads the model with gert.load(), warms it up, then ``--concu
 loop for ``--duration`` seconds (or ``--iterations`` requests in all). Reported: inferences/s, samples/s, latency
 p50/p90/p99, each stream's busy share, compile time and device memory peak.
 """
+
 from __future__ import annotations
 
 import csv
@@ -56,13 +57,15 @@ class BenchResult:
     compile_s: float = 0.0
     memory_peak_mb: float = 0.0
     best_under_ms: list = field(default_factory=list)
-    static_share: float = 0.0   # of the measured requests, the share served by static graphs
+    static_share: float = 0.0  # of the measured requests, the share served by static graphs
     compile_s_cold: float | None = None  # with a cache dir: compile seconds of a first load into an empty cache
-    cache_hits: int = 0         # with a cache dir: compiles of the measured (warm) load served by the cache
+    cache_hits: int = 0  # with a cache dir: compiles of the measured (warm) load served by the cache
 
     def label(self) -> str:
-        return (f"streams={self.streams} cube={self.cube_cores or '-'} vector={self.vector_cores or '-'} "
-                f"batch={self.batch or '-'}")
+        return (
+            f"streams={self.streams} cube={self.cube_cores or '-'} vector={self.vector_cores or '-'} "
+            f"batch={self.batch or '-'}"
+        )
 
 
 def parse_int_list(text: str | None, what: str) -> list:
@@ -111,9 +114,10 @@ def make_inputs(model, shapes: dict, files: dict, batch: int | None, rng: np.ran
                 if plan.input_axes.get((t.name, axis)) == "batch" and batch is not None:
                     shape[axis] = batch
                 elif not isinstance(d, int):
-                    raise BenchArgError(f"input '{t.name}' has a dynamic dim at axis {axis} ({d}); give "
-                                        f"--shape {t.name}=" + "x".join(str(x) if isinstance(x, int) else "N"
-                                                                       for x in t.shape))
+                    raise BenchArgError(
+                        f"input '{t.name}' has a dynamic dim at axis {axis} ({d}); give "
+                        f"--shape {t.name}=" + "x".join(str(x) if isinstance(x, int) else "N" for x in t.shape)
+                    )
             if np.issubdtype(t.dtype, np.floating):
                 a = rng.standard_normal(shape).astype(t.dtype)
             elif t.dtype == np.bool_:
@@ -136,13 +140,15 @@ def settle(model, timeout: float = 120.0) -> None:
         time.sleep(0.02)
 
 
-def _load_and_prime(model_bytes: bytes, cfg: BenchConfig, load_kwargs: dict, shapes: dict, files: dict,
-                    warmup: int) -> tuple:
+def _load_and_prime(
+    model_bytes: bytes, cfg: BenchConfig, load_kwargs: dict, shapes: dict, files: dict, warmup: int
+) -> tuple:
     """Load, then the warm-up requests that compile what the configuration runs; (model, inputs)."""
     import gert
 
-    model = gert.load(model_bytes, streams=cfg.streams, cube_cores=cfg.cube_cores, vector_cores=cfg.vector_cores,
-                      **load_kwargs)
+    model = gert.load(
+        model_bytes, streams=cfg.streams, cube_cores=cfg.cube_cores, vector_cores=cfg.vector_cores, **load_kwargs
+    )
     try:
         inputs = make_inputs(model, shapes, files, cfg.batch, np.random.default_rng(0))
         for _ in range(max(max(warmup, 1) * cfg.streams, HOT_AFTER)):
@@ -158,9 +164,19 @@ def _compile_seconds(model) -> float:
     return sum(s["compile_seconds"] for s in model.stats()["streams"])
 
 
-def run_config(model_bytes: bytes, cfg: BenchConfig, load_kwargs: dict, shapes: dict, files: dict,
-               concurrency: int, duration: float | None, iterations: int | None, warmup: int,
-               cache_dir: str | None = None, traces: list | None = None) -> BenchResult:
+def run_config(
+    model_bytes: bytes,
+    cfg: BenchConfig,
+    load_kwargs: dict,
+    shapes: dict,
+    files: dict,
+    concurrency: int,
+    duration: float | None,
+    iterations: int | None,
+    warmup: int,
+    cache_dir: str | None = None,
+    traces: list | None = None,
+) -> BenchResult:
     """One configuration. With ``cache_dir``: first a cold load (and its warm-up) into an empty subdirectory of it
     (removed afterwards), then the measured load, warm from that cache: compile seconds cold vs warm."""
     import gert
@@ -217,8 +233,9 @@ def run_config(model_bytes: bytes, cfg: BenchConfig, load_kwargs: dict, shapes: 
         if recording is not None:
             traces.append(recording.stop())
         stats = model.stats()
-        busy = [round((s["busy_seconds"] - b["busy_seconds"]) / wall, 3)
-                for s, b in zip(stats["streams"], base["streams"])]
+        busy = [
+            round((s["busy_seconds"] - b["busy_seconds"]) / wall, 3) for s, b in zip(stats["streams"], base["streams"])
+        ]
         if gert.hostnpu.available():
             peak = gert.host_counters()["device_memory_peak"] / 2**20
         else:
@@ -227,11 +244,25 @@ def run_config(model_bytes: bytes, cfg: BenchConfig, load_kwargs: dict, shapes: 
         n = len(latencies)
         static = stats["static_hits"] - base["static_hits"]
         served = static + stats["dynamic_hits"] - base["dynamic_hits"]
-        return BenchResult(cfg.streams, cfg.cube_cores, cfg.vector_cores, cfg.batch, n, wall, n / wall,
-                           n * batch / wall, float(np.percentile(lat, 50)), float(np.percentile(lat, 90)),
-                           float(np.percentile(lat, 99)), busy, sum(s["compile_seconds"] for s in stats["streams"]),
-                           peak, static_share=round(static / served, 4) if served else 0.0,
-                           compile_s_cold=cold_s, cache_hits=stats["cache_hits"])
+        return BenchResult(
+            cfg.streams,
+            cfg.cube_cores,
+            cfg.vector_cores,
+            cfg.batch,
+            n,
+            wall,
+            n / wall,
+            n * batch / wall,
+            float(np.percentile(lat, 50)),
+            float(np.percentile(lat, 90)),
+            float(np.percentile(lat, 99)),
+            busy,
+            sum(s["compile_seconds"] for s in stats["streams"]),
+            peak,
+            static_share=round(static / served, 4) if served else 0.0,
+            compile_s_cold=cold_s,
+            cache_hits=stats["cache_hits"],
+        )
     finally:
         model.close()
         if fresh:
@@ -246,8 +277,10 @@ def mark_budgets(results: list, budgets_ms: list) -> None:
 
 
 def table(results: list) -> str:
-    head = (f"{'streams':>7} {'cube':>5} {'vector':>6} {'batch':>5} {'infer/s':>9} {'samples/s':>10} {'p50 ms':>8} "
-            f"{'p90 ms':>8} {'p99 ms':>8} {'busy':>14} {'compile s':>9} {'mem MB':>8}  best under")
+    head = (
+        f"{'streams':>7} {'cube':>5} {'vector':>6} {'batch':>5} {'infer/s':>9} {'samples/s':>10} {'p50 ms':>8} "
+        f"{'p90 ms':>8} {'p99 ms':>8} {'busy':>14} {'compile s':>9} {'mem MB':>8}  best under"
+    )
     cached = any(r.compile_s_cold is not None for r in results)
     if cached:  # compile seconds of a load into an empty cache / of the measured load from that cache
         head = head.replace(f"{'compile s':>9}", f"{'compile s cold/warm':>19}")
@@ -259,9 +292,11 @@ def table(results: list) -> str:
         if cached:
             cold = "-" if r.compile_s_cold is None else f"{r.compile_s_cold:.2f}"
             comp = f"{cold + '/' + f'{r.compile_s:.2f}':>19}"
-        lines.append(f"{r.streams:>7} {r.cube_cores or '-':>5} {r.vector_cores or '-':>6} {r.batch or '-':>5} "
-                     f"{r.inferences_per_s:>9.1f} {r.samples_per_s:>10.1f} {r.p50_ms:>8.2f} {r.p90_ms:>8.2f} "
-                     f"{r.p99_ms:>8.2f} {busy:>14} {comp} {r.memory_peak_mb:>8.1f}  {best}")
+        lines.append(
+            f"{r.streams:>7} {r.cube_cores or '-':>5} {r.vector_cores or '-':>6} {r.batch or '-':>5} "
+            f"{r.inferences_per_s:>9.1f} {r.samples_per_s:>10.1f} {r.p50_ms:>8.2f} {r.p90_ms:>8.2f} "
+            f"{r.p99_ms:>8.2f} {busy:>14} {comp} {r.memory_peak_mb:>8.1f}  {best}"
+        )
     return "\n".join(lines)
 
 
@@ -271,8 +306,11 @@ def write_csv(path: str, results: list) -> None:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         for row in rows:
-            row = dict(row, stream_busy=" ".join(str(x) for x in row["stream_busy"]),
-                       best_under_ms=" ".join(str(x) for x in row["best_under_ms"]))
+            row = dict(
+                row,
+                stream_busy=" ".join(str(x) for x in row["stream_busy"]),
+                best_under_ms=" ".join(str(x) for x in row["best_under_ms"]),
+            )
             w.writerow(row)
 
 
@@ -287,8 +325,13 @@ def figure(results: list):
     ax = fig.subplots()
     for r in results:
         ax.scatter(r.p99_ms, r.samples_per_s, s=40)
-        ax.annotate(r.label().replace(" vector=-", ""), (r.p99_ms, r.samples_per_s), fontsize=7,
-                    xytext=(4, 3), textcoords="offset points")
+        ax.annotate(
+            r.label().replace(" vector=-", ""),
+            (r.p99_ms, r.samples_per_s),
+            fontsize=7,
+            xytext=(4, 3),
+            textcoords="offset points",
+        )
     ax.set_xlabel("p99 latency (ms)")
     ax.set_ylabel("samples / s")
     ax.set_title("gert bench: throughput vs p99 latency")
@@ -321,12 +364,28 @@ def _check_cores(devices: tuple, cubes: list, vectors: list) -> None:
                 raise BenchArgError(f"--vector-cores {v}: device {d} has {have} vector cores")
 
 
-def sweep(model, *, streams=(1,), cube_cores=(None,), vector_cores=(None,), batch=(None,),
-          shapes: dict | None = None, inputs: dict | None = None, gears: dict | None = None,
-          shape_policy: dict | None = None, devices=(0,), concurrency: int = 4, duration: float | None = None,
-          iterations: int | None = None, warmup: int = 3, latency_budgets_ms=DEFAULT_BUDGETS_MS,
-          progress: bool = False, cache_dir: str | None = None, precision_mode: str | None = None,
-          traces: list | None = None) -> list:
+def sweep(
+    model,
+    *,
+    streams=(1,),
+    cube_cores=(None,),
+    vector_cores=(None,),
+    batch=(None,),
+    shapes: dict | None = None,
+    inputs: dict | None = None,
+    gears: dict | None = None,
+    shape_policy: dict | None = None,
+    devices=(0,),
+    concurrency: int = 4,
+    duration: float | None = None,
+    iterations: int | None = None,
+    warmup: int = 3,
+    latency_budgets_ms=DEFAULT_BUDGETS_MS,
+    progress: bool = False,
+    cache_dir: str | None = None,
+    precision_mode: str | None = None,
+    traces: list | None = None,
+) -> list:
     """`gert bench` from Python: every combination of streams x cube_cores x vector_cores x batch, each run by
     ``concurrency`` threads for ``duration`` seconds (or ``iterations`` requests); returns BenchResults with
     ``best_under_ms`` marked. ``model``: a path or the ONNX bytes; ``shapes``: input name -> shape for dynamic
@@ -380,8 +439,19 @@ def sweep(model, *, streams=(1,), cube_cores=(None,), vector_cores=(None,), batc
     results = []
     with Progress(len(configs), "gert bench", enabled=progress) as bar:
         for cfg in configs:
-            r = run_config(model_bytes, cfg, load_kwargs, shapes, files, concurrency, duration, iterations, warmup,
-                           cache_dir, traces)
+            r = run_config(
+                model_bytes,
+                cfg,
+                load_kwargs,
+                shapes,
+                files,
+                concurrency,
+                duration,
+                iterations,
+                warmup,
+                cache_dir,
+                traces,
+            )
             results.append(r)
             bar.step(f"{r.label()}: {r.samples_per_s:.1f} samples/s, p99 {r.p99_ms:.2f} ms")
     mark_budgets(results, budgets)
@@ -410,18 +480,41 @@ def main(args) -> int:
     policy = parse_dim_lists(args.shape_policy, "shape-policy", lambda t, d: t)
     wants_trace = args.trace or args.trace_all or args.timeline
     traces: list | None = [] if wants_trace else None
-    results = sweep(args.model, streams=streams, cube_cores=cubes, vector_cores=vectors, batch=batches,
-                    shapes=shapes, inputs=files, gears=gears, shape_policy=policy, devices=devices,
-                    concurrency=args.concurrency, duration=args.duration, iterations=args.iterations,
-                    warmup=args.warmup, latency_budgets_ms=args.latency_budgets or DEFAULT_BUDGETS_MS,
-                    progress=True, cache_dir=args.cache_dir,
-                    precision_mode=getattr(args, "precision_mode", None), traces=traces)
+    results = sweep(
+        args.model,
+        streams=streams,
+        cube_cores=cubes,
+        vector_cores=vectors,
+        batch=batches,
+        shapes=shapes,
+        inputs=files,
+        gears=gears,
+        shape_policy=policy,
+        devices=devices,
+        concurrency=args.concurrency,
+        duration=args.duration,
+        iterations=args.iterations,
+        warmup=args.warmup,
+        latency_budgets_ms=args.latency_budgets or DEFAULT_BUDGETS_MS,
+        progress=True,
+        cache_dir=args.cache_dir,
+        precision_mode=getattr(args, "precision_mode", None),
+        traces=traces,
+    )
     print(f"gert bench {os.path.basename(args.model)} on {gert.backend()}, concurrency {args.concurrency}")
     print(table(results))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"model": args.model, "backend": gert.backend(), "concurrency": args.concurrency,
-                       "results": [asdict(r) for r in results]}, f, indent=2)
+            json.dump(
+                {
+                    "model": args.model,
+                    "backend": gert.backend(),
+                    "concurrency": args.concurrency,
+                    "results": [asdict(r) for r in results],
+                },
+                f,
+                indent=2,
+            )
     if args.csv:
         write_csv(args.csv, results)
     if args.plot:
@@ -445,6 +538,15 @@ def write_traces(args, results: list, traces: list) -> None:
         from gert.tools import timeline
 
         order = sorted(range(len(results)), key=lambda i: -results[i].samples_per_s)
-        timeline.save(args.timeline, [(f"{os.path.basename(args.model)}: {results[i].label().replace(' vector=-', '')}"
-                                       f" - {results[i].samples_per_s:.0f} samples/s, p99 {results[i].p99_ms:.1f} ms",
-                                       traces[i].events) for i in order], width_ms=args.timeline_ms)
+        timeline.save(
+            args.timeline,
+            [
+                (
+                    f"{os.path.basename(args.model)}: {results[i].label().replace(' vector=-', '')}"
+                    f" - {results[i].samples_per_s:.0f} samples/s, p99 {results[i].p99_ms:.1f} ms",
+                    traces[i].events,
+                )
+                for i in order
+            ],
+            width_ms=args.timeline_ms,
+        )

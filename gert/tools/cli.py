@@ -1,6 +1,7 @@
 """The gert command: ``gert info``, ``gert bench MODEL.onnx``, ``gert check MODEL.onnx``, ``gert precision
 MODEL.onnx`` (the last two: gert/preview/cli.py); ``gert serve REPO`` and ``gert repo init MODEL.onnx REPO`` come
 from gert_triton (gert_triton/cli.py) through the entry point group ``gert.commands``."""
+
 from __future__ import annotations
 
 import argparse
@@ -11,15 +12,23 @@ from collections.abc import Mapping, Sequence
 
 from gert.tools.usage import UsageError  # raised here and by the commands it loads
 
-ENV_SETTINGS = ("GERT_BACKEND", "GERT_HOST_DEVICES", "GERT_HOST_DEVICE_MEMORY", "GERT_HOST_CUBE_CORES",
-                "GERT_HOST_VECTOR_CORES", "GERT_HOST_SPIN_US", "GERT_HOST_INLINE_LAUNCH", "GERT_TRITONSERVER",
-                "GERT_CACHE_DIR", "GERT_CANN_OPS",
-                "ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")
+ENV_SETTINGS = (
+    "GERT_BACKEND",
+    "GERT_HOST_DEVICES",
+    "GERT_HOST_DEVICE_MEMORY",
+    "GERT_HOST_CUBE_CORES",
+    "GERT_HOST_VECTOR_CORES",
+    "GERT_HOST_SPIN_US",
+    "GERT_HOST_INLINE_LAUNCH",
+    "GERT_TRITONSERVER",
+    "GERT_CACHE_DIR",
+    "GERT_CANN_OPS",
+    "ASCEND_HOME_PATH",
+    "ASCEND_TOOLKIT_HOME",
+)
 
 
 COMMANDS_GROUP = "gert.commands"  # entry points adding commands (gert_triton: serve, repo init)
-
-
 
 
 def _version(pkg: str) -> str | None:
@@ -75,8 +84,10 @@ def cmd_info(args) -> int:
         cube = _cann.get_device_info(d, _cann.DEV_ATTR_CUBE_CORE_NUM)
         vec = _cann.get_device_info(d, _cann.DEV_ATTR_VECTOR_CORE_NUM)
         mem = gert.memory_info(d)
-        print(f"  device {d}: {cube} cube cores, {vec} vector cores, memory {mem.total / 2**30:.1f} GiB "
-              f"({mem.free / 2**30:.1f} GiB free)")
+        print(
+            f"  device {d}: {cube} cube cores, {vec} vector cores, memory {mem.total / 2**30:.1f} GiB "
+            f"({mem.free / 2**30:.1f} GiB free)"
+        )
     settings = {k: os.environ[k] for k in ENV_SETTINGS if k in os.environ}
     print("settings: " + (", ".join(f"{k}={v}" for k, v in settings.items()) or "(none set; defaults)"))
     from gert.preview.cli import info_lines
@@ -143,11 +154,17 @@ def _build() -> tuple:
     b.add_argument("--iterations", type=int, help="requests per configuration, instead of --duration")
     b.add_argument("--warmup", type=int, default=3, help="warm-up requests per stream")
     b.add_argument("--input", action="append", help="NAME=file.npy: use this array instead of random data")
-    b.add_argument("--cache-dir", help="GE compile cache: per configuration a cold load into an empty subdirectory "
-                   "of this, then the measured load warm from it; reports compile seconds cold/warm")
+    b.add_argument(
+        "--cache-dir",
+        help="GE compile cache: per configuration a cold load into an empty subdirectory "
+        "of this, then the measured load warm from it; reports compile seconds cold/warm",
+    )
     b.add_argument("--latency-budgets", help="p99 budgets in ms to mark the best configuration under, e.g. 10,50")
-    b.add_argument("--precision-mode", help="GE precision mode (force_fp16, allow_fp32_to_fp16, fp16, origin, ...), "
-                   "emulated on the host NPU (default must_keep_origin_dtype)")
+    b.add_argument(
+        "--precision-mode",
+        help="GE precision mode (force_fp16, allow_fp32_to_fp16, fp16, origin, ...), "
+        "emulated on the host NPU (default must_keep_origin_dtype)",
+    )
     b.add_argument("--json")
     b.add_argument("--csv")
     b.add_argument("--plot", help="PNG of throughput against p99 latency (needs matplotlib)")
@@ -171,8 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = list(sys.argv[1:] if argv is None else argv)
         parser, commands = _build()
         extra = None
-        if "--" in argv and _passes_through(commands, argv[:argv.index("--")]):
-            argv, extra = argv[:argv.index("--")], argv[argv.index("--") + 1:]
+        if "--" in argv and _passes_through(commands, argv[: argv.index("--")]):
+            argv, extra = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
         args = parser.parse_args(argv)
         if extra is not None:
             args.passthrough_args = extra

@@ -2,6 +2,7 @@
 
 Both views are built from the same sections (a title, column headers, rows), so they always say the same thing.
 """
+
 from __future__ import annotations
 
 import html
@@ -16,8 +17,8 @@ if TYPE_CHECKING:  # pragma: no cover
 class Section:
     title: str
     headers: list = field(default_factory=list)
-    rows: list = field(default_factory=list)      # lists of cells (str() of each is shown)
-    note: str = ""                                # shown when there are no rows, or under the table
+    rows: list = field(default_factory=list)  # lists of cells (str() of each is shown)
+    note: str = ""  # shown when there are no rows, or under the table
 
 
 def _fmt_shape(shape) -> str:
@@ -31,17 +32,42 @@ def _mb(n: int) -> str:
 def stats_sections(stats: dict) -> list:
     """Streams (device, core limits, requests, busy, compiles, static / dynamic hits, compile cache), gears (hits,
     padding), faults and recovery, device memory."""
-    streams = Section("streams", ["stream", "device", "cube cores", "vector cores", "requests", "busy s",
-                                  "compiles", "compile s", "static / dynamic", "cache hit / miss"])
+    streams = Section(
+        "streams",
+        [
+            "stream",
+            "device",
+            "cube cores",
+            "vector cores",
+            "requests",
+            "busy s",
+            "compiles",
+            "compile s",
+            "static / dynamic",
+            "cache hit / miss",
+        ],
+    )
     for s in stats.get("streams", []):
-        streams.rows.append([s["stream"], s["device"], s["cube_cores"], s["vector_cores"], s["requests"],
-                             f"{s['busy_seconds']:.3f}", s["compiles"], f"{s['compile_seconds']:.2f}",
-                             f"{s.get('static_hits', 0)} / {s.get('dynamic_hits', 0)}",
-                             f"{s.get('cache_hits', 0)} / {s.get('cache_misses', 0)}"])
-    faults = Section("faults and recovery", ["failed tasks", "timeouts", "aborted streams", "recoveries",
-                                             "OOM retries"])
-    faults.rows.append([stats.get(k, 0) for k in ("failed_tasks", "timeouts", "aborted_streams", "recoveries",
-                                                  "oom_retries")])
+        streams.rows.append(
+            [
+                s["stream"],
+                s["device"],
+                s["cube_cores"],
+                s["vector_cores"],
+                s["requests"],
+                f"{s['busy_seconds']:.3f}",
+                s["compiles"],
+                f"{s['compile_seconds']:.2f}",
+                f"{s.get('static_hits', 0)} / {s.get('dynamic_hits', 0)}",
+                f"{s.get('cache_hits', 0)} / {s.get('cache_misses', 0)}",
+            ]
+        )
+    faults = Section(
+        "faults and recovery", ["failed tasks", "timeouts", "aborted streams", "recoveries", "OOM retries"]
+    )
+    faults.rows.append(
+        [stats.get(k, 0) for k in ("failed_tasks", "timeouts", "aborted_streams", "recoveries", "oom_retries")]
+    )
     gears = Section("gears", ["gear", "hits", "padding"], note="no requests yet")
     for label, g in sorted(stats.get("gears", {}).items()):
         gears.rows.append([label, g["hits"], f"{100 * g['padding_ratio']:.1f}%"])
@@ -70,15 +96,40 @@ def batching_sections(b) -> list:
     if not b:
         return []
     if not b.get("enabled"):
-        return [Section("dynamic batching", note="off (gert.load(dynamic_batching=False), or requests of this model "
-                                                 "cannot share a run)")]
-    total = Section("dynamic batching", ["batches", "requests", "mean size", "p99 size", "max size",
-                                         "mean wait ms", "p99 wait ms", "retried", "queued"])
-    total.rows.append([b["batches"], b["requests"], f"{b['mean_batch_size']:.2f}", b["p99_batch_size"],
-                       b["max_batch"], f"{b['mean_queue_wait_ms']:.2f}", f"{b['p99_queue_wait_ms']:.2f}",
-                       b["retried_batches"], b["queued"]])
-    gears = Section("dynamic batches per gear", ["gear", "batches", "requests", "mean size"],
-                    note="no batches yet")
+        return [
+            Section(
+                "dynamic batching",
+                note="off (gert.load(dynamic_batching=False), or requests of this model cannot share a run)",
+            )
+        ]
+    total = Section(
+        "dynamic batching",
+        [
+            "batches",
+            "requests",
+            "mean size",
+            "p99 size",
+            "max size",
+            "mean wait ms",
+            "p99 wait ms",
+            "retried",
+            "queued",
+        ],
+    )
+    total.rows.append(
+        [
+            b["batches"],
+            b["requests"],
+            f"{b['mean_batch_size']:.2f}",
+            b["p99_batch_size"],
+            b["max_batch"],
+            f"{b['mean_queue_wait_ms']:.2f}",
+            f"{b['p99_queue_wait_ms']:.2f}",
+            b["retried_batches"],
+            b["queued"],
+        ]
+    )
+    gears = Section("dynamic batches per gear", ["gear", "batches", "requests", "mean size"], note="no batches yet")
     for label, g in b.get("gears", {}).items():
         gears.rows.append([label, g["batches"], g["requests"], f"{g['mean_batch_size']:.2f}"])
     return [total, gears]
@@ -129,8 +180,9 @@ def to_html(title: str, sections: list) -> str:
     for s in sections:
         out.append(f"<div><i>{e(s.title)}</i>")
         if s.rows:
-            out.append("<table><thead><tr>" + "".join(f"<th>{e(str(h))}</th>" for h in s.headers)
-                       + "</tr></thead><tbody>")
+            out.append(
+                "<table><thead><tr>" + "".join(f"<th>{e(str(h))}</th>" for h in s.headers) + "</tr></thead><tbody>"
+            )
             for r in s.rows:
                 out.append("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in r) + "</tr>")
             out.append("</tbody></table>")
@@ -181,5 +233,14 @@ def pretty_model(model: Model, p, cycle: bool) -> None:
     _pretty(p, cycle, model_text(model), model_repr(model))
 
 
-__all__ = ["Stats", "Section", "model_html", "model_text", "model_repr", "pretty_model", "stats_sections",
-           "to_html", "to_text"]
+__all__ = [
+    "Stats",
+    "Section",
+    "model_html",
+    "model_text",
+    "model_repr",
+    "pretty_model",
+    "stats_sections",
+    "to_html",
+    "to_text",
+]

@@ -1,6 +1,7 @@
 """The options that feed a model on gert's command line, parsed in one place for every command that takes them
 (gert bench, gert precision, gert check --fix): ``--input NAME=FILE.npy`` (an array) and ``--shape NAME=D0xD1x...``
 (a shape for random values). Bad ones are a UsageError naming the command, the option and the value."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -18,8 +19,9 @@ def parse_shape(text: str, command: str) -> tuple:
     try:
         shape = tuple(int(d) for d in dims.lower().split("x"))
     except ValueError:
-        raise UsageError(f"{command}: --shape: dims of {name!r} must be integers separated by 'x', got "
-                         f"{dims!r}") from None
+        raise UsageError(
+            f"{command}: --shape: dims of {name!r} must be integers separated by 'x', got {dims!r}"
+        ) from None
     if any(d < 0 for d in shape):
         raise UsageError(f"{command}: --shape: dims of {name!r} must be >= 0, got {dims!r}")
     return name, shape

@@ -2,6 +2,7 @@
 
 Library calls show progress only when asked (``progress=True``); ``Progress(enabled=False)`` prints nothing.
 """
+
 from __future__ import annotations
 
 import sys
@@ -35,8 +36,7 @@ class Progress:
                 self._bar.set_postfix_str(text, refresh=False)
             self._bar.update(1)
         else:
-            print(f"{self.desc}: [{self.done}/{self.total}] {text}".rstrip(), file=self.file or sys.stderr,
-                  flush=True)
+            print(f"{self.desc}: [{self.done}/{self.total}] {text}".rstrip(), file=self.file or sys.stderr, flush=True)
 
     def close(self) -> None:
         if self._bar is not None:

@@ -1,4 +1,5 @@
 """A Model's statistics (Model.stats()): per stream, per gear, device memory, faults, tiers."""
+
 from __future__ import annotations
 
 from gert import _cann
@@ -41,8 +42,15 @@ def collect_stats(workers: list, faults, tiers: object | None) -> display.Stats:
         device_memory=memory,
         **vars(faults),  # failed_tasks, timeouts, aborted_streams, recoveries, oom_retries
     )
-    for k in ("compiles", "static_hits", "dynamic_hits", "background_compiles", "request_path_compiles",
-              "cache_hits", "cache_misses"):
+    for k in (
+        "compiles",
+        "static_hits",
+        "dynamic_hits",
+        "background_compiles",
+        "request_path_compiles",
+        "cache_hits",
+        "cache_misses",
+    ):
         out[k] = sum(s[k] for s in streams)
     out["graphs"] = graph_memory(workers)
     if tiers is not None:

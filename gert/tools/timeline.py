@@ -1,12 +1,21 @@
 """A Gantt picture of a gert trace (gert.trace): one row per stream, one colour per stage, over a window of steady
 state, so that whether streams overlap is visible at a glance (`gert bench --timeline OUT.png`)."""
+
 from __future__ import annotations
 
 from gert.core.trace import HOST_PID
 from gert.errors import GertError
 
-COLOURS = {"graph": "#bbbbbb", "prepare": "#dddddd", "batch": "#9467bd", "h2d": "#1f77b4", "execute": "#2ca02c",
-           "d2h": "#ff7f0e", "compile": "#8c564b", "error": "#d62728"}
+COLOURS = {
+    "graph": "#bbbbbb",
+    "prepare": "#dddddd",
+    "batch": "#9467bd",
+    "h2d": "#1f77b4",
+    "execute": "#2ca02c",
+    "d2h": "#ff7f0e",
+    "compile": "#8c564b",
+    "error": "#d62728",
+}
 SHOWN = ("batch", "graph", "prepare", "h2d", "execute", "d2h")
 
 
@@ -52,9 +61,13 @@ def figure(panels: list, width_ms: float = 300.0):
         labels = sorted(rows)
         for y, label in enumerate(labels):
             for name in SHOWN + ("compile", "error"):
-                bars = [((e["ts"] - t0) / 1000.0, max(e["dur"], 1.0) / 1000.0) for e in rows[label]
-                        if (e["name"] == name or (name == "error" and e.get("cat") == "error"))
-                        and e["ts"] + e["dur"] >= t0 and e["ts"] <= t1]
+                bars = [
+                    ((e["ts"] - t0) / 1000.0, max(e["dur"], 1.0) / 1000.0)
+                    for e in rows[label]
+                    if (e["name"] == name or (name == "error" and e.get("cat") == "error"))
+                    and e["ts"] + e["dur"] >= t0
+                    and e["ts"] <= t1
+                ]
                 if bars:
                     ax.broken_barh(bars, (y - 0.35, 0.7), facecolors=COLOURS[name])
         ax.set_yticks(range(len(labels)), labels, fontsize=8)
@@ -63,8 +76,13 @@ def figure(panels: list, width_ms: float = 300.0):
         ax.set_title(title, fontsize=9)
         ax.grid(axis="x", alpha=0.3)
     axes[-1].set_xlabel("ms (a window of steady state)")
-    fig.legend(handles=[Patch(color=COLOURS[n], label=n) for n in SHOWN + ("compile", "error")], fontsize=7,
-               ncol=8, loc="lower center", frameon=False)
+    fig.legend(
+        handles=[Patch(color=COLOURS[n], label=n) for n in SHOWN + ("compile", "error")],
+        fontsize=7,
+        ncol=8,
+        loc="lower center",
+        frameon=False,
+    )
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
 

@@ -1,5 +1,6 @@
 """PP-OCR cls from the installed rapidocr-onnxruntime wheel, served by gert (1/model.onnx is a symlink to it,
 made at load: examples/ocr_pipeline.py link_model)."""
+
 import os
 import sys
 

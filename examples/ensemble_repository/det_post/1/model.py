@@ -1,5 +1,6 @@
 """The ensemble's det_post step (examples/ocr_pipeline.py det_post): what `gert repo init --pre/--post` writes, plus
 the import path of examples/, where ocr_pipeline lives."""
+
 import os
 import sys
 

@@ -1,5 +1,6 @@
 """The ensemble's det_pre step (examples/ocr_pipeline.py det_pre): what `gert repo init --pre/--post` writes, plus
 the import path of examples/, where ocr_pipeline lives."""
+
 import os
 import sys
 

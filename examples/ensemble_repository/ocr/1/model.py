@@ -5,6 +5,7 @@ so their model calls meet in those models' dynamic batchers and run as one batch
 Input ``image`` uint8 [1, H, W, 3] (BGR); outputs ``boxes`` [1, n, 4, 2], ``text`` [1, n] (UTF-8), ``scores``
 [1, n]: what RapidOCR()(image) returns (examples/ocr_pipeline.py ocr). A bad image gets its own INVALID_ARG.
 """
+
 import asyncio
 import json
 import os
@@ -33,8 +34,9 @@ class TritonPythonModel:
 
     async def infer(self, step: str, x: np.ndarray) -> np.ndarray:
         """One BLS call of the model serving ``step`` on batch ``x``."""
-        request = pb_utils.InferenceRequest(model_name=self.models[step], requested_output_names=[op.OUTPUTS[step]],
-                                            inputs=[pb_utils.Tensor("x", x)])
+        request = pb_utils.InferenceRequest(
+            model_name=self.models[step], requested_output_names=[op.OUTPUTS[step]], inputs=[pb_utils.Tensor("x", x)]
+        )
         response = await request.async_exec()
         if response.has_error():
             raise ModelCallError(f"model '{self.models[step]}': {response.error().message()}")
@@ -51,8 +53,9 @@ class TritonPythonModel:
         try:
             image = as_array(pb_utils.get_input_tensor_by_name(request, "image"))
             if image.ndim != 4 or image.shape[0] != 1:
-                raise ValueError(f"input 'image': expected one image per request, [1, H, W, 3], got "
-                                 f"{list(image.shape)}")
+                raise ValueError(
+                    f"input 'image': expected one image per request, [1, H, W, 3], got {list(image.shape)}"
+                )
             return op.prepare(image[0])
         except Exception as e:  # noqa: BLE001 - this request alone is bad
             return error_response(pb_utils, e, checking=True)
@@ -63,8 +66,12 @@ class TritonPythonModel:
         try:
             found = await op.ocr_prepared(prepared, self.infer)
             text = np.array([t.encode("utf-8") for t in found.texts], dtype=np.object_).reshape(1, -1)
-            return pb_utils.InferenceResponse(output_tensors=[
-                pb_utils.Tensor("boxes", found.boxes[np.newaxis]), pb_utils.Tensor("text", text),
-                pb_utils.Tensor("scores", np.array(found.scores, np.float32).reshape(1, -1))])
+            return pb_utils.InferenceResponse(
+                output_tensors=[
+                    pb_utils.Tensor("boxes", found.boxes[np.newaxis]),
+                    pb_utils.Tensor("text", text),
+                    pb_utils.Tensor("scores", np.array(found.scores, np.float32).reshape(1, -1)),
+                ]
+            )
         except Exception as e:  # noqa: BLE001
             return error_response(pb_utils, e)
