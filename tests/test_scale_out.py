@@ -248,7 +248,7 @@ def test_replica_killed_mid_load_behind_traefik_loses_no_request(tmp_path):
             metrics_ports.append(mp)
         web, grpc_port, admin = free_ports(3)
         lb = Traefik(str(tmp_path), replicas, web, grpc_port, admin)
-        lb.wait_all_up(30)
+        lb.wait_all_up(60)
 
         tally, uids, timeline = Tally(), itertools.count(), []
         makers = {"grpc": lambda: grpc_call(f"127.0.0.1:{grpc_port}"), "http": lambda: http_call(f"127.0.0.1:{web}")}
