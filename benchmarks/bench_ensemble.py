@@ -336,6 +336,14 @@ def check_same(client, variants: tuple, x: np.ndarray, outputs: tuple) -> None:
             np.testing.assert_array_equal(a, b, err_msg=f"{v}: {o}")
 
 
+def shutdown_log(path: str, lines: int = 40) -> str:
+    """The server log from its SIGTERM on (the last ``lines`` lines of it)."""
+    with open(path, errors="replace") as f:
+        text = f.read()
+    start = text.rfind("Signal (15) received")
+    return "\n".join(text[start if start >= 0 else 0:].splitlines()[-lines:])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duration", type=float, default=24.0, help="seconds of load per variant (default 24)")
@@ -345,6 +353,10 @@ def main() -> None:
     ap.add_argument("--light-concurrency", type=int, default=16, help="gRPC client threads for cls (default 16)")
     ap.add_argument("--with-ocr", action="store_true", help="also load the full OCR BLS pipeline (ocr_bls)")
     ap.add_argument("--json", help="write the rows as JSON to this file")
+    ap.add_argument("--server-log", help="keep the server's log at this path (else it goes with the temp directory; "
+                    "its shutdown part is printed when the server exits with another code than 0)")
+    ap.add_argument("--server-arg", action="append", default=[],
+                    help="one more tritonserver argument (repeatable), e.g. --server-arg=--log-verbose=1")
     args = ap.parse_args()
     sys.path.insert(0, EXAMPLES)
     try:
@@ -360,8 +372,10 @@ def main() -> None:
 
     load_before = f"{os.getloadavg()[0]:.1f}"
     root = tempfile.mkdtemp(prefix="gert-bench-ensemble-")
-    log = os.path.join(root, "server.log")
-    server = TritonServer(build_repo(root), log_path=log, extra_args=["--exit-timeout-secs=5"])
+    log = os.path.abspath(args.server_log) if args.server_log else os.path.join(root, "server.log")
+    # Triton's default exit timeout: its Python backend unloads each of the 13 stubs in ~1.2-1.5 s (gert's or not), in
+    # parallel; under this load on 2 cores that took 5-6 s, and a 5 s timeout made the server exit 1 (issue 43)
+    server = TritonServer(build_repo(root), log_path=log, extra_args=["--exit-timeout-secs=30", *args.server_arg])
     server_root = os.path.dirname(os.path.dirname(os.path.realpath(server.binary)))
     heavy = VARIANTS + (("ocr_bls",) if args.with_ocr else ())
     try:
@@ -379,7 +393,9 @@ def main() -> None:
             print("".join(f.readlines()[-30:]), file=sys.stderr)
         raise
     finally:
-        code = server.stop(timeout=30)
+        code = server.stop(timeout=60)
+        if code != 0:
+            print(f"server exit code {code}; its shutdown ({log}):\n{shutdown_log(log)}", file=sys.stderr)
         shutil.rmtree(root, ignore_errors=True)
     print(f"backend={gert.backend()} ({machine()}; load average before {load_before}, after "
           f"{os.getloadavg()[0]:.1f}); {args.duration:.0f} s per variant in {args.rounds} interleaved windows; "

@@ -73,6 +73,7 @@ class TritonPythonModel:
 
     trace = None  # gert_triton.tracing.AdapterTrace while tracing (parameter trace_file, GERT_TRACE)
     cancel_recheck_s = 0.001  # a request asked less than this long before its batch runs is not asked again
+    close_timeout_s = 8.0  # finalize: running requests' bound (Triton's exit timeout covers every stub's unload)
 
     @staticmethod
     def auto_complete_config(auto_complete_model_config):
@@ -196,18 +197,27 @@ class TritonPythonModel:
         return {k: sorted(v) for k, v in sizes.items()}
 
     def finalize(self) -> None:
-        if getattr(self, "trace", None) is not None:
-            _log_info(f"gert_triton '{self.name}': trace written to {self.trace.close()}")
-            self.trace = None
-        if getattr(self, "stateful", None) is not None:
-            self.stateful.close()
-            self.stateful = None
-        if getattr(self, "metrics", None) is not None:  # publishes what is left, from the model's statistics
-            self.metrics.close()
-            self.metrics = None
-        model = getattr(self, "model", None)
-        if model is not None:
-            model.close()
+        """Release the trace, sequences, metrics thread, streams and device memory, in a bounded time whatever
+        fails on the way: Triton unloads every model within its exit timeout, and a stop that overruns it exits 1
+        (and can abort tritonserver on its way out: the notes of issue 43). Requests still running get
+        ``close_timeout_s``, then their streams are aborted (gert.Model.close)."""
+        started = time.perf_counter()
+        try:
+            if getattr(self, "trace", None) is not None:
+                trace, self.trace = self.trace, None
+                _log_info(f"gert_triton '{self.name}': trace written to {trace.close()}")
+            if getattr(self, "stateful", None) is not None:
+                stateful, self.stateful = self.stateful, None
+                stateful.close()
+            if getattr(self, "metrics", None) is not None:  # publishes what is left, from the model's statistics
+                metrics, self.metrics = self.metrics, None
+                metrics.close(timeout=self.close_timeout_s / 4)
+        finally:
+            model = getattr(self, "model", None)
+            if model is not None:
+                model.close(timeout=self.close_timeout_s)
+                _log_info(f"gert_triton '{getattr(self, 'name', '?')}': finalized in "
+                          f"{time.perf_counter() - started:.2f} s")
 
     # ---- hooks for subclasses --------------------------------------------------------------------------------
     def preprocess(self, inputs: dict) -> dict:
