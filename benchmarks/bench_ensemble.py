@@ -24,6 +24,7 @@ back, ``--duration`` seconds per
 variant in ``--rounds`` windows that rotate through the variants. Reported: requests/s, p50 / p99 latency, det's
 average batch, and each variant's requests/s and p99 over its pipeline's ensemble's, per round and in all.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,21 +43,44 @@ from _common import closed_loop, machine  # noqa: E402
 
 VARIANTS = ("ensemble", "bls", "hooks")
 LIGHT = ("cls_ensemble", "cls_bls", "cls_hooks")
-MODEL = {"ensemble": "det_ensemble", "bls": "det_bls", "hooks": "det_hooks", "ocr_bls": "ocr",
-         "cls_ensemble": "cls_light_ensemble", "cls_bls": "cls_bls", "cls_hooks": "cls_hooks"}
-OUTPUT = {"ensemble": "boxes", "bls": "boxes", "hooks": "boxes", "ocr_bls": "boxes", "cls_ensemble": "label",
-          "cls_bls": "label", "cls_hooks": "label"}
-INPUT = {"ensemble": "image", "bls": "image", "hooks": "x", "ocr_bls": "image", "cls_ensemble": "crop",
-         "cls_bls": "crop", "cls_hooks": "x"}
+MODEL = {
+    "ensemble": "det_ensemble",
+    "bls": "det_bls",
+    "hooks": "det_hooks",
+    "ocr_bls": "ocr",
+    "cls_ensemble": "cls_light_ensemble",
+    "cls_bls": "cls_bls",
+    "cls_hooks": "cls_hooks",
+}
+OUTPUT = {
+    "ensemble": "boxes",
+    "bls": "boxes",
+    "hooks": "boxes",
+    "ocr_bls": "boxes",
+    "cls_ensemble": "label",
+    "cls_bls": "label",
+    "cls_hooks": "label",
+}
+INPUT = {
+    "ensemble": "image",
+    "bls": "image",
+    "hooks": "x",
+    "ocr_bls": "image",
+    "cls_ensemble": "crop",
+    "cls_bls": "crop",
+    "cls_hooks": "x",
+}
 DET_OF = {"hooks": "det_hooks", "cls_ensemble": "cls_light", "cls_bls": "cls_light", "cls_hooks": "cls_hooks"}
 
-PRELUDE = f'''import os
+PRELUDE = f"""import os
 import sys
 
 sys.path.insert(0, {EXAMPLES!r})
-'''
+"""
 
-BLS_MODEL_PY = PRELUDE + '''import asyncio
+BLS_MODEL_PY = (
+    PRELUDE
+    + '''import asyncio
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -93,17 +117,20 @@ class TritonPythonModel:
         boxes = op.origin_boxes(op.det_boxes(pred, info), info)
         return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("boxes", boxes[np.newaxis])])
 '''
+)
 
-BLS_CONFIG = '''name: "det_bls"
+BLS_CONFIG = """name: "det_bls"
 backend: "python"
 max_batch_size: 8
 input [ { name: "image" data_type: TYPE_UINT8 dims: [ -1, -1, 3 ] } ]
 output [ { name: "boxes" data_type: TYPE_FP32 dims: [ -1, 4, 2 ] } ]
 dynamic_batching { max_queue_delay_microseconds: 2000 }
 instance_group [ { kind: KIND_CPU count: 1 } ]
-'''
+"""
 
-HOOKS_MODEL_PY = PRELUDE + '''from collections import defaultdict, deque
+HOOKS_MODEL_PY = (
+    PRELUDE
+    + '''from collections import defaultdict, deque
 
 import numpy as np
 
@@ -131,18 +158,21 @@ class TritonPythonModel(Base):
         info = self.pending[pred.shape[2:]].popleft()
         return {"boxes": op.origin_boxes(op.det_boxes(pred, info), info)[np.newaxis]}
 '''
+)
 
-HOOKS_CONFIG = '''name: "det_hooks"
+HOOKS_CONFIG = """name: "det_hooks"
 backend: "python"
 max_batch_size: 8
 input [ { name: "x" data_type: TYPE_UINT8 dims: [ -1, -1, 3 ] } ]
 output [ { name: "boxes" data_type: TYPE_FP32 dims: [ -1, 4, 2 ] } ]
 dynamic_batching { max_queue_delay_microseconds: 2000 }
 instance_group [ { kind: KIND_CPU count: 1 } ]
-'''
+"""
 
 
-CLS_BLS_MODEL_PY = PRELUDE + '''import asyncio
+CLS_BLS_MODEL_PY = (
+    PRELUDE
+    + '''import asyncio
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -178,17 +208,20 @@ class TritonPythonModel:
         out = op.cls_post({op.OUTPUTS["cls"]: probs})
         return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor(k, v[np.newaxis]) for k, v in out.items()])
 '''
+)
 
-LIGHT_IO = '''max_batch_size: 8
+LIGHT_IO = """max_batch_size: 8
 input [ {{ name: "{inp}" data_type: TYPE_UINT8 dims: [ -1, -1, 3 ] }} ]
 output [ {{ name: "label" data_type: TYPE_INT32 dims: [ 1 ] }}, {{ name: "score" data_type: TYPE_FP32 dims: [ 1 ] }} ]
 dynamic_batching {{ max_queue_delay_microseconds: 2000 }}
 instance_group [ {{ kind: KIND_CPU count: 1 }} ]
-'''
+"""
 CLS_BLS_CONFIG = 'name: "cls_bls"\nbackend: "python"\n' + LIGHT_IO.format(inp="crop")
 CLS_HOOKS_CONFIG = 'name: "cls_hooks"\nbackend: "python"\n' + LIGHT_IO.format(inp="x")
 
-CLS_HOOKS_MODEL_PY = PRELUDE + '''import numpy as np
+CLS_HOOKS_MODEL_PY = (
+    PRELUDE
+    + '''import numpy as np
 
 import ocr_pipeline as op
 
@@ -204,6 +237,7 @@ class TritonPythonModel(Base):
     def postprocess(self, outputs):
         return {k: v[np.newaxis] for k, v in op.cls_post({op.OUTPUTS["cls"]: outputs[op.OUTPUTS["cls"]][0]}).items()}
 '''
+)
 
 
 def build_repo(root: str) -> str:
@@ -222,9 +256,12 @@ def build_repo(root: str) -> str:
             os.symlink(os.path.join(src, entry), os.path.join(repo, entry))
     steps = os.path.join(EXAMPLES, "ocr_pipeline.py")
     init_repo(op.model_path("cls"), repo, name="cls_light", pre=f"{steps}:cls_pre", post=f"{steps}:cls_post")
-    for name, model_py, config in (("det_bls", BLS_MODEL_PY, BLS_CONFIG), ("det_hooks", HOOKS_MODEL_PY, HOOKS_CONFIG),
-                                   ("cls_bls", CLS_BLS_MODEL_PY, CLS_BLS_CONFIG),
-                                   ("cls_hooks", CLS_HOOKS_MODEL_PY, CLS_HOOKS_CONFIG)):
+    for name, model_py, config in (
+        ("det_bls", BLS_MODEL_PY, BLS_CONFIG),
+        ("det_hooks", HOOKS_MODEL_PY, HOOKS_CONFIG),
+        ("cls_bls", CLS_BLS_MODEL_PY, CLS_BLS_CONFIG),
+        ("cls_hooks", CLS_HOOKS_MODEL_PY, CLS_HOOKS_CONFIG),
+    ):
         os.makedirs(os.path.join(repo, name, "1"))
         with open(os.path.join(repo, name, "1", "model.py"), "w") as f:
             f.write(model_py)
@@ -288,22 +325,34 @@ def measure(client, url: str, variants: tuple, x: np.ndarray, clients: int, args
     for v in variants:
         load(url, v, x, clients, args.warmup)
     for r in range(args.rounds):
-        for v in variants[r % len(variants):] + variants[:r % len(variants)]:
+        for v in variants[r % len(variants) :] + variants[: r % len(variants)]:
             before = det_counts(client, DET_OF.get(v, "det"))
             windows[v].append(load(url, v, x, clients, args.duration / args.rounds))
             after = det_counts(client, DET_OF.get(v, "det"))
             batches[v] = [batches[v][0] + after[0] - before[0], batches[v][1] + after[1] - before[1]]
-        print(f"round {r + 1}/{args.rounds}: " + ", ".join(
-            f"{v} {windows[v][-1]['latencies'].size / windows[v][-1]['seconds']:.1f}" for v in variants)
-            + " req/s", file=sys.stderr)
+        print(
+            f"round {r + 1}/{args.rounds}: "
+            + ", ".join(f"{v} {windows[v][-1]['latencies'].size / windows[v][-1]['seconds']:.1f}" for v in variants)
+            + " req/s",
+            file=sys.stderr,
+        )
     rows = []
     for v in variants:
         lat = np.concatenate([w["latencies"] for w in windows[v]])
         seconds = sum(w["seconds"] for w in windows[v])
-        rows.append({"variant": v, "clients": clients, "requests": int(lat.size), "seconds": seconds,
-                     "rps": lat.size / seconds, "round_rps": [w["latencies"].size / w["seconds"] for w in windows[v]],
-                     "p50_ms": float(np.percentile(lat, 50)), "p99_ms": float(np.percentile(lat, 99)),
-                     "model_avg_batch": batches[v][0] / max(1, batches[v][1])})
+        rows.append(
+            {
+                "variant": v,
+                "clients": clients,
+                "requests": int(lat.size),
+                "seconds": seconds,
+                "rps": lat.size / seconds,
+                "round_rps": [w["latencies"].size / w["seconds"] for w in windows[v]],
+                "p50_ms": float(np.percentile(lat, 50)),
+                "p99_ms": float(np.percentile(lat, 99)),
+                "model_avg_batch": batches[v][0] / max(1, batches[v][1]),
+            }
+        )
     base = rows[0]
     for r in rows:
         r["rps_vs_ensemble"], r["p99_vs_ensemble"] = r["rps"] / base["rps"], r["p99_ms"] / base["p99_ms"]
@@ -313,12 +362,16 @@ def measure(client, url: str, variants: tuple, x: np.ndarray, clients: int, args
 
 def print_rows(title: str, rows: list) -> None:
     print(title)
-    print(f"{'variant':<13} {'req/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'model batch':>11} {'req/s / (a)':>11} "
-          f"{'p99 / (a)':>9} {'per-round req/s / (a)':>22}")
+    print(
+        f"{'variant':<13} {'req/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'model batch':>11} {'req/s / (a)':>11} "
+        f"{'p99 / (a)':>9} {'per-round req/s / (a)':>22}"
+    )
     for r in rows:
-        print(f"{r['variant']:<13} {r['rps']:>7.1f} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} "
-              f"{r['model_avg_batch']:>11.2f} {r['rps_vs_ensemble']:>10.2f}x {r['p99_vs_ensemble']:>8.2f}x "
-              f"{' '.join(f'{p:.2f}' for p in r['round_rps_vs_ensemble']):>22}")
+        print(
+            f"{r['variant']:<13} {r['rps']:>7.1f} {r['p50_ms']:>8.1f} {r['p99_ms']:>8.1f} "
+            f"{r['model_avg_batch']:>11.2f} {r['rps_vs_ensemble']:>10.2f}x {r['p99_vs_ensemble']:>8.2f}x "
+            f"{' '.join(f'{p:.2f}' for p in r['round_rps_vs_ensemble']):>22}"
+        )
 
 
 def check_same(client, variants: tuple, x: np.ndarray, outputs: tuple) -> None:
@@ -341,7 +394,7 @@ def shutdown_log(path: str, lines: int = 40) -> str:
     with open(path, errors="replace") as f:
         text = f.read()
     start = text.rfind("Signal (15) received")
-    return "\n".join(text[start if start >= 0 else 0:].splitlines()[-lines:])
+    return "\n".join(text[start if start >= 0 else 0 :].splitlines()[-lines:])
 
 
 def main() -> None:
@@ -353,10 +406,17 @@ def main() -> None:
     ap.add_argument("--light-concurrency", type=int, default=16, help="gRPC client threads for cls (default 16)")
     ap.add_argument("--with-ocr", action="store_true", help="also load the full OCR BLS pipeline (ocr_bls)")
     ap.add_argument("--json", help="write the rows as JSON to this file")
-    ap.add_argument("--server-log", help="keep the server's log at this path (else it goes with the temp directory; "
-                    "its shutdown part is printed when the server exits with another code than 0)")
-    ap.add_argument("--server-arg", action="append", default=[],
-                    help="one more tritonserver argument (repeatable), e.g. --server-arg=--log-verbose=1")
+    ap.add_argument(
+        "--server-log",
+        help="keep the server's log at this path (else it goes with the temp directory; "
+        "its shutdown part is printed when the server exits with another code than 0)",
+    )
+    ap.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        help="one more tritonserver argument (repeatable), e.g. --server-arg=--log-verbose=1",
+    )
     args = ap.parse_args()
     sys.path.insert(0, EXAMPLES)
     try:
@@ -397,17 +457,24 @@ def main() -> None:
         if code != 0:
             print(f"server exit code {code}; its shutdown ({log}):\n{shutdown_log(log)}", file=sys.stderr)
         shutil.rmtree(root, ignore_errors=True)
-    print(f"backend={gert.backend()} ({machine()}; load average before {load_before}, after "
-          f"{os.getloadavg()[0]:.1f}); {args.duration:.0f} s per variant in {args.rounds} interleaved windows; "
-          f"server exit code {code}")
+    print(
+        f"backend={gert.backend()} ({machine()}; load average before {load_before}, after "
+        f"{os.getloadavg()[0]:.1f}); {args.duration:.0f} s per variant in {args.rounds} interleaved windows; "
+        f"server exit code {code}"
+    )
     print_rows(f"det pipeline: 320x320 image (det at 736x736), {args.concurrency} gRPC clients", rows)
     print_rows(f"cls pipeline: 48x240 crop (cls at 48x192), {args.light_concurrency} gRPC clients", light)
     ort = onnxruntime_backend(server_root)
-    print("(d) Triton's onnxruntime backend: " + (
-        "present in this server but not run by this script" if ort else
-        f"not in this server ({os.path.join(server_root, 'backends')} holds only "
-        f"{sorted(os.listdir(os.path.join(server_root, 'backends')))}): the nvidia-pytriton wheel ships the Python "
-        "backend alone"))
+    print(
+        "(d) Triton's onnxruntime backend: "
+        + (
+            "present in this server but not run by this script"
+            if ort
+            else f"not in this server ({os.path.join(server_root, 'backends')} holds only "
+            f"{sorted(os.listdir(os.path.join(server_root, 'backends')))}): the nvidia-pytriton wheel ships the Python "
+            "backend alone"
+        )
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"det": rows, "cls": light, "onnxruntime_backend": ort, "machine": machine()}, f, indent=2)

@@ -216,8 +216,9 @@ class TritonPythonModel:
             model = getattr(self, "model", None)
             if model is not None:
                 model.close(timeout=self.close_timeout_s)
-                _log_info(f"gert_triton '{getattr(self, 'name', '?')}': finalized in "
-                          f"{time.perf_counter() - started:.2f} s")
+                _log_info(
+                    f"gert_triton '{getattr(self, 'name', '?')}': finalized in {time.perf_counter() - started:.2f} s"
+                )
 
     # ---- hooks for subclasses --------------------------------------------------------------------------------
     def preprocess(self, inputs: dict) -> dict:

@@ -1,6 +1,7 @@
 """gert_triton's finalize (issue 43 item 3): bounded and complete whatever fails on the way, and timed in Triton's log,
 because Triton gives every model's unload one exit timeout and a stop that overruns it exits 1. Triton's pb_utils
 is the fake in fake_pb_utils.py; the model runs on gert (host NPU) in this process."""
+
 from __future__ import annotations
 
 import threading

@@ -9,6 +9,7 @@ an exit timeout of 5 s, which a loaded 2-core machine overran (exit 1, "Exit tim
 immediately."), and a server that exits that way while unloads still run can abort on its way out. gert's finalize
 is bounded (gert_triton/model.py) and the exit timeout here is Triton's default (30 s).
 """
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,8 @@ pytestmark = [pytest.mark.skipif(pytriton_root() is None, reason="needs nvidia-p
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE_REPO = os.path.join(ROOT, "examples", "ensemble_repository")
 CYCLES = 10
-EXIT_TIMEOUT_S = 30     # Triton's default: the stubs' unload, in parallel, on a loaded machine
-STOP_WAIT_S = 90.0      # SIGTERM -> exit, above the exit timeout (a stop that overran it is SIGKILLed and fails)
+EXIT_TIMEOUT_S = 30  # Triton's default: the stubs' unload, in parallel, on a loaded machine
+STOP_WAIT_S = 90.0  # SIGTERM -> exit, above the exit timeout (a stop that overran it is SIGKILLed and fails)
 CALL_TIMEOUT = 120.0
 REGION = re.compile(r"(triton_python_backend_shm_region_[0-9a-f-]+)")
 
