@@ -36,6 +36,7 @@ import numpy as np
 from gert import ort_fallback, ort_lora, ort_partition
 from gert.errors import GertError
 from gert.ort_api import SessionExtras
+from gert.ort_feed import FeedCheck, InvalidArgument
 from gert.ort_io import (
     Profiler,
     ScalarFeedShapes,
@@ -44,7 +45,6 @@ from gert.ort_io import (
     from_ortvalues,
     ort_class,
     ort_feed,
-    ort_run_error,
 )
 from gert.ort_lora import active_parameters
 from gert.ort_model import session_model, write_optimized_model
@@ -86,20 +86,6 @@ def _ort():
     import onnxruntime
 
     return onnxruntime
-
-
-def _ort_errors():
-    from onnxruntime.capi import onnxruntime_pybind11_state as state
-
-    return state
-
-
-class InvalidArgument(GertError, _ort_errors().InvalidArgument):
-    """ONNX Runtime's InvalidArgument (bad input name, dtype, rank or dims; unknown output name), from gert."""
-
-
-class MissingInputs(GertError, ValueError):
-    """ONNX Runtime raises ValueError for required inputs missing from the feed."""
 
 
 # ---- metadata --------------------------------------------------------------------------------------------------
@@ -487,6 +473,7 @@ class InferenceSession(SessionRunVariants, SessionExtras):
         self._profiler = Profiler(sess_options)
         self._input_info = {t.name: t for t in self._model.inputs} if self._model is not None else {}
         self._input_args = {a.name: a for a in self._info.inputs}
+        self._checks = FeedCheck(self._input_info, self._input_args, {a.name for a in self._info.overridable})
         self._output_names = [a.name for a in self._info.outputs]
         self._outputs_twice = len(set(self._output_names)) != len(self._output_names)  # a tensor listed twice
         self._scalar_inputs = frozenset(n for n, t in self._input_info.items() if len(t.shape) == 0)  # the graph's 0-d
@@ -629,88 +616,6 @@ class InferenceSession(SessionRunVariants, SessionExtras):
         return list(self._info.nodes)
 
     # ---- running ---------------------------------------------------------------------------------------------
-    def _feed(self, input_feed: Mapping[str, Any]) -> dict:
-        """The feed checked by the model's validator (gert/core/validate.py), its errors told as ONNX Runtime tells
-        them (exception class and message); free-dimension overrides fix dims as ONNX Runtime fixes them."""
-        from gert.core.validate import InputError
-
-        if not isinstance(input_feed, Mapping):
-            raise InvalidArgument(f"input_feed must be a dict of input name -> array, got {type(input_feed).__name__}")
-        info = self._input_info
-        for name, value in input_feed.items():  # np.asarray(None, float32) would be NaN: ONNX Runtime fails the run
-            if value is None and name in info:
-                raise InvalidArgument(
-                    f"[gert] : INVALID_ARGUMENT : input '{name}' is None; ONNX Runtime fails the run "
-                    f"with 'Missing Input: {name}'"
-                )
-        # ONNX Runtime converts a value that is not an array to the input's type
-        feed = {
-            n: v if isinstance(v, np.ndarray) or n not in info else np.asarray(v, dtype=info[n].dtype)
-            for n, v in input_feed.items()
-        }
-        try:
-            self._model.engine.validate(feed)
-        except InputError as e:
-            raise self._ort_error(e, feed) from None
-        for name, a in feed.items():
-            self._check_dims(name, a)  # the overridden dims (the model's own fixed dims passed above)
-        return feed
-
-    def _ort_error(self, e, feed: Mapping[str, Any]) -> GertError:
-        """ONNX Runtime's exception and message for the validator's InputError ``e``."""
-        if e.kind == "names" and e.missing:
-            return MissingInputs(f"Required inputs ({e.missing}) are missing from input feed ({list(feed)}).")
-        if e.kind == "names":
-            name = e.unexpected[0]
-            if name in {a.name for a in self._info.overridable}:
-                return InvalidArgument(
-                    f"[gert] : INVALID_ARGUMENT : input '{name}' overrides an initializer; "
-                    "gert compiles initializers into the graph and cannot override them"
-                )
-            return InvalidArgument(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Invalid input name: {name}")
-        arg = self._input_args.get(e.input)
-        if e.kind == "dtype":
-            return InvalidArgument(
-                f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Unexpected input data type. "
-                f"Actual: (tensor({_dtype_name(e.actual[0])})) , expected: ({arg.type})"
-            )
-        if e.kind == "rank":
-            return InvalidArgument(
-                f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Invalid rank for input: {e.input} "
-                f"Got: {len(e.actual[1])} Expected: {len(arg.shape)} Please fix either the "
-                "inputs/outputs or the model."
-            )
-        if e.kind == "dims":
-            try:
-                self._check_dims(e.input, feed[e.input])
-            except InvalidArgument as ort_error:
-                return ort_error
-        if e.kind == "dim":  # sizes ONNX Runtime finds apart in the kernel that meets them: its Fail
-            return ort_class("Fail")(f"[ONNXRuntimeError] : 1 : FAIL : {e}")
-        return InvalidArgument(f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : {e}")
-
-    def _run_error(self, e: BaseException, feed: Mapping[str, Any]) -> BaseException | None:
-        """ONNX Runtime's exception for an error raised while running ``feed`` (None: raise ``e`` as it is)."""
-        from gert.core.validate import InputError
-
-        if isinstance(e, InputError):
-            told = self._ort_error(e, feed)
-            return None if told is e else told
-        return ort_run_error(e)
-
-    def _check_dims(self, name: str, a) -> None:
-        arg = self._input_args.get(name)
-        if arg is None:
-            return
-        bad = [(i, a.shape[i], d) for i, d in enumerate(arg.shape) if isinstance(d, int) and a.shape[i] != d]
-        if bad:
-            lines = "".join(f"\n index: {i} Got: {got} Expected: {want}" for i, got, want in bad)
-            raise InvalidArgument(
-                f"[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : Got invalid dimensions for input: "
-                f"{name} for the following indices{lines}\n Please fix either the "
-                "inputs/outputs or the model."
-            )
-
     def _outputs(self, output_names: Sequence[str] | None) -> list:
         if not output_names:
             return list(self._output_names)
@@ -732,7 +637,7 @@ class InferenceSession(SessionRunVariants, SessionExtras):
         )
         input_feed = from_ortvalues(input_feed)
         fed = ort_feed(input_feed, self._scalar_inputs)
-        feed = self._feed(fed)
+        feed = self._checks.feed(fed, self._model.engine.validate)
         try:
             if self._profiler.enabled:
                 t0 = time.monotonic_ns()
@@ -741,7 +646,7 @@ class InferenceSession(SessionRunVariants, SessionExtras):
             else:
                 result = model.run(feed)
         except GertError as e:
-            told = self._run_error(e, feed)
+            told = self._checks.run_error(e, feed)
             if told is None:
                 raise
             raise told from e
@@ -771,7 +676,7 @@ class InferenceSession(SessionRunVariants, SessionExtras):
             check_run_options(run_options)
             model, input_feed = self._adapted(run_options, from_ortvalues(input_feed))
             fed = ort_feed(input_feed, self._scalar_inputs)
-            feed = self._feed(fed)
+            feed = self._checks.feed(fed, self._model.engine.validate)
             fut = model.submit(feed)
         except GertError as e:
             callback([], user_data, _ORT_PREFIX.sub("", str(e)))
@@ -783,7 +688,7 @@ class InferenceSession(SessionRunVariants, SessionExtras):
                 if fed is not input_feed:
                     result = self._scalar_shapes.apply(input_feed, result)
             except BaseException as e:  # noqa: BLE001 - handed to the callback, as ONNX Runtime does
-                told = self._run_error(e, feed) or e
+                told = self._checks.run_error(e, feed) or e
                 callback([], user_data, _ORT_PREFIX.sub("", str(told)) or type(e).__name__)
             else:
                 callback(_listed(result, names), user_data, "")
@@ -832,11 +737,3 @@ def _listed(result: Mapping[str, np.ndarray], names: Sequence[str]) -> list:
                 out[i] = out[i].copy()
             seen.add(n)
     return out
-
-
-def _dtype_name(dtype: np.dtype) -> str:
-    """ONNX Runtime's element type name of a numpy dtype ('float', 'double', 'int64', 'string', ...)."""
-    names = {"float32": "float", "float64": "double", "bool": "bool", "object": "string"}
-    if dtype.kind in "US":
-        return "string"
-    return names.get(str(dtype), str(dtype))
