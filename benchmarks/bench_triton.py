@@ -92,14 +92,29 @@ instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 """
 
 
-def build_repo(root: str, model_path: str) -> str:
-    """gert (via `gert repo init`), ort_per_request and ort_batched, all with the same batching settings."""
+BASELINE_MODEL_PY = """# gert_triton from another source tree (--baseline): the same model, the code before a change
+import sys
+
+sys.path.insert(0, {tree!r})
+from gert_triton import TritonPythonModel  # noqa: E402,F401
+"""
+
+
+def build_repo(root: str, model_path: str, baseline: str | None = None) -> str:
+    """gert (via `gert repo init`), ort_per_request and ort_batched, all with the same batching settings;
+    ``baseline``: gert and gert_1stream again as ``*_base``, served by the gert_triton of that source tree."""
     from gert_triton.model import onnx_io
     from gert_triton.repo import init_repo
 
     repo = os.path.join(root, "repo")
     init_repo(model_path, repo, name="gert", max_batch_size=MAX_BATCH)
     init_repo(model_path, repo, name="gert_1stream", max_batch_size=MAX_BATCH, parameters={"streams": "1"})
+    if baseline:
+        init_repo(model_path, repo, name="gert_base", max_batch_size=MAX_BATCH)
+        init_repo(model_path, repo, name="gert_1stream_base", max_batch_size=MAX_BATCH, parameters={"streams": "1"})
+        for name in ("gert_base", "gert_1stream_base"):
+            with open(os.path.join(repo, name, "1", "model.py"), "w") as f:
+                f.write(BASELINE_MODEL_PY.format(tree=os.path.abspath(baseline)))
     with open(os.path.join(repo, "gert", "config.pbtxt")) as f:
         assert f"max_queue_delay_microseconds: {QUEUE_DELAY_US}" in f.read()
     out_name = onnx_io(model_path)["outputs"][0][0]
@@ -211,7 +226,16 @@ def main() -> None:
         help="seconds per variant with one client, for the latency of a lone request (default 4; 0: skip)",
     )
     ap.add_argument("--json", help="write the rows as JSON to this file")
+    ap.add_argument(
+        "--baseline",
+        metavar="TREE",
+        help="also serve gert and gert_1stream from the gert / gert_triton of this source tree (built in place), "
+        "as gert_base and gert_1stream_base, in the same rounds: before / after a change side by side",
+    )
     args = ap.parse_args()
+    global VARIANTS
+    if args.baseline:
+        VARIANTS = VARIANTS + ("gert_base", "gert_1stream_base")
     model_path = ppocr_model(CLS)
     if model_path is None:
         sys.exit("PP-OCR cls not found: pip install --no-deps rapidocr-onnxruntime==1.4.4")
@@ -223,7 +247,9 @@ def main() -> None:
     load_before = f"{os.getloadavg()[0]:.1f}"
     root = tempfile.mkdtemp(prefix="gert-bench-triton-")
     log = os.path.join(root, "server.log")
-    server = TritonServer(build_repo(root, model_path), log_path=log, extra_args=["--exit-timeout-secs=5"])
+    server = TritonServer(
+        build_repo(root, model_path, args.baseline), log_path=log, extra_args=["--exit-timeout-secs=5"]
+    )
     rows: list = []
     low: list = []
     x = np.random.default_rng(0).standard_normal((1, 3, 48, 192)).astype(np.float32)
@@ -271,7 +297,7 @@ def main() -> None:
         "plus the model's execute)"
     )
     ratios = {}
-    for name, row in (("gert", g), ("gert_1stream", by["gert_1stream"])):
+    for name, row in [(v, by[v]) for v in ("gert", "gert_1stream")]:
 
         def round_median(other, row=row):  # the same windows' ratios: robust to load that changes between rounds
             return float(np.median(np.array(row["round_rps"]) / np.array(other["round_rps"])))
@@ -293,6 +319,15 @@ def main() -> None:
             f"{r['rps_vs_b_round_median']:.2f}x; target >= 1.0); p99 {row['p99_ms']:.1f} vs {b['p99_ms']:.1f} ms "
             "(target: no worse)"
         )
+        base = by.get(f"{name}_base")
+        if base is not None:  # --baseline: this tree against the other one, in the same rounds
+            r["rps_vs_base"] = row["rps"] / base["rps"]
+            r["rps_vs_base_round_median"] = round_median(base)
+            print(
+                f"{name} / {name}_base:  {r['rps_vs_base']:.2f}x req/s (median of per-round ratios "
+                f"{r['rps_vs_base_round_median']:.2f}x); p50 {row['p50_ms']:.1f} vs {base['p50_ms']:.1f} ms, "
+                f"p99 {row['p99_ms']:.1f} vs {base['p99_ms']:.1f} ms"
+            )
     # This VM has quiet windows and windows where ONNX Runtime's intra-op threads stall (both baselines drop to
     # about half): the ratios per kind of window, telling (b)'s windows apart by their own throughput.
     b_rounds = np.array(b["round_rps"])

@@ -13,9 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-import numpy as np
-
-from gert.core.batching import join, take
+from gert.core.batching import join
 from gert.errors import GertError
 from gert_triton.config import ConfigError
 
@@ -64,14 +62,15 @@ class GearSplitter:
                 f"max_batch_size {max_batch_size}); add gear 1, or use shape_policy batch:pad"
             )
 
-    def run_batch(self, model, batch: list) -> list:
-        """``model.run_batch(batch)``, in gear-sized pieces when the batch's rows are not a gear."""
+    def run_batch(self, engine, batch: list) -> list:
+        """``engine.run_checked(batch)`` (each request the (arrays, sizes) of ``Engine.check``), in gear-sized pieces
+        when the batch's rows are not a gear (each piece a slice of validated requests: not checked again)."""
         if not self.gears:
-            return model.run_batch(batch)
-        rows = [self._rows(inputs) for inputs in batch]
+            return engine.run_checked(batch)
+        rows = [sizes["batch"] for _, sizes in batch]
         total = sum(rows)
         if total in self.gears or not total or 0 in rows:
-            return model.run_batch(batch)
+            return engine.run_checked(batch)
         chunks = gear_chunks(total, self.gears)
         if not chunks:
             raise GertError(f"a batch of {total} rows cannot be split into the batch gears {list(self.gears)}")
@@ -86,21 +85,19 @@ class GearSplitter:
                 off += take
                 if off == rows[req]:
                     req, off = req + 1, 0
-            results = model.run_batch([self._slice(batch[r], a, b) for r, a, b in piece])
+            results = engine.run_checked([self._slice(engine.batcher, batch[r], a, b) for r, a, b in piece])
             for (r, _, _), out in zip(piece, results):
                 parts[r].append(out)
         return [p[0] if len(p) == 1 else self._join(p) for p in parts]
 
-    def _rows(self, inputs: dict) -> int:
-        for name, arr in inputs.items():
-            axis = self.inputs.get(name)
-            if axis is not None:
-                return int(np.shape(arr)[axis])
-        return 0
-
-    def _slice(self, inputs: dict, start: int, stop: int) -> dict:
-        """Rows start:stop of each batched input (views: gert.core.batching.take)."""
-        return {name: take(np.asarray(arr), self.inputs.get(name), start, stop - start) for name, arr in inputs.items()}
+    @staticmethod
+    def _slice(batcher, checked: tuple, start: int, stop: int) -> tuple:
+        """Rows start:stop of a checked request: its batched inputs' (views: gert.core.batching.Batcher.piece), its
+        sizes."""
+        arrays, sizes = checked
+        if start == 0 and stop == sizes["batch"]:
+            return checked
+        return batcher.piece(arrays, start, stop - start), dict(sizes, batch=stop - start)
 
     def _join(self, pieces: list) -> dict:
         """A request's outputs from its pieces, joined on each output's batch axis (gert.core.batching.join)."""

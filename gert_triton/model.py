@@ -254,8 +254,8 @@ class TritonPythonModel:
                     if tensor is not None:
                         inputs[t.name] = self.triton_layout.to_model(t.name, as_array(tensor))
                 inputs = self.preprocess(inputs)
-                self.model.validate(inputs)
-                ready.append((i, inputs, self._wanted or request.requested_output_names()))
+                # validated here, once: (arrays, sizes) run as they are (gert.core.engine.Engine.run_checked)
+                ready.append((i, self.model.engine.check(inputs), self._wanted or request.requested_output_names()))
             except Exception as e:  # this request alone is bad
                 responses[i] = error_response(pb_utils, e, checking=True)
         # grouped by the model's batch key (gert/core/batching.py), each group one batch through the model's Engine;
@@ -263,17 +263,16 @@ class TritonPythonModel:
         # device fault of a group is retried request by request, so only a request that fails alone fails
         if self.trace is not None:  # batch formation: which requests ride together (the Engine groups them alike)
             batcher = self.model.engine.batcher
-            for group in batcher.group(ready, lambda item: self.model.batch_key(item[1])):
-                self.trace.batch([requests[i] for i, _, _ in group], [x for _, x, _ in group], batcher.rows)
-        index = {id(inputs): i for i, inputs, _ in ready}  # run_many hands each request's own dict to run_group
-        if len(index) < len(ready):  # a preprocess returned one dict for two requests: not asked again
-            index = {}
-        results = self.model.engine.run_many(
-            [inputs for _, inputs, _ in ready],
-            return_exceptions=True,
-            run_group=lambda batch: cancel.run_live(
-                batch, lambda live: self._gears.run_batch(self.model, live), lambda inputs: index.get(id(inputs))
+            for group in batcher.group(ready, lambda item: batcher.key(item[1][0])):
+                self.trace.batch([requests[i] for i, _, _ in group], [x for _, (x, _), _ in group], batcher.rows)
+        index = {id(checked): i for i, checked, _ in ready}  # run_groups hands each request's own pair to run_group
+        engine = self.model.engine
+        results = engine.run_groups(
+            [checked for _, checked, _ in ready],
+            lambda batch: cancel.run_live(
+                batch, lambda live: self._gears.run_batch(engine, live), lambda checked: index.get(id(checked))
             ),
+            return_exceptions=True,
         )
         for (i, _, wanted), out in zip(ready, results):
             if isinstance(out, Cancelled):  # cancelled while the others were read or earlier groups ran

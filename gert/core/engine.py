@@ -90,12 +90,15 @@ class Engine:
         """(arrays, dim sizes) of a request; InputError naming the input, the expected and the actual value."""
         return self.validator.check(inputs)
 
-    def check(self, inputs: Mapping[str, object]) -> None:
-        """Raise GertError if run(inputs) would refuse it (the inputs, and whether its sizes have a graph)."""
-        _, sizes = self.validator.check(inputs)
+    def check(self, inputs: Mapping[str, object]) -> tuple:
+        """(arrays, dim sizes) of a request run(inputs) would take; GertError if it would refuse it (the inputs,
+        and whether its sizes have a graph). What it returns runs through ``run_checked`` without a second check."""
+        arrays, sizes = self.validator.check(inputs)
         if self._pads and sizes["batch"] > self.plan.batch.gears[-1]:
-            sizes = dict(sizes, batch=self.plan.batch.gears[-1])  # larger batches run in chunks
-        self.resolve(sizes)
+            self.resolve(dict(sizes, batch=self.plan.batch.gears[-1]))  # larger batches run in chunks
+        else:
+            self.resolve(sizes)
+        return arrays, sizes
 
     def resolve(self, sizes: dict) -> tuple:
         """(run sizes, graph key) for the real sizes; remembered per sizes (errors are not)."""
@@ -125,15 +128,24 @@ class Engine:
     def run(self, inputs: Mapping[str, object], out: Optional[Mapping] = None, timeout: Optional[float] = None) -> dict:
         """One request: validated, run at its graph's sizes (padding sliced off), in chunks when it is larger than
         the largest gear, spread over idle streams with split_batch."""
+        return self._run(inputs, None, out, timeout)
+
+    def _run(
+        self, inputs: Mapping[str, object], sizes: Optional[dict], out: Optional[Mapping], timeout: Optional[float]
+    ) -> dict:
+        """run(), of ``inputs`` validated here (``sizes`` None) or already (the arrays and ``sizes`` of check())."""
         tr = _trace.active  # tracing (gert.trace): the request's spans on the calling thread's track; off: this check
         if tr is not None:
             t0 = time.perf_counter()
             failed = None
         try:
             timeout = self.pool.timeout_for(timeout)
-            arrays, sizes = self.validator.check(inputs)
-            if tr is not None:
-                tr.span("validate", tr.thread_track(), t0, time.perf_counter())
+            if sizes is None:
+                arrays, sizes = self.validator.check(inputs)
+                if tr is not None:
+                    tr.span("validate", tr.thread_track(), t0, time.perf_counter())
+            else:
+                arrays = inputs
             if self._pads and sizes["batch"] > self.plan.batch.gears[-1]:
                 chunk, total = self.plan.batch.gears[-1], sizes["batch"]
                 return self._run_chunks(
@@ -248,37 +260,64 @@ class Engine:
         requests: Sequence[Mapping[str, object]],
         timeout: Optional[float] = None,
         return_exceptions: bool = False,
-        run_group: Optional[Callable[[list], list]] = None,
     ) -> list:
-        """Requests of any shapes: grouped by batch key, each group run as one batch, split back in order. A
-        request that fails validation fails alone; a group whose run faults is retried request by request
-        (``run_isolated``), else its error fails its members. ``return_exceptions``: each failed request's result
-        is its error (else the first error is raised). ``run_group(requests)``: how a group runs (default
-        ``run_batch``; gert_triton runs non-gear sizes as gear pieces), also each request's retry alone."""
-        run_group = run_group or (lambda group: self.run_batch(group, timeout=timeout))
+        """Requests of any shapes: each validated once (a request that fails validation fails alone; its sizes are
+        resolved with its group's), then ``run_groups``. ``return_exceptions``: each failed request's result is its error (else the first error is
+        raised)."""
         results: list = [None] * len(requests)
-        good = []
+        good, where = [], []
         for i, r in enumerate(requests):
             try:
-                arrays, _ = self.validator.check(r)  # each request's own error names it before anything runs
+                good.append(self.validator.check(r))  # each request's own error names it before anything runs
             except GertError as e:
                 if not return_exceptions:
                     raise
                 results[i] = e
                 continue
-            good.append((i, r, arrays))
-        for group in self.batcher.group(good, lambda item: self.batcher.key(item[2])):
+            where.append(i)
+        for i, out in zip(
+            where, self.run_groups(good, lambda group: self.run_checked(group, timeout), return_exceptions)
+        ):
+            results[i] = out
+        return results
+
+    def run_groups(self, checked: list, run_group: Callable[[list], list], return_exceptions: bool = False) -> list:
+        """Requests ``checked`` (each the (arrays, sizes) of ``check``) grouped by batch key, each group run once by
+        ``run_group`` (``run_checked``; gert_triton runs non-gear sizes as gear pieces), split back in order. A group
+        whose run faults is retried request by request (``run_isolated``), else its error fails its members."""
+        results: list = [None] * len(checked)
+        items = list(enumerate(checked))
+        for group in self.batcher.group(items, lambda item: self.batcher.key(item[1][0])):
             try:
-                outs = run_isolated([r for _, r, _ in group], run_group, self.batching_stats.retried)
+                outs = run_isolated([c for _, c in group], run_group, self.batching_stats.retried)
             except Exception as e:  # noqa: BLE001 - the group's error, raised or returned below
                 outs = [e] * len(group)
             if not return_exceptions:
                 failed = next((o for o in outs if isinstance(o, BaseException)), None)
                 if failed is not None:
                     raise failed
-            for (i, _, _), out in zip(group, outs):
+            for (i, _), out in zip(group, outs):
                 results[i] = out
         return results
+
+    def run_checked(self, group: Sequence[tuple], timeout: Optional[float] = None) -> list:
+        """Requests of one batch key, each the (arrays, sizes) of ``check`` (not validated again), run as one batch
+        and split back. A batch whose merged signature ran before (a lone request's: its own) takes the compiled
+        hot path (gert/core/_hotpath.pyx) as Model.run(list) does; else the Python path, from resolve on."""
+        if timeout is None:
+            if len(group) == 1:
+                out = self.hot.run(group[0][0])
+                if out is not None:
+                    return [out]
+            else:
+                outs = self.hot.run_list([arrays for arrays, _ in group])
+                if outs is not None:
+                    return outs
+        if len(group) == 1 or not self.batcher.enabled:
+            return [self._run(arrays, sizes, None, timeout) for arrays, sizes in group]
+        rows = [sizes["batch"] for _, sizes in group]
+        merged = self.batcher.merge([arrays for arrays, _ in group], total=sum(rows))
+        return self.batcher.split(self._run(merged, dict(group[0][1], batch=sum(rows)), None, timeout), rows)
 
     def run_batch(self, requests: Sequence[Mapping[str, object]], timeout: Optional[float] = None) -> list:
         """Requests sharing their batch key, merged into one batch (the merged batch is validated, not each
