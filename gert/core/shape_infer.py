@@ -21,6 +21,8 @@ import numpy as np
 import onnx
 from onnx import defs, helper, numpy_helper, shape_inference
 
+from gert.core import folds
+
 # Constants up to this many elements are folded and handed to shape inference (shape operands are small; weights
 # are never needed to know a shape).
 _FOLD_ELEMENTS = 4096
@@ -379,13 +381,11 @@ class _Inferer:
             self._infer(node, scope)
 
     def _fold(self, node: onnx.NodeProto, scope: _Scope, ins: list) -> bool:
-        from onnx.reference import ReferenceEvaluator
-
         try:
-            spec = _SPEC_FOLDS.get(node.op_type) if (node.domain or "") in ("", "ai.onnx") else None
-            if spec is not None and (node.op_type != "Slice" or self.opsets.get("", 1) >= 10):
-                outs = spec(node, ins)
-            else:
+            outs = folds.fold(node, ins, self.opsets.get(""))  # the common folds, without onnx.reference (12 MB)
+            if outs is None:
+                from onnx.reference import ReferenceEvaluator
+
                 ev = ReferenceEvaluator(node, opsets=self.opsets)
                 feeds = {i: v for i, v in zip(node.input, ins) if i}
                 outs = ev.run(None, feeds)
@@ -509,36 +509,6 @@ def _itemsize(elem: int) -> int:
         return max(1, np.dtype(helper.tensor_dtype_to_np_dtype(elem)).itemsize) if elem else 1
     except Exception:  # noqa: BLE001 - a type without a numpy dtype
         return 8
-
-
-def _slice(node: onnx.NodeProto, ins: list) -> list:
-    """Slice (opset >= 10) as ONNX's spec and ONNX Runtime clamp it: with a negative step, starts are clamped to
-    [0, dim - 1] and ends to [-1, dim - 1]. onnx.reference slices with numpy's rules, which differ there (a start
-    below the axis gives nothing instead of its first element): GE's shapes would not be ONNX Runtime's."""
-    data, starts, ends = ins[0], ins[1], ins[2]
-    axes = ins[3] if len(ins) > 3 and ins[3] is not None else np.arange(len(starts))
-    steps = ins[4] if len(ins) > 4 and ins[4] is not None else np.ones(len(starts), np.int64)
-    index = [slice(None)] * data.ndim
-    for s, e, a, st in zip(starts.tolist(), ends.tolist(), axes.tolist(), steps.tolist()):
-        a = a + data.ndim if a < 0 else a
-        d = data.shape[a]
-        s, e = s + d if s < 0 else s, e + d if e < 0 else e
-        if st > 0:
-            s, e = min(max(s, 0), d), min(max(e, 0), d)
-        else:
-            s, e = min(max(s, 0), d - 1), min(max(e, -1), d - 1)
-        index[a] = slice(s, None if e < 0 else e, st)
-    return [data[tuple(index)]]
-
-
-def _global_max_pool(node: onnx.NodeProto, ins: list) -> list:
-    """GlobalMaxPool keeps N and C and makes every spatial axis 1 (onnx.reference drops or adds axes)."""
-    x = ins[0]
-    return [x.max(axis=tuple(range(2, x.ndim)), keepdims=True)]
-
-
-# Folds done here, as ONNX's spec and ONNX Runtime compute them, where onnx.reference differs.
-_SPEC_FOLDS = {"Slice": _slice, "GlobalMaxPool": _global_max_pool}
 
 
 def _merge(a: Optional[_T], b: Optional[_T]) -> Optional[_T]:
