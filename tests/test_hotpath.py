@@ -222,7 +222,34 @@ def test_auto_tier_promotion_runs_on_the_static_graph(device):
         for i in range(3):
             np.testing.assert_array_equal(m.run({"x": _x(3, i)})["y"], _x(3, i) * 2)
         assert m.stats()["static_hits"] == before + 3
-        assert _hot(m)["prepared"] == 0  # tiered models keep the Python path (their routing counts every request)
+        assert _hot(m)["prepared"] == 1 and _hot(m)["hits"] >= 2  # the static graph's runs: the compiled path
+
+
+def test_auto_tier_counts_the_compiled_paths_runs(device):
+    """A promoted size served by the compiled path is still counted by the tiers (Tiers.seen), so a size seen far
+    less often does not take its place in a full static set (max_exact_graphs=1: admission compares counts)."""
+    import time
+
+    def wait(until, what):
+        deadline = time.monotonic() + 30
+        while not until():
+            assert time.monotonic() < deadline, what
+            time.sleep(0.01)
+
+    with gert.load(
+        scale_model(2.0, shape=("batch", 4)), shape_policy={"batch": "auto"}, hot_after=2, max_exact_graphs=1
+    ) as m:
+        for i in range(2):
+            m.run({"x": _x(3, i)})
+        wait(lambda: all(w.has((("batch", 3),)) for w in m.pool.workers), "the static graph of the hot size")
+        for i in range(30):
+            np.testing.assert_array_equal(m.run({"x": _x(3, i)})["y"], _x(3, i) * 2)
+        assert _hot(m)["hits"] >= 28
+        for i in range(8):  # a second size, hot but seen 8 times against the first one's 32
+            np.testing.assert_array_equal(m.run({"x": _x(5, i)})["y"], _x(5, i) * 2)
+        wait(lambda: m.stats()["tiers"]["pending"] == 0 and m.stats()["tiers"]["rejections"] >= 1, "a turn-down")
+        assert all(w.has((("batch", 3),)) and not w.has((("batch", 5),)) for w in m.pool.workers)
+        assert m.stats()["tiers"]["evictions"] == 0
 
 
 def test_fused_call_checks_its_buffers(device):

@@ -76,14 +76,15 @@ cdef class Prepared:
     cdef readonly str label
     cdef readonly int64_t real_elements, padded_elements
     cdef readonly bint batched  # a lone run of a request dynamic batching would have queued (its stats)
+    cdef readonly object on_hit  # () -> None before each run (the auto policy's tiers count it), or None
     cdef readonly bint valid
     cdef readonly int64_t hits, busy_ns
     cdef readonly int64_t merged  # runs of those that were run(list) batches (not lone requests)
     cdef vector[Py_ssize_t] in_bytes, out_bytes
 
     def __init__(self, worker, call, use_limits, tuple out_names, tuple out_shapes, tuple out_dtypes, str label,
-                 int64_t real_elements, int64_t padded_elements, bint batched):
-        self.worker, self.call, self.use_limits = worker, call, use_limits
+                 int64_t real_elements, int64_t padded_elements, bint batched, on_hit=None):
+        self.worker, self.call, self.use_limits, self.on_hit = worker, call, use_limits, on_hit
         self.l_acquire, self.l_release, self.l_handed, self.l_run_handed = worker.lock.parts_for_hot_path()
         self.out_names, self.out_shapes, self.out_dtypes = out_names, out_shapes, out_dtypes
         self.label, self.real_elements, self.padded_elements = label, real_elements, padded_elements
@@ -414,6 +415,8 @@ cdef class HotPath:
                     dsts[i] = outv[i].buf
                 if p.use_limits is not None:
                     p.use_limits()
+                if p.on_hit is not None:
+                    p.on_hit()
                 t0 = _now_ns()
                 try:
                     if k == 1:
@@ -444,13 +447,14 @@ cdef class HotPath:
 
     # ---- filling and invalidation ---------------------------------------------------------------------------------
     def offer(self, worker, tuple signature, dict sizes, call, use_limits, tuple out_names, tuple out_shapes,
-              tuple out_dtypes, str label, int64_t real_elements, int64_t padded_elements) -> None:
+              tuple out_dtypes, str label, int64_t real_elements, int64_t padded_elements, on_hit=None) -> None:
         """A request of ``signature`` (dim ``sizes``) that ``worker`` just ran alone by ``call`` (a FusedCall):
         prepared for the next ones on that stream. ``batch_limit``: a request of fewer rows would have been queued
-        by dynamic batching (a lone run here is counted as its batch of one)."""
+        by dynamic batching (a lone run here is counted as its batch of one). ``on_hit``: called before each run
+        (under the stream's lock), or None."""
         rows = sizes.get("batch", 0)
         self.add(signature, Prepared(worker, call, use_limits, out_names, out_shapes, out_dtypes, label,
-                                     real_elements, padded_elements, 0 < rows < self.batch_limit))
+                                     real_elements, padded_elements, 0 < rows < self.batch_limit, on_hit))
 
     def wants(self, tuple signature, worker) -> bool:
         """Whether an offer of ``signature`` run on ``worker`` would be taken (on, and not prepared there yet)."""

@@ -10,6 +10,7 @@ without the GIL. GE serializes launches inside one Session, hence one Session pe
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -304,7 +305,8 @@ class Worker(StreamGraphs):
         """Offer the request just run to the compiled hot path (gert/core/_hotpath.pyx), when running its signature
         again is this same fused call with only the host arrays changed: numpy inputs each uploaded whole (no staged
         padding), every output downloaded whole into a fresh array (no slice of a padded one), a graph that is not
-        evicted, nothing of the request's own (out=, timeout, device tensors, sequence copies)."""
+        evicted, nothing of the request's own (out=, timeout, device tensors, sequence copies). Under the auto policy's
+        tiers a static graph's runs there are counted by the tiers as route() counts the Python path's (Tiers.seen)."""
         if (
             req.out
             or req.device_out
@@ -313,7 +315,6 @@ class Worker(StreamGraphs):
             or req.real_batch is not None
             or req.timeout is not None
             or entry.evictable
-            or self.tiers is not None
             or len(downloads) != len(self.plan.outputs)
         ):
             return
@@ -356,6 +357,7 @@ class Worker(StreamGraphs):
             label,
             real_elements,
             padded_elements,
+            None if self.tiers is None else functools.partial(self.tiers.seen, self, req.key),
         )
 
     def count_fast(self, label: str, runs: int, real_elements: int, padded_elements: int, seconds: float) -> None:

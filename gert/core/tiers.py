@@ -195,6 +195,19 @@ class Tiers:
     # ---- the request path (the caller holds w.lock) ----------------------------------------------------------
     def route(self, w: "Worker", req: "Request") -> "GraphEntry":
         key = req.key
+        self.seen(w, key)
+        entry = w.entry(key)
+        if entry is not None:
+            return entry
+        entry = w.entry(self.fallback_key)
+        if entry is None:  # warmup did not run: the dynamic graph is compiled once, here
+            entry = w.compile(self.fallback_key)
+            w.stats.request_path_compiles += 1
+        return entry
+
+    def seen(self, w: "Worker", key: tuple) -> None:
+        """Count a request of ``key`` on ``w`` (the caller holds w.lock), and queue its static graph's compile once it
+        is hot: route's count, and the compiled hot path's for a run of a static graph (gert/core/_hotpath.pyx)."""
         with self._lock:
             self._tick += 1
             n = self._window.add(key)
@@ -220,14 +233,6 @@ class Tiers:
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._run, name="gert-tiers", daemon=True)
                     self._thread.start()
-        entry = w.entry(key)
-        if entry is not None:
-            return entry
-        entry = w.entry(self.fallback_key)
-        if entry is None:  # warmup did not run: the dynamic graph is compiled once, here
-            entry = w.compile(self.fallback_key)
-            w.stats.request_path_compiles += 1
-        return entry
 
     def _may_retry(self, key, n: int) -> bool:
         """Turned down before: ask again once it is seen more often, or a window later (the static set cools)."""
