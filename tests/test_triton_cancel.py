@@ -183,6 +183,25 @@ def test_stub_without_cancellation_runs_everything(pb, tmp_path, seq_bytes):
         m.finalize()
 
 
+def test_a_failing_cancellation_query_serves_the_request(pb, tmp_path, seq_bytes):
+    """is_cancelled() is an IPC call into the server; if it fails, the request is served (not failed, not the
+    whole batch)."""
+
+    class Failing(fake_pb_utils.InferenceRequest):
+        def is_cancelled(self) -> bool:
+            raise RuntimeError("the stub's message queue broke")
+
+    m = load(pb, tmp_path, seq_bytes, batcher=True)
+    try:
+        reqs = [seq_inputs(1, 2, uid) for uid in range(1, 3)]
+        pbreqs = [request(pb, reqs[0]), Failing([pb.Tensor(k, v) for k, v in reqs[1].items()], SEQ_OUTPUTS)]
+        responses = m.execute(pbreqs)
+        for r, resp in zip(reqs, responses):
+            check_seq(outputs_of(resp), r)
+    finally:
+        m.finalize()
+
+
 # ---- ensemble steps -----------------------------------------------------------------------------------------------
 
 CALLS: list = []
