@@ -1,7 +1,10 @@
 """The package layout shows the architecture (docs/architecture.md, "Layers" and "Module layout"), read from the
 source with ast, nothing imported:
 
-- no import cycle among gert's and gert_triton's modules at module level;
+- no import cycle among gert's and gert_triton's modules, of any kind: module-level imports, imports inside
+  functions (lazy) and under TYPE_CHECKING, the Cython sources' too (``.pyx`` and the ``.pxi`` files they include,
+  read line by line: ``import`` / ``from ... import``, not ``cimport``), but for the edges listed in ALLOWED_EDGES
+  (each with its reason);
 - gert/core/ (the runtime core) imports only itself, gert.errors, gert.dtypes and the binding gert._cann: no front
   door, no tool, no host NPU code (it reaches the host NPU through gert/core/hooks.py);
 - gert never imports gert_triton (its CLI finds gert_triton's commands through entry points);
@@ -9,13 +12,16 @@ source with ast, nothing imported:
 - gert's own code imports modules by their new paths (the old ones are only aliases for others, gert/_moved.py);
 - no class in gert/ over MAX_CLASS_LINES lines;
 - no access to another module's private attribute: ``x._name`` where x is not self/cls and nothing in the same
-  module defines ``_name``.
+  module defines ``_name``;
+- no module-level function reaching into another object's private attributes (``x._name`` where x is not
+  self/cls, even where the module's own class defines ``_name``: that is a method of the class).
 """
 
 from __future__ import annotations
 
 import ast
 import pathlib
+import re
 from dataclasses import dataclass, field
 
 import pytest
@@ -33,10 +39,39 @@ CORE_EXCEPTIONS = {
 }
 # lines as ruff format lays them out (the cap was 350 before the code was formatted); issue 39 asks for 300
 MAX_CLASS_LINES = 450
-# modules of gert that exist only compiled (cbindings/)
-COMPILED = {"gert._cann", "gert._hostnpu", "gert.core._hotpath"}
+# modules of gert that exist only compiled: their Cython sources (each with the .pxi files it includes; gert._cann is
+# built from _cann_hostnpu.pyx with the host NPU compiled in, else from _cann.pyx: both are read)
+COMPILED = {
+    "gert._cann": ("cbindings/_cann.pyx", "cbindings/_cann_hostnpu.pyx"),
+    "gert._hostnpu": ("cbindings/_hostnpu.pyx",),
+    "gert.core._hotpath": ("gert/core/_hotpath.pyx",),
+}
+_BINDING_UP = (
+    "the binding imports from above it when first needed (issue 39 step 4: what it needs is to be registered into "
+    "it at import, as BindingHooks are)"
+)
+# imports that close a cycle and are right for now, and why: (importer, imported) -> reason
+ALLOWED_EDGES = {
+    ("gert._cann", "gert"): _BINDING_UP + ": the host NPU's provider asks gert for its backend",
+    ("gert._cann", "gert.core.tensor"): _BINDING_UP + ": Session.execute_async returns DeviceTensors",
+    ("gert._cann", "gert.dtypes"): _BINDING_UP + ": GE dtypes <-> numpy dtypes for outputs and summaries",
+    ("gert._cann", "gert.hostnpu.ort_provider"): _BINDING_UP + ": the host NPU computes graphs with ONNX Runtime",
+    ("gert._cann", "gert.preview.cann_ops"): _BINDING_UP + ": Graph.from_onnx checks the ops CANN's parser maps",
+    ("gert._hostnpu", "gert"): _BINDING_UP + " (the host NPU's toolkit module, as gert._cann's _host.pxi)",
+    ("gert._hostnpu", "gert.hostnpu.ort_provider"): _BINDING_UP + " (as gert._cann's _provider.pxi)",
+    ("gert.model", "gert.tools.display"): "a Model's repr and stats() tables: the runtime imports a tool only when "
+    "asked (docs/architecture.md), and the tool annotates with gert.Model",
+    ("gert.model", "gert.tools.stats"): "Model.stats() is collected by the tool when asked (as gert.tools.display)",
+}
 # x._name uses that are right, and why
 PRIVATE_ALLOWED: dict = {}
+# x._name uses of module-level functions that are right, and why: (module, "x._name") -> reason
+FUNCTION_PRIVATE_ALLOWED = {
+    ("gert.hostnpu.ort_provider", "io._gert_keep"): "gert's own attribute on ONNX Runtime's IOBinding: the bound "
+    "zero-filled arrays live as long as the binding (it holds only their addresses)",
+    ("gert.hostnpu.ort_provider", "sess._model_bytes"): "ONNX Runtime's session keeps its model's bytes there; "
+    "dropped so that a process holds them once (issue 41)",
+}
 
 
 @dataclass
@@ -46,6 +81,12 @@ class Module:
     tree: ast.Module
     top: set = field(default_factory=set)  # modules imported when this one is imported
     lazy: set = field(default_factory=set)  # modules imported inside functions
+    typing: set = field(default_factory=set)  # modules imported under TYPE_CHECKING
+
+    @property
+    def imports(self) -> set:
+        """Every module this one imports, of any kind."""
+        return self.top | self.lazy | self.typing
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -63,7 +104,7 @@ def _load() -> dict:
         for path in sorted((ROOT / pkg).rglob("*.py")):
             name = _module_name(path)
             modules[name] = Module(name, path, ast.parse(path.read_text(), str(path)))
-    known = set(modules) | COMPILED
+    known = set(modules) | set(COMPILED)
     for m in modules.values():
         package = m.name if m.path.name == "__init__.py" else m.name.rpartition(".")[0]
 
@@ -77,19 +118,70 @@ def _load() -> dict:
             # `from pkg import sub` imports the module pkg.sub; `from mod import name` imports mod
             return [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
 
-        def visit(node, lazy: bool) -> None:
+        def visit(node, kind: str) -> None:
             for child in ast.iter_child_nodes(node):
-                if _is_type_checking(child):
-                    continue
                 if isinstance(child, (ast.Import, ast.ImportFrom)):
                     for t in targets(child):
                         if t.split(".")[0] in PACKAGES:
-                            (m.lazy if lazy else m.top).add(t)
+                            getattr(m, kind).add(t)
+                elif _is_type_checking(child):
+                    visit(child, "typing")
                 else:
-                    visit(child, lazy or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+                    function = isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+                    visit(child, "lazy" if function and kind == "top" else kind)
 
-        visit(m.tree, False)
+        visit(m.tree, "top")
+    for name, sources in COMPILED.items():
+        m = Module(name, ROOT / sources[0], ast.parse(""))
+        for source in sources:
+            for path in _cython_files(ROOT / source):
+                _cython_imports(path, m, known)
+        modules[name] = m
     return modules
+
+
+# a Cython function: def / cpdef, or a cdef with arguments that is not a class or an extern block
+_CY_FUNCTION = re.compile(r"(async\s+)?def\s|cpdef\s|cdef\s+(?!class\b|extern\b)[^=]*\(")
+_CY_IMPORT = re.compile(r"from\s+([\w.]+)\s+import\s+(.+)|import\s+(.+)")
+
+
+def _cython_files(path: pathlib.Path, seen: list | None = None) -> list:
+    """A .pyx and the .pxi files it includes (recursively), in order."""
+    seen = [] if seen is None else seen
+    if path not in seen:
+        seen.append(path)
+        for line in path.read_text().splitlines():
+            found = re.match(r'\s*include\s+"([^"]+)"', line)
+            if found:
+                _cython_files(path.parent / found.group(1), seen)
+    return seen
+
+
+def _cython_imports(path: pathlib.Path, m: Module, known: set) -> None:
+    """The Python imports of a Cython source into ``m``: lazy inside a function (by indentation), else top."""
+    blocks: list = []  # (indentation, is a function) of the blocks the current line is in
+    for line in path.read_text().splitlines():
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        indent = len(line) - len(line.lstrip())
+        while blocks and blocks[-1][0] >= indent:
+            blocks.pop()
+        found = _CY_IMPORT.fullmatch(text)
+        if found:
+            if found.group(1):
+                names = [n.strip().split(" as ")[0] for n in found.group(2).strip("()").split(",") if n.strip()]
+                base = found.group(1)
+                targets = [f"{base}.{n}" if f"{base}.{n}" in known else base for n in names]
+            else:
+                targets = [n.strip().split(" as ")[0] for n in found.group(3).split(",")]
+            for t in targets:
+                if t.split(".")[0] in PACKAGES:
+                    (m.lazy if any(f for _, f in blocks) else m.top).add(t)
+            continue
+        function = bool(_CY_FUNCTION.match(text))
+        if function or text.endswith(":"):
+            blocks.append((indent, function))
 
 
 MODULES = _load()
@@ -132,6 +224,46 @@ def test_no_import_cycle_at_module_level():
     assert _cycles({name: m.top for name, m in MODULES.items()}) == []
 
 
+def test_no_import_cycle_of_any_kind():
+    """Module-level, lazy (inside functions) and TYPE_CHECKING imports, of the Python and the Cython sources: no
+    cycle but through an edge of ALLOWED_EDGES."""
+    graph = {name: {t for t in m.imports if (name, t) not in ALLOWED_EDGES} for name, m in MODULES.items()}
+    assert _cycles(graph) == []
+
+
+def test_every_allowed_edge_is_still_an_import():
+    """An ALLOWED_EDGES entry that is no longer imported is dropped from the list (it would hide a new one)."""
+    assert [e for e in ALLOWED_EDGES if e[1] not in MODULES[e[0]].imports] == []
+
+
+def test_the_cython_sources_are_read():
+    """The binding's imports are seen: its errors at import (top), its lazy imports of the layers above it."""
+    cann = MODULES["gert._cann"]
+    assert "gert.errors" in cann.top and {"gert.core.tensor", "gert.hostnpu.ort_provider"} <= cann.lazy
+    assert MODULES["gert.core._hotpath"].top >= {"gert._cann", "gert.errors"}
+
+
+@pytest.mark.parametrize(
+    "source, top, lazy",
+    [
+        ("import gert.errors\nfrom gert.core import tensor\n", {"gert.errors", "gert.core.tensor"}, set()),
+        ("cdef class A:\n    def f(self):\n        from gert import dtypes\n", set(), {"gert.dtypes"}),
+        (
+            "cdef inline int f(int x) noexcept:\n    import gert\n    return x\nimport gert.model\n",
+            {"gert.model"},
+            {"gert"},
+        ),
+        ("from gert.core cimport x\ncimport gert\n", set(), set()),
+    ],
+)
+def test_the_cython_reader(tmp_path, source, top, lazy):
+    path = tmp_path / "m.pyx"
+    path.write_text(source)
+    m = Module("x", path, ast.parse(""))
+    _cython_imports(path, m, set(MODULES))
+    assert (m.top, m.lazy) == (top, lazy)
+
+
 def test_the_cycle_check_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
@@ -168,8 +300,7 @@ def test_the_runtime_imports_no_tool_at_import_time():
 def test_gert_imports_its_modules_by_their_paths():
     """Every gert module that gert and gert_triton import exists where it is named (old paths are aliases kept for
     others, gert/_moved.py)."""
-    known = set(MODULES) | COMPILED
-    wrong = {name: sorted(t for t in m.top | m.lazy if t not in known) for name, m in MODULES.items()}
+    wrong = {name: sorted(t for t in m.imports if t not in MODULES) for name, m in MODULES.items()}
     assert {k: v for k, v in wrong.items() if v} == {}
 
 
@@ -208,11 +339,7 @@ def _private_uses(m: Module) -> list:
                 continue
         elif isinstance(node, ast.ImportFrom) and not node.level:
             for a in node.names:
-                if (
-                    a.name.startswith("_")
-                    and not a.name.endswith("_")
-                    and f"{node.module}.{a.name}" not in set(MODULES) | COMPILED
-                ):
+                if a.name.startswith("_") and not a.name.endswith("_") and f"{node.module}.{a.name}" not in MODULES:
                     uses.append(f"{m.path.relative_to(ROOT)}:{node.lineno} from {node.module} import {a.name}")
             continue
         else:
@@ -229,6 +356,40 @@ def _private_uses(m: Module) -> list:
 
 def test_no_private_attribute_of_another_module():
     assert [u for m in MODULES.values() for u in _private_uses(m)] == []
+
+
+def _function_private_uses(m: Module) -> list:
+    """``x._name`` in the module-level functions of ``m`` (x not self / cls), but FUNCTION_PRIVATE_ALLOWED."""
+    uses = []
+    for fn in m.tree.body:
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(fn):
+            if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") or node.attr.endswith("_"):
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                continue
+            if (m.name, ast.unparse(node)) not in FUNCTION_PRIVATE_ALLOWED:
+                uses.append(f"{m.path.relative_to(ROOT)}:{node.lineno} {fn.name}: {ast.unparse(node)}")
+    return uses
+
+
+def test_no_module_level_function_reaches_into_an_objects_private_attributes():
+    """What a function does with an object's private state is the object's method (the class that defines it)."""
+    assert [u for m in MODULES.values() for u in _function_private_uses(m)] == []
+
+
+@pytest.mark.parametrize(
+    "source, found",
+    [
+        ("class A:\n    def __init__(self):\n        self._x = 1\n\ndef f(a):\n    return a._x\n", True),
+        ("class A:\n    def f(self, other):\n        return other._x\n", False),
+        ("def f(a):\n    return a.x + a.__class__.__name__.__len__()\n", False),
+    ],
+)
+def test_the_function_private_check(source, found):
+    m = Module("x", ROOT / "gert" / "x.py", ast.parse(source))
+    assert bool(_function_private_uses(m)) is found
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ from gert.dtypes import ge_dtype
 from gert.errors import GeError, GertError, SessionReplaced
 from gert.core.handoff import HandOffLock
 from gert.core.shapes import ShapePlan
-from gert.core.tiers import SegmentedLRU
+from gert.core.frequency import SegmentedLRU
 
 
 @dataclass
