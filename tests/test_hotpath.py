@@ -13,6 +13,7 @@ import pytest
 import gert
 from _helpers import RUNTIME
 from gert import _cann
+from gert.core.transfers import Transfers
 from gert.errors import GertError
 from models import scale_model
 
@@ -383,7 +384,7 @@ def test_sequential_requests_keep_every_stream_serving(device):
         assert st["hot_path"]["prepared"] == 2 and st["hot_path"]["hits"] == 8
 
 
-def test_a_batched_sequence_step_gathers_and_scatters_inside_the_fused_call(device):
+def test_a_batched_sequence_step_gathers_and_scatters_inside_the_fused_call(device, monkeypatch):
     """A step of several sequences on a static graph: its gather (zero fill of the pad rows, then each state's rows)
     and scatter copies ride in the one fused call (Session.run_fused's before / after: on the host NPU they run on
     the calling thread), instead of separate stream work and a second synchronize; results equal ONNX Runtime's."""
@@ -394,10 +395,11 @@ def test_a_batched_sequence_step_gathers_and_scatters_inside_the_fused_call(devi
     with gert.load(gru, state={"h": "h_out"}, batch_dim="N", gears={"batch": [1, 4, 8]}) as model:
         seqs = [model.sequence() for _ in range(3)]  # 3 rows padded to gear 4: a zero fill first, then the copies
         refs = [{"h": np.zeros((1, 1, HIDDEN), np.float32)} for _ in seqs]
-        separate = []
-        for w in model.pool.workers:
-            real = w.enqueue
-            w.enqueue = lambda ops, real=real: (separate.append(len(ops)), real(ops))
+        separate = []  # device copies queued as separate stream work (gert/core/transfers.py)
+        real = Transfers.enqueue
+        monkeypatch.setattr(
+            Transfers, "enqueue", staticmethod(lambda handle, ops: (separate.append(len(ops)), real(handle, ops)))
+        )
         for step in range(4):
             feeds = [rng.standard_normal((1, 1, INPUT)).astype(np.float32) for _ in seqs]
             outs = model.step([(s, {"x": x}) for s, x in zip(seqs, feeds)])

@@ -27,9 +27,8 @@ from gert.core.validate import Validator
 from gert.errors import GertError
 from gert.core.executor import Request
 from gert.core.pool import StreamPool
+from gert.core.resolve import Resolver
 from gert.core.shapes import ShapePlan
-
-_RESOLVED_KEPT = 1024  # remembered sizes -> (run sizes, graph key) (cleared when full)
 
 
 @dataclass(frozen=True)
@@ -54,7 +53,8 @@ class Engine:
         batch = plan.batch
         # the batch is padded up to gears and run in chunks above the largest: only where rows can be told apart
         self._pads = batch is not None and batch.policy == "pad" and self.batcher.enabled
-        self._resolved: dict = {}
+        # real sizes -> (run sizes, graph key) (gert/core/resolve.py)
+        self.resolve = Resolver(plan, self._pads, self.batcher.why).resolve
         # concurrent callers batched (gert/core/batch_queue.py): its row limit (0: off) and stats
         self.batches = BatchQueue(pool, plan, self.batcher, dynamic_batching)
         self.batch_limit = self.batches.limit
@@ -99,30 +99,6 @@ class Engine:
         else:
             self.resolve(sizes)
         return arrays, sizes
-
-    def resolve(self, sizes: dict) -> tuple:
-        """(run sizes, graph key) for the real sizes; remembered per sizes (errors are not)."""
-        known = self._resolved.get(tuple(sizes.items()))
-        if known is not None:
-            return dict(known[0]), known[1]
-        dims = self.plan.dims
-        run_sizes = {}
-        for name, value in sizes.items():
-            dim = dims[name]
-            axes = ", ".join(f"{i}:{a}" for i, a in dim.axes)
-            run_sizes[name] = dim.resolve(value, f"inputs ({axes})")
-            if name == "batch" and run_sizes[name] != value and not self._pads:
-                raise GertError(
-                    f"inputs ({axes}): a batch of {value} rows would be padded to {run_sizes[name]} or "
-                    f"cut into chunks, but this model's rows cannot be padded, merged or split "
-                    f"({self.batcher.why}); send a batch of one of its gears {list(dim.gears)}, or load it "
-                    f"with shape_policy={{'batch': 'exact'}}"
-                )
-        key = tuple(sorted((n, -1 if dims[n].policy == "dynamic" else v) for n, v in run_sizes.items()))
-        if len(self._resolved) >= _RESOLVED_KEPT:
-            self._resolved.clear()
-        self._resolved[tuple(sizes.items())] = (dict(run_sizes), key)
-        return run_sizes, key
 
     # ---- one request -----------------------------------------------------------------------------------------------
     def run(self, inputs: Mapping[str, object], out: Optional[Mapping] = None, timeout: Optional[float] = None) -> dict:

@@ -13,20 +13,20 @@ import copy
 import functools
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Optional
 
-import numpy as np
 
 from gert import _cann
 from gert._cann import DeviceBuffer, Graph
-from gert.errors import GeError, GertError
+from gert.errors import GeError
 from gert.core import empty_rows, hooks, trace as _trace
 from gert.core.staged import run_staged
 from gert.core.recovery import watchdog
-from gert.core.rows import Rows
 from gert.core.shapes import ShapePlan
+from gert.core.request import Request
 from gert.core.stream_graphs import GraphEntry, StreamGraphs, WorkerStats  # noqa: F401 - WorkerStats: re-exported
+from gert.core.transfers import Transfers, check_device_out
 from gert.core.tensor import DeviceTensor
 
 
@@ -41,27 +41,16 @@ class GearStats:
         return 0.0 if not self.padded_elements else 1.0 - self.real_elements / self.padded_elements
 
 
-@dataclass
-class Request:
-    """One request after validation: arrays by input name and the real size of each dynamic dim."""
+class GearCounts(dict):
+    """A stream's GearStats per graph-key label (stats()'s gears)."""
 
-    arrays: dict
-    sizes: dict  # dim name -> real size
-    run_sizes: dict  # dim name -> size the graph runs at (gear, or real)
-    key: tuple = field(default=())
-    out: Optional[dict] = None  # output name -> the caller's out= array, written by D2H directly when it fits
-    timeout: Optional[float] = None  # seconds the request may take on its stream (None: no limit)
-    # output name -> DeviceBuffer the output is written into on the device (no D2H; absent from the results).
-    # Inputs given as a gert.DeviceTensor are bound as they are (no H2D): together, a recurrent state stays on the
-    # device from one step to the next (gert.sequence)
-    device_out: Optional[dict] = None
-    device: Optional[int] = None  # run on a stream of this device (where the request's device tensors live)
-    real_batch: Optional[int] = None  # rows that are real when the caller padded the batch itself (gear stats)
-    # device-side work queued on the request's stream: before the run (D2D copies (dst, dmax, src, n) and zero fills
-    # (ptr, dmax, n): a batch of sequences gathers its states), and after a successful run (D2D copies: scattered
-    # back). On the stream, so ordered with the run without the calling thread needing the device's context.
-    before: Optional[list] = None
-    after: Optional[list] = None
+    def add(self, label: str, runs: int, real_elements: int, padded_elements: int) -> None:
+        gear = self.get(label)
+        if gear is None:
+            gear = self[label] = GearStats()
+        gear.hits += runs
+        gear.real_elements += real_elements
+        gear.padded_elements += padded_elements
 
 
 class Worker(StreamGraphs):
@@ -100,7 +89,8 @@ class Worker(StreamGraphs):
         self.limited = cube_cores is not None or vector_cores is not None
         self._compiled_for = 0  # id() of the request whose graph the request path compiled last
         self.trace_events: Optional[list] = None  # timing events of a traced run (gert/core/staged.py)
-        self.gear_stats: dict = {}
+        self.gear_stats = GearCounts()
+        self.transfers = Transfers(plan, device)  # each request's uploads and downloads (gert/core/transfers.py)
 
     # ---- graphs -----------------------------------------------------------------------------------------
     def graph_for(self, req: Request) -> GraphEntry:
@@ -173,8 +163,8 @@ class Worker(StreamGraphs):
         for t in plan.inputs:
             arr = req.arrays[t.name]
             if type(arr) is DeviceTensor:  # device-resident: bound as the graph's input, nothing copied
-                inputs.append(self._bind_device_input(t.name, arr, entry, req))
-                real_elements += self._real_elements(t.name, arr, req)
+                inputs.append(self.transfers.bind_device_input(t.name, arr, entry, req))
+                real_elements += self.transfers.real_elements(t.name, arr, req)
                 padded_elements += arr.size
                 continue
             if entry.is_static:
@@ -186,27 +176,27 @@ class Worker(StreamGraphs):
                 )
                 nbytes, ge_dt = math.prod(shape) * arr.dtype.itemsize, None
             buf = self._buffer(self.in_bufs, t.name, nbytes)
-            self._plan_upload(arr, shape, buf, plan.pad_value[t.name], uploads, fills)
+            self.transfers.upload(arr, shape, buf, plan.pad_value[t.name], uploads, fills)
             inputs.append((buf, shape, arr.dtype, nbytes, ge_dt))
-            real_elements += arr.size if req.real_batch is None else self._real_elements(t.name, arr, req)
+            real_elements += arr.size if req.real_batch is None else self.transfers.real_elements(t.name, arr, req)
             padded_elements += math.prod(shape)
         results = {}
         fused = False  # ran by the fused call: the compiled hot path may run its signature again (_offer)
         staged = entry.is_static and tr is not None and tr.stages
         if req.before and (staged or not entry.is_static):  # else in the fused call (on the host NPU: inline)
-            self.enqueue(req.before)
+            Transfers.enqueue(self.stream.handle, req.before)
         if entry.is_static:
             # the whole request in one call without the GIL: uploads, run, downloads, synchronize
             outputs, downloads = [], []
             for o, shape, (dtype, nbytes, ge_dt) in zip(plan.outputs, entry.output_shapes, entry.out_meta):
                 target = req.device_out.get(o.name) if req.device_out else None
                 if target is not None:  # written into the caller's device buffer: no D2H
-                    _check_device_out(o.name, target, nbytes, self.device)
+                    check_device_out(o.name, target, nbytes, self.device)
                     outputs.append((target.ptr, nbytes, ge_dt, shape))
                     continue
                 buf = self._buffer(self.out_bufs, o.name, nbytes)
                 outputs.append((buf.ptr, nbytes, ge_dt, shape))
-                host, results[o.name] = self._plan_download(o.name, shape, dtype, req)
+                host, results[o.name] = self.transfers.download(o.name, shape, dtype, req)
                 if host.nbytes:
                     downloads.append((host, buf.ptr))
             if staged:  # separate calls, each timed by the stream (its waits bounded by req.timeout: staged.py)
@@ -245,21 +235,9 @@ class Worker(StreamGraphs):
             else:
                 self._run_dynamic(entry, req, uploads, fills, inputs, results, tr)
         # counted once the request succeeded, so that gear hits add up to the stream's requests
-        label = _LABELS.get(req.key)
-        if label is None:
-            label = _key_label(req.key)
-            if len(_LABELS) < _LABELS_KEPT:  # bounded: under exact / auto every size is a key
-                _LABELS[req.key] = label
-        gear = self.gear_stats.setdefault(label, GearStats())
-        gear.hits += 1
-        gear.real_elements += real_elements
-        gear.padded_elements += padded_elements
-        self.stats.requests += 1
-        if entry.is_static:
-            self.stats.static_hits += 1
-        else:
-            self.stats.dynamic_hits += 1
-        self.stats.busy_seconds += time.perf_counter() - t0
+        label = _label(req.key)
+        self.gear_stats.add(label, 1, real_elements, padded_elements)
+        self.stats.count(1, entry.is_static, time.perf_counter() - t0)
         hot = self._hot_path() if fused else None
         if hot is not None:
             self._offer(
@@ -302,38 +280,14 @@ class Worker(StreamGraphs):
         real_elements: int,
         padded_elements: int,
     ) -> None:
-        """Offer the request just run to the compiled hot path (gert/core/_hotpath.pyx), when running its signature
-        again is this same fused call with only the host arrays changed: numpy inputs each uploaded whole (no staged
-        padding), every output downloaded whole into a fresh array (no slice of a padded one), a graph that is not
-        evicted, nothing of the request's own (out=, timeout, device tensors, sequence copies). Under the auto policy's
-        tiers a static graph's runs there are counted by the tiers as route() counts the Python path's (Tiers.seen)."""
-        if (
-            req.out
-            or req.device_out
-            or req.before
-            or req.after
-            or req.real_batch is not None
-            or req.timeout is not None
-            or entry.evictable
-            or len(downloads) != len(self.plan.outputs)
-        ):
+        """Offer the request just run to the compiled hot path (gert/core/_hotpath.pyx) when its transfers can be
+        replayed as they are (Transfers.replayable). Under the auto policy's tiers a static graph's runs there are
+        counted by the tiers as route() counts the Python path's (Tiers.seen)."""
+        found = self.transfers.replayable(req, entry, uploads, inputs, downloads, results)
+        if found is None:
             return
-        arrays = [req.arrays[t.name] for t in self.plan.inputs]
-        signature = tuple((a.shape, a.dtype) for a in arrays)
+        signature, whole, outs = found
         if not hot.wants(signature, self):  # off, or prepared on this stream already
-            return
-        if all(type(a) is Rows and a.axis == 0 for a in arrays):  # a merged batch (run(list)): parts in a row
-            if any(a.shape[1:] != tuple(i[1][1:]) for a, i in zip(arrays, inputs)) or len(uploads) != sum(
-                1 for a in arrays for part in a.parts if part.nbytes
-            ):
-                return
-            whole = [(b.ptr, b.nbytes, a.nbytes) for a, (b, _, _, _, _) in zip(arrays, inputs)]
-        elif len(uploads) == len(arrays) and all(type(a) is np.ndarray and u[2] is a for a, u in zip(arrays, uploads)):
-            whole = [(dptr, dmax, host.nbytes) for dptr, dmax, host in uploads]
-        else:
-            return
-        outs = [results[o.name] for o in self.plan.outputs]
-        if any(host is not out for (host, _), out in zip(downloads, outs)):
             return
         call = _cann.FusedCall(
             self.session,
@@ -362,13 +316,8 @@ class Worker(StreamGraphs):
 
     def count_fast(self, label: str, runs: int, real_elements: int, padded_elements: int, seconds: float) -> None:
         """Runs of the compiled hot path on this stream, added to its stats as Worker.run counts its own."""
-        gear = self.gear_stats.setdefault(label, GearStats())
-        gear.hits += runs
-        gear.real_elements += real_elements
-        gear.padded_elements += padded_elements
-        self.stats.requests += runs
-        self.stats.static_hits += runs
-        self.stats.busy_seconds += seconds
+        self.gear_stats.add(label, runs, real_elements, padded_elements)
+        self.stats.count(runs, True, seconds)
 
     def _run_dynamic(
         self,
@@ -382,17 +331,9 @@ class Worker(StreamGraphs):
     ) -> None:
         """A request on a dynamic-shape graph: uploads, the run (GE sizes the outputs), downloads, synchronize.
         Traced: each stage stamped by the host (GE waits for the run to size the outputs, so ``execute`` holds it)."""
-        plan = self.plan
         stream = self.stream
         stamps = [time.perf_counter()] if tr is not None else None
-        for dptr, dmax, host in uploads:
-            if host.nbytes:
-                _cann.memcpy_async(
-                    dptr, dmax, host.ctypes.data, host.nbytes, _cann.MEMCPY_HOST_TO_DEVICE, stream.handle
-                )
-        for dptr, dmax, n, value in fills:
-            _cann.memset_async(dptr, dmax, value, n, stream.handle)
-        stream.keep_alive(uploads)
+        self.transfers.copy_in(stream, uploads, fills)
         tensors = [DeviceTensor(b, s, d) for b, s, d, _, _ in inputs]
         if stamps is not None:
             stamps.append(time.perf_counter())
@@ -400,21 +341,9 @@ class Worker(StreamGraphs):
             outputs = self.session.execute_async(entry.graph_id, stream, tensors)
         if stamps is not None:
             stamps.append(time.perf_counter())
-        for o, dev in zip(plan.outputs, outputs):
-            target = req.device_out.get(o.name) if req.device_out else None
-            if target is not None:  # GE allocated it: one D2D copy into the caller's device buffer
-                n = math.prod(dev.shape) * np.dtype(dev.dtype).itemsize
-                _check_device_out(o.name, target, n, self.device)
-                if n:
-                    _cann.memcpy_async(
-                        target.ptr, target.nbytes, dev.buffer.ptr, n, _cann.MEMCPY_DEVICE_TO_DEVICE, stream.handle
-                    )
-                continue
-            host, results[o.name] = self._plan_download(o.name, dev.shape, dev.dtype, req)
-            if host.nbytes:
-                dev.buffer.copy_to(host, stream)
+        self.transfers.copy_out(stream, req, outputs, results)
         if req.after:
-            self.enqueue(req.after)
+            Transfers.enqueue(stream.handle, req.after)
         if stamps is not None:
             stamps.append(time.perf_counter())
         stream.synchronize(req.timeout)
@@ -425,118 +354,22 @@ class Worker(StreamGraphs):
                 tr.span(name, track, start, end, args={"clock": "host"})
             tr.span("synchronize", tr.thread_track(), stamps[3], stamps[4])
 
-    def enqueue(self, ops: list) -> None:
-        """Queue device-side copies (dst, dmax, src, n) and zero fills (ptr, dmax, n) on this stream."""
-        handle = self.stream.handle
-        for op in ops:
-            if len(op) == 3:
-                _cann.memset_async(op[0], op[1], 0, op[2], handle)
-            else:
-                _cann.memcpy_async(op[0], op[1], op[2], op[3], _cann.MEMCPY_DEVICE_TO_DEVICE, handle)
-
-    def _real_elements(self, name: str, arr, req: Request) -> int:
-        """Elements of ``arr`` that are not padding the caller added on the batch axis (req.real_batch rows)."""
-        if req.real_batch is None or self.plan.batch_axis(name) is None:
-            return arr.size
-        return arr.size * req.real_batch // max(1, req.run_sizes.get("batch", req.real_batch))
-
-    def _bind_device_input(self, name: str, arr: DeviceTensor, entry: GraphEntry, req: Request) -> tuple:
-        """(buffer, shape, dtype, nbytes, GE dtype) of a device-resident input: it must already have the shape the
-        graph runs at (no padding on the device) and live on this stream's device."""
-        if arr.buffer.device_id != self.device:
-            raise GertError(
-                f"input '{name}' lives on device {arr.buffer.device_id}; this stream is on device {self.device}"
-            )
-        if entry.is_static:
-            shape = entry.in_meta[name][0]
-        else:
-            t = next(t for t in self.plan.inputs if t.name == name)
-            shape = tuple(
-                req.run_sizes[self.plan.input_axes[(name, a)]] if (name, a) in self.plan.input_axes else d
-                for a, d in enumerate(t.shape)
-            )
-        if tuple(shape) != arr.shape:
-            raise GertError(
-                f"input '{name}': a device tensor is bound as it is, so it must have the shape the graph "
-                f"runs at {tuple(shape)}; got {arr.shape}"
-            )
-        return arr.buffer, arr.shape, arr.dtype, arr.nbytes, arr.ge_dtype
-
-    @staticmethod
-    def _plan_upload(arr, shape: tuple, buf: DeviceBuffer, pad_value, uploads: list, fills: list) -> None:
-        """The H2D copies (and memsets) that lay ``arr`` out in ``buf`` as ``shape`` (>= arr.shape on every axis).
-        A Rows (a batch kept in parts) on axis 0 is copied part by part into its place: no host concatenation. A batch
-        on another axis (a Rows, or a strided view) is laid out once in a host array of ``shape`` (padding included):
-        only C-contiguous memory is uploaded."""
-        strided = type(arr) is np.ndarray and not arr.flags.c_contiguous or type(arr) is Rows and arr.axis != 0
-        if not strided and arr.shape[1:] == shape[1:] and len(shape) > 0:  # real rows, then pad rows (if padded)
-            if isinstance(arr, Rows):
-                offset = 0
-                for part in arr.parts:
-                    if part.nbytes:
-                        uploads.append((buf.ptr + offset, buf.nbytes - offset, part))
-                        offset += part.nbytes
-            else:
-                uploads.append((buf.ptr, buf.nbytes, arr))
-            pad_bytes = (shape[0] - arr.shape[0]) * math.prod(shape[1:]) * arr.dtype.itemsize
-            if pad_bytes:
-                if pad_value == 0:
-                    fills.append((buf.ptr + arr.nbytes, buf.nbytes - arr.nbytes, pad_bytes, 0))
-                else:
-                    pad = np.full((shape[0] - arr.shape[0],) + shape[1:], pad_value, arr.dtype)
-                    uploads.append((buf.ptr + arr.nbytes, buf.nbytes - arr.nbytes, pad))
-            return
-        if not strided and arr.shape == shape:  # 0-d
-            uploads.append((buf.ptr, buf.nbytes, arr))
-            return
-        # a padded non-batch axis or batch on another axis: staged on the host in one copy
-        staged = np.empty(shape, arr.dtype) if arr.shape == tuple(shape) else np.full(shape, pad_value, arr.dtype)
-        if type(arr) is Rows:
-            arr.write_to(staged)
-        else:
-            staged[tuple(slice(0, s) for s in arr.shape)] = arr
-        uploads.append((buf.ptr, buf.nbytes, staged))
-
-    def _plan_download(self, name: str, shape: tuple, dtype: np.dtype, req: Request) -> tuple:
-        """(host array the D2H copy fills, the result): the output sliced back to the request's real sizes where the
-        graph ran padded. Leading rows are contiguous, so a batch slice copies only them (into ``out=`` if given)."""
-        plan = self.plan
-        real = list(shape)
-        for axis in range(len(real)):
-            dim = plan.output_axes.get((name, axis))
-            if dim is not None and plan.dims[dim].policy == "pad" and req.run_sizes[dim] == shape[axis]:
-                real[axis] = req.sizes[dim]
-        real = tuple(real)
-        if real == tuple(shape) or real[1:] == tuple(shape[1:]):
-            out = _out_array(req.out.get(name) if req.out else None, real, dtype)
-            if out is None:
-                out = np.empty(real, dtype)
-            return out, out
-        full = np.empty(shape, dtype)
-        return full, full[tuple(slice(0, s) for s in real)]
-
-
-def _check_device_out(name: str, target: DeviceBuffer, nbytes: int, device: int) -> None:
-    if target.device_id != device:
-        raise GertError(f"output '{name}': its device buffer is on device {target.device_id}, the stream on {device}")
-    if target.nbytes < nbytes:
-        raise GertError(f"output '{name}' needs {nbytes} bytes; its device buffer holds {target.nbytes}")
-
-
-def _out_array(dst, shape: tuple, dtype) -> Optional[np.ndarray]:
-    """The caller's out= array (or buffer) as an ndarray, if the D2H can write straight into it."""
-    if dst is None:
-        return None
-    a = dst if isinstance(dst, np.ndarray) else np.asarray(dst)
-    if a.shape == shape and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable:
-        return a
-    return None
-
 
 _LABELS: dict = {}  # graph key -> its label in stats(), for the first _LABELS_KEPT keys
 _LABELS_KEPT = 1024
 _FAILED_COMPILES_KEPT = 64
 _GE_MEMORY_ALLOCATION = 245000  # ACL_ERROR_GE_MEMORY_ALLOCATION
+
+
+def _label(key: tuple) -> str:
+    """The stats label of a graph key, remembered for the first _LABELS_KEPT keys (under exact / auto every size is
+    a key)."""
+    label = _LABELS.get(key)
+    if label is None:
+        label = _key_label(key)
+        if len(_LABELS) < _LABELS_KEPT:
+            _LABELS[key] = label
+    return label
 
 
 def _key_label(key: tuple) -> str:

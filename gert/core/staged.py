@@ -25,6 +25,7 @@ from gert._cann import Event
 from gert.core import hooks
 from gert.core.recovery import watchdog
 from gert.core.tensor import DeviceTensor
+from gert.core.transfers import Transfers
 
 STAGES = ("h2d", "execute", "d2h")
 
@@ -89,7 +90,7 @@ def _queue(
     for data, dptr in downloads:  # into pageable memory: each copy waits for the run first (CANN 8.5)
         _cann.memcpy_async(data.ctypes.data, data.nbytes, dptr, data.nbytes, _cann.MEMCPY_DEVICE_TO_HOST, handle)
     if req.after:
-        worker.enqueue(req.after)
+        Transfers.enqueue(handle, req.after)
     if events:
         events[3].record(stream)
     host.append(time.perf_counter())

@@ -62,6 +62,15 @@ class WorkerStats:
     cache_hits: int = 0  # compiles GE's compile cache served (gert.core.compile_cache)
     cache_misses: int = 0  # compiles that compiled afresh and filled the cache
 
+    def count(self, runs: int, static: bool, seconds: float) -> None:
+        """``runs`` requests served, on a static graph or the dynamic one, busy for ``seconds``."""
+        self.requests += runs
+        if static:
+            self.static_hits += runs
+        else:
+            self.dynamic_hits += runs
+        self.busy_seconds += seconds
+
 
 @dataclass(eq=False)
 class _Context:
@@ -342,11 +351,6 @@ class StreamGraphs:
                 dtype = np.dtype(dtype)
                 entry.out_meta.append((dtype, math.prod(shape) * dtype.itemsize, ge_dtype(dtype)))
         return entry
-
-    @property
-    def hot(self):
-        """The compiled hot path this stream offers its runs to (gert/core/_hotpath.pyx), or None."""
-        return self._hot_path()
 
     def forget_prepared(self) -> None:
         """The compiled hot path must not run what it prepared over this stream's buffers and graphs any more."""
