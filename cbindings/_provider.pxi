@@ -6,28 +6,64 @@ from libc.string cimport strncpy, memcmp, memcpy as c_memcpy
 from libc.stdlib cimport malloc as c_malloc, free as c_free
 from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF, Py_XDECREF
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.object cimport PyObject_CallObject
 from backend cimport (gertHostTensorRef, gertHostGraphProvider, gertHostOutputAlloc, gertHostSetGraphProvider,
                       gert_pin_thread_state, gert_python_finalizing, GERT_HOST_MAX_DIMS)
 
 cdef object _provider = None
-# (address, size) of the ONNX bytes a GE graph holds -> the bytes object made of them: a model compiled at many sizes
-# and for several streams (policy auto) is copied once, and the provider finds its digest by the same object.
-# Checked byte for byte before reuse (memory freed and reused for another model at that address must not match).
-cdef dict _model_copies = {}
-cdef int _MODEL_COPIES_KEPT = 4
 
 
-cdef bytes _model_bytes(const void* model, size_t size):
+cdef class _ModelView:
+    """The ONNX bytes a GE graph holds (its GraphImpl's model, immutable), lent to the provider without a copy: a
+    read-only buffer (hashlib, bytes(view)) valid while an executable compiled from it lives. The graph record holds
+    the graph, and so the bytes, until it releases its executable (~GraphRecord), so the view is valid while
+    ``users`` > 0; the last executable's release invalidates it (a buffer asked for then raises instead of reading
+    freed memory). A model compiled at many sizes and for several streams (policy auto) shares one view, and the
+    provider finds its digest by the same object. Before, the provider got a bytes copy of the model, which stayed
+    for the process's life (10.6 MB for PP-OCR rec beside GE's own copy and ONNX Runtime's session; issue 41)."""
+    cdef const char* data
+    cdef Py_ssize_t size
+    cdef int users   # executables alive that were compiled from it
+
+    def __getbuffer__(self, Py_buffer* buf, int flags):
+        if self.data == NULL:
+            raise ValueError("the graph's model bytes are gone: every executable compiled from them was released")
+        PyBuffer_FillInfo(buf, self, <void*>self.data, self.size, 1, flags)
+
+    def __releasebuffer__(self, Py_buffer* buf):
+        pass
+
+    def __len__(self):
+        return self.size
+
+    def __bytes__(self):
+        if self.data == NULL:
+            raise ValueError("the graph's model bytes are gone: every executable compiled from them was released")
+        return PyBytes_FromStringAndSize(self.data, self.size)
+
+    @property
+    def valid(self) -> bool:
+        return self.data != NULL
+
+
+# (address, size) of the ONNX bytes a GE graph holds -> the view lent for them, reused while an executable compiled
+# from it lives (the bytes are alive then, so the address cannot belong to other bytes).
+cdef dict _model_views = {}
+
+
+cdef _ModelView _model_view(const void* model, size_t size):
     key = (<intptr_t>model, size)
-    cdef bytes b = _model_copies.get(key)
-    if b is not None and memcmp(<const char*>b, model, size) == 0:
-        return b
-    b = PyBytes_FromStringAndSize(<const char*>model, size)
-    if len(_model_copies) >= _MODEL_COPIES_KEPT:
-        _model_copies.clear()
-    _model_copies[key] = b
-    return b
+    cdef _ModelView v = _model_views.get(key)
+    if v is not None and v.users > 0:
+        return v
+    v = _ModelView.__new__(_ModelView)
+    v.data = <const char*>model
+    v.size = <Py_ssize_t>size
+    for k in [k for k, old in _model_views.items() if (<_ModelView>old).users == 0]:
+        del _model_views[k]  # views no executable uses: their bytes may be gone
+    _model_views[key] = v
+    return v
 
 
 cdef void _write_err(char* err, size_t n, str text) noexcept:
@@ -117,6 +153,7 @@ cdef class _Executable:
     """What the host NPU holds for a compiled graph (the provider's `void* exe`): the provider's executable
     (gert.hostnpu.ort_provider.OrtExecutable) and the replay cache of its runs."""
     cdef object py
+    cdef _ModelView view  # the model bytes it was compiled from (None for one loaded from GE's compile cache)
     cdef _Replay replays[_REPLAYS_KEPT]
     cdef int n_replays
     cdef readonly uint64_t replayed   # runs served from the cache (for tests and profiles)
@@ -235,8 +272,10 @@ cdef int _prov_compile_gil(void* ctx, uint64_t group, const void* model, size_t 
                            const gertHostTensorRef* ins, int32_t n_out, const char* const* out_names,
                            gertHostTensorRef* outs, int32_t* unknown_shape, void** exe, char* err,
                            size_t err_len) noexcept with gil:
+    cdef _ModelView data
+    cdef _Executable wrapped
     try:
-        data = _model_bytes(model, size)
+        data = _model_view(model, size)
         inputs = [(in_names[i].decode(), ins[i].dtype, _ref_dims(&ins[i])) for i in range(n_in)]
         outputs = [(out_names[i].decode(), outs[i].dtype, _ref_dims(&outs[i])) for i in range(n_out)]
         executable, result, unknown = (<object>ctx).compile(data, inputs, outputs, group)
@@ -245,6 +284,8 @@ cdef int _prov_compile_gil(void* ctx, uint64_t group, const void* model, size_t 
             _set_dims(&outs[i], dims, f"output {i} '{out_names[i].decode()}'")
             outs[i].dtype = dt
         wrapped = _wrap_executable(executable)
+        wrapped.view = data
+        data.users += 1
         Py_INCREF(wrapped)
         exe[0] = <void*>wrapped
         return 0
@@ -341,6 +382,11 @@ cdef int _prov_run(void* exe, int32_t threads, int32_t alone, int32_t n_in, cons
 
 
 cdef void _prov_release_gil(void* exe) noexcept with gil:
+    cdef _ModelView v = (<_Executable>exe).view
+    if v is not None:
+        v.users -= 1
+        if v.users <= 0:  # the graph's bytes may go with the record now
+            v.data = NULL
     Py_DECREF(<object>exe)
 
 

@@ -561,10 +561,11 @@ def _live_copies(size: int) -> int:
 
 
 @pytest.mark.parametrize("arena", [True, False])
-def test_an_inference_session_keeps_one_copy_of_its_model_in_python(tmp_path, arena):
-    """Issue 28: a gert.InferenceSession made from a file holds the model's bytes once on the Python side: the host
-    NPU provider's (the ONNX Runtime sessions it makes, gert/hostnpu/ort_provider.py). The session kept the file's
-    bytes too, and a model whose application turned the arena off was kept once more by its digest."""
+def test_an_inference_session_keeps_no_copy_of_its_model_in_python(tmp_path, arena):
+    """Issues 28 and 41: a gert.InferenceSession made from a file holds no copy of the model's bytes on the Python
+    side: the host NPU's GE graph holds them (C++), lent to the provider as a buffer, and ONNX Runtime's sessions
+    their own optimized model. The session kept the file's bytes too, a model whose application turned the arena off
+    was kept once more by its digest (issue 28), and the provider kept a bytes copy of the graph's (issue 41)."""
     import onnxruntime as ort
 
     model = _conv_model(static=False, channels=64 if arena else 65)  # a size of its own: found by it
@@ -577,7 +578,37 @@ def test_an_inference_session_keeps_one_copy_of_its_model_in_python(tmp_path, ar
     with gert.InferenceSession(str(path), so) as s:
         out = s.run(None, {"x": np.ones((1, 8, 5, 4), np.float32)})[0]
         assert out.shape == (1, 64 if arena else 65, 5, 4)
-        assert _live_copies(size) == 1
+        assert _live_copies(size) == 0
+
+
+def test_executables_lend_the_graphs_model_bytes_until_released(tmp_path):
+    """Issue 41: every graph compiled from one model (sizes, streams) shares one view of the GE graph's bytes, not a
+    copy each or one for all; once the model is closed the view refuses to be read (the bytes may be freed) instead
+    of reading freed memory, and a model loaded again gets a valid view of its own."""
+    import onnxruntime as ort
+
+    path = tmp_path / "conv.onnx"
+    path.write_bytes(_conv_model(static=False, channels=66))  # a size of its own: found by it
+    size = path.stat().st_size
+    x = np.ones((2, 8, 5, 4), np.float32)
+    m = gert.load(str(path), shape_policy={"batch": "exact", "H": "exact", "W": "exact"})
+    try:
+        for b in (1, 2, 3):  # a static graph per size
+            m.run({"x": np.ones((b, 8, 5, 4), np.float32)})
+        exes = [w.executable for w in gert.hostnpu.host_executables() if len(w.executable.source) == size]
+        assert len(exes) == 3
+        assert _live_copies(size) == 0
+        assert len({id(e.source) for e in exes}) == 1 and not isinstance(exes[0].source, bytes)
+        assert exes[0].model == path.read_bytes()  # (a copy made when asked)
+    finally:
+        m.close()
+    del m
+    gc.collect()
+    with pytest.raises(ValueError, match="gone"):
+        bytes(exes[0].source)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    with gert.load(str(path)) as again:
+        np.testing.assert_allclose(again.run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
 
 
 def test_sessions_on_the_shared_arena_plan_no_memory_pattern(monkeypatch):

@@ -104,12 +104,21 @@ def _bind_host_input(io, name: str, ge_dtype: int, dims) -> None:
     keep.append(arr)
 
 
-def _ort_session(*args, **kwargs):
+def _ort_session(model, **kwargs):
     """An ONNX Runtime session from its own module: ``onnxruntime.InferenceSession`` may be gert's facade
-    (gert.patch_onnxruntime), and the host NPU must compute with ONNX Runtime itself."""
+    (gert.patch_onnxruntime), and the host NPU must compute with ONNX Runtime itself.
+
+    ``model``: bytes, or a buffer of them (the GE graph's own bytes, lent: cbindings/_provider.pxi ``_ModelView``),
+    copied for the session's creation only. ONNX Runtime's Python session keeps the bytes it was made from for its
+    life (``_model_bytes``, only read again to recreate the session after an execution provider failed, which a CPU
+    session never does; ONNX Runtime's own TODO says so): the reference is dropped, so that a process holds the
+    model's bytes once (GE's graph), not once more per session (issue 41)."""
     from onnxruntime.capi.onnxruntime_inference_collection import InferenceSession
 
-    return InferenceSession(*args, **kwargs)
+    sess = InferenceSession(model if isinstance(model, (bytes, str, os.PathLike)) else bytes(model), **kwargs)
+    if isinstance(getattr(sess, "_model_bytes", None), bytes):
+        sess._model_bytes = None
+    return sess
 
 
 class OrtExecutable:
@@ -119,7 +128,7 @@ class OrtExecutable:
 
     def __init__(
         self,
-        model: bytes,
+        model: bytes | memoryview,
         in_names: Sequence[str],
         in_dims: Sequence[tuple],
         out_names: Sequence[str],
@@ -128,7 +137,10 @@ class OrtExecutable:
         overrides: dict | None = None,
         model_dir: str = "",
     ):
-        self.model = model
+        # The model: for a graph compiled by the host NPU, the GE graph's own bytes lent as a buffer (no copy:
+        # cbindings/_provider.pxi _ModelView), valid while this executable is held by the host NPU; bytes for one
+        # loaded from GE's compile cache (the only copy) or rewritten for a precision mode.
+        self._model = model
         self.model_dir = model_dir  # the model file's directory: its external data (gert/core/external_data.py)
         # Set for an executable loaded from GE's compile cache: its model is ONNX Runtime's optimized one (sessions
         # skip graph optimization) and its free-dimension overrides were saved with it.
@@ -151,13 +163,23 @@ class OrtExecutable:
         self._learned: dict[tuple, tuple] = {}
         self._learning = True  # False once a graph's output shapes did not follow its input shapes
 
+    @property
+    def model(self) -> bytes:
+        """The model's bytes (a copy made now where the executable holds the GE graph's bytes as a buffer)."""
+        return self._model if isinstance(self._model, bytes) else bytes(self._model)
+
+    @property
+    def source(self) -> bytes | memoryview:
+        """What the executable holds of its model: the GE graph's bytes as a lent buffer, or bytes of its own."""
+        return self._model
+
     def _overrides(self) -> dict[str, int]:
         """Free-dimension overrides for dims the graph fixes (ge.inputShape / input_shape) but ONNX names."""
         if self._fixed_overrides is not None:
             return dict(self._fixed_overrides)
         fixed: dict[str, int] = {}
         clash: set[str] = set()
-        for shape, dims in zip(self._provider.input_shapes(self.model, self.digest), self.in_dims):
+        for shape, dims in zip(self._provider.input_shapes(self._model, self.digest), self.in_dims):
             for name, value in zip(shape, dims):
                 if isinstance(name, str) and name and value >= 0:
                     if fixed.get(name, value) != value:
@@ -182,7 +204,7 @@ class OrtExecutable:
         sess = self._sessions.get((threads, spin))
         if sess is None:
             overrides = self._overrides() if self.optimized or _SESSION_PER_SIZE else {}
-            sess = self._provider.shared_session(self.model, self.digest, threads, overrides, self.optimized, spin)
+            sess = self._provider.shared_session(self._model, self.digest, threads, overrides, self.optimized, spin)
             self._sessions[(threads, spin)] = sess
         return sess
 
@@ -317,7 +339,7 @@ class OrtExecutable:
         if self.model_dir:  # ONNX Runtime would write the external weights into the entry: a second copy, maybe > 2 GB
             raise ValueError("a model with external data is not kept in GE's compile cache")
         if self.optimized:
-            model = self.model
+            model = self._model
         else:
             import tempfile
 
@@ -326,7 +348,7 @@ class OrtExecutable:
             try:
                 so = _session_options(1, self._overrides())
                 so.optimized_model_filepath = path
-                _ort_session(self.model, sess_options=so, providers=["CPUExecutionProvider"])
+                _ort_session(self._model, sess_options=so, providers=["CPUExecutionProvider"])
                 with open(path, "rb") as f:
                     model = f.read()
             finally:
@@ -557,6 +579,8 @@ class OrtGraphProvider:
         Returns (executable, [(dtype, dims)], unknown_shape). Output dtypes are ONNX Runtime's; shapes come from
         shape inference over the input shapes (never from a run), -1 where a dim is not known from them and (-2,)
         where not even the rank is; ``unknown_shape``: some tensor's shape depends on input values."""
+        if not precision.current().keeps_dtypes:  # a rewrite parses the model: bytes of its own
+            model = bytes(model)
         model = precision.for_compile(model)  # the compile's GE precision mode, emulated (the same bytes for origin)
         exe = OrtExecutable(
             model,
