@@ -307,6 +307,96 @@ class _StepBatches:
         return self.owner._run_locked([(p.seq, p.arrays) for p in members], run)
 
 
+class _StepStates:
+    """The states of one step's members on their device: bound as they are (one member whose rows fill the run) or
+    gathered into one batch buffer, the state outputs written into fresh buffers (scattered back per member). All or
+    nothing: the new states are swapped in only once the step succeeded (``commit``), so a copy failing halfway
+    leaves every member's state as it was; the buffers come from and go back to the sequences' pool."""
+
+    def __init__(self, pairs: list, pool: _Pool, members: list, rows: list, g: int):
+        self.pairs, self.pool, self.members, self.rows, self.g = pairs, pool, members, rows, g
+        self.direct = len(members) == 1 and g == sum(rows)
+        self.device_out: dict = {}  # state output name -> the buffer the run writes it into
+        self.before: list = []  # the gather copies (and zero fill), queued before the run
+        self.after: list = []  # the scatter copies, queued after it
+        self._taken: list = []  # buffers taken from the pool (given back by release)
+        self._new: dict = {}  # state input name -> each member's new state buffer
+
+    def bind(self, arrays: dict) -> None:
+        """Each state input into ``arrays`` as a DeviceTensor at the run's batch ``g``, and its copies planned."""
+        members, g = self.members, self.g
+        device = members[0][0].device
+        for p in self.pairs:
+            name = p.input.name
+            dims = list(members[0][0]._shapes[name])
+            if p.axis is not None:
+                dims[p.axis] = g
+            shape = tuple(dims)
+            nbytes = math.prod(shape) * p.input.dtype.itemsize
+            if self.direct:  # the state bound as it is; the output becomes the new state
+                src = members[0][0]._bufs[name]
+                dst = self.pool.get(device, nbytes)
+                self._taken.append(dst)
+                self._new[name] = [dst]
+            else:  # gathered into src, the output scattered into one fresh buffer per member
+                bufs = self.pool.get_many(device, [nbytes, nbytes] + [seq._bufs[name].nbytes for seq, _ in members])
+                self._taken += bufs
+                src, dst, fresh = bufs[0], bufs[1], bufs[2:]
+                self.before += self._gather(p, src, shape)
+                self.after += self._scatter(p, dst, fresh)
+                self._new[name] = fresh
+            arrays[name] = DeviceTensor(src, shape, p.input.dtype)
+            self.device_out[p.output.name] = dst
+
+    def commit(self) -> None:
+        """The step succeeded: each member's new states replace its old ones, which go back to the pool."""
+        became, old = set(), []
+        for name, news in self._new.items():
+            for (seq, _), new in zip(self.members, news):
+                old.append(seq._bufs[name])
+                seq._bufs[name] = new
+                became.add(id(new))
+        self._taken = [b for b in self._taken if id(b) not in became] + old
+
+    def release(self) -> None:
+        """The buffers this step took and does not keep, back to the pool."""
+        self.pool.put_many(self._taken)
+
+    @staticmethod
+    def _layout(p: StatePair, shape: tuple) -> tuple:
+        """(blocks before the batch axis, bytes per batch row within a block) of a state of ``shape``."""
+        return math.prod(shape[: p.axis]), math.prod(shape[p.axis + 1 :]) * p.input.dtype.itemsize
+
+    def _gather(self, p: StatePair, dst: DeviceBuffer, shape: tuple) -> list:
+        """The device-to-device copies (dst, dmax, src, n) that put each member's state into its rows of the batch,
+        after a zero fill when pad rows remain."""
+        g, rows = shape[p.axis], self.rows
+        outer, inner = self._layout(p, shape)
+        ops: list = [(dst.ptr, dst.nbytes, dst.nbytes)] if g > sum(rows) else []
+        offset = 0
+        for (seq, _), r in zip(self.members, rows):
+            src = seq._bufs[p.input.name]
+            for j in range(outer):
+                at = (j * g + offset) * inner
+                ops.append((dst.ptr + at, dst.nbytes - at, src.ptr + j * r * inner, r * inner))
+            offset += r
+        return ops
+
+    def _scatter(self, p: StatePair, src: DeviceBuffer, fresh: list) -> list:
+        """The device-to-device copies that put each member's rows of the batch's new state into its fresh buffer
+        (``fresh``, in the members' order), which becomes its state once the step succeeded."""
+        g, shape = self.g, self.members[0][0]._shapes[p.input.name]
+        outer, inner = self._layout(p, shape)
+        ops, offset = [], 0
+        for (seq, _), r, dst in zip(self.members, self.rows, fresh):
+            for j in range(outer):
+                ops.append(
+                    (dst.ptr + j * r * inner, dst.nbytes - j * r * inner, src.ptr + (j * g + offset) * inner, r * inner)
+                )
+            offset += r
+        return ops
+
+
 class Sequences:
     """The sequences of one stateful Model: creates them, runs their steps (alone or batched), tracks them."""
 
@@ -578,93 +668,28 @@ class Sequences:
             g = plan.batch.resolve(n, f"sequences step of {n} rows")
             if g < n:  # _groups keeps a batch within the largest gear
                 raise GertError(f"a step of {n} rows is larger than the largest batch gear {g}")
-        direct = len(members) == 1 and g == n
         # the step inputs as one batch (axis 0: each member's rows copied straight to the device), filler rows to g
         arrays = (
             self._batcher.merge([a for _, a in members], pad_to=g, total=n) if self.batchable else dict(members[0][1])
         )
-        # all-or-nothing: a batch's new states are scattered into fresh buffers, swapped in only once the step
-        # succeeded (a copy failing halfway leaves every member's state as it was)
-        taken, device_out, before, after, new_states = [], {}, [], [], {}
+        states = _StepStates(self.pairs, self._pool, members, rows, g)
         try:
-            for p in self.pairs:
-                name = p.input.name
-                shape = list(members[0][0]._shapes[name])
-                if p.axis is not None:
-                    shape[p.axis] = g
-                shape = tuple(shape)
-                nbytes = math.prod(shape) * p.input.dtype.itemsize
-                if direct:  # the state bound as it is; the output becomes the new state
-                    src = members[0][0]._bufs[name]
-                    dst = self._pool.get(device, nbytes)
-                    taken.append(dst)
-                    new_states[name] = [dst]
-                else:  # gathered into src, the output scattered into one fresh buffer per member
-                    bufs = self._pool.get_many(
-                        device, [nbytes, nbytes] + [seq._bufs[name].nbytes for seq, _ in members]
-                    )
-                    taken += bufs
-                    src, dst, fresh = bufs[0], bufs[1], bufs[2:]
-                    before += self._gather(p, members, src, shape, rows)
-                    after += self._scatter(p, members, dst, rows, g, fresh)
-                    new_states[name] = fresh
-                arrays[name] = DeviceTensor(src, shape, p.input.dtype)
-                device_out[p.output.name] = dst
+            states.bind(arrays)
             out = model.engine.run_prepared(
                 arrays,
                 run,
-                device_out=device_out,
+                device_out=states.device_out,
                 device=device,
                 real_batch=n if g != n else None,
-                before=before,
-                after=after,
+                before=states.before,
+                after=states.after,
             )
-            # the step succeeded: the new states replace the old ones, which go back to the pool
-            became, old = set(), []
-            for name, news in new_states.items():
-                for (seq, _), new in zip(members, news):
-                    old.append(seq._bufs[name])
-                    seq._bufs[name] = new
-                    became.add(id(new))
-            taken = [b for b in taken if id(b) not in became] + old
+            states.commit()  # the step succeeded: the new states replace the old ones
         finally:
-            self._pool.put_many(taken)
+            states.release()
         for s, _ in members:
             s.steps += 1
         return self._split(out, members, rows, g, n)
-
-    def _layout(self, p: StatePair, shape: tuple) -> tuple:
-        """(blocks before the batch axis, bytes per batch row within a block) of a state of ``shape``."""
-        return math.prod(shape[: p.axis]), math.prod(shape[p.axis + 1 :]) * p.input.dtype.itemsize
-
-    def _gather(self, p: StatePair, members: list, dst: DeviceBuffer, shape: tuple, rows: list) -> list:
-        """The device-to-device copies (dst, dmax, src, n) that put each member's state into its rows of the batch,
-        after a zero fill when pad rows remain."""
-        g = shape[p.axis]
-        outer, inner = self._layout(p, shape)
-        ops: list = [(dst.ptr, dst.nbytes, dst.nbytes)] if g > sum(rows) else []
-        offset = 0
-        for (seq, _), r in zip(members, rows):
-            src = seq._bufs[p.input.name]
-            for j in range(outer):
-                at = (j * g + offset) * inner
-                ops.append((dst.ptr + at, dst.nbytes - at, src.ptr + j * r * inner, r * inner))
-            offset += r
-        return ops
-
-    def _scatter(self, p: StatePair, members: list, src: DeviceBuffer, rows: list, g: int, fresh: list) -> list:
-        """The device-to-device copies that put each member's rows of the batch's new state into its fresh buffer
-        (``fresh``, in the members' order), which becomes its state once the step succeeded."""
-        shape = members[0][0]._shapes[p.input.name]
-        outer, inner = self._layout(p, shape)
-        ops, offset = [], 0
-        for (seq, _), r, dst in zip(members, rows, fresh):
-            for j in range(outer):
-                ops.append(
-                    (dst.ptr + j * r * inner, dst.nbytes - j * r * inner, src.ptr + (j * g + offset) * inner, r * inner)
-                )
-            offset += r
-        return ops
 
     def _split(self, out: dict, members: list, rows: list, g: int, n: int) -> list:
         """Each member's rows of the outputs (filler rows past n go to nobody)."""

@@ -37,8 +37,8 @@ CORE_EXCEPTIONS = {
     ): "gert's own keep_fp32 option leaves GE's options for the cache key (split_options) on every backend; the "
     "compile's settings reach the host NPU's provider through precision.compiling (a hook would be cleaner)",
 }
-# lines as ruff format lays them out (the cap was 350 before the code was formatted); issue 39 asks for 300
-MAX_CLASS_LINES = 450
+# lines as ruff format lays them out (issue 39: 300; Worker, Sequences and Engine split to reach it)
+MAX_CLASS_LINES = 300
 # modules of gert that exist only compiled: their Cython sources (each with the .pxi files it includes; gert._cann is
 # built from _cann_hostnpu.pyx with the host NPU compiled in, else from _cann.pyx: both are read)
 COMPILED = {

@@ -95,12 +95,12 @@ class Transfers:
         """(host array the D2H copy fills, the result): the output sliced back to the request's real sizes where the
         graph ran padded. Leading rows are contiguous, so a batch slice copies only them (into ``out=`` if given)."""
         plan = self.plan
-        real = list(shape)
-        for axis in range(len(real)):
+        sizes = list(shape)
+        for axis in range(len(sizes)):
             dim = plan.output_axes.get((name, axis))
             if dim is not None and plan.dims[dim].policy == "pad" and req.run_sizes[dim] == shape[axis]:
-                real[axis] = req.sizes[dim]
-        real = tuple(real)
+                sizes[axis] = req.sizes[dim]
+        real = tuple(sizes)
         if real == tuple(shape) or real[1:] == tuple(shape[1:]):
             out = out_array(req.out.get(name) if req.out else None, real, dtype)
             if out is None:
