@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from gert.tools.usage import UsageError
+from gert_triton.serve_policy import DRAIN_TIMEOUT_S
 
 
 def cmd_serve(args) -> int:
@@ -168,10 +169,10 @@ def add_serve(sub) -> None:
     s.add_argument(
         "--drain-timeout",
         type=int,
-        default=10,
+        default=DRAIN_TIMEOUT_S,
         metavar="S",
-        help="on SIGTERM, requests in flight get this long to finish (tritonserver's "
-        "--exit-timeout-secs unless given after --; default 10)",
+        help="on SIGTERM, requests in flight get this long to finish and models to unload (tritonserver's "
+        "--exit-timeout-secs unless given after --; default 30, as tritonserver's)",
     )
     s.add_argument("--tritonserver", help="path of the tritonserver binary (default: the nvidia-pytriton wheel's)")
     s.add_argument(

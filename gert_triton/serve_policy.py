@@ -8,6 +8,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Optional
 
+# tritonserver's own --exit-timeout-secs default: Triton unloads a Python-backend stub in ~1.5 s, so a repository of a
+# dozen models overruns 10 s and tritonserver exits 1 (issue 43)
+DRAIN_TIMEOUT_S = 30
+
 
 @dataclass
 class Policy:
@@ -17,7 +21,7 @@ class Policy:
     max_reloads: int = 5
     window_s: float = 600.0
     drain_delay_s: float = 0.0
-    drain_timeout_s: int = 10
+    drain_timeout_s: int = DRAIN_TIMEOUT_S
     poll_s: float = 0.5
     backoff_s: float = 1.0
     backoff_max_s: float = 30.0

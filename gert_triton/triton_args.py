@@ -16,6 +16,8 @@ import secrets
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple
 
+from gert_triton.serve_policy import DRAIN_TIMEOUT_S
+
 REPO_API = "model-repository"
 SUPERVISOR_HEADER = "gert-supervisor-key"
 
@@ -95,7 +97,7 @@ class Plan:
         return [*self.args, f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}{generation}_"]
 
 
-def plan(user_args: Sequence[str], drain_timeout: int = 10, replica: int = 0) -> Plan:
+def plan(user_args: Sequence[str], drain_timeout: int = DRAIN_TIMEOUT_S, replica: int = 0) -> Plan:
     """The arguments for tritonserver after the user's ``user_args``; see the module's docstring."""
     args = list(user_args)
     notes: List[str] = []
