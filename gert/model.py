@@ -213,6 +213,7 @@ class Model:
         )
         self.engine = Engine(self.plan, self.pool, EngineConfig(split_batch, batching))
         self._hot = self.engine.hot  # the compiled hot path (gert/core/_hotpath.pyx), tried first by run()
+        self._direct = self.engine.direct  # (not with split_batch: a batch is spread over idle streams first)
         # submit()'s threads: with dynamic batching, enough for a full batch to queue behind every stream
         n = self.pool.count
         self._futures = FutureRunner(max(4, 2 * n, self.engine.batch_limit + n), "gert-model")
@@ -258,8 +259,10 @@ class Model:
         the caller's order. ``out``: a dict of output name -> array (or HostBuffer view) to write the results into.
         ``timeout``: seconds on the device (default: the model's request_timeout_s), else RequestTimeout.
         """
-        if out is None and timeout is None:  # the compiled path first (it refuses when closed); None: the checks
-            kind = type(inputs)  # and paths below (no ABC checks before it: ~0.3 us a call)
+        # the compiled path first (it refuses when closed); None: the checks and paths below (no ABC checks before
+        # it: ~0.3 us a call)
+        if out is None and timeout is None and self._direct:
+            kind = type(inputs)
             result = self._hot.run(inputs) if kind is dict else self._hot.run_list(inputs) if kind is list else None
             if result is not None:  # (run_list: a merged batch it knows)
                 return result

@@ -50,13 +50,13 @@ def seq_bytes():
 
 @pytest.fixture
 def served(pb, tmp_path, seq_bytes):
-    """load(**parameters): the seq model as Triton loads it (one stream: the compiled path is on), finalized after."""
+    """load(**parameters): the rows model as Triton loads it (default: one stream), finalized after."""
     models = []
 
     def load(**kv):
         mdir = model_dir(tmp_path / f"r{len(models)}", seq_bytes)
         m = TritonPythonModel()
-        m.initialize(init_args(mdir, autocomplete(pb, mdir, parameters=params(streams="1", **kv))))
+        m.initialize(init_args(mdir, autocomplete(pb, mdir, parameters=params(**{"streams": "1", **kv}))))
         models.append(m)
         return m
 
@@ -149,3 +149,19 @@ def test_a_bad_request_beside_a_known_signature_is_refused_alone(pb, served, seq
     assert hot(m)["hits"] == before + 1, "the 4 good ones: the known merged signature"
     for r, resp in zip(good, [out[0], out[2], out[4], out[5]]):
         check_seq(outputs_of(resp), r)
+
+
+def test_a_batch_spread_over_two_streams_takes_the_compiled_path_per_part(pb, served, seq_bytes):
+    """Two streams with split_batch (the default layout of a batching model): a merged batch is spread over the idle
+    streams at request boundaries, and each part whose signature ran before on the stream it gets runs on the
+    compiled path, in parallel; every request keeps its rows."""
+    m = served(streams="2", split_batch="true")
+    assert m.model.split_batch and m.model.num_streams == 2 and hot(m)["enabled"]
+    for round_ in range(6):  # the parts' signatures get prepared on both streams
+        check_alone(seq_bytes, *_run(pb, m, [1, 1, 1, 1], round_))
+    before = hot(m)["hits"]
+    for round_ in range(6, 10):
+        check_alone(seq_bytes, *_run(pb, m, [1, 1, 1, 1], round_))
+    assert hot(m)["hits"] >= before + 4, "at least one compiled part per execute"
+    counts = [s["requests"] for s in m.model.stats()["streams"]]
+    assert all(counts), f"both streams ran parts: {counts}"

@@ -31,10 +31,19 @@ Admit = Callable[[list], tuple]
 class BatchQueue:
     """Gathers concurrent callers of one model, leads their batches, runs them once, fans the results back."""
 
-    def __init__(self, pool: StreamPool, plan: ShapePlan, batcher: Batcher, config: Optional[BatchingConfig]):
+    def __init__(
+        self,
+        pool: StreamPool,
+        plan: ShapePlan,
+        batcher: Batcher,
+        config: Optional[BatchingConfig],
+        resolve: Callable[[dict], tuple],
+    ):
         self.pool = pool
         self.plan = plan
+        self.batcher = batcher
         self.config = config
+        self.resolve = resolve  # real sizes -> (run sizes, graph key): the model's resolve step (Engine.resolve)
         self.limit = batch_limit(plan, batcher, config)  # rows of one batch at most (0: off)
         self.stats = BatchingStats()
         self.run_times = RunTimes()  # per batch size run: what latency_slo_ms leaves room for
@@ -49,6 +58,28 @@ class BatchQueue:
         return self.pool.dispatch_batch(
             pending, lambda group, run: self._lead(group, run, run_members, admit, record), self.gather_rule
         )
+
+    def run_requests(self, members: list, run: Callable[[Request], dict]) -> list:
+        """The run function of Model requests (Engine.run): the Pending requests ``members`` (one batch key) merged
+        (Batcher.merge), run once by ``run`` with the smallest timeout among them, and split back: one result per
+        member."""
+        rows = [p.rows for p in members]
+        first = members[0]
+        alone = len(members) == 1
+        arrays = first.arrays if alone else self.batcher.merge([p.arrays for p in members])
+        sizes = dict(first.sizes, batch=sum(rows))
+        run_sizes, key = self.resolve(sizes)
+        out = run(
+            Request(
+                arrays,
+                sizes,
+                run_sizes,
+                key,
+                first.out if alone else None,
+                first.timeout if alone else smallest_timeout(members),
+            )
+        )
+        return [out] if alone else self.batcher.split(out, rows)
 
     def gather_rule(self, group: list) -> tuple:
         """(time.perf_counter() until which the leader of ``group`` may wait for company, enough(rows)), or

@@ -15,7 +15,7 @@ False (a bug then fails loudly instead of handing a caller rows it did not send)
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -150,7 +150,7 @@ class Batcher:
             raise GertError(f"a batch of this model cannot be {what}: {self.why}")
 
     @staticmethod
-    def chunks(items: Sequence, rows: Callable[[object], int], top: Optional[int]) -> list:
+    def chunks(items: Sequence, rows: Callable[[Any], int], top: Optional[int]) -> list:
         """``items`` in order, cut into runs of at most ``top`` rows (None: one run)."""
         out, chunk, total = [], [], 0
         for item in items:
@@ -164,7 +164,7 @@ class Batcher:
             out.append(chunk)
         return out
 
-    def group(self, items: Sequence, key: Callable[[object], tuple]) -> list:
+    def group(self, items: Sequence, key: Callable[[Any], tuple]) -> list:
         """``items`` grouped by ``key`` (first appearance order); each alone when batching is off."""
         if not self.enabled:
             return [[i] for i in items]

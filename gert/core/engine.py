@@ -21,7 +21,7 @@ import numpy as np
 
 from gert.core import trace as _trace
 from gert.core.batching import Batcher
-from gert.core.batch_queue import BatchQueue, run_isolated, smallest_timeout
+from gert.core.batch_queue import BatchQueue, run_isolated
 from gert.core.dynamic import BatchingConfig, Pending
 from gert.core.validate import Validator
 from gert.errors import GertError
@@ -56,13 +56,14 @@ class Engine:
         # real sizes -> (run sizes, graph key) (gert/core/resolve.py)
         self.resolve = Resolver(plan, self._pads, self.batcher.why).resolve
         # concurrent callers batched (gert/core/batch_queue.py): its row limit (0: off) and stats
-        self.batches = BatchQueue(pool, plan, self.batcher, dynamic_batching)
+        self.batches = BatchQueue(pool, plan, self.batcher, dynamic_batching, self.resolve)
         self.batch_limit = self.batches.limit
         self.batching_stats = self.batches.stats
         # the compiled hot path (gert/core/_hotpath.pyx): a signature seen before runs in one call, without the
-        # above; off where every request needs the Python path: split_batch, dynamic batching that waits for company
+        # above; off where every request needs the Python path: dynamic batching that waits for company
         # (max_queue_delay_ms, latency_slo_ms). run(list) merges there on axis 0 where every input and output
-        # carries the batch there.
+        # carries the batch there. With split_batch a front door's request is not run there directly (``direct``:
+        # it may be spread over the idle streams first); the parts it is spread into are.
         waits = dynamic_batching is not None and bool(
             dynamic_batching.max_queue_delay_ms or dynamic_batching.latency_slo_ms
         )
@@ -71,10 +72,11 @@ class Engine:
         self.hot = pool.open_hot_path(
             self.validator.names,
             self._count_hot,
-            not self.split_batch and not (waits and self.batch_limit),
+            not (waits and self.batch_limit),
             self.batch_limit,
             lists,
         )
+        self.direct = not self.split_batch
 
     def _count_hot(self, prepared, runs: int, lone: int, seconds: float) -> None:
         """The compiled hot path's runs of ``prepared``, counted in C, added to its stream's stats and, for lone
@@ -107,9 +109,15 @@ class Engine:
         return self._run(inputs, None, out, timeout)
 
     def _run(
-        self, inputs: Mapping[str, object], sizes: Optional[dict], out: Optional[Mapping], timeout: Optional[float]
+        self,
+        inputs: Mapping[str, object],
+        sizes: Optional[dict],
+        out: Optional[Mapping],
+        timeout: Optional[float],
+        spread: bool = True,
     ) -> dict:
-        """run(), of ``inputs`` validated here (``sizes`` None) or already (the arrays and ``sizes`` of check())."""
+        """run(), of ``inputs`` validated here (``sizes`` None) or already (the arrays and ``sizes`` of check());
+        ``spread``: False for a part of a batch spread over the idle streams already (run_checked)."""
         tr = _trace.active  # tracing (gert.trace): the request's spans on the calling thread's track; off: this check
         if tr is not None:
             t0 = time.perf_counter()
@@ -127,7 +135,7 @@ class Engine:
                 return self._run_chunks(
                     arrays, sizes, [(s, min(chunk, total - s)) for s in range(0, total, chunk)], timeout
                 )
-            parts = self._idle_parts(sizes)
+            parts = self._idle_parts(sizes) if spread else 1
             if parts > 1:  # split_batch: spread one batch over the streams that have nothing to do
                 total = sizes["batch"]
                 counts = [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
@@ -148,7 +156,7 @@ class Engine:
                     timeout,
                     self.batch_limit,
                 )
-                return self.batches.submit(pending, self._run_members)
+                return self.batches.submit(pending, self.batches.run_requests)
             return self.pool.dispatch(Request(arrays, sizes, run_sizes, key, dict(out) if out else None, timeout))
         except BaseException as e:
             if tr is not None:
@@ -172,26 +180,6 @@ class Engine:
         """``pending``'s result through the model's one batch queue (gert/core/batch_queue.py), with a front door's
         own run function and admit rule (seq.run steps: gert/sequence.py)."""
         return self.batches.submit(pending, run_members, admit, record)
-
-    def _run_members(self, members: list, run: Callable[[Request], dict]) -> list:
-        """The Pending requests ``members`` (one batch key) merged (Batcher.merge), run once by ``run`` with the
-        smallest timeout among them, and split back: one result per member (the BatchQueue's run function)."""
-        rows = [p.rows for p in members]
-        first = members[0]
-        arrays = first.arrays if len(members) == 1 else self.batcher.merge([p.arrays for p in members])
-        out = run(
-            self._request(
-                arrays,
-                dict(first.sizes, batch=sum(rows)),
-                first.out if len(members) == 1 else None,
-                first.timeout if len(members) == 1 else smallest_timeout(members),
-            )
-        )
-        return [out] if len(members) == 1 else self.batcher.split(out, rows)
-
-    def _request(self, arrays: dict, sizes: dict, out: Optional[dict], timeout: Optional[float]) -> Request:
-        run_sizes, key = self.resolve(sizes)
-        return Request(arrays, sizes, run_sizes, key, out, timeout)
 
     def run_prepared(
         self, arrays: Mapping[str, object], run: Optional[Callable[[Request], dict]] = None, **request
@@ -219,6 +207,10 @@ class Engine:
 
         def one(start: int, rows: int) -> dict:
             sub = self.batcher.piece(arrays, start, rows)
+            if timeout is None and self.split_batch:  # a part of a signature that ran before: the compiled path
+                out = self.hot.run(sub)
+                if out is not None:
+                    return out
             sub_sizes = dict(sizes, batch=rows)
             run_sizes, key = self.resolve(sub_sizes)
             return self.pool.dispatch(Request(sub, sub_sizes, run_sizes, key, timeout=timeout))
@@ -263,7 +255,11 @@ class Engine:
         whose run faults is retried request by request (``run_isolated``), else its error fails its members."""
         results: list = [None] * len(checked)
         items = list(enumerate(checked))
-        for group in self.batcher.group(items, lambda item: self.batcher.key(item[1][0])):
+
+        def key(item: tuple) -> tuple:  # (index, (arrays, sizes)): the arrays' batch key
+            return self.batcher.key(item[1][0])
+
+        for group in self.batcher.group(items, key):
             try:
                 outs = run_isolated([c for _, c in group], run_group, self.batching_stats.retried)
             except Exception as e:  # noqa: BLE001 - the group's error, raised or returned below
@@ -279,7 +275,22 @@ class Engine:
     def run_checked(self, group: Sequence[tuple], timeout: Optional[float] = None) -> list:
         """Requests of one batch key, each the (arrays, sizes) of ``check`` (not validated again), run as one batch
         and split back. A batch whose merged signature ran before (a lone request's: its own) takes the compiled
-        hot path (gert/core/_hotpath.pyx) as Model.run(list) does; else the Python path, from resolve on."""
+        hot path (gert/core/_hotpath.pyx) as Model.run(list) does; else the Python path, from resolve on. With
+        split_batch a batch of several requests is spread over the idle streams at request boundaries, each part
+        run so (in parallel), its results in order."""
+        parts = 1
+        if self.split_batch and len(group) > 1 and self.batcher.enabled:
+            parts = min(len(group), self._idle_parts({"batch": sum(sizes["batch"] for _, sizes in group)}))
+        if parts < 2:
+            return self._run_group(group, timeout)
+        top = -(-sum(sizes["batch"] for _, sizes in group) // parts)
+        subs = self.batcher.chunks(group, _rows_of, top)
+        futures = [self.pool.parts_pool().submit(self._run_group, sub, timeout, False) for sub in subs[1:]]
+        return self._run_group(subs[0], timeout, False) + [out for f in futures for out in f.result()]
+
+    def _run_group(self, group: Sequence[tuple], timeout: Optional[float], spread: bool = True) -> list:
+        """run_checked of one part: the compiled path if its signature ran before, else merged and run
+        (``spread``: see _run)."""
         if timeout is None:
             if len(group) == 1:
                 out = self.hot.run(group[0][0])
@@ -290,10 +301,11 @@ class Engine:
                 if outs is not None:
                     return outs
         if len(group) == 1 or not self.batcher.enabled:
-            return [self._run(arrays, sizes, None, timeout) for arrays, sizes in group]
+            return [self._run(arrays, sizes, None, timeout, spread) for arrays, sizes in group]
         rows = [sizes["batch"] for _, sizes in group]
         merged = self.batcher.merge([arrays for arrays, _ in group], total=sum(rows))
-        return self.batcher.split(self._run(merged, dict(group[0][1], batch=sum(rows)), None, timeout), rows)
+        out = self._run(merged, dict(group[0][1], batch=sum(rows)), None, timeout, spread)
+        return self.batcher.split(out, rows)
 
     def run_batch(self, requests: Sequence[Mapping[str, object]], timeout: Optional[float] = None) -> list:
         """Requests sharing their batch key, merged into one batch (the merged batch is validated, not each
@@ -322,6 +334,11 @@ class Engine:
             return self.run_many(requests, timeout)  # other non-batch shapes or unbatched values: not one batch
         out = self.run(self.batcher.merge([{n: r[n] for n in names} for r in requests]), None, timeout)
         return self.batcher.split(out, [self.batcher.rows({n: r[n] for n in names}) for r in requests])
+
+
+def _rows_of(checked: tuple) -> int:
+    """The rows of a checked request (arrays, sizes)."""
+    return checked[1]["batch"]
 
 
 def write_out(result: dict, out: Mapping[str, np.ndarray]) -> dict:
