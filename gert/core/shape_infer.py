@@ -382,13 +382,15 @@ class _Inferer:
 
     def _fold(self, node: onnx.NodeProto, scope: _Scope, ins: list) -> bool:
         try:
-            outs = folds.fold(node, ins, self.opsets.get(""))  # the common folds, without onnx.reference (12 MB)
-            if outs is None:
+            direct = folds.fold(node, ins, self.opsets.get(""))  # the common folds, without onnx.reference (12 MB)
+            if direct is None:
                 from onnx.reference import ReferenceEvaluator
 
                 ev = ReferenceEvaluator(node, opsets=self.opsets)
                 feeds = {i: v for i, v in zip(node.input, ins) if i}
-                outs = ev.run(None, feeds)
+                outs = list(ev.run(None, feeds))
+            else:
+                outs = direct
         except Exception:  # noqa: BLE001 - not evaluable here: fall back to inference
             return False
         if any(isinstance(v, np.ndarray) and v.nbytes > _FOLD_OUTPUT_BYTES for v in outs):

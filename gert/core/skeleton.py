@@ -23,9 +23,9 @@ STRIPPED = "gert-skeleton:weights-not-loaded"
 _DATA_FIELDS = ("raw_data", "float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
 
 
-def skeleton(model: Union[bytes, onnx.ModelProto]) -> onnx.ModelProto:
-    """The skeleton of ``model`` (serialized bytes or a ModelProto, which is left as it is), a ModelProto of its own
-    that holds no memory of the full model: the full parse is dropped before this returns."""
+def skeleton(model: Union[bytes, memoryview, onnx.ModelProto]) -> onnx.ModelProto:
+    """The skeleton of ``model`` (serialized bytes, a buffer of them, or a ModelProto, which is left as it is), a
+    ModelProto of its own that holds no memory of the full model: the full parse is dropped before this returns."""
     full = onnx.load_from_string(bytes(model)) if not isinstance(model, onnx.ModelProto) else _copy(model)
     if not strip(full):
         return full

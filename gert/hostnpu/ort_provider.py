@@ -17,7 +17,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Callable
+from typing import Callable, Union
 
 import numpy as np
 
@@ -28,6 +28,8 @@ from gert.dtypes import DT_BF16, ONNX_BFLOAT16, ge_dtype, numpy_dtype, onnx_to_n
 from gert.preview import precision
 
 TensorArg = tuple  # (ptr: int, nbytes: int, ge_dtype: int, dims: tuple[int, ...])
+# A model's bytes: bytes, or the GE graph's own lent as a read-only buffer (cbindings/_provider.pxi _ModelView)
+ModelBytes = Union[bytes, memoryview]
 
 _PROBED_LIMIT = 256
 _LEARNED_KEPT = 256  # input shapes whose output shapes a dynamic graph remembers
@@ -83,6 +85,14 @@ _MEM_PATTERN = os.environ.get("GERT_HOST_ORT_MEM_PATTERN", "0") == "1"
 # cache is ONNX Runtime's model optimized at its size, and keeps a session of its own. GERT_HOST_ORT_SESSION_PER_SIZE=1:
 # a session per size, as before.
 _SESSION_PER_SIZE = os.environ.get("GERT_HOST_ORT_SESSION_PER_SIZE", "0") == "1"
+# The output shapes of a dynamic graph's run at input shapes it has not run at are told by shape inference (GE's:
+# gert/core/shape_infer.py, ~10-20 ms for PP-OCR rec on the loaded 2-core machine, once per input shapes), so that
+# ONNX Runtime writes them straight into device memory. Else ONNX Runtime allocates each output and it is copied into
+# device memory: two copies of every output at once, then the caller's download a third. Measured (issue 41), a
+# Triton stub of PP-OCR rec emulated in-process over bench_memory.py's triton3 requests (1-4 lines, 19 widths, whose
+# [N, W/8, 6625] outputs are up to 25 MB): peak RSS 250-262 MB with, 286-305 MB without (ONNX Runtime itself 199).
+# GERT_HOST_ORT_PREDICT=0: learned shapes only (a run's outputs at the same input shapes before).
+_PREDICT = os.environ.get("GERT_HOST_ORT_PREDICT", "1") == "1"
 _ENV_ARENA_LOCK = threading.Lock()
 _env_arena: bool | None = None  # registered (or registered before, by someone else): True; failed: False
 
@@ -128,7 +138,7 @@ class OrtExecutable:
 
     def __init__(
         self,
-        model: bytes | memoryview,
+        model: ModelBytes,
         in_names: Sequence[str],
         in_dims: Sequence[tuple],
         out_names: Sequence[str],
@@ -162,6 +172,7 @@ class OrtExecutable:
         # input shapes -> the output shapes a run at them produced (dynamic graphs: outputs bound by them next time)
         self._learned: dict[tuple, tuple] = {}
         self._learning = True  # False once a graph's output shapes did not follow its input shapes
+        self.outputs_copied = 0  # outputs ONNX Runtime allocated and run() copied into device memory
 
     @property
     def model(self) -> bytes:
@@ -169,7 +180,7 @@ class OrtExecutable:
         return self._model if isinstance(self._model, bytes) else bytes(self._model)
 
     @property
-    def source(self) -> bytes | memoryview:
+    def source(self) -> ModelBytes:
         """What the executable holds of its model: the GE graph's bytes as a lent buffer, or bytes of its own."""
         return self._model
 
@@ -219,15 +230,18 @@ class OrtExecutable:
         """Runs once; returns per output None (written in place) or (ptr, nbytes, dims) of what it produced.
 
         Outputs whose shape the graph does not fix (a dynamic graph) are written straight into device memory when a
-        run at the same input shapes showed their shapes before (``_learned``): ONNX Runtime checks a bound output's
-        shape against the one it computes, so a graph whose output shapes follow input values (NonZero) fails that
-        check once, runs again without it, and stops learning. Otherwise ONNX Runtime allocates them and they are
-        copied into device memory once."""
+        run at the same input shapes showed their shapes before (``_learned``), or shape inference tells them at
+        these input shapes (``_predicted``): ONNX Runtime checks a bound output's shape against the one it computes,
+        so a graph whose output shapes follow input values (NonZero) fails that check once, runs again without it,
+        and stops learning. Otherwise ONNX Runtime allocates them and they are copied into device memory once
+        (``outputs_copied`` counts them)."""
         sess = self.run_session(threads, alone)
         bound_all = all(o[0] and all(d >= 0 for d in o[3]) for o in outputs)
         # A repeat of a run whose outputs were all bound never gets here: the host NPU replays it (take_replay).
         in_key = tuple(i[3] for i in inputs)
         learned = None if bound_all or not self._learning else self._learned.get(in_key)
+        if learned is None and not bound_all and self._learning and _PREDICT:
+            learned = self._predicted(in_key, outputs)
         io = sess.io_binding()
         for name, (ptr, _nbytes, dt, dims) in zip(self.in_names, inputs):
             if ptr == 0:  # an empty tensor: ONNX Runtime wants an address even for zero bytes
@@ -292,6 +306,7 @@ class OrtExecutable:
                 dst = alloc(size)
             if size:
                 ctypes.memmove(dst, value.data_ptr(), size)
+            self.outputs_copied += 1
             results.append((dst, size, shape))
         if copies:
             self._copy_outputs(inputs, outputs, results, alloc)
@@ -300,6 +315,26 @@ class OrtExecutable:
                 self._learned.clear()
             self._learned[in_key] = tuple(r[2] if r is not None else tuple(o[3]) for r, o in zip(results, outputs))
         return results
+
+    def _predicted(self, in_key: tuple, outputs: Sequence[TensorArg]) -> tuple | None:
+        """The output shapes at input shapes ``in_key`` by shape inference (GE's, gert/core/shape_infer.py), kept as
+        learned; None where a dim is not known from the input shapes."""
+        try:
+            inferred = _shape_infer.infer(
+                self._provider._parsed_model(self._model, self.digest), dict(zip(self.in_names, in_key))
+            )
+        except Exception:  # noqa: BLE001 - not inferable at these sizes: ONNX Runtime allocates the outputs
+            return None
+        shapes = tuple(
+            tuple(int(d) for d in o[3]) if (o[0] and all(d >= 0 for d in o[3])) else inferred.output_shapes[i]
+            for i, o in enumerate(outputs)
+        )
+        if any(sh is None for i, sh in enumerate(shapes) if i not in self._copies):
+            return None
+        if len(self._learned) >= _LEARNED_KEPT:
+            self._learned.clear()
+        self._learned[in_key] = shapes
+        return shapes
 
     def _copy_outputs(
         self, inputs: Sequence[TensorArg], outputs: Sequence[TensorArg], results: list, alloc: Callable[[int], int]
@@ -473,7 +508,7 @@ class OrtGraphProvider:
         self._no_arena: set = set()  # digests of models whose sessions take no arena (without_arena)
         self._dirs: dict = {}  # digest -> the model file's directory, for models parsed from a file (external data)
 
-    def digest(self, model: bytes, model_dir: str = "") -> bytes:
+    def digest(self, model: ModelBytes, model_dir: str = "") -> bytes:
         """The model's digest (the key of its sessions), computed once per bytes object: the host NPU hands the
         provider the same object for every compile of one GE graph's model. A model parsed from a file in
         ``model_dir`` has a digest of its own there (the same bytes elsewhere resolve other external data)."""
@@ -488,7 +523,7 @@ class OrtGraphProvider:
             self._digests[id(model)] = (model, digest)  # holds the object, so its id stays its own
             return _with_dir(digest, model_dir, self._dirs)
 
-    def input_shapes(self, model: bytes, digest: bytes) -> list:
+    def input_shapes(self, model: ModelBytes, digest: bytes) -> list:
         shapes = self._meta.get(digest)
         if shapes is None and digest in self._dirs:  # external weights: read the file's shapes, not a session's
             shapes = _declared_input_shapes(self._parsed_model(model, digest))
@@ -506,7 +541,13 @@ class OrtGraphProvider:
         return shapes
 
     def shared_session(
-        self, model: bytes, digest: bytes, threads: int, overrides: dict, optimized: bool = False, spin: bool = False
+        self,
+        model: ModelBytes,
+        digest: bytes,
+        threads: int,
+        overrides: dict,
+        optimized: bool = False,
+        spin: bool = False,
     ):
         """The session for (model, threads, overrides, spin), created on first use; it lives while a graph uses it.
         ``optimized``: the model is ONNX Runtime's optimized one (from GE's compile cache), not optimized again.
@@ -551,7 +592,7 @@ class OrtGraphProvider:
         with self._lock:
             return [(digest, proto.ByteSize()) for digest, proto in self._parsed.items()]
 
-    def _parsed_model(self, model: bytes, digest: bytes):
+    def _parsed_model(self, model: ModelBytes, digest: bytes):
         """The ModelProto shape inference runs on, parsed once per model (the last few are kept): the model's
         skeleton (gert/core/skeleton.py), which holds no copy of its weights."""
         with self._lock:
@@ -566,7 +607,7 @@ class OrtGraphProvider:
                 self._parsed.popitem(last=False)
         return proto
 
-    def _external_dir(self, model: bytes) -> str:
+    def _external_dir(self, model: ModelBytes) -> str:
         """The directory the graph's model file was parsed from, when the model keeps data in external files
         there; else "" (the model is the same wherever it was read)."""
         model_dir = _compiled_model_dir()
@@ -574,14 +615,13 @@ class OrtGraphProvider:
             return model_dir
         return ""
 
-    def compile(self, model: bytes, inputs: Sequence[tuple], outputs: Sequence[tuple], group: int = 0):
+    def compile(self, model: ModelBytes, inputs: Sequence[tuple], outputs: Sequence[tuple], group: int = 0):
         """inputs/outputs: (name, ge_dtype, dims) with -1 for dynamic dims; group: the GE Session.
         Returns (executable, [(dtype, dims)], unknown_shape). Output dtypes are ONNX Runtime's; shapes come from
         shape inference over the input shapes (never from a run), -1 where a dim is not known from them and (-2,)
         where not even the rank is; ``unknown_shape``: some tensor's shape depends on input values."""
-        if not precision.current().keeps_dtypes:  # a rewrite parses the model: bytes of its own
-            model = bytes(model)
-        model = precision.for_compile(model)  # the compile's GE precision mode, emulated (the same bytes for origin)
+        if not precision.current().keeps_dtypes:  # the compile's GE precision mode, emulated: a rewrite of its own
+            model = precision.for_compile(bytes(model))
         exe = OrtExecutable(
             model,
             [i[0] for i in inputs],
