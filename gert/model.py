@@ -24,6 +24,7 @@ from gert._cann import Graph, ge_initialize
 from gert.core.compile_cache import CACHE_DIR_OPTION, CompileCache
 from gert.core.futures import FutureRunner
 from gert.core.pool import PoolConfig, StreamPool
+from gert.core.resolve import key_label
 from gert.core.row_check import check_rows
 from gert.cpu_model import CpuModel, check_fallback
 from gert.errors import GertError, refused_by_ge_parser
@@ -415,7 +416,7 @@ def _compile_all(workers: list, keys: list, progress: bool, closed) -> int:
     compiled = 0
     with Progress(len(keys) * len(workers), "gert warmup", enabled=progress) as bar:
         for key in keys:
-            label = ",".join(f"{n}={v}" for n, v in key) or "static"
+            label = key_label(key)
             for w in workers:
                 with w.lock:
                     if closed():

@@ -19,6 +19,7 @@ from gert.core.dynamic import BatchingConfig, BatchingStats, Pending, RunTimes
 from gert.core.executor import Request
 from gert.core.pool import StreamPool
 from gert.core.recovery import is_runtime_failure
+from gert.core.resolve import key_label
 from gert.core.shapes import DEFAULT_BATCH_GEARS, ShapePlan
 from gert.errors import GertError, RequestTimeout
 
@@ -148,7 +149,7 @@ class BatchQueue:
             if let_go is not None:
                 let_go()
             if record and ran:  # it ran (a request whose sizes have no graph did not)
-                self.stats.record(len(group), _label(ran[0]), waits, len(ran) > 1)
+                self.stats.record(len(group), key_label(ran[0]), waits, len(ran) > 1)
 
 
 def batch_limit(plan: ShapePlan, batcher: Batcher, config: Optional[BatchingConfig]) -> int:
@@ -209,8 +210,3 @@ def _device_fault(e: BaseException) -> bool:
     """A failure of the device or runtime while a merged batch ran (gert.recovery.is_runtime_failure), not a
     timeout: its requests are retried one by one, so that only a request that fails alone fails."""
     return is_runtime_failure(e) and not isinstance(e, RequestTimeout)
-
-
-def _label(key: tuple) -> str:
-    """A graph key as stats() labels it ("batch=8,seq=32", "static")."""
-    return ",".join(f"{k}={v}" for k, v in key) or "static"

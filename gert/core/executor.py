@@ -25,6 +25,7 @@ from gert.core.staged import run_staged
 from gert.core.recovery import watchdog
 from gert.core.shapes import ShapePlan
 from gert.core.request import Request
+from gert.core.resolve import key_label
 from gert.core.stream_graphs import GraphEntry, StreamGraphs, WorkerStats  # noqa: F401 - WorkerStats: re-exported
 from gert.core.transfers import Transfers, check_device_out
 from gert.core.tensor import DeviceTensor
@@ -153,7 +154,7 @@ class Worker(StreamGraphs):
                 time.perf_counter(),
                 args={
                     "graph": "static" if entry.is_static else "dynamic",
-                    "key": _key_label(req.key),
+                    "key": key_label(req.key),
                     "compiled": self.stats.request_path_compiles > compiles,
                 },
             )
@@ -366,11 +367,7 @@ def _label(key: tuple) -> str:
     a key)."""
     label = _LABELS.get(key)
     if label is None:
-        label = _key_label(key)
+        label = key_label(key)
         if len(_LABELS) < _LABELS_KEPT:
             _LABELS[key] = label
     return label
-
-
-def _key_label(key: tuple) -> str:
-    return ",".join(f"{k}={v}" for k, v in key) or "static"

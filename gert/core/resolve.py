@@ -9,6 +9,12 @@ from gert.errors import GertError
 _RESOLVED_KEPT = 1024  # remembered sizes -> (run sizes, graph key) (cleared when full)
 
 
+def key_label(key: tuple) -> str:
+    """A graph key as stats(), traces, logs and errors name it: "batch=8,seq=32" ("H=-1,W=-1": the dynamic graph;
+    "static": a model without dynamic dims). The one place it is formatted."""
+    return ",".join(f"{k}={v}" for k, v in key) or "static"
+
+
 class Resolver:
     """A model's resolve step. ``pads``: its batch is padded up to gears (and run in chunks above the largest);
     ``why``: why its rows cannot be padded, merged or split, when they cannot (gert.core.batching.Batcher.why)."""

@@ -22,6 +22,7 @@ from gert.core.host_memory import graph_bytes
 from gert.dtypes import ge_dtype
 from gert.errors import GeError, GertError, SessionReplaced
 from gert.core.handoff import HandOffLock
+from gert.core.resolve import key_label
 from gert.core.shapes import ShapePlan
 from gert.core.frequency import SegmentedLRU
 
@@ -189,7 +190,7 @@ class StreamGraphs:
         except Exception as e:
             if ctx.retired:
                 raise SessionReplaced(
-                    f"the Session of stream {self.index} was replaced while graph {_key_label(key)} was built"
+                    f"the Session of stream {self.index} was replaced while graph {key_label(key)} was built"
                 ) from e
             raise
         finally:
@@ -383,7 +384,3 @@ class StreamGraphs:
                 self._dispose(ctx, synchronize=True)
         finally:
             self.free_buffers()
-
-
-def _key_label(key: tuple) -> str:
-    return ",".join(f"{k}={v}" for k, v in key) or "static"

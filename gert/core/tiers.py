@@ -28,6 +28,7 @@ import weakref
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from gert.core import host_memory as _host_memory
+from gert.core.resolve import key_label
 from gert.core.frequency import FrequencyWindow, SegmentedLRU  # noqa: F401 - SegmentedLRU: its old place
 from gert.core import trace as _trace
 from gert.errors import GertError, SessionReplaced
@@ -203,7 +204,7 @@ class Tiers:
                     p0,
                     time.perf_counter(),
                     "compile",
-                    {"key": _label(key), "streams": len(self.workers)},
+                    {"key": key_label(key), "streams": len(self.workers)},
                 )
             with self._lock:
                 self._queued.discard(key)
@@ -349,7 +350,7 @@ class Tiers:
                 "memory_refusals": self.memory_refusals,
                 "compile_share": self.compile_share,
                 "resting_s": round(self.resting, 3),
-                "failed_background_compiles": {_label(k): str(e) for k, e in self._failed.items()},
+                "failed_background_compiles": {key_label(k): str(e) for k, e in self._failed.items()},
             }
 
 
@@ -367,7 +368,3 @@ def _stop_at_exit() -> None:
         t.close()
     for t in list(_live):
         t.join(_EXIT_WAIT)
-
-
-def _label(key: tuple) -> str:
-    return ",".join(f"{k}={v}" for k, v in key)

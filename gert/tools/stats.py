@@ -5,6 +5,7 @@ from __future__ import annotations
 from gert import _cann
 from gert.core import trace
 from gert.core.executor import GearStats
+from gert.core.resolve import key_label
 from gert.tools import display
 
 
@@ -14,7 +15,7 @@ def graph_memory(workers: list) -> dict:
     out: dict = {}
     for w in workers:
         for key, entry in list(w.graphs.items()):  # a snapshot: the tiers install graphs meanwhile
-            label = ",".join(f"{k}={v}" for k, v in key) or "static"
+            label = key_label(key)
             g = out.setdefault(label, {"static": entry.is_static, "streams": 0, "memory": 0})
             g["streams"] += 1
             g["memory"] += entry.memory
