@@ -442,13 +442,14 @@ def test_dynamic_outputs_are_written_straight_into_device_memory_once_their_shap
 ):
     """A dynamic graph's output is bound to device memory at the shape shape inference tells for the run's input
     shapes (issue 41: no copy from ONNX Runtime's own buffer at the first run of a shape either, which held every
-    output twice at once), or without that (GERT_HOST_ORT_PREDICT=0) at the shape a run at the same input shapes
-    produced. A graph whose output shape follows input values (inference cannot tell it) fails ONNX Runtime's check
-    of the bound shape once, runs again unbound (right result) and stops binding; the device buffer allocated for the
-    failed attempt is freed."""
+    output twice at once; asked of a graph whose copies reached _PREDICT_BYTES, here 0), or without that
+    (GERT_HOST_ORT_PREDICT=0) at the shape a run at the same input shapes produced. A graph whose output shape follows
+    input values (inference cannot tell it) fails ONNX Runtime's check of the bound shape once, runs again unbound
+    (right result) and stops binding; the device buffer allocated for the failed attempt is freed."""
     import ctypes
 
     monkeypatch.setattr(_ort_provider, "_PREDICT", predict)
+    monkeypatch.setattr(_ort_provider, "_PREDICT_BYTES", 0)
     copies = []
     memmove = ctypes.memmove
     monkeypatch.setattr(ctypes, "memmove", lambda dst, src, n: (copies.append(n), memmove(dst, src, n))[1])
@@ -477,6 +478,28 @@ def test_dynamic_outputs_are_written_straight_into_device_memory_once_their_shap
         else:  # the first run only, or none when inference told its shape: the others wrote into device memory
             assert len(copies) == (0 if predict else 1)
             assert wrapped.executable.outputs_copied == len(copies)
+
+
+def test_shape_inference_binds_new_shapes_of_a_graph_with_large_outputs_only(monkeypatch):
+    """Issue 41: inference is asked at new input shapes only of a graph that copied an output of _PREDICT_BYTES or
+    more (here 1 KB): a graph whose outputs are small copies them (cheaper than inference at every new shape), one
+    with a large output copies only its first."""
+    monkeypatch.setattr(_ort_provider, "_PREDICT", True)
+    monkeypatch.setattr(_ort_provider, "_PREDICT_BYTES", 1024)
+    data = _dynamic_model(False)
+    graph = gert.Graph.from_onnx(data)
+    with gert.Stream() as stream, gert.Session() as session:
+        session.add_graph(1, graph)
+        session.compile_graph(1)
+        session.load_graph(1, stream)
+        (wrapped,) = [w for w in gert.hostnpu.host_executables() if w.executable.model == data]
+        for n in (1, 2, 3):  # 16-48 bytes: copied at every new shape
+            _run_dynamic(session, stream, np.ones((n, 4), np.float32))
+        assert wrapped.executable.outputs_copied == 3
+        for n in (100, 200, 300):  # 1.6-4.8 KB: the first copied, the next bound at their inferred shapes
+            x = np.arange(n * 4, dtype=np.float32).reshape(n, 4) - 10
+            np.testing.assert_array_equal(_run_dynamic(session, stream, x), np.maximum(x, 0))
+        assert wrapped.executable.outputs_copied == 4
 
 
 def test_sessions_use_the_environment_arena_and_follow_the_application_only_when_asked(monkeypatch):

@@ -91,8 +91,11 @@ _SESSION_PER_SIZE = os.environ.get("GERT_HOST_ORT_SESSION_PER_SIZE", "0") == "1"
 # device memory: two copies of every output at once, then the caller's download a third. Measured (issue 41), a
 # Triton stub of PP-OCR rec emulated in-process over bench_memory.py's triton3 requests (1-4 lines, 19 widths, whose
 # [N, W/8, 6625] outputs are up to 25 MB): peak RSS 250-262 MB with, 286-305 MB without (ONNX Runtime itself 199).
-# GERT_HOST_ORT_PREDICT=0: learned shapes only (a run's outputs at the same input shapes before).
+# Only for a graph that copied an output of _PREDICT_BYTES or more before: inference costs CPU, a small copy nothing
+# worth it (PP-OCR cls, [N, 2] outputs: its stub's CPU went 0.5 -> 0.8 s over the triton3 requests with inference at
+# every new shape). GERT_HOST_ORT_PREDICT=0: learned shapes only (a run's outputs at the same input shapes before).
 _PREDICT = os.environ.get("GERT_HOST_ORT_PREDICT", "1") == "1"
+_PREDICT_BYTES = 1 << 20
 _ENV_ARENA_LOCK = threading.Lock()
 _env_arena: bool | None = None  # registered (or registered before, by someone else): True; failed: False
 
@@ -173,6 +176,7 @@ class OrtExecutable:
         self._learned: dict[tuple, tuple] = {}
         self._learning = True  # False once a graph's output shapes did not follow its input shapes
         self.outputs_copied = 0  # outputs ONNX Runtime allocated and run() copied into device memory
+        self.largest_copied = 0  # bytes of the largest of them
 
     @property
     def model(self) -> bytes:
@@ -234,13 +238,14 @@ class OrtExecutable:
         these input shapes (``_predicted``): ONNX Runtime checks a bound output's shape against the one it computes,
         so a graph whose output shapes follow input values (NonZero) fails that check once, runs again without it,
         and stops learning. Otherwise ONNX Runtime allocates them and they are copied into device memory once
-        (``outputs_copied`` counts them)."""
+        (``outputs_copied`` counts them, ``largest_copied`` the bytes of the largest: inference is asked only once
+        that reached _PREDICT_BYTES)."""
         sess = self.run_session(threads, alone)
         bound_all = all(o[0] and all(d >= 0 for d in o[3]) for o in outputs)
         # A repeat of a run whose outputs were all bound never gets here: the host NPU replays it (take_replay).
         in_key = tuple(i[3] for i in inputs)
         learned = None if bound_all or not self._learning else self._learned.get(in_key)
-        if learned is None and not bound_all and self._learning and _PREDICT:
+        if learned is None and not bound_all and self._learning and _PREDICT and self.largest_copied >= _PREDICT_BYTES:
             learned = self._predicted(in_key, outputs)
         io = sess.io_binding()
         for name, (ptr, _nbytes, dt, dims) in zip(self.in_names, inputs):
@@ -307,6 +312,7 @@ class OrtExecutable:
             if size:
                 ctypes.memmove(dst, value.data_ptr(), size)
             self.outputs_copied += 1
+            self.largest_copied = max(self.largest_copied, size)
             results.append((dst, size, shape))
         if copies:
             self._copy_outputs(inputs, outputs, results, alloc)
@@ -317,16 +323,14 @@ class OrtExecutable:
         return results
 
     def _predicted(self, in_key: tuple, outputs: Sequence[TensorArg]) -> tuple | None:
-        """The output shapes at input shapes ``in_key`` by shape inference (GE's, gert/core/shape_infer.py), kept as
-        learned; None where a dim is not known from the input shapes."""
-        try:
-            inferred = _shape_infer.infer(
-                self._provider._parsed_model(self._model, self.digest), dict(zip(self.in_names, in_key))
-            )
-        except Exception:  # noqa: BLE001 - not inferable at these sizes: ONNX Runtime allocates the outputs
+        """The output shapes at input shapes ``in_key`` by shape inference (the provider's, shared by the graphs of
+        the model: a batch split over two streams runs both halves at the same shapes), kept as learned; None where
+        a dim is not known from the input shapes."""
+        inferred = self._provider.predicted_shapes(self._model, self.digest, self.in_names, in_key)
+        if inferred is None or len(inferred) != len(outputs):
             return None
         shapes = tuple(
-            tuple(int(d) for d in o[3]) if (o[0] and all(d >= 0 for d in o[3])) else inferred.output_shapes[i]
+            tuple(int(d) for d in o[3]) if (o[0] and all(d >= 0 for d in o[3])) else inferred[i]
             for i, o in enumerate(outputs)
         )
         if any(sh is None for i, sh in enumerate(shapes) if i not in self._copies):
@@ -507,6 +511,7 @@ class OrtGraphProvider:
         self._sizes: dict = {}  # model digest -> its size in bytes (what sessions() reports)
         self._no_arena: set = set()  # digests of models whose sessions take no arena (without_arena)
         self._dirs: dict = {}  # digest -> the model file's directory, for models parsed from a file (external data)
+        self._predictions: OrderedDict[tuple, list | None] = OrderedDict()  # predicted_shapes's
 
     def digest(self, model: ModelBytes, model_dir: str = "") -> bytes:
         """The model's digest (the key of its sessions), computed once per bytes object: the host NPU hands the
@@ -572,6 +577,27 @@ class OrtGraphProvider:
                 self._shared[key] = sess
                 self._sizes[digest] = len(model)
         return sess
+
+    def predicted_shapes(self, model: ModelBytes, digest: bytes, in_names: Sequence[str], in_key: tuple) -> list | None:
+        """Per graph output its shape at input shapes ``in_key`` (``in_names``' dims) by GE's shape inference
+        (gert/core/shape_infer.py; None for an output it cannot tell), or None where inference fails; remembered
+        per model (the last _LEARNED_KEPT input shapes)."""
+        key = (digest, tuple(in_names), in_key)
+        with self._lock:
+            if key in self._predictions:
+                self._predictions.move_to_end(key)
+                return self._predictions[key]
+        try:
+            shapes = list(
+                _shape_infer.infer(self._parsed_model(model, digest), dict(zip(in_names, in_key))).output_shapes
+            )
+        except Exception:  # noqa: BLE001 - not inferable at these sizes: ONNX Runtime allocates the outputs
+            shapes = None
+        with self._lock:
+            self._predictions[key] = shapes
+            while len(self._predictions) > _LEARNED_KEPT:
+                self._predictions.popitem(last=False)
+        return shapes
 
     def without_arena(self, model: bytes, model_dir: str = "") -> None:
         """The sessions of ``model`` (made from now on) take their intermediates from the heap, not from an arena:
