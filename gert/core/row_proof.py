@@ -44,9 +44,11 @@ class Batched:
 
 @dataclass(frozen=True)
 class Sized:
-    """The tensor's value depends on the batch's size (not on its rows)."""
+    """The tensor's value depends on the batch's size (not on its rows): all of it (``at`` None), or, for a 1-D
+    shape vector (``Shape(x)`` and slices of it), only the elements at the positions ``at``."""
 
     node: str
+    at: Optional[tuple] = None
 
 
 @dataclass(frozen=True)
@@ -225,7 +227,7 @@ class _Walk:
         elif len(reads) != len([i for i in node.input if i]) and node.op_type != "If":
             result = [Mixed(label, f"control flow ({node.op_type}) over the batch")] * len(node.output)
         elif not any(isinstance(s, Batched) for s in states):
-            result = [Sized(label)] * len(node.output)  # computed from the batch's size alone
+            result = [self._sized(node, label)] + [Sized(label)] * (len(node.output) - 1)  # from the batch's size
             if (
                 node.op_type == "ConstantOfShape"
                 or node.op_type in ("Expand", "Tile")
@@ -247,13 +249,74 @@ class _Walk:
         for name, s in zip(node.output, result):
             if not name:
                 continue
-            if isinstance(s, Sized) and self.const(name) is not None:
-                continue  # the same value at both batch sizes: free
             if isinstance(s, Batched):
                 why = self.lands_on(name, s.axis)
                 if why is not None:
                     s = Mixed(label, why)
             self.state[name] = s
+
+    def _sized(self, node: onnx.NodeProto, label: str):
+        """A node computed from the batch's size and free values: which elements of its output carry the size.
+
+        Proved by following the batch's position through a shape vector (Shape, Gather, Slice, Concat, Cast,
+        Identity, Squeeze, Unsqueeze with free constant operands); None (free) when no element does: ``Shape(x)[1:]``
+        or ``Shape(x)[2]`` is the same for every batch. Anything else is Sized as a whole. (Equal values at the two
+        traced batch sizes prove nothing: ``Min(N, 3)`` is 3 at batch 3 and 5 and 1 at batch 1.)"""
+        whole = Sized(label)
+        data = self.state.get(node.input[0]) if node.input else None
+        others = [self.state.get(i) for i in node.input[1:] if i]
+        if not isinstance(data, Sized) or any(o is not None for o in others) or node.domain not in ("", "ai.onnx"):
+            return whole
+        if data.at is None:
+            if node.op_type == "Unsqueeze" and self.rank(node.input[0]) == 0:
+                return Sized(label, (0,))
+            return Sized(label) if node.op_type in ("Cast", "Identity", "Squeeze", "Unsqueeze") else whole
+        length = self._length(node.input[0])
+        if node.op_type in ("Cast", "Identity") or (node.op_type == "Unsqueeze" and length is None):
+            return Sized(label, data.at)
+        if length is None:
+            return whole
+        picked = self._picked(node, length)
+        if picked is None:
+            return whole
+        at = tuple(k for k, i in enumerate(picked) if i in data.at)
+        if not at:
+            return None
+        if node.op_type == "Gather" and self.rank(node.output[0]) == 0:
+            return Sized(label)
+        return Sized(label, at)
+
+    def _length(self, name: str) -> Optional[int]:
+        """The length of the 1-D vector ``name``, the same at both traces; None when not known."""
+        s = self.shapes(name)
+        return s[0][0] if s is not None and len(s[0]) == 1 and s[0] == s[1] else None
+
+    def _picked(self, node: onnx.NodeProto, length: int) -> Optional[list]:
+        """For each element of the output of a Gather / Slice / Concat / Squeeze / Unsqueeze over a 1-D vector of
+        ``length`` elements: the input element it is (Concat: of its first input; others' elements are free, -1)."""
+        consts = [self.const(i) if i else None for i in node.input]
+        if node.op_type == "Gather" and int(_attr(node, "axis", 0)) == 0 and consts[1] is not None:
+            idx = np.asarray(consts[1]).reshape(-1).astype(np.int64)
+            if np.any(idx < -length) or np.any(idx >= length):
+                return None
+            return [int(i) % length for i in idx]
+        if node.op_type == "Slice" and all(c is not None for c in consts[1:]):
+            starts, ends = consts[1], consts[2]
+            axes = consts[3] if len(consts) > 3 else np.array([0])
+            steps = consts[4] if len(consts) > 4 else np.array([1])
+            if np.asarray(axes).reshape(-1).tolist() not in ([0], [-1]) or len(np.asarray(starts).reshape(-1)) != 1:
+                return None
+            start, end = int(np.asarray(starts).reshape(-1)[0]), int(np.asarray(ends).reshape(-1)[0])
+            step = int(np.asarray(steps).reshape(-1)[0])
+            return list(range(length))[slice(*slice(start, end, step).indices(length))] if step != 0 else None
+        if node.op_type == "Concat" and len(node.input) >= 1:
+            rest = [n for n in (self._length(i) for i in node.input[1:]) if n is not None]
+            if len(rest) != len(node.input) - 1:
+                return None
+            return list(range(length)) + [-1] * sum(rest)
+        if node.op_type in ("Squeeze", "Unsqueeze") and length == 1:
+            return [0]
+        return None
 
     def _uniform(self, node: onnx.NodeProto, label: str):
         """ConstantOfShape / Expand / Tile of a free tensor to a shape with the batch's size: every row the same."""
@@ -725,9 +788,16 @@ def _layernorm(w: _Walk, node: onnx.NodeProto, label: str):
 
 
 def _shape(w: _Walk, node: onnx.NodeProto, label: str):
-    """Shape / Size of a batched tensor: the batch's size (a Shape that leaves the batch axis out is the same at both
-    batch sizes, and so free)."""
-    return Sized(label)
+    """Shape / Size of a batched tensor: the batch's size. Shape's vector carries it at the batch axis's position
+    alone (free when ``start`` / ``end`` leave the batch axis out); Size as a whole."""
+    s = w.state.get(node.input[0])
+    rank = w.rank(node.input[0])
+    if node.op_type != "Shape" or not isinstance(s, Batched) or rank is None:
+        return Sized(label)
+    start, end = int(_attr(node, "start", 0)), _attr(node, "end", None)
+    start = max(0, min(rank, start + rank if start < 0 else start))
+    end = rank if end is None else max(0, min(rank, int(end) + rank if int(end) < 0 else int(end)))
+    return Sized(label, (s.axis - start,)) if start <= s.axis < end else None
 
 
 def _if(w: _Walk, node: onnx.NodeProto, label: str):
