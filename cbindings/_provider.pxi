@@ -16,15 +16,15 @@ cdef object _provider = None
 
 cdef class _ModelView:
     """The ONNX bytes a GE graph holds (its GraphImpl's model, immutable), lent to the provider without a copy: a
-    read-only buffer (hashlib, bytes(view)) valid while an executable compiled from it lives. The graph record holds
-    the graph, and so the bytes, until it releases its executable (~GraphRecord), so the view is valid while
-    ``users`` > 0; the last executable's release invalidates it (a buffer asked for then raises instead of reading
-    freed memory). A model compiled at many sizes and for several streams (policy auto) shares one view, and the
-    provider finds its digest by the same object. Before, the provider got a bytes copy of the model, which stayed
+    read-only buffer (hashlib, bytes(view)) valid while a compile of it runs or an executable compiled from it lives.
+    The graph record holds the graph, and so the bytes, during its compile and until it releases its executable
+    (~GraphRecord), so the view is valid while ``users`` > 0; the last release invalidates it (a buffer asked for
+    then raises instead of reading freed memory). A model compiled at many sizes and for several streams (policy
+    auto) shares one view, and the provider finds its digest by the same object. Before, the provider got a bytes copy of the model, which stayed
     for the process's life (10.6 MB for PP-OCR rec beside GE's own copy and ONNX Runtime's session; issue 41)."""
     cdef const char* data
     cdef Py_ssize_t size
-    cdef int users   # executables alive that were compiled from it
+    cdef int users   # compiles running on it and executables alive that were compiled from it
 
     def __getbuffer__(self, Py_buffer* buf, int flags):
         if self.data == NULL:
@@ -272,10 +272,10 @@ cdef int _prov_compile_gil(void* ctx, uint64_t group, const void* model, size_t 
                            const gertHostTensorRef* ins, int32_t n_out, const char* const* out_names,
                            gertHostTensorRef* outs, int32_t* unknown_shape, void** exe, char* err,
                            size_t err_len) noexcept with gil:
-    cdef _ModelView data
+    cdef _ModelView data = _model_view(model, size)
     cdef _Executable wrapped
+    data.users += 1  # the compile uses it: a graph of the same bytes released meanwhile must not invalidate it
     try:
-        data = _model_view(model, size)
         inputs = [(in_names[i].decode(), ins[i].dtype, _ref_dims(&ins[i])) for i in range(n_in)]
         outputs = [(out_names[i].decode(), outs[i].dtype, _ref_dims(&outs[i])) for i in range(n_out)]
         executable, result, unknown = (<object>ctx).compile(data, inputs, outputs, group)
@@ -284,12 +284,12 @@ cdef int _prov_compile_gil(void* ctx, uint64_t group, const void* model, size_t 
             _set_dims(&outs[i], dims, f"output {i} '{out_names[i].decode()}'")
             outs[i].dtype = dt
         wrapped = _wrap_executable(executable)
-        wrapped.view = data
-        data.users += 1
+        wrapped.view = data  # the compile's use passes to the executable
         Py_INCREF(wrapped)
         exe[0] = <void*>wrapped
         return 0
     except BaseException as e:
+        _release_view(data)
         _write_err(err, err_len, f"{type(e).__name__}: {e}")
         return 1
 
@@ -381,12 +381,16 @@ cdef int _prov_run(void* exe, int32_t threads, int32_t alone, int32_t n_in, cons
     return _prov_run_gil(exe, h, threads, alone, n_in, ins, n_out, outs, alloc, alloc_ctx, err, err_len)
 
 
-cdef void _prov_release_gil(void* exe) noexcept with gil:
-    cdef _ModelView v = (<_Executable>exe).view
+cdef void _release_view(_ModelView v) noexcept:
+    """One user (a compile, an executable) of ``v`` is done; with the last, the graph's bytes may go: invalid."""
     if v is not None:
         v.users -= 1
-        if v.users <= 0:  # the graph's bytes may go with the record now
+        if v.users <= 0:
             v.data = NULL
+
+
+cdef void _prov_release_gil(void* exe) noexcept with gil:
+    _release_view((<_Executable>exe).view)
     Py_DECREF(<object>exe)
 
 
