@@ -8,7 +8,6 @@ what needs GE (stateful sequences, check_rows, device tensors, ``out=``) raises 
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import os
 import threading
@@ -124,6 +123,8 @@ class CpuModel:
         return self._pool.submit(self.run, inputs)
 
     async def run_async(self, inputs: Mapping[str, Any]) -> dict:
+        import asyncio  # here, not at import: 3-4 MB in every Triton stub that never awaits
+
         return await asyncio.wrap_future(self.submit(inputs))
 
     def warmup(self, sizes=None, progress: bool = False) -> int:

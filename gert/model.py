@@ -8,7 +8,6 @@ out = await model.run_async({"x": x})
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import os
 import warnings
@@ -295,6 +294,8 @@ class Model:
         return self._futures.submit(self.run, inputs, timeout=timeout)
 
     async def run_async(self, inputs: Mapping[str, np.ndarray]) -> dict:
+        import asyncio  # here, not at import: 3-4 MB in every Triton stub that never awaits
+
         return await asyncio.wrap_future(self.submit(inputs))
 
     def validate(self, inputs: Mapping[str, np.ndarray]) -> None:
