@@ -327,12 +327,16 @@ def test_a_repeated_static_run_replays_its_binding_from_the_c_cache():
             session.execute_async(1, stream, [x], [y])
             stream.synchronize()
             np.testing.assert_array_equal(y.to_numpy(), 2 * (x1 + k))
-        assert wrapped.replayed == 2 and len(wrapped.replay_keys()) == 1
+        # A run's key holds whether it ran alone on the device (ComputeShare): a thread another test left in this
+        # process (a background compile) can make one of the runs a shared one, bound once more. Every run at a key
+        # seen before is a replay.
+        keys = len(wrapped.replay_keys())
+        assert keys in (1, 2) and wrapped.replayed == 3 - keys
         y2 = gert.DeviceTensor.empty((3, 4), np.float32)
         session.execute_async(1, stream, [x], [y2])  # another output buffer: bound anew, then kept too
         stream.synchronize()
         np.testing.assert_array_equal(y2.to_numpy(), 2 * (x1 + 2))
-        assert wrapped.replayed == 2 and len(wrapped.replay_keys()) == 2
+        assert wrapped.replayed == 3 - keys and len(wrapped.replay_keys()) == keys + 1
 
 
 def test_a_repeated_run_graph_of_a_static_graph_replays_its_binding_and_returns_arrays_of_its_own():

@@ -124,6 +124,7 @@ def _same(a, b) -> None:
 )
 def test_core_runs_on_gert_and_edges_on_cpu_with_onnx_runtimes_values(make, feed, cpu_nodes, core_nodes):
     model = make()
+    model.graph.name = f"{make.__name__}_warned"  # warned once per graph: not the name another test loads first
     so = ort.SessionOptions()
     so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
     with _gert(model, sess_options=so) as sess:
