@@ -72,7 +72,6 @@ class TritonPythonModel:
     """Serve an ONNX model on gert. Subclasses may override preprocess() and postprocess()."""
 
     trace = None  # gert_triton.tracing.AdapterTrace while tracing (parameter trace_file, GERT_TRACE)
-    cancel_recheck_s = 0.001  # a request asked less than this long before its batch runs is not asked again
     close_timeout_s = 8.0  # finalize: running requests' bound (Triton's exit timeout covers every stub's unload)
 
     @staticmethod
@@ -138,6 +137,7 @@ class TritonPythonModel:
         )
         self.triton_layout = Layout(self.model.plan, self.max_batch_size > 0, squeezed_inputs(self.config, spec))
         self.stateful = None
+        self.check_cancelled = params.check_cancelled
         try:
             # a merged batch of a size that is not a batch gear runs as gear-sized pieces (gert_triton.gears); never
             # for a model whose batch may not be split (batcher.enabled: each request then runs alone, as it is)
@@ -151,7 +151,12 @@ class TritonPythonModel:
                 from gert_triton.sequences import SequenceServer
 
                 self.stateful = SequenceServer(
-                    self.model, self.config, self.name, self.triton_layout, on_change=self._update_metrics
+                    self.model,
+                    self.config,
+                    self.name,
+                    self.triton_layout,
+                    on_change=self._update_metrics,
+                    check_cancelled=params.check_cancelled,
                 )
             compiled = self.model.warmup(self._config_fixed_sizes()) if params.warmup else 0
         except BaseException:  # the load fails: release the streams, sessions and device memory it took
@@ -239,12 +244,10 @@ class TritonPythonModel:
         responses: list = [None] * len(requests)
         started = time.perf_counter() if self.trace is not None else None
         ready = []  # (index, inputs, requested output names)
-        # a cancelled request is never read nor run, whichever batcher handed it over (gert_triton/cancellation.py)
-        cancel = Cancellation(requests, self.cancel_recheck_s)
+        # a cancelled request is never run, whichever batcher handed it over: each is asked once, right before its
+        # batch runs (gert_triton/cancellation.py)
+        cancel = Cancellation(requests, enabled=self.check_cancelled)
         for i, request in enumerate(requests):
-            if cancel.cancelled(i):
-                responses[i] = cancelled_response(pb_utils)
-                continue
             try:
                 if not self.sequences:
                     _check_no_sequence(request, self.name)
@@ -275,7 +278,7 @@ class TritonPythonModel:
             return_exceptions=True,
         )
         for (i, _, wanted), out in zip(ready, results):
-            if isinstance(out, Cancelled):  # cancelled while the others were read or earlier groups ran
+            if isinstance(out, Cancelled):  # cancelled before its batch ran
                 responses[i] = cancelled_response(pb_utils)
                 continue
             if isinstance(out, BaseException):  # gert_triton.error_codes says which code

@@ -87,7 +87,7 @@ class _Live:
 class SequenceServer:
     """The live sequences of one model instance and how a batch of sequence requests runs."""
 
-    def __init__(self, model, config: dict, name: str, layout: Layout, on_change=None):
+    def __init__(self, model, config: dict, name: str, layout: Layout, on_change=None, check_cancelled: bool = True):
         if "sequence_batching" not in config:
             raise ConfigError(
                 "parameter 'state' needs a sequence_batching block in config.pbtxt (the sequence "
@@ -97,6 +97,7 @@ class SequenceServer:
         self.model = model
         self.name = name
         self.layout = layout
+        self.check_cancelled = check_cancelled
         self.controls = control_names(config)
         self.idle = idle_seconds(config)
         self.step_inputs = model.step_inputs
@@ -141,7 +142,9 @@ class SequenceServer:
         responses: list = [None] * len(requests)
         ready = []  # (index, key, live, inputs, wanted, end)
         now = time.monotonic()
-        cancel = Cancellation(requests)  # a cancelled step never runs (gert_triton/cancellation.py)
+        cancel = Cancellation(
+            requests, enabled=self.check_cancelled
+        )  # a cancelled step never runs (gert_triton/cancellation.py)
         for i, request in enumerate(requests):
             if cancel.cancelled(i):
                 responses[i] = cancelled_response(pb_utils)

@@ -17,6 +17,7 @@ from _helpers import RUNTIME
 from gert_triton import TritonPythonModel
 from gert_triton.cancellation import Cancellation, Cancelled
 from test_triton_unit import (
+    params,
     ONE_STREAM,
     assert_error,
     autocomplete,
@@ -119,19 +120,31 @@ def test_cancelled_request_is_not_run_and_the_others_batch(pb, tmp_path, seq_byt
         check_seq(outputs_of(responses[0]), reqs[0])
         check_seq(outputs_of(responses[2]), reqs[2])
         assert hit_delta(before, gear_hits(m)) == {"S=2,batch=2": 1}, "the cancelled request was not run"
-        assert all(1 <= r.cancel_checks <= 2 for r in pbreqs)
+        assert [r.cancel_checks for r in pbreqs] == [1, 1, 1], "asked once each, right before the batch runs"
     finally:
         m.finalize()
 
 
+class CancelledWhileRead(fake_pb_utils.InferenceRequest):
+    """A request its client cancels while execute() reads the requests: cancelled once its inputs were read."""
+
+    def inputs(self):
+        self._cancelled = True
+        return super().inputs()
+
+
 def test_request_cancelled_after_it_was_read_is_taken_out_before_its_batch_runs(pb, tmp_path, seq_bytes):
-    """Cancelled between execute()'s first ask and the run of its batch (a slow preprocess, an earlier group's
-    run): asked again right before the batch runs, answered CANCELLED, never run; the others run as one batch."""
+    """Cancelled after execute() read it (a slow preprocess, the other requests' reading, an earlier group's run):
+    the one ask comes right before its batch runs, so it is answered CANCELLED and never run; the others run as one
+    batch. Each request is asked once."""
     m = load(pb, tmp_path, seq_bytes, batcher=True)
-    m.cancel_recheck_s = 0.0  # ask again however little time passed
     try:
         reqs = [seq_inputs(1, 2, uid) for uid in range(1, 5)]
-        pbreqs = [request(pb, reqs[0]), late(pb, reqs[1]), request(pb, reqs[2]), late(pb, reqs[3])]
+
+        def while_read(r):
+            return CancelledWhileRead([pb.Tensor(k, v) for k, v in r.items()], SEQ_OUTPUTS)
+
+        pbreqs = [request(pb, reqs[0]), while_read(reqs[1]), request(pb, reqs[2]), while_read(reqs[3])]
         before = gear_hits(m)
         responses = m.execute(pbreqs)
         for k in (1, 3):
@@ -139,8 +152,9 @@ def test_request_cancelled_after_it_was_read_is_taken_out_before_its_batch_runs(
         check_seq(outputs_of(responses[0]), reqs[0])
         check_seq(outputs_of(responses[2]), reqs[2])
         assert hit_delta(before, gear_hits(m)) == {"S=2,batch=2": 1}, "only the two live requests ran"
+        assert [r.cancel_checks for r in pbreqs] == [1, 1, 1, 1], "one IPC round trip per request"
         # every request cancelled after being read: nothing runs
-        pbreqs = [late(pb, r) for r in reqs[:2]]
+        pbreqs = [while_read(r) for r in reqs[:2]]
         before = gear_hits(m)
         responses = m.execute(pbreqs)
         assert all(r.has_error() and r.error().code() == pb.TritonError.CANCELLED for r in responses)
@@ -149,24 +163,21 @@ def test_request_cancelled_after_it_was_read_is_taken_out_before_its_batch_runs(
         m.finalize()
 
 
-def test_cancelled_during_a_slow_preprocess_is_asked_again(pb, tmp_path, seq_bytes):
-    """The default recheck window: a preprocess that takes longer than it makes execute() ask again."""
-    import time
-
-    class Slow(TritonPythonModel):
-        def preprocess(self, inputs):
-            time.sleep(0.01)
-            return inputs
-
-    m = load(pb, tmp_path, seq_bytes, batcher=True, cls=Slow)
+def test_check_cancelled_false_asks_nothing_and_runs_every_request(pb, tmp_path, seq_bytes):
+    """Config parameter check_cancelled "false": no is_cancelled() round trip; a cancelled request runs like any."""
+    mdir = model_dir(tmp_path, seq_bytes)
+    cfg = autocomplete(pb, mdir, TritonPythonModel, parameters=params(streams="1", check_cancelled="false"))
+    m = TritonPythonModel()
+    m.initialize(init_args(mdir, cfg))
     try:
         reqs = [seq_inputs(1, 2, uid) for uid in range(1, 4)]
-        pbreqs = [late(pb, reqs[0]), request(pb, reqs[1]), request(pb, reqs[2])]
+        pbreqs = [request(pb, reqs[0]), request(pb, reqs[1], cancelled=True), request(pb, reqs[2])]
         before = gear_hits(m)
         responses = m.execute(pbreqs)
-        assert_error(pb, responses[0], pb.TritonError.CANCELLED, "cancelled")
-        assert hit_delta(before, gear_hits(m)) == {"S=2,batch=2": 1}
-        check_seq(outputs_of(responses[1]), reqs[1])
+        for r, resp in zip(reqs, responses):
+            check_seq(outputs_of(resp), r)
+        assert hit_delta(before, gear_hits(m)) == {"S=2,batch=4": 1}, "the three ran as one batch"
+        assert [r.cancel_checks for r in pbreqs] == [0, 0, 0]
     finally:
         m.finalize()
 

@@ -79,36 +79,43 @@ def relu_model() -> bytes:
     return m.SerializeToString()
 
 
+GATED = {"relu": {"streams": "1"}, "relu_unchecked": {"streams": "1", "check_cancelled": "false"}}
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("triton-cancel")
-    gate = str(root / "gate")
     (root / "relu.onnx").write_bytes(relu_model())
-    target = init_repo(str(root / "relu.onnx"), str(root / "repo"), name="relu", parameters={"streams": "1"})
-    with open(os.path.join(target, "1", "model.py"), "w") as f:
-        f.write(MODEL_PY.format(gate=gate, hold=HOLD_TIMEOUT))
-    cfg = os.path.join(target, "config.pbtxt")
-    with open(cfg) as f:
-        text = f.read()
-    assert "max_queue_delay_microseconds: 2000" in text, text
-    with open(cfg, "w") as f:
-        f.write(
-            text.replace(
-                "max_queue_delay_microseconds: 2000",
-                "preferred_batch_size: [ 4 ]\n  max_queue_delay_microseconds: 20000000",
+    gates = {}
+    for name, parameters in GATED.items():  # the gated model, and the same with check_cancelled "false"
+        gates[name] = str(root / f"gate_{name}")
+        target = init_repo(str(root / "relu.onnx"), str(root / "repo"), name=name, parameters=parameters)
+        with open(os.path.join(target, "1", "model.py"), "w") as f:
+            f.write(MODEL_PY.format(gate=gates[name], hold=HOLD_TIMEOUT))
+        cfg = os.path.join(target, "config.pbtxt")
+        with open(cfg) as f:
+            text = f.read()
+        assert "max_queue_delay_microseconds: 2000" in text, text
+        with open(cfg, "w") as f:
+            f.write(
+                text.replace(
+                    "max_queue_delay_microseconds: 2000",
+                    "preferred_batch_size: [ 4 ]\n  max_queue_delay_microseconds: 20000000",
+                )
             )
-        )
     init_repo(str(root / "relu.onnx"), str(root / "repo"), name="burst", parameters={"streams": "1"})  # as written
     srv = start_server(
         str(root / "repo"),
         str(root / "server.log"),
-        ["--model-control-mode=explicit", "--load-model=relu", "--load-model=burst", "--exit-timeout-secs=10"],
+        ["--model-control-mode=explicit", "--exit-timeout-secs=10"]
+        + [f"--load-model={name}" for name in [*GATED, "burst"]],
     )
-    srv.gate = gate
+    srv.gates = gates
     try:
         yield srv
     finally:
-        open(gate + ".go", "w").close()  # never leave a held execute behind
+        for gate in gates.values():
+            open(gate + ".go", "w").close()  # never leave a held execute behind
         stop_server(srv)
 
 
@@ -135,40 +142,45 @@ def wait_for(predicate, timeout: float, what: str) -> None:
         time.sleep(0.02)
 
 
-def ran(server) -> list:
+def ran(gate: str) -> list:
     try:
-        with open(server.gate + ".ran") as f:
+        with open(gate + ".ran") as f:
             return [int(v) for v in f.read().split()]
     except FileNotFoundError:
         return []
 
 
-def test_requests_cancelled_inside_an_execute_are_not_run(server):
+@pytest.mark.parametrize("model", list(GATED))
+def test_requests_cancelled_inside_an_execute_are_not_run(server, model):
+    """relu: the two cancelled requests are not run. relu_unchecked (check_cancelled "false"): nothing is asked,
+    all four run (their clients still see CANCELLED: gRPC ends a cancelled call on the client's side)."""
+    gate = server.gates[model]
     for suffix in (".go", ".in_execute", ".ran"):
-        if os.path.exists(server.gate + suffix):
-            os.remove(server.gate + suffix)
-    open(server.gate + ".hold", "w").close()
+        if os.path.exists(gate + suffix):
+            os.remove(gate + suffix)
+    open(gate + ".hold", "w").close()
     client = grpcclient.InferenceServerClient(server.url("grpc"))
     results: dict = {}
     try:
-        calls = [send(client, x_of(k + 1), results, k) for k in range(4)]  # one batch of four (preferred size)
-        wait_for(lambda: os.path.exists(server.gate + ".in_execute"), CALL_TIMEOUT, "the batch reaching execute")
+        calls = [send(client, x_of(k + 1), results, k, model) for k in range(4)]  # one batch of four (preferred size)
+        wait_for(lambda: os.path.exists(gate + ".in_execute"), CALL_TIMEOUT, "the batch reaching execute")
         calls[1].cancel()
         calls[3].cancel()
         time.sleep(1.0)  # the server takes the cancellation in (its gRPC thread marks the requests)
-        open(server.gate + ".go", "w").close()
+        open(gate + ".go", "w").close()
         wait_for(lambda: len(results) == 4, CALL_TIMEOUT, "four answers")
     finally:
-        os.remove(server.gate + ".hold")
+        os.remove(gate + ".hold")
         client.close()
     for k in (0, 2):
         assert isinstance(results[k], np.ndarray), f"request {k}: {results[k]}"
         np.testing.assert_array_equal(results[k], x_of(k + 1), err_msg=f"request {k} got another request's rows")
     for k in (1, 3):
         assert not isinstance(results[k], np.ndarray) and "CANCELLED" in str(results[k]), results[k]
-    wait_for(lambda: len(ran(server)) >= 2, CALL_TIMEOUT, "the record of the requests that ran")
+    expected = [1, 3] if GATED[model].get("check_cancelled", "true") == "true" else [1, 2, 3, 4]
+    wait_for(lambda: len(ran(gate)) >= len(expected), CALL_TIMEOUT, "the record of the requests that ran")
     time.sleep(0.5)
-    assert sorted(ran(server)) == [1, 3], f"requests that ran (by value): {ran(server)}; 2 and 4 were cancelled"
+    assert sorted(ran(gate)) == expected, f"requests that ran (by value): {ran(gate)}, expected {expected}"
 
 
 def memory_of(pid: int) -> dict:
