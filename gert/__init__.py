@@ -40,6 +40,7 @@ from gert.hostnpu import clear_faults, host_counters, host_spin_micros, inject_f
 from gert.core.tensor import DeviceTensor, GraphSummary
 from gert.core.shapes import TensorInfo
 from gert.model import Model, load
+from gert.core.load_config import LoadConfig
 from gert.tracing import Trace, trace
 from gert.sequence import Sequence
 from gert import dtypes
@@ -97,6 +98,7 @@ __all__ = [
     "dtypes",
     "Model",
     "load",
+    "LoadConfig",
     "Sequence",
     "TensorInfo",
     "Trace",

@@ -22,7 +22,6 @@ from gert.core.validate import InputError
 from gert.errors import GertError
 
 CPU_PROVIDER = "CPUExecutionProvider"
-FALLBACKS = (None, "cpu")
 _ORT_TYPES = {
     "tensor(float)": np.float32,
     "tensor(double)": np.float64,
@@ -38,13 +37,6 @@ _ORT_TYPES = {
     "tensor(bool)": np.bool_,
     "tensor(string)": np.object_,
 }
-
-
-def check_fallback(fallback: str | None) -> str | None:
-    """``fallback`` as given when gert knows it; a GertError naming the choices otherwise."""
-    if fallback not in FALLBACKS:
-        raise GertError(f"fallback: expected None or 'cpu', got {fallback!r}")
-    return fallback
 
 
 def _info(arg) -> TensorInfo:

@@ -11,13 +11,12 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import warnings
-from typing import TYPE_CHECKING, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from gert import _cann
 from gert.core import external_data, onnx_io
-from gert.core.dynamic import BatchingConfig
 from gert.core.engine import Engine, EngineConfig, write_out
 from gert._cann import Graph, ge_initialize
 from gert.core.compile_cache import CACHE_DIR_OPTION, CompileCache
@@ -25,13 +24,13 @@ from gert.core.futures import FutureRunner
 from gert.core.pool import PoolConfig, StreamPool
 from gert.core.resolve import key_label
 from gert.core.row_check import check_rows
-from gert.cpu_model import CpuModel, check_fallback
+from gert.core.load_config import LoadConfig
+from gert.cpu_model import CpuModel
 from gert.errors import GertError, refused_by_ge_parser
 from gert.preview import cann_ops as preview_ops, precision as preview_precision
 from gert import sequence as _sequence
 from gert.sequence import Sequences
 from gert.core.shapes import ShapePlan, plan_shapes, warmup_keys
-from gert.core.tiers import COMPILE_SHARE, HOT_AFTER, HOT_WINDOW, check_settings
 
 if TYPE_CHECKING:
     from gert.tools.display import Stats
@@ -39,12 +38,36 @@ if TYPE_CHECKING:
 ModelSource = Union[str, bytes, os.PathLike]
 
 
+def load_config(config: Optional[LoadConfig], options: Mapping[str, Any]) -> LoadConfig:
+    """The LoadConfig of gert.load(model, config=..., **options): the keywords over ``config`` (or the defaults)."""
+    if config is None:
+        return LoadConfig.from_kwargs(**options)
+    if not isinstance(config, LoadConfig):
+        raise GertError(f"config must be a gert.LoadConfig, got {type(config).__name__}")
+    return config.replace(**options) if options else config
+
+
+def _pool_config(cfg: LoadConfig, devices: tuple) -> PoolConfig:
+    """The stream pool's part of the load config (gert/core/pool.py)."""
+    return PoolConfig(
+        devices,
+        cfg.streams,
+        cfg.cube_cores,
+        cfg.vector_cores,
+        cfg.max_exact_graphs,
+        cfg.request_timeout_s,
+        cfg.hot_after,
+        cfg.hot_window,
+        cfg.compile_share,
+        cfg.host_memory,
+    )
+
+
 def _split_options(options: Optional[Mapping[str, str]]) -> tuple:
-    """GE options by level: "global.K" -> GEInitialize, "graph.K" -> AddGraph, anything else -> Session."""
+    """GE options (checked by LoadConfig) by level: "global.K" -> GEInitialize, "graph.K" -> AddGraph, anything
+    else -> Session."""
     glob, sess, graph = {}, {}, {}
     for k, v in (options or {}).items():
-        if not isinstance(k, str):
-            raise GertError(f"options: key {k!r} is not a str")
         if k.startswith("global."):
             glob[k[len("global.") :]] = str(v)
         elif k.startswith("graph."):
@@ -60,27 +83,20 @@ def _check_cores(device: int, value: Optional[int], attr: int, what: str) -> Non
     if value is None:
         return
     have = _cann.get_device_info(device, attr)
-    if not 1 <= int(value) <= have:
+    if value > have:
         raise GertError(f"{what}={value} is out of range: device {device} has {have} {what.split('_')[0]} cores")
 
 
-def _check_devices(
-    devices: Sequence[int], streams: int, cube_cores: Optional[int], vector_cores: Optional[int]
-) -> tuple:
-    """The devices as a tuple of ints, once they, the stream count and the core locks are known to be possible."""
-    if int(streams) < 1:
-        raise GertError(f"streams must be >= 1, got {streams}")
-    devices = tuple(int(d) for d in devices)
-    if not devices:
-        raise GertError("devices must name at least one device")
+def _check_devices(devices: tuple, cube_cores: Optional[int], vector_cores: Optional[int]) -> None:
+    """GertError unless the devices exist on this backend and have the cores asked for (LoadConfig checked the
+    values themselves: what needs the device is checked here)."""
     n = _cann.device_count()
     for d in devices:
-        if not 0 <= d < n:
+        if d >= n:
             raise GertError(f"device {d} does not exist; this backend has {n} device(s)")
     for d in devices:
         _check_cores(d, cube_cores, _cann.DEV_ATTR_CUBE_CORE_NUM, "cube_cores")
         _check_cores(d, vector_cores, _cann.DEV_ATTR_VECTOR_CORE_NUM, "vector_cores")
-    return devices
 
 
 def _read_model(model: ModelSource) -> tuple:
@@ -128,90 +144,51 @@ def _display():
 class Model:
     """A loaded model. Any number of Python threads may call run() / submit() at once."""
 
-    def __init__(
-        self,
-        model: ModelSource,
-        *,
-        devices: Sequence[int] = (0,),
-        streams: int = 1,
-        cube_cores: Optional[int] = None,
-        vector_cores: Optional[int] = None,
-        gears: Optional[Mapping[str, Sequence[int]]] = None,
-        shape_policy: Optional[Mapping[str, str]] = None,
-        pad_value: Union[float, Mapping[str, float]] = 0,
-        max_batch: Optional[int] = None,
-        options: Optional[Mapping[str, str]] = None,
-        output_dims: Optional[Mapping[str, Mapping[int, str]]] = None,
-        max_exact_graphs: int = 16,
-        split_batch: bool = False,
-        request_timeout_s: Optional[float] = None,
-        hot_after: int = HOT_AFTER,
-        hot_window: int = HOT_WINDOW,
-        compile_share: float = COMPILE_SHARE,
-        state: Optional[Mapping[str, str]] = None,
-        batch_dim: Union[str, Sequence[str], None] = None,
-        sequence_wait_s: float = 0.0,
-        cache_dir: Optional[Union[str, os.PathLike]] = None,
-        cache_mode: Union[int, str, None] = None,
-        trust_foreign_entries: bool = False,
-        cann_ops: Optional[str] = None,
-        precision_mode: Optional[str] = None,
-        keep_fp32: Sequence[str] = (),
-        dynamic_batching: Union[bool, Mapping] = True,
-        host_memory: Union[int, str, None] = None,
-        rows_independent: Union[bool, Sequence[str], None] = None,
-    ):
+    def __init__(self, model: ModelSource, *, config: Optional[LoadConfig] = None, **options: Any):
+        """Load ``model`` (a path or the ONNX bytes) with ``config`` and / or the options as keyword arguments: each
+        a field of gert.LoadConfig (gert/core/load_config.py: devices, streams, cube_cores, vector_cores, gears,
+        shape_policy, pad_value, max_batch, options, output_dims, max_exact_graphs, split_batch, request_timeout_s,
+        hot_after, hot_window, compile_share, state, batch_dim, sequence_wait_s, cache_dir, cache_mode,
+        trust_foreign_entries, cann_ops, precision_mode, keep_fp32, dynamic_batching, host_memory,
+        rows_independent; fallback is gert.load's), which checks them; keywords override ``config``'s fields."""
+        cfg = load_config(config, options)
+        self.load_config = cfg  # the options this model was loaded with
         data, model_dir = _read_model(model)  # model_dir: where external data resolves (None for bytes)
-        check_settings(hot_after, hot_window, max_exact_graphs, compile_share, host_memory)
-        batching = BatchingConfig.parse(dynamic_batching)  # concurrent callers batched (gert/core/dynamic.py)
-        devices = _check_devices(devices, streams, cube_cores, vector_cores)
-        self.cann_report, self._graph = _parse(data, cann_ops, model if model_dir else None)  # GE's refusals first
+        devices = cfg.devices
+        _check_devices(devices, cfg.cube_cores, cfg.vector_cores)
+        self.cann_report, self._graph = _parse(data, cfg.cann_ops, model if model_dir else None)  # GE's refusals first
         described = onnx_io.read(data, model_dir)  # the one ONNX I/O reader (gert/core/onnx_io.py)
         self.value_dependent = described.value_dependent
         self.plan: ShapePlan = plan_shapes(
             described.io,
-            gears,
-            shape_policy,
-            pad_value,
-            max_batch,
-            output_dims,
-            batch_dim,
-            state,
+            cfg.gears,
+            cfg.shape_policy,
+            cfg.pad_value,
+            cfg.max_batch,
+            cfg.output_dims,
+            cfg.batch_dim,
+            cfg.state,
             model=described.proto,
             value_dependent=described.value_dependent,
-            rows_independent=rows_independent,
+            rows_independent=cfg.rows_independent,
         )
         # stateful models: state input -> output pairs, and the device-resident sequences (gert/sequence.py)
-        self._sequences = Sequences(self, state, sequence_wait_s, devices) if state else None
-        glob, sess, graph_opts = _split_options(options)
+        self._sequences = Sequences(self, cfg.state, cfg.sequence_wait_s, devices) if cfg.state else None
+        glob, sess, graph_opts = _split_options(cfg.options)
         # GE's precision mode (emulated by the host NPU's provider: gert/preview/precision.py)
-        self.precision, graph_opts = preview_precision.model_settings(precision_mode, keep_fp32, sess, graph_opts)
+        self.precision, graph_opts = preview_precision.model_settings(
+            cfg.precision_mode, cfg.keep_fp32, sess, graph_opts
+        )
         ge_initialize(glob)
         # GE's compile cache (gert/core/compile_cache.py): cache_dir, else GERT_CACHE_DIR; cache_mode, else GERT_CACHE_MODE
-        self.compile_cache = _open_cache(cache_dir, data, glob, cache_mode, trust_foreign_entries, described.external)
+        self.compile_cache = _open_cache(
+            cfg.cache_dir, data, glob, cfg.cache_mode, cfg.trust_foreign_entries, described.external
+        )
         if self.compile_cache is not None:
             sess = {**sess, CACHE_DIR_OPTION: self.compile_cache.directory}
         # the streams (gert/core/pool.py) and the request pipeline over them (gert/core/engine.py)
-        self.pool = StreamPool(
-            self.plan,
-            self._graph,
-            PoolConfig(
-                devices,
-                int(streams),
-                cube_cores,
-                vector_cores,
-                max_exact_graphs,
-                request_timeout_s,
-                hot_after,
-                hot_window,
-                compile_share,
-                host_memory,
-            ),
-            sess,
-            graph_opts,
-            self.compile_cache,
-        )
-        self.engine = Engine(self.plan, self.pool, EngineConfig(split_batch, batching))
+        self.pool = StreamPool(self.plan, self._graph, _pool_config(cfg, devices), sess, graph_opts, self.compile_cache)
+        self.engine = Engine(self.plan, self.pool, EngineConfig(cfg.split_batch, cfg.batching))
         self._hot = self.engine.hot  # the compiled hot path (gert/core/_hotpath.pyx), tried first by run()
         self._direct = self.engine.direct  # (not with split_batch: a batch is spread over idle streams first)
         # submit()'s threads: with dynamic batching, enough for a full batch to queue behind every stream
@@ -429,15 +406,16 @@ def _compile_all(workers: list, keys: list, progress: bool, closed) -> int:
     return compiled
 
 
-def load(model: ModelSource, *, fallback: Optional[str] = None, **kwargs) -> Model:
-    """Load an ONNX model (path or bytes) onto the device(s); see gert.Model for the keyword arguments.
-    ``fallback="cpu"``: a model GE's parser refuses runs on ONNX Runtime's CPU provider instead, warned
-    (gert/cpu_model.py); never without being asked."""
-    if check_fallback(fallback) is None:
-        return Model(model, **kwargs)
+def load(model: ModelSource, *, config: Optional[LoadConfig] = None, **options: Any) -> Model:
+    """Load an ONNX model (path or bytes) onto the device(s); the options are gert.LoadConfig's fields (see
+    gert.Model), as keywords or as ``config``. ``fallback="cpu"``: a model GE's parser refuses runs on ONNX
+    Runtime's CPU provider instead, warned (gert/cpu_model.py); never without being asked."""
+    cfg = load_config(config, options)
+    if cfg.fallback is None:
+        return Model(model, config=cfg)
     try:
-        return Model(model, **kwargs)
+        return Model(model, config=cfg)
     except GertError as e:
         if not refused_by_ge_parser(e):
             raise
-        return CpuModel(model, e, kwargs.get("streams", 1))  # type: ignore[return-value]
+        return CpuModel(model, e, cfg.streams)  # type: ignore[return-value]

@@ -410,8 +410,6 @@ class Sequences:
         # the step inputs are checked by the model's one validator (gert/core/validate.py), batched by its batcher
         self._validator = Validator(self.plan, self.step_inputs, takes="a step takes")
         self._batcher = Batcher(self.plan)
-        if float(wait_s) < 0:
-            raise GertError(f"sequence_wait_s must be >= 0, got {wait_s}")
         self.wait_s = float(wait_s)
         # batched steps need every state to carry the batch axis; else sequences step one by one
         self.batchable = self._batcher.enabled and all(p.axis is not None for p in self.pairs)

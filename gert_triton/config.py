@@ -1,4 +1,4 @@
-"""config.pbtxt ``parameters`` -> gert.load() arguments, validated key by key.
+"""config.pbtxt ``parameters`` -> gert.load() arguments: each text read here, each value checked by gert.LoadConfig.
 
 Keys (all string values, as Triton passes them):
   onnx_file      the ONNX file, relative to the version dir, then to the model dir; may not name a path outside the
@@ -68,10 +68,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from gert.core.cache_trust import parse_mode
-from gert.core.host_memory import parse as parse_host_memory
+from gert.core.load_config import LoadConfig, OptionError
 from gert.errors import GertError
-from gert.core.shapes import POLICIES
 
 TRITON_KEYS = {"EXECUTION_ENV_PATH", "FORCE_CPU_ONLY_INPUT_TENSORS"}
 KNOWN_KEYS = {
@@ -147,39 +145,105 @@ class GertParams:
 
     def load_kwargs(self) -> dict:
         """The gert.load() keyword arguments the config sets that have no default of gert_triton's own."""
-        out = {
-            k: getattr(self, k)
-            for k in (
-                "hot_after",
-                "hot_window",
-                "max_exact_graphs",
-                "compile_share",
-                "host_memory",
-                "batch_dim",
-                "cann_ops",
-                "precision_mode",
-            )
-            if getattr(self, k) is not None
-        }
-        if self.state:
-            out["state"] = dict(self.state)
-        if self.cache_mode is not None:
-            out["cache_mode"] = self.cache_mode
-        if self.trust_foreign_entries:
-            out["trust_foreign_entries"] = True
-        if self.keep_fp32:
-            out["keep_fp32"] = list(self.keep_fp32)
+        out = {k: v for k, v in self.given().items() if k in _PASSED_AS_SET}
+        if "keep_fp32" in out:
+            out["keep_fp32"] = list(out["keep_fp32"])
         return out
+
+    def given(self) -> dict:
+        """The LoadConfig fields (gert.load's options) the config sets, by field name: those of LOAD_KEYS whose value
+        is not GertParams' default, and the ge.* options."""
+        unset = GertParams()
+        out = {}
+        for key, field_name in LOAD_KEYS.items():
+            value = getattr(self, key)
+            if value is None or value == getattr(unset, key):
+                continue
+            if key == "request_timeout_ms":
+                value = value / 1000
+            out[field_name] = dict(value) if isinstance(value, dict) else value
+        if self.options:
+            out["options"] = dict(self.options)
+        return out
+
+    def load_config(self, **decided) -> LoadConfig:
+        """The gert.LoadConfig of this config: the fields it sets, with ``decided`` (what gert_triton chooses itself:
+        devices, the stream layout, split_batch, max_batch, cache_dir) over them."""
+        return LoadConfig.from_kwargs(**{**self.given(), **decided})
+
+
+# config.pbtxt key -> the LoadConfig field (gert.load option) it sets; the other KNOWN_KEYS are gert_triton's own
+LOAD_KEYS = {
+    "streams": "streams",
+    "cube_cores": "cube_cores",
+    "vector_cores": "vector_cores",
+    "gears": "gears",
+    "shape_policy": "shape_policy",
+    "max_batch": "max_batch",
+    "device_ids": "devices",
+    "split_batch": "split_batch",
+    "request_timeout_ms": "request_timeout_s",
+    "hot_after": "hot_after",
+    "hot_window": "hot_window",
+    "max_exact_graphs": "max_exact_graphs",
+    "compile_share": "compile_share",
+    "host_memory": "host_memory",
+    "state": "state",
+    "batch_dim": "batch_dim",
+    "cache_mode": "cache_mode",
+    "cann_ops": "cann_ops",
+    "precision_mode": "precision_mode",
+    "keep_fp32": "keep_fp32",
+    "pad_value": "pad_value",
+    "trust_foreign_entries": "trust_foreign_entries",
+}
+# load_kwargs(): the fields gert_triton/model.py passes to gert.load as the config sets them (it decides the others)
+_PASSED_AS_SET = (
+    "hot_after",
+    "hot_window",
+    "max_exact_graphs",
+    "compile_share",
+    "host_memory",
+    "batch_dim",
+    "cann_ops",
+    "precision_mode",
+    "state",
+    "cache_mode",
+    "trust_foreign_entries",
+    "keep_fp32",
+)
+# fields whose parameter text LoadConfig reads itself ("2GB", "0770", "Strict", a precision mode's name)
+_NORMALISED = ("host_memory", "cache_mode", "cann_ops", "precision_mode")
+
+
+def _integer(key: str, value: str) -> int:
+    """The text of an integer parameter (LoadConfig checks its range)."""
+    try:
+        return int(value.strip())
+    except ValueError:
+        raise ConfigError(f"parameter '{key}': expected an integer, got {value!r}") from None
 
 
 def _int(key: str, value: str, minimum: int = 1, maximum: int = 2**31 - 1) -> int:
-    try:
-        v = int(value.strip())
-    except ValueError:
-        raise ConfigError(f"parameter '{key}': expected an integer, got {value!r}") from None
+    """An integer parameter of gert_triton's own (not a gert.load option), in [minimum, maximum]."""
+    v = _integer(key, value)
     if not minimum <= v <= maximum:
         raise ConfigError(f"parameter '{key}': must be in [{minimum}, {maximum}], got {v}")
     return v
+
+
+def _number(key: str, value: str, what: str = "a number") -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise ConfigError(f"parameter '{key}': expected {what}, got {value!r}") from None
+
+
+def _flag(key: str, value: str) -> bool:
+    v = value.strip().lower()
+    if v not in ("true", "false", "1", "0", "yes", "no"):
+        raise ConfigError(f"parameter '{key}': expected true or false, got {value!r}")
+    return v in ("true", "1", "yes")
 
 
 def _dim_map(key: str, value: str, parse_values) -> dict:
@@ -195,8 +259,96 @@ def _dim_map(key: str, value: str, parse_values) -> dict:
     return out
 
 
+def _sizes(text: str, dim: str) -> list:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"parameter 'gears': sizes for '{dim}' must be integers, got {text!r}") from None
+
+
+def _device_ids(key: str, value: str) -> tuple:
+    try:
+        return tuple(int(x) for x in value.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError(f"parameter '{key}': expected '0,1,...', got {value!r}") from None
+
+
+def _keep_fp32(key: str, value: str) -> tuple:
+    names = tuple(v.strip() for v in value.split(",") if v.strip())
+    if not names:
+        raise ConfigError("parameter 'keep_fp32': empty (give node names or op types, comma-separated)")
+    return names
+
+
+# the text of each load parameter -> its value (its syntax only: what the value may be is LoadConfig's check)
+_PARSE: dict = {
+    **dict.fromkeys(
+        ("streams", "cube_cores", "vector_cores", "max_batch", "request_timeout_ms", "hot_after", "hot_window"),
+        _integer,
+    ),
+    "max_exact_graphs": _integer,
+    "compile_share": lambda k, v: _number(k, v, "a number in (0, 1]"),
+    "host_memory": lambda k, v: v,
+    "cache_mode": lambda k, v: v,
+    "cann_ops": lambda k, v: v,
+    "precision_mode": lambda k, v: v,
+    "gears": lambda k, v: _dim_map(k, v, _sizes),
+    "shape_policy": lambda k, v: _dim_map(k, v, lambda text, dim: text),
+    "split_batch": _flag,
+    "keep_fp32": _keep_fp32,
+    "state": lambda k, v: parse_state(v),
+    "batch_dim": lambda k, v: parse_batch_dim(v),
+    "device_ids": _device_ids,
+    "pad_value": _number,
+    "trust_foreign_entries": _flag,
+}
+
+
+def _own_parameter(p: GertParams, key: str, value: str) -> None:
+    """A parameter of gert_triton's own (not a gert.load option) into ``p``."""
+    if key == "cache_dir":  # resolved against the model dir (cache_path), then given to gert.load
+        if not value.strip():
+            raise ConfigError("parameter 'cache_dir': empty (leave it out for no cache)")
+        p.cache_dir = value.strip()
+    elif key == "trace_file":
+        if not value.strip() or value.strip().endswith(("/", os.sep)):
+            raise ConfigError(
+                f"parameter 'trace_file': expected a file path (relative to the model's directory), got {value!r}"
+            )
+        p.trace_file = value.strip()
+    elif key == "onnx_file":
+        if not value.strip():
+            raise ConfigError("parameter 'onnx_file': empty")
+        p.onnx_file = value.strip()
+    elif key == "metrics_interval_ms":
+        p.metrics_interval_ms = _int(key, value, minimum=0)
+    else:  # warmup, check_cancelled
+        setattr(p, key, _flag(key, value))
+
+
+def _checked(p: GertParams) -> None:
+    """Check the load options ``p`` sets as gert.load does (one LoadConfig), naming the parameter of a bad one; the
+    values LoadConfig reads from their text (_NORMALISED) are kept as it reads them."""
+    try:
+        config = p.load_config()
+    except OptionError as e:
+        key = next((k for k, f in LOAD_KEYS.items() if f == e.option), e.option)
+        text = str(e)
+        if key == e.option and text.startswith(f"{key}: "):  # "cann_ops: expected ..."
+            text = text[len(key) + 2 :]
+        elif key == e.option and text.startswith(f"{key} must "):  # "hot_after must be >= 1, got 0"
+            text = text[len(key) + 1 :]
+        raise ConfigError(f"parameter '{key}': {text}") from None
+    for key in _NORMALISED:
+        if getattr(p, key) is not None:
+            setattr(p, key, getattr(config, LOAD_KEYS[key]))
+    if p.streams is not None and p.streams > MAX_STREAMS:
+        raise ConfigError(f"parameter 'streams': must be in [1, {MAX_STREAMS}], got {p.streams}")
+
+
 def parse_parameters(raw: dict) -> GertParams:
-    """Parse the ``parameters`` of a model config (``{key: {"string_value": str}}`` or ``{key: str}``)."""
+    """Parse the ``parameters`` of a model config (``{key: {"string_value": str}}`` or ``{key: str}``): each text
+    read into its field here, every load option checked once by gert.LoadConfig (``_checked``)."""
     p = GertParams()
     for key, entry in (raw or {}).items():
         value = entry.get("string_value", "") if isinstance(entry, dict) else entry
@@ -213,113 +365,11 @@ def parse_parameters(raw: dict) -> GertParams:
                 f"unknown parameter '{key}'; gert_triton takes {sorted(KNOWN_KEYS)} and ge.*, "
                 "session.ge.*, graph.ge.* keys"
             )
-        elif key == "cache_dir":
-            if not value.strip():
-                raise ConfigError("parameter 'cache_dir': empty (leave it out for no cache)")
-            p.cache_dir = value.strip()
-        elif key == "cache_mode":
-            try:
-                p.cache_mode = parse_mode(value, f"parameter '{key}'")
-            except GertError as e:
-                raise ConfigError(str(e)) from None
-        elif key == "trace_file":
-            if not value.strip() or value.strip().endswith(("/", os.sep)):
-                raise ConfigError(
-                    f"parameter 'trace_file': expected a file path (relative to the model's directory), got {value!r}"
-                )
-            p.trace_file = value.strip()
-        elif key == "onnx_file":
-            if not value.strip():
-                raise ConfigError("parameter 'onnx_file': empty")
-            p.onnx_file = value.strip()
-        elif key == "streams":
-            p.streams = _int(key, value, maximum=MAX_STREAMS)
-        elif key in (
-            "cube_cores",
-            "vector_cores",
-            "max_batch",
-            "request_timeout_ms",
-            "hot_after",
-            "hot_window",
-            "max_exact_graphs",
-        ):
-            setattr(p, key, _int(key, value))
-        elif key == "metrics_interval_ms":
-            p.metrics_interval_ms = _int(key, value, minimum=0)
-        elif key == "pad_value":
-            try:
-                p.pad_value = float(value)
-            except ValueError:
-                raise ConfigError(f"parameter 'pad_value': expected a number, got {value!r}") from None
-        elif key == "host_memory":
-            try:
-                p.host_memory = parse_host_memory(value)
-            except GertError:
-                raise ConfigError(
-                    f"parameter 'host_memory': expected bytes (a number, or with a unit: '2GB', '512MB'), got {value!r}"
-                ) from None
-        elif key == "compile_share":
-            try:
-                share = float(value)
-            except ValueError:
-                raise ConfigError(f"parameter 'compile_share': expected a number in (0, 1], got {value!r}") from None
-            if not 0 < share <= 1:
-                raise ConfigError(f"parameter 'compile_share': must be in (0, 1], got {share}")
-            p.compile_share = share
-        elif key == "gears":
-
-            def sizes(text, dim):
-                try:
-                    vals = [int(x) for x in text.split(",") if x.strip()]
-                except ValueError:
-                    raise ConfigError(f"parameter 'gears': sizes for '{dim}' must be integers, got {text!r}") from None
-                if not vals or min(vals) <= 0:
-                    raise ConfigError(f"parameter 'gears': sizes for '{dim}' must be positive, got {text!r}")
-                return vals
-
-            p.gears = _dim_map(key, value, sizes)
-        elif key == "shape_policy":
-
-            def policy(text, dim):
-                if text not in POLICIES:
-                    raise ConfigError(
-                        f"parameter 'shape_policy': policy for '{dim}' is {text!r}; use one of {', '.join(POLICIES)}"
-                    )
-                return text
-
-            p.shape_policy = _dim_map(key, value, policy)
-        elif key in ("split_batch", "warmup", "trust_foreign_entries", "check_cancelled"):
-            v = value.strip().lower()
-            if v not in ("true", "false", "1", "0", "yes", "no"):
-                raise ConfigError(f"parameter '{key}': expected true or false, got {value!r}")
-            setattr(p, key, v in ("true", "1", "yes"))
-        elif key == "cann_ops":
-            if value.strip().lower() not in ("warn", "strict", "off"):
-                raise ConfigError(f"parameter 'cann_ops': expected warn, strict or off, got {value!r}")
-            p.cann_ops = value.strip().lower()
-        elif key == "precision_mode":
-            from gert.preview.precision import normalise
-
-            try:
-                p.precision_mode = normalise(value, what="parameter 'precision_mode'").given
-            except GertError as e:
-                raise ConfigError(str(e)) from None
-        elif key == "keep_fp32":
-            p.keep_fp32 = tuple(v.strip() for v in value.split(",") if v.strip())
-            if not p.keep_fp32:
-                raise ConfigError("parameter 'keep_fp32': empty (give node names or op types, comma-separated)")
-        elif key == "state":
-            p.state = parse_state(value)
-        elif key == "batch_dim":
-            p.batch_dim = parse_batch_dim(value)
-        elif key == "device_ids":
-            try:
-                ids = tuple(int(x) for x in value.split(",") if x.strip())
-            except ValueError:
-                raise ConfigError(f"parameter 'device_ids': expected '0,1,...', got {value!r}") from None
-            if not ids or min(ids) < 0:
-                raise ConfigError(f"parameter 'device_ids': expected '0,1,...', got {value!r}")
-            p.device_ids = ids
+        elif key in _PARSE:
+            setattr(p, key, _PARSE[key](key, value))
+        else:
+            _own_parameter(p, key, value)
+    _checked(p)
     return p
 
 

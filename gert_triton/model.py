@@ -116,7 +116,7 @@ class TritonPythonModel:
         self.layout = stream_layout(params, batching, lambda: _device_cores(devices))
         cache = cache_path(params, args["model_repository"])  # else gert.load takes GERT_CACHE_DIR, if set
         trace_file = trace_file_path(params, args["model_repository"])  # checked before the load compiles
-        cache_kwargs = {"cache_dir": cache} if cache else {}
+        cache_kwargs: dict = {"cache_dir": cache} if cache else {}
         self.model = gert.load(
             path,
             devices=devices,

@@ -408,7 +408,7 @@ def test_triton_parameters_cann_ops():
     p = parse_parameters({"cann_ops": {"string_value": "Strict"}})
     assert p.load_kwargs()["cann_ops"] == "strict"
     assert "cann_ops" not in parse_parameters({}).load_kwargs()
-    with pytest.raises(ConfigError, match="parameter 'cann_ops': expected warn, strict or off, got 'loud'"):
+    with pytest.raises(ConfigError, match="parameter 'cann_ops': expected one of warn, strict, off, got 'loud'"):
         parse_parameters({"cann_ops": {"string_value": "loud"}})
 
 

@@ -37,10 +37,13 @@ class BatchingConfig:
     latency_slo_ms: Optional[float] = None
 
     @staticmethod
-    def parse(value: Union[bool, Mapping, None]) -> Optional["BatchingConfig"]:
-        """True (no added delay) / False (off) / a dict of the settings; None when off."""
+    def parse(value: Union[bool, Mapping, "BatchingConfig", None]) -> Optional["BatchingConfig"]:
+        """True (no added delay) / False (off) / a dict of the settings (or a BatchingConfig: as it is); None when
+        off."""
         if value is None or value is False:
             return None
+        if isinstance(value, BatchingConfig):
+            return value
         if value is True:
             return BatchingConfig()
         if not isinstance(value, Mapping):

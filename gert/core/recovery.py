@@ -67,8 +67,6 @@ class Recovery:
     """Per Model: which devices are being recovered, and what to do when a worker's request fails."""
 
     def __init__(self, workers: Callable[[], list], request_timeout_s: Optional[float] = None):
-        if request_timeout_s is not None and not float(request_timeout_s) > 0:
-            raise GertError(f"request_timeout_s must be > 0 seconds, got {request_timeout_s}")
         self.request_timeout_s = None if request_timeout_s is None else float(request_timeout_s)
         self._workers = workers
         self._lock = threading.Lock()

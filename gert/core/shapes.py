@@ -230,19 +230,12 @@ def plan_shapes(
     policy = {plan.dim_name(k, "shape_policy"): v for k, v in (shape_policy or {}).items()}
     user_gears = {plan.dim_name(k, "gears"): v for k, v in (gears or {}).items()}
     for name, dim in plan.dims.items():
+        # (the policy names and the gears' sizes were checked by gert.core.load_config.LoadConfig)
         p = policy.get(name, "pad" if name == "batch" else "exact" if name in user_gears else "auto")
-        if p not in POLICIES:
-            raise GertError(f"shape_policy for '{name}' is '{p}'; choose one of {list(POLICIES)}")
         dim.policy = p
         g = user_gears.get(name)
         if g is not None:
-            try:
-                g = tuple(sorted({int(x) for x in g}))
-            except (TypeError, ValueError) as e:
-                raise GertError(f"gears for '{name}' must be positive integers, got {list(g)!r}") from e
-            if not g or g[0] <= 0:
-                raise GertError(f"gears for '{name}' must be positive integers, got {list(g)!r}")
-            dim.gears = g
+            dim.gears = tuple(sorted({int(x) for x in g}))
         elif name == "batch" and p == "pad":
             top = max_batch or DEFAULT_BATCH_GEARS[-1]
             dim.gears = tuple(x for x in DEFAULT_BATCH_GEARS if x < top) + (top,)

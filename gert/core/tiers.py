@@ -31,7 +31,7 @@ from gert.core import host_memory as _host_memory
 from gert.core.resolve import key_label
 from gert.core.frequency import FrequencyWindow, SegmentedLRU  # noqa: F401 - SegmentedLRU: its old place
 from gert.core import trace as _trace
-from gert.errors import GertError, SessionReplaced
+from gert.errors import SessionReplaced
 
 if TYPE_CHECKING:  # pragma: no cover
     from gert.core.executor import GraphEntry, Request, Worker
@@ -62,22 +62,6 @@ COMPILE_SHARE = 0.25
 ADMIT_HORIZON = 4
 
 
-def check_settings(
-    hot_after: int, hot_window: int, max_exact_graphs: int, compile_share: float = COMPILE_SHARE, host_memory=None
-) -> None:
-    """GertError naming the setting, unless hot_after >= 1, hot_window >= hot_after, max_exact_graphs >= 1,
-    0 < compile_share <= 1 and host_memory is a number of bytes (gert/core/host_memory.py)."""
-    _host_memory.parse(host_memory)
-    if not 0 < float(compile_share) <= 1:
-        raise GertError(f"compile_share must be in (0, 1], got {compile_share}")
-    if int(hot_after) < 1:
-        raise GertError(f"hot_after must be >= 1, got {hot_after}")
-    if int(hot_window) < int(hot_after):
-        raise GertError(f"hot_window must be >= hot_after ({hot_after}), got {hot_window}")
-    if int(max_exact_graphs) < 1:
-        raise GertError(f"max_exact_graphs must be >= 1, got {max_exact_graphs}")
-
-
 class Tiers:
     """The ``auto`` policy of one Model: routes each request to its static graph or the stream's dynamic-shape graph,
     counts hotness, and compiles static graphs for hot shapes in one background thread."""
@@ -92,7 +76,6 @@ class Tiers:
         compile_share: float = COMPILE_SHARE,
         host_memory=None,
     ):
-        check_settings(hot_after, hot_window, max_static, compile_share)
         self.host_memory = _host_memory.parse(host_memory)  # bytes the static graphs may hold (all streams)
         self.compile_share = float(compile_share)
         self._workers = workers  # () -> the model's workers (its stream pool opens them after the tiers)

@@ -27,7 +27,6 @@ ModelLike = Union[str, bytes, os.PathLike, "onnx.ModelProto"]  # noqa: F821 - on
 
 DEFAULT_DOMAIN = "ai.onnx"
 MAX_STANDARD_OPSET = 18
-MODES = ("warn", "strict", "off")
 ENV = "GERT_CANN_OPS"
 HOST_REFUSES = frozenset({"Loop", "Scan"})  # refused by the host NPU's own parser too (cbindings/hostnpu/ge_graph.cpp)
 
@@ -323,16 +322,12 @@ _WARN_LINES = 12  # nodes a warning names (a model at opset 19 has hundreds); th
 
 
 def resolve_mode(mode: str | None) -> str:
-    """``mode``, else GERT_CANN_OPS, else "warn"; a clear error for anything else."""
-    from gert.errors import GertError
+    """``mode``, else GERT_CANN_OPS, else "warn"; a clear error for anything else (the one check: LoadConfig's)."""
+    from gert.core.load_config import cann_ops_mode
 
-    source = "cann_ops"
     if mode is None:
-        mode, source = os.environ.get(ENV) or "warn", ENV
-    mode = str(mode).strip().lower()
-    if mode not in MODES:
-        raise GertError(f"{source}: expected one of warn, strict, off, got {mode!r}")
-    return mode
+        return cann_ops_mode(os.environ.get(ENV) or "warn", ENV)
+    return cann_ops_mode(mode)
 
 
 def enforce(data: bytes, mode: str | None, digest: str | None = None, stacklevel: int = 3) -> CannReport | None:

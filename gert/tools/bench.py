@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from gert.core.load_config import LoadConfig
 from gert.core.tiers import HOT_AFTER
 from gert.errors import GertError
 from gert.tools.input_options import input_files, input_shapes
@@ -141,13 +142,14 @@ def settle(model, timeout: float = 120.0) -> None:
 
 
 def _load_and_prime(
-    model_bytes: bytes, cfg: BenchConfig, load_kwargs: dict, shapes: dict, files: dict, warmup: int
+    model_bytes: bytes, cfg: BenchConfig, load: LoadConfig, shapes: dict, files: dict, warmup: int
 ) -> tuple:
     """Load, then the warm-up requests that compile what the configuration runs; (model, inputs)."""
     import gert
 
     model = gert.load(
-        model_bytes, streams=cfg.streams, cube_cores=cfg.cube_cores, vector_cores=cfg.vector_cores, **load_kwargs
+        model_bytes,
+        config=load.replace(streams=cfg.streams, cube_cores=cfg.cube_cores, vector_cores=cfg.vector_cores),
     )
     try:
         inputs = make_inputs(model, shapes, files, cfg.batch, np.random.default_rng(0))
@@ -167,7 +169,7 @@ def _compile_seconds(model) -> float:
 def run_config(
     model_bytes: bytes,
     cfg: BenchConfig,
-    load_kwargs: dict,
+    load: LoadConfig | dict,
     shapes: dict,
     files: dict,
     concurrency: int,
@@ -178,19 +180,22 @@ def run_config(
     traces: list | None = None,
 ) -> BenchResult:
     """One configuration. With ``cache_dir``: first a cold load (and its warm-up) into an empty subdirectory of it
-    (removed afterwards), then the measured load, warm from that cache: compile seconds cold vs warm."""
+    (removed afterwards), then the measured load, warm from that cache: compile seconds cold vs warm. ``load``: the
+    LoadConfig (or gert.load's keywords) each configuration's streams and core limits replace."""
     import gert
 
+    if not isinstance(load, LoadConfig):
+        load = LoadConfig.from_kwargs(**load)
     cold_s, fresh = None, None
     if cache_dir is not None:
         os.makedirs(cache_dir, exist_ok=True)
         fresh = tempfile.mkdtemp(prefix="gert-bench-", dir=cache_dir)
-        load_kwargs = {**load_kwargs, "cache_dir": fresh}
-        cold, _ = _load_and_prime(model_bytes, cfg, load_kwargs, shapes, files, warmup)
+        load = load.replace(cache_dir=fresh)
+        cold, _ = _load_and_prime(model_bytes, cfg, load, shapes, files, warmup)
         cold_s = _compile_seconds(cold)
         cold.close()
     try:
-        model, inputs = _load_and_prime(model_bytes, cfg, load_kwargs, shapes, files, warmup)
+        model, inputs = _load_and_prime(model_bytes, cfg, load, shapes, files, warmup)
     except BaseException:
         if fresh:
             shutil.rmtree(fresh, ignore_errors=True)
@@ -364,6 +369,25 @@ def _check_cores(devices: tuple, cubes: list, vectors: list) -> None:
                 raise BenchArgError(f"--vector-cores {v}: device {d} has {have} vector cores")
 
 
+def load_config(
+    devices=(0,),
+    gears: dict | None = None,
+    shape_policy: dict | None = None,
+    batch=(None,),
+    precision_mode: str | None = None,
+) -> LoadConfig:
+    """The gert.LoadConfig `gert bench` loads the model with (each configuration replaces streams and core limits):
+    the largest ``batch`` is the batch gear unless ``gears`` names the batch's. GertError naming a bad option."""
+    top_batch = max((b for b in batch if b is not None), default=None)
+    return LoadConfig.from_kwargs(
+        devices=tuple(devices),
+        gears=dict(gears) if gears else None,
+        shape_policy=dict(shape_policy) if shape_policy else None,
+        max_batch=top_batch if top_batch and "batch" not in (gears or {}) else None,
+        precision_mode=precision_mode,  # GE's precision mode, emulated on the host NPU (gert/preview/precision.py)
+    )
+
+
 def sweep(
     model,
     *,
@@ -406,16 +430,10 @@ def sweep(
     devices = tuple(devices)
     _check_cores(devices, cube_cores, vector_cores)
     shapes, files = dict(shapes or {}), dict(inputs or {})
-    load_kwargs = {"devices": devices}
-    if precision_mode is not None:  # GE's precision mode, emulated on the host NPU (gert/preview/precision.py)
-        load_kwargs["precision_mode"] = precision_mode
-    if gears:
-        load_kwargs["gears"] = dict(gears)
-    if shape_policy:
-        load_kwargs["shape_policy"] = dict(shape_policy)
-    top_batch = max((b for b in batch if b is not None), default=None)
-    if top_batch and "batch" not in (gears or {}):
-        load_kwargs["max_batch"] = top_batch
+    try:
+        load = load_config(devices, gears, shape_policy, batch, precision_mode)
+    except GertError as e:
+        raise BenchArgError(f"cannot load the model with these settings: {e}") from None
     if duration is None and iterations is None:
         duration = 10.0
     if isinstance(latency_budgets_ms, str):
@@ -428,7 +446,7 @@ def sweep(
     configs = [BenchConfig(s, c, v, b) for s, c, v, b in itertools.product(streams, cube_cores, vector_cores, batch)]
     # Fail fast on inputs the model cannot take, before the sweep starts.
     try:
-        probe = gert.load(model_bytes, **load_kwargs)
+        probe = gert.load(model_bytes, config=load)
     except GertError as e:
         raise BenchArgError(f"cannot load the model with these settings: {e}") from None
     try:
@@ -442,7 +460,7 @@ def sweep(
             r = run_config(
                 model_bytes,
                 cfg,
-                load_kwargs,
+                load,
                 shapes,
                 files,
                 concurrency,
