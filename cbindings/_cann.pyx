@@ -11,6 +11,7 @@ This file is the module built against a CANN toolkit: only CANN's API. With the 
 compiles _cann_hostnpu.pyx instead, which adds the host NPU's own features (_host.pxi, _provider.pxi).
 """
 
+include "_registry.pxi"
 include "_errors.pxi"
 include "_build.pxi"
 include "_runtime.pxi"

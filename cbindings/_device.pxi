@@ -27,17 +27,17 @@ cdef int _check_device_id(int device_id) except -1:
     _ensure_acl()
     cdef unsigned int n = get_device_count()
     if device_id < 0 or device_id >= <int>n or device_id >= MAX_DEVICES:
-        raise _errors.AclError(ACL_ERROR_RT_INVALID_DEVICEID,
-                               f"device {device_id} does not exist: this backend has {n} device(s)")
+        raise _AclError(ACL_ERROR_RT_INVALID_DEVICEID,
+                        f"device {device_id} does not exist: this backend has {n} device(s)")
     return 0
 
 
 cdef int _bind(int device_id, uint64_t epoch) except -1:
     """Make the device's context current in the calling thread; fail if the device was closed since."""
     if _epoch[device_id] != epoch or _refs[device_id] <= 0:
-        raise _errors.AclError(ACL_ERROR_RT_CONTEXT_NULL,
-                               f"device {device_id} was closed (its last gert.Device was closed or reset); "
-                               "handles created on it are no longer valid")
+        raise _AclError(ACL_ERROR_RT_CONTEXT_NULL,
+                        f"device {device_id} was closed (its last gert.Device was closed or reset); "
+                        "handles created on it are no longer valid")
     cdef void* ctx = <void*>_ctx[device_id]
     if gert_tls_context() != ctx:
         check_status(aclrtSetCurrentContext(ctx))
@@ -119,7 +119,7 @@ cdef int _device_for(object device, uint64_t* epoch) except -1:
     if isinstance(device, Device):
         d = <Device>device
         if not d._open:
-            raise _errors.AclError(ACL_ERROR_RT_CONTEXT_NULL, f"{d!r} is closed")
+            raise _AclError(ACL_ERROR_RT_CONTEXT_NULL, f"{d!r} is closed")
         dev = d.id
     else:
         dev = 0 if device is None else int(device)

@@ -1,8 +1,7 @@
-# Status codes -> exceptions.
+# Status codes -> exceptions (gert's types, registered into the binding: _registry.pxi).
 from acl cimport *
 
-from gert import errors as _errors
-
+# the names of the headers built against: gert copies them into gert.errors.ACL_ERROR_NAMES (gert/_binding.py)
 ACL_ERROR_NAMES = {
     ACL_SUCCESS: "ACL_SUCCESS",
     ACL_ERROR_INVALID_PARAM: "ACL_ERROR_INVALID_PARAM",
@@ -44,7 +43,6 @@ ACL_ERROR_NAMES = {
     ACL_ERROR_RT_EVENT_SYNC_TIMEOUT: "ACL_ERROR_RT_EVENT_SYNC_TIMEOUT",
     ACL_ERROR_RT_DEVICE_MEM_ERROR: "ACL_ERROR_RT_DEVICE_MEM_ERROR",
 }
-_errors.ACL_ERROR_NAMES.update(ACL_ERROR_NAMES)
 
 
 cpdef str get_recent_err_msg():
@@ -55,12 +53,12 @@ cpdef str get_recent_err_msg():
 
 cdef int check_status(aclError status) except -1:
     if status != ACL_SUCCESS:
-        raise _errors.AclError(status, get_recent_err_msg())
+        raise _AclError(status, get_recent_err_msg())
     return 0
 
 
 cdef int check_status_nogil(aclError status) except -1 nogil:
     if status != ACL_SUCCESS:
         with gil:
-            raise _errors.AclError(status, get_recent_err_msg())
+            raise _AclError(status, get_recent_err_msg())
     return 0

@@ -15,7 +15,7 @@ cdef class Event:
 
     cdef int _check(self) except -1:
         if self._h == NULL:
-            raise _errors.AclError(ACL_ERROR_RT_PARAM_INVALID, "the event was destroyed")
+            raise _AclError(ACL_ERROR_RT_PARAM_INVALID, "the event was destroyed")
         _bind(self.device_id, self._epoch)
         return 0
 

@@ -124,8 +124,8 @@ cdef int _fused_exec(object obj, const void** srcs, void** dsts, int32_t timeout
     if code != 0:
         text = msg.decode("utf-8", "replace")
         if kind == 2:
-            raise _errors.GeError(<unsigned int>code, text)
-        raise _errors.AclError(code, text)
+            raise _GeError(<unsigned int>code, text)
+        raise _AclError(code, text)
     return 0
 
 
@@ -195,8 +195,8 @@ cdef int _fused_exec_parts(object obj, const void** srcs, const size_t* lens, Py
     if code != 0:
         text = msg.decode("utf-8", "replace")
         if kind == 2:
-            raise _errors.GeError(<unsigned int>code, text)
-        raise _errors.AclError(code, text)
+            raise _GeError(<unsigned int>code, text)
+        raise _AclError(code, text)
     return 0
 
 

@@ -16,7 +16,7 @@ cdef str _ge_message():
 cdef int _check_ge(cge.Status st, str what) except -1:
     if st != 0:
         msg = _ge_message()
-        raise _errors.GeError(st, msg if msg else what)
+        raise _GeError(st, msg if msg else what)
     return 0
 
 
@@ -82,9 +82,7 @@ cdef class Graph:
         """``model``: a path or the serialized model (bytes); ``parser_params``: the parser's 8 keys
         (e.g. ``{"input_shape": "x:1,3,224,224"}``); other keys fail as they do in GE."""
         cdef Graph g = Graph.__new__(Graph)
-        if _os.environ.get("GERT_CANN_OPS"):  # gert's CANN 8.x op check, for processes gert.load does not drive
-            from gert.preview import cann_ops
-            cann_ops.enforce_parse(model)
+        _check_parse(model)  # gert's CANN op check, registered (gert/_binding.py: it decides when it applies)
         cdef cge.gert_options o = _options(parser_params, "Graph.from_onnx")
         cdef cge.graphStatus st
         cdef bytes data
@@ -94,7 +92,7 @@ cdef class Graph:
         if isinstance(model, (bytes, bytearray, memoryview)):
             data = bytes(model)
             if not data:
-                raise _errors.GeError(0x3000001, "Graph.from_onnx: the model bytes are empty")
+                raise _GeError(0x3000001, "Graph.from_onnx: the model bytes are empty")
             p = data
             n = len(data)
             with nogil:
@@ -129,16 +127,7 @@ cdef class _GeTensorOwner:
             self.gt = NULL
 
 
-cdef object _device_tensor_cls = None
-cdef object _np = None, _ge_dtype = None, _numpy_dtype = None  # imported by the first Session.run_graph
-
-
-cdef object _DeviceTensor():
-    global _device_tensor_cls
-    if _device_tensor_cls is None:
-        from gert.core.tensor import DeviceTensor
-        _device_tensor_cls = DeviceTensor
-    return _device_tensor_cls
+cdef object _np = None  # numpy, imported by the first Session.run_graph
 
 
 cdef DeviceBuffer _device_buffer_of(t, int i, str what, str api):
@@ -146,12 +135,12 @@ cdef DeviceBuffer _device_buffer_of(t, int i, str what, str api):
     cdef DeviceBuffer buf
     b = t.buffer
     if not isinstance(b, DeviceBuffer):  # e.g. a HostBuffer: GE takes device memory only
-        raise _errors.GeError(145000, f"{api}: {what}[{i}] is backed by a "
-                              f"{type(b).__name__}, not device memory; GE takes device memory only: copy it to "
-                              f"a DeviceBuffer first (DeviceTensor.from_numpy / DeviceBuffer.copy_from)")
+        raise _GeError(145000, f"{api}: {what}[{i}] is backed by a "
+                       f"{type(b).__name__}, not device memory; GE takes device memory only: copy it to "
+                       f"a DeviceBuffer first (DeviceTensor.from_numpy / DeviceBuffer.copy_from)")
     buf = b
     if buf._ptr == 0 and buf.nbytes:
-        raise _errors.AclError(ACL_ERROR_RT_PARAM_INVALID, f"{api}: {what}[{i}]: the DeviceBuffer was freed")
+        raise _AclError(ACL_ERROR_RT_PARAM_INVALID, f"{api}: {what}[{i}]: the DeviceBuffer was freed")
     buf._check()
     return buf
 
@@ -185,14 +174,13 @@ cdef int _push_ge_tensors(vector[cge.GeTensor]& v, list tensors, str what) excep
 cdef object _ge_owned_tensor(_GeTensorOwner owner, void* ptr, size_t nbytes, tuple shape, int ge_dtype,
                              Stream stream):
     """A DeviceTensor over memory GE allocated for an output, freed when ``owner`` goes."""
-    from gert.dtypes import numpy_dtype
     cdef DeviceBuffer buf = DeviceBuffer.__new__(DeviceBuffer)
     buf._ptr = <intptr_t>ptr
     buf.nbytes = nbytes
     buf.device_id = stream.device_id
     buf._epoch = stream._epoch
     buf._owner = owner
-    return _DeviceTensor()(buf, shape, numpy_dtype(ge_dtype))
+    return _DeviceTensor(buf, shape, _numpy_dtype(ge_dtype))
 
 
 cdef class Session:
@@ -213,11 +201,11 @@ cdef class Session:
             msg = _ge_message()
             del self._s
             self._s = NULL
-            raise _errors.GeError(0xFFFFFFFF, msg or "Session could not be created")
+            raise _GeError(0xFFFFFFFF, msg or "Session could not be created")
 
     cdef int _check(self) except -1:
         if self._s == NULL:
-            raise _errors.GeError(0xFFFFFFFF, "the session was closed")
+            raise _GeError(0xFFFFFFFF, "the session was closed")
         return 0
 
     @property
@@ -248,14 +236,12 @@ cdef class Session:
         with nogil:
             s = cge.gert_get_summary(self._s, graph_id)
         if not s.ok:
-            raise _errors.GeError(0xFFFFFFFF, _ge_message() or f"graph {graph_id} has no compile summary")
-        from gert.dtypes import numpy_dtype
-        from gert.core.tensor import GraphSummary
-        return GraphSummary(
+            raise _GeError(0xFFFFFFFF, _ge_message() or f"graph {graph_id} has no compile summary")
+        return _GraphSummary(
             is_static=s.is_static, _const_memory_size=s.const_memory if s.const_st == 0 else None,
             _feature_memory_size=s.feature_memory if s.feature_st == 0 else None,
             _output_shapes=[tuple(d) for d in s.shapes] if s.shapes_st == 0 else None,
-            _output_dtypes=[numpy_dtype(d) for d in s.dtypes] if s.dtypes_st == 0 else None, graph_id=graph_id)
+            _output_dtypes=[_numpy_dtype(d) for d in s.dtypes] if s.dtypes_st == 0 else None, graph_id=graph_id)
 
     def load_graph(self, uint32_t graph_id, Stream stream, options=None):
         """LoadGraph(graph_id, options, stream): binds the compiled graph to the stream (once per graph)."""
@@ -433,17 +419,16 @@ cdef class Session:
         if code != 0:
             text = msg.decode("utf-8", "replace")
             if kind == 2:
-                raise _errors.GeError(<unsigned int>code, text)
-            raise _errors.AclError(code, text)
+                raise _GeError(<unsigned int>code, text)
+            raise _AclError(code, text)
 
     def run_graph(self, uint32_t graph_id, inputs):
         """RunGraph: synchronous, numpy arrays in and out (compiles the graph on first use)."""
         self._check()
-        global _np, _ge_dtype, _numpy_dtype
+        global _np
         if _np is None:
             import numpy
-            from gert.dtypes import ge_dtype, numpy_dtype
-            _np, _ge_dtype, _numpy_dtype = numpy, ge_dtype, numpy_dtype
+            _np = numpy
         np = _np
         # np.require keeps 0-d arrays 0-d (np.ascontiguousarray would make them shape (1,))
         arrays = [a if type(a) is np.ndarray and a.flags.c_contiguous else np.require(a, requirements="C")
@@ -480,8 +465,8 @@ cdef class Session:
             if n:
                 h = _acquire(result, True, "run_graph output")
                 if <size_t>h.view.len != n:
-                    raise _errors.GeError(0xFFFFFFFF, f"RunGraph({graph_id}): output {i} holds {n} bytes, its shape "
-                                          f"{shape} needs {h.view.len}")
+                    raise _GeError(0xFFFFFFFF, f"RunGraph({graph_id}): output {i} holds {n} bytes, its shape "
+                                   f"{shape} needs {h.view.len}")
                 _c_memcpy(h.view.buf, <const void*>out[i].GetData(), n)
             results.append(result)
         return results

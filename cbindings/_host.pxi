@@ -39,16 +39,14 @@ def inject_fault(str kind, *, int device=0, after=0, count=1, every=0, duration_
     - "memcpy": the copy fails with ACL_ERROR_RT_SYS_DMA (507013) (at execution for an asynchronous copy).
 
     GERT_HOST_FAULTS (e.g. ``execute:after=100:count=3,hang:after=50:duration_ms=5000``) arms the same at aclInit.
+    ``device`` is taken as it is (a fault armed for a device that does not exist never fires): gert.inject_fault
+    checks it against the devices the runtime has (this module may be built without the runtime's API).
     """
     if kind not in FAULT_KINDS:
         raise ValueError(f"inject_fault: kind must be one of {FAULT_KINDS}, got {kind!r}")
     for name, value in (("after", after), ("count", count), ("every", every), ("duration_ms", duration_ms)):
         if int(value) < 0:
             raise ValueError(f"inject_fault: {name} must be >= 0, got {value}")
-    import gert
-    n = gert.device_count()
-    if not 0 <= device < n:
-        raise ValueError(f"inject_fault: device {device} does not exist; there are {n}")
     if gertHostInjectFault(kind.encode(), device, int(after), int(count), int(every), int(duration_ms)) != 0:
         raise ValueError(f"inject_fault: the host NPU does not know fault kind {kind!r}")
 

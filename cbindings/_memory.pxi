@@ -104,7 +104,7 @@ cdef class DeviceBuffer:
 
     cdef int _check(self) except -1:
         if self._ptr == 0 and self.nbytes:
-            raise _errors.AclError(ACL_ERROR_RT_PARAM_INVALID, "the DeviceBuffer was freed")
+            raise _AclError(ACL_ERROR_RT_PARAM_INVALID, "the DeviceBuffer was freed")
         _bind(self.device_id, self._epoch)
         return 0
 

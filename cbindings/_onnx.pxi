@@ -28,7 +28,7 @@ def read_onnx_io(data) -> dict:
     with nogil:
         ok = cox.parse_model(p, n, info, err)
     if not ok:
-        raise _errors.GertError(err.decode("utf-8", "replace"))
+        raise _GertError(err.decode("utf-8", "replace"))
     return {
         "graph_name": info.graph_name.decode("utf-8", "replace"),
         "ir_version": info.ir_version,

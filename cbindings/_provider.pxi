@@ -1,5 +1,5 @@
 # The host NPU's compute provider: ONNX Runtime (gert.hostnpu.ort_provider) computes host NPU GE graphs, called through
-# gertHostSetGraphProvider's table. Host NPU only: compiled into gert._cann when the host NPU is built in, into
+# gertHostSetGraphProvider's table (set_host_provider: gert.hostnpu gives it the provider at import). Host NPU only: compiled into gert._cann when the host NPU is built in, into
 # gert._hostnpu when gert is built against the host NPU packaged as a toolkit; never in a build against real CANN.
 from libc.stdint cimport intptr_t, int32_t, int64_t, uint64_t
 from libc.string cimport strncpy, memcmp, memcpy as c_memcpy
@@ -452,11 +452,19 @@ def host_provider():
     return _provider
 
 
-def _install_host_provider():
-    """Register ONNX Runtime as the host NPU's compute provider (done at import on the host NPU)."""
+cdef list _replaced_providers = []  # kept alive: executables they compiled may still call them (table.ctx)
+
+
+def set_host_provider(provider) -> None:
+    """gertHostSetGraphProvider: the host NPU's compute provider, the object whose compile / prepare / run / release
+    / save / load methods compute its GE graphs (gert.hostnpu gives it ONNX Runtime's, OrtGraphProvider, at
+    import). Until one is set, a compile fails with the host NPU's "no compute provider is registered" error."""
     global _provider
-    from gert.hostnpu.ort_provider import OrtGraphProvider
-    _provider = OrtGraphProvider()
+    if provider is None:
+        raise TypeError("set_host_provider: provider must be a compute provider object, got None")
+    if _provider is not None:
+        _replaced_providers.append(_provider)
+    _provider = provider
     _provider_table.ctx = <void*>_provider
     _provider_table.compile = _prov_compile
     _provider_table.prepare = _prov_prepare
@@ -465,6 +473,3 @@ def _install_host_provider():
     _provider_table.save = _prov_save
     _provider_table.load = _prov_load
     gertHostSetGraphProvider(&_provider_table)
-
-
-_install_host_provider()

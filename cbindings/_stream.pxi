@@ -58,7 +58,7 @@ cdef class Stream:
 
     cdef int _check(self) except -1:
         if self._h == NULL:
-            raise _errors.AclError(ACL_ERROR_RT_PARAM_INVALID, "the stream was destroyed")
+            raise _AclError(ACL_ERROR_RT_PARAM_INVALID, "the stream was destroyed")
         _bind(self.device_id, self._epoch)
         return 0
 
@@ -113,7 +113,7 @@ cdef class Stream:
                 synchronize_stream(<intptr_t>self._h)
             else:
                 synchronize_stream_with_timeout(<intptr_t>self._h, _timeout_ms(timeout))
-        except _errors.AclError as e:
+        except _AclError as e:
             if e.code != ACL_ERROR_RT_STREAM_SYNC_TIMEOUT:
                 self._keep.clear()
             raise
@@ -123,7 +123,7 @@ cdef class Stream:
     cdef _raise_host_errors(self):
         if self._errors:
             errs, self._errors[:] = list(self._errors), []
-            raise _errors.HostFunctionError(errs) from errs[0]
+            raise _HostFunctionError(errs) from errs[0]
 
     def abort(self):
         """aclrtStreamAbort: drop the queued work and end the running task; the stream is usable again.

@@ -6,7 +6,7 @@ compiled bindings in ``gert._cann``; docs/architecture.md describes the layers.
 
 from gert import _moved
 
-_moved.install()  # old module paths (gert.rows, gert.bench, ...) stay importable; first: the binding imports some
+_moved.install()  # old module paths (gert.rows, gert.bench, ...) stay importable; first: an older binding imports some
 
 from gert.errors import (
     AclError,
@@ -34,6 +34,9 @@ from gert._cann import (
     device_count,
     memory_info,
 )
+from gert import _binding
+
+_binding.register()  # before any use: what gert._cann needs from above (gert's exceptions, DeviceTensor, dtypes, ...)
 from gert import hostnpu  # the host NPU's own features (and its compute provider), where the build has them
 from gert.hostnpu import clear_faults, host_counters, host_spin_micros, inject_fault, reset_host_counters
 

@@ -1,8 +1,9 @@
 """Types of gert._cann, the Cython bindings over CANN's ACL and GE API (sources: cbindings/*.pyx, *.pxi; built in
 place as gert/_cann*.so). One function per C call: handles and pointers are ints, errors raise gert.AclError /
 gert.GeError. This stub describes the host NPU build (the default); a build against a CANN toolkit has no
-host_* / inject_fault / clear_faults / compile_option / last_compile_cache / stream_*_inline functions (those are
-in gert._hostnpu there). Checked against the built module by mypy's stubtest (tests/test_stubs.py)."""
+host_* / set_host_provider / inject_fault / clear_faults / compile_option / last_compile_cache / stream_*_inline
+functions (those are in gert._hostnpu there). Checked against the built module by mypy's stubtest
+(tests/test_stubs.py)."""
 
 import dataclasses
 import os
@@ -45,6 +46,23 @@ FUSED_PARTS_API: object
 # ---- the build ----------------------------------------------------------------------------------------------------
 def backend() -> str: ...
 def toolkit_root() -> str: ...
+
+# ---- what gert registers into the binding at import (gert/_binding.py; the binding imports nothing from gert) ----
+class NotRegistered(RuntimeError): ...
+
+def register(
+    *,
+    acl_error: type[BaseException],
+    ge_error: type[BaseException],
+    gert_error: type[BaseException],
+    host_function_error: type[BaseException],
+    device_tensor: Callable[..., DeviceTensor],
+    graph_summary: Callable[..., GraphSummary],
+    numpy_dtype: Callable[[int], np.dtype],
+    ge_dtype: Callable[[Any], int],
+    check_parse: Callable[[Any], None],
+) -> None: ...
+def registered() -> dict[str, Any]: ...
 
 # ---- ACL runtime: one function per C call (handles and pointers as ints) --------------------------------------------
 def init(config_path: str | None = None) -> None: ...
@@ -324,4 +342,5 @@ def compile_option(key: str) -> str | None: ...
 def stream_begin_inline(handle: int) -> None: ...
 def stream_end_inline(handle: int) -> None: ...
 def host_provider() -> Any: ...
+def set_host_provider(provider: Any) -> None: ...
 def host_executables() -> list[Any]: ...

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-ACL_ERROR_NAMES: dict[int, str] = {}  # filled by gert._cann from the headers it was built against
+ACL_ERROR_NAMES: dict[int, str] = {}  # gert._cann's, of the headers it was built against (gert/_binding.py copies)
 
 
 class GertError(Exception):

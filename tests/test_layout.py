@@ -7,6 +7,8 @@ source with ast, nothing imported:
   (each with its reason);
 - gert/core/ (the runtime core) imports only itself, gert.errors, gert.dtypes and the binding gert._cann: no front
   door, no tool, no host NPU code (it reaches the host NPU through gert/core/hooks.py);
+- the binding (every ``.pyx`` / ``.pxi`` under cbindings/) imports nothing from gert, not even inside a function:
+  what it needs from above is registered into it at import (gert/_binding.py);
 - gert never imports gert_triton (its CLI finds gert_triton's commands through entry points);
 - the runtime imports no tool (gert/tools/) at import time;
 - gert's own code imports modules by their new paths (the old ones are only aliases for others, gert/_moved.py);
@@ -51,19 +53,10 @@ COMPILED = {
     "gert._hostnpu": ("cbindings/_hostnpu.pyx",),
     "gert.core._hotpath": ("gert/core/_hotpath.pyx",),
 }
-_BINDING_UP = (
-    "the binding imports from above it when first needed (issue 39 step 4: what it needs is to be registered into "
-    "it at import, as BindingHooks are)"
-)
+# the binding's Cython sources: none imports from gert (test_the_binding_imports_nothing_from_gert)
+BINDING = ROOT / "cbindings"
 # imports that close a cycle and are right for now, and why: (importer, imported) -> reason
 ALLOWED_EDGES = {
-    ("gert._cann", "gert"): _BINDING_UP + ": the host NPU's provider asks gert for its backend",
-    ("gert._cann", "gert.core.tensor"): _BINDING_UP + ": Session.execute_async returns DeviceTensors",
-    ("gert._cann", "gert.dtypes"): _BINDING_UP + ": GE dtypes <-> numpy dtypes for outputs and summaries",
-    ("gert._cann", "gert.hostnpu.ort_provider"): _BINDING_UP + ": the host NPU computes graphs with ONNX Runtime",
-    ("gert._cann", "gert.preview.cann_ops"): _BINDING_UP + ": Graph.from_onnx checks the ops CANN's parser maps",
-    ("gert._hostnpu", "gert"): _BINDING_UP + " (the host NPU's toolkit module, as gert._cann's _host.pxi)",
-    ("gert._hostnpu", "gert.hostnpu.ort_provider"): _BINDING_UP + " (as gert._cann's _provider.pxi)",
     ("gert.model", "gert.tools.display"): "a Model's repr and stats() tables: the runtime imports a tool only when "
     "asked (docs/architecture.md), and the tool annotates with gert.Model",
     ("gert.model", "gert.tools.stats"): "Model.stats() is collected by the tool when asked (as gert.tools.display)",
@@ -242,10 +235,62 @@ def test_every_allowed_edge_is_still_an_import():
 
 
 def test_the_cython_sources_are_read():
-    """The binding's imports are seen: its errors at import (top), its lazy imports of the layers above it."""
-    cann = MODULES["gert._cann"]
-    assert "gert.errors" in cann.top and {"gert.core.tensor", "gert.hostnpu.ort_provider"} <= cann.lazy
+    """The Cython sources' imports are seen (the hot path's); the binding's are none (gert/_binding.py registers
+    what it needs)."""
     assert MODULES["gert.core._hotpath"].top >= {"gert._cann", "gert.errors"}
+    assert MODULES["gert._cann"].imports == set() and MODULES["gert._hostnpu"].imports == set()
+
+
+_GERT = re.compile(r"gert(\.|$)")
+_DYNAMIC_IMPORT = re.compile(r"""(__import__|import_module)\(\s*["']gert\b""")
+
+
+def _gert_imports(source: str) -> list:
+    """(line number, text) of each line of a Cython source that imports a gert module: ``import gert...`` or
+    ``from gert... import``, at any indentation (inside functions too), or ``__import__`` / ``import_module`` of one;
+    ``cimport`` (C declarations: backend, acl, ge) and comments are not imports of gert."""
+    found = []
+    for number, line in enumerate(source.splitlines(), 1):
+        text = line.strip()
+        if text.startswith("#"):
+            continue
+        m = _CY_IMPORT.fullmatch(text)
+        if m is None:
+            modules = []
+        elif m.group(1):
+            modules = [m.group(1)]
+        else:
+            modules = [n.strip().split(" as ")[0] for n in m.group(3).split(",")]
+        if any(_GERT.match(t) for t in modules) or _DYNAMIC_IMPORT.search(text):
+            found.append((number, text))
+    return found
+
+
+def _binding_imports_of_gert(root: pathlib.Path) -> list:
+    sources = sorted(root.rglob("*.pyx")) + sorted(root.rglob("*.pxi"))
+    return [f"{p.relative_to(root.parent)}:{n}: {t}" for p in sources for n, t in _gert_imports(p.read_text())]
+
+
+def test_the_binding_imports_nothing_from_gert():
+    """gert._cann (and gert._hostnpu) is a 1:1 layer over CANN's API, as CuPy's runtime.pyx is over CUDA's: what it
+    needs from above (gert's exception types, DeviceTensor, the dtype table, the op check, the host NPU's provider)
+    is registered into it at import (gert/_binding.py), and policy stays above it (issue 39 step 4)."""
+    assert _binding_imports_of_gert(BINDING) == []
+
+
+@pytest.mark.parametrize(
+    "source, lines",
+    [
+        ("from gert import errors as _errors\n", [1]),
+        ("import os, gert.dtypes\n", [1]),
+        ("def f():\n    if x:\n        from gert.core.tensor import DeviceTensor\n", [3]),
+        ("cdef object f():\n    import gert\n    return gert.device_count()\n", [2]),
+        ("m = importlib.import_module('gert.hostnpu.ort_provider')\n", [1]),
+        ("from backend cimport gert_tls_context\ncimport gert\n# import gert\nimport gertrude\n", []),
+    ],
+)
+def test_the_binding_import_check(source, lines):
+    assert [n for n, _ in _gert_imports(source)] == lines
 
 
 @pytest.mark.parametrize(

@@ -3,9 +3,9 @@
 Where they live depends on the build: in ``gert._cann`` when the host NPU is built in (the default build); in
 ``gert._hostnpu`` when gert is built against the host NPU packaged as a toolkit (cbindings/hostnpu/build_toolkit.py);
 nowhere when gert is built against a real CANN toolkit, where calling one raises GertError saying so. Importing this
-module (``import gert`` does) loads gert._hostnpu, which registers ONNX Runtime as the host NPU's compute provider,
-and registers with the core (gert/core/hooks.py) what the core asks of the host NPU beyond CANN's API: running a
-waiting thread's work inline, and the compile cache's hit / miss. The compute provider is ``ort_provider.py``.
+module (``import gert`` does) finds that module and registers with the core (gert/core/hooks.py) what the core asks
+of the host NPU beyond CANN's API: running a waiting thread's work inline, and the compile cache's hit / miss. The
+compute provider is ``ort_provider.py``; gert/_binding.py gives it to the host NPU at import (set_host_provider).
 
 To add one: implement it in cbindings/_host.pxi, then add one ``name = _host_only("name")`` line below.
 """
@@ -16,15 +16,14 @@ import contextlib
 import importlib
 from collections.abc import Iterator
 from types import ModuleType
-from typing import Callable
+from typing import Any, Callable
 
 from gert import _cann
 from gert.core import hooks
 from gert.errors import GertError
 
 
-# Imported first while gert._cann initialises: its last step (cbindings/_provider.pxi) imports ort_provider, which
-# runs this package's __init__; everything else _cann defines exists by then.
+# Imported by gert/_binding.py before it registers into gert._cann what the binding needs: nothing here uses those.
 def _find() -> ModuleType | None:
     if _cann.backend() == "hostnpu":  # built in: _cann_hostnpu.pyx
         return _cann
@@ -67,11 +66,24 @@ reset_host_counters = _host_only("reset_host_counters")
 host_spin_micros = _host_only("host_spin_micros")
 host_inline_launch = _host_only("host_inline_launch")
 host_provider = _host_only("host_provider")
+set_host_provider = _host_only("set_host_provider")
 host_executables = _host_only("host_executables")
-inject_fault = _host_only("inject_fault")
+_inject_fault = _host_only("inject_fault")
 clear_faults = _host_only("clear_faults")
 last_compile_cache = _host_only("last_compile_cache")
 compile_option = _host_only("compile_option")
+
+
+# the binding's inject_fault (its docstring is this one's), the device checked here against the runtime's devices
+def inject_fault(*args: Any, device: int = 0, **kwargs: Any) -> None:
+    if available():  # the binding takes the device as it is: it may be built without the runtime's device count
+        n = _cann.device_count()
+        if not 0 <= device < n:
+            raise ValueError(f"inject_fault: device {device} does not exist; there are {n}")
+    _inject_fault(*args, device=device, **kwargs)
+
+
+inject_fault.__doc__ = _inject_fault.__doc__
 
 
 @contextlib.contextmanager
