@@ -31,8 +31,6 @@ cdef class FusedCall:
         stream._check()
         self.session, self.stream, self.graph_id, self.keep = session, stream, graph_id, keep
         cdef cge.gert_copy c
-        cdef cge.gert_fill f
-        cdef vector[int64_t] dims
         for dptr, dmax, n in uploads:
             c.dst = <void*><intptr_t>dptr
             c.dmax = dmax
@@ -40,22 +38,9 @@ cdef class FusedCall:
             c.n = n
             c.kind = ACL_MEMCPY_HOST_TO_DEVICE
             self.cin.push_back(c)
-        for dptr, dmax, n, value in fills:
-            f.dst = <void*><intptr_t>dptr
-            f.dmax = dmax
-            f.n = n
-            f.value = value
-            self.cfill.push_back(f)
-        for dptr, n, dt, shape in inputs:
-            dims.clear()
-            for d in shape:
-                dims.push_back(d)
-            cge.gert_push_device_tensor(self.ins, <void*><intptr_t>dptr, n, dt, dims)
-        for dptr, n, dt, shape in outputs:
-            dims.clear()
-            for d in shape:
-                dims.push_back(d)
-            cge.gert_push_device_tensor(self.outs, <void*><intptr_t>dptr, n, dt, dims)
+        _push_fills(self.cfill, fills)  # (parsed as Session.run_fused parses them: _ge.pxi)
+        _push_graph_tensors(self.ins, inputs)
+        _push_graph_tensors(self.outs, outputs)
         for dptr, n in downloads:
             c.dst = NULL
             c.dmax = n
@@ -122,10 +107,7 @@ cdef int _fused_exec(object obj, const void** srcs, void** dsts, int32_t timeout
         code = cge.gert_run_fused(s, call.graph_id, sh, call.cin, call.cfill, call.ins, call.outs, call.cout,
                                   timeout_ms, &kind, &msg)
     if code != 0:
-        text = msg.decode("utf-8", "replace")
-        if kind == 2:
-            raise _GeError(<unsigned int>code, text)
-        raise _AclError(code, text)
+        _fused_failed(code, kind, msg)
     return 0
 
 
@@ -193,10 +175,7 @@ cdef int _fused_exec_parts(object obj, const void** srcs, const size_t* lens, Py
         code = cge.gert_run_fused(s, call.graph_id, sh, cin, call.cfill, call.ins, call.outs, call.cout,
                                   timeout_ms, &kind, &msg)
     if code != 0:
-        text = msg.decode("utf-8", "replace")
-        if kind == 2:
-            raise _GeError(<unsigned int>code, text)
-        raise _AclError(code, text)
+        _fused_failed(code, kind, msg)
     return 0
 
 

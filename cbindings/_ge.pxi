@@ -130,6 +130,38 @@ cdef class _GeTensorOwner:
 cdef object _np = None  # numpy, imported by the first Session.run_graph
 
 
+# The fused call's lists, parsed in this one place: by Session.run_fused at each call, by FusedCall (_fused.pxi) once.
+cdef int _push_fills(vector[cge.gert_fill]& out, fills) except -1:
+    """``fills``: [(device_ptr, device_max, nbytes, value)] memsets."""
+    cdef cge.gert_fill f
+    for dptr, dmax, n, value in fills:
+        f.dst = <void*><intptr_t>dptr
+        f.dmax = dmax
+        f.n = n
+        f.value = value
+        out.push_back(f)
+    return 0
+
+
+cdef int _push_graph_tensors(cge.gert_tensor_list& out, tensors) except -1:
+    """``tensors``: [(device_ptr, nbytes, ge_dtype, shape)] the graph's inputs or outputs."""
+    cdef vector[int64_t] dims
+    for dptr, n, dt, shape in tensors:
+        dims.clear()
+        for d in shape:
+            dims.push_back(d)
+        cge.gert_push_device_tensor(out, <void*><intptr_t>dptr, n, dt, dims)
+    return 0
+
+
+cdef int _fused_failed(int code, int kind, string msg) except -1:
+    """Raise what gert_run_fused reported: GE's Status (``kind`` 2), else the runtime's aclError."""
+    text = msg.decode("utf-8", "replace")
+    if kind == 2:
+        raise _GeError(<unsigned int>code, text)
+    raise _AclError(code, text)
+
+
 cdef DeviceBuffer _device_buffer_of(t, int i, str what, str api):
     """The live DeviceBuffer behind DeviceTensor ``t`` (``what``[i] of ``api``'s arguments)."""
     cdef DeviceBuffer buf
@@ -352,7 +384,6 @@ cdef class Session:
         cdef cge.gert_copy c
         cdef cge.gert_fill f
         cdef cge.gert_tensor_list ins, outs
-        cdef vector[int64_t] dims
         cdef _HeldBuffer h
         cdef list held = []
         for op in before or ():
@@ -378,22 +409,9 @@ cdef class Session:
             c.n = h.view.len
             c.kind = ACL_MEMCPY_HOST_TO_DEVICE
             cin.push_back(c)
-        for dptr, dmax, n, value in fills:
-            f.dst = <void*><intptr_t>dptr
-            f.dmax = dmax
-            f.n = n
-            f.value = value
-            cfill.push_back(f)
-        for dptr, n, dt, shape in inputs:
-            dims.clear()
-            for d in shape:
-                dims.push_back(d)
-            cge.gert_push_device_tensor(ins, <void*><intptr_t>dptr, n, dt, dims)
-        for dptr, n, dt, shape in outputs:
-            dims.clear()
-            for d in shape:
-                dims.push_back(d)
-            cge.gert_push_device_tensor(outs, <void*><intptr_t>dptr, n, dt, dims)
+        _push_fills(cfill, fills)
+        _push_graph_tensors(ins, inputs)
+        _push_graph_tensors(outs, outputs)
         for obj, dptr in downloads:
             h = _acquire(obj, True, "run_fused download")
             held.append(h)
@@ -417,10 +435,7 @@ cdef class Session:
         with nogil:
             code = cge.gert_run_fused(self._s, graph_id, sh, cin, cfill, ins, outs, cout, timeout_ms, &kind, &msg)
         if code != 0:
-            text = msg.decode("utf-8", "replace")
-            if kind == 2:
-                raise _GeError(<unsigned int>code, text)
-            raise _AclError(code, text)
+            _fused_failed(code, kind, msg)
 
     def run_graph(self, uint32_t graph_id, inputs):
         """RunGraph: synchronous, numpy arrays in and out (compiles the graph on first use)."""
