@@ -171,6 +171,9 @@ class OrtExecutable:
         self._bound = [i for i in range(len(self.out_names)) if i not in self._copies]
         self._provider = provider
         self._sessions: dict[tuple, object] = {}  # (threads, spin) -> ONNX Runtime session
+        # The key in _sessions of the session compile validated the graph with, until LoadGraph prepares the session
+        # its runs take alone (session()), which drops it when it is another (validation_session)
+        self._validated_with: tuple | None = None
         self._tls = threading.local()  # .last_run: the run this thread just made, for take_replay()
         # input shapes -> the output shapes a run at them produced (dynamic graphs: outputs bound by them next time)
         self._learned: dict[tuple, tuple] = {}
@@ -202,12 +205,39 @@ class OrtExecutable:
                     fixed[name] = value
         return {k: v for k, v in fixed.items() if k not in clash}
 
+    def validation_session(self):
+        """The session compile validates the graph with (its inputs and outputs as ONNX Runtime sees them): a live
+        session of the same model and overrides at any thread count when there is one, else the one a stream without
+        core limits runs alone on (the device's cube cores). Kept as this graph's until LoadGraph prepares the graphs'
+        sessions (session()): a stream with a core limit of its own (gert_triton's two streams of one core each) runs
+        on another session, and the validation one is dropped then, not kept for the process's life: PP-OCR rec's
+        unused 2-thread session was ~16 MB of each Triton stub (issue 41)."""
+        overrides = self._overrides() if self.optimized or _SESSION_PER_SIZE else {}
+        found = self._provider.live_session(self.digest, overrides)
+        if found is not None:
+            key, sess = found
+            self._sessions.setdefault(key, sess)
+        else:
+            threads = _device_threads()
+            self.run_session(threads, True)
+            key = (threads, _SPIN and threads > 1)
+        self._validated_with = key
+        return self._sessions[key]
+
     def session(self, threads: int, alone: bool = False):
         """What LoadGraph prepares (gertHostGraphProvider.prepare) for a run with ``threads`` compute threads, ``alone``
         on its device or not: the session of a run alone is made now; a share's (a run beside another, fewer
         threads) only when such a run comes (run_session): a process whose graphs never run side by side (one
-        client: RapidOCR) holds one ONNX Runtime session per graph, not two (benchmarks/bench_memory.py)."""
-        if alone or (max(1, int(threads)), False) in self._sessions:
+        client: RapidOCR) holds one ONNX Runtime session per graph, not two (benchmarks/bench_memory.py). The
+        session compile validated the graph with, when it is not the one prepared for a run alone, is dropped first
+        (validation_session): the process holds one session of the model at a time while it loads."""
+        if alone:
+            validated, self._validated_with = self._validated_with, None
+            threads = max(1, int(threads))
+            if validated is not None and validated != (threads, _SPIN and threads > 1):
+                self._sessions.pop(validated, None)
+            return self.run_session(threads, alone)
+        if (max(1, int(threads)), False) in self._sessions:
             return self.run_session(threads, alone)
         return None
 
@@ -578,6 +608,17 @@ class OrtGraphProvider:
                 self._sizes[digest] = len(model)
         return sess
 
+    def live_session(self, digest: bytes, overrides: dict) -> tuple | None:
+        """((threads, spin), session) of a live session of the model ``digest`` with ``overrides``, or None: what
+        validates a graph of the model at compile as well as a new session (its inputs and outputs are the same at
+        any thread count)."""
+        want = tuple(sorted(overrides.items()))
+        with self._lock:
+            for key, sess in list(self._shared.items()):
+                if key[0] == digest and key[2] == want:
+                    return (key[1], key[3]), sess
+        return None
+
     def predicted_shapes(self, model: ModelBytes, digest: bytes, in_names: Sequence[str], in_key: tuple) -> list | None:
         """Per graph output its shape at input shapes ``in_key`` (``in_names``' dims) by GE's shape inference
         (gert/core/shape_infer.py; None for an output it cannot tell), or None where inference fails; remembered
@@ -665,7 +706,7 @@ class OrtGraphProvider:
         known = self._probed.get(probe_key)
         if known is not None:  # the same graph at the same shapes, compiled for another stream: validated already
             return exe, list(known[0]), known[1]
-        sess = exe.run_session(_device_threads(), True)  # the session LoadGraph prepares for a stream without limits
+        sess = exe.validation_session()  # a live session of the model, else the one of a stream without core limits
         ort_in = [m.name for m in sess.get_inputs()]
         if ort_in != exe.in_names:
             raise ValueError(f"ONNX Runtime sees inputs {ort_in}, the parser saw {exe.in_names}")

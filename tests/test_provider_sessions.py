@@ -1,0 +1,74 @@
+"""The host NPU's ONNX Runtime sessions a loaded model keeps (issue 41, serving memory): each session holds its own
+optimized copy of the model's weights, so a model keeps only the sessions its runs take."""
+
+import gc
+
+import numpy as np
+import onnx
+import onnx.helper as oh
+import pytest
+
+import gert
+from _helpers import RUNTIME
+from gert import _cann
+from gert.hostnpu import ort_provider as _ort_provider
+
+pytestmark = RUNTIME + [pytest.mark.hostnpu_only]  # inspects the host NPU's compute provider
+
+
+def _scale(factor: float) -> bytes:
+    """y = factor * x, x: [batch, 4] float32 (each factor its own model digest: sessions of its own)."""
+    x = oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", 4])
+    y = oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["batch", 4])
+    k = onnx.numpy_helper.from_array(np.array(factor, np.float32), "k")
+    m = oh.make_model(
+        oh.make_graph([oh.make_node("Mul", ["x", "k"], ["y"])], "scale", [x], [y], [k]),
+        opset_imports=[oh.make_opsetid("", 17)],
+    )
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+def _live(model: bytes) -> set:
+    """(threads, spinning) of the live ONNX Runtime sessions of ``model`` in this process."""
+    gc.collect()
+    provider = gert.hostnpu.host_provider()
+    digest = provider.digest(model)
+    return {(threads, spin) for d, _size, threads, _overrides, spin in provider.sessions() if d == digest}
+
+
+def _cores() -> int:
+    return _cann.get_device_info(0, _cann.DEV_ATTR_CUBE_CORE_NUM)
+
+
+def test_streams_of_one_core_keep_no_session_of_all_the_cores():
+    """Compile validates a graph with a session of all the device's cores (what a stream without core limits runs
+    alone on); streams of one core each (gert_triton's default layout on two cores) run on one-thread sessions, so
+    the validation session goes when LoadGraph prepares theirs instead of staying for the process's life: PP-OCR rec's
+    was ~16 MB of each Triton stub. The rows stay ONNX Runtime's."""
+    if _ort_provider._device_threads() < 2 or _cores() < 2:
+        pytest.skip("needs a device of 2 cube cores or more")
+    model = _scale(3.25)
+    with gert.load(model, streams=2, cube_cores=1, gears={"batch": [1, 2, 4]}, split_batch=True) as m:
+        assert m.warmup() == 6  # 3 gears x 2 streams: every compile after the first validates on a live session
+        x = np.arange(24, dtype=np.float32).reshape(6, 4)
+        np.testing.assert_array_equal(m.run({"x": x})["y"], 3.25 * x)
+        np.testing.assert_array_equal(m.run({"x": x[:1]})["y"], 3.25 * x[:1])
+        assert _live(model) == {(1, False)}
+
+
+def test_a_stream_without_limits_keeps_the_validation_session():
+    """A stream without core limits runs alone on the session compile validated with: it is kept (not made twice)."""
+    threads = _ort_provider._device_threads()
+    if _cores() != threads:
+        pytest.skip("the device's cube cores are not the host's CPUs")
+    model = _scale(5.5)
+    with gert.load(model, streams=1, gears={"batch": [1, 2]}) as m:
+        m.warmup()
+        x = np.ones((2, 4), np.float32)
+        np.testing.assert_array_equal(m.run({"x": x})["y"], 5.5 * x)
+        live = _live(model)  # (and a share's, made by a run that came within 50 ms of another test's run)
+        assert (threads, _ort_provider._SPIN and threads > 1) in live and live <= {
+            (threads, _ort_provider._SPIN and threads > 1),
+            (max(1, threads // 2), False),
+        }, live
