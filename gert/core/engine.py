@@ -133,14 +133,14 @@ class Engine:
             if self._pads and sizes["batch"] > self.plan.batch.gears[-1]:
                 chunk, total = self.plan.batch.gears[-1], sizes["batch"]
                 return self._run_chunks(
-                    arrays, sizes, [(s, min(chunk, total - s)) for s in range(0, total, chunk)], timeout
+                    arrays, sizes, [(s, min(chunk, total - s)) for s in range(0, total, chunk)], timeout, spread
                 )
             parts = self._idle_parts(sizes) if spread else 1
             if parts > 1:  # split_batch: spread one batch over the streams that have nothing to do
                 total = sizes["batch"]
                 counts = [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
                 starts = [sum(counts[:i]) for i in range(parts)]
-                return self._run_chunks(arrays, sizes, list(zip(starts, counts)), timeout)
+                return self._run_chunks(arrays, sizes, list(zip(starts, counts)), timeout, True)
             run_sizes, key = self.resolve(sizes)  # a size without a graph fails here, alone, before any batch
             if (
                 self.batch_limit
@@ -200,10 +200,12 @@ class Engine:
             return 1
         return max(1, min(self.pool.idle(), sizes["batch"]))
 
-    def _run_chunks(self, arrays: dict, sizes: dict, chunks: list, timeout: Optional[float]) -> dict:
-        """Row ranges [(start, rows)] of one request run as separate requests (concurrently with split_batch),
-        their outputs joined back on each output's batch axis. Each chunk's inputs are views (Batcher.piece): no
-        copy here, one at upload where the batch is not on axis 0."""
+    def _run_chunks(self, arrays: dict, sizes: dict, chunks: list, timeout: Optional[float], parallel: bool) -> dict:
+        """Row ranges [(start, rows)] of one request run as separate requests (concurrently with split_batch and
+        ``parallel``), their outputs joined back on each output's batch axis. Each chunk's inputs are views
+        (Batcher.piece): no copy here, one at upload where the batch is not on axis 0. ``parallel`` is False for a
+        part run_checked spread already: that part may be running on a parts-pool thread, which must not wait for
+        tasks queued behind it on the same pool (every pool thread waiting so is a deadlock)."""
 
         def one(start: int, rows: int) -> dict:
             sub = self.batcher.piece(arrays, start, rows)
@@ -215,7 +217,7 @@ class Engine:
             run_sizes, key = self.resolve(sub_sizes)
             return self.pool.dispatch(Request(sub, sub_sizes, run_sizes, key, timeout=timeout))
 
-        if self.split_batch and len(chunks) > 1:
+        if parallel and self.split_batch and len(chunks) > 1:
             futures = [self.pool.parts_pool().submit(one, *c) for c in chunks[1:]]
             parts = [one(*chunks[0])] + [f.result() for f in futures]
         else:
