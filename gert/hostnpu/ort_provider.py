@@ -171,9 +171,7 @@ class OrtExecutable:
         self._bound = [i for i in range(len(self.out_names)) if i not in self._copies]
         self._provider = provider
         self._sessions: dict[tuple, object] = {}  # (threads, spin) -> ONNX Runtime session
-        # The key in _sessions of the session compile validated the graph with, until LoadGraph prepares the session
-        # its runs take alone (session()), which drops it when it is another (validation_session)
-        self._validated_with: tuple | None = None
+        self._validated_with: tuple | None = None  # compile's session's key in _sessions (validation_session)
         self._tls = threading.local()  # .last_run: the run this thread just made, for take_replay()
         # input shapes -> the output shapes a run at them produced (dynamic graphs: outputs bound by them next time)
         self._learned: dict[tuple, tuple] = {}
@@ -206,12 +204,9 @@ class OrtExecutable:
         return {k: v for k, v in fixed.items() if k not in clash}
 
     def validation_session(self):
-        """The session compile validates the graph with (its inputs and outputs as ONNX Runtime sees them): a live
-        session of the same model and overrides at any thread count when there is one, else the one a stream without
-        core limits runs alone on (the device's cube cores). Kept as this graph's until LoadGraph prepares the graphs'
-        sessions (session()): a stream with a core limit of its own (gert_triton's two streams of one core each) runs
-        on another session, and the validation one is dropped then, not kept for the process's life: PP-OCR rec's
-        unused 2-thread session was ~16 MB of each Triton stub (issue 41)."""
+        """The session compile validates the graph with: a live one of the model at any thread count, else the one of
+        a stream without core limits. LoadGraph's prepare (session()) drops it when its runs take another (gert_triton's
+        streams of one core each): PP-OCR rec's unused 2-thread session was ~16 MB of each Triton stub (issue 41)."""
         overrides = self._overrides() if self.optimized or _SESSION_PER_SIZE else {}
         found = self._provider.live_session(self.digest, overrides)
         if found is not None:
@@ -228,14 +223,12 @@ class OrtExecutable:
         """What LoadGraph prepares (gertHostGraphProvider.prepare) for a run with ``threads`` compute threads, ``alone``
         on its device or not: the session of a run alone is made now; a share's (a run beside another, fewer
         threads) only when such a run comes (run_session): a process whose graphs never run side by side (one
-        client: RapidOCR) holds one ONNX Runtime session per graph, not two (benchmarks/bench_memory.py). The
-        session compile validated the graph with, when it is not the one prepared for a run alone, is dropped first
-        (validation_session): the process holds one session of the model at a time while it loads."""
+        client: RapidOCR) holds one ONNX Runtime session per graph, not two (benchmarks/bench_memory.py)."""
         if alone:
             validated, self._validated_with = self._validated_with, None
             threads = max(1, int(threads))
             if validated is not None and validated != (threads, _SPIN and threads > 1):
-                self._sessions.pop(validated, None)
+                self._sessions.pop(validated, None)  # first: one session of the model at a time while it loads
             return self.run_session(threads, alone)
         if (max(1, int(threads)), False) in self._sessions:
             return self.run_session(threads, alone)
