@@ -15,6 +15,7 @@ from gert.errors import (
     GeError,
     GertError,
     HostFunctionError,
+    ModelClosed,
     RequestTimeout,
     RowsNotIndependent,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "GeError",
     "GertError",
     "HostFunctionError",
+    "ModelClosed",
     "RequestTimeout",
     "RowsNotIndependent",
     "Device",

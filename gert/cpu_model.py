@@ -19,7 +19,7 @@ import numpy as np
 
 from gert.core.shapes import TensorInfo
 from gert.core.validate import InputError
-from gert.errors import GertError
+from gert.errors import GertError, ModelClosed
 
 CPU_PROVIDER = "CPUExecutionProvider"
 _ORT_TYPES = {
@@ -156,7 +156,7 @@ class CpuModel:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise GertError("the model was closed")
+            raise ModelClosed()
 
     def _checked(self, inputs: Mapping[str, Any]) -> dict:
         if not isinstance(inputs, Mapping):

@@ -111,6 +111,17 @@ class RequestTimeout(GertError):
         return (type(self), (str(self), self.device, self.stream, self.seconds))
 
 
+class ModelClosed(GertError):
+    """The model was closed (``close()``) before a request of it started: the one error every front door raises for
+    it (Model.run / run(list) / submit / run_async, a Sequence's step, gert.InferenceSession, gert_triton). A
+    request already running when close() came finishes first."""
+
+    MESSAGE = "the model was closed before this request started"
+
+    def __init__(self, message: str = MESSAGE) -> None:
+        super().__init__(message)
+
+
 class DeviceUnavailable(GertError):
     """No device can take the request now: each one of the model's is being recovered after a device failure.
     Retrying later succeeds once a device is back."""

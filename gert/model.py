@@ -26,7 +26,7 @@ from gert.core.resolve import key_label
 from gert.core.row_check import check_rows
 from gert.core.load_config import LoadConfig
 from gert.cpu_model import CpuModel
-from gert.errors import GertError, refused_by_ge_parser
+from gert.errors import GertError, ModelClosed, refused_by_ge_parser
 from gert.preview import cann_ops as preview_ops, precision as preview_precision
 from gert import sequence as _sequence
 from gert.sequence import Sequences
@@ -398,7 +398,7 @@ def _compile_all(workers: list, keys: list, progress: bool, closed) -> int:
             for w in workers:
                 with w.lock:
                     if closed():
-                        raise GertError(f"the model was closed during warmup ({compiled} graphs compiled)")
+                        raise ModelClosed(f"the model was closed during warmup ({compiled} graphs compiled)")
                     if not w.has(key):
                         w.compile(key)
                         compiled += 1

@@ -23,7 +23,7 @@ from typing import Mapping, Optional, Protocol
 import numpy as np
 
 from gert._cann import DeviceBuffer
-from gert.errors import AclError, GertError
+from gert.errors import AclError, GertError, ModelClosed
 from gert.core.handoff import HandOffLock
 from gert.core.batching import Batcher
 from gert.core.dynamic import Pending
@@ -212,7 +212,12 @@ class Sequence:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise GertError(f"sequence {self.id} is closed")
+            raise self.closed_error()
+
+    def closed_error(self) -> GertError:
+        """What a step of this closed sequence raises: ModelClosed when the model's close() closed it (as every
+        front door after close()), else this sequence's own close."""
+        return ModelClosed() if self._owner.model.closed else GertError(f"sequence {self.id} is closed")
 
     def __enter__(self) -> "Sequence":
         return self
@@ -293,7 +298,7 @@ class _StepBatches:
             seen.add(p.seq.id)
             locked.append(p)
             if p.seq.closed:
-                p.set_error(GertError(f"sequence {p.seq.id} is closed"))
+                p.set_error(p.seq.closed_error())
 
         def let_go() -> None:
             for p in locked:
@@ -432,7 +437,7 @@ class Sequences:
         (outside the lock: Sequence.close() takes it again to forget the sequence)."""
         with self._lock:
             if self._closed:
-                raise GertError("the model is closed")
+                raise ModelClosed()
             seq = Sequence(self, next(self._ids), next(self._devices))
         self.write_state(seq, initial_state)
         with self._lock:
@@ -441,7 +446,7 @@ class Sequences:
                 self._live[seq.id] = seq
         if closed:
             seq.close()
-            raise GertError("the model is closed")
+            raise ModelClosed()
         return seq
 
     def forget(self, seq: Sequence) -> None:

@@ -30,7 +30,7 @@ import sys
 import numpy as np
 
 from gert import _cann
-from gert.errors import GertError
+from gert.errors import ModelClosed
 
 cdef extern from "<time.h>" nogil:
     ctypedef long time_t
@@ -390,7 +390,7 @@ cdef class HotPath:
             p.l_acquire()
             try:
                 if self.closed:
-                    raise GertError("the model was closed before this request started")
+                    raise ModelClosed()
                 if not p.valid:  # forgotten since the lookup (its stream's buffers or graph changed)
                     return None
                 if k == 1:

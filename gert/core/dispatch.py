@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Callable, Generic, Optional, Sequence, TypeVar
 
-from gert.errors import GertError
+from gert.errors import ModelClosed
 
 W = TypeVar("W")
 
@@ -51,7 +51,7 @@ class StreamQueue(Generic[W]):
 
     def acquire(self, eligible: Sequence[W]) -> W:
         """A worker from ``eligible`` for the caller's exclusive use, once one is free and no request that came
-        earlier may take it; GertError if the queue is closed before then."""
+        earlier may take it; ModelClosed if the queue is closed before then."""
         with self._lock:
             w = self._take_free(eligible)
             if w is not None:
@@ -60,7 +60,7 @@ class StreamQueue(Generic[W]):
             self._waiters.append(waiter)
         waiter.event.wait()
         if waiter.worker is None:
-            raise GertError("the model was closed before this request started")
+            raise ModelClosed()
         return waiter.worker
 
     def try_take(self) -> Optional[W]:
@@ -112,7 +112,7 @@ class StreamQueue(Generic[W]):
             return waiter.worker, waiter.group
         if waiter.group is not None:  # taken into another request's batch
             return None, []
-        raise GertError("the model was closed before this request started")
+        raise ModelClosed()
 
     def gather(
         self, w: W, group: list, key: tuple, rows: int, limit: int, until: float, enough: Callable[[int], bool]
@@ -129,9 +129,9 @@ class StreamQueue(Generic[W]):
         return group
 
     def _take_free(self, eligible: Sequence[W]):
-        """A free worker from ``eligible``, taken (round robin), or None; GertError once closed."""
+        """A free worker from ``eligible``, taken (round robin), or None; ModelClosed once closed."""
         if self._closed:
-            raise GertError("the model was closed before this request started")
+            raise ModelClosed()
         if self._free:
             n = len(self._workers)
             for i in range(n):
@@ -190,7 +190,7 @@ class StreamQueue(Generic[W]):
             return len(self._waiters)
 
     def close(self) -> None:
-        """Refuse new requests; the waiting ones fail with GertError (the busy workers finish what they run)."""
+        """Refuse new requests; the waiting ones fail with ModelClosed (the busy workers finish what they run)."""
         with self._lock:
             self._closed = True
             waiters, self._waiters = list(self._waiters), collections.deque()

@@ -6,7 +6,7 @@ import concurrent.futures
 import threading
 from typing import Callable
 
-from gert.errors import GertError
+from gert.errors import ModelClosed
 
 
 class FutureRunner:
@@ -27,13 +27,13 @@ class FutureRunner:
         fut: concurrent.futures.Future = concurrent.futures.Future()
         with self._lock:
             if self._closed:
-                raise GertError("the model is closed")
+                raise ModelClosed()
             self._queued.add(fut)
             try:
                 self._pool.submit(self._run, fut, fn, args, kwargs)
             except RuntimeError:  # the pool is shut down: closing
                 self._queued.discard(fut)
-                raise GertError("the model is closed") from None
+                raise ModelClosed() from None
         return fut
 
     def _run(self, fut: concurrent.futures.Future, fn: Callable, args: tuple, kwargs: dict) -> None:

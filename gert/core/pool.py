@@ -25,9 +25,7 @@ from gert.core.executor import Request, Worker
 from gert.core.recovery import Recovery
 from gert.core.shapes import ShapePlan
 from gert.core.tiers import COMPILE_SHARE, HOT_AFTER, HOT_WINDOW, Tiers
-from gert.errors import GertError
-
-CLOSED_BEFORE_START = "the model was closed before this request started"
+from gert.errors import GertError, ModelClosed
 
 
 @dataclass(frozen=True)
@@ -98,7 +96,7 @@ class StreamPool:
 
     def check_open(self) -> None:
         if self._closed:
-            raise GertError("the model is closed")
+            raise ModelClosed()
 
     def parts_pool(self) -> concurrent.futures.ThreadPoolExecutor:
         """Threads for the parts of split batches: apart from a front door's pools, whose threads may be the ones
@@ -135,7 +133,7 @@ class StreamPool:
     def _run_on(self, w: Worker, req: Request) -> dict:
         """``req`` on ``w`` (whose lock the caller holds) under recovery, unless the model closed meanwhile."""
         if self._closed:
-            raise GertError(CLOSED_BEFORE_START)
+            raise ModelClosed()
         return self.recovery.run(w, req)
 
     def dispatch(self, req: Request) -> dict:
@@ -155,7 +153,7 @@ class StreamPool:
             try:
                 with w.lock:
                     if self._closed:
-                        raise GertError(CLOSED_BEFORE_START)
+                        raise ModelClosed()
                     return self.recovery.run(w, req)
             finally:
                 self.queue.release(w)
