@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from gert.core.error_kinds import ErrorKind, kind_of
 from gert.errors import GertError
 from gert.ort_providers import check_providers
 
@@ -95,7 +96,7 @@ def ort_run_error(e: BaseException) -> BaseException | None:
     gert error). A failure the host NPU's ONNX Runtime reported keeps its status (INVALID_ARGUMENT, FAIL, ...),
     class and message; a device or runtime failure without one is ONNX Runtime's Fail. The gert error is the
     translation's ``gert_error`` (and its cause)."""
-    if not isinstance(e, GertError) or isinstance(e, _ort_bases()):
+    if kind_of(e) is ErrorKind.INTERNAL or isinstance(e, _ort_bases()):
         return None
     message = str(e)
     m = _ORT_STATUS.search(message)

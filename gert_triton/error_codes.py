@@ -2,37 +2,28 @@
 
 Clients and load balancers retry UNAVAILABLE and never INVALID_ARG, so the code says whose fault a failure is:
 - INVALID_ARG: the request itself is wrong (a plain GertError: a bad shape, dtype, value, unknown sequence);
-- UNAVAILABLE: retry later: a request timeout, a device under recovery (gert.core.recovery.error_class), and out of
-  device memory, after gert released its caches and retried (memory that other requests, sequences or models hold);
+- UNAVAILABLE: retry later: a request timeout, a device under recovery, and out of device memory, after gert released
+  its caches and retried (memory that other requests, sequences or models hold);
 - INTERNAL: a device or runtime failure, and anything that is not a GertError (a bug, a postprocess that raised).
-Decided by the error's type and code (and those of its cause chain), never by its message text.
+Mapped from the error's kind (gert/core/error_kinds.py: its type and code, and those of its cause chain for out of
+memory), never from its message text.
 """
 
 from __future__ import annotations
 
-from gert.errors import AclError, GeError, GertError
-from gert.core.recovery import OOM_CODES, error_class
+from gert.core.error_kinds import ErrorKind, error_class, in_chain, kind_of
+from gert.errors import GertError
 
 _CLASS_CODES = {"invalid": "INVALID_ARG", "internal": "INTERNAL", "unavailable": "UNAVAILABLE"}
-
-
-def _out_of_memory(e: BaseException) -> bool:
-    seen = set()
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, (AclError, GeError)) and e.code in OOM_CODES:
-            return True
-        e = e.__cause__
-    return False
 
 
 def triton_code(e: BaseException, checking: bool = False) -> str:
     """The pb_utils.TritonError attribute name ("INVALID_ARG", "UNAVAILABLE", "INTERNAL") for ``e``.
     ``checking``: raised while one request was read and checked alone (its inputs, a subclass's preprocess), before
     anything ran: an error that is not a gert error is that request's fault too."""
-    if _out_of_memory(e):
+    if in_chain(e, ErrorKind.OUT_OF_MEMORY):
         return "UNAVAILABLE"
-    if not isinstance(e, GertError):
+    if kind_of(e) is ErrorKind.INTERNAL:
         return "INVALID_ARG" if checking else "INTERNAL"
     return _CLASS_CODES[error_class(e)]
 

@@ -18,10 +18,10 @@ from gert.core.batching import Batcher
 from gert.core.dynamic import BatchingConfig, BatchingStats, Pending, RunTimes
 from gert.core.executor import Request
 from gert.core.pool import StreamPool
-from gert.core.recovery import is_runtime_failure
+from gert.core.error_kinds import is_runtime_failure
 from gert.core.resolve import key_label
 from gert.core.shapes import DEFAULT_BATCH_GEARS, ShapePlan
-from gert.errors import GertError, RequestTimeout
+from gert.errors import GertError
 
 # run_members(members, run): one result per member (Pending), running Requests by ``run`` on the leader's stream
 RunMembers = Callable[[list, Callable[[Request], dict]], list]
@@ -207,6 +207,7 @@ def run_isolated(members: list, run: Callable[[list], list], on_retry: Optional[
 
 
 def _device_fault(e: BaseException) -> bool:
-    """A failure of the device or runtime while a merged batch ran (gert.recovery.is_runtime_failure), not a
-    timeout: its requests are retried one by one, so that only a request that fails alone fails."""
-    return is_runtime_failure(e) and not isinstance(e, RequestTimeout)
+    """A failure of the device or runtime while a merged batch ran (error_kinds.RUNTIME_FAILURES: a fault, out of
+    memory, an aborted run; a timeout is not one): its requests are retried one by one, so that only a request that
+    fails alone fails."""
+    return is_runtime_failure(e)

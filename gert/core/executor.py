@@ -22,6 +22,7 @@ from gert._cann import DeviceBuffer, Graph
 from gert.errors import GeError
 from gert.core import empty_rows, hooks, trace as _trace
 from gert.core.staged import run_staged
+from gert.core.error_kinds import ErrorKind, kind_of
 from gert.core.recovery import watchdog
 from gert.core.shapes import ShapePlan
 from gert.core.request import Request
@@ -110,7 +111,7 @@ class Worker(StreamGraphs):
             self._compiled_for = id(req)
             return self.compile(req.key)
         except GeError as e:
-            if e.code != _GE_MEMORY_ALLOCATION:  # out of device memory may pass later; the rest is the shape's
+            if kind_of(e) is not ErrorKind.OUT_OF_MEMORY:  # out of memory may pass later; the rest is the shape's
                 self.stats.failed_compiles += 1
                 self.failed[req.key] = e
                 while len(self.failed) > _FAILED_COMPILES_KEPT:
@@ -359,7 +360,6 @@ class Worker(StreamGraphs):
 _LABELS: dict = {}  # graph key -> its label in stats(), for the first _LABELS_KEPT keys
 _LABELS_KEPT = 1024
 _FAILED_COMPILES_KEPT = 64
-_GE_MEMORY_ALLOCATION = 245000  # ACL_ERROR_GE_MEMORY_ALLOCATION
 
 
 def _label(key: tuple) -> str:

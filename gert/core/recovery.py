@@ -25,33 +25,11 @@ from typing import Callable, Optional
 
 from gert import _cann
 from gert.core import trace as _trace
+from gert.core.error_kinds import SYNC_TIMEOUT, ErrorKind, kind_of
+from gert.core.error_kinds import OOM_CODES, RECOVERING_CODES, error_class, is_runtime_failure  # noqa: F401 - kept names
 from gert.errors import AclError, DeviceUnavailable, GeError, GertError, RequestTimeout
 
-SYNC_TIMEOUT = 507046  # ACL_ERROR_RT_STREAM_SYNC_TIMEOUT
-OOM_CODES = (207001, 245000)  # ACL_ERROR_RT_MEMORY_ALLOCATION, ACL_ERROR_GE_MEMORY_ALLOCATION
-RECOVERING_CODES = (107022, 107023)  # ACL_ERROR_RT_DEVICE_TASK_ABORT, ACL_ERROR_RT_STREAM_ABORT
-GE_FAILED = 0xFFFFFFFF
 DEVICE_ABORT_TIMEOUT_MS = 10_000  # aclrtDeviceTaskAbort's wait for the tasks running on the device
-
-
-def is_runtime_failure(e: BaseException) -> bool:
-    """A device or runtime failure (not the request's fault): ACL/GE codes of the 5xxxxx classes, out of memory, a
-    failed graph run."""
-    if not isinstance(e, (AclError, GeError)):
-        return False
-    return e.code >= 500000 or e.code in OOM_CODES or e.code in RECOVERING_CODES or e.code == GE_FAILED
-
-
-def error_class(e: BaseException) -> str:
-    """How a server should answer ``e``: "unavailable" (retry later: a timeout, a device under recovery),
-    "internal" (a device or runtime failure) or "invalid" (the request itself is wrong)."""
-    if isinstance(e, (RequestTimeout, DeviceUnavailable)):
-        return "unavailable"
-    if isinstance(e, (AclError, GeError)) and e.code in RECOVERING_CODES:
-        return "unavailable"
-    if is_runtime_failure(e):
-        return "internal"
-    return "invalid" if isinstance(e, GertError) else "internal"
 
 
 @dataclass
@@ -104,7 +82,7 @@ class Recovery:
             try:
                 return w.run(req)
             except (AclError, GeError) as e:
-                if e.code not in OOM_CODES:
+                if kind_of(e) is not ErrorKind.OUT_OF_MEMORY:
                     raise
                 self.stats.oom_retries += 1
                 _traced("oom_retry", w, e)
