@@ -387,6 +387,9 @@ def process_label(p) -> str:
     return p.name
 
 
+DEFAULT_COUNTS = {"rapidocr": 24, "det": 90, "triton3": 30}  # a work named without its count
+
+
 def child(work: str, side: str, n: int, trace: bool) -> dict:
     if trace:
         import tracemalloc
@@ -526,7 +529,7 @@ def main() -> int:
     ap.add_argument(
         "--work",
         default="rapidocr:24,rapidocr:96,det:90,triton3:30",
-        help="comma-separated work:count, work one of rapidocr, det, triton3",
+        help="comma-separated work:count, work one of rapidocr, det, triton3 (without a count: 24, 90, 30)",
     )
     ap.add_argument("--pairs", type=int, default=1, help="alternating ort/gert process pairs per work")
     ap.add_argument("--sides", default="ort,gert")
@@ -541,7 +544,8 @@ def main() -> int:
         os._exit(0)  # the figures are out: skip the teardown
     results: dict = {}
     for item in args.work.split(","):
-        work, n = item.split(":")
+        work, _, n = item.partition(":")
+        n = n or str(DEFAULT_COUNTS.get(work, 30))  # "--work triton3": triton3:30
         for _ in range(args.pairs):
             for side in args.sides.split(","):
                 r = run_child(work, side, int(n), args.tracemalloc)
@@ -553,6 +557,9 @@ def main() -> int:
                     flush=True,
                 )
         sides = results[(work, int(n))]
+        if len(sides.get("gert", [])) > 1 and len(sides.get("ort", [])) == len(sides["gert"]):
+            ratios = [g["VmHWM"] / o["VmHWM"] for o, g in zip(sides["ort"], sides["gert"])]
+            print(f"{work}:{n}: peak gert/ORT per pair " + ", ".join(f"{r:.2f}" for r in ratios), file=sys.stderr)
         if "texts" in sides.get("ort", [{}])[-1] and "gert" in sides:
             same = sides["ort"][-1]["texts"] == sides["gert"][-1]["texts"]
             print(f"{work}:{n}: same texts from both: {same}", file=sys.stderr)
