@@ -13,7 +13,6 @@ their callers' inputs and errors and call the Engine; none holds a copy of a ste
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional, Sequence
 
@@ -106,68 +105,66 @@ class Engine:
     def run(self, inputs: Mapping[str, object], out: Optional[Mapping] = None, timeout: Optional[float] = None) -> dict:
         """One request: validated, run at its graph's sizes (padding sliced off), in chunks when it is larger than
         the largest gear, spread over idle streams with split_batch."""
-        return self._run(inputs, None, out, timeout)
-
-    def _run(
-        self,
-        inputs: Mapping[str, object],
-        sizes: Optional[dict],
-        out: Optional[Mapping],
-        timeout: Optional[float],
-        spread: bool = True,
-    ) -> dict:
-        """run(), of ``inputs`` validated here (``sizes`` None) or already (the arrays and ``sizes`` of check());
-        ``spread``: False for a part of a batch spread over the idle streams already (run_checked)."""
-        tr = _trace.active  # tracing (gert.trace): the request's spans on the calling thread's track; off: this check
+        tr = _trace.active  # tracing (gert.trace): the request wrapped in its spans (_run_traced); off: this check
         if tr is not None:
-            t0 = time.perf_counter()
-            failed = None
-        try:
-            timeout = self.pool.timeout_for(timeout)
-            if sizes is None:
-                arrays, sizes = self.validator.check(inputs)
-                if tr is not None:
-                    tr.span("validate", tr.thread_track(), t0, time.perf_counter())
-            else:
-                arrays = inputs
-            if self._pads and sizes["batch"] > self.plan.batch.gears[-1]:
-                chunk, total = self.plan.batch.gears[-1], sizes["batch"]
-                return self._run_chunks(
-                    arrays, sizes, [(s, min(chunk, total - s)) for s in range(0, total, chunk)], timeout, spread
-                )
-            parts = self._idle_parts(sizes) if spread else 1
-            if parts > 1:  # split_batch: spread one batch over the streams that have nothing to do
-                total = sizes["batch"]
-                counts = [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
-                starts = [sum(counts[:i]) for i in range(parts)]
-                return self._run_chunks(arrays, sizes, list(zip(starts, counts)), timeout, True)
-            run_sizes, key = self.resolve(sizes)  # a size without a graph fails here, alone, before any batch
-            if (
-                self.batch_limit
-                and 0 < sizes["batch"] < self.batch_limit
-                and all(type(a) is np.ndarray for a in arrays.values())
-            ):
-                pending = Pending(
-                    arrays,
-                    sizes,
-                    sizes["batch"],
-                    self.batcher.key(arrays),
-                    dict(out) if out else None,
-                    timeout,
-                    self.batch_limit,
-                )
-                return self.batches.submit(pending, self.batches.run_requests)
-            return self.pool.dispatch(Request(arrays, sizes, run_sizes, key, dict(out) if out else None, timeout))
-        except BaseException as e:
-            if tr is not None:
-                failed = e
-            raise
-        finally:
-            if tr is not None:
-                if failed is None:
-                    tr.span("request", tr.thread_track(), t0, time.perf_counter(), "request")
-                else:
-                    tr.error("request", tr.thread_track(), t0, time.perf_counter(), failed)
+            return self._run_traced(tr, inputs, None, out, timeout, True)
+        timeout = self.pool.timeout_for(timeout)
+        arrays, sizes = self.validator.check(inputs)
+        return self._run_valid(arrays, sizes, out, timeout, True)
+
+    def _run(self, arrays: Mapping[str, object], sizes: dict, out, timeout: Optional[float], spread: bool) -> dict:
+        """run() of ``arrays`` validated already with their ``sizes`` (a group of run_groups); ``spread``: False
+        for a part of a batch spread over the idle streams already (run_checked)."""
+        tr = _trace.active
+        if tr is not None:
+            return self._run_traced(tr, arrays, sizes, out, timeout, spread)
+        return self._run_valid(arrays, sizes, out, self.pool.timeout_for(timeout), spread)
+
+    def _run_traced(self, tr, inputs, sizes: Optional[dict], out, timeout, spread: bool) -> dict:
+        """_run wrapped in the calling thread's spans: "validate" (if it validates), "request" (an error if it fails)."""
+        track = tr.thread_track()
+
+        def run() -> dict:
+            t = self.pool.timeout_for(timeout)
+            arrays, s = (
+                (inputs, sizes)
+                if sizes is not None
+                else tr.timed("validate", track, lambda: self.validator.check(inputs))
+            )
+            return self._run_valid(arrays, s, out, t, spread)
+
+        return tr.timed("request", track, run, cat="request", errors=True)
+
+    def _run_valid(self, arrays, sizes: dict, out, timeout: Optional[float], spread: bool) -> dict:
+        """_run of checked ``arrays``: chunks above the largest gear, split_batch's parts, dynamic batching or a stream."""
+        if self._pads and sizes["batch"] > self.plan.batch.gears[-1]:
+            chunk, total = self.plan.batch.gears[-1], sizes["batch"]
+            return self._run_chunks(
+                arrays, sizes, [(s, min(chunk, total - s)) for s in range(0, total, chunk)], timeout, spread
+            )
+        parts = self._idle_parts(sizes) if spread else 1
+        if parts > 1:  # split_batch: spread one batch over the streams that have nothing to do
+            total = sizes["batch"]
+            counts = [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+            starts = [sum(counts[:i]) for i in range(parts)]
+            return self._run_chunks(arrays, sizes, list(zip(starts, counts)), timeout, True)
+        run_sizes, key = self.resolve(sizes)  # a size without a graph fails here, alone, before any batch
+        if (
+            self.batch_limit
+            and 0 < sizes["batch"] < self.batch_limit
+            and all(type(a) is np.ndarray for a in arrays.values())
+        ):
+            pending = Pending(
+                arrays,
+                sizes,
+                sizes["batch"],
+                self.batcher.key(arrays),
+                dict(out) if out else None,
+                timeout,
+                self.batch_limit,
+            )
+            return self.batches.submit(pending, self.batches.run_requests)
+        return self.pool.dispatch(Request(arrays, sizes, run_sizes, key, dict(out) if out else None, timeout))
 
     # ---- dynamic batching ------------------------------------------------------------------------------------------
     def queue(

@@ -144,12 +144,11 @@ class StreamPool:
             self._in_flight += 1
         try:
             usable = self._usable(req.device) if req.device is not None else self.recovery.usable(self.workers)
-            tr = _trace.active
-            if tr is not None:
-                t0 = time.perf_counter()
-            w = self.queue.acquire(usable)
-            if tr is not None:
-                tr.span("queue", tr.thread_track(), t0, time.perf_counter(), args={"stream": w.index})
+            tr = _trace.active  # tracing: the wait for a stream wrapped in a "queue" span; off: this check
+            if tr is None:
+                w = self.queue.acquire(usable)
+            else:
+                w = tr.timed("queue", tr.thread_track(), lambda: self.queue.acquire(usable), args_of=_stream_args)
             try:
                 with w.lock:
                     if self._closed:
@@ -168,33 +167,27 @@ class StreamPool:
         wait for more, gert.core.engine.Engine.gather_rule); the others wait for their results."""
         with self.counted():
             usable = self._usable(pending.device) if pending.device is not None else self.recovery.usable(self.workers)
-            tr = _trace.active
-            if tr is not None:
-                t0 = time.perf_counter()
-            w, group = self.queue.acquire_batch(usable, pending, pending.key, pending.rows, pending.limit)
-            if tr is not None:
-                tr.span(
+            tr = _trace.active  # tracing: the wait and the batch's formation wrapped in spans; off: this check
+            if tr is None:
+                w, group = self.queue.acquire_batch(usable, pending, pending.key, pending.rows, pending.limit)
+            else:
+                w, group = tr.timed(
                     "queue",
                     tr.thread_track(),
-                    t0,
-                    time.perf_counter(),
-                    args={"stream": w.index} if w is not None else {"batched_by": "another request"},
+                    lambda: self.queue.acquire_batch(usable, pending, pending.key, pending.rows, pending.limit),
+                    args_of=_taker_args,
                 )
             if w is None:
                 return pending.result()  # another request's batch ran it
             try:
-                if tr is not None:
-                    t1 = time.perf_counter()
-                until, enough = gather_rule(group)  # max_queue_delay_ms / latency_slo_ms
-                if until is not None:
-                    self.queue.gather(w, group, pending.key, sum(p.rows for p in group), pending.limit, until, enough)
-                if tr is not None:  # batch formation: which requests ride together, their rows
-                    tr.span(
+                if tr is None:
+                    self._form(w, group, pending, gather_rule)
+                else:  # batch formation: which requests ride together, their rows
+                    tr.timed(
                         "batch",
                         tr.stream_track(w),
-                        t1,
-                        time.perf_counter(),
-                        args={"requests": len(group), "rows": [p.rows for p in group]},
+                        lambda: self._form(w, group, pending, gather_rule),
+                        args_of=_batch_args,
                     )
                 with w.lock:
                     lead(group, lambda req: self._run_on(w, req))
@@ -205,6 +198,13 @@ class StreamPool:
             finally:
                 self.queue.release(w)
             return pending.result()
+
+    def _form(self, w: Worker, group: list, pending: Pending, gather_rule: Callable[[list], tuple]) -> list:
+        """The leader's batch: ``group`` with the requests of its key that join while gather_rule lets it wait."""
+        until, enough = gather_rule(group)  # max_queue_delay_ms / latency_slo_ms
+        if until is not None:
+            self.queue.gather(w, group, pending.key, sum(p.rows for p in group), pending.limit, until, enough)
+        return group
 
     # ---- the compiled hot path ------------------------------------------------------------------------------------
     def open_hot_path(
@@ -311,3 +311,19 @@ def _close_worker(w: Worker) -> None:
         w.close()
     except GertError:
         pass  # a failed device's last error: the worker released its resources all the same
+
+
+def _stream_args(w) -> dict:
+    """The "queue" span's args: the stream the request got."""
+    return {"stream": w.index}
+
+
+def _taker_args(taken: tuple) -> dict:
+    """The batched "queue" span's args: the stream, or that another request's batch took it along."""
+    w = taken[0]
+    return {"stream": w.index} if w is not None else {"batched_by": "another request"}
+
+
+def _batch_args(group: list) -> dict:
+    """The "batch" span's args: which requests ride together, their rows."""
+    return {"requests": len(group), "rows": [p.rows for p in group]}
