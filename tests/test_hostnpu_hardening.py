@@ -331,6 +331,7 @@ emit([len(made), error, roundtrip()])
 _RACE_C = r"""
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 typedef int (*dev_fn)(int);
 typedef int (*create_fn)(void **);
 typedef int (*destroy_fn)(void *);
@@ -339,8 +340,14 @@ static create_fn create;
 static destroy_fn destroy;
 static atomic_long failures;
 static long rounds;
+static double deadline;  /* CLOCK_MONOTONIC seconds: a loaded machine runs fewer rounds, not for minutes */
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 static void *loop(void *arg) {
-  for (long i = 0; i < rounds; i++) {
+  for (long i = 0; i < rounds && now() < deadline; i++) {
     set_dev(0);  /* this thread's own reference: its streams must work until its reset */
     void *s = 0;
     if (create(&s) != 0 || destroy(s) != 0) atomic_fetch_add(&failures, 1);
@@ -348,8 +355,9 @@ static void *loop(void *arg) {
   }
   return 0;
 }
-long race(void *a, void *b, void *c, void *d, long n) {
+long race(void *a, void *b, void *c, void *d, long n, double seconds) {
   set_dev = (dev_fn)a; reset_dev = (dev_fn)b; create = (create_fn)c; destroy = (destroy_fn)d; rounds = n;
+  deadline = now() + seconds;
   pthread_t t[2];
   for (int k = 0; k < 2; k++) pthread_create(&t[k], 0, loop, 0);
   for (int k = 0; k < 2; k++) pthread_join(t[k], 0);
@@ -362,6 +370,8 @@ def test_reset_device_never_takes_another_threads_new_context(tmp_path):
     # Two threads set the device, create and destroy a stream, reset. A reset that dropped the last reference used
     # to erase, after unlocking, the context and streams the other thread's aclrtSetDevice had just made (107002 /
     # 107000 while that thread held its reference). C threads (no GIL) make the window wide enough to hit.
+    # 50,000 rounds take ~5 s on a quiet 2-core machine and 80x longer beside CPU hogs (every stream is a worker thread
+    # started and joined): the rounds stop at 30 s, so a loaded run tries fewer of them instead of timing out.
     import shutil
 
     cc = shutil.which("cc") or shutil.which("gcc")
@@ -379,10 +389,10 @@ _cann.init()
 acl = ctypes.CDLL(_cann.__file__)
 race = ctypes.CDLL({str(lib)!r})
 race.race.restype = ctypes.c_long
-race.race.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long]
+race.race.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_long, ctypes.c_double]
 fn = lambda name: ctypes.cast(getattr(acl, name), ctypes.c_void_p)
 emit(race.race(fn("aclrtSetDevice"), fn("aclrtResetDevice"), fn("aclrtCreateStream"), fn("aclrtDestroyStream"),
-               50000))
+               50000, 30.0))
 """,
         timeout=120,
     )
