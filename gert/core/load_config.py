@@ -21,29 +21,10 @@ from gert.core.cache_trust import parse_mode
 from gert.core.dynamic import BatchingConfig
 from gert.core.shapes import POLICIES
 from gert.core.tiers import COMPILE_SHARE, HOT_AFTER, HOT_WINDOW
+from gert.core.option_error import OptionError, cann_ops_mode
 from gert.errors import GertError
 
-CANN_OPS_MODES = ("warn", "strict", "off")  # gert/preview/cann_ops.py applies them
 FALLBACKS = (None, "cpu")  # gert.load(fallback=...): gert/cpu_model.py
-
-
-class OptionError(GertError):
-    """A bad value of one load option; ``option`` names it (gert_triton maps it to its config.pbtxt parameter)."""
-
-    def __init__(self, option: str, message: str):
-        super().__init__(message)
-        self.option = option
-
-    def __reduce__(self) -> tuple:  # pickled with both arguments (errors cross process boundaries)
-        return type(self), (self.option, str(self))
-
-
-def cann_ops_mode(value: Any, source: str = "cann_ops") -> str:
-    """``value`` as a cann_ops mode (case and spaces ignored); OptionError naming ``source`` otherwise."""
-    mode = str(value).strip().lower()
-    if mode not in CANN_OPS_MODES:
-        raise OptionError("cann_ops", f"{source}: expected one of warn, strict, off, got {mode!r}")
-    return mode
 
 
 def _int(name: str, value: Any, minimum: int) -> int:

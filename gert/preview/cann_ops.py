@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Union
 
+from gert.core.option_error import cann_ops_mode
+
 ModelLike = Union[str, bytes, os.PathLike, "onnx.ModelProto"]  # noqa: F821 - onnx is imported lazily
 
 DEFAULT_DOMAIN = "ai.onnx"
@@ -322,9 +324,8 @@ _WARN_LINES = 12  # nodes a warning names (a model at opset 19 has hundreds); th
 
 
 def resolve_mode(mode: str | None) -> str:
-    """``mode``, else GERT_CANN_OPS, else "warn"; a clear error for anything else (the one check: LoadConfig's)."""
-    from gert.core.load_config import cann_ops_mode
-
+    """``mode``, else GERT_CANN_OPS, else "warn"; a clear error for anything else (LoadConfig's check, in
+    gert/core/option_error.py)."""
     if mode is None:
         return cann_ops_mode(os.environ.get(ENV) or "warn", ENV)
     return cann_ops_mode(mode)
