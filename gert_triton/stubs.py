@@ -38,18 +38,24 @@ def _stat(pid: int) -> Optional[List[str]]:
 
 
 def children(pid: int) -> List[int]:
-    """Child pids of every thread of ``pid`` (the server forks a stub from whichever thread loads the model)."""
+    """The pids of ``pid``'s child processes (forked by any of its threads), found by their parent pid in
+    /proc/*/stat.
+
+    Why not /proc/PID/task/TID/children: proc_tid_children(5) says it lists children reliably only while they are
+    frozen, and "exiting children may cause non-exiting children to be omitted from the list". A stub that dies is
+    such an exiting child: a read then could miss another model's running stub (or the stub a reload just started),
+    and the supervisor would count it dead and reload a model that serves."""
     out: List[int] = []
     try:
-        tasks = os.listdir(f"/proc/{pid}/task")
+        entries = os.listdir("/proc")
     except OSError:
         return out
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out.extend(int(x) for x in f.read().split())
-        except OSError:
+    for name in entries:
+        if not name.isdigit():
             continue
+        stat = _stat(int(name))
+        if stat is not None and len(stat) > 1 and stat[1] == str(pid):
+            out.append(int(name))
     return out
 
 

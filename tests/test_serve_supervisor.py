@@ -258,7 +258,7 @@ def test_killed_stub_is_reloaded_alone_other_models_and_replicas_keep_serving(tm
             for port in (health_a, health_b):
                 assert get(port, "/readyz/other", timeout=2) == 200
             time.sleep(0.2)
-        assert not wrong, f"/readyz/seq said 200 while seq failed: {wrong[:2]}"
+        assert not wrong, f"/readyz/seq said 200 while seq failed: {wrong[:2]}\n{log_tail(log_a, 80)}"
         assert back is not None, f"seq not back within {BACK_WITHIN} s:\n{log_tail(log_a)}"
         assert seen_down, "/readyz/seq never said the model was down"
         assert infer_ok(gp_a, "other") is None and infer_ok(gp_b) is None

@@ -18,6 +18,7 @@ from typing import Iterator, Optional, Sequence
 import pytest
 
 import gert
+from gert_triton import stubs as stub_procs
 from gert_triton.server import TritonServer
 from _ports import free_ports
 
@@ -106,11 +107,8 @@ def running_server(repo: str, log: str, extra_args: Sequence[str] = EXPLICIT) ->
 
 
 def children(pid: int) -> list:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(x) for x in f.read().split()]
-    except OSError:
-        return []
+    """Child pids of ``pid`` (by parent pid: what gert serve's supervisor uses, not the unreliable children file)."""
+    return stub_procs.children(pid)
 
 
 def gone(pid: int) -> bool:
