@@ -21,7 +21,7 @@ from gert import _cann
 from gert._cann import DeviceBuffer, Graph
 from gert.errors import GeError
 from gert.core import empty_rows, hooks, trace as _trace
-from gert.core.staged import run_staged
+from gert.core.run_trace import traced_run
 from gert.core.error_kinds import ErrorKind, kind_of
 from gert.core.recovery import watchdog
 from gert.core.shapes import ShapePlan
@@ -140,25 +140,18 @@ class Worker(StreamGraphs):
             # aclrtUseStreamResInCurrentThread on every launch (~40 ns): a thread that also launches on other
             # streams (another Model's, with other limits) must be bound to this stream's limits again
             self.stream.use_in_current_thread()
-        tr = _trace.active  # tracing (gert.trace): this run's stages on the stream's track; off: this check
+        tr = _trace.active  # tracing (gert.trace): the same stages, each in a span (gert/core/run_trace.py)
+        if tr is not None:
+            return traced_run(self, req, tr)
+        return self.run_stages(req, self)
+
+    traced = False  # as a run's ``stages``: the worker's own, untimed (run_trace.TracedStages times them)
+    separate_calls = False  # a static graph's request as one fused call
+
+    def run_stages(self, req: Request, stages) -> dict:
+        """The request's stages, each called on ``stages``: this worker, or its traced wrapper."""
         t0 = time.perf_counter()
-        if tr is not None:
-            compiles = self.stats.request_path_compiles
-        entry = self.graph_for(req)
-        if tr is not None:
-            track = tr.stream_track(self)
-            tr.flow(tr.thread_track(), t0, track, t0)
-            tr.span(
-                "graph",
-                track,
-                t0,
-                time.perf_counter(),
-                args={
-                    "graph": "static" if entry.is_static else "dynamic",
-                    "key": key_label(req.key),
-                    "compiled": self.stats.request_path_compiles > compiles,
-                },
-            )
+        entry = stages.graph_for(req)
         plan = self.plan
         real_elements = padded_elements = 0
         uploads, fills, inputs = [], [], []
@@ -183,9 +176,8 @@ class Worker(StreamGraphs):
             real_elements += arr.size if req.real_batch is None else self.transfers.real_elements(t.name, arr, req)
             padded_elements += math.prod(shape)
         results = {}
-        fused = False  # ran by the fused call: the compiled hot path may run its signature again (_offer)
-        staged = entry.is_static and tr is not None and tr.stages
-        if req.before and (staged or not entry.is_static):  # else in the fused call (on the host NPU: inline)
+        separate = entry.is_static and stages.separate_calls
+        if req.before and (separate or not entry.is_static):  # else in the fused call (on the host NPU: inline)
             Transfers.enqueue(self.stream.handle, req.before)
         if entry.is_static:
             # the whole request in one call without the GIL: uploads, run, downloads, synchronize
@@ -201,46 +193,21 @@ class Worker(StreamGraphs):
                 host, results[o.name] = self.transfers.download(o.name, shape, dtype, req)
                 if host.nbytes:
                     downloads.append((host, buf.ptr))
-            if staged:  # separate calls, each timed by the stream (its waits bounded by req.timeout: staged.py)
-                tr.span("prepare", track, t0, time.perf_counter())
-                run_staged(self, tr, track, entry, req, uploads, fills, inputs, downloads)
+            if separate:  # separate calls, each timed by the stream (its waits bounded by req.timeout: staged.py)
+                stages.run_separately(entry, req, uploads, fills, inputs, downloads, t0)
             else:
-                if tr is not None:
-                    t1 = time.perf_counter()
-                # a sequence step's gather (before) and scatter (after, into staged buffers swapped in only once the
-                # step succeeded) in the same call: no hand-off to the stream's worker for them on the host NPU
-                self.session.run_fused(
-                    entry.graph_id,
-                    self.stream,
-                    uploads,
-                    fills,
-                    [(b.ptr, n, g, s) for b, s, _, n, g in inputs],
-                    outputs,
-                    downloads,
-                    -1 if req.timeout is None else max(1, round(req.timeout * 1000)),
-                    req.before,
-                    req.after,
-                )
-                fused = tr is None
-                if tr is not None:
-                    tr.span(
-                        "execute",
-                        track,
-                        t1,
-                        time.perf_counter(),
-                        args={"clock": "host", "fused": "h2d, execute, d2h, synchronize in one call"},
-                    )
+                stages.run_fused(entry, req, uploads, fills, inputs, outputs, downloads)
+        elif req.timeout is None:  # the host NPU runs it on this thread (a timeout needs the worker to abort)
+            with hooks.current().inline(self.stream.handle):
+                self._run_dynamic(stages, entry, req, uploads, fills, inputs, results)
         else:
-            if req.timeout is None:  # the host NPU runs it on this thread (a timeout needs the worker to abort)
-                with hooks.current().inline(self.stream.handle):
-                    self._run_dynamic(entry, req, uploads, fills, inputs, results, tr)
-            else:
-                self._run_dynamic(entry, req, uploads, fills, inputs, results, tr)
+            self._run_dynamic(stages, entry, req, uploads, fills, inputs, results)
         # counted once the request succeeded, so that gear hits add up to the stream's requests
         label = _label(req.key)
         self.gear_stats.add(label, 1, real_elements, padded_elements)
         self.stats.count(1, entry.is_static, time.perf_counter() - t0)
-        hot = self._hot_path() if fused else None
+        # a fused run the compiled hot path (gert/core/_hotpath.pyx) may replay; not one traced
+        hot = self._hot_path() if entry.is_static and not stages.traced else None
         if hot is not None:
             self._offer(
                 hot,
@@ -256,16 +223,26 @@ class Worker(StreamGraphs):
                 real_elements,
                 padded_elements,
             )
-        if tr is not None:
-            tr.span(
-                "run",
-                track,
-                t0,
-                time.perf_counter(),
-                "run",
-                {"rows": req.sizes.get("batch"), "key": label, "graph": "static" if entry.is_static else "dynamic"},
-            )
         return results
+
+    def run_fused(
+        self, entry: GraphEntry, req: Request, uploads: list, fills: list, inputs: list, outputs: list, downloads: list
+    ) -> None:
+        """A static graph's request in one call without the GIL: uploads, run, downloads, synchronize; a sequence
+        step's gather (before) and scatter (after, into staged buffers swapped in only once the step succeeded) in
+        the same call: no hand-off to the stream's worker for them on the host NPU."""
+        self.session.run_fused(
+            entry.graph_id,
+            self.stream,
+            uploads,
+            fills,
+            [(b.ptr, n, g, s) for b, s, _, n, g in inputs],
+            outputs,
+            downloads,
+            -1 if req.timeout is None else max(1, round(req.timeout * 1000)),
+            req.before,
+            req.after,
+        )
 
     def _offer(
         self,
@@ -322,39 +299,31 @@ class Worker(StreamGraphs):
         self.stats.count(runs, True, seconds)
 
     def _run_dynamic(
-        self,
-        entry: GraphEntry,
-        req: Request,
-        uploads: list,
-        fills: list,
-        inputs: list,
-        results: dict,
-        tr: Optional[_trace.Recorder] = None,
+        self, stages, entry: GraphEntry, req: Request, uploads: list, fills: list, inputs: list, results: dict
     ) -> None:
-        """A request on a dynamic-shape graph: uploads, the run (GE sizes the outputs), downloads, synchronize.
-        Traced: each stage stamped by the host (GE waits for the run to size the outputs, so ``execute`` holds it)."""
-        stream = self.stream
-        stamps = [time.perf_counter()] if tr is not None else None
-        self.transfers.copy_in(stream, uploads, fills)
-        tensors = [DeviceTensor(b, s, d) for b, s, d, _, _ in inputs]
-        if stamps is not None:
-            stamps.append(time.perf_counter())
-        with watchdog(stream, req.timeout):  # GE waits here until the run sized the outputs
-            outputs = self.session.execute_async(entry.graph_id, stream, tensors)
-        if stamps is not None:
-            stamps.append(time.perf_counter())
-        self.transfers.copy_out(stream, req, outputs, results)
+        """A request on a dynamic-shape graph: uploads, the run (GE sizes the outputs), downloads, synchronize, each
+        a stage of ``stages`` (traced: each stamped by the host; GE waits for the run to size the outputs, so
+        ``execute`` holds it)."""
+        tensors = stages.copy_in(uploads, fills, inputs)
+        outputs = stages.execute_async(entry, req, tensors)
+        stages.copy_out(req, outputs, results)
+        stages.synchronize(req)
+
+    def copy_in(self, uploads: list, fills: list, inputs: list) -> list:
+        self.transfers.copy_in(self.stream, uploads, fills)
+        return [DeviceTensor(b, s, d) for b, s, d, _, _ in inputs]
+
+    def execute_async(self, entry: GraphEntry, req: Request, tensors: list) -> list:
+        with watchdog(self.stream, req.timeout):  # GE waits here until the run sized the outputs
+            return self.session.execute_async(entry.graph_id, self.stream, tensors)
+
+    def copy_out(self, req: Request, outputs: list, results: dict) -> None:
+        self.transfers.copy_out(self.stream, req, outputs, results)
         if req.after:
-            Transfers.enqueue(stream.handle, req.after)
-        if stamps is not None:
-            stamps.append(time.perf_counter())
-        stream.synchronize(req.timeout)
-        if stamps is not None:
-            stamps.append(time.perf_counter())
-            track = tr.stream_track(self)
-            for name, start, end in zip(("h2d", "execute", "d2h"), stamps, stamps[1:]):
-                tr.span(name, track, start, end, args={"clock": "host"})
-            tr.span("synchronize", tr.thread_track(), stamps[3], stamps[4])
+            Transfers.enqueue(self.stream.handle, req.after)
+
+    def synchronize(self, req: Request) -> None:
+        self.stream.synchronize(req.timeout)
 
 
 _LABELS: dict = {}  # graph key -> its label in stats(), for the first _LABELS_KEPT keys
