@@ -16,6 +16,7 @@ from typing import Callable, Iterable, Optional
 
 from gert.core.batching import Batcher
 from gert.core.dynamic import BatchingConfig, BatchingStats, Pending, RunTimes
+from gert.core.gear_pieces import cheapest_pieces
 from gert.core.executor import Request
 from gert.core.pool import StreamPool
 from gert.core.error_kinds import is_runtime_failure
@@ -62,8 +63,20 @@ class BatchQueue:
 
     def run_requests(self, members: list, run: Callable[[Request], dict]) -> list:
         """The run function of Model requests (Engine.run): the Pending requests ``members`` (one batch key) merged
-        (Batcher.merge), run once by ``run`` with the smallest timeout among them, and split back: one result per
-        member."""
+        (Batcher.merge), run by ``run`` with the smallest timeout among them, and split back: one result per member.
+        Under the pad policy, as consecutive groups each padded to its own gear where the measured run times say
+        that is cheaper than padding the whole batch (gert/core/gear_pieces.py)."""
+        batch = self.plan.batch
+        if len(members) > 1 and batch is not None and batch.policy == "pad":
+            ends = cheapest_pieces([p.rows for p in members], batch.gears, self.run_times.cost)
+            if len(ends) > 1:
+                outs: list = []
+                for start, end in zip([0, *ends], ends):
+                    outs.extend(self._run_merged(members[start:end], run))
+                return outs
+        return self._run_merged(members, run)
+
+    def _run_merged(self, members: list, run: Callable[[Request], dict]) -> list:
         rows = [p.rows for p in members]
         first = members[0]
         alone = len(members) == 1
@@ -115,24 +128,27 @@ class BatchQueue:
         that fails alone fails."""
         started = time.perf_counter()
         waits = [started - p.queued_at for p in group]
-        ran: list = []  # the graph key of each run: the batch's, then any retry's
+        ran: list = []  # the graph key of each run: the batch's (one per gear-sized group), then any retry's
+        attempts = [0]  # run_members calls: the batch, then one per member when a device fault retries them
 
         def run(req: Request) -> dict:
             ran.append(req.key)
-            if len(ran) > 1 or not record:  # a retry alone: not a run time of the batch
+            if attempts[0] > 1 or not record:  # a retry alone: not a run time of the batch
                 return on_stream(req)
             t0 = time.perf_counter()
             out = on_stream(req)
             self.run_times.add(req.run_sizes["batch"], time.perf_counter() - t0)
             return out
 
+        def run_all(ms: list) -> list:
+            attempts[0] += 1
+            return run_members(ms, run)
+
         members, let_go = (group, None) if admit is None else admit(group)
         try:
             if members:
                 try:
-                    outs = run_isolated(
-                        members, lambda ms: run_members(ms, run), None if record else self.stats.retried
-                    )
+                    outs = run_isolated(members, run_all, None if record else self.stats.retried)
                 except Exception as e:  # noqa: BLE001 - the batch's error (not a device fault): every member's
                     outs = [e] * len(members)
                 for p, out in zip(members, outs):
@@ -149,7 +165,7 @@ class BatchQueue:
             if let_go is not None:
                 let_go()
             if record and ran:  # it ran (a request whose sizes have no graph did not)
-                self.stats.record(len(group), key_label(ran[0]), waits, len(ran) > 1)
+                self.stats.record(len(group), key_label(ran[0]), waits, attempts[0] > 1)
 
 
 def batch_limit(plan: ShapePlan, batcher: Batcher, config: Optional[BatchingConfig]) -> int:

@@ -160,6 +160,20 @@ class RunTimes:
         larger = [s for s in self._seconds if s > size]
         return self._seconds[min(larger)] if larger else None
 
+    def cost(self, size: int) -> Optional[float]:
+        """The run time at ``size``: measured there, else read off the straight line (a launch, and a cost per row)
+        fitted through the sizes measured (two at least), else None. An estimate that turns out wrong is measured
+        once that size runs (gert/core/gear_pieces.py then decides on the measurement)."""
+        known = self._seconds.get(size)
+        if known is not None or len(self._seconds) < 2:
+            return known
+        sizes, seconds = zip(*self._seconds.items())
+        mean_x, mean_y = sum(sizes) / len(sizes), sum(seconds) / len(seconds)
+        per_row = sum((x - mean_x) * (y - mean_y) for x, y in zip(sizes, seconds)) / sum(
+            (x - mean_x) ** 2 for x in sizes
+        )
+        return max(0.0, mean_y + per_row * (size - mean_x))
+
 
 class BatchingStats:
     """Batches formed by the dynamic batcher: sizes, queue waits, per gear; thread-safe."""

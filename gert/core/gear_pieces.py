@@ -1,0 +1,60 @@
+"""Which gear-sized runs a merged batch takes under the ``pad`` policy: padded up to one gear, or cut into consecutive
+groups of its requests, each padded to its own gear, whichever the measured run times say is cheaper.
+
+Why: a batch of 10 rows with gears 1, 2, 4, 8, 16 padded to 16 computes 6 rows nobody sent (PP-OCR cls from 16
+threads on two streams formed batches of 6 and 10: 24 rows computed for 16). Run as 8 + 2 it computes 10, at the
+price of one more launch. Which is cheaper depends on the model and the device (on a CPU a row costs about the same
+at any batch; an NPU runs a larger batch at little extra cost), so it is decided from the run times the batcher
+measures per gear (gert.core.dynamic.RunTimes) and changes as they do. Requests are never cut: each group is whole
+requests, in their order, so a request's rows run together as they were sent.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, List, Optional, Sequence
+
+
+def gear_for(rows: int, gears: Sequence[int]) -> Optional[int]:
+    """The smallest gear that holds ``rows`` (None: none does)."""
+    for g in gears:
+        if g >= rows:
+            return g
+    return None
+
+
+def cheapest_pieces(rows: Sequence[int], gears: Sequence[int], cost: Callable[[int], Optional[float]]) -> List[int]:
+    """The end indices of the consecutive groups of requests (``rows``: each request's rows) whose runs, each padded
+    to its gear (``gears``, ascending), cost least by ``cost(gear)`` (seconds of one run at that gear; None: not
+    known). One group (``[len(rows)]``, the whole batch padded) unless every cost a cheaper cut needs is known and
+    the cut is cheaper."""
+    n = len(rows)
+    whole = [n]
+    if n < 2:
+        return whole
+    costs = {g: cost(g) for g in gears}
+    top = gear_for(sum(rows), gears)
+    if top is None or costs[top] is None:
+        return whole
+    # best[j]: (the least cost of running requests 0 .. j-1, in how few runs); ties go to fewer runs
+    best: List[Optional[tuple]] = [(0.0, 0)] + [None] * n
+    cut: List[int] = [0] * (n + 1)
+    for j in range(1, n + 1):
+        total = 0
+        for i in range(j - 1, -1, -1):
+            total += rows[i]
+            g = gear_for(total, gears)
+            if g is None:
+                break
+            c, before = costs[g], best[i]
+            if c is None or before is None:
+                continue
+            option = (before[0] + c, before[1] + 1)
+            if best[j] is None or option < best[j]:
+                best[j], cut[j] = option, i
+    if best[n] is None or best[n][0] >= costs[top]:
+        return whole
+    ends, j = [], n
+    while j > 0:
+        ends.append(j)
+        j = cut[j]
+    return ends[::-1]

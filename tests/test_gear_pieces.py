@@ -1,0 +1,149 @@
+"""A merged batch under the pad policy runs as whole-request groups each padded to its own gear when the measured
+run times say that is cheaper than padding the whole batch (gert/core/gear_pieces.py, BatchQueue.run_requests).
+
+The choice is checked against a brute force over every cut; the runs against ONNX Runtime, each request alone,
+with run times seeded so that the batcher cuts (the runs themselves would measure the tiny test models as costing
+the same at every gear, and then nothing is cut)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import gert
+from _helpers import RUNTIME
+from gert.core.dynamic import RunTimes
+from gert.core.gear_pieces import cheapest_pieces, gear_for
+from test_inproc_batching import AFFINE, Held, _batching, _in_threads, _join, _until, _x
+from test_pipeline_property import FAMILIES, assert_alone
+
+GEARS = (1, 2, 4, 8, 16, 32)
+
+
+def brute_force(rows: list, gears: tuple, cost: dict) -> float:
+    """The least summed cost over every cut of ``rows`` into consecutive groups that each fit a gear."""
+    n, best = len(rows), float("inf")
+    for k in range(n):
+        for cuts in itertools.combinations(range(1, n), k):
+            ends = [*cuts, n]
+            total = 0.0
+            for start, end in zip([0, *ends], ends):
+                g = gear_for(sum(rows[start:end]), gears)
+                if g is None:
+                    break
+                total += cost[g]
+            else:
+                best = min(best, total)
+    return best
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(st.integers(1, 5), min_size=1, max_size=7),
+    gears=st.sampled_from([(1, 2, 4, 8, 16, 32), (2, 8), (3, 6, 12), (1, 32)]),
+    costs=st.lists(st.floats(0.0, 10.0, allow_nan=False), min_size=6, max_size=6),
+)
+def test_the_cut_chosen_is_whole_requests_in_order_and_the_cheapest(rows, gears, costs):
+    cost = dict(zip(gears, costs))
+    ends = cheapest_pieces(rows, gears, cost.get)
+    assert ends == sorted(ends) and ends[-1] == len(rows) and len(set(ends)) == len(ends) and ends[0] > 0
+    groups = [rows[s:e] for s, e in zip([0, *ends], ends)]
+    whole = gear_for(sum(rows), gears)
+    if whole is None:
+        assert ends == [len(rows)]  # too large for one gear: left to the chunking that follows
+        return
+    chosen = sum(cost[gear_for(sum(g), gears)] for g in groups)
+    assert chosen <= cost[whole] + 1e-12
+    if len(groups) > 1:  # cut only when strictly cheaper, and then at the least cost there is
+        assert chosen < cost[whole] and chosen == pytest.approx(brute_force(rows, gears, cost))
+
+
+def test_nothing_is_cut_while_a_cost_it_needs_is_unknown():
+    assert cheapest_pieces([1] * 10, GEARS, {16: 1.0, 8: 0.6}.get) == [10]  # 8 + 8 dearer; gear 2 unknown
+    assert cheapest_pieces([1] * 10, GEARS, {16: 1.0, 8: 0.4}.get) == [5, 10]  # 8 + 8 cheaper
+    assert cheapest_pieces([1] * 10, GEARS, {8: 0.4, 2: 0.1}.get) == [10]  # the whole batch's gear unknown
+    assert cheapest_pieces([1] * 10, GEARS, {16: 1.0, 8: 0.4, 2: 0.1}.get) == [8, 10]
+    assert cheapest_pieces([1] * 10, GEARS, {16: 0.5, 8: 0.4, 2: 0.1}.get) == [10]  # equal: one launch
+
+
+def test_run_times_cost_reads_a_line_through_what_was_measured():
+    t = RunTimes()
+    assert t.cost(4) is None
+    t.add(8, 0.9)
+    assert t.cost(8) == 0.9 and t.cost(4) is None  # one size: no line
+    t.add(16, 1.7)  # 0.1 s a launch, 0.1 s a row
+    assert t.cost(2) == pytest.approx(0.3) and t.cost(32) == pytest.approx(3.3)
+    t.add(1, 0.0)
+    assert t.cost(1) == 0.0 and t.cost(4) >= 0.0  # measured wins; a line never gives a negative time
+
+
+def seed(m: gert.Model, seconds: dict) -> None:
+    """The batcher's measured run time per gear, as if measured."""
+    for gear, s in seconds.items():
+        m.engine.batches.run_times.add(gear, s)
+
+
+def test_a_batch_of_ten_runs_as_eight_and_two_when_that_is_cheaper_each_request_its_own_rows():
+    rng = np.random.default_rng(0)
+    reqs = [_x(rng) for _ in range(10)]
+    with gert.load(AFFINE) as m:
+        seed(m, {1: 0.15, 2: 0.2, 4: 0.3, 8: 0.5, 16: 0.9, 32: 1.7})  # 0.1 s a launch, 0.05 s a row
+        held = Held(m)
+        results, threads = _in_threads(m.run, reqs, held)
+        held.release()
+        _join(threads)
+        for i, (r, got) in enumerate(zip(reqs, results)):
+            assert_alone(AFFINE, r, got, f"request {i}")
+        b = _batching(m)
+        assert b["batches"] == 1 and b["requests"] == 10, b  # one batch of the batcher ...
+        gears = m.stats()["gears"]
+        assert gears == {"batch=8": {"hits": 1, "padding_ratio": 0.0}, "batch=2": {"hits": 1, "padding_ratio": 0.0}}, (
+            gears  # ... run as two graph runs, nothing padded
+        )
+
+
+def test_a_batch_stays_whole_when_a_launch_costs_more_than_the_padding():
+    rng = np.random.default_rng(1)
+    reqs = [_x(rng) for _ in range(10)]
+    with gert.load(AFFINE) as m:
+        seed(m, {1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0, 16: 1.01, 32: 1.02})  # the launch is the cost
+        held = Held(m)
+        results, threads = _in_threads(m.run, reqs, held)
+        held.release()
+        _join(threads)
+        for i, (r, got) in enumerate(zip(reqs, results)):
+            assert_alone(AFFINE, r, got, f"request {i}")
+        assert m.stats()["gears"] == {"batch=16": {"hits": 1, "padding_ratio": 0.375}}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    family=st.sampled_from(["named", "axis1"]),
+    rows=st.lists(st.integers(1, 3), min_size=2, max_size=8),
+    costs=st.lists(st.floats(0.0, 1.0, allow_nan=False), min_size=6, max_size=6),
+    seed_=st.integers(0, 2**16),
+)
+def test_every_caller_gets_its_own_rows_whatever_the_cut(family, rows, costs, seed_):
+    """Random request sizes and random run times per gear (so random cuts): each caller's outputs equal ONNX
+    Runtime run on its request alone."""
+    model, kwargs, make = FAMILIES[family]
+    rng = np.random.default_rng(seed_)
+    reqs = [make(rng, n) for n in rows]
+    with gert.load(model, **kwargs) as m:
+        seed(m, dict(zip(GEARS, costs)))
+        hold = Held(m)
+        try:
+            results, threads = _in_threads(m.run, reqs)
+            _until(lambda: hold.queued() == len(reqs), "the requests did not queue")
+        finally:
+            hold.release()
+        _join(threads)
+    for i, (r, got) in enumerate(zip(reqs, results)):
+        assert not isinstance(got, BaseException), got
+        assert_alone(model, r, got, f"{family} rows={rows} costs={costs} request {i}")
+
+
+pytestmark = RUNTIME
