@@ -119,6 +119,20 @@ def test_a_batch_stays_whole_when_a_launch_costs_more_than_the_padding():
         assert m.stats()["gears"] == {"batch=16": {"hits": 1, "padding_ratio": 0.375}}
 
 
+def test_run_list_and_triton_batches_are_cut_the_same_way_and_time_their_runs():
+    """Model.run(list) and gert_triton's merged batches (Engine.run_checked) cut as the batch queue does; their
+    runs are timed into the same table, so a gear never run gets a measured time once it ran."""
+    rng = np.random.default_rng(2)
+    reqs = [_x(rng) for _ in range(10)]
+    with gert.load(AFFINE) as m:
+        seed(m, {1: 0.15, 8: 0.5, 16: 0.9, 32: 1.7})  # gear 2 read off the line: 0.2
+        got = m.run(reqs)
+        for i, (r, out) in enumerate(zip(reqs, got)):
+            assert_alone(AFFINE, r, out, f"request {i}")
+        assert set(m.stats()["gears"]) == {"batch=8", "batch=2"}, m.stats()["gears"]
+        assert m.engine.batches.run_times.cost(2) != pytest.approx(0.2)  # measured now: a tiny model's real time
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     family=st.sampled_from(["named", "axis1"]),

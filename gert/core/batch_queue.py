@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Optional
 
 from gert.core.batching import Batcher
 from gert.core.dynamic import BatchingConfig, BatchingStats, Pending, RunTimes
-from gert.core.gear_pieces import cheapest_pieces
+from gert.core.gear_pieces import run_cheapest
 from gert.core.executor import Request
 from gert.core.pool import StreamPool
 from gert.core.error_kinds import is_runtime_failure
@@ -66,15 +66,8 @@ class BatchQueue:
         (Batcher.merge), run by ``run`` with the smallest timeout among them, and split back: one result per member.
         Under the pad policy, as consecutive groups each padded to its own gear where the measured run times say
         that is cheaper than padding the whole batch (gert/core/gear_pieces.py)."""
-        batch = self.plan.batch
-        if len(members) > 1 and batch is not None and batch.policy == "pad":
-            ends = cheapest_pieces([p.rows for p in members], batch.gears, self.run_times.cost)
-            if len(ends) > 1:
-                outs: list = []
-                for start, end in zip([0, *ends], ends):
-                    outs.extend(self._run_merged(members[start:end], run))
-                return outs
-        return self._run_merged(members, run)
+        rows = [p.rows for p in members]  # (each group's run timed by _lead, on the stream)
+        return run_cheapest(members, rows, self.plan.batch, self.run_times, lambda part: self._run_merged(part, run))
 
     def _run_merged(self, members: list, run: Callable[[Request], dict]) -> list:
         rows = [p.rows for p in members]

@@ -22,6 +22,7 @@ from gert.core import trace as _trace
 from gert.core.batching import Batcher
 from gert.core.batch_queue import BatchQueue, run_isolated
 from gert.core.dynamic import BatchingConfig, Pending
+from gert.core.gear_pieces import run_cheapest
 from gert.core.validate import Validator
 from gert.errors import GertError
 from gert.core.executor import Request
@@ -281,11 +282,17 @@ class Engine:
         if self.split_batch and len(group) > 1 and self.batcher.enabled:
             parts = min(len(group), self._idle_parts({"batch": sum(sizes["batch"] for _, sizes in group)}))
         if parts < 2:
-            return self._run_group(group, timeout)
+            return self._run_cut(group, timeout)
         top = -(-sum(sizes["batch"] for _, sizes in group) // parts)
         subs = self.batcher.chunks(group, _rows_of, top)
         futures = [self.pool.parts_pool().submit(self._run_group, sub, timeout, False) for sub in subs[1:]]
         return self._run_group(subs[0], timeout, False) + [out for f in futures for out in f.result()]
+
+    def _run_cut(self, group: Sequence[tuple], timeout: Optional[float]) -> list:
+        """_run_group in gear-sized groups of whole requests where cheaper than padding (gert/core/gear_pieces.py)."""
+        run, batch = (lambda part: self._run_group(part, timeout)), self.plan.batch if self.batcher.enabled else None
+        rows = [sizes.get("batch", 1) for _, sizes in group]  # (no batch axis: run whole)
+        return run_cheapest(group, rows, batch, self.batches.run_times, run, timed=True)
 
     def _run_group(self, group: Sequence[tuple], timeout: Optional[float], spread: bool = True) -> list:
         """run_checked of one part: the compiled path if its signature ran before, else merged and run
