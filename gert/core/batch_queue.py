@@ -15,7 +15,7 @@ import time
 from typing import Callable, Iterable, Optional
 
 from gert.core.batching import Batcher
-from gert.core.dynamic import BatchingConfig, BatchingStats, Pending, RunTimes
+from gert.core.dynamic import BatchingConfig, BatchingStats, Pending
 from gert.core.gear_pieces import run_cheapest
 from gert.core.executor import Request
 from gert.core.pool import StreamPool
@@ -48,7 +48,7 @@ class BatchQueue:
         self.resolve = resolve  # real sizes -> (run sizes, graph key): the model's resolve step (Engine.resolve)
         self.limit = batch_limit(plan, batcher, config)  # rows of one batch at most (0: off)
         self.stats = BatchingStats()
-        self.run_times = RunTimes()  # per batch size run: what latency_slo_ms leaves room for
+        self.run_times = pool.run_times  # per batch size, measured by the streams: latency_slo_ms, gear pieces
 
     def submit(
         self, pending: Pending, run_members: RunMembers, admit: Optional[Admit] = None, record: bool = True
@@ -66,7 +66,7 @@ class BatchQueue:
         (Batcher.merge), run by ``run`` with the smallest timeout among them, and split back: one result per member.
         Under the pad policy, as consecutive groups each padded to its own gear where the measured run times say
         that is cheaper than padding the whole batch (gert/core/gear_pieces.py)."""
-        rows = [p.rows for p in members]  # (each group's run timed by _lead, on the stream)
+        rows = [p.rows for p in members]
         return run_cheapest(members, rows, self.plan.batch, self.run_times, lambda part: self._run_merged(part, run))
 
     def _run_merged(self, members: list, run: Callable[[Request], dict]) -> list:
@@ -126,12 +126,7 @@ class BatchQueue:
 
         def run(req: Request) -> dict:
             ran.append(req.key)
-            if attempts[0] > 1 or not record:  # a retry alone: not a run time of the batch
-                return on_stream(req)
-            t0 = time.perf_counter()
-            out = on_stream(req)
-            self.run_times.add(req.run_sizes["batch"], time.perf_counter() - t0)
-            return out
+            return on_stream(req)
 
         def run_all(ms: list) -> list:
             attempts[0] += 1

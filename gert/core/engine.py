@@ -292,7 +292,7 @@ class Engine:
         """_run_group in gear-sized groups of whole requests where cheaper than padding (gert/core/gear_pieces.py)."""
         run, batch = (lambda part: self._run_group(part, timeout)), self.plan.batch if self.batcher.enabled else None
         rows = [sizes.get("batch", 1) for _, sizes in group]  # (no batch axis: run whole)
-        return run_cheapest(group, rows, batch, self.batches.run_times, run, timed=True)
+        return run_cheapest(group, rows, batch, self.pool.run_times, run)
 
     def _run_group(self, group: Sequence[tuple], timeout: Optional[float], spread: bool = True) -> list:
         """run_checked of one part: the compiled path if its signature ran before, else merged and run

@@ -22,6 +22,7 @@ from gert._cann import DeviceBuffer, Graph
 from gert.errors import GeError
 from gert.core import empty_rows, hooks, trace as _trace
 from gert.core.run_trace import traced_run
+from gert.core.dynamic import RunTimes
 from gert.core.error_kinds import ErrorKind, kind_of
 from gert.core.recovery import watchdog
 from gert.core.shapes import ShapePlan
@@ -73,6 +74,7 @@ class Worker(StreamGraphs):
         cache=None,
         tiers=None,
         hot: Optional[Callable[[], object]] = None,
+        run_times: Optional[RunTimes] = None,
     ):
         super().__init__(
             index,
@@ -92,6 +94,7 @@ class Worker(StreamGraphs):
         self._compiled_for = 0  # id() of the request whose graph the request path compiled last
         self.trace_events: Optional[list] = None  # timing events of a traced run (gert/core/staged.py)
         self.gear_stats = GearCounts()
+        self.run_times = run_times  # the model's run time per batch size (its streams' runs, graph lookup excluded)
         self.transfers = Transfers(plan, device)  # each request's uploads and downloads (gert/core/transfers.py)
 
     # ---- graphs -----------------------------------------------------------------------------------------
@@ -152,6 +155,7 @@ class Worker(StreamGraphs):
         """The request's stages, each called on ``stages``: this worker, or its traced wrapper."""
         t0 = time.perf_counter()
         entry = stages.graph_for(req)
+        looked_up = time.perf_counter()  # (a first run's compile is not a run time)
         plan = self.plan
         real_elements = padded_elements = 0
         uploads, fills, inputs = [], [], []
@@ -205,7 +209,10 @@ class Worker(StreamGraphs):
         # counted once the request succeeded, so that gear hits add up to the stream's requests
         label = _label(req.key)
         self.gear_stats.add(label, 1, real_elements, padded_elements)
-        self.stats.count(1, entry.is_static, time.perf_counter() - t0)
+        done = time.perf_counter()
+        self.stats.count(1, entry.is_static, done - t0)
+        if self.run_times is not None and "batch" in req.run_sizes:
+            self.run_times.add(req.run_sizes["batch"], done - looked_up)
         # a fused run the compiled hot path (gert/core/_hotpath.pyx) may replay; not one traced
         hot = self._hot_path() if entry.is_static and not stages.traced else None
         if hot is not None:

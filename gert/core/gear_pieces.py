@@ -11,7 +11,6 @@ requests, in their order, so a request's rows run together as they were sent.
 
 from __future__ import annotations
 
-import time
 from typing import Callable, List, Optional, Sequence
 
 from gert.core.dynamic import RunTimes
@@ -64,24 +63,15 @@ def cheapest_pieces(rows: Sequence[int], gears: Sequence[int], cost: Callable[[i
 
 
 def run_cheapest(
-    members: Sequence, rows: Sequence[int], batch, times: RunTimes, run: Callable[[Sequence], list], timed: bool = False
+    members: Sequence, rows: Sequence[int], batch, times: RunTimes, run: Callable[[Sequence], list]
 ) -> list:
-    """``run(group)`` (one result per member) for each group of ``members`` that cheapest_pieces cuts by ``times``,
-    in order: all their results. Only under the ``pad`` policy of ``batch`` (the plan's batch Dim; None: no batch or
-    no merging): else ``run(members)``. ``timed``: each group's run time is added to ``times`` at its gear (where
-    the caller does not time the runs itself)."""
-    if batch is None or batch.policy != "pad":
+    """``run(group)`` (one result per member) for each group of ``members`` that cheapest_pieces cuts by ``times``
+    (the streams' measured run times, gert.core.pool.StreamPool.run_times), in order: all their results. Only under
+    the ``pad`` policy of ``batch`` (the plan's batch Dim; None: no batch or no merging): else ``run(members)``."""
+    if batch is None or batch.policy != "pad" or len(members) < 2:
         return run(members)
-    gears = batch.gears
-    ends = cheapest_pieces(rows, gears, times.cost) if len(members) > 1 else [len(members)]
+    ends = cheapest_pieces(rows, batch.gears, times.cost)
     outs: list = []
     for start, end in zip([0, *ends], ends):
-        if not timed:
-            outs += run(members[start:end])
-            continue
-        gear = gear_for(sum(rows[start:end]), gears)
-        t0 = time.perf_counter()
         outs += run(members[start:end])
-        if gear is not None:  # larger than every gear: run in chunks, not a run at one gear
-            times.add(gear, time.perf_counter() - t0)
     return outs

@@ -20,7 +20,7 @@ from typing import Callable, Iterator, Optional, Sequence
 from gert.core import trace as _trace
 from gert.core._hotpath import HotPath
 from gert.core.dispatch import StreamQueue
-from gert.core.dynamic import Pending
+from gert.core.dynamic import Pending, RunTimes
 from gert.core.executor import Request, Worker
 from gert.core.recovery import Recovery
 from gert.core.shapes import ShapePlan
@@ -75,8 +75,9 @@ class StreamPool:
             if plan.tiered
             else None
         )
+        self.run_times = RunTimes()  # per batch size, as the streams run it: what batching decides by
         self.workers = _open_workers(
-            config, graph, plan, session_options, graph_options, cache, self.tiers, lambda: self.hot
+            config, graph, plan, session_options, graph_options, cache, self.tiers, lambda: self.hot, self.run_times
         )
         self.queue: StreamQueue = StreamQueue(self.workers)  # first free stream, arrival order (gert/core/dispatch.py)
 
@@ -276,6 +277,7 @@ def _open_workers(
     cache,
     tiers,
     hot: Callable[[], Optional[HotPath]],
+    run_times: RunTimes,
 ) -> list:
     """``config.streams`` Workers (a stream with its Session and graphs) per device. All or none: the ones opened
     are closed when one fails."""
@@ -297,6 +299,7 @@ def _open_workers(
                         cache=cache,
                         tiers=tiers,
                         hot=hot,
+                        run_times=run_times,
                     )
                 )
     except BaseException:
