@@ -113,63 +113,25 @@ class ConfigError(GertError):
 
 @dataclass
 class GertParams:
+    """A model config's parameters: the gert.load options it sets (``load``: LoadConfig field -> value, checked
+    and read as LoadConfig reads them; declared there, not here) and gert_triton's own."""
+
+    load: dict = field(default_factory=dict)  # the LoadConfig fields the config sets (options: the ge.* keys)
     onnx_file: Optional[str] = None
-    streams: Optional[int] = None  # None: stream_layout() chooses
-    cube_cores: Optional[int] = None
-    vector_cores: Optional[int] = None
-    gears: dict = field(default_factory=dict)
-    shape_policy: dict = field(default_factory=dict)
-    pad_value: float = 0
-    max_batch: Optional[int] = None
-    device_ids: Optional[tuple] = None
-    split_batch: Optional[bool] = None
     metrics_interval_ms: int = 1000
     warmup: bool = True
     check_cancelled: bool = True  # ask is_cancelled() of each request right before its batch runs
-    request_timeout_ms: Optional[int] = None
-    hot_after: Optional[int] = None
-    hot_window: Optional[int] = None
-    max_exact_graphs: Optional[int] = None
-    compile_share: Optional[float] = None
-    host_memory: Optional[int] = None  # bytes; None: gert.load's default (gert/core/host_memory.py)
     cache_dir: Optional[str] = None  # as given: absolute, or relative to the model dir (see cache_path)
-    cache_mode: Optional[int] = None  # None: GERT_CACHE_MODE, else 0o700 (gert.core.cache_trust)
-    trust_foreign_entries: bool = False
-    options: dict = field(default_factory=dict)  # gert.load(options=...) keys: global./session./graph. prefixes
-    state: dict = field(default_factory=dict)  # state input -> output (stateful models)
-    batch_dim: object = None  # str (a dim name) or list of "tensor:axis"
-    cann_ops: Optional[str] = None  # None: GERT_CANN_OPS, else warn
-    precision_mode: Optional[str] = None
-    keep_fp32: tuple = ()
     trace_file: Optional[str] = None  # gert_triton/tracing.py (else GERT_TRACE, if set)
 
-    def load_kwargs(self) -> dict:
-        """The gert.load() keyword arguments the config sets that have no default of gert_triton's own."""
-        out = {k: v for k, v in self.given().items() if k in _PASSED_AS_SET}
-        if "keep_fp32" in out:
-            out["keep_fp32"] = list(out["keep_fp32"])
-        return out
-
-    def given(self) -> dict:
-        """The LoadConfig fields (gert.load's options) the config sets, by field name: those of LOAD_KEYS whose value
-        is not GertParams' default, and the ge.* options."""
-        unset = GertParams()
-        out = {}
-        for key, field_name in LOAD_KEYS.items():
-            value = getattr(self, key)
-            if value is None or value == getattr(unset, key):
-                continue
-            if key == "request_timeout_ms":
-                value = value / 1000
-            out[field_name] = dict(value) if isinstance(value, dict) else value
-        if self.options:
-            out["options"] = dict(self.options)
-        return out
+    def get(self, option: str, default=None):
+        """The value the config sets for LoadConfig field ``option``, else ``default``."""
+        return self.load.get(option, default)
 
     def load_config(self, **decided) -> LoadConfig:
         """The gert.LoadConfig of this config: the fields it sets, with ``decided`` (what gert_triton chooses itself:
         devices, the stream layout, split_batch, max_batch, cache_dir) over them."""
-        return LoadConfig.from_kwargs(**{**self.given(), **decided})
+        return LoadConfig.from_kwargs(**{**self.load, **decided})
 
 
 # config.pbtxt key -> the LoadConfig field (gert.load option) it sets; the other KNOWN_KEYS are gert_triton's own
@@ -197,21 +159,7 @@ LOAD_KEYS = {
     "pad_value": "pad_value",
     "trust_foreign_entries": "trust_foreign_entries",
 }
-# load_kwargs(): the fields gert_triton/model.py passes to gert.load as the config sets them (it decides the others)
-_PASSED_AS_SET = (
-    "hot_after",
-    "hot_window",
-    "max_exact_graphs",
-    "compile_share",
-    "host_memory",
-    "batch_dim",
-    "cann_ops",
-    "precision_mode",
-    "state",
-    "cache_mode",
-    "trust_foreign_entries",
-    "keep_fp32",
-)
+
 # fields whose parameter text LoadConfig reads itself ("2GB", "0770", "Strict", a precision mode's name)
 _NORMALISED = ("host_memory", "cache_mode", "cann_ops", "precision_mode")
 
@@ -283,9 +231,10 @@ def _keep_fp32(key: str, value: str) -> tuple:
 # the text of each load parameter -> its value (its syntax only: what the value may be is LoadConfig's check)
 _PARSE: dict = {
     **dict.fromkeys(
-        ("streams", "cube_cores", "vector_cores", "max_batch", "request_timeout_ms", "hot_after", "hot_window"),
+        ("streams", "cube_cores", "vector_cores", "max_batch", "hot_after", "hot_window"),
         _integer,
     ),
+    "request_timeout_ms": lambda k, v: _integer(k, v) / 1000,
     "max_exact_graphs": _integer,
     "compile_share": lambda k, v: _number(k, v, "a number in (0, 1]"),
     "host_memory": lambda k, v: v,
@@ -295,7 +244,7 @@ _PARSE: dict = {
     "gears": lambda k, v: _dim_map(k, v, _sizes),
     "shape_policy": lambda k, v: _dim_map(k, v, lambda text, dim: text),
     "split_batch": _flag,
-    "keep_fp32": _keep_fp32,
+    "keep_fp32": lambda k, v: list(_keep_fp32(k, v)),
     "state": lambda k, v: parse_state(v),
     "batch_dim": lambda k, v: parse_batch_dim(v),
     "device_ids": _device_ids,
@@ -339,11 +288,11 @@ def _checked(p: GertParams) -> None:
         elif key == e.option and text.startswith(f"{key} must "):  # "hot_after must be >= 1, got 0"
             text = text[len(key) + 1 :]
         raise ConfigError(f"parameter '{key}': {text}") from None
-    for key in _NORMALISED:
-        if getattr(p, key) is not None:
-            setattr(p, key, getattr(config, LOAD_KEYS[key]))
-    if p.streams is not None and p.streams > MAX_STREAMS:
-        raise ConfigError(f"parameter 'streams': must be in [1, {MAX_STREAMS}], got {p.streams}")
+    for name in _NORMALISED:
+        if name in p.load:
+            p.load[name] = getattr(config, name)
+    if p.get("streams", 0) > MAX_STREAMS:
+        raise ConfigError(f"parameter 'streams': must be in [1, {MAX_STREAMS}], got {p.get('streams')}")
 
 
 def parse_parameters(raw: dict) -> GertParams:
@@ -357,16 +306,16 @@ def parse_parameters(raw: dict) -> GertParams:
         if not isinstance(value, str):
             raise ConfigError(f"parameter '{key}': expected a string value, got {type(value).__name__} {value!r}")
         if key.startswith("ge."):
-            p.options["global." + key] = value
+            p.load.setdefault("options", {})["global." + key] = value
         elif key.startswith("session.ge.") or key.startswith("graph.ge."):
-            p.options[key] = value
+            p.load.setdefault("options", {})[key] = value
         elif key not in KNOWN_KEYS:
             raise ConfigError(
                 f"unknown parameter '{key}'; gert_triton takes {sorted(KNOWN_KEYS)} and ge.*, "
                 "session.ge.*, graph.ge.* keys"
             )
         elif key in _PARSE:
-            setattr(p, key, _PARSE[key](key, value))
+            p.load[LOAD_KEYS[key]] = _PARSE[key](key, value)
         else:
             _own_parameter(p, key, value)
     _checked(p)
@@ -433,9 +382,10 @@ def stream_layout(p: GertParams, batching: bool, device_cores: Callable[[], tupl
     benchmarks/bench_triton.py measures both). Otherwise (also with split_batch "false") one stream over all
     cores. ``device_cores()``: the (cube, vector) core counts of the instance's device with the fewest (asked only
     when needed)."""
-    if p.streams is not None or p.cube_cores is not None or p.vector_cores is not None:
-        return StreamLayout(p.streams or 1, p.cube_cores, p.vector_cores, auto=False)
-    if not batching or p.split_batch is False:  # unsplit, one execute() at a time uses one stream
+    streams, cube, vector = p.get("streams"), p.get("cube_cores"), p.get("vector_cores")
+    if streams is not None or cube is not None or vector is not None:
+        return StreamLayout(streams or 1, cube, vector, auto=False)
+    if not batching or p.get("split_batch") is False:  # unsplit, one execute() at a time uses one stream
         return StreamLayout(1, None, None, auto=True)
     cube, vector = device_cores()
     if cube < 2:

@@ -115,8 +115,8 @@ class TritonPythonModel:
         params = parse_parameters(cfg.get("parameters", {}))
         model_dir, version = served_version(pb_utils.get_model_dir(), cfg.get("version_policy"))
         path = find_onnx_file(model_dir, version, params.onnx_file)
-        spec = describe(onnx_io(path), params.state, params.batch_dim)
-        top = params.max_batch or max(params.gears.get("batch", [DEFAULT_MAX_BATCH]))
+        spec = describe(onnx_io(path), params.get("state"), params.get("batch_dim"))
+        top = params.get("max_batch") or max(params.get("gears", {}).get("batch", [DEFAULT_MAX_BATCH]))
         auto_complete(auto_complete_model_config, spec, top)
         return auto_complete_model_config
 
@@ -128,15 +128,15 @@ class TritonPythonModel:
         params = parse_parameters(self.config.get("parameters", {}))
         path = find_onnx_file(args["model_repository"], args.get("model_version", "1"), params.onnx_file)
         self.max_batch_size = int(self.config.get("max_batch_size", 0))
-        gears = {k: list(v) for k, v in params.gears.items()}
-        max_batch = params.max_batch
+        gears = {k: list(v) for k, v in params.get("gears", {}).items()}
+        max_batch = params.get("max_batch")
         if self.max_batch_size > 0:
             top = max(gears.get("batch", [])) if "batch" in gears else None
             if top is not None and top > self.max_batch_size:
                 raise ConfigError(f"parameter 'gears': batch gear {top} is above max_batch_size {self.max_batch_size}")
             if max_batch is None and "batch" not in gears:
                 max_batch = self.max_batch_size
-        spec = describe(onnx_io(path), params.state, params.batch_dim)
+        spec = describe(onnx_io(path), params.get("state"), params.get("batch_dim"))
         check_config(
             self.config,
             spec,
@@ -144,29 +144,25 @@ class TritonPythonModel:
             outputs=type(self).postprocess is TritonPythonModel.postprocess,
         )
         device = int(args.get("model_instance_device_id", "0") or 0)
-        devices = params.device_ids or (device,)
+        devices = params.get("devices") or (device,)
         batching = self.max_batch_size > 0 and spec.batchable
         self.layout = stream_layout(params, batching, lambda: _device_cores(devices))
         cache = cache_path(params, args["model_repository"])  # else gert.load takes GERT_CACHE_DIR, if set
         trace_file = trace_file_path(params, args["model_repository"])  # checked before the load compiles
         cache_kwargs: dict = {"cache_dir": cache} if cache else {}
+        split_batch = params.get("split_batch", self.layout.streams * len(devices) > 1)
         self.model = gert.load(
             path,
-            devices=devices,
-            streams=self.layout.streams,
-            cube_cores=self.layout.cube_cores,
-            vector_cores=self.layout.vector_cores,
-            gears=gears or None,
-            shape_policy=params.shape_policy or None,
-            pad_value=params.pad_value,
-            max_batch=max_batch,
-            options=params.options,
-            **params.load_kwargs(),
-            **cache_kwargs,
-            split_batch=params.split_batch
-            if params.split_batch is not None
-            else self.layout.streams * len(devices) > 1,
-            request_timeout_s=params.request_timeout_ms / 1000 if params.request_timeout_ms else None,
+            config=params.load_config(  # the config's options, and what gert_triton decides over them
+                devices=tuple(devices),
+                streams=self.layout.streams,
+                cube_cores=self.layout.cube_cores,
+                vector_cores=self.layout.vector_cores,
+                gears=gears or None,
+                max_batch=max_batch,
+                split_batch=split_batch,
+                **cache_kwargs,
+            ),
         )
         self.triton_layout = Layout(self.model.plan, self.max_batch_size > 0, squeezed_inputs(self.config, spec))
         self.stateful = None
@@ -180,7 +176,7 @@ class TritonPythonModel:
                 else GearSplitter()
             )
             self._gears.check(self.max_batch_size)
-            if params.state:
+            if params.get("state"):
                 from gert_triton.sequences import SequenceServer
 
                 self.stateful = SequenceServer(

@@ -406,8 +406,8 @@ def test_triton_parameters_cann_ops():
     from gert_triton.config import ConfigError, parse_parameters
 
     p = parse_parameters({"cann_ops": {"string_value": "Strict"}})
-    assert p.load_kwargs()["cann_ops"] == "strict"
-    assert "cann_ops" not in parse_parameters({}).load_kwargs()
+    assert p.get("cann_ops") == "strict"
+    assert "cann_ops" not in parse_parameters({}).load
     with pytest.raises(ConfigError, match="parameter 'cann_ops': expected one of warn, strict, off, got 'loud'"):
         parse_parameters({"cann_ops": {"string_value": "loud"}})
 

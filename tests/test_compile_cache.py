@@ -350,8 +350,8 @@ def test_triton_model_fills_and_reuses_its_cache(tmp_path, monkeypatch):
 
 def test_triton_cache_mode_and_trust_parameters():
     p = parse_parameters({"cache_mode": {"string_value": "0770"}, "trust_foreign_entries": "true"})
-    assert p.load_kwargs()["cache_mode"] == 0o770 and p.load_kwargs()["trust_foreign_entries"] is True
-    assert "cache_mode" not in parse_parameters({}).load_kwargs()
+    assert p.get("cache_mode") == 0o770 and p.get("trust_foreign_entries") is True
+    assert "cache_mode" not in parse_parameters({}).load
     for bad, said in (("0777", "every user"), ("rwx", "octal"), ("0600", "owner needs rwx")):
         with pytest.raises(ConfigError, match=f"parameter 'cache_mode': .*{said}"):
             parse_parameters({"cache_mode": bad})

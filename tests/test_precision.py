@@ -220,7 +220,7 @@ def test_triton_parameters_precision():
     from gert_triton.config import ConfigError, parse_parameters
 
     p = parse_parameters({"precision_mode": {"string_value": "force_fp16"}, "keep_fp32": {"string_value": "a, Mul"}})
-    assert p.load_kwargs()["precision_mode"] == "force_fp16" and p.load_kwargs()["keep_fp32"] == ["a", "Mul"]
+    assert p.get("precision_mode") == "force_fp16" and p.get("keep_fp32") == ["a", "Mul"]
     with pytest.raises(ConfigError, match="parameter 'precision_mode': 'half' is not a GE precision mode"):
         parse_parameters({"precision_mode": {"string_value": "half"}})
     with pytest.raises(ConfigError, match="parameter 'keep_fp32': empty"):

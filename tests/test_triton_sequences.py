@@ -483,9 +483,8 @@ def test_state_and_batch_dim_parameters():
     from gert_triton.config import ConfigError, parse_parameters
 
     p = parse_parameters({"state": {"string_value": "h:h_out;c:c_out"}, "batch_dim": {"string_value": "x:1,h:1"}})
-    assert p.state == {"h": "h_out", "c": "c_out"} and p.batch_dim == ["x:1", "h:1"]
-    assert p.load_kwargs() == {"state": {"h": "h_out", "c": "c_out"}, "batch_dim": ["x:1", "h:1"]}
-    assert parse_parameters({"batch_dim": "N"}).batch_dim == "N"
+    assert p.load == {"state": {"h": "h_out", "c": "c_out"}, "batch_dim": ["x:1", "h:1"]}
+    assert parse_parameters({"batch_dim": "N"}).get("batch_dim") == "N"
     with pytest.raises(ConfigError, match="parameter 'batch_dim'"):
         parse_parameters({"batch_dim": "x:one"})
     with pytest.raises(ConfigError, match="parameter 'state'"):
@@ -550,7 +549,7 @@ def test_batch_dim_model_without_state_batches_on_axis_1(monkeypatch, tmp_path):
         ],
         "parameters": {"batch_dim": {"string_value": "N"}, "streams": {"string_value": "1"}},
     }
-    assert parse_parameters(fields["parameters"]).batch_dim == "N"
+    assert parse_parameters(fields["parameters"]).get("batch_dim") == "N"
     m, _ = load_model(pb, d, fields)
     try:
         rng = np.random.default_rng(0)

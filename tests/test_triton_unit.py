@@ -149,15 +149,16 @@ def test_parameters_every_key():
     )
     assert p == GertParams(
         onnx_file="sub/m.onnx",
-        streams=3,
-        cube_cores=2,
-        vector_cores=1,
-        gears={"batch": [1, 4, 8], "W": [160, 320, 640]},
-        shape_policy={"W": "pad", "H": "exact"},
-        pad_value=-1.5,
-        max_batch=8,
-        device_ids=(0, 1),
-        options={},
+        load=dict(
+            streams=3,
+            cube_cores=2,
+            vector_cores=1,
+            gears={"batch": [1, 4, 8], "W": [160, 320, 640]},
+            shape_policy={"W": "pad", "H": "exact"},
+            pad_value=-1.5,
+            max_batch=8,
+            devices=(0, 1),
+        ),
     )
 
 
@@ -172,16 +173,17 @@ def test_parameters_shape_tiers():
             host_memory="1.5GB",
         )
     )
-    assert p.shape_policy == {"W": "auto", "H": "exact"}
-    assert p.load_kwargs() == {
+    assert p.get("shape_policy") == {"W": "auto", "H": "exact"}
+    assert p.load == {
+        "shape_policy": {"W": "auto", "H": "exact"},
         "hot_after": 2,
         "hot_window": 64,
         "max_exact_graphs": 4,
         "compile_share": 0.5,
         "host_memory": 3 << 29,
     }
-    assert parse_parameters(params(host_memory="1048576")).host_memory == 1 << 20
-    assert GertParams().load_kwargs() == {}  # gert.load's defaults
+    assert parse_parameters(params(host_memory="1048576")).get("host_memory") == 1 << 20
+    assert GertParams().load == {}  # gert.load's defaults
 
 
 def test_tiers_parameters_reach_the_model_and_its_metrics(pb, loaded, tmp_path, seq_bytes):
@@ -236,14 +238,14 @@ def test_parameters_ge_keys_by_level():
     p = parse_parameters(
         params(**{"ge.exec.precision_mode": "force_fp16", "session.ge.opt": "1", "graph.ge.inputShape": "x:1,3"})
     )
-    assert p.options == {
+    assert p.get("options") == {
         "global.ge.exec.precision_mode": "force_fp16",
         "session.ge.opt": "1",
         "graph.ge.inputShape": "x:1,3",
     }
     from gert.model import _split_options  # the keys reach GEInitialize / Session / AddGraph with GE's names
 
-    assert _split_options(p.options) == (
+    assert _split_options(p.get("options")) == (
         {"ge.exec.precision_mode": "force_fp16"},
         {"ge.opt": "1"},
         {"ge.inputShape": "x:1,3"},
@@ -260,12 +262,12 @@ def test_parameters_plain_strings_triton_keys_and_empty():
             "FORCE_CPU_ONLY_INPUT_TENSORS": {"string_value": "no"},
         }
     )
-    assert p.streams == 2 and p.options == {}
+    assert p.load == {"streams": 2}
 
 
 def test_dim_names_with_colons():
     p = parse_parameters(params(gears="x:3:160,320; batch:2", shape_policy="x:3:pad"))
-    assert p.gears == {"x:3": [160, 320], "batch": [2]} and p.shape_policy == {"x:3": "pad"}
+    assert p.load == {"gears": {"x:3": [160, 320], "batch": [2]}, "shape_policy": {"x:3": "pad"}}
 
 
 @pytest.mark.parametrize(
@@ -376,8 +378,8 @@ def test_initialize_passes_parameters_to_gert_load(pb, tmp_path, seq_bytes, monk
     class Stop(Exception):
         pass
 
-    def fake_load(path, **kw):
-        seen.update(kw, path=path)
+    def fake_load(path, config):
+        seen.update(vars(config), path=path)
         raise Stop
 
     monkeypatch.setattr(gt_model.gert, "load", fake_load)
@@ -398,12 +400,13 @@ def test_initialize_passes_parameters_to_gert_load(pb, tmp_path, seq_bytes, monk
     with pytest.raises(Stop):
         TritonPythonModel().initialize(init_args(mdir, cfg, device="0"))
     assert seen == dict(
+        vars(gert.LoadConfig()),
         path=os.path.realpath(os.path.join(mdir, "1", "model.onnx")),
         devices=(0,),
         streams=2,
         cube_cores=1,
         vector_cores=1,
-        gears={"S": [4, 8]},
+        gears={"S": (4, 8)},
         shape_policy={"S": "pad"},
         pad_value=3.0,
         max_batch=8,
@@ -415,7 +418,7 @@ def test_initialize_passes_parameters_to_gert_load(pb, tmp_path, seq_bytes, monk
     cfg = autocomplete(pb, mdir, parameters=params(device_ids="0,1", gears="batch:1,2", split_batch="false"))
     with pytest.raises(Stop):
         TritonPythonModel().initialize(init_args(mdir, cfg, device="3"))
-    assert seen["devices"] == (0, 1) and seen["gears"] == {"batch": [1, 2]} and seen["max_batch"] is None
+    assert seen["devices"] == (0, 1) and seen["gears"] == {"batch": (1, 2)} and seen["max_batch"] is None
     assert seen["split_batch"] is False
     seen.clear()
     cfg = autocomplete(pb, mdir)
