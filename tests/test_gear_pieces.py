@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import gert
 from _helpers import RUNTIME
 from gert.core.dynamic import RunTimes
-from gert.core.gear_pieces import cheapest_pieces, gear_for
+from gert.core.gear_pieces import MARGIN, cheapest_pieces, gear_for
 from test_inproc_batching import AFFINE, Held, _batching, _in_threads, _join, _until, _x
 from test_pipeline_property import FAMILIES, assert_alone
 
@@ -57,8 +57,11 @@ def test_the_cut_chosen_is_whole_requests_in_order_and_the_cheapest(rows, gears,
         return
     chosen = sum(cost[gear_for(sum(g), gears)] for g in groups)
     assert chosen <= cost[whole] + 1e-12
-    if len(groups) > 1:  # cut only when strictly cheaper, and then at the least cost there is
-        assert chosen < cost[whole] and chosen == pytest.approx(brute_force(rows, gears, cost))
+    least = brute_force(rows, gears, cost)
+    if len(groups) > 1:  # cut only when it saves MARGIN of the whole, and then at the least cost there is
+        assert chosen < cost[whole] * (1 - MARGIN) and chosen == pytest.approx(least)
+    else:
+        assert least >= cost[whole] * (1 - MARGIN) - 1e-12
 
 
 def test_nothing_is_cut_while_a_cost_it_needs_is_unknown():
@@ -67,23 +70,44 @@ def test_nothing_is_cut_while_a_cost_it_needs_is_unknown():
     assert cheapest_pieces([1] * 10, GEARS, {8: 0.4, 2: 0.1}.get) == [10]  # the whole batch's gear unknown
     assert cheapest_pieces([1] * 10, GEARS, {16: 1.0, 8: 0.4, 2: 0.1}.get) == [8, 10]
     assert cheapest_pieces([1] * 10, GEARS, {16: 0.5, 8: 0.4, 2: 0.1}.get) == [10]  # equal: one launch
+    assert cheapest_pieces([1] * 10, GEARS, {16: 0.55, 8: 0.4, 2: 0.1}.get) == [10]  # saves under MARGIN
 
 
 def test_run_times_cost_reads_a_line_through_what_was_measured():
     t = RunTimes()
     assert t.cost(4) is None
+    t.add(8, 5.0)  # the first run at a size: left out (it allocates the buffers)
+    assert t.cost(8) is None
     t.add(8, 0.9)
     assert t.cost(8) == 0.9 and t.cost(4) is None  # one size: no line
-    t.add(16, 1.7)  # 0.1 s a launch, 0.1 s a row
+    seed_times(t, {16: 1.7})  # 0.1 s a launch, 0.1 s a row
     assert t.cost(2) == pytest.approx(0.3) and t.cost(32) == pytest.approx(3.3)
-    t.add(1, 0.0)
+    seed_times(t, {1: 0.0})
     assert t.cost(1) == 0.0 and t.cost(4) >= 0.0  # measured wins; a line never gives a negative time
 
 
-def seed(m: gert.Model, seconds: dict) -> None:
-    """The batcher's measured run time per gear, as if measured."""
+def test_run_times_are_the_median_of_the_last_runs_so_one_stall_moves_nothing():
+    t = RunTimes(kept=5)
+    seed_times(t, {4: 0.001})
+    t.add(4, 0.001)
+    t.add(4, 0.5)  # preempted once
+    assert t.cost(4) == 0.001
+    for _ in range(5):
+        t.add(4, 0.002)
+    assert t.cost(4) == 0.002  # the last 5 runs only
+
+
+def seed_times(t: RunTimes, seconds: dict) -> None:
+    """Runs at each size as if measured (a first run, left out, then the time)."""
     for gear, s in seconds.items():
-        m.engine.batches.run_times.add(gear, s)
+        t.add(gear, s)
+        t.add(gear, s)
+
+
+def seed(m: gert.Model, seconds: dict) -> None:
+    """The model's measured run time per gear, as if measured (the streams' runs then add theirs: 9 runs kept)."""
+    for _ in range(9):
+        seed_times(m.pool.run_times, seconds)
 
 
 def test_a_batch_of_ten_runs_as_eight_and_two_when_that_is_cheaper_each_request_its_own_rows():
@@ -130,7 +154,24 @@ def test_run_list_and_triton_batches_are_cut_the_same_way_and_time_their_runs():
         for i, (r, out) in enumerate(zip(reqs, got)):
             assert_alone(AFFINE, r, out, f"request {i}")
         assert set(m.stats()["gears"]) == {"batch=8", "batch=2"}, m.stats()["gears"]
-        assert m.engine.batches.run_times.cost(2) != pytest.approx(0.2)  # measured now: a tiny model's real time
+
+
+def test_each_streams_run_is_measured_at_its_gear_the_first_left_out():
+    """Dynamic batches run on the Python path, each timed by its stream: the first batch of 2 is left out, the
+    second gives gear 2 its time (a tiny model's: well under the 0.2 s the line through the seeds reads off)."""
+    rng = np.random.default_rng(3)
+    with gert.load(AFFINE) as m:
+        seed(m, {1: 0.15, 8: 0.5, 16: 0.9, 32: 1.7})
+        times = m.pool.run_times
+        for n in (1, 2):
+            held = Held(m)
+            reqs = [_x(rng) for _ in range(2)]
+            results, threads = _in_threads(m.run, reqs, held)
+            held.release()
+            _join(threads)
+            for r, got in zip(reqs, results):
+                assert_alone(AFFINE, r, got, "request")
+            assert (times.cost(2) == pytest.approx(0.2)) == (n == 1), times.cost(2)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))

@@ -12,7 +12,7 @@ alike; the stream is taken from the model's StreamPool (gert/core/pool.py).
 from __future__ import annotations
 
 import time
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional, Sequence
 
 from gert.core.batching import Batcher
 from gert.core.dynamic import BatchingConfig, BatchingStats, Pending
@@ -69,7 +69,7 @@ class BatchQueue:
         rows = [p.rows for p in members]
         return run_cheapest(members, rows, self.plan.batch, self.run_times, lambda part: self._run_merged(part, run))
 
-    def _run_merged(self, members: list, run: Callable[[Request], dict]) -> list:
+    def _run_merged(self, members: Sequence, run: Callable[[Request], dict]) -> list:
         rows = [p.rows for p in members]
         first = members[0]
         alone = len(members) == 1

@@ -141,15 +141,24 @@ class Pending:
 
 
 class RunTimes:
-    """Seconds a run takes per batch size the graph runs at (a moving average), learned from the runs."""
+    """Seconds a run takes per batch size the graph runs at, learned from the runs: the median of the last ``kept``
+    runs at a size, the first run there left out (it allocates the stream's buffers for that size and touches their
+    pages). A median, not a mean: one run stalled by the OS scheduler moves it not at all."""
 
-    def __init__(self, weight: float = 0.2):
-        self._seconds: dict = {}
-        self._weight = weight
+    def __init__(self, kept: int = 9):
+        self._runs: dict = {}  # size -> the last runs' seconds (the first run at a size: not kept)
+        self._seconds: dict = {}  # size -> their median
+        self._kept = kept
 
     def add(self, size: int, seconds: float) -> None:
-        old = self._seconds.get(size)
-        self._seconds[size] = seconds if old is None else old + self._weight * (seconds - old)
+        runs = self._runs.get(size)
+        if runs is None:
+            self._runs[size] = collections.deque(maxlen=self._kept)
+            return
+        runs.append(seconds)
+        ordered = sorted(runs)
+        half = len(ordered) // 2
+        self._seconds[size] = ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
 
     def estimate(self, size: int) -> Optional[float]:
         """The run time at ``size``: measured there, else the one measured at the nearest larger size (a

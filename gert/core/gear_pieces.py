@@ -16,6 +16,9 @@ from typing import Callable, List, Optional, Sequence
 from gert.core.dynamic import RunTimes
 
 
+MARGIN = 0.15  # a cut must save this share of the whole batch's run time: measured times carry noise
+
+
 def gear_for(rows: int, gears: Sequence[int]) -> Optional[int]:
     """The smallest gear that holds ``rows`` (None: none does)."""
     for g in gears:
@@ -28,7 +31,7 @@ def cheapest_pieces(rows: Sequence[int], gears: Sequence[int], cost: Callable[[i
     """The end indices of the consecutive groups of requests (``rows``: each request's rows) whose runs, each padded
     to its gear (``gears``, ascending), cost least by ``cost(gear)`` (seconds of one run at that gear; None: not
     known). One group (``[len(rows)]``, the whole batch padded) unless every cost a cheaper cut needs is known and
-    the cut is cheaper."""
+    the cut saves at least MARGIN of the whole batch's cost."""
     n = len(rows)
     whole = [n]
     if n < 2:
@@ -51,9 +54,11 @@ def cheapest_pieces(rows: Sequence[int], gears: Sequence[int], cost: Callable[[i
             if c is None or before is None:
                 continue
             option = (before[0] + c, before[1] + 1)
-            if best[j] is None or option < best[j]:
+            current = best[j]
+            if current is None or option < current:
                 best[j], cut[j] = option, i
-    if best[n] is None or best[n][0] >= costs[top]:
+    done, whole_cost = best[n], costs[top]
+    if done is None or whole_cost is None or done[0] >= whole_cost * (1 - MARGIN):
         return whole
     ends, j = [], n
     while j > 0:
