@@ -25,7 +25,7 @@ def _no_faults_left():
 
 
 def test_request_timeout_ms_parameter():
-    assert parse_parameters(params(request_timeout_ms="250")).request_timeout_ms == 250
+    assert parse_parameters(params(request_timeout_ms="250")).get("request_timeout_s") == 0.25
     for bad in ("0", "-5", "soon", ""):
         with pytest.raises(ConfigError, match="request_timeout_ms"):
             parse_parameters(params(request_timeout_ms=bad))
