@@ -156,6 +156,22 @@ def test_run_list_and_triton_batches_are_cut_the_same_way_and_time_their_runs():
         assert set(m.stats()["gears"]) == {"batch=8", "batch=2"}, m.stats()["gears"]
 
 
+def test_a_batch_split_over_two_streams_is_cut_in_each_part():
+    """split_batch over two idle streams (gert_triton's default layout): 10 requests in parts of 5, each run as
+    4 + 1 where that is cheaper than padding to 8; each request its own rows."""
+    rng = np.random.default_rng(4)
+    reqs = [_x(rng) for _ in range(10)]
+    with gert.load(AFFINE, streams=2, split_batch=True) as m:
+        seed(m, {1: 0.12, 2: 0.22, 4: 0.42, 8: 0.82, 16: 1.62, 32: 3.22})  # 0.02 s a launch, 0.1 s a row
+        got = m.run(reqs)
+        for i, (r, out) in enumerate(zip(reqs, got)):
+            assert_alone(AFFINE, r, out, f"request {i}")
+        assert m.stats()["gears"] == {
+            "batch=4": {"hits": 2, "padding_ratio": 0.0},
+            "batch=1": {"hits": 2, "padding_ratio": 0.0},
+        }, m.stats()["gears"]
+
+
 def test_each_streams_run_is_measured_at_its_gear_the_first_left_out():
     """Dynamic batches run on the Python path, each timed by its stream: the first batch of 2 is left out, the
     second gives gear 2 its time (a tiny model's: well under the 0.2 s the line through the seeds reads off)."""

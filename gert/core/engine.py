@@ -285,12 +285,12 @@ class Engine:
             return self._run_cut(group, timeout)
         top = -(-sum(sizes["batch"] for _, sizes in group) // parts)
         subs = self.batcher.chunks(group, _rows_of, top)
-        futures = [self.pool.parts_pool().submit(self._run_group, sub, timeout, False) for sub in subs[1:]]
-        return self._run_group(subs[0], timeout, False) + [out for f in futures for out in f.result()]
+        futures = [self.pool.parts_pool().submit(self._run_cut, sub, timeout, False) for sub in subs[1:]]
+        return self._run_cut(subs[0], timeout, False) + [out for f in futures for out in f.result()]
 
-    def _run_cut(self, group: Sequence[tuple], timeout: Optional[float]) -> list:
+    def _run_cut(self, group: Sequence[tuple], timeout: Optional[float], spread: bool = True) -> list:
         """_run_group in gear-sized groups of whole requests where cheaper than padding (gert/core/gear_pieces.py)."""
-        run, batch = (lambda part: self._run_group(part, timeout)), self.plan.batch if self.batcher.enabled else None
+        run, batch = (lambda part: self._run_group(part, timeout, spread)), self.batcher.enabled and self.plan.batch
         rows = [sizes.get("batch", 1) for _, sizes in group]  # (no batch axis: run whole)
         return run_cheapest(group, rows, batch, self.pool.run_times, run)
 

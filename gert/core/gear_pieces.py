@@ -73,7 +73,7 @@ def run_cheapest(
     """``run(group)`` (one result per member) for each group of ``members`` that cheapest_pieces cuts by ``times``
     (the streams' measured run times, gert.core.pool.StreamPool.run_times), in order: all their results. Only under
     the ``pad`` policy of ``batch`` (the plan's batch Dim; None: no batch or no merging): else ``run(members)``."""
-    if batch is None or batch.policy != "pad" or len(members) < 2:
+    if not batch or batch.policy != "pad" or len(members) < 2:
         return run(members)
     ends = cheapest_pieces(rows, batch.gears, times.cost)
     outs: list = []
