@@ -204,16 +204,16 @@ class OrtExecutable:
         return {k: v for k, v in fixed.items() if k not in clash}
 
     def validation_session(self):
-        """The session compile validates the graph with: a live one of the model at any thread count, else the one of
-        a stream without core limits. LoadGraph's prepare (session()) drops it when its runs take another (gert_triton's
-        streams of one core each): PP-OCR rec's unused 2-thread session was ~16 MB of each Triton stub (issue 41)."""
+        """The session compile validates the graph with: a live one of the model at any thread count, else the one
+        its runs alone take (_compile_threads). LoadGraph's prepare (session()) drops it if its runs take another:
+        PP-OCR rec's 2-thread one, made and dropped, left ~10 MB more of each Triton stub's heap in use (issue 41)."""
         overrides = self._overrides() if self.optimized or _SESSION_PER_SIZE else {}
         found = self._provider.live_session(self.digest, overrides)
         if found is not None:
             key, sess = found
             self._sessions.setdefault(key, sess)
         else:
-            threads = _device_threads()
+            threads = _compile_threads()
             self.run_session(threads, True)
             key = (threads, _SPIN and threads > 1)
         self._validated_with = key
@@ -753,6 +753,19 @@ def _device_threads() -> int:
         return os.cpu_count() or 1
 
 
+def _compile_threads() -> int:
+    """The compute threads of a run alone of the graph being compiled: its GE session's cube cores (ge.aicoreNum
+    "cube|vector": gert's streams with cube_cores; LoadGraph's thread count when set), else _device_threads() (a
+    stream without core limits)."""
+    from gert import hostnpu
+
+    try:
+        cube = (hostnpu.compile_option(_AICORE_OPTION) or "").split("|")[0].strip()
+    except Exception:  # noqa: BLE001 - not compiling, or a host NPU build without compile options
+        cube = ""
+    return int(cube) if cube.isdigit() and int(cube) > 0 else _device_threads()
+
+
 def _shared_arena() -> bool:
     """Register ONNX Runtime's environment-wide CPU arena once per process; False if this ONNX Runtime cannot."""
     global _env_arena
@@ -789,6 +802,7 @@ def _session_options(threads: int, overrides: dict, arena: bool = True):
 
 _CACHE_FORMAT = "gert-ort-1"
 _EXTERNAL_FOLDER = "session.model_external_initializers_file_folder_path"  # ONNX Runtime's key (a model from bytes)
+_AICORE_OPTION = "ge.aicoreNum"  # GE's option of a session's core numbers, "cube|vector"
 _MODEL_DIR_OPTION = "gert.host.model_dir"  # gertHostCompileOption's key: the compiled graph's model directory
 
 
