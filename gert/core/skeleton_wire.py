@@ -16,6 +16,7 @@ raise ``Unsupported``: the caller parses the whole model instead, whose error (o
 
 from __future__ import annotations
 
+import re
 from typing import Union
 
 STRIPPED = "gert-skeleton:weights-not-loaded"  # the location a stripped constant names (skeleton.is_skeleton_tensor)
@@ -170,7 +171,14 @@ def _walk_graph(buf: memoryview, a: int, b: int, kept: int, counter: list):
     return _message(buf, a, b, {_GRAPH_NODE: _walk_node, _GRAPH_INITIALIZER: _walk_tensor}, kept, counter)
 
 
+# AttributeProto.type (field 20, a varint) of TENSOR, GRAPH, TENSORS or GRAPHS: a node whose bytes hold none of
+# these has no attribute strip walks and is copied as it is (a match elsewhere in its bytes only costs its walk)
+_WALKED_TYPE = re.compile(b"\xa0\x01[\x04\x05\x09\x0a]")
+
+
 def _walk_node(buf: memoryview, a: int, b: int, kept: int, counter: list):
+    if _WALKED_TYPE.search(buf, a, b) is None:
+        return None
     return _message(buf, a, b, {_NODE_ATTRIBUTE: _walk_attribute}, kept, counter)
 
 
