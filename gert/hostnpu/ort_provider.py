@@ -21,9 +21,6 @@ from typing import Callable, Union
 
 import numpy as np
 
-from gert.core import shape_infer as _shape_infer
-from gert.core.external_data import has_external
-from gert.core.skeleton import skeleton
 from gert.dtypes import DT_BF16, ONNX_BFLOAT16, ge_dtype, numpy_dtype, onnx_to_numpy
 from gert.preview import precision
 
@@ -622,9 +619,7 @@ class OrtGraphProvider:
                 self._predictions.move_to_end(key)
                 return self._predictions[key]
         try:
-            shapes = list(
-                _shape_infer.infer(self._parsed_model(model, digest), dict(zip(in_names, in_key))).output_shapes
-            )
+            shapes = list(_infer(self._parsed_model(model, digest), dict(zip(in_names, in_key))).output_shapes)
         except Exception:  # noqa: BLE001 - not inferable at these sizes: ONNX Runtime allocates the outputs
             shapes = None
         with self._lock:
@@ -660,6 +655,8 @@ class OrtGraphProvider:
             if proto is not None:
                 self._parsed.move_to_end(digest)
                 return proto
+        from gert.core.skeleton import skeleton  # onnx, imported by the first compile, not by `import gert`
+
         proto = skeleton(model)
         with self._lock:
             self._parsed[digest] = proto
@@ -670,6 +667,8 @@ class OrtGraphProvider:
     def _external_dir(self, model: ModelBytes) -> str:
         """The directory the graph's model file was parsed from, when the model keeps data in external files
         there; else "" (the model is the same wherever it was read)."""
+        from gert.core.external_data import has_external
+
         model_dir = _compiled_model_dir()
         if model_dir and has_external(self._parsed_model(model, self.digest(model))):
             return model_dir
@@ -708,7 +707,7 @@ class OrtGraphProvider:
         result = [(dt, tuple(o[2])) for dt, o in zip(dtypes, outputs)]
         unknown = True
         if all(d >= 0 for i in inputs for d in i[2]):
-            inferred = _shape_infer.infer(self._parsed_model(model, exe.digest), {i[0]: tuple(i[2]) for i in inputs})
+            inferred = _infer(self._parsed_model(model, exe.digest), {i[0]: tuple(i[2]) for i in inputs})
             result = [
                 (dt, _UNKNOWN_RANK if dims is None else tuple(d if type(d) is int else -1 for d in dims))
                 for dt, dims in zip(dtypes, inferred.output_dims)
@@ -751,6 +750,14 @@ def _device_threads() -> int:
         return max(1, int(os.environ.get("GERT_HOST_CUBE_CORES", "") or os.cpu_count() or 1))
     except ValueError:
         return os.cpu_count() or 1
+
+
+def _infer(proto, shapes: dict):
+    """GE's compile-time shape inference of ``proto`` at input ``shapes`` (gert/core/shape_infer.py, which imports
+    onnx: imported by the first compile, so that `import gert` imports no onnx)."""
+    from gert.core import shape_infer
+
+    return shape_infer.infer(proto, shapes)
 
 
 def _compile_threads() -> int:
