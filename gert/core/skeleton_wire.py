@@ -144,7 +144,7 @@ def _len_field_view(buf: memoryview, start: int, end: int) -> bytes:
 
 def _message(buf: memoryview, start: int, end: int, walk: dict, kept: int, counter: list) -> bytes:
     """Message buf[start:end] with the fields of ``walk`` ({field number: how to walk its value}) rewritten."""
-    parts = []
+    parts: list = []  # slices of ``buf`` copied as they are, and the rewritten fields (bytes)
     pos = start
     fields = _fields(buf, start, end)
     for number, wire, a, b, field_start in fields:
@@ -158,7 +158,7 @@ def _message(buf: memoryview, start: int, end: int, walk: dict, kept: int, count
         parts.append(_len_field(number, inner))
         pos = b
     parts.append(buf[pos:end])
-    return b"".join(bytes(p) for p in parts)
+    return b"".join(parts)
 
 
 def _walk_tensor(buf: memoryview, a: int, b: int, kept: int, counter: list):
