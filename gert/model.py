@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from gert import _cann
-from gert.core import external_data, onnx_io
 from gert.core.engine import Engine, EngineConfig, write_out
 from gert._cann import Graph, ge_initialize
 from gert.core.compile_cache import CACHE_DIR_OPTION, CompileCache
@@ -105,7 +104,7 @@ def _read_model(model: ModelSource) -> tuple:
     if isinstance(model, (bytes, bytearray, memoryview)):
         return bytes(model), None
     with open(model, "rb") as f:
-        return f.read(), external_data.model_dir(model)
+        return f.read(), os.path.dirname(os.path.realpath(os.fspath(model)))  # = external_data.model_dir
 
 
 def _parse(data: bytes, cann_ops: Optional[str], path: Optional[ModelSource] = None) -> tuple:
@@ -157,6 +156,8 @@ class Model:
         devices = cfg.devices
         _check_devices(devices, cfg.cube_cores, cfg.vector_cores)
         self.cann_report, self._graph = _parse(data, cfg.cann_ops, model if model_dir else None)  # GE's refusals first
+        from gert.core import onnx_io  # onnx: imported by the first load, not by `import gert`
+
         described = onnx_io.read(data, model_dir)  # the one ONNX I/O reader (gert/core/onnx_io.py)
         self.value_dependent = described.value_dependent
         self.plan: ShapePlan = plan_shapes(

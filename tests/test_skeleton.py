@@ -9,7 +9,8 @@ from onnx import numpy_helper
 
 from gert.core import onnx_io, shape_infer
 from gert.core.skeleton import KEPT_ELEMENTS, is_skeleton_tensor, skeleton, strip
-from models import DET, ppocr_model
+from gert.core.skeleton_wire import Unsupported, strip_bytes
+from models import CLS, DET, REC, ppocr_model
 
 
 def _weights_model() -> onnx.ModelProto:
@@ -127,3 +128,58 @@ def test_shape_work_on_the_ppocr_det_skeleton_learns_what_the_full_model_tells()
     a, b = shape_infer.infer(full, {"x": (1, 3, 96, 160)}), shape_infer.infer(small, {"x": (1, 3, 96, 160)})
     assert (a.output_dims, a.all_known) == (b.output_dims, b.all_known)
     assert a.all_known
+
+
+def _ppocr_bytes() -> dict:
+    out = {}
+    for name in (DET, CLS, REC):
+        path = ppocr_model(name)
+        if path is not None:
+            with open(path, "rb") as f:
+                out[name] = f.read()
+    return out
+
+
+def test_the_skeleton_cut_from_bytes_is_the_one_strip_makes_of_the_whole_model():
+    """skeleton_wire.strip_bytes (no parse of the weights) gives the very bytes of ``strip`` on the parsed model:
+    initializers, Constant nodes and a subgraph's Constant, small constants kept, for the test model and PP-OCR."""
+    models = {"weights": _weights_model().SerializeToString(), **_ppocr_bytes()}
+    for name, data in models.items():
+        small, n = strip_bytes(data, KEPT_ELEMENTS)
+        full = onnx.load_from_string(data)
+        assert n == strip(full) > 0, name
+        assert onnx.load_from_string(small) == full, name
+        assert onnx.load_from_string(small).SerializeToString() == full.SerializeToString(), name
+        assert skeleton(memoryview(data)) == full, name  # a lent buffer as well
+
+
+def test_a_skeleton_of_bytes_never_parses_the_whole_model(monkeypatch):
+    """skeleton(bytes) parses only the skeleton's bytes: a parse of the whole model (its weights in protobuf's arena,
+    after a copy of a lent buffer) left ~16 MB more of a Triton stub's heap in use for PP-OCR rec (issue 41)."""
+    data = _weights_model().SerializeToString()
+    parsed = []
+    real = onnx.load_from_string
+    monkeypatch.setattr(onnx, "load_from_string", lambda b, *a, **k: parsed.append(len(b)) or real(b, *a, **k))
+    small = skeleton(memoryview(data))
+    assert parsed and max(parsed) < len(data) // 10, parsed
+    assert small.ByteSize() < len(data) // 10
+
+
+def test_bytes_the_wire_walker_does_not_take_are_parsed_whole():
+    """Malformed bytes keep ONNX's own error; a ModelProto whose graph is given twice (protobuf merges the two) is
+    stripped as the whole model's parse reads it."""
+    data = _weights_model().SerializeToString()
+    with pytest.raises(Unsupported):
+        strip_bytes(data[:-3], KEPT_ELEMENTS)
+    with pytest.raises(Exception) as err:  # protobuf's DecodeError
+        skeleton(data[:-3])
+    assert not isinstance(err.value, Unsupported)
+    m = onnx.load_from_string(data)
+    extra = onnx.ModelProto()
+    extra.graph.node.add().CopyFrom(m.graph.node[0])
+    twice = data + extra.SerializeToString()  # protobuf merges the second graph into the first
+    with pytest.raises(Unsupported):
+        strip_bytes(twice, KEPT_ELEMENTS)
+    full = onnx.load_from_string(twice)
+    strip(full)
+    assert skeleton(twice) == full

@@ -16,3 +16,15 @@ def test_importing_the_adapter_and_the_runtime_leaves_out_asyncio_and_onnx_refer
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_importing_the_adapter_and_the_runtime_leaves_out_onnx():
+    """`import gert` imports no onnx (~9 MB resident): the ONNX reader, the skeleton and shape inference come with
+    the first load or compile, not with the import (a process that imports gert and loads nothing, or, once the load
+    needs no onnx, a stub)."""
+    code = (
+        "import json, sys; import gert, gert_triton.model; "
+        "print(json.dumps(sorted(m for m in sys.modules if m == 'onnx' or m.startswith('onnx.'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []

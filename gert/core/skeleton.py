@@ -9,7 +9,7 @@ serialized and parsed back): for PP-OCR det (4.7 MB) that was ~27 MB of resident
 for ONNX Runtime's whole session (issue 28). The skeleton keeps every tensor's name, element type and dims; a
 constant of more than ``KEPT_ELEMENTS`` elements keeps no data and is marked as external data at ``STRIPPED``, so a
 reader that wants its values fails saying so (ONNX: "cannot parse data from external tensors") instead of reading
-an empty tensor.
+an empty tensor. Serialized bytes are cut at the wire level (gert/core/skeleton_wire.py), never parsed whole.
 """
 
 from __future__ import annotations
@@ -18,14 +18,25 @@ from typing import Iterator, Union
 
 import onnx
 
+from gert.core.skeleton_wire import STRIPPED, Unsupported, strip_bytes
+
 KEPT_ELEMENTS = 4096  # = gert.core.shape_infer._FOLD_ELEMENTS: the largest constant shape work reads the values of
-STRIPPED = "gert-skeleton:weights-not-loaded"
 _DATA_FIELDS = ("raw_data", "float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
 
 
 def skeleton(model: Union[bytes, memoryview, onnx.ModelProto]) -> onnx.ModelProto:
     """The skeleton of ``model`` (serialized bytes, a buffer of them, or a ModelProto, which is left as it is), a
-    ModelProto of its own that holds no memory of the full model: the full parse is dropped before this returns."""
+    ModelProto of its own that holds no memory of the full model. Bytes are cut without parsing their weights
+    (skeleton_wire.strip_bytes: no copy of the model's bytes, no parse of its weights); a ModelProto, or bytes the
+    wire walker leaves to protobuf, are copied or parsed whole and stripped, and that parse is dropped before this
+    returns."""
+    if not isinstance(model, onnx.ModelProto):
+        try:
+            small, _ = strip_bytes(model, KEPT_ELEMENTS)
+        except Unsupported:
+            pass  # parsed whole below: ONNX's own result or error
+        else:
+            return onnx.load_from_string(small)
     full = onnx.load_from_string(bytes(model)) if not isinstance(model, onnx.ModelProto) else _copy(model)
     if not strip(full):
         return full

@@ -21,9 +21,6 @@ from typing import Callable, Union
 
 import numpy as np
 
-from gert.core import shape_infer as _shape_infer
-from gert.core.external_data import has_external
-from gert.core.skeleton import skeleton
 from gert.dtypes import DT_BF16, ONNX_BFLOAT16, ge_dtype, numpy_dtype, onnx_to_numpy
 from gert.preview import precision
 
@@ -204,16 +201,16 @@ class OrtExecutable:
         return {k: v for k, v in fixed.items() if k not in clash}
 
     def validation_session(self):
-        """The session compile validates the graph with: a live one of the model at any thread count, else the one of
-        a stream without core limits. LoadGraph's prepare (session()) drops it when its runs take another (gert_triton's
-        streams of one core each): PP-OCR rec's unused 2-thread session was ~16 MB of each Triton stub (issue 41)."""
+        """The session compile validates the graph with: a live one of the model at any thread count, else the one
+        its runs alone take (_compile_threads). LoadGraph's prepare (session()) drops it if its runs take another:
+        PP-OCR rec's 2-thread one, made and dropped, left ~10 MB more of each Triton stub's heap in use (issue 41)."""
         overrides = self._overrides() if self.optimized or _SESSION_PER_SIZE else {}
         found = self._provider.live_session(self.digest, overrides)
         if found is not None:
             key, sess = found
             self._sessions.setdefault(key, sess)
         else:
-            threads = _device_threads()
+            threads = _compile_threads()
             self.run_session(threads, True)
             key = (threads, _SPIN and threads > 1)
         self._validated_with = key
@@ -622,9 +619,7 @@ class OrtGraphProvider:
                 self._predictions.move_to_end(key)
                 return self._predictions[key]
         try:
-            shapes = list(
-                _shape_infer.infer(self._parsed_model(model, digest), dict(zip(in_names, in_key))).output_shapes
-            )
+            shapes = list(_infer(self._parsed_model(model, digest), dict(zip(in_names, in_key))).output_shapes)
         except Exception:  # noqa: BLE001 - not inferable at these sizes: ONNX Runtime allocates the outputs
             shapes = None
         with self._lock:
@@ -660,6 +655,8 @@ class OrtGraphProvider:
             if proto is not None:
                 self._parsed.move_to_end(digest)
                 return proto
+        from gert.core.skeleton import skeleton  # onnx, imported by the first compile, not by `import gert`
+
         proto = skeleton(model)
         with self._lock:
             self._parsed[digest] = proto
@@ -670,6 +667,8 @@ class OrtGraphProvider:
     def _external_dir(self, model: ModelBytes) -> str:
         """The directory the graph's model file was parsed from, when the model keeps data in external files
         there; else "" (the model is the same wherever it was read)."""
+        from gert.core.external_data import has_external
+
         model_dir = _compiled_model_dir()
         if model_dir and has_external(self._parsed_model(model, self.digest(model))):
             return model_dir
@@ -708,7 +707,7 @@ class OrtGraphProvider:
         result = [(dt, tuple(o[2])) for dt, o in zip(dtypes, outputs)]
         unknown = True
         if all(d >= 0 for i in inputs for d in i[2]):
-            inferred = _shape_infer.infer(self._parsed_model(model, exe.digest), {i[0]: tuple(i[2]) for i in inputs})
+            inferred = _infer(self._parsed_model(model, exe.digest), {i[0]: tuple(i[2]) for i in inputs})
             result = [
                 (dt, _UNKNOWN_RANK if dims is None else tuple(d if type(d) is int else -1 for d in dims))
                 for dt, dims in zip(dtypes, inferred.output_dims)
@@ -753,6 +752,27 @@ def _device_threads() -> int:
         return os.cpu_count() or 1
 
 
+def _infer(proto, shapes: dict):
+    """GE's compile-time shape inference of ``proto`` at input ``shapes`` (gert/core/shape_infer.py, which imports
+    onnx: imported by the first compile, so that `import gert` imports no onnx)."""
+    from gert.core import shape_infer
+
+    return shape_infer.infer(proto, shapes)
+
+
+def _compile_threads() -> int:
+    """The compute threads of a run alone of the graph being compiled: its GE session's cube cores (ge.aicoreNum
+    "cube|vector": gert's streams with cube_cores; LoadGraph's thread count when set), else _device_threads() (a
+    stream without core limits)."""
+    from gert import hostnpu
+
+    try:
+        cube = (hostnpu.compile_option(_AICORE_OPTION) or "").split("|")[0].strip()
+    except Exception:  # noqa: BLE001 - not compiling, or a host NPU build without compile options
+        cube = ""
+    return int(cube) if cube.isdigit() and int(cube) > 0 else _device_threads()
+
+
 def _shared_arena() -> bool:
     """Register ONNX Runtime's environment-wide CPU arena once per process; False if this ONNX Runtime cannot."""
     global _env_arena
@@ -789,6 +809,7 @@ def _session_options(threads: int, overrides: dict, arena: bool = True):
 
 _CACHE_FORMAT = "gert-ort-1"
 _EXTERNAL_FOLDER = "session.model_external_initializers_file_folder_path"  # ONNX Runtime's key (a model from bytes)
+_AICORE_OPTION = "ge.aicoreNum"  # GE's option of a session's core numbers, "cube|vector"
 _MODEL_DIR_OPTION = "gert.host.model_dir"  # gertHostCompileOption's key: the compiled graph's model directory
 
 
