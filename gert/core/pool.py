@@ -221,7 +221,7 @@ class StreamPool:
                 self._idle.notify_all()
 
         on = enabled and self.recovery.request_timeout_s is None and os.environ.get("GERT_HOT_PATH", "1") != "0"
-        self.hot = HotPath(names, self.queue, self.recovery.failed, idle, _trace, count, on, batch_limit, lists)
+        self.hot = HotPath(names, self.queue.slots, self.recovery.failed, idle, _trace, count, on, batch_limit, lists)
         self.recovery.listeners.append(lambda started: self.hot.suspend() if started else self.hot.resume())
         return self.hot
 
