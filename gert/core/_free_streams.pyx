@@ -8,8 +8,13 @@ Handing a stream over to a waiting request (dynamic batching's groups included) 
 (``hand_over``): it runs only when a request waits, never on the hot path.
 """
 import collections
+import sys
 
 from gert.errors import ModelClosed
+
+# The GIL serializes C-level steps between Python calls (not a free-threaded build): try_take (one stream) and
+# give_back (no request waiting) then skip the lock when nobody holds it.
+cdef bint _GIL = bool(getattr(sys, "_is_gil_enabled", lambda: True)())
 
 
 cdef class FreeStreams:
@@ -50,7 +55,14 @@ cdef class FreeStreams:
         """A free worker now, or None (none free, ``lock`` held by another thread, or closed): never waits. The hot
         path's take; a request that gets None takes the Python path, which queues it. Give it back with give_back()
         (or untake())."""
-        if not self.free or not self.lock.try_acquire():
+        if not self.free:
+            return None
+        if _GIL and len(self.workers) == 1 and not self.lock._held and not self.closed:
+            # Nobody is inside the lock, and nobody can enter before this pop returns: this thread holds the GIL from
+            # the check to the end of the pop (no Python code runs in between; a thread that got the lock without the
+            # GIL waits for it before its first step).
+            return self.free.pop()
+        if not self.lock.try_acquire():
             return None
         try:
             if self.closed or not self.free:
@@ -64,6 +76,9 @@ cdef class FreeStreams:
     cpdef object give_back(self, object w):
         """Give ``w`` back: to the free list when no request waits, else through ``hand_over`` (to the request
         that waited longest and may use it)."""
+        if _GIL and not self.waiters and not self.lock._held:  # as in try_take: the GIL covers these steps
+            self.free.append(w)
+            return
         self.lock.wait_acquire()
         try:
             if self.waiters:
