@@ -39,8 +39,9 @@ def test_the_lock_behaves_as_threading_lock(make):
         lock.release()
     with pytest.raises(ValueError, match="non-blocking"):
         lock.acquire(False, timeout=1)
-    with pytest.raises(ValueError, match="non-negative"):
-        lock.acquire(timeout=-2)
+    for bad in (-2, float("nan")):
+        with pytest.raises(ValueError, match="non-negative"):
+            lock.acquire(timeout=bad)
     with lock as held:
         assert held is lock and lock.locked()
     assert not lock.locked()

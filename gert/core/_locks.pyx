@@ -115,7 +115,7 @@ cdef class Lock:
             if timeout != -1:
                 raise ValueError("can't specify a timeout for a non-blocking call")
             return self.try_acquire()
-        if timeout < 0 and timeout != -1:
+        if (timeout < 0 and timeout != -1) or timeout != timeout:  # NaN would wait forever
             raise ValueError(f"timeout value must be a non-negative number or -1, not {timeout}")
         return self.acquire_within(timeout)
 
