@@ -100,10 +100,11 @@ cdef class Prepared:
 
 cdef class HotPath:
     """A Model's compiled hot path (one per Model). ``names``: the model's inputs in order; ``queue``: its
-    StreamQueue's free streams (``StreamQueue.slots``: try_take, give_back, untake); ``on_error(worker, error)``: the Python handling of a failed run (device
-    faults: gert.core.recovery), called holding the worker's lock; ``on_idle()``: wakes close() once the last request
-    in flight here ends; ``trace``: gert.core.trace (its ``active`` recorder turns this path off); ``count``: the
-    runs counted in C, flushed to the stats; ``enabled``: off, every request takes the Python path; ``batch_limit``:
+    StreamQueue's free streams (``StreamQueue.slots``, a FreeStreams: try_take, give_back, untake);
+    ``on_error(worker, error)``: the Python handling of a failed run (device faults: gert.core.recovery), called
+    holding the worker's lock; ``on_idle()``: wakes close() once the last request in flight here ends; ``trace``:
+    gert.core.trace (its ``active`` recorder turns this path off); ``count``: the runs counted in C, flushed to the
+    stats; ``enabled``: off, every request takes the Python path; ``batch_limit``:
     rows under which dynamic batching queues a request (0: off); ``lists``: run(list) may merge on axis 0."""
     cdef tuple names
     cdef Py_ssize_t n_in
