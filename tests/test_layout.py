@@ -55,6 +55,7 @@ COMPILED = {
     "gert.core._hotpath": ("gert/core/_hotpath.pyx",),
     "gert.core._locks": ("gert/core/_locks.pyx",),
     "gert.core._free_streams": ("gert/core/_free_streams.pyx",),
+    "gert.core._split": ("gert/core/_split.pyx",),
 }
 # the binding's Cython sources: none imports from gert (test_the_binding_imports_nothing_from_gert)
 BINDING = ROOT / "cbindings"
@@ -254,6 +255,7 @@ def test_the_cython_sources_are_read():
         "gert.errors",
         "gert.core._locks",  # cimported (gert/core/_locks.pxd)
         "gert.core._free_streams",
+        "gert.core._split",
     }
     assert MODULES["gert._cann"].imports == set() and MODULES["gert._hostnpu"].imports == set()
 

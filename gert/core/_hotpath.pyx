@@ -30,6 +30,7 @@ from libcpp.vector cimport vector
 
 from gert.core._free_streams cimport FreeStreams
 from gert.core._locks cimport HandOffLock
+from gert.core._split cimport split
 
 import numpy as np
 
@@ -105,7 +106,8 @@ cdef class HotPath:
     holding the worker's lock; ``on_idle()``: wakes close() once the last request in flight here ends; ``trace``:
     gert.core.trace (its ``active`` recorder turns this path off); ``count``: the runs counted in C, flushed to the
     stats; ``enabled``: off, every request takes the Python path; ``batch_limit``:
-    rows under which dynamic batching queues a request (0: off); ``lists``: run(list) may merge on axis 0."""
+    rows under which dynamic batching queues a request (0: off); ``lists``: run(list) may merge on axis 0, and its
+    outputs are split on their ``out_axes`` (output name -> batch axis, Batcher.out_axes)."""
     cdef tuple names
     cdef Py_ssize_t n_in
     cdef dict table  # signature -> [Prepared, one per stream it ran on]
@@ -116,18 +118,22 @@ cdef class HotPath:
     cdef public bint enabled
     cdef public Py_ssize_t batch_limit  # rows under which dynamic batching queues a request (0: off)
     cdef public bint lists  # run(list) may merge on axis 0: every input and output carries the batch there
+    cdef dict out_axes  # output name -> its batch axis (Batcher.out_axes): how run_list splits
     cdef readonly bint closed
     cdef readonly int suspended
     cdef readonly Py_ssize_t in_flight
     cdef readonly int64_t hits, misses
 
     def __init__(self, names, queue, on_error, on_idle, trace, count, bint enabled=True, Py_ssize_t batch_limit=0,
-                 bint lists=False):
+                 bint lists=False, dict out_axes=None):
         self.names = tuple(names)
         self.n_in = len(self.names)
         self.table = {}
         self.queue, self.on_error, self.on_idle, self.trace, self.count = queue, on_error, on_idle, trace, count
         self.enabled, self.batch_limit, self.lists = enabled, batch_limit, lists
+        self.out_axes = {} if out_axes is None else out_axes
+        if lists and out_axes is None:
+            raise ValueError("HotPath: lists=True needs out_axes (each output's batch axis: Batcher.out_axes)")
 
     # ---- the call -------------------------------------------------------------------------------------------------
     cpdef object run(self, object inputs):
@@ -284,18 +290,7 @@ cdef class HotPath:
             _release(views, held)
         if out is None:
             return None
-        cdef list results = []
-        cdef list out_names = list((<dict>out).keys()), out_values = list((<dict>out).values())
-        cdef Py_ssize_t start = 0, o, n_out = len(out_names)
-        cdef dict one
-        for j in range(k):
-            n = rows[j]
-            one = {}
-            for o in range(n_out):
-                one[out_names[o]] = out_values[o][start:start + n]
-            results.append(one)
-            start += n
-        return results
+        return split(out, rows, self.out_axes)  # Batcher.split's code (gert/core/_split.pyx)
 
     cdef Prepared _take_prepared(self, list found):
         """A free stream and the run of ``found`` (the signature's Prepared runs) prepared on it; or None, a miss
