@@ -31,8 +31,7 @@ cpdef list split(object out, object rows, object axes):
     """Each request's rows of the outputs ``out`` (name -> array) of a batch of requests of ``rows`` rows each, in
     order: a dict per request, of views; ``axes``: output name -> its batch axis, or None (an output that does not
     carry the batch: every request gets it as it is)."""
-    cdef Py_ssize_t k = len(rows), j, offset, r, ndim, ax
-    cdef list counts = [int(n) for n in rows]
+    cdef Py_ssize_t k = len(rows), j, offset, r, ndim = 0, ax = 0
     cdef list results = [{} for _ in range(k)]
     cdef object axis
     for name, value in out.items():
@@ -45,7 +44,7 @@ cpdef list split(object out, object rows, object axes):
             continue
         offset = 0
         for j in range(k):
-            r = counts[j]
+            r = rows[j]
             (<dict>results[j])[name] = _take(value, ax, ndim, offset, r)
             offset += r
     return results
