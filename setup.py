@@ -51,9 +51,15 @@ CANN_LIBRARIES = [
 ]
 
 
-def hotpath_extension(common: dict) -> Extension:
-    """gert.core._hotpath: the request pipeline's compiled hot path; it calls gert._cann through a capsule (no link)."""
-    return Extension("gert.core._hotpath", sources=["gert/core/_hotpath.pyx"], **common)
+def core_extensions(common: dict) -> list:
+    """The runtime core's compiled modules, on every backend (no link to CANN): gert.core._locks (a StreamQueue's
+    Lock, a stream's HandOffLock), gert.core._free_streams (a StreamQueue's take and give-back), gert.core._split
+    (a batch's outputs split into its requests' rows) and gert.core._hotpath (the request pipeline's compiled hot
+    path: it cimports those three, gert/core/*.pxd, and calls gert._cann through a capsule)."""
+    return [
+        Extension(f"gert.core.{name}", sources=[f"gert/core/{name}.pyx"], **common)
+        for name in ("_locks", "_free_streams", "_split", "_hotpath")
+    ]
 
 
 def extensions():
@@ -64,7 +70,7 @@ def extensions():
     )
     if root is None:
         return [
-            hotpath_extension(common),
+            *core_extensions(common),
             Extension(
                 "gert._cann",
                 sources=[f"{CB}/_cann_hostnpu.pyx"] + sorted(glob.glob(f"{CB}/hostnpu/*.cpp")),
@@ -86,7 +92,7 @@ def extensions():
         **common,
     )
     exts = [
-        hotpath_extension(common),
+        *core_extensions(common),
         Extension(
             "gert._cann",
             sources=[f"{CB}/_cann.pyx", f"{CB}/hostnpu/onnx_model.cpp"],  # the ONNX I/O reader needs no toolkit

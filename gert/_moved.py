@@ -25,13 +25,13 @@ MOVED = {
             "tiers",
             "recovery",
             "compile_cache",
-            "handoff",
             "rows",
             "tensor",
             "cache_trust",
             "cache_entry",
         )
     },
+    "gert.handoff": "gert.core._locks",  # gert/core/handoff.py, then compiled (HandOffLock, issue 39)
     "gert._ort_provider": "gert.hostnpu.ort_provider",
     **{f"gert.{m}": f"gert.tools.{m}" for m in ("cli", "bench", "display", "progress")},
 }

@@ -24,7 +24,7 @@ import numpy as np
 
 from gert._cann import DeviceBuffer
 from gert.errors import AclError, GertError, ModelClosed
-from gert.core.handoff import HandOffLock
+from gert.core._locks import HandOffLock
 from gert.core.batching import Batcher
 from gert.core.dynamic import Pending
 from gert.core.batch_queue import run_isolated

@@ -105,7 +105,7 @@ def test_closed_queue_refuses_new_requests():
     q = StreamQueue([_Stream("a")])
     q.close()
     with pytest.raises(GertError, match="closed before this request started"):
-        q.acquire(q.busy() + [q._workers[0]])
+        q.acquire(q.busy() + [q.slots.workers[0]])
 
 
 @RUNTIME[0]

@@ -423,3 +423,38 @@ def test_a_request_of_another_shape_with_the_same_bytes_is_not_run_through_the_l
         assert _hot(m)["prepared"] == 2 and _hot(m)["hits"] == 5
     finally:
         m.close()
+
+
+@pytest.mark.parametrize("streams", [1, 2])
+def test_compiled_and_python_path_requests_at_once_share_the_streams_queue(device, streams):
+    """Threads send requests that take the compiled path and requests that take the Python path (timeout=) to the
+    same streams at once: both take and give back a stream with the queue's one implementation (FreeStreams), so
+    every result is right and afterwards every stream is free exactly once, unlocked, and no request waits."""
+    with gert.load(scale_model(2.0, shape=("batch", 4)), streams=streams, gears={"batch": [4]}) as m:
+        for i in range(2 * streams):  # prepared on every stream
+            m.run({"x": _x(3, i)})
+        wrong: list = []
+
+        def send(seed: int, **kw) -> None:
+            for i in range(150):
+                x = _x(3, seed * 1000 + i)
+                y = m.run({"x": x}, **kw)["y"]
+                if not np.array_equal(y, x * 2):
+                    wrong.append((seed, i))
+
+        threads = [threading.Thread(target=send, args=(s,), daemon=True) for s in range(3)]
+        threads += [threading.Thread(target=send, args=(s,), kwargs={"timeout": 30.0}, daemon=True) for s in (3, 4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads)
+        assert wrong == []
+        q = m.pool.queue
+        assert sorted(q.slots.free, key=m.pool.workers.index) == m.pool.workers
+        assert q.idle() == streams and q.waiting() == 0 and not any(w.lock.locked() for w in m.pool.workers)
+        st = m.stats()
+        assert sum(s["requests"] for s in st["streams"]) == 2 * streams + 5 * 150
+        hits = st["hot_path"]["hits"]
+        np.testing.assert_array_equal(m.run({"x": _x(3, 9)})["y"], _x(3, 9) * 2)
+        assert _hot(m)["hits"] == hits + 1  # the compiled path still takes its stream from the queue

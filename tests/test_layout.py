@@ -3,8 +3,9 @@ source with ast, nothing imported:
 
 - no import cycle among gert's and gert_triton's modules, of any kind: module-level imports, imports inside
   functions (lazy) and under TYPE_CHECKING, the Cython sources' too (``.pyx`` and the ``.pxi`` files they include,
-  read line by line: ``import`` / ``from ... import``, not ``cimport``), but for the edges listed in ALLOWED_EDGES
-  (each with its reason);
+  read line by line: ``import`` / ``from ... import``, and ``from ... cimport`` of a compiled module of gert, whose
+  .pxd it is: that imports the module too; not a ``cimport`` of C declarations), but for the edges listed in
+  ALLOWED_EDGES (each with its reason);
 - gert/core/ (the runtime core) imports only itself, gert.errors, gert.dtypes and the binding gert._cann: no front
   door, no tool, no host NPU code (it reaches the host NPU through gert/core/hooks.py);
 - the binding (every ``.pyx`` / ``.pxi`` under cbindings/) imports nothing from gert, not even inside a function:
@@ -52,6 +53,9 @@ COMPILED = {
     "gert._cann": ("cbindings/_cann.pyx", "cbindings/_cann_hostnpu.pyx"),
     "gert._hostnpu": ("cbindings/_hostnpu.pyx",),
     "gert.core._hotpath": ("gert/core/_hotpath.pyx",),
+    "gert.core._locks": ("gert/core/_locks.pyx",),
+    "gert.core._free_streams": ("gert/core/_free_streams.pyx",),
+    "gert.core._split": ("gert/core/_split.pyx",),
 }
 # the binding's Cython sources: none imports from gert (test_the_binding_imports_nothing_from_gert)
 BINDING = ROOT / "cbindings"
@@ -141,6 +145,7 @@ def _load() -> dict:
 # a Cython function: def / cpdef, or a cdef with arguments that is not a class or an extern block
 _CY_FUNCTION = re.compile(r"(async\s+)?def\s|cpdef\s|cdef\s+(?!class\b|extern\b)[^=]*\(")
 _CY_IMPORT = re.compile(r"from\s+([\w.]+)\s+import\s+(.+)|import\s+(.+)")
+_CY_CIMPORT = re.compile(r"from\s+([\w.]+)\s+cimport\s+(.+)")
 
 
 def _cython_files(path: pathlib.Path, seen: list | None = None) -> list:
@@ -165,6 +170,14 @@ def _cython_imports(path: pathlib.Path, m: Module, known: set) -> None:
         indent = len(line) - len(line.lstrip())
         while blocks and blocks[-1][0] >= indent:
             blocks.pop()
+        found = _CY_CIMPORT.fullmatch(text)
+        if found:  # a compiled module's .pxd: importing it imports the module (its types, its C functions' table)
+            base = found.group(1)
+            names = [n.strip().split(" as ")[0] for n in found.group(2).strip("()").split(",") if n.strip()]
+            targets = [f"{base}.{n}" for n in names if f"{base}.{n}" in COMPILED] or [base] * (base in COMPILED)
+            for t in targets:
+                (m.lazy if any(f for _, f in blocks) else m.top).add(t)
+            continue
         found = _CY_IMPORT.fullmatch(text)
         if found:
             if found.group(1):
@@ -237,7 +250,13 @@ def test_every_allowed_edge_is_still_an_import():
 def test_the_cython_sources_are_read():
     """The Cython sources' imports are seen (the hot path's); the binding's are none (gert/_binding.py registers
     what it needs)."""
-    assert MODULES["gert.core._hotpath"].top >= {"gert._cann", "gert.errors"}
+    assert MODULES["gert.core._hotpath"].top >= {
+        "gert._cann",
+        "gert.errors",
+        "gert.core._locks",  # cimported (gert/core/_locks.pxd)
+        "gert.core._free_streams",
+        "gert.core._split",
+    }
     assert MODULES["gert._cann"].imports == set() and MODULES["gert._hostnpu"].imports == set()
 
 
@@ -303,7 +322,8 @@ def test_the_binding_import_check(source, lines):
             {"gert.model"},
             {"gert"},
         ),
-        ("from gert.core cimport x\ncimport gert\n", set(), set()),
+        ("from gert.core cimport x\ncimport gert\nfrom libc.stdint cimport int64_t\n", set(), set()),
+        ("from gert.core._locks cimport HandOffLock\n", {"gert.core._locks"}, set()),
     ],
 )
 def test_the_cython_reader(tmp_path, source, top, lazy):

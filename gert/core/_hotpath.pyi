@@ -76,6 +76,7 @@ class HotPath:
         enabled: bool = True,
         batch_limit: int = 0,
         lists: bool = False,
+        out_axes: Optional[Dict[str, Optional[int]]] = None,
     ) -> None: ...
     @property
     def closed(self) -> bool: ...

@@ -4,8 +4,11 @@
 a static graph runs again in one call here, without the Python pipeline (docs/architecture.md, "The data path").
 
     signature -> the stream's prepared run (graph, device buffers, padding, slicing: gert._cann.FusedCall)
-    -> a free stream (StreamQueue.try_take) -> its lock -> uploads, execute, downloads, synchronize without the GIL
-    -> fresh output arrays -> release
+    -> a free stream (FreeStreams.try_take) -> its lock (HandOffLock) -> uploads, execute, downloads, synchronize
+    without the GIL -> fresh output arrays -> the lock's release -> the stream given back (FreeStreams.give_back)
+
+The queue's and the lock's operations are theirs (gert/core/_free_streams.pyx, gert/core/_locks.pyx), cimported and
+called in C: the same code the Python path runs.
 
 Filled by the Python path: gert.core.executor.Worker offers (``add``) a request it ran that qualifies (every input a
 numpy array uploaded whole, every output downloaded whole into a fresh array, a static graph that is not evicted,
@@ -25,7 +28,9 @@ from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport int32_t, int64_t
 from libcpp.vector cimport vector
 
-import sys
+from gert.core._free_streams cimport FreeStreams
+from gert.core._locks cimport HandOffLock
+from gert.core._split cimport split
 
 import numpy as np
 
@@ -47,9 +52,6 @@ ctypedef int (*fused_exec_parts_t)(object call, const void** srcs, const size_t*
 cdef fused_exec_t _exec = <fused_exec_t>PyCapsule_GetPointer(_cann.FUSED_API, b"gert._cann.fused_exec")
 cdef fused_exec_parts_t _exec_parts = <fused_exec_parts_t>PyCapsule_GetPointer(
     _cann.FUSED_PARTS_API, b"gert._cann.fused_exec_parts")
-# The GIL serializes this module's C-level steps between Python calls (not a free-threaded build): _take / _give
-# then skip the queue's lock when nobody holds it.
-cdef bint _GIL = bool(getattr(sys, "_is_gil_enabled", lambda: True)())
 cdef object _ndarray = np.ndarray
 cdef object _empty = np.empty
 _KEPT = 1024  # signatures kept (cleared when full, as the validator's)
@@ -68,8 +70,7 @@ cdef class Prepared:
     dtypes (padding already sliced off: the downloads copy the real rows only), the gear label and element counts
     of one run (for the gear stats), and the C counters of the runs since the last flush."""
     cdef readonly object worker
-    cdef object l_acquire, l_release, l_run_handed  # the stream's HandOffLock (parts_for_hot_path)
-    cdef list l_handed
+    cdef HandOffLock lock  # the stream's (worker.lock)
     cdef readonly object call
     cdef readonly object use_limits  # the stream's use_in_current_thread, for workers with core limits; else None
     cdef readonly tuple out_names, out_shapes, out_dtypes
@@ -85,7 +86,7 @@ cdef class Prepared:
     def __init__(self, worker, call, use_limits, tuple out_names, tuple out_shapes, tuple out_dtypes, str label,
                  int64_t real_elements, int64_t padded_elements, bint batched, on_hit=None):
         self.worker, self.call, self.use_limits, self.on_hit = worker, call, use_limits, on_hit
-        self.l_acquire, self.l_release, self.l_handed, self.l_run_handed = worker.lock.parts_for_hot_path()
+        self.lock = worker.lock
         self.out_names, self.out_shapes, self.out_dtypes = out_names, out_shapes, out_dtypes
         self.label, self.real_elements, self.padded_elements = label, real_elements, padded_elements
         self.batched = batched
@@ -100,72 +101,41 @@ cdef class Prepared:
 
 cdef class HotPath:
     """A Model's compiled hot path (one per Model). ``names``: the model's inputs in order; ``queue``: its
-    StreamQueue (``try_take``, ``release``); ``on_error(worker, error)``: the Python handling of a failed run (device
-    faults: gert.core.recovery), called holding the worker's lock; ``on_idle()``: wakes close() once the last request
-    in flight here ends; ``trace``: gert.core.trace (its ``active`` recorder turns this path off); ``count``: the
-    runs counted in C, flushed to the stats; ``enabled``: off, every request takes the Python path; ``batch_limit``:
-    rows under which dynamic batching queues a request (0: off); ``lists``: run(list) may merge on axis 0."""
+    StreamQueue's free streams (``StreamQueue.slots``, a FreeStreams: try_take, give_back, untake);
+    ``on_error(worker, error)``: the Python handling of a failed run (device faults: gert.core.recovery), called
+    holding the worker's lock; ``on_idle()``: wakes close() once the last request in flight here ends; ``trace``:
+    gert.core.trace (its ``active`` recorder turns this path off); ``count``: the runs counted in C, flushed to the
+    stats; ``enabled``: off, every request takes the Python path; ``batch_limit``:
+    rows under which dynamic batching queues a request (0: off); ``lists``: run(list) may merge on axis 0, and its
+    outputs are split on their ``out_axes`` (output name -> batch axis, Batcher.out_axes)."""
     cdef tuple names
     cdef Py_ssize_t n_in
     cdef dict table  # signature -> [Prepared, one per stream it ran on]
-    cdef object queue, on_error, on_idle, trace, count
-    cdef object q_acquire, q_release  # the queue's lock (one stream: taken and given back inline, _take / _give)
-    cdef object q_locked
+    cdef FreeStreams queue
+    cdef object on_error, on_idle, trace, count
     cdef tuple last_sig  # the signature last found in the table, and its runs (reset whenever the table changes)
     cdef object last_found
-    cdef list q_free
-    cdef object q_waiting
-    cdef bint q_single
     cdef public bint enabled
     cdef public Py_ssize_t batch_limit  # rows under which dynamic batching queues a request (0: off)
     cdef public bint lists  # run(list) may merge on axis 0: every input and output carries the batch there
+    cdef dict out_axes  # output name -> its batch axis (Batcher.out_axes): how run_list splits
     cdef readonly bint closed
     cdef readonly int suspended
     cdef readonly Py_ssize_t in_flight
     cdef readonly int64_t hits, misses
 
     def __init__(self, names, queue, on_error, on_idle, trace, count, bint enabled=True, Py_ssize_t batch_limit=0,
-                 bint lists=False):
+                 bint lists=False, dict out_axes=None):
         self.names = tuple(names)
         self.n_in = len(self.names)
         self.table = {}
         self.queue, self.on_error, self.on_idle, self.trace, self.count = queue, on_error, on_idle, trace, count
-        lock, self.q_free, self.q_waiting, self.q_single = queue.parts_for_hot_path()
-        self.q_acquire, self.q_release, self.q_locked = lock.acquire, lock.release, lock.locked
         self.enabled, self.batch_limit, self.lists = enabled, batch_limit, lists
+        self.out_axes = {} if out_axes is None else out_axes
+        if lists and out_axes is None:
+            raise ValueError("HotPath: lists=True needs out_axes (each output's batch axis: Batcher.out_axes)")
 
     # ---- the call -------------------------------------------------------------------------------------------------
-    cdef object _take(self):
-        """A free stream now, or None (StreamQueue.try_take; inline for one stream)."""
-        if not self.q_single:
-            return self.queue.try_take()
-        if not self.q_free:
-            return None
-        if _GIL and not self.q_locked():
-            # Nobody is inside the queue's critical section, and nobody can enter it before this pop returns: this
-            # thread holds the GIL from the check to the end of the pop (no Python code runs in between).
-            return self.q_free.pop()
-        if not self.q_acquire(False):
-            return None
-        try:
-            return self.q_free.pop() if self.q_free else None
-        finally:
-            self.q_release()
-
-    cdef _give(self, object w):
-        """Give ``w`` back (StreamQueue.release: to the request that waits longest, else the free list)."""
-        if self.q_single:
-            if _GIL and not self.q_waiting and not self.q_locked():  # as in _take: the GIL covers these steps
-                self.q_free.append(w)
-                return
-            self.q_acquire()
-            if not self.q_waiting:
-                self.q_free.append(w)
-                self.q_release()
-                return
-            self.q_release()
-        self.queue.release(w)
-
     cpdef object run(self, object inputs):
         """The outputs dict of ``inputs`` (a dict of input name -> array) run on the compiled path, or None: take the
         Python path (nothing was run)."""
@@ -320,24 +290,13 @@ cdef class HotPath:
             _release(views, held)
         if out is None:
             return None
-        cdef list results = []
-        cdef list out_names = list((<dict>out).keys()), out_values = list((<dict>out).values())
-        cdef Py_ssize_t start = 0, o, n_out = len(out_names)
-        cdef dict one
-        for j in range(k):
-            n = rows[j]
-            one = {}
-            for o in range(n_out):
-                one[out_names[o]] = out_values[o][start:start + n]
-            results.append(one)
-            start += n
-        return results
+        return split(out, rows, self.out_axes)  # Batcher.split's code (gert/core/_split.pyx)
 
     cdef Prepared _take_prepared(self, list found):
         """A free stream and the run of ``found`` (the signature's Prepared runs) prepared on it; or None, a miss
         counted: no stream free now (the Python path queues, and may batch, the request) or the stream taken has no
         prepared run of this signature yet (given back with untake(): the Python path runs it there and offers it)."""
-        cdef object w = self._take()
+        cdef object w = self.queue.try_take()
         if w is None:
             self.misses += 1
             return None
@@ -387,7 +346,7 @@ cdef class HotPath:
         cdef int64_t t0
         cdef bint ran = False
         try:
-            p.l_acquire()
+            p.lock.wait_acquire()
             try:
                 if self.closed:
                     raise ModelClosed()
@@ -433,11 +392,9 @@ cdef class HotPath:
                 ran = True
             finally:
                 _release(outv, out_held)
-                p.l_release()  # HandOffLock.release: then what close() handed over while the run held the lock
-                if p.l_handed and p.l_acquire(False):
-                    p.l_run_handed()
+                p.lock.release_fast()  # then what close() handed over while the run held the lock
         finally:
-            self._give(w)
+            self.queue.give_back(w)
         if not ran:
             return None
         self.hits += 1

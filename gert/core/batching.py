@@ -19,6 +19,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from gert.core._split import split as split_rows
+from gert.core._split import take
 from gert.core.rows import Rows
 from gert.core.shapes import ShapePlan
 from gert.errors import GertError
@@ -115,14 +117,7 @@ class Batcher:
         that no batched input reaches: the same for all) as it is."""
         if len(rows) > 1:
             self._check("split")
-        results: list = [dict() for _ in rows]
-        for name, value in out.items():
-            axis = self.out_axes.get(name)
-            offset = 0
-            for res, r in zip(results, rows):
-                res[name] = take(value, axis, offset, r)
-                offset += r
-        return results
+        return split_rows(out, rows, self.out_axes)  # compiled (gert/core/_split.pyx): the hot path's split too
 
     def join(self, parts: Sequence[Mapping[str, np.ndarray]]) -> dict:
         """The outputs of consecutive row ranges of one request, joined back on each output's batch axis."""
@@ -182,16 +177,3 @@ def join(parts: Sequence[Mapping[str, np.ndarray]], axes: Mapping[str, Optional[
         axis = axes.get(name)
         out[name] = parts[-1][name] if axis is None else np.concatenate([p[name] for p in parts], axis=axis)
     return out
-
-
-def take(value, axis: Optional[int], start: int, rows: int):
-    """Rows start:start+rows of ``value`` along its batch ``axis`` (a view); all of it when it has no batch axis."""
-    if axis is None or len(value.shape) <= axis:
-        return value
-    if type(value) is Rows:
-        return value.take(start, rows)
-    if axis == 0:
-        return value[start : start + rows]
-    index = [slice(None)] * len(value.shape)
-    index[axis] = slice(start, start + rows)
-    return value[tuple(index)]

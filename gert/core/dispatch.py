@@ -14,11 +14,11 @@ a lone request never waits for company unless its leader asks to (``gather``, ma
 
 from __future__ import annotations
 
-import collections
 import threading
 import time
 from typing import Callable, Generic, Optional, Sequence, TypeVar
 
+from gert.core._free_streams import FreeStreams
 from gert.errors import ModelClosed
 
 W = TypeVar("W")
@@ -38,26 +38,26 @@ class _Waiter:
 class StreamQueue(Generic[W]):
     """The free streams (workers) of a Model and the requests waiting for one, served first come, first served.
 
-    Invariant: a free worker is never one that a waiting request may use (release() hands it over instead)."""
+    ``slots`` (gert/core/_free_streams.pyx, compiled) holds the lock, the free workers, the waiting requests and
+    the round robin, and takes and gives back a stream: the same code for this class and the compiled hot path
+    (gert/core/_hotpath.pyx). Invariant: a free worker is never one that a waiting request may use (release() hands
+    it over instead)."""
 
     def __init__(self, workers: Sequence[W]):
-        self._lock = threading.Lock()
-        self._workers = list(workers)
-        self._free: list = list(workers)
-        self._waiters: "collections.deque[_Waiter]" = collections.deque()
-        self._next = 0  # round robin among free workers, so that idle streams take turns
-        self._closed = False
-        self._arrived = threading.Condition(self._lock)  # a request queued: a gathering leader looks again
+        self.slots = FreeStreams(workers, self._hand_over)
+        self._lock = self.slots.lock
+        # a request queued: a gathering leader looks again (a Condition takes any lock with acquire and release)
+        self._arrived = threading.Condition(self._lock)  # type: ignore[arg-type]
 
     def acquire(self, eligible: Sequence[W]) -> W:
         """A worker from ``eligible`` for the caller's exclusive use, once one is free and no request that came
         earlier may take it; ModelClosed if the queue is closed before then."""
         with self._lock:
-            w = self._take_free(eligible)
+            w = self.slots.take_free(eligible)
             if w is not None:
                 return w
             waiter = _Waiter(eligible)
-            self._waiters.append(waiter)
+            self.slots.waiters.append(waiter)
         waiter.event.wait()
         if waiter.worker is None:
             raise ModelClosed()
@@ -65,47 +65,25 @@ class StreamQueue(Generic[W]):
 
     def try_take(self) -> Optional[W]:
         """A free worker now, or None (none free, the queue's lock held by another thread, or the queue closed):
-        never waits. The compiled hot path's acquire (gert/core/_hotpath.pyx); a request that gets None takes the
-        Python path, which queues it. Give the worker back with release()."""
-        if not self._free:
-            return None
-        lock = self._lock
-        if not lock.acquire(False):
-            return None
-        try:
-            if self._closed or not self._free:
-                return None
-            if len(self._workers) == 1:  # one stream: it is the free one
-                return self._free.pop()
-            return self._take_free(self._workers)
-        finally:
-            lock.release()
+        never waits (the compiled hot path's take; a request that gets None takes the Python path, which queues it).
+        Give the worker back with release()."""
+        return self.slots.try_take()
 
     def untake(self, w: W) -> None:
         """Give back ``w`` taken by try_take() and not used: as release(), and the round robin turns back to it, so
         that the request's Python path runs there (the hot path then prepares that stream too)."""
-        self.release(w)
-        with self._lock:
-            if w in self._free:
-                self._next = self._workers.index(w)
-
-    def parts_for_hot_path(self) -> tuple:
-        """(lock, free workers, waiting requests, single): what the compiled hot path (gert/core/_hotpath.pyx) takes
-        a free stream with and gives it back by, inline and under this queue's lock, when the Model has one stream
-        (``single``): take = a non-blocking acquire and a pop of the free list; give back = under the lock, the
-        free list when no request waits (else release(), which hands it over)."""
-        return self._lock, self._free, self._waiters, len(self._workers) == 1
+        self.slots.untake(w)
 
     def acquire_batch(self, eligible: Sequence[W], item, key: tuple, rows: int, limit: int) -> tuple:
         """As acquire(), for a request that may share its run with queued requests of the same ``key``:
         (worker, [item, the items it takes along]) when this request leads a batch (at most ``limit`` rows in
         all), or (None, []) when another request's batch took it (its leader delivers its result to ``item``)."""
         with self._lock:
-            w = self._take_free(eligible)
+            w = self.slots.take_free(eligible)
             if w is not None:
                 return w, [item]
             waiter = _Waiter(eligible, item, key, rows, limit)
-            self._waiters.append(waiter)
+            self.slots.waiters.append(waiter)
             self._arrived.notify_all()
         waiter.event.wait()
         if waiter.worker is not None:
@@ -120,7 +98,7 @@ class StreamQueue(Generic[W]):
         """The leader of ``group`` (holding ``w``) waits until time.perf_counter() reaches ``until`` for requests of
         ``key`` to join, taking each one that fits within ``limit`` rows, until ``enough(rows)``; the group."""
         with self._lock:
-            while not self._closed:
+            while not self.slots.closed:
                 rows += self._take_along(w, group, key, rows, limit)
                 left = until - time.perf_counter()
                 if enough(rows) or rows >= limit or left <= 0:
@@ -128,30 +106,17 @@ class StreamQueue(Generic[W]):
                 self._arrived.wait(left)
         return group
 
-    def _take_free(self, eligible: Sequence[W]):
-        """A free worker from ``eligible``, taken (round robin), or None; ModelClosed once closed."""
-        if self._closed:
-            raise ModelClosed()
-        if self._free:
-            n = len(self._workers)
-            for i in range(n):
-                w = self._workers[(self._next + i) % n]
-                if w in self._free and w in eligible:
-                    self._free.remove(w)
-                    self._next = (self._workers.index(w) + 1) % n
-                    return w
-        return None
-
     def _take_along(self, w: W, group: list, key: tuple, rows: int, limit: int) -> int:
         """Move the queued requests of ``key`` that may run on ``w`` and fit within ``limit`` rows into ``group``
         (in arrival order), waking their threads to wait for the batch's result; the rows taken."""
         taken = 0
-        for waiter in list(self._waiters):
+        waiters = self.slots.waiters
+        for waiter in list(waiters):
             if waiter.key != key or w not in waiter.eligible or waiter.key is None:
                 continue
             if rows + taken + waiter.rows > limit:
                 continue
-            self._waiters.remove(waiter)
+            waiters.remove(waiter)
             group.append(waiter.item)
             taken += waiter.rows
             waiter.group = []  # taken by another's batch: no worker, no error
@@ -162,38 +127,44 @@ class StreamQueue(Generic[W]):
 
     def release(self, w: W) -> None:
         """Give ``w`` back: to the longest-waiting request that may use it, else to the free list."""
-        with self._lock:
-            for waiter in self._waiters:
-                if w in waiter.eligible:
-                    self._waiters.remove(waiter)
-                    if waiter.key is not None:  # it leads a batch: its queued company comes along
-                        waiter.group = [waiter.item]
-                        self._take_along(w, waiter.group, waiter.key, waiter.rows, waiter.limit)
-                    waiter.worker = w
-                    waiter.event.set()
-                    return
-            self._free.append(w)
+        self.slots.give_back(w)
+
+    def _hand_over(self, w: W) -> None:
+        """``w`` to the longest-waiting request that may use it, else to the free list: called by ``slots``
+        (give_back) holding the lock, when a request waits."""
+        waiters = self.slots.waiters
+        for waiter in waiters:
+            if w in waiter.eligible:
+                waiters.remove(waiter)
+                if waiter.key is not None:  # it leads a batch: its queued company comes along
+                    waiter.group = [waiter.item]
+                    self._take_along(w, waiter.group, waiter.key, waiter.rows, waiter.limit)
+                waiter.worker = w
+                waiter.event.set()
+                return
+        self.slots.free.append(w)
 
     def idle(self) -> int:
         """How many workers are free now."""
         with self._lock:
-            return len(self._free)
+            return len(self.slots.free)
 
     def busy(self) -> list:
         """The workers some request is using now."""
         with self._lock:
-            return [w for w in self._workers if w not in self._free]
+            return [w for w in self.slots.workers if w not in self.slots.free]
 
     def waiting(self) -> int:
         """How many requests wait for a worker."""
         with self._lock:
-            return len(self._waiters)
+            return len(self.slots.waiters)
 
     def close(self) -> None:
         """Refuse new requests; the waiting ones fail with ModelClosed (the busy workers finish what they run)."""
         with self._lock:
-            self._closed = True
-            waiters, self._waiters = list(self._waiters), collections.deque()
+            self.slots.closed = True
+            waiters = list(self.slots.waiters)
+            self.slots.waiters.clear()
             self._arrived.notify_all()  # a leader gathering company stops and runs what it has
         for waiter in waiters:
             waiter.event.set()

@@ -75,6 +75,7 @@ class Engine:
             not (waits and self.batch_limit),
             self.batch_limit,
             lists,
+            b.out_axes,  # how run(list)'s outputs are split (Batcher.split's code, gert/core/_split.pyx)
         )
         self.direct = not self.split_batch
 

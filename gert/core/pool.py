@@ -209,7 +209,13 @@ class StreamPool:
 
     # ---- the compiled hot path ------------------------------------------------------------------------------------
     def open_hot_path(
-        self, names: Sequence[str], count: Callable, enabled: bool, batch_limit: int, lists: bool
+        self,
+        names: Sequence[str],
+        count: Callable,
+        enabled: bool,
+        batch_limit: int,
+        lists: bool,
+        out_axes: Optional[dict] = None,
     ) -> HotPath:
         """The compiled hot path (gert/core/_hotpath.pyx) over these streams: its queue, its recovery (off while a
         device recovers), close()'s wait, and its workers (which offer it what they ran). Off with a model-wide
@@ -222,7 +228,9 @@ class StreamPool:
                 self._idle.notify_all()
 
         on = enabled and self.recovery.request_timeout_s is None and os.environ.get("GERT_HOT_PATH", "1") != "0"
-        self.hot = HotPath(names, self.queue, self.recovery.failed, idle, _trace, count, on, batch_limit, lists)
+        self.hot = HotPath(
+            names, self.queue.slots, self.recovery.failed, idle, _trace, count, on, batch_limit, lists, out_axes
+        )
         self.recovery.listeners.append(lambda started: self.hot.suspend() if started else self.hot.resume())
         return self.hot
 

@@ -21,7 +21,7 @@ from gert.core.compile_cache import compile_graph
 from gert.core.host_memory import graph_bytes
 from gert.dtypes import ge_dtype
 from gert.errors import GeError, GertError, SessionReplaced
-from gert.core.handoff import HandOffLock
+from gert.core._locks import HandOffLock
 from gert.core.resolve import key_label
 from gert.core.shapes import ShapePlan
 from gert.core.frequency import SegmentedLRU

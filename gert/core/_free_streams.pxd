@@ -1,0 +1,22 @@
+# cython: language_level=3
+# C declarations of gert/core/_free_streams.pyx, for the compiled hot path (gert/core/_hotpath.pyx): it takes a free
+# stream and gives it back with these methods, the same code as gert.core.dispatch.StreamQueue runs.
+cimport cython
+
+from gert.core._locks cimport Lock
+
+
+@cython.final
+cdef class FreeStreams:
+    cdef readonly Lock lock
+    cdef readonly list workers
+    cdef readonly list free
+    cdef readonly object waiters
+    cdef public bint closed
+    cdef Py_ssize_t next  # round robin among the free workers: where the next look starts
+    cdef object hand_over
+
+    cpdef object take_free(self, object eligible)
+    cpdef object try_take(self)
+    cpdef object give_back(self, object w)
+    cpdef object untake(self, object w)

@@ -1,0 +1,23 @@
+"""Types of gert.core._locks (gert/core/_locks.pyx, compiled): a StreamQueue's Lock and a stream's or a sequence's
+HandOffLock. Checked against the built module by mypy's stubtest (tests/test_stubs.py)."""
+
+from typing import Any, Callable, Optional, final
+
+from typing_extensions import disjoint_base
+
+@disjoint_base
+class Lock:
+    """A non-reentrant lock, as threading.Lock, whose operations the compiled hot path calls in C."""
+
+    def acquire(self, blocking: bool = True, timeout: float = -1.0) -> bool: ...
+    def release(self) -> None: ...
+    def locked(self) -> bool: ...
+    def __enter__(self) -> "Lock": ...
+    def __exit__(self, *exc: Any) -> None: ...
+
+@final
+class HandOffLock(Lock):
+    """A Lock whose holder runs, when it lets go, the actions others handed over to it (``run_or_hand_over``)."""
+
+    def __enter__(self) -> "HandOffLock": ...
+    def run_or_hand_over(self, action: Callable[[], None], timeout: Optional[float]) -> bool: ...
