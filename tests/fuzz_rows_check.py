@@ -85,11 +85,17 @@ def call_door(door: str, model, requests: list, timeout: float) -> list:
     raise ValueError(door)
 
 
-def open_model(door: str, model_bytes: bytes, options: dict):
-    """gert.load, or gert.InferenceSession for the "session" door (gert's options as keyword arguments)."""
+def open_model(door: str, model_bytes: bytes, options: dict, gear_costs: dict | None = None):
+    """gert.load, or gert.InferenceSession for the "session" door (gert's options as keyword arguments);
+    ``gear_costs``: run times per batch gear seeded as if measured (9 runs each, the first at a size left out)."""
     if door == "session":
-        return gert.InferenceSession(model_bytes, providers=["CANNExecutionProvider"], **options)
-    return gert.load(model_bytes, **options)
+        model = gert.InferenceSession(model_bytes, providers=["CANNExecutionProvider"], **options)
+    else:
+        model = gert.load(model_bytes, **options)
+    for gear, seconds in (gear_costs or {}).items():
+        for _ in range(10):
+            (model.model if door == "session" else model).pool.run_times.add(gear, seconds)
+    return model
 
 
 # ---- one example ---------------------------------------------------------------------------------------------------
@@ -228,7 +234,7 @@ def check(case: Case, known: dict) -> Result:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            model = open_model(case.door, model_bytes, options)
+            model = open_model(case.door, model_bytes, options, case.gear_costs)
         except gert.GertError as e:
             return Result("load_refused", [], [], load_error=f"{type(e).__name__}: {str(e)[:300]}")
         except Exception as e:  # noqa: BLE001 - a load that fails with anything else is a failure
@@ -314,7 +320,7 @@ for r in requests:
         want.append(dict(zip(names, sess.run(None, r))))
     except Exception as e:
         want.append(e)
-model = open_model(DOOR, model_bytes, options)
+model = open_model(DOOR, model_bytes, options, GEAR_COSTS)
 got = call_door(DOOR, model, requests, 60.0)
 (model.model if DOOR == "session" else model).close(timeout=10)
 fails = []
@@ -353,6 +359,7 @@ def repro(case: Case, result: Result | None = None) -> str:
             feeds_code(case),
             f"options = {options_code(case)}",
             f"DOOR = {case.door!r}",
+            f"GEAR_COSTS = {case.gear_costs!r}",
             "",
             "class Hang(Exception):\n    pass\n",
             inspect.getsource(_in_threads),

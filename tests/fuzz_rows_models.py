@@ -47,6 +47,9 @@ class Case:
     tags: dict  # output name -> [tags]; "*" -> the model's own tags ("rnn")
     families: list  # op families used
     repeat: int = 1  # the door called this many times with the same requests (then: hot path, static graphs)
+    # seconds a run takes per batch gear, seeded as if measured, so that merged batches get cut into gear-sized
+    # groups of whole requests (gert/core/gear_pieces.py) as a slow model's would; None: as measured
+    gear_costs: dict | None = None
 
 
 # ---- source code of a case ---------------------------------------------------------------------------------------
@@ -894,6 +897,16 @@ def _options(draw, b: Builder, bname: str | None, tname: str | None, layouts: di
     return opts
 
 
+def _gear_costs(draw) -> dict | None:
+    """Run times per batch size for the 1..32 gears: none (as measured), a row's cost dominating (cuts), or random."""
+    kind = uniform(draw, [None, None, "rows", "random"])
+    if kind is None:
+        return None
+    if kind == "rows":
+        return {g: 0.001 + 0.01 * g for g in (1, 2, 3, 4, 6, 8, 16, 32)}
+    return {g: round(draw(st.floats(0.0, 1.0)), 3) for g in (1, 2, 3, 4, 6, 8, 16, 32)}
+
+
 def _sizes(draw, gears: list, low: int, high: int) -> st.SearchStrategy:
     """Sizes for a dim: mostly its gears when it has some (exact gears refuse the others), else any."""
     anything = st.sampled_from([v for v in (3, 5, 1, 2, 4, 6, 7, 8, 9, 10, 0) if low <= v <= high])
@@ -963,6 +976,7 @@ def cases(draw) -> Case:
         tags=tags,
         families=sorted(set(b.families)),
         repeat=uniform(draw, [1, 2, 3]),
+        gear_costs=_gear_costs(draw),
     )
 
 
