@@ -491,7 +491,11 @@ def test_replayed_runs_copy_the_aliased_outputs_again():
             got = [o.to_numpy() for o in outs]
             for g, w in zip(got, [2.25 * (x1 + k), x1 + k, 2.25 * (x1 + k)]):
                 np.testing.assert_array_equal(g, w)
-        assert _host_executable(data).replayed == 2
+        # a run's key holds whether it ran alone on the device (ComputeShare): a thread another test left in this
+        # process can make one run a shared one, bound once more; every run at a key seen before is a replay (>= 1)
+        wrapped = _host_executable(data)
+        keys = len(wrapped.replay_keys())
+        assert keys in (1, 2) and wrapped.replayed == 3 - keys
 
 
 def test_a_failing_replay_still_reports_onnx_runtimes_status():

@@ -291,9 +291,8 @@ class Engine:
 
     def _run_cut(self, group: Sequence[tuple], timeout: Optional[float], spread: bool = True) -> list:
         """_run_group in gear-sized groups of whole requests where cheaper than padding (gert/core/gear_pieces.py)."""
-        run, batch = (lambda part: self._run_group(part, timeout, spread)), self.batcher.enabled and self.plan.batch
-        rows = [sizes.get("batch", 1) for _, sizes in group]  # (no batch axis: run whole)
-        return run_cheapest(group, rows, batch, self.pool.run_times, run)
+        rows, batch = [sizes.get("batch", 1) for _, sizes in group], self.batcher.enabled and self.plan.batch
+        return run_cheapest(group, rows, batch, self.pool.run_times, lambda g: self._run_group(g, timeout, spread))
 
     def _run_group(self, group: Sequence[tuple], timeout: Optional[float], spread: bool = True) -> list:
         """run_checked of one part: the compiled path if its signature ran before, else merged and run
