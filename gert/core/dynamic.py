@@ -149,6 +149,7 @@ class RunTimes:
         self._runs: dict = {}  # size -> the last runs' seconds (the first run at a size: not kept)
         self._seconds: dict = {}  # size -> their median
         self._kept = kept
+        self._line: Optional[tuple] = None  # cost()'s line through the medians (None: to fit again)
 
     def add(self, size: int, seconds: float) -> None:
         runs = self._runs.get(size)
@@ -159,6 +160,7 @@ class RunTimes:
         ordered = sorted(runs)
         half = len(ordered) // 2
         self._seconds[size] = ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+        self._line = None
 
     def estimate(self, size: int) -> Optional[float]:
         """The run time at ``size``: measured there, else the one measured at the nearest larger size (a
@@ -176,11 +178,14 @@ class RunTimes:
         known = self._seconds.get(size)
         if known is not None or len(self._seconds) < 2:
             return known
-        sizes, seconds = zip(*self._seconds.items())
-        mean_x, mean_y = sum(sizes) / len(sizes), sum(seconds) / len(seconds)
-        per_row = sum((x - mean_x) * (y - mean_y) for x, y in zip(sizes, seconds)) / sum(
-            (x - mean_x) ** 2 for x in sizes
-        )
+        if self._line is None:  # fitted once per change of the medians
+            sizes, seconds = zip(*self._seconds.items())
+            mean_x, mean_y = sum(sizes) / len(sizes), sum(seconds) / len(seconds)
+            per_row = sum((x - mean_x) * (y - mean_y) for x, y in zip(sizes, seconds)) / sum(
+                (x - mean_x) ** 2 for x in sizes
+            )
+            self._line = (mean_x, mean_y, per_row)
+        mean_x, mean_y, per_row = self._line
         return max(0.0, mean_y + per_row * (size - mean_x))
 
 

@@ -31,14 +31,20 @@ def cheapest_pieces(rows: Sequence[int], gears: Sequence[int], cost: Callable[[i
     """The end indices of the consecutive groups of requests (``rows``: each request's rows) whose runs, each padded
     to its gear (``gears``, ascending), cost least by ``cost(gear)`` (seconds of one run at that gear; None: not
     known). One group (``[len(rows)]``, the whole batch padded) unless every cost a cheaper cut needs is known and
-    the cut saves at least MARGIN of the whole batch's cost."""
+    the cut saves at least MARGIN of the whole batch's cost; at once (it is on every merged batch's path) where the
+    batch fills its gear (nothing padded) or where no two runs can cost less than that."""
     n = len(rows)
     whole = [n]
     if n < 2:
         return whole
+    total = sum(rows)
+    top = gear_for(total, gears)
+    whole_cost = None if top is None or top == total else cost(top)
+    if whole_cost is None:
+        return whole
     costs = {g: cost(g) for g in gears}
-    top = gear_for(sum(rows), gears)
-    if top is None or costs[top] is None:
+    known = [c for c in costs.values() if c is not None]
+    if 2 * min(known) >= whole_cost * (1 - MARGIN):  # a cut is two runs at least
         return whole
     # best[j]: (the least cost of running requests 0 .. j-1, in how few runs); ties go to fewer runs
     best: List[Optional[tuple]] = [(0.0, 0)] + [None] * n
@@ -57,8 +63,8 @@ def cheapest_pieces(rows: Sequence[int], gears: Sequence[int], cost: Callable[[i
             current = best[j]
             if current is None or option < current:
                 best[j], cut[j] = option, i
-    done, whole_cost = best[n], costs[top]
-    if done is None or whole_cost is None or done[0] >= whole_cost * (1 - MARGIN):
+    done = best[n]
+    if done is None or done[0] >= whole_cost * (1 - MARGIN):
         return whole
     ends, j = [], n
     while j > 0:
