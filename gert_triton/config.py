@@ -32,7 +32,8 @@ Keys (all string values, as Triton passes them):
                  and for auto dims the dynamic-shape graph, so that no request pays a compile
   check_cancelled  "true"/"false": ask each request whether its client cancelled it right before its batch runs,
                  and answer a cancelled one CANCELLED without running it (default true; each ask is one IPC round
-                 trip between the stub and the server, about 5 % of bench_triton's throughput; gert_triton/cancellation.py)
+                 trip between the stub and the server: about 5-8 % of bench_triton's throughput, about 20 % of
+                 bench_sequences' steps/s; gert_triton/cancellation.py)
   request_timeout_ms   a request not done on the device in this time fails with UNAVAILABLE; its stream is aborted and
                  reused (default: no limit)
   split_batch    "true"/"false": split each batch over the idle streams (default: true when streams > 1, since

@@ -159,13 +159,18 @@ class SequenceServer:
                 responses[i] = pb_utils.InferenceResponse(output_tensors=[])
                 continue
             ready.append((i,) + item)
+        first = True
         while ready:  # never two steps of one sequence in a batch (Triton does not send them; be safe)
             seen, now, later = set(), [], []
             for r in ready:
                 (later if r[1] in seen else now).append(r)
                 seen.add(r[1])
             ready = later
-            for item in [r for r in now if cancel.cancelled(r[0], recheck=True)]:  # cancelled while others ran
+            # each step was asked when read (a cancelled START must not reset its sequence); asked again only when
+            # it waited behind an earlier group of this execute(): one IPC round trip per step, not two
+            waited = [] if first else [r for r in now if cancel.cancelled(r[0], recheck=True)]
+            first = False
+            for item in waited:  # cancelled while others ran
                 responses[item[0]] = cancelled_response(pb_utils)
                 now.remove(item)
                 if item[5]:

@@ -8,6 +8,7 @@ on gert (host NPU) in this process. The end-to-end test against the real server 
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -275,3 +276,23 @@ def test_cancelled_sequence_step_does_not_advance_the_state_and_a_cancelled_end_
     rs = m.execute([cancelled(pb, seq_request(pb, 7, x[5], end=True))])
     assert rs[0].error().code() == pb.TritonError.CANCELLED
     assert m.stateful.active == 1, "the cancelled END ended sequence 7; 8 lives on"
+
+
+class SlowToRead(fake_pb_utils.InferenceRequest):
+    """A request whose reading takes 2 ms (a large tensor, a busy stub): its batch runs well after it was asked."""
+
+    def flags(self) -> int:
+        time.sleep(0.002)
+        return super().flags()
+
+
+def test_sequence_steps_are_asked_once_each_when_read(seqmodel):
+    """Each step is asked when execute() reads it (a cancelled START must not reset its sequence) and not again
+    before its group runs, although reading the others took longer than Cancellation's recheck interval: one IPC
+    round trip per step (two cost a third of bench_sequences' steps/s)."""
+    pb, m, _ = seqmodel
+    base = [seq_request(pb, 40 + k, step_x(k), start=True) for k in range(3)]
+    reqs = [SlowToRead(r.inputs(), ["y"], correlation_id=40 + k, flags=1) for k, r in enumerate(base)]
+    rs = m.execute(reqs)
+    assert not any(r.has_error() for r in rs)
+    assert [r.cancel_checks for r in reqs] == [1, 1, 1]
