@@ -215,7 +215,7 @@ class Worker(StreamGraphs):
             self.run_times.add(req.run_sizes["batch"], done - looked_up)
         # a fused run the compiled hot path (gert/core/_hotpath.pyx) may replay; not one traced
         hot = self._hot_path() if entry.is_static and not stages.traced else None
-        if hot is not None and hot.enabled:  # (off: not even the signature is worked out, ~7 us)
+        if getattr(hot, "enabled", False):  # (off, or no hot path: not even the signature is worked out, ~7 us)
             self._offer(
                 hot,
                 req,
