@@ -28,6 +28,7 @@ from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport int32_t, int64_t
 from libcpp.vector cimport vector
 
+from gert.core._clock cimport now_ns
 from gert.core._free_streams cimport FreeStreams
 from gert.core._locks cimport HandOffLock
 from gert.core._split cimport split
@@ -36,14 +37,6 @@ import numpy as np
 
 from gert import _cann
 from gert.errors import ModelClosed
-
-cdef extern from "<time.h>" nogil:
-    ctypedef long time_t
-    struct timespec:
-        time_t tv_sec
-        long tv_nsec
-    int clock_gettime(int clk_id, timespec* tp)
-    int CLOCK_MONOTONIC
 
 ctypedef int (*fused_exec_t)(object call, const void** srcs, void** dsts, int32_t timeout_ms) except -1
 ctypedef int (*fused_exec_parts_t)(object call, const void** srcs, const size_t* lens, Py_ssize_t parts, void** dsts,
@@ -57,12 +50,6 @@ cdef object _empty = np.empty
 _KEPT = 1024  # signatures kept (cleared when full, as the validator's)
 cdef enum:
     _SMALL = 8  # inputs / outputs a call holds on the C stack (more: on the heap)
-
-
-cdef inline int64_t _now_ns() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
 
 
 cdef class Prepared:
@@ -376,7 +363,7 @@ cdef class HotPath:
                     p.use_limits()
                 if p.on_hit is not None:
                     p.on_hit()
-                t0 = _now_ns()
+                t0 = now_ns()
                 try:
                     if k == 1:
                         _exec(p.call, srcs, dsts, -1)
@@ -385,7 +372,7 @@ cdef class HotPath:
                 except Exception as e:
                     self.on_error(w, e)  # recovery's handling (it may reopen the stream), then this request fails
                     raise
-                p.busy_ns += _now_ns() - t0
+                p.busy_ns += now_ns() - t0
                 p.hits += 1
                 if k > 1:
                     p.merged += 1

@@ -16,6 +16,8 @@ from cpython.pythread cimport (
 )
 from libc.stdint cimport int64_t
 
+from gert.core._clock cimport now_ns
+
 cdef extern from "pythread.h":
     ctypedef long long PY_TIMEOUT_T
     PY_TIMEOUT_T PY_TIMEOUT_MAX
@@ -24,20 +26,6 @@ cdef extern from "pythread.h":
 
 cdef extern from "Python.h":
     int Py_MakePendingCalls() except -1
-
-cdef extern from "<time.h>" nogil:
-    ctypedef long time_t
-    struct timespec:
-        time_t tv_sec
-        long tv_nsec
-    int clock_gettime(int clk_id, timespec* tp)
-    int CLOCK_MONOTONIC
-
-
-cdef inline int64_t _now_ns() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return <int64_t>ts.tv_sec * 1000000000 + ts.tv_nsec
 
 
 cdef class Lock:
@@ -83,10 +71,10 @@ cdef class Lock:
             if timeout * 1e6 > <double>PY_TIMEOUT_MAX:
                 raise OverflowError(f"Lock.acquire: timeout {timeout} s is over the most a lock waits "
                                     f"({PY_TIMEOUT_MAX / 1e6:.0f} s)")
-            end = _now_ns() + <int64_t>(timeout * 1e9)
+            end = now_ns() + <int64_t>(timeout * 1e9)
         while True:
             if timeout > 0:
-                us = (end - _now_ns() + 999) // 1000
+                us = (end - now_ns() + 999) // 1000
                 if us < 0:
                     us = 0
             with nogil:
@@ -97,7 +85,7 @@ cdef class Lock:
             if r == PY_LOCK_FAILURE:
                 return False
             Py_MakePendingCalls()  # interrupted by a signal: its handler runs (and may raise), then wait on
-            if timeout > 0 and _now_ns() >= end:
+            if timeout > 0 and now_ns() >= end:
                 return self.try_acquire()
 
     cdef int release_fast(self) except -1:
