@@ -10,6 +10,7 @@ so: a lone request runs at once.
 from __future__ import annotations
 
 import collections
+import statistics
 import threading
 import time
 from dataclasses import dataclass
@@ -157,9 +158,7 @@ class RunTimes:
             self._runs[size] = collections.deque(maxlen=self._kept)
             return
         runs.append(seconds)
-        ordered = sorted(runs)
-        half = len(ordered) // 2
-        self._seconds[size] = ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+        self._seconds[size] = statistics.median(runs)
         self._line = None
 
     def estimate(self, size: int) -> Optional[float]:

@@ -4,8 +4,8 @@ groups of its requests, each padded to its own gear, whichever the measured run 
 Why: a batch of 10 rows with gears 1, 2, 4, 8, 16 padded to 16 computes 6 rows nobody sent (PP-OCR cls from 16
 threads on two streams formed batches of 6 and 10: 24 rows computed for 16). Run as 8 + 2 it computes 10, at the
 price of one more launch. Which is cheaper depends on the model and the device (on a CPU a row costs about the same
-at any batch; an NPU runs a larger batch at little extra cost), so it is decided from the run times the batcher
-measures per gear (gert.core.dynamic.RunTimes) and changes as they do. Requests are never cut: each group is whole
+at any batch; an NPU runs a larger batch at little extra cost), so it is decided from the run times the model's
+streams measure per batch size (StreamPool.run_times, gert.core.dynamic.RunTimes) and changes as they do. Requests are never cut: each group is whole
 requests, in their order, so a request's rows run together as they were sent.
 """
 
