@@ -17,7 +17,7 @@ import gert
 from _helpers import RUNTIME
 from gert.core.dynamic import RunTimes
 from gert.core.gear_pieces import MARGIN, cheapest_pieces, gear_for
-from test_inproc_batching import AFFINE, Held, _batching, _in_threads, _join, _until, _x
+from test_inproc_batching import AFFINE, Held, _batching, _in_threads, _join, _until, _x, run_queued
 from test_pipeline_property import FAMILIES, assert_alone
 
 GEARS = (1, 2, 4, 8, 16, 32)
@@ -118,12 +118,7 @@ def test_a_batch_of_ten_runs_as_eight_and_two_when_that_is_cheaper_each_request_
     reqs = [_x(rng) for _ in range(10)]
     with gert.load(AFFINE) as m:
         seed(m, {1: 0.15, 2: 0.2, 4: 0.3, 8: 0.5, 16: 0.9, 32: 1.7})  # 0.1 s a launch, 0.05 s a row
-        held = Held(m)
-        results, threads = _in_threads(m.run, reqs, held)
-        held.release()
-        _join(threads)
-        for i, (r, got) in enumerate(zip(reqs, results)):
-            assert_alone(AFFINE, r, got, f"request {i}")
+        run_queued(m, AFFINE, reqs)
         b = _batching(m)
         assert b["batches"] == 1 and b["requests"] == 10, b  # one batch of the batcher ...
         gears = m.stats()["gears"]
@@ -137,12 +132,7 @@ def test_a_batch_stays_whole_when_a_launch_costs_more_than_the_padding():
     reqs = [_x(rng) for _ in range(10)]
     with gert.load(AFFINE) as m:
         seed(m, {1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0, 16: 1.01, 32: 1.02})  # the launch is the cost
-        held = Held(m)
-        results, threads = _in_threads(m.run, reqs, held)
-        held.release()
-        _join(threads)
-        for i, (r, got) in enumerate(zip(reqs, results)):
-            assert_alone(AFFINE, r, got, f"request {i}")
+        run_queued(m, AFFINE, reqs)
         assert m.stats()["gears"] == {"batch=16": {"hits": 1, "padding_ratio": 0.375}}
 
 
@@ -183,13 +173,7 @@ def test_each_streams_run_is_measured_at_its_gear_the_first_left_out():
         seed(m, {1: 0.15, 8: 0.5, 16: 0.9, 32: 1.7})
         times = m.pool.run_times
         for n in (1, 2):
-            held = Held(m)
-            reqs = [_x(rng) for _ in range(2)]
-            results, threads = _in_threads(m.run, reqs, held)
-            held.release()
-            _join(threads)
-            for r, got in zip(reqs, results):
-                assert_alone(AFFINE, r, got, "request")
+            run_queued(m, AFFINE, [_x(rng) for _ in range(2)])
             assert (times.cost(2) == pytest.approx(0.2)) == (n == 1), times.cost(2)
 
 

@@ -74,6 +74,18 @@ def _in_threads(fn, items: list, held: Held | None = None, before: int = 0) -> t
     return out, threads
 
 
+def run_queued(m: gert.Model, model: bytes, reqs: list) -> list:
+    """``reqs`` from one thread each, queued one by one behind the held stream and let go together (so batched as
+    far as they fit); each result checked against ONNX Runtime on its request alone. The results."""
+    held = Held(m)
+    results, threads = _in_threads(m.run, reqs, held)
+    held.release()
+    _join(threads)
+    for i, (r, got) in enumerate(zip(reqs, results)):
+        assert_alone(model, r, got, f"request {i}")
+    return results
+
+
 def _join(threads: list) -> None:
     for t in threads:
         t.join(WAIT)
@@ -138,12 +150,7 @@ def test_queued_requests_form_one_batch_when_the_stream_comes_free():
     rng = np.random.default_rng(0)
     reqs = [_x(rng) for _ in range(5)]
     with gert.load(AFFINE) as m:
-        held = Held(m)
-        results, threads = _in_threads(m.run, reqs, held)
-        held.release()
-        _join(threads)
-        for i, (r, got) in enumerate(zip(reqs, results)):
-            assert_alone(AFFINE, r, got, f"request {i}")
+        run_queued(m, AFFINE, reqs)
         b = _batching(m)
         assert b["batch_sizes"] == {5: 1} and b["batches"] == 1 and b["requests"] == 5, b
         assert b["gears"] == {"batch=8": {"batches": 1, "requests": 5, "mean_batch_size": 5.0}}, b
@@ -206,12 +213,7 @@ def test_a_batch_takes_at_most_the_largest_gear_and_only_its_own_key():
         for k in (3, 3, 3, 5, 3, 3, 3)
     ]  # k: no batch axis, part of the key
     with gert.load(wide, batch_dim="N", gears={"batch": [1, 2, 4]}) as m:
-        held = Held(m)
-        results, threads = _in_threads(m.run, reqs, held)
-        held.release()
-        _join(threads)
-        for i, (r, got) in enumerate(zip(reqs, results)):
-            assert_alone(wide, r, got, f"request {i}")
+        run_queued(m, wide, reqs)
         b = _batching(m)
         assert b["batch_sizes"] == {4: 1, 2: 1, 1: 1} and b["max_batch"] == 4, b
 
