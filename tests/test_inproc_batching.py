@@ -99,16 +99,31 @@ def _batching(m: gert.Model) -> dict:
 # ---- the stream queue's batch hand-off (gert/dispatch.py) ------------------------------------------------------------
 
 
+class _Item:
+    """A queued request as the stream queue sees it: a name and the wake-up its thread sleeps on."""
+
+    def __init__(self, name: str):
+        from gert.core.wakeup import new_wakeup
+
+        self.name, self.wakeup = name, new_wakeup()
+
+    def __repr__(self) -> str:
+        return self.name
+
+
 def test_stream_queue_hands_a_freed_stream_to_the_oldest_request_with_its_company():
     """Queued in turn: a (key K, 2 rows), p (plain), b (K, 1 row), c (key C), d (K, 2 rows: a + b + d would be 5
-    rows, over the limit of 4), e (K, may not run on this stream). The freed stream goes to a with b along; then to
-    p alone, to c alone; close() fails d and e."""
+    rows, over the limit of 4), e (K, may not run on this stream). The freed stream goes to a with b along; b sleeps
+    on until its result is delivered (one wake per request); then the stream goes to p alone, to c alone; close()
+    fails d and e."""
     from gert.dispatch import StreamQueue
 
     s, other = object(), object()
     q = StreamQueue([s])
-    assert q.acquire_batch([s], "lone", ("K",), 1, 4) == (s, ["lone"])  # a free stream: taken at once, alone
+    lone = _Item("lone")
+    assert q.acquire_batch([s], lone, ("K",), 1, 4) == (s, [lone])  # a free stream: taken at once, alone
     got: dict = {}
+    items = {n: _Item(n) for n in "abcde"}
 
     def call(name, fn):
         try:
@@ -121,26 +136,57 @@ def test_stream_queue_hands_a_freed_stream_to_the_oldest_request_with_its_compan
         t.start()
         _until(lambda: q.waiting() == len(threads) + 1, f"{name} did not queue")
         threads.append(t)
+        return t
 
     threads: list = []
-    wait("a", lambda: q.acquire_batch([s], "a", ("K",), 2, 4))
+    wait("a", lambda: q.acquire_batch([s], items["a"], ("K",), 2, 4))
     wait("p", lambda: q.acquire([s]))
-    wait("b", lambda: q.acquire_batch([s], "b", ("K",), 1, 4))
-    wait("c", lambda: q.acquire_batch([s], "c", ("C",), 1, 4))
-    wait("d", lambda: q.acquire_batch([s], "d", ("K",), 2, 4))
-    wait("e", lambda: q.acquire_batch([other], "e", ("K",), 1, 4))
+    b = wait("b", lambda: q.acquire_batch([s], items["b"], ("K",), 1, 4))
+    wait("c", lambda: q.acquire_batch([s], items["c"], ("C",), 1, 4))
+    wait("d", lambda: q.acquire_batch([s], items["d"], ("K",), 2, 4))
+    wait("e", lambda: q.acquire_batch([other], items["e"], ("K",), 1, 4))
     q.release(s)
-    _until(lambda: "a" in got and "b" in got, "a's batch was not handed over")
-    assert got["a"] == (s, ["a", "b"]) and got["b"] == (None, []) and q.waiting() == 4
+    _until(lambda: "a" in got, "a's batch was not handed over")
+    assert got["a"] == (s, [items["a"], items["b"]]) and q.waiting() == 4
+    b.join(0.2)
+    assert "b" not in got and b.is_alive()  # taken along: asleep until its leader delivers its result
+    items["b"].wakeup.release()  # the delivery (gert.core.dynamic.Pending)
+    _until(lambda: "b" in got, "b was not woken by its result")
+    assert got["b"] == (None, [])
     q.release(s)  # the plain request next, alone
     _until(lambda: "p" in got, "p did not get the stream")
     assert got["p"] is s
     q.release(s)
     _until(lambda: "c" in got, "c did not get the stream")
-    assert got["c"] == (s, ["c"])
+    assert got["c"] == (s, [items["c"]])
     q.close()
     _join(threads)
     assert all(isinstance(got[n], gert.GertError) for n in "de"), got
+
+
+def test_a_batch_gives_its_stream_back_before_its_callers_are_woken():
+    """The leader delivers its members' results after the stream is given back (StreamPool.dispatch_batch calls the
+    delivery ``lead`` returns once it released the stream): the next batch does not wait for this one's callers to
+    be woken."""
+    from gert.core.dynamic import Pending
+
+    with gert.load(AFFINE) as m:
+        pool = m.engine.pool
+        seen: dict = {}
+
+        def lead(group, run):
+            seen["during"] = pool.queue.idle()
+
+            def deliver():
+                seen["delivering"] = pool.queue.idle()
+                for p in group:
+                    p.set_result({"done": True})
+
+            return deliver
+
+        p = Pending({}, {}, 1, ("K",), None, None, 8)
+        assert pool.dispatch_batch(p, lead, lambda group: (None, None)) == {"done": True}
+        assert seen == {"during": 0, "delivering": 1}, seen
 
 
 # ---- batches form when a stream comes free ------------------------------------------------------------------------

@@ -115,12 +115,11 @@ class BatchQueue:
         run_members: RunMembers,
         admit: Optional[Admit],
         record: bool,
-    ) -> None:
-        """Run the admitted members of ``group`` as one batch on the stream ``on_stream`` runs on, and deliver each
-        its outputs or error. A device fault of a merged batch is retried member by member, so that only a member
-        that fails alone fails."""
+    ) -> Callable[[], None]:
+        """Run the admitted members of ``group`` as one batch on the stream ``on_stream`` runs on; what delivers each
+        its outputs or error (StreamPool.dispatch_batch calls it once the stream is given back). A device fault of a
+        merged batch is retried member by member, so that only a member that fails alone fails."""
         started = time.perf_counter()
-        waits = [started - p.queued_at for p in group]
         ran: list = []  # the graph key of each run: the batch's (one per gear-sized group), then any retry's
         attempts = [0]  # run_members calls: the batch, then one per member when a device fault retries them
 
@@ -134,26 +133,33 @@ class BatchQueue:
 
         members, let_go = (group, None) if admit is None else admit(group)
         try:
+            outs: list = []
             if members:
                 try:
                     outs = run_isolated(members, run_all, None if record else self.stats.retried)
                 except Exception as e:  # noqa: BLE001 - the batch's error (not a device fault): every member's
                     outs = [e] * len(members)
-                for p, out in zip(members, outs):
-                    if isinstance(out, BaseException):
-                        p.set_error(out)
-                    else:
-                        p.set_result(out)
         except BaseException as e:  # noqa: BLE001 - nobody in the group is left waiting
             for p in group:
                 if not p.done:
                     p.set_error(e)
             raise
         finally:
-            if let_go is not None:
+            if let_go is not None:  # sequences: their state is written; their next steps may run
                 let_go()
+
+        def deliver() -> None:
+            for p, out in zip(members, outs):
+                if isinstance(out, BaseException):
+                    p.set_error(out)
+                else:
+                    p.set_result(out)
             if record and ran:  # it ran (a request whose sizes have no graph did not)
-                self.stats.record(len(group), key_label(ran[0]), waits, attempts[0] > 1)
+                self.stats.record(
+                    len(group), key_label(ran[0]), [started - p.queued_at for p in group], attempts[0] > 1
+                )
+
+        return deliver
 
 
 def batch_limit(plan: ShapePlan, batcher: Batcher, config: Optional[BatchingConfig]) -> int:

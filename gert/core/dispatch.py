@@ -19,17 +19,19 @@ import time
 from typing import Callable, Generic, Optional, Sequence, TypeVar
 
 from gert.core._free_streams import FreeStreams
+from gert.core.wakeup import new_wakeup
 from gert.errors import ModelClosed
 
 W = TypeVar("W")
 
 
 class _Waiter:
-    __slots__ = ("eligible", "event", "worker", "item", "key", "rows", "limit", "group")
+    __slots__ = ("eligible", "wakeup", "worker", "item", "key", "rows", "limit", "group")
 
-    def __init__(self, eligible: Sequence, item=None, key=None, rows: int = 1, limit: int = 1):
+    def __init__(self, eligible: Sequence, item=None, key=None, rows: int = 1, limit: int = 1, wakeup=None):
         self.eligible = eligible
-        self.event = threading.Event()
+        # released once: a stream handed over, the queue closed, or (a request taken into another's batch) its result
+        self.wakeup = new_wakeup() if wakeup is None else wakeup
         self.worker = None
         self.item, self.key, self.rows, self.limit = item, key, rows, limit
         self.group: Optional[list] = None  # the items of the batch this waiter leads (or None: it was taken)
@@ -48,6 +50,7 @@ class StreamQueue(Generic[W]):
         self._lock = self.slots.lock
         # a request queued: a gathering leader looks again (a Condition takes any lock with acquire and release)
         self._arrived = threading.Condition(self._lock)  # type: ignore[arg-type]
+        self._gathering = 0  # leaders in gather(): only then does a request queued notify _arrived
 
     def acquire(self, eligible: Sequence[W]) -> W:
         """A worker from ``eligible`` for the caller's exclusive use, once one is free and no request that came
@@ -58,7 +61,7 @@ class StreamQueue(Generic[W]):
                 return w
             waiter = _Waiter(eligible)
             self.slots.waiters.append(waiter)
-        waiter.event.wait()
+        waiter.wakeup.acquire()
         if waiter.worker is None:
             raise ModelClosed()
         return waiter.worker
@@ -77,18 +80,22 @@ class StreamQueue(Generic[W]):
     def acquire_batch(self, eligible: Sequence[W], item, key: tuple, rows: int, limit: int) -> tuple:
         """As acquire(), for a request that may share its run with queued requests of the same ``key``:
         (worker, [item, the items it takes along]) when this request leads a batch (at most ``limit`` rows in
-        all), or (None, []) when another request's batch took it (its leader delivers its result to ``item``)."""
+        all), or (None, []) once another request's batch took it and delivered its result. ``item.wakeup``
+        (gert/core/wakeup.py) is what its thread sleeps on: released when a stream is handed to it, when the queue
+        closes, or by the leader that took it when it delivers its result (gert.core.dynamic.Pending): one wake per
+        request, none while it only changes hands."""
         with self._lock:
             w = self.slots.take_free(eligible)
             if w is not None:
                 return w, [item]
-            waiter = _Waiter(eligible, item, key, rows, limit)
+            waiter = _Waiter(eligible, item, key, rows, limit, item.wakeup)
             self.slots.waiters.append(waiter)
-            self._arrived.notify_all()
-        waiter.event.wait()
+            if self._gathering:
+                self._arrived.notify_all()
+        waiter.wakeup.acquire()
         if waiter.worker is not None:
             return waiter.worker, waiter.group
-        if waiter.group is not None:  # taken into another request's batch
+        if waiter.group is not None:  # taken into another request's batch, which delivered its result
             return None, []
         raise ModelClosed()
 
@@ -98,17 +105,21 @@ class StreamQueue(Generic[W]):
         """The leader of ``group`` (holding ``w``) waits until time.perf_counter() reaches ``until`` for requests of
         ``key`` to join, taking each one that fits within ``limit`` rows, until ``enough(rows)``; the group."""
         with self._lock:
-            while not self.slots.closed:
-                rows += self._take_along(w, group, key, rows, limit)
-                left = until - time.perf_counter()
-                if enough(rows) or rows >= limit or left <= 0:
-                    break
-                self._arrived.wait(left)
+            self._gathering += 1
+            try:
+                while not self.slots.closed:
+                    rows += self._take_along(w, group, key, rows, limit)
+                    left = until - time.perf_counter()
+                    if enough(rows) or rows >= limit or left <= 0:
+                        break
+                    self._arrived.wait(left)
+            finally:
+                self._gathering -= 1
         return group
 
     def _take_along(self, w: W, group: list, key: tuple, rows: int, limit: int) -> int:
         """Move the queued requests of ``key`` that may run on ``w`` and fit within ``limit`` rows into ``group``
-        (in arrival order), waking their threads to wait for the batch's result; the rows taken."""
+        (in arrival order); their threads sleep on until the batch delivers their results; the rows taken."""
         taken = 0
         waiters = self.slots.waiters
         for waiter in list(waiters):
@@ -119,8 +130,7 @@ class StreamQueue(Generic[W]):
             waiters.remove(waiter)
             group.append(waiter.item)
             taken += waiter.rows
-            waiter.group = []  # taken by another's batch: no worker, no error
-            waiter.event.set()
+            waiter.group = []  # taken by another's batch: no worker, no error; woken with its result
             if rows + taken >= limit:
                 break
         return taken
@@ -140,7 +150,7 @@ class StreamQueue(Generic[W]):
                     waiter.group = [waiter.item]
                     self._take_along(w, waiter.group, waiter.key, waiter.rows, waiter.limit)
                 waiter.worker = w
-                waiter.event.set()
+                waiter.wakeup.release()
                 return
         self.slots.free.append(w)
 
@@ -167,4 +177,4 @@ class StreamQueue(Generic[W]):
             self.slots.waiters.clear()
             self._arrived.notify_all()  # a leader gathering company stops and runs what it has
         for waiter in waiters:
-            waiter.event.set()
+            waiter.wakeup.release()

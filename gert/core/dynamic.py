@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Mapping, Optional, Union
 
+from gert.core.wakeup import new_wakeup
 from gert.errors import GertError
 
 _SETTINGS = ("max_queue_delay_ms", "max_batch", "preferred_batch_size", "latency_slo_ms")
@@ -82,7 +83,9 @@ class BatchingConfig:
 
 class Pending:
     """One request waiting in the stream queue to share a run; the request that leads its batch delivers its
-    result (or error) here, and its own thread waits for it."""
+    result (or error) here, and its own thread waits for it: asleep on ``wakeup`` (gert/core/wakeup.py) from the
+    time it queues until a stream or its result is handed to it (the queue, gert/core/dispatch.py, sleeps on the
+    same wake-up, so a request taken into another's batch is woken once)."""
 
     __slots__ = (
         "arrays",
@@ -93,7 +96,8 @@ class Pending:
         "timeout",
         "limit",
         "queued_at",
-        "_done",
+        "wakeup",
+        "done",
         "_result",
         "_error",
         "device",
@@ -117,28 +121,32 @@ class Pending:
         self.device = device  # only a stream of this device may run it (a sequence step: its state lives there)
         self.wait_s = wait_s  # > 0: its batch's leader waits this long for company (sequence_wait_s)
         self.queued_at = time.perf_counter()
-        self._done = threading.Event()
+        self.wakeup = new_wakeup()
+        self.done = False  # its result or error delivered (set before the wake-up is released)
         self._result: Optional[dict] = None
         self._error: Optional[BaseException] = None
 
     def set_result(self, result: dict) -> None:
-        self._result = result
-        self._done.set()
+        self._deliver(result, None)
 
     def set_error(self, error: BaseException) -> None:
-        self._error = error
-        self._done.set()
+        self._deliver(None, error)
 
-    @property
-    def done(self) -> bool:
-        return self._done.is_set()
+    def _deliver(self, result: Optional[dict], error: Optional[BaseException]) -> None:
+        """The first delivery counts (only the leader of its batch delivers, once); its thread is woken."""
+        if self.done:
+            return
+        self._result, self._error, self.done = result, error, True
+        self.wakeup.release()
 
     def result(self) -> dict:
-        """Wait for the batch that took this request; its outputs, or its own error raised."""
-        self._done.wait()
+        """Wait for the batch that took this request; its outputs, or its own error raised. (A wake-up the queue
+        consumed already was this delivery's: ``done`` is set before it is released.)"""
+        if not self.done:
+            self.wakeup.acquire()
         if self._error is not None:
             raise self._error
-        return self._result
+        return self._result  # type: ignore[return-value]
 
 
 class RunTimes:

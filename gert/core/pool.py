@@ -118,9 +118,7 @@ class StreamPool:
         try:
             yield
         finally:
-            with self._lock:
-                self._in_flight -= 1
-                self._idle.notify_all()
+            self._uncount()
 
     # ---- dispatch -------------------------------------------------------------------------------------------------
     def _usable(self, device: Optional[int]) -> list:
@@ -158,15 +156,18 @@ class StreamPool:
             finally:
                 self.queue.release(w)
         finally:
-            with self._lock:
-                self._in_flight -= 1
-                self._idle.notify_all()
+            self._uncount()
 
     def dispatch_batch(self, pending: Pending, lead: Callable, gather_rule: Callable[[list], tuple]) -> dict:
         """Dynamic batching (gert/core/dynamic.py): ``pending`` queues with its batch key; the one that gets a stream
         runs ``lead(group, run)`` on it for the queued requests of its key (``gather_rule(group)``: how long it may
-        wait for more, gert.core.engine.Engine.gather_rule); the others wait for their results."""
-        with self.counted():
+        wait for more, gert.core.engine.Engine.gather_rule); the others wait for their results. ``lead`` returns
+        what delivers the results, called once the stream is given back, so that the next batch runs while this
+        one's callers are woken. (Counted inline, as dispatch() is.)"""
+        with self._lock:
+            self.check_open()
+            self._in_flight += 1
+        try:
             usable = self._usable(pending.device) if pending.device is not None else self.recovery.usable(self.workers)
             tr = _trace.active  # tracing: the wait and the batch's formation wrapped in spans; off: this check
             if tr is None:
@@ -180,6 +181,7 @@ class StreamPool:
                 )
             if w is None:
                 return pending.result()  # another request's batch ran it
+            deliver = None
             try:
                 if tr is None:
                     self._form(w, group, pending, gather_rule)
@@ -191,14 +193,25 @@ class StreamPool:
                         args_of=_batch_args,
                     )
                 with w.lock:
-                    lead(group, lambda req: self._run_on(w, req))
+                    deliver = lead(group, lambda req: self._run_on(w, req))
             except BaseException as e:  # noqa: BLE001 - each member's error (this request's too, raised below)
                 for p in group:  # nobody the batch took is left waiting
                     if not p.done:
                         p.set_error(e)
             finally:
                 self.queue.release(w)
+            if deliver is not None:
+                deliver()
             return pending.result()
+        finally:
+            self._uncount()
+
+    def _uncount(self) -> None:
+        """A request or batch left: close() is told once none is in flight."""
+        with self._lock:
+            self._in_flight -= 1
+            if not self._in_flight:
+                self._idle.notify_all()
 
     def _form(self, w: Worker, group: list, pending: Pending, gather_rule: Callable[[list], tuple]) -> list:
         """The leader's batch: ``group`` with the requests of its key that join while gather_rule lets it wait."""
