@@ -224,6 +224,10 @@ class Model:
     def __call__(self, **inputs) -> dict:
         return self.run(inputs)
 
+    def run_compiled(self, inputs: object) -> Optional[dict]:
+        """Outputs by the compiled lane alone if this signature ran (validated) before, else None, nothing run."""
+        return self._hot.run(inputs) if self._direct and type(inputs) is dict else None
+
     def run(
         self,
         inputs: Union[Mapping[str, np.ndarray], Sequence[Mapping[str, np.ndarray]]],

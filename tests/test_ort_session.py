@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -396,6 +397,59 @@ def test_none_for_an_input_fails_as_a_missing_input_as_in_onnx_runtime(smul, nam
 def test_a_one_element_array_for_a_0d_input_runs_as_the_scalar_as_in_onnx_runtime(smul, shape):
     _, sess, ref = smul
     f = {"x": X24, "s": np.full(shape, 3.0, np.float32)}
+    (got,), (want,) = sess.run(None, f), ref.run(None, f)
+    assert got.shape == want.shape and np.array_equal(got, want)
+
+
+SMUL_BAD_FEEDS = {
+    "missing input": lambda f: {"x": f["x"]},
+    "unknown input": lambda f: dict(f, q=np.ones(1, np.float32)),
+    "wrong dtype": lambda f: dict(f, x=f["x"].astype(np.float64)),
+    "wrong rank": lambda f: dict(f, x=f["x"][0]),
+    "scalar as a 1-element array of another dtype": lambda f: dict(f, s=np.ones(1, np.float64)),
+}
+
+
+def test_a_signature_that_ran_takes_the_compiled_lane_and_bad_feeds_still_get_onnx_runtimes_errors(smul):
+    """A dict of arrays whose signature ran before runs by the compiled lane (Model.run_compiled, as Model.run: no
+    second check); each bad feed after it still misses that lane and gets ONNX Runtime's error and message."""
+    _, sess, ref = smul
+    f = {"x": X24, "s": np.array(3.0, np.float32)}
+    hits = sess.model.stats()["hot_path"]["hits"]
+    deadline = time.monotonic() + 30  # the first runs prepare the lane, again once auto's static graph is in
+    while sess.model.stats()["hot_path"]["hits"] == hits and time.monotonic() < deadline:
+        (got,), (want,) = sess.run(None, f), ref.run(None, f)
+    assert sess.model.stats()["hot_path"]["hits"] > hits, "the compiled lane never took a signature it knows"
+    engine, checks = sess.model.engine, []
+    validate = engine.validate
+    engine.validate = lambda feed: checks.append(1) or validate(feed)  # counted: a run by the lane checks nothing
+    try:
+        hits = sess.model.stats()["hot_path"]["hits"]
+        for _ in range(20):
+            sess.run(None, f)
+        took = sess.model.stats()["hot_path"]["hits"] - hits
+        assert took > 0 and len(checks) == 20 - took, (took, len(checks))
+    finally:
+        del engine.validate
+    hits = sess.model.stats()["hot_path"]["hits"]
+    assert got.shape == want.shape and np.array_equal(got, want)
+    for case, bad in SMUL_BAD_FEEDS.items():
+        e = same_error(sess, ref, None, bad(f))
+        with pytest.raises(Exception) as want_error:
+            ref.run(None, bad(f))
+        assert str(e) == str(want_error.value), case
+    with pytest.raises(InvalidArgument, match="nope"):  # an unknown output name: refused before any run
+        sess.run(["nope"], f)
+    assert sess.model.stats()["hot_path"]["hits"] == hits, "a bad feed ran by the compiled lane"
+
+
+def test_a_one_element_array_for_a_0d_input_after_the_scalar_ran_still_runs_as_the_scalar(smul):
+    """The compiled lane knows the 0-d signature after the scalar ran; a one-element array misses it and is taken
+    as ONNX Runtime takes it (the scalar, and ONNX Runtime's output shape)."""
+    _, sess, ref = smul
+    for _ in range(3):
+        sess.run(None, {"x": X24, "s": np.array(3.0, np.float32)})
+    f = {"x": X24, "s": np.full((1,), 3.0, np.float32)}
     (got,), (want,) = sess.run(None, f), ref.run(None, f)
     assert got.shape == want.shape and np.array_equal(got, want)
 
