@@ -46,6 +46,7 @@ SCRIPTS = [
     ("sequences", "bench_sequences.py", [], ["--duration", "3", "--rounds", "1"]),
     ("precision", "bench_precision.py", [], []),
     ("inproc", "bench_inproc_batching.py", [], ["--seconds", "1", "--rounds", "1"]),
+    ("ort_threads", "bench_ort_threads.py", [], ["--seconds", "1", "--rounds", "2"]),
     ("ensemble", "bench_ensemble.py", [], ["--duration", "6", "--rounds", "2", "--warmup", "1"]),
     ("memory", "bench_memory.py", [], ["--work", "rapidocr:12,det:10,triton3:4"]),
     ("hotpath", "bench_hotpath.py", [], ["--rounds", "3", "--calls", "1000"]),
