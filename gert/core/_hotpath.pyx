@@ -206,10 +206,6 @@ cdef class HotPath:
             return None
         cdef object r, b
         cdef PyObject* item
-        for j in range(k):
-            r = requests[j]
-            if type(r) is not dict or PyDict_Size(r) != n_in:
-                return None
         cdef list merged = []  # one Rows per input: the requests' arrays joined on axis 0 (Batcher.merge's join)
         cdef list rows = None  # each request's rows (of every input alike: else not a request the Python path takes)
         cdef list counts
@@ -218,7 +214,10 @@ cdef class HotPath:
             name = self.names[i]
             b = []
             for j in range(k):
-                item = PyDict_GetItem(<dict>requests[j], name)
+                r = requests[j]
+                if i == 0 and (type(r) is not dict or PyDict_Size(r) != n_in):
+                    return None
+                item = PyDict_GetItem(<dict>r, name)
                 if item == NULL:
                     return None
                 (<list>b).append(<object>item)

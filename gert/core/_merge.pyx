@@ -86,7 +86,7 @@ cdef class Rows:
                 counts.append(s[axis])
         self.parts = parts
         self.axis = axis
-        self.shape = fs[:axis] + (total,) + fs[axis + 1:]
+        self.shape = (total,) + fs[1:] if axis == 0 else fs[:axis] + (total,) + fs[axis + 1:]
         self.dtype = dt
         return True
 
