@@ -222,14 +222,11 @@ cdef class HotPath:
                     return None
                 (<list>b).append(<object>item)
             counts = []
-            b = join(<list>b, 0, None, False, counts)  # the caller's ndarrays as they are, or None: not one batch
+            b = join(<list>b, 0, None, False, counts)  # the caller's ndarrays as they are (none of 0 rows), or None
             if b is None:
                 return None
             if rows is None:
                 rows = counts
-                for j in range(k):
-                    if rows[j] == 0:
-                        return None
             elif counts != rows:
                 return None
             merged.append(b)

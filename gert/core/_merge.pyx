@@ -33,9 +33,10 @@ cdef class Rows:
     cdef bint _fill(self, list parts, Py_ssize_t axis, object what, bint strict, list counts=None) except -1:
         """Check ``parts`` and take them: True (``counts``, if given, gets each part's rows). ``strict`` (the Python path): each part made an array (on axis 0
         C-contiguous, copied if it is not), and a mismatch raises GertError naming ``what``, the request and both
-        values. Not strict (the hot path, on the caller's raw input): every part must be an ndarray already, and a
-        mismatch returns False (the caller takes the Python path, which raises)."""
-        cdef Py_ssize_t k = len(parts), i, nd, d, total = 0
+        values. Not strict (the hot path, on the caller's raw input): every part must be an ndarray already with rows
+        (a request of 0 rows is the Python path's: answered without a run), and a mismatch returns False (the caller
+        takes the Python path, which raises)."""
+        cdef Py_ssize_t k = len(parts), i, nd, d, n, total = 0
         cdef object a, first, dt
         cdef tuple s, fs
         if k == 0:
@@ -59,6 +60,8 @@ cdef class Rows:
             return False
         dt = first.dtype
         total = fs[axis]
+        if not strict and total == 0:
+            return False
         if counts is not None:
             counts.append(fs[axis])
         for i in range(1, k):
@@ -81,7 +84,10 @@ cdef class Rows:
                     if strict:
                         _other_shape(what, i, s, fs)
                     return False
-            total += s[axis]
+            n = s[axis]
+            if not strict and n == 0:
+                return False
+            total += n
             if counts is not None:
                 counts.append(s[axis])
         self.parts = parts
