@@ -299,6 +299,12 @@ def test_run_list_merges_on_the_compiled_path_and_splits_each_requests_rows(gear
     mixed = [{"x": _x(2, 1)}, {"x": _x(2, 2).astype(np.float64)}]  # a bad request: the Python path's error
     with pytest.raises(GertError, match="input 'x': expected dtype float32"):
         geared.run(mixed)
+    # other non-batch shapes whose rows and bytes add up to the prepared batch's (8 rows of 4): not one batch for
+    # the compiled path's merge (gert/core/_merge.pyx join), so never run as one; the Python path's error
+    odd = [{"x": _x(2, 1)}, {"x": _x(1, 2, 8)}, {"x": _x(1, 3, 0)}, {"x": _x(4, 4)}]
+    with pytest.raises(GertError, match="input 'x'"):
+        geared.run(odd)
+    assert _hot(geared)["hits"] == 3
 
 
 @pytest.mark.hostnpu_only

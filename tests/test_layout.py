@@ -56,6 +56,7 @@ COMPILED = {
     "gert.core._locks": ("gert/core/_locks.pyx",),
     "gert.core._free_streams": ("gert/core/_free_streams.pyx",),
     "gert.core._split": ("gert/core/_split.pyx",),
+    "gert.core._merge": ("gert/core/_merge.pyx",),
 }
 # the binding's Cython sources: none imports from gert (test_the_binding_imports_nothing_from_gert)
 BINDING = ROOT / "cbindings"
@@ -256,6 +257,7 @@ def test_the_cython_sources_are_read():
         "gert.core._locks",  # cimported (gert/core/_locks.pxd)
         "gert.core._free_streams",
         "gert.core._split",
+        "gert.core._merge",  # cimported (gert/core/_merge.pxd): run(list)'s merge is Batcher.merge's
     }
     assert MODULES["gert._cann"].imports == set() and MODULES["gert._hostnpu"].imports == set()
 

@@ -212,6 +212,12 @@ def test_every_request_gets_exactly_its_own_result(family, gears, by_axis, door,
             return
         for i, (r, got) in enumerate(zip(reqs, results)):
             assert_alone(model, r, got, f"{family} {door} gears={gears} request {i} of {rows}")
+        if door == "run_list" and len(rows) > 1:
+            # the same total again, the sizes in another order: the compiled hot path's merge where the first list
+            # prepared it (gert/core/_merge.pyx join, as Batcher.merge), the Python path's elsewhere
+            again = [make(rng, n) for n in rows[1:] + rows[:1]]
+            for i, (r, got) in enumerate(zip(again, m.run(again))):
+                assert_alone(model, r, got, f"{family} {door} again gears={gears} request {i} of {rows}")
 
 
 # ---- gert_triton's execute --------------------------------------------------------------------------------------

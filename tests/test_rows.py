@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import gert
 from _helpers import RUNTIME
+from gert.core import batching, transfers
+from gert.core._merge import lay_out, merge
 from gert.errors import GertError
 from gert.rows import Rows
 from triton_models import seq_expected, seq_inputs, seq_model
@@ -44,6 +47,106 @@ def test_rows_refuses_mixed_parts():
         Rows([np.float32(1), np.float32(2)])
     with pytest.raises(GertError, match="no rows"):
         Rows([])
+
+
+class _Device:
+    """A host byte array standing in for a device buffer (.ptr, .nbytes): lay_out's copies and fills applied to it
+    as a stream would, each checked to stay inside it and to read only C-contiguous memory."""
+
+    def __init__(self, nbytes: int):
+        self.bytes = np.full(nbytes, 0xA5, np.uint8)  # not a pad value: a byte left unwritten shows
+        self.ptr, self.nbytes = self.bytes.ctypes.data, nbytes
+
+    def apply(self, uploads: list, fills: list) -> None:
+        for dptr, dmax, host in uploads:
+            at = dptr - self.ptr
+            assert host.flags.c_contiguous and 0 <= at and host.nbytes <= dmax == self.nbytes - at
+            self.bytes[at : at + host.nbytes] = host.reshape(-1).view(np.uint8)
+        for dptr, dmax, n, value in fills:
+            at = dptr - self.ptr
+            assert 0 <= at and n <= dmax == self.nbytes - at
+            self.bytes[at : at + n] = value
+
+
+@st.composite
+def _merges(draw):
+    """Requests of one dtype and non-batch shape (random rank, batch axis, sizes, 0-row requests too), an input
+    without the batch axis, optional pad rows, and the run's shape: the merged rows plus gear rows on the batch
+    axis, and on axis 0 maybe padded non-batch axes."""
+    dtype = np.dtype(draw(st.sampled_from(["float32", "float64", "float16", "int8", "int64", "uint16", "bool"])))
+    ndim = draw(st.integers(1, 4))
+    axis = draw(st.integers(0, ndim - 1))
+    rest = draw(st.lists(st.integers(0, 3), min_size=ndim - 1, max_size=ndim - 1))
+    rows = draw(st.lists(st.integers(0, 4), min_size=1, max_size=6))
+    seed = draw(st.integers(0, 2**16))
+    pad_value = draw(st.sampled_from([0, 1, -1, 7]))
+    total = sum(rows)
+    pad_to = draw(st.one_of(st.none(), st.integers(0, total + 3)))
+    gear = draw(st.integers(0, 3))  # rows the executor pads on top (the graph's gear)
+    wider = draw(st.lists(st.integers(0, 2), min_size=ndim - 1, max_size=ndim - 1))  # padded non-batch axes
+    return dtype, axis, rest, rows, seed, pad_value, pad_to, gear, wider
+
+
+def _shape(rest: list, axis: int, n: int) -> tuple:
+    return tuple(rest[:axis]) + (n,) + tuple(rest[axis:])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=_merges())
+def test_the_one_merge_is_numpys_concatenate_plus_padding(case):
+    """gert/core/_merge.pyx, the merge behind Batcher.merge, Transfers.upload and HotPath.run_list: the merged
+    batch of random requests equals np.concatenate along the batch axis with the pad rows appended, and lay_out
+    puts exactly that (and the run's padding, of the pad value) into the device buffer: no request's row lost,
+    moved or doubled, nothing left unwritten."""
+    dtype, axis, rest, rows, seed, pad_value, pad_to, gear, wider = case
+    rng = np.random.default_rng(seed)
+    reqs = [
+        {"x": (rng.integers(-100, 100, _shape(rest, axis, n)) * 0.5).astype(dtype), "k": np.array(3, np.int64)}
+        for n in rows
+    ]
+    total = sum(rows)
+    out = merge(reqs, {"x": axis, "k": None}, pad_to, {"x": pad_value}, total)
+    want = np.concatenate([r["x"] for r in reqs], axis=axis)
+    if pad_to is not None and pad_to > total:
+        want = np.concatenate([want, np.full(_shape(rest, axis, pad_to - total), pad_value, dtype)], axis=axis)
+    x = out["x"]
+    assert out["k"] is reqs[0]["k"]  # an input without the batch axis: the first request's
+    if len(reqs) == 1 and not (pad_to is not None and pad_to > total):
+        assert x is reqs[0]["x"]  # a lone unpadded request: its own array
+    else:
+        assert type(x) is Rows and x.axis == axis and x.shape == want.shape and x.dtype == dtype
+        assert x.nbytes == want.nbytes and x.size == want.size and x.ndim == want.ndim
+        assert all(p is r["x"] for p, r in zip(x.parts, reqs)), "the requests' own arrays, not copies"
+    np.testing.assert_array_equal(np.asarray(x), want)
+    # the run's shape: gear rows on the batch axis; on axis 0 maybe wider non-batch axes (staged on the host)
+    shape = list(want.shape)
+    shape[axis] += gear
+    if axis == 0:
+        shape[1:] = [d + w for d, w in zip(shape[1:], wider)]
+    shape = tuple(shape)
+    run = np.full(shape, pad_value, dtype)
+    run[tuple(slice(0, d) for d in want.shape)] = want
+    dev = _Device(run.nbytes)
+    uploads: list = []
+    fills: list = []
+    lay_out(x, shape, dev, pad_value, uploads, fills)
+    dev.apply(uploads, fills)
+    np.testing.assert_array_equal(dev.bytes.view(dtype).reshape(shape), run)
+
+
+def test_the_python_path_runs_the_one_merge():
+    """Batcher.merge, Transfers.upload and gert.rows.Rows are gert/core/_merge.pyx's (no second copy in Python)."""
+    assert batching.merge is merge and transfers.Transfers.upload is lay_out
+    assert transfers.Rows is batching.Rows is Rows and Rows.__module__ == "gert.core._merge"
+
+
+def test_rows_refuses_mixed_parts_naming_the_input_the_request_and_both_values():
+    with pytest.raises(GertError, match=r"input 'y': request 1 has shape \(2, 3\), request 0 has \(2, 4\)"):
+        Rows([np.zeros((2, 4)), np.zeros((2, 3))], "input 'y'", axis=0)
+    with pytest.raises(GertError, match=r"input 'y': a 1-d array has no batch axis 1 to join on"):
+        Rows([np.zeros(2), np.zeros(2)], "input 'y'", axis=1)
+    with pytest.raises(GertError, match=r"request 1 has shape \(2,\), request 0 has \(2, 1\)"):
+        Rows([np.zeros((2, 1)), np.zeros(2)])
 
 
 def check_batch(model, requests: list) -> None:

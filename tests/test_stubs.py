@@ -15,7 +15,14 @@ import pytest
 from gert import _cann
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-STUBBED = ("gert._cann", "gert.core._hotpath", "gert.core._locks", "gert.core._free_streams", "gert.core._split")
+STUBBED = (
+    "gert._cann",
+    "gert.core._hotpath",
+    "gert.core._locks",
+    "gert.core._free_streams",
+    "gert.core._split",
+    "gert.core._merge",
+)
 ALLOWLIST = ROOT / "tests" / "stubtest_allowlist.txt"
 
 

@@ -7,8 +7,9 @@ a static graph runs again in one call here, without the Python pipeline (docs/ar
     -> a free stream (FreeStreams.try_take) -> its lock (HandOffLock) -> uploads, execute, downloads, synchronize
     without the GIL -> fresh output arrays -> the lock's release -> the stream given back (FreeStreams.give_back)
 
-The queue's and the lock's operations are theirs (gert/core/_free_streams.pyx, gert/core/_locks.pyx), cimported and
-called in C: the same code the Python path runs.
+The queue's and the lock's operations are theirs (gert/core/_free_streams.pyx, gert/core/_locks.pyx), as are a run(list)
+batch's merge and split (gert/core/_merge.pyx, gert/core/_split.pyx), cimported and called in C: the same code the
+Python path runs.
 
 Filled by the Python path: gert.core.executor.Worker offers (``add``) a request it ran that qualifies (every input a
 numpy array uploaded whole, every output downloaded whole into a fresh array, a static graph that is not evicted,
@@ -31,6 +32,7 @@ from libcpp.vector cimport vector
 from gert.core._clock cimport now_ns
 from gert.core._free_streams cimport FreeStreams
 from gert.core._locks cimport HandOffLock
+from gert.core._merge cimport Rows, join
 from gert.core._split cimport split
 
 import numpy as np
@@ -193,63 +195,42 @@ cdef class HotPath:
 
     cpdef object run_list(self, object requests):
         """The outputs of ``requests`` (a list of dicts of input name -> array, all of one dtype and non-batch shape per
-        input) merged on axis 0 as run(list) merges them, run once on the compiled path and split back (each
-        request's rows: views of this call's own arrays); or None: take the Python path (nothing was run)."""
+        input) merged on axis 0 as run(list) merges them (each input's arrays joined into a Rows by join, the code
+        Batcher.merge runs: gert/core/_merge.pyx), run once on the compiled path and split back (each request's rows:
+        views of this call's own arrays); or None: take the Python path (nothing was run)."""
         if not self.enabled or not self.lists or self.closed or self.suspended or type(requests) is not list \
                 or self.trace.active is not None:
             return None
         cdef Py_ssize_t k = len(requests), i, j, n_in = self.n_in
         if k < 2:
             return None
-        cdef list arrays = []   # request-major: arrays[j * n_in + i]
-        cdef list rows = []
-        cdef list shapes = []   # the first request's shape and dtype of each input
-        cdef list dtypes = []
+        cdef object r, b
         cdef PyObject* item
-        cdef object a, r, dt, fdt
-        cdef tuple s, fs
-        cdef Py_ssize_t total = 0, n, m, nd, d
-        for j in range(k):
-            r = requests[j]
-            if type(r) is not dict or PyDict_Size(r) != n_in:
-                return None
-            n = -1
-            for i in range(n_in):
-                item = PyDict_GetItem(r, self.names[i])
-                if item == NULL or type(<object>item) is not _ndarray:
-                    return None
-                a = <object>item
-                s = a.shape
-                nd = len(s)
-                if nd == 0:
-                    return None
-                dt = a.dtype
-                if j:  # one dtype and non-batch shape per input
-                    fs = <tuple>shapes[i]
-                    if len(fs) != nd:
-                        return None
-                    for d in range(1, nd):
-                        if s[d] is not fs[d] and s[d] != fs[d]:
-                            return None
-                    fdt = dtypes[i]
-                    if dt is not fdt and dt != fdt:
-                        return None
-                else:
-                    shapes.append(s)
-                    dtypes.append(dt)
-                m = s[0]
-                if n < 0:
-                    n = m
-                    if n == 0:
-                        return None
-                elif m != n:
-                    return None
-                arrays.append(a)
-            rows.append(n)
-            total += n
-        cdef list parts = []
+        cdef list merged = []  # one Rows per input: the requests' arrays joined on axis 0 (Batcher.merge's join)
+        cdef list rows = None  # each request's rows (of every input alike: else not a request the Python path takes)
+        cdef list counts
+        cdef list parts = []  # the signature: ((shape, dtype) per input), the merged batch's
         for i in range(n_in):
-            parts.append(((total,) + (<tuple>shapes[i])[1:], dtypes[i]))
+            name = self.names[i]
+            b = []
+            for j in range(k):
+                r = requests[j]
+                if i == 0 and (type(r) is not dict or PyDict_Size(r) != n_in):
+                    return None
+                item = PyDict_GetItem(<dict>r, name)
+                if item == NULL:
+                    return None
+                (<list>b).append(<object>item)
+            counts = []
+            b = join(<list>b, 0, None, False, counts)  # the caller's ndarrays as they are (none of 0 rows), or None
+            if b is None:
+                return None
+            if rows is None:
+                rows = counts
+            elif counts != rows:
+                return None
+            merged.append(b)
+            parts.append(((<Rows>b).shape, (<Rows>b).dtype))
         cdef object found = self.table.get(tuple(parts))
         if found is None:
             self.misses += 1
@@ -262,9 +243,9 @@ cdef class HotPath:
         cdef Prepared p = None
         try:
             try:
-                for i in range(n_in):  # input-major: views[i * k + j]
-                    for j in range(k):
-                        PyObject_GetBuffer(arrays[j * n_in + i], &views[held], PyBUF_C_CONTIGUOUS)
+                for i in range(n_in):  # input-major: views[i * k + j], the parts of each input's Rows in order
+                    for b in (<Rows>merged[i]).parts:
+                        PyObject_GetBuffer(b, &views[held], PyBUF_C_CONTIGUOUS)
                         held += 1
             except (BufferError, ValueError):
                 self.misses += 1

@@ -3,7 +3,7 @@
 (gert.core.batching: Batcher.split, take) and the compiled hot path (HotPath.run_list, gert/core/_hotpath.pyx, which
 cimports it: gert/core/_split.pxd).
 """
-from gert.core.rows import Rows
+from gert.core._merge import Rows
 
 
 cdef inline object _take(object value, Py_ssize_t axis, Py_ssize_t ndim, Py_ssize_t start, Py_ssize_t rows):

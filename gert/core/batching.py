@@ -3,7 +3,7 @@
 Every front door that batches (Model.run(list) / run_batch / split batches, Sequences.step and seq.run, gert_triton's
 execute and its sequence batcher) goes through one Batcher, so "which axis carries the batch" is decided once (at
 load, by shape inference: gert.core.onnx_io) and used the same everywhere. Requests are merged without a host
-concatenate (gert.core.rows.Rows: on axis 0 each request's rows are copied straight into the device buffer; on another
+concatenate (gert.core.rows.Rows, compiled with the merge in gert/core/_merge.pyx: on axis 0 each request's rows are copied straight into the device buffer; on another
 axis the executor lays the parts out once); padding rows, when a door pads a batch up to a gear itself, are one more
 part. Outputs are split and joined on each output's own batch axis.
 
@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from gert.core._merge import merge
 from gert.core._split import split as split_rows
 from gert.core._split import take
 from gert.core.rows import Rows
@@ -91,26 +92,12 @@ class Batcher:
         copy); inputs without the batch axis taken from the first request. ``pad_to``: rows of filler
         (``pad_value``, else the plan's) appended up to that many rows; ``total``: the requests' rows, when the
         caller counted them already."""
-        first = requests[0]
         if total is None:
             total = sum(self.rows(r) for r in requests)
         if len(requests) > 1 or (pad_to is not None and pad_to > total):
             self._check("merged or padded")
-        out = {}
-        for n in first:
-            axis = self.in_axes.get(n)
-            if axis is None:
-                out[n] = first[n]
-                continue
-            parts = [r[n] for r in requests]
-            if pad_to is not None and pad_to > total:
-                like = np.asarray(parts[0])
-                shape = list(like.shape)
-                shape[axis] = pad_to - total
-                value = (pad_value or self.plan.pad_value).get(n, 0)
-                parts.append(np.full(shape, value, like.dtype))
-            out[n] = parts[0] if len(parts) == 1 else Rows(parts, f"input '{n}'", axis)
-        return out
+        # compiled (gert/core/_merge.pyx): the hot path's run(list) joins its requests with the same code
+        return merge(requests, self.in_axes, pad_to, pad_value or self.plan.pad_value, total)
 
     def split(self, out: Mapping[str, np.ndarray], rows: Sequence[int]) -> list:
         """Each request's rows of the outputs that carry the batch (views); an output without the batch axis (one

@@ -13,6 +13,7 @@ import numpy as np
 
 from gert import _cann
 from gert._cann import DeviceBuffer
+from gert.core._merge import lay_out
 from gert.core.request import Request
 from gert.core.rows import Rows
 from gert.core.shapes import ShapePlan
@@ -56,40 +57,10 @@ class Transfers:
             )
         return arr.buffer, arr.shape, arr.dtype, arr.nbytes, arr.ge_dtype
 
-    @staticmethod
-    def upload(arr, shape: tuple, buf: DeviceBuffer, pad_value, uploads: list, fills: list) -> None:
-        """The H2D copies (and memsets) that lay ``arr`` out in ``buf`` as ``shape`` (>= arr.shape on every axis).
-        A Rows (a batch kept in parts) on axis 0 is copied part by part into its place: no host concatenation. A batch
-        on another axis (a Rows, or a strided view) is laid out once in a host array of ``shape`` (padding included):
-        only C-contiguous memory is uploaded."""
-        strided = type(arr) is np.ndarray and not arr.flags.c_contiguous or type(arr) is Rows and arr.axis != 0
-        if not strided and arr.shape[1:] == shape[1:] and len(shape) > 0:  # real rows, then pad rows (if padded)
-            if isinstance(arr, Rows):
-                offset = 0
-                for part in arr.parts:
-                    if part.nbytes:
-                        uploads.append((buf.ptr + offset, buf.nbytes - offset, part))
-                        offset += part.nbytes
-            else:
-                uploads.append((buf.ptr, buf.nbytes, arr))
-            pad_bytes = (shape[0] - arr.shape[0]) * math.prod(shape[1:]) * arr.dtype.itemsize
-            if pad_bytes:
-                if pad_value == 0:
-                    fills.append((buf.ptr + arr.nbytes, buf.nbytes - arr.nbytes, pad_bytes, 0))
-                else:
-                    pad = np.full((shape[0] - arr.shape[0],) + shape[1:], pad_value, arr.dtype)
-                    uploads.append((buf.ptr + arr.nbytes, buf.nbytes - arr.nbytes, pad))
-            return
-        if not strided and arr.shape == shape:  # 0-d
-            uploads.append((buf.ptr, buf.nbytes, arr))
-            return
-        # a padded non-batch axis or batch on another axis: staged on the host in one copy
-        staged = np.empty(shape, arr.dtype) if arr.shape == tuple(shape) else np.full(shape, pad_value, arr.dtype)
-        if type(arr) is Rows:
-            arr.write_to(staged)
-        else:
-            staged[tuple(slice(0, s) for s in arr.shape)] = arr
-        uploads.append((buf.ptr, buf.nbytes, staged))
+    # The H2D copies (and memsets) that lay ``arr`` out in ``buf`` as ``shape``: upload(arr, shape, buf, pad_value,
+    # uploads, fills). A Rows (a batch kept in parts) on axis 0 is copied part by part into its place: no host
+    # concatenation. The merge's own code (gert/core/_merge.pyx, compiled), not a wrapper: no call added per input.
+    upload = staticmethod(lay_out)
 
     def download(self, name: str, shape: tuple, dtype: np.dtype, req: Request) -> tuple:
         """(host array the D2H copy fills, the result): the output sliced back to the request's real sizes where the
