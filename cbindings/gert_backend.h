@@ -46,10 +46,16 @@ static inline void gert_tls_set_context(void *ctx) { gert_tls_ctx_ = ctx; }
 /* A thread Python did not create builds and destroys a PyThreadState on every `with gil` (~25 us here).
  * gert_pin_thread_state() takes one extra PyGILState reference the first time a runtime worker thread runs
  * Python, so every later `with gil` only takes the GIL; the reference is dropped when the thread exits.
- * Call it without the GIL held. */
+ * Call it without the GIL held.
+ * The pinned state is a trivially destructible thread_local; the object whose destructor drops the reference is
+ * constructed only in a thread that pins. A thread Python created (which trampolines also run on: the host NPU
+ * runs a stream's work inline on its caller's thread) thus registers no TLS destructor: such a detached thread's
+ * exit-time read of its own TLS raced, for ThreadSanitizer, with glibc freeing that TLS block when another thread
+ * reused the exited thread's stack. */
+static thread_local PyThreadState *gert_pinned_tstate_ = nullptr;
 struct GertPinnedThreadState {
-  PyThreadState *tstate = nullptr;
   ~GertPinnedThreadState() {
+    PyThreadState *tstate = gert_pinned_tstate_;
     if (!tstate) return;
 #if PY_VERSION_HEX >= 0x030D0000
     if (Py_IsFinalizing()) return;
@@ -60,7 +66,6 @@ struct GertPinnedThreadState {
     PyGILState_Release(PyGILState_UNLOCKED);
   }
 };
-static thread_local GertPinnedThreadState gert_pinned_;
 
 /* Whether the interpreter is shutting down: a runtime worker that takes the GIL then is ended by pthread_exit, whose
  * unwinding through the runtime's noexcept code aborts the process. Trampolines check it first and skip Python
@@ -74,10 +79,12 @@ static inline int gert_python_finalizing(void) {
 }
 
 static inline void gert_pin_thread_state(void) {
-  if (gert_pinned_.tstate) return;
+  if (gert_pinned_tstate_) return;
   if (PyGILState_GetThisThreadState() != NULL) return; /* a thread that already has a Python state */
   PyGILState_Ensure();
-  gert_pinned_.tstate = PyEval_SaveThread();
+  gert_pinned_tstate_ = PyEval_SaveThread();
+  static thread_local GertPinnedThreadState release_at_exit; /* constructed here: only pinning threads have it */
+  (void)release_at_exit;
 }
 
 #endif
