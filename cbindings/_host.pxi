@@ -5,7 +5,8 @@ from libc.stdint cimport uint32_t, intptr_t
 from backend cimport (gertHostCounters, gertHostGetCounters, gertHostResetCounters, gertHostSetSpinMicros,
                       gertHostGetSpinMicros, gertHostInjectFault, gertHostClearFaults,
                       gertHostLastCompileCache, gertHostStreamBeginInline, gertHostStreamEndInline,
-                      gertHostCompileOption, gertHostSetInlineLaunch, gertHostGetInlineLaunch)
+                      gertHostCompileOption, gertHostSetInlineLaunch, gertHostGetInlineLaunch,
+                      gertHostModelBytesHeld)
 
 FAULT_KINDS = ("execute", "sticky", "hang", "malloc", "memcpy")
 
@@ -91,6 +92,12 @@ def compile_option(str key):
     cdef bytes k = key.encode()
     cdef const char* v = gertHostCompileOption(k)
     return None if v == NULL else v.decode()
+
+
+def model_bytes_held() -> int:
+    """Bytes of serialized ONNX models the host NPU holds now: those of graphs parsed from memory, and a model
+    file's while a compile reads them again; a graph parsed from a file holds none between compiles (issue 41)."""
+    return gertHostModelBytesHeld()
 
 
 def stream_begin_inline(handle) -> None:

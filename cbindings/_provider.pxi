@@ -9,7 +9,7 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.buffer cimport PyBuffer_FillInfo
 from cpython.object cimport PyObject_CallObject
 from backend cimport (gertHostTensorRef, gertHostGraphProvider, gertHostOutputAlloc, gertHostSetGraphProvider,
-                      gert_pin_thread_state, gert_python_finalizing, GERT_HOST_MAX_DIMS)
+                      gert_pin_thread_state, gert_python_finalizing, gertHostCompileOption, GERT_HOST_MAX_DIMS)
 
 cdef object _provider = None
 
@@ -21,7 +21,10 @@ cdef class _ModelView:
     (~GraphRecord), so the view is valid while ``users`` > 0; the last release invalidates it (a buffer asked for
     then raises instead of reading freed memory). A model compiled at many sizes and for several streams (policy
     auto) shares one view, and the provider finds its digest by the same object. Before, the provider got a bytes copy of the model, which stayed
-    for the process's life (10.6 MB for PP-OCR rec beside GE's own copy and ONNX Runtime's session; issue 41)."""
+    for the process's life (10.6 MB for PP-OCR rec beside GE's own copy and ONNX Runtime's session; issue 41).
+    A graph parsed from a model file holds no bytes between compiles (cbindings/hostnpu ModelBytes reads them again
+    for each): its view is lent for the compile only, and the executable keeps the file instead (OrtExecutable
+    .keep_file), so the view is released when the compile ends."""
     cdef const char* data
     cdef Py_ssize_t size
     cdef int users   # compiles running on it and executables alive that were compiled from it
@@ -274,6 +277,10 @@ cdef int _prov_compile_gil(void* ctx, uint64_t group, const void* model, size_t 
                            size_t err_len) noexcept with gil:
     cdef _ModelView data = _model_view(model, size)
     cdef _Executable wrapped
+    # A graph parsed from a model file lends its bytes for this compile only, and names the file to read them from
+    # again (cbindings/hostnpu ModelBytes); "" (or NULL: no compile option) for a graph that holds its bytes.
+    cdef const char* opt = gertHostCompileOption(b"gert.host.model_file")
+    cdef bytes reread = opt if opt != NULL else b""  # a copy now: the provider's own asks reuse the thread's string
     data.users += 1  # the compile uses it: a graph of the same bytes released meanwhile must not invalidate it
     try:
         inputs = [(in_names[i].decode(), ins[i].dtype, _ref_dims(&ins[i])) for i in range(n_in)]
@@ -283,8 +290,13 @@ cdef int _prov_compile_gil(void* ctx, uint64_t group, const void* model, size_t 
         for i, (dt, dims) in enumerate(result):
             _set_dims(&outs[i], dims, f"output {i} '{out_names[i].decode()}'")
             outs[i].dtype = dt
+        if reread and getattr(executable, "source", None) is data:
+            executable.keep_file(reread.decode())  # /proc/self/fd/N
         wrapped = _wrap_executable(executable)
-        wrapped.view = data  # the compile's use passes to the executable
+        if getattr(executable, "source", None) is data:
+            wrapped.view = data  # the compile's use passes to the executable
+        else:  # it keeps the model's file or bytes of its own: the bytes lent may go when the compile ends
+            _release_view(data)
         Py_INCREF(wrapped)
         exe[0] = <void*>wrapped
         return 0

@@ -40,6 +40,7 @@ cdef extern from "gert_backend.h" nogil:
     void gertHostStreamEndInline(void* stream) nogil
     int gertHostLastCompileCache()
     const char* gertHostCompileOption(const char* key)
+    uint64_t gertHostModelBytesHeld()
 
     const int GERT_HOST_MAX_DIMS
     ctypedef struct gertHostTensorRef:

@@ -29,6 +29,7 @@ from gert_triton.error_codes import error_response
 from gert_triton.gears import GearSplitter
 from gert_triton.layout import Layout
 from gert_triton.metrics import Publisher, StatsChanges
+from gert_triton.stub_malloc import fix_mmap_threshold, limit_arenas
 from gert_triton.model_config import (
     DEFAULT_MAX_BATCH,
     auto_complete,
@@ -58,38 +59,6 @@ def _device_cores(devices) -> tuple:
         min(_cann.get_device_info(d, _cann.DEV_ATTR_CUBE_CORE_NUM) for d in have),
         min(_cann.get_device_info(d, _cann.DEV_ATTR_VECTOR_CORE_NUM) for d in have),
     )
-
-
-_M_ARENA_MAX = -8  # glibc's mallopt parameter (malloc.h)
-
-
-def _limit_malloc_arenas() -> None:
-    """Let the stub's threads share glibc's malloc arenas (GERT_TRITON_MALLOC_ARENAS, default 1; 0: glibc's own
-    default of 8 per core; a MALLOC_ARENA_MAX in the environment wins). glibc gives each new thread that allocates
-    an arena of its own (the streams' workers, the batch queue, ONNX Runtime's runs), and memory one arena freed is
-    not reused by another: the memory the load freed (the model's parses, the bytes each ONNX Runtime session is made
-    from) stayed in the main thread's arena while the workers grew theirs. Measured (issue 41, bench_memory.py
-    triton3:30, 6 alternated pairs, load 0.7-4.4): PP-OCR rec's stub peak median 248 -> 238 MB (lower in 5 of 6
-    pairs), det 178 -> 176, cls 110 -> 109; the tree's CPU unchanged (5.0-5.2 s). A no-op without glibc."""
-    import os
-
-    if "MALLOC_ARENA_MAX" in os.environ:
-        return
-    try:
-        arenas = int(os.environ.get("GERT_TRITON_MALLOC_ARENAS", "1"))
-    except ValueError:
-        raise ConfigError(
-            f"GERT_TRITON_MALLOC_ARENAS: expected a whole number (0: glibc's default), got "
-            f"{os.environ['GERT_TRITON_MALLOC_ARENAS']!r}"
-        ) from None
-    if arenas <= 0:
-        return
-    import ctypes
-
-    try:
-        ctypes.CDLL(None).mallopt(_M_ARENA_MAX, arenas)
-    except (OSError, AttributeError):  # not glibc
-        pass
 
 
 def _log_info(message: str) -> None:
@@ -122,7 +91,8 @@ class TritonPythonModel:
 
     # ---- lifecycle ---------------------------------------------------------------------------------------
     def initialize(self, args: dict) -> None:
-        _limit_malloc_arenas()  # before the load starts the threads that allocate
+        limit_arenas()  # before the load starts the threads that allocate
+        fix_mmap_threshold()  # before the load frees the model's bytes (gert_triton/stub_malloc.py)
         self.config = json.loads(args["model_config"])
         self.name = args.get("model_name", self.config.get("name", "model"))
         params = parse_parameters(self.config.get("parameters", {}))

@@ -79,9 +79,50 @@ def test_the_stub_threads_share_one_malloc_arena():
 def test_a_bad_arena_count_is_refused_naming_the_variable(monkeypatch):
     """A value that is not a whole number fails the load, naming the variable, the expected and the actual value."""
     from gert_triton.config import ConfigError
-    from gert_triton.model import _limit_malloc_arenas
+    from gert_triton.stub_malloc import limit_arenas
 
     monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
     monkeypatch.setenv("GERT_TRITON_MALLOC_ARENAS", "two")
     with pytest.raises(ConfigError, match=r"GERT_TRITON_MALLOC_ARENAS: expected a whole number .* got 'two'"):
-        _limit_malloc_arenas()
+        limit_arenas()
+
+
+_MMAP_PROBE = (
+    _CHILD.split("    start = threading.Barrier")[0]
+    + """
+    class Info(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in
+                    "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    libc.mallinfo2.restype = Info
+    libc.free(libc.malloc(4 << 20))  # a block mapped and freed: glibc's own threshold would move up to its size
+    before = libc.mallinfo2().hblks
+    p = libc.malloc(2 << 20)
+    mapped = libc.mallinfo2().hblks - before
+    libc.free(p)
+    emit({"mapped": mapped})
+    model.finalize()
+"""
+)
+
+
+def test_the_stub_maps_blocks_from_one_mib_of_their_own():
+    """After initialize, a 2 MiB block is mapped of its own (returned to the system when freed) even after a larger
+    block was freed, which moves glibc's own threshold up past it (GERT_TRITON_MALLOC_MMAP_THRESHOLD, default 1 MiB);
+    =0 leaves glibc's moving threshold, under which it comes from the heap."""
+    assert run_python_result(_MMAP_PROBE)["mapped"] == 1
+    assert run_python_result(_MMAP_PROBE, env={"GERT_TRITON_MALLOC_MMAP_THRESHOLD": "0"})["mapped"] == 0
+
+
+def test_a_bad_mmap_threshold_is_refused_naming_the_variable(monkeypatch):
+    """A value that is not a whole number fails the load, naming the variable, the expected and the actual value."""
+    from gert_triton.config import ConfigError
+    from gert_triton.stub_malloc import fix_mmap_threshold
+
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    monkeypatch.setenv("GERT_TRITON_MALLOC_MMAP_THRESHOLD", "1M")
+    with pytest.raises(ConfigError, match=r"GERT_TRITON_MALLOC_MMAP_THRESHOLD: expected a whole number .* got '1M'"):
+        fix_mmap_threshold()

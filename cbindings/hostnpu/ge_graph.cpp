@@ -9,6 +9,11 @@
 #include <cstring>
 #include <cstdio>
 #include <fstream>
+#include <cerrno>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <functional>
 #include <iterator>
 #include <sstream>
 
@@ -183,7 +188,7 @@ static ge::graphStatus refuse_like_cann(const onnx::ModelInfo &info, const char 
   return ge::GRAPH_SUCCESS;
 }
 
-ge::graphStatus parse_onnx(std::shared_ptr<const std::string> bytes, const char *api,
+ge::graphStatus parse_onnx(const std::string &bytes, ModelBytesPtr model, const char *api,
                            const std::map<ge::AscendString, ge::AscendString> &params, ge::Graph &graph) {
   std::map<std::string, std::string> opts;
   for (auto &kv : params) {
@@ -200,12 +205,12 @@ ge::graphStatus parse_onnx(std::shared_ptr<const std::string> bytes, const char 
   }
   onnx::ModelInfo info;
   std::string err;
-  if (!onnx::parse_model(reinterpret_cast<const uint8_t *>(bytes->data()), bytes->size(), info, err))
+  if (!onnx::parse_model(reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size(), info, err))
     return ge_fail(ge::GRAPH_FAILED, "%s: %s", api, err.c_str());
   if (auto st = refuse_like_cann(info, api)) return st;
   if (info.node_count == 0) return ge_fail(ge::GRAPH_FAILED, "%s: the ONNX graph has no nodes", api);
   auto impl = std::make_shared<ge::GraphImpl>();
-  impl->model = bytes;
+  impl->model = std::move(model);
   impl->node_count = info.node_count;
   impl->name = opts.count("output") ? opts["output"] : info.graph_name;
   // Inputs: dim_param or a missing value is -1, no shape at all is [] (onnx_data_parser.cc). Outputs: GE's parser
@@ -290,10 +295,15 @@ ge::graphStatus parse_onnx(std::shared_ptr<const std::string> bytes, const char 
 ge::graphStatus parse_onnx_file(const char *path, const char *api,
                                 const std::map<ge::AscendString, ge::AscendString> &params, ge::Graph &graph) {
   if (!path) return ge_fail(ge::GRAPH_PARAM_INVALID, "%s: model_file is null", api);
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return ge_fail(ge::GRAPH_FAILED, "%s: cannot open '%s'", api, path);
-  auto bytes = std::make_shared<std::string>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (auto st = parse_onnx(bytes, api, params, graph)) return st;
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ge_fail(ge::GRAPH_FAILED, "%s: cannot open '%s'", api, path);
+  std::string bytes;
+  if (!read_all(fd, bytes)) {
+    ::close(fd);
+    return ge_fail(ge::GRAPH_FAILED, "%s: cannot read '%s'", api, path);
+  }
+  auto model = ModelBytes::file(fd, path, bytes);  // owns fd from here
+  if (auto st = parse_onnx(bytes, std::move(model), api, params, graph)) return st;
   // CANN's file-based parser resolves external data next to the model file: keep its (canonical) directory
   char *real = ::realpath(path, nullptr);
   if (real) {
@@ -305,17 +315,111 @@ ge::graphStatus parse_onnx_file(const char *path, const char *api,
   return ge::GRAPH_SUCCESS;
 }
 
+// ---- ModelBytes -----------------------------------------------------------------------------------------------------
+namespace {
+std::atomic<uint64_t> g_model_bytes{0};
+
+// `bytes`, counted in g_model_bytes while they live.
+std::shared_ptr<const std::string> counted(std::shared_ptr<const std::string> bytes) {
+  struct Held {
+    std::shared_ptr<const std::string> bytes;
+    ~Held() {
+      if (bytes) g_model_bytes.fetch_sub(bytes->size());
+    }
+  };
+  if (!bytes) return bytes;
+  auto h = std::make_shared<Held>();
+  g_model_bytes.fetch_add(bytes->size());
+  h->bytes = std::move(bytes);
+  return std::shared_ptr<const std::string>(h, h->bytes.get());
+}
+}  // namespace
+
+uint64_t model_bytes_held() { return g_model_bytes.load(); }
+
+bool read_all(int fd, std::string &out) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || st.st_size < 0) return false;
+  out.assign(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n = ::pread(fd, &out[done], out.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  char extra;  // grown since the fstat: not the size read
+  for (;;) {
+    ssize_t n = ::pread(fd, &extra, 1, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    return n == 0;
+  }
+}
+
+ModelBytesPtr ModelBytes::held(std::shared_ptr<const std::string> bytes) {
+  std::shared_ptr<ModelBytes> m(new ModelBytes());
+  if (bytes) m->digest(*bytes);
+  m->held_ = counted(std::move(bytes));
+  return m;
+}
+
+ModelBytesPtr ModelBytes::file(int fd, const std::string &path, const std::string &bytes) {
+  std::shared_ptr<ModelBytes> m(new ModelBytes());
+  m->fd_ = fd;
+  m->path_ = path;
+  m->digest(bytes);
+  return m;
+}
+
+ModelBytes::~ModelBytes() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void ModelBytes::digest(const std::string &bytes) {
+  size_ = bytes.size();
+  hash_[0] = std::_Hash_bytes(bytes.data(), bytes.size(), static_cast<size_t>(0xc70f6907UL));
+  hash_[1] = std::_Hash_bytes(bytes.data(), bytes.size(), static_cast<size_t>(0x9e3779b97f4a7c15ULL));
+}
+
+std::shared_ptr<const std::string> ModelBytes::bytes(const char *api, ge::Status *st) const {
+  if (fd_ < 0) return held_ ? held_ : std::make_shared<const std::string>();
+  std::lock_guard<std::mutex> lk(mu_);
+  if (auto shared = read_.lock()) return shared;
+  auto out = std::make_shared<std::string>();
+  if (!read_all(fd_, *out)) {
+    *st = ge_fail(ge::FAILED, "%s: cannot read the model file '%s' again (it was parsed from it; a model file must "
+                  "stay readable while its graphs compile)", api, path_.c_str());
+    return nullptr;
+  }
+  ModelBytes now;
+  now.digest(*out);
+  if (now.key() != key()) {
+    *st = ge_fail(ge::FAILED, "%s: the model file '%s' changed since it was parsed (%zu bytes then, %zu now, other "
+                  "content): its graphs compile from the bytes parsed; replace a model file by a new one (rename) and "
+                  "load that, do not write over it", api, path_.c_str(), size_, out->size());
+    return nullptr;
+  }
+  auto shared = counted(std::move(out));
+  read_ = shared;
+  return shared;
+}
+
+std::string ModelBytes::reopen_path() const { return fd_ >= 0 ? "/proc/self/fd/" + std::to_string(fd_) : ""; }
+
 }  // namespace hostnpu
 
 namespace ge {
 
 Graph::Graph(const std::string &name) : impl_(std::make_shared<GraphImpl>()) { impl_->name = name; }
 Graph::Graph(const char_t *name) : impl_(std::make_shared<GraphImpl>()) { impl_->name = name ? name : ""; }
-bool Graph::IsValid() const { return impl_ && impl_->model && !impl_->model->empty(); }
+bool Graph::IsValid() const { return impl_ && impl_->model && impl_->model->size() != 0; }
 graphStatus Graph::SaveToFile(const char_t *file_name) const {
   if (!IsValid() || !file_name) return GRAPH_FAILED;
+  Status st = GRAPH_SUCCESS;
+  auto bytes = impl_->model->bytes("Graph::SaveToFile", &st);
+  if (!bytes) return st;
   std::ofstream f(file_name, std::ios::binary);
-  f.write(impl_->model->data(), static_cast<std::streamsize>(impl_->model->size()));
+  f.write(bytes->data(), static_cast<std::streamsize>(bytes->size()));
   return f ? GRAPH_SUCCESS : GRAPH_FAILED;
 }
 graphStatus Graph::LoadFromFile(const char_t *file_name) {

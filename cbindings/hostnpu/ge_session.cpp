@@ -37,7 +37,7 @@ struct WeightsCharge {
   uint64_t bytes = 0;
   // The models charged (one per parse of the same bytes: each gert.load parses its own): held, so that no other
   // model takes one's address while the charge is found by it.
-  std::vector<std::shared_ptr<const std::string>> models;
+  std::vector<ModelBytesPtr> models;
   ~WeightsCharge() {
     if (Device *d = find_device(device)) d->in_use.fetch_sub(bytes);
   }
@@ -46,10 +46,10 @@ struct WeightsCharge {
 struct ChargeRegistry {
   std::mutex mu;
   // (device, model address) -> its charge: the graphs of one parsed model find it without reading the bytes
-  std::map<std::pair<int32_t, const std::string *>, std::weak_ptr<WeightsCharge>> by_model;
-  // (device, size, hash of the bytes) -> the charge of those bytes: another parse of the same model (the provider
-  // shares its session by the bytes too) finds it once per parse
-  std::map<std::tuple<int32_t, size_t, size_t>, std::weak_ptr<WeightsCharge>> by_bytes;
+  std::map<std::pair<int32_t, const ModelBytes *>, std::weak_ptr<WeightsCharge>> by_model;
+  // (device, size, digests of the bytes: ModelBytes::key) -> the charge of those bytes: another parse of the same
+  // model (the provider shares its session by the bytes too) finds it once per parse
+  std::map<std::tuple<int32_t, std::tuple<size_t, size_t, size_t>>, std::weak_ptr<WeightsCharge>> by_bytes;
 };
 ChargeRegistry &charges() {
   static ChargeRegistry *r = new ChargeRegistry();
@@ -58,19 +58,19 @@ ChargeRegistry &charges() {
 
 // The charge of `model`'s weights on `device`: the one the loaded graphs of the same bytes hold, or a new one when
 // the device has `bytes` free (else null, with the error set).
-std::shared_ptr<WeightsCharge> charge_weights(Device &d, const std::shared_ptr<const std::string> &model,
-                                              uint64_t bytes, uint32_t graph_id, ge::Status *st) {
+std::shared_ptr<WeightsCharge> charge_weights(Device &d, const ModelBytesPtr &model, uint64_t bytes,
+                                              uint32_t graph_id, ge::Status *st) {
   ChargeRegistry &reg = charges();
   std::lock_guard<std::mutex> lk(reg.mu);
   std::shared_ptr<WeightsCharge> held;
   auto by_model = std::make_pair(d.id, model.get());
-  std::tuple<int32_t, size_t, size_t> by_bytes{d.id, 0, 0};
+  std::tuple<int32_t, std::tuple<size_t, size_t, size_t>> by_bytes{d.id, {0, 0, 0}};
   if (model) {
     auto it = reg.by_model.find(by_model);
     if (it != reg.by_model.end() && (held = it->second.lock())) return held;
-    by_bytes = {d.id, model->size(), std::hash<std::string>()(*model)};
+    by_bytes = {d.id, model->key()};  // two 64-bit digests of the bytes: not read again to compare them
     auto same = reg.by_bytes.find(by_bytes);
-    if (same != reg.by_bytes.end() && (held = same->second.lock()) && *held->models.front() == *model) {
+    if (same != reg.by_bytes.end() && (held = same->second.lock())) {
       held->models.push_back(model);
       reg.by_model[by_model] = held;
       return held;
@@ -583,7 +583,7 @@ ge::Status load_cached(SessionState &s, GraphRecord &r, const gertHostGraphProvi
     return ge_fail(ge::FAILED, "%s: failed to load the cached model '%s': %s", api, path.c_str(), err);
   auto impl = std::make_shared<ge::GraphImpl>();
   impl->name = m.graph_name;
-  impl->model = std::make_shared<const std::string>();  // the compiled graph needs no ONNX bytes any more
+  impl->model = ModelBytes::held(nullptr);  // the compiled graph needs no ONNX bytes any more
   impl->inputs = std::move(m.graph_inputs);
   impl->outputs = std::move(m.graph_outputs);
   r.graph = impl;
@@ -658,8 +658,12 @@ ge::Status compile(SessionState &s, GraphRecord &r, const char *api) {
   char err[2048] = {0};
   void *exe = nullptr;
   int32_t unknown_shape = 0;
+  // The model's bytes, held by this compile to its end (a model file's are read again: ModelBytes)
+  ge::Status read_st = ge::SUCCESS;
+  auto model = r.graph->model->bytes(api, &read_st);
+  if (!model) return read_st;
   CompilingScope compiling(s, r);  // the provider may read the compile's options (gertHostCompileOption)
-  int rc = provider->compile(provider->ctx, s.id, r.graph->model->data(), r.graph->model->size(),
+  int rc = provider->compile(provider->ctx, s.id, model->data(), model->size(),
                              static_cast<int32_t>(ins.size()), in_names.data(), ins.data(),
                              static_cast<int32_t>(outs.size()), out_names.data(), outs.data(), &unknown_shape, &exe,
                              err, sizeof err);
@@ -796,11 +800,18 @@ extern "C" const char *gertHostCompileOption(const char *key) try {
     tls_compile_option = tls_compiling_graph->graph ? tls_compiling_graph->graph->model_dir : std::string();
     return tls_compile_option.c_str();
   }
+  if (std::strcmp(key, kModelFileOption) == 0) {  // where the provider reads the graph's model again ("": it holds it)
+    auto &g = tls_compiling_graph->graph;
+    tls_compile_option = g && g->model ? g->model->reopen_path() : std::string();
+    return tls_compile_option.c_str();
+  }
   tls_compile_option = context_option(*tls_compiling_session, *tls_compiling_graph, key);
   return tls_compile_option.c_str();
 } HOSTNPU_PASS_UNWIND catch (...) {  // out of memory copying the option: as if it were not set
   return nullptr;
 }
+
+extern "C" uint64_t gertHostModelBytesHeld(void) { return model_bytes_held(); }
 
 extern "C" void gertHostSetGraphProvider(const gertHostGraphProvider *provider) try {
   std::lock_guard<std::mutex> lk(g_provider_mu);

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -16,6 +17,9 @@
 #include "onnx_model.h"
 
 namespace hostnpu {
+
+class ModelBytes;
+using ModelBytesPtr = std::shared_ptr<const ModelBytes>;
 
 // One graph input or output as GE sees it: dims < 0 are dynamic.
 struct IOSpec {
@@ -53,13 +57,58 @@ ge::CompiledGraphSummaryPtr make_summary(bool is_static, size_t const_memory, si
                                          const std::vector<ge::DataType> &dtypes);
 
 // Builds a Graph from a serialized ONNX model (or a model file) and parser_params; `api` names the caller in errors.
-ge::graphStatus parse_onnx(std::shared_ptr<const std::string> bytes, const char *api,
+// Bytes of serialized models held now (ModelBytes: held, or read again for a compile), gertHostModelBytesHeld.
+uint64_t model_bytes_held();
+// `bytes` are what `model` holds or read from its file (parse_onnx_file reads them once for both).
+ge::graphStatus parse_onnx(const std::string &bytes, ModelBytesPtr model, const char *api,
                            const std::map<ge::AscendString, ge::AscendString> &params, ge::Graph &graph);
 ge::graphStatus parse_onnx_file(const char *path, const char *api,
                                 const std::map<ge::AscendString, ge::AscendString> &params, ge::Graph &graph);
+// All of the file `fd` from its start (pread: the descriptor's offset is not used); false if it cannot be read.
+bool read_all(int fd, std::string &out);
+
+// A parsed model's serialized ONNX bytes (GraphImpl::model). A model parsed from memory (aclgrphParseONNXFromMem)
+// holds them. A model parsed from a file (aclgrphParseONNX) holds the open file (a descriptor: a file replaced by a
+// rename since stays the one parsed), its size and two digests of its bytes, and reads them again for each compile
+// (hot sizes, gears, each stream, recovery) and each other reader, checked against the parse: a file written over
+// since fails that reader with an error naming it. So between compiles a process holds no copy of a model file's
+// bytes (the compute provider's session holds its own, optimized one); before, every parsed model kept one for the
+// process's life (PP-OCR rec 10.6 MB per Triton stub; issue 41, docs/host-memory.md).
+class ModelBytes {
+ public:
+  static std::shared_ptr<const ModelBytes> held(std::shared_ptr<const std::string> bytes);
+  // `fd` (owned from now on, closed with this) is the file `path` was opened as; `bytes` what was read from it.
+  static std::shared_ptr<const ModelBytes> file(int fd, const std::string &path, const std::string &bytes);
+  ~ModelBytes();
+  ModelBytes(const ModelBytes &) = delete;
+  ModelBytes &operator=(const ModelBytes &) = delete;
+  size_t size() const { return size_; }
+  bool from_file() const { return fd_ >= 0; }
+  // The bytes: the held ones, else read from the file now (one read shared by the readers meanwhile); null with
+  // GE's error set (ge::FAILED, naming `api` and the file) when it cannot be read or is not what was parsed.
+  std::shared_ptr<const std::string> bytes(const char *api, ge::Status *st) const;
+  // The file the provider reads the model from again ("/proc/self/fd/N": the parsed file, even replaced), or "".
+  std::string reopen_path() const;
+  // (size, digest, digest): equal for equal bytes, so parses of one model share the charge of its weights.
+  std::tuple<size_t, size_t, size_t> key() const { return {size_, hash_[0], hash_[1]}; }
+
+ private:
+  ModelBytes() = default;
+  void digest(const std::string &bytes);
+  int fd_ = -1;
+  std::string path_;
+  size_t size_ = 0;
+  size_t hash_[2] = {0, 0};
+  std::shared_ptr<const std::string> held_;
+  mutable std::mutex mu_;
+  mutable std::weak_ptr<const std::string> read_;
+};
 
 // gertHostCompileOption's key for the compiled graph's model directory (GraphImpl::model_dir), not a GE option.
 constexpr const char *kModelDirOption = "gert.host.model_dir";
+// gertHostCompileOption's key for the file the compiled graph's model can be read from again
+// (ModelBytes::reopen_path), "" for a model parsed from memory; not a GE option.
+constexpr const char *kModelFileOption = "gert.host.model_file";
 
 // The provider registered by gertHostSetGraphProvider (a copy), or null.
 std::shared_ptr<const gertHostGraphProvider> graph_provider();
@@ -71,7 +120,7 @@ namespace ge {
 class GraphImpl {
  public:
   std::string name;
-  std::shared_ptr<const std::string> model;  // the serialized ONNX ModelProto
+  hostnpu::ModelBytesPtr model;  // the serialized ONNX ModelProto (held, or read from its file again)
   // The directory of the model file it was parsed from (aclgrphParseONNX: its external data resolves there), "" when
   // parsed from memory. Canonical (symlinks resolved), so the provider checks external data paths against it.
   std::string model_dir;

@@ -18,7 +18,7 @@ graphStatus aclgrphParseONNXFromMem(const char *buffer, size_t size,
   if (!buffer || size == 0)
     return hostnpu::ge_fail(GRAPH_PARAM_INVALID, "aclgrphParseONNXFromMem: the buffer is empty");
   auto bytes = std::make_shared<std::string>(buffer, size);
-  return hostnpu::parse_onnx(bytes, "aclgrphParseONNXFromMem", parser_params, graph);
+  return hostnpu::parse_onnx(*bytes, hostnpu::ModelBytes::held(bytes), "aclgrphParseONNXFromMem", parser_params, graph);
 } HOSTNPU_GE_GUARD
 
 }  // namespace ge

@@ -72,6 +72,7 @@ _inject_fault = _host_only("inject_fault")
 clear_faults = _host_only("clear_faults")
 last_compile_cache = _host_only("last_compile_cache")
 compile_option = _host_only("compile_option")
+model_bytes_held = _host_only("model_bytes_held")
 
 
 # the binding's inject_fault (its docstring is this one's), the device checked here against the runtime's devices

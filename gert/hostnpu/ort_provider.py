@@ -22,11 +22,20 @@ from typing import Callable, Union
 import numpy as np
 
 from gert.dtypes import DT_BF16, ONNX_BFLOAT16, ge_dtype, numpy_dtype, onnx_to_numpy
+from gert.hostnpu.model_file import ModelFile
 from gert.preview import precision
 
 TensorArg = tuple  # (ptr: int, nbytes: int, ge_dtype: int, dims: tuple[int, ...])
 # A model's bytes: bytes, or the GE graph's own lent as a read-only buffer (cbindings/_provider.pxi _ModelView)
 ModelBytes = Union[bytes, memoryview]
+# What an executable keeps of its model: its bytes, or the model file to read them from (gert/hostnpu/model_file.py)
+ModelSource = Union[bytes, memoryview, ModelFile]
+
+
+def _read(model: ModelSource) -> ModelBytes:
+    """The bytes of ``model``: read again (and checked) for a ModelFile."""
+    return model.read() if isinstance(model, ModelFile) else model
+
 
 _PROBED_LIMIT = 256
 _LEARNED_KEPT = 256  # input shapes whose output shapes a dynamic graph remembers
@@ -148,9 +157,10 @@ class OrtExecutable:
         model_dir: str = "",
     ):
         # The model: for a graph compiled by the host NPU, the GE graph's own bytes lent as a buffer (no copy:
-        # cbindings/_provider.pxi _ModelView), valid while this executable is held by the host NPU; bytes for one
-        # loaded from GE's compile cache (the only copy) or rewritten for a precision mode.
-        self._model = model
+        # cbindings/_provider.pxi _ModelView), valid while this executable is held by the host NPU, and for a graph
+        # parsed from a file only during its compile, then the file (keep_file); bytes for one loaded from GE's
+        # compile cache (the only copy) or rewritten for a precision mode.
+        self._model: ModelSource = model
         self.model_dir = model_dir  # the model file's directory: its external data (gert/core/external_data.py)
         # Set for an executable loaded from GE's compile cache: its model is ONNX Runtime's optimized one (sessions
         # skip graph optimization) and its free-dimension overrides were saved with it.
@@ -178,13 +188,24 @@ class OrtExecutable:
 
     @property
     def model(self) -> bytes:
-        """The model's bytes (a copy made now where the executable holds the GE graph's bytes as a buffer)."""
-        return self._model if isinstance(self._model, bytes) else bytes(self._model)
+        """The model's bytes (a copy made now where the executable holds the GE graph's bytes as a buffer, read
+        again where it holds the model's file)."""
+        data = _read(self._model)
+        return data if isinstance(data, bytes) else bytes(data)
 
     @property
-    def source(self) -> ModelBytes:
-        """What the executable holds of its model: the GE graph's bytes as a lent buffer, or bytes of its own."""
+    def source(self) -> ModelSource:
+        """What the executable holds of its model: the GE graph's bytes as a lent buffer, the model file the graph
+        was parsed from, or bytes of its own."""
         return self._model
+
+    def keep_file(self, path: str) -> None:
+        """At the end of its compile (cbindings/_provider.pxi): the model's bytes are read again from the file
+        ``path`` when needed, checked against the ones lent for the compile, which the GE graph of a model file
+        frees when the compile ends (cbindings/hostnpu ModelBytes)."""
+        model = self._model
+        if not isinstance(model, ModelFile):
+            self._model = ModelFile(path, len(model), self._provider.content_digest(model))
 
     def _overrides(self) -> dict[str, int]:
         """Free-dimension overrides for dims the graph fixes (ge.inputShape / input_shape) but ONNX names."""
@@ -397,21 +418,7 @@ class OrtExecutable:
         (graph optimization is most of a host NPU compile) with the I/O names, dims and dim overrides."""
         if self.model_dir:  # ONNX Runtime would write the external weights into the entry: a second copy, maybe > 2 GB
             raise ValueError("a model with external data is not kept in GE's compile cache")
-        if self.optimized:
-            model = self._model
-        else:
-            import tempfile
-
-            fd, path = tempfile.mkstemp(suffix=".onnx", prefix="gert-opt-")
-            os.close(fd)
-            try:
-                so = _session_options(1, self._overrides())
-                so.optimized_model_filepath = path
-                _ort_session(self._model, sess_options=so, providers=["CPUExecutionProvider"])
-                with open(path, "rb") as f:
-                    model = f.read()
-            finally:
-                os.unlink(path)
+        model = self.model if self.optimized else _optimized_model(_read(self._model), self._overrides())
         head = json.dumps(
             {
                 "format": _CACHE_FORMAT,
@@ -429,6 +436,23 @@ class OrtExecutable:
         last = getattr(self._tls, "last_run", None)
         self._tls.last_run = None
         return last
+
+
+def _optimized_model(model: ModelBytes, overrides: dict) -> bytes:
+    """ONNX Runtime's optimized model of ``model`` with free-dimension ``overrides`` (what GE's compile cache keeps of
+    a host NPU graph: graph optimization is most of its compile)."""
+    import tempfile
+
+    fd, path = tempfile.mkstemp(suffix=".onnx", prefix="gert-opt-")
+    os.close(fd)
+    try:
+        so = _session_options(1, overrides)
+        so.optimized_model_filepath = path
+        _ort_session(model, sess_options=so, providers=["CPUExecutionProvider"])
+        with open(path, "rb") as f:
+            return f.read()
+    finally:
+        os.unlink(path)
 
 
 def _replay(sess, io) -> tuple:
@@ -534,21 +558,27 @@ class OrtGraphProvider:
         self._predictions: OrderedDict[tuple, list | None] = OrderedDict()  # predicted_shapes's
 
     def digest(self, model: ModelBytes, model_dir: str = "") -> bytes:
-        """The model's digest (the key of its sessions), computed once per bytes object: the host NPU hands the
-        provider the same object for every compile of one GE graph's model. A model parsed from a file in
-        ``model_dir`` has a digest of its own there (the same bytes elsewhere resolve other external data)."""
+        """The model's digest (the key of its sessions). A model parsed from a file in ``model_dir`` has a digest
+        of its own there (the same bytes elsewhere resolve other external data)."""
+        digest = self.content_digest(model)
+        with self._lock:
+            return _with_dir(digest, model_dir, self._dirs)
+
+    def content_digest(self, model: ModelBytes) -> bytes:
+        """blake2b (16 bytes) of the model's bytes, computed once per bytes object: the host NPU hands the provider
+        the same object for every compile of a GE graph's model that holds its bytes (parsed from memory)."""
         with self._lock:
             known = self._digests.get(id(model))
             if known is not None and known[0] is model:
-                return _with_dir(known[1], model_dir, self._dirs)
+                return known[1]
         digest = hashlib.blake2b(model, digest_size=16).digest()
         with self._lock:
             if len(self._digests) >= _PARSED_KEPT:
                 self._digests.clear()
             self._digests[id(model)] = (model, digest)  # holds the object, so its id stays its own
-            return _with_dir(digest, model_dir, self._dirs)
+        return digest
 
-    def input_shapes(self, model: ModelBytes, digest: bytes) -> list:
+    def input_shapes(self, model: ModelSource, digest: bytes) -> list:
         shapes = self._meta.get(digest)
         if shapes is None and digest in self._dirs:  # external weights: read the file's shapes, not a session's
             shapes = _declared_input_shapes(self._parsed_model(model, digest))
@@ -559,7 +589,7 @@ class OrtGraphProvider:
 
             so = ort.SessionOptions()
             so.log_severity_level = 3
-            probe = _ort_session(model, sess_options=so, providers=["CPUExecutionProvider"])
+            probe = _ort_session(_read(model), sess_options=so, providers=["CPUExecutionProvider"])
             shapes = [list(m.shape) for m in probe.get_inputs()]
             with self._lock:
                 self._meta[digest] = shapes
@@ -567,7 +597,7 @@ class OrtGraphProvider:
 
     def shared_session(
         self,
-        model: ModelBytes,
+        model: ModelSource,
         digest: bytes,
         threads: int,
         overrides: dict,
@@ -593,7 +623,7 @@ class OrtGraphProvider:
                     so.add_session_config_entry("session.force_spinning_stop", "1")
                 else:
                     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-                sess = _ort_session(model, sess_options=so, providers=["CPUExecutionProvider"])
+                sess = _ort_session(_read(model), sess_options=so, providers=["CPUExecutionProvider"])
                 self._shared[key] = sess
                 self._sizes[digest] = len(model)
         return sess
@@ -609,7 +639,9 @@ class OrtGraphProvider:
                     return (key[1], key[3]), sess
         return None
 
-    def predicted_shapes(self, model: ModelBytes, digest: bytes, in_names: Sequence[str], in_key: tuple) -> list | None:
+    def predicted_shapes(
+        self, model: ModelSource, digest: bytes, in_names: Sequence[str], in_key: tuple
+    ) -> list | None:
         """Per graph output its shape at input shapes ``in_key`` (``in_names``' dims) by GE's shape inference
         (gert/core/shape_infer.py; None for an output it cannot tell), or None where inference fails; remembered
         per model (the last _LEARNED_KEPT input shapes)."""
@@ -647,7 +679,7 @@ class OrtGraphProvider:
         with self._lock:
             return [(digest, proto.ByteSize()) for digest, proto in self._parsed.items()]
 
-    def _parsed_model(self, model: ModelBytes, digest: bytes):
+    def _parsed_model(self, model: ModelSource, digest: bytes):
         """The ModelProto shape inference runs on, parsed once per model (the last few are kept): the model's
         skeleton (gert/core/skeleton.py), which holds no copy of its weights."""
         with self._lock:
@@ -657,7 +689,7 @@ class OrtGraphProvider:
                 return proto
         from gert.core.skeleton import skeleton  # onnx, imported by the first compile, not by `import gert`
 
-        proto = skeleton(model)
+        proto = skeleton(_read(model))
         with self._lock:
             self._parsed[digest] = proto
             while len(self._parsed) > _PARSED_KEPT:

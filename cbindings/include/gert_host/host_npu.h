@@ -68,6 +68,9 @@ int gertHostLastCompileCache(void);
  * session's, else GEInitialize's; "" when unset), e.g. ge.exec.precision_mode. NULL outside a compile. The string
  * stays valid until the thread's next call. */
 const char *gertHostCompileOption(const char *key);
+/* Bytes of serialized ONNX models the host NPU holds now: a graph parsed from memory holds its model's; one parsed
+ * from a file holds none, only while a compile reads them again (issue 41). */
+uint64_t gertHostModelBytesHeld(void);
 
 #ifdef __cplusplus
 }
