@@ -298,11 +298,17 @@ ge::graphStatus parse_onnx_file(const char *path, const char *api,
   int fd = ::open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ge_fail(ge::GRAPH_FAILED, "%s: cannot open '%s'", api, path);
   std::string bytes;
-  if (!read_all(fd, bytes)) {
+  FileStamp before, after;
+  if (!stamp_of(fd, before) || !read_all(fd, bytes) || !stamp_of(fd, after)) {
     ::close(fd);
     return ge_fail(ge::GRAPH_FAILED, "%s: cannot read '%s'", api, path);
   }
-  auto model = ModelBytes::file(fd, path, bytes);  // owns fd from here
+  if (before != after) {  // written while read: what was read may be neither version
+    ::close(fd);
+    return ge_fail(ge::GRAPH_FAILED, "%s: '%s' changed while it was read; load it again once it is written", api,
+                   path);
+  }
+  auto model = ModelBytes::file(fd, path, bytes, before);  // owns fd from here
   if (auto st = parse_onnx(bytes, std::move(model), api, params, graph)) return st;
   // CANN's file-based parser resolves external data next to the model file: keep its (canonical) directory
   char *real = ::realpath(path, nullptr);
@@ -363,10 +369,23 @@ ModelBytesPtr ModelBytes::held(std::shared_ptr<const std::string> bytes) {
   return m;
 }
 
-ModelBytesPtr ModelBytes::file(int fd, const std::string &path, const std::string &bytes) {
+bool stamp_of(int fd, FileStamp &out) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return false;
+  out.dev = static_cast<uint64_t>(st.st_dev);
+  out.ino = static_cast<uint64_t>(st.st_ino);
+  out.size = static_cast<int64_t>(st.st_size);
+  out.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  out.ctime_ns = static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
+  return true;
+}
+
+ModelBytesPtr ModelBytes::file(int fd, const std::string &path, const std::string &bytes, const FileStamp &stamp) {
   std::shared_ptr<ModelBytes> m(new ModelBytes());
   m->fd_ = fd;
   m->path_ = path;
+  m->stamp_ = stamp;
+  m->sha_ = sha256(bytes.data(), bytes.size());
   m->digest(bytes);
   return m;
 }
@@ -385,6 +404,10 @@ std::shared_ptr<const std::string> ModelBytes::bytes(const char *api, ge::Status
   if (fd_ < 0) return held_ ? held_ : std::make_shared<const std::string>();
   std::lock_guard<std::mutex> lk(mu_);
   if (auto shared = read_.lock()) return shared;
+  // A file whose stamp (what only a write, a chmod or root changes) is the parse's is checked by the digests below;
+  // one with another stamp by SHA-256 too, since those digests are not made to resist a writer aiming at them
+  FileStamp now_stamp;
+  bool touched = !stamp_of(fd_, now_stamp) || now_stamp != stamp_;
   auto out = std::make_shared<std::string>();
   if (!read_all(fd_, *out)) {
     *st = ge_fail(ge::FAILED, "%s: cannot read the model file '%s' again (it was parsed from it; a model file must "
@@ -393,7 +416,7 @@ std::shared_ptr<const std::string> ModelBytes::bytes(const char *api, ge::Status
   }
   ModelBytes now;
   now.digest(*out);
-  if (now.key() != key()) {
+  if (now.key() != key() || (touched && sha256(out->data(), out->size()) != sha_)) {
     *st = ge_fail(ge::FAILED, "%s: the model file '%s' changed since it was parsed (%zu bytes then, %zu now, other "
                   "content): its graphs compile from the bytes parsed; replace a model file by a new one (rename) and "
                   "load that, do not write over it", api, path_.c_str(), size_, out->size());

@@ -1,6 +1,7 @@
 // Host NPU GE: graphs, sessions and the compute provider, shared by the GE entry points.
 #pragma once
 
+#include "sha256.h"
 #include <atomic>
 #include <cxxabi.h>
 #include <map>
@@ -74,11 +75,26 @@ bool read_all(int fd, std::string &out);
 // since fails that reader with an error naming it. So between compiles a process holds no copy of a model file's
 // bytes (the compute provider's session holds its own, optimized one); before, every parsed model kept one for the
 // process's life (PP-OCR rec 10.6 MB per Triton stub; issue 41, docs/host-memory.md).
+// What fstat says of a file that only a write to it (or root) changes: its identity, size, and modification and
+// change times (the change time cannot be set by a user: any write or chmod moves it to now).
+struct FileStamp {
+  uint64_t dev = 0, ino = 0;
+  int64_t size = -1, mtime_ns = 0, ctime_ns = 0;
+  bool operator==(const FileStamp &o) const {
+    return dev == o.dev && ino == o.ino && size == o.size && mtime_ns == o.mtime_ns && ctime_ns == o.ctime_ns;
+  }
+  bool operator!=(const FileStamp &o) const { return !(*this == o); }
+};
+// fstat of `fd` as a FileStamp; false if fstat fails.
+bool stamp_of(int fd, FileStamp &out);
+
 class ModelBytes {
  public:
   static std::shared_ptr<const ModelBytes> held(std::shared_ptr<const std::string> bytes);
-  // `fd` (owned from now on, closed with this) is the file `path` was opened as; `bytes` what was read from it.
-  static std::shared_ptr<const ModelBytes> file(int fd, const std::string &path, const std::string &bytes);
+  // `fd` (owned from now on, closed with this) is the file `path` was opened as; `bytes` what was read from it,
+  // `stamp` the file's FileStamp, the same before and after that read.
+  static std::shared_ptr<const ModelBytes> file(int fd, const std::string &path, const std::string &bytes,
+                                                const FileStamp &stamp);
   ~ModelBytes();
   ModelBytes(const ModelBytes &) = delete;
   ModelBytes &operator=(const ModelBytes &) = delete;
@@ -97,6 +113,8 @@ class ModelBytes {
   void digest(const std::string &bytes);
   int fd_ = -1;
   std::string path_;
+  FileStamp stamp_;  // the file's at the parse: a later read with another stamp is checked by sha_ (a chmod passes)
+  Sha256 sha_{};     // of the file's bytes at the parse (file-backed only)
   size_t size_ = 0;
   size_t hash_[2] = {0, 0};
   std::shared_ptr<const std::string> held_;
