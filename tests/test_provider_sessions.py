@@ -94,3 +94,27 @@ def test_streams_of_one_core_validate_on_a_session_of_one_thread(monkeypatch):
         np.testing.assert_array_equal(m.run({"x": x})["y"], 4.75 * x)
         assert _live(model) == {(1, False)}
     assert made == [1], made
+
+
+@pytest.mark.parametrize(
+    "kw, planned",
+    [
+        ({"gears": {"batch": [1, 2, 4]}}, True),  # the pad policy's gears: static graphs only
+        ({"shape_policy": {"batch": "dynamic"}}, False),  # a dynamic-shape graph: any shape may come
+    ],
+)
+def test_a_model_of_static_graphs_plans_its_runs_memory_and_a_dynamic_one_does_not(kw, planned):
+    """A model whose first graph is static runs its sessions with ONNX Runtime's memory pattern on the shared arena
+    (its shapes are the few gert compiles ahead; two streams' runs at once then do not wait for each other at the
+    arena's lock at every operator); a model with a dynamic-shape graph keeps it off (issue 28: over varied shapes
+    the pattern's blocks fragment the arena). The values stay ONNX Runtime's either way, from two streams at once."""
+    if _ort_provider._ARENA != "shared" or _ort_provider._MEM_PATTERN:
+        pytest.skip("the shared arena without GERT_HOST_ORT_MEM_PATTERN (the default) decides per model")
+    model = _scale(5.5 if planned else 6.5)
+    with gert.load(model, streams=2, cube_cores=1, split_batch=True, **kw) as m:
+        m.warmup()
+        x = np.arange(16, dtype=np.float32).reshape(4, 4)
+        for rows in (4, 3, 1):
+            np.testing.assert_array_equal(m.run({"x": x[:rows]})["y"], np.float32(5.5 if planned else 6.5) * x[:rows])
+        patterns = gert.hostnpu.host_provider().memory_patterns(gert.hostnpu.host_provider().digest(model))
+        assert patterns and all(p is planned for p in patterns), patterns

@@ -78,8 +78,10 @@ _ARENA = os.environ.get("GERT_HOST_ORT_ARENA", "shared")
 # 1370 MB with the pattern, 985 MB without (ONNX Runtime itself, heap: 956 MB), 25.2 / 26.6 s of CPU; PP-OCR det over
 # 90 sizes 234 / 197 MB (ONNX Runtime 194 MB), 15.9 / 15.5 s of CPU; one session against the other in turns, per
 # run, within the noise of the load (det 224x288 .. 736x1024, rec 1..6x48x320..640, cls 6x48x192). Sessions without
-# the shared arena (GERT_HOST_ORT_ARENA=none / app) keep ONNX Runtime's default. GERT_HOST_ORT_MEM_PATTERN=1: the
-# pattern on the shared arena too.
+# the shared arena (GERT_HOST_ORT_ARENA=none / app) keep ONNX Runtime's default. A model whose first graph is static
+# (the pad policy's gears, exact sizes: few shapes, compiled ahead) takes the pattern all the same
+# (OrtGraphProvider.note_graph): without it two streams' runs at once wait for each other at the arena's lock at every
+# operator. GERT_HOST_ORT_MEM_PATTERN=1: the pattern on the shared arena for every model.
 _MEM_PATTERN = os.environ.get("GERT_HOST_ORT_MEM_PATTERN", "0") == "1"
 # One session per model, not one per static size: the graphs of a model compiled at any size (gears, policy auto's
 # hot sizes, exact sizes) run on the session of its dynamic-shape graph, which takes the sizes as they come. A
@@ -170,6 +172,7 @@ class OrtExecutable:
         self.group = group
         self.in_names = list(in_names)
         self.in_dims = [tuple(d) for d in in_dims]
+        provider.note_graph(self.digest, all(d >= 0 for dims in self.in_dims for d in dims))
         self.out_names = list(out_names)
         # Outputs ONNX Runtime does not write into a bound buffer: a graph input listed as an output (ORT hands back
         # the input's own value) and a tensor listed twice (a name binds once). Real GE inserts an identity for them;
@@ -554,6 +557,9 @@ class OrtGraphProvider:
         self._digests: dict = {}  # id(model bytes) -> (the bytes, their digest)
         self._sizes: dict = {}  # model digest -> its size in bytes (what sessions() reports)
         self._no_arena: set = set()  # digests of models whose sessions take no arena (without_arena)
+        # digest -> whether its sessions plan their intermediates (ONNX Runtime's memory pattern): decided by the
+        # model's first graph (note_graph)
+        self._pattern: dict = {}
         self._dirs: dict = {}  # digest -> the model file's directory, for models parsed from a file (external data)
         self._predictions: OrderedDict[tuple, list | None] = OrderedDict()  # predicted_shapes's
 
@@ -612,7 +618,9 @@ class OrtGraphProvider:
         with self._lock:
             sess = self._shared.get(key)
             if sess is None:
-                so = _session_options(threads, overrides, digest not in self._no_arena)
+                so = _session_options(
+                    threads, overrides, digest not in self._no_arena, self._pattern.get(digest, False)
+                )
                 if digest in self._dirs:  # ONNX Runtime resolves (and checks) the external data there
                     so.add_session_config_entry(_EXTERNAL_FOLDER, self._dirs[digest])
                 if optimized:
@@ -627,6 +635,17 @@ class OrtGraphProvider:
                 self._shared[key] = sess
                 self._sizes[digest] = len(model)
         return sess
+
+    def note_graph(self, digest: bytes, static: bool) -> None:
+        """A graph of the model ``digest`` was made (compiled, or loaded from GE's cache). The model's first graph
+        decides whether its sessions use ONNX Runtime's memory pattern on the shared arena: a static one (the pad
+        policy's gears, exact sizes: a bounded set of shapes, which gert's plan compiles ahead) does, a dynamic-shape
+        one does not (its runs come in any shape: issue 28's fragmentation, _MEM_PATTERN). Without the pattern every
+        operator of a run takes its output from the shared arena under its lock, and the runs of two streams at once
+        wait for each other there: PP-OCR cls, 4 + 4 rows on two single-core streams at once 4.7 ms, with the
+        pattern 3.3 ms (two ONNX Runtime runs of 4 rows on two threads: 3.2 ms)."""
+        with self._lock:
+            self._pattern.setdefault(digest, static)
 
     def live_session(self, digest: bytes, overrides: dict) -> tuple | None:
         """((threads, spin), session) of a live session of the model ``digest`` with ``overrides``, or None: what
@@ -672,6 +691,13 @@ class OrtGraphProvider:
         session (benchmarks/bench_memory.py: each holds its own optimized copy of the model's weights)."""
         with self._lock:
             return [(k[0], self._sizes.get(k[0], 0), k[1], dict(k[2]), k[3]) for k in list(self._shared.keys())]
+
+    def memory_patterns(self, digest: bytes) -> list:
+        """Whether each live ONNX Runtime session of the model ``digest`` plans its runs' intermediates (its
+        enable_mem_pattern, as ONNX Runtime reports it; note_graph decides it)."""
+        with self._lock:
+            live = [sess for key, sess in list(self._shared.items()) if key[0] == digest]
+        return [sess.get_session_options().enable_mem_pattern for sess in live]
 
     def parsed_models(self) -> list:
         """(model digest, bytes) of the ModelProtos kept for shape inference (benchmarks/bench_memory.py): skeletons,
@@ -822,7 +848,7 @@ def _shared_arena() -> bool:
     return bool(_env_arena)
 
 
-def _session_options(threads: int, overrides: dict, arena: bool = True):
+def _session_options(threads: int, overrides: dict, arena: bool = True, pattern: bool = False):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -830,7 +856,7 @@ def _session_options(threads: int, overrides: dict, arena: bool = True):
         so.enable_cpu_mem_arena = False
     elif _shared_arena():
         so.add_session_config_entry("session.use_env_allocators", "1")
-        so.enable_mem_pattern = _MEM_PATTERN
+        so.enable_mem_pattern = _MEM_PATTERN or pattern  # (OrtGraphProvider.note_graph)
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
