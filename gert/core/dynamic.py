@@ -146,7 +146,7 @@ class Pending:
             self.wakeup.acquire()
         if self._error is not None:
             raise self._error
-        return self._result  # type: ignore[return-value]
+        return self._result
 
 
 class RunTimes:

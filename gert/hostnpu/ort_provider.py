@@ -696,7 +696,7 @@ class OrtGraphProvider:
         """Whether each live ONNX Runtime session of the model ``digest`` plans its runs' intermediates (its
         enable_mem_pattern, as ONNX Runtime reports it; note_graph decides it)."""
         with self._lock:
-            live = [sess for key, sess in list(self._shared.items()) if key[0] == digest]
+            live: list = [sess for key, sess in list(self._shared.items()) if key[0] == digest]
         return [sess.get_session_options().enable_mem_pattern for sess in live]
 
     def parsed_models(self) -> list:
