@@ -625,8 +625,12 @@ class InferenceSession(SessionRunVariants, SessionExtras):
         names = _named_outputs(output_names, self._output_names)
         # a dict of arrays whose signature ran (and validated) before: the compiled lane, as Model.run takes it
         result = self._model.run_compiled(input_feed) if run_options is None and not self._profiler.enabled else None
-        if result is not None:
-            return _listed(result, names) if self._outputs_twice or output_names else [result[n] for n in names]
+        if result is None:
+            result = self._run_checked(input_feed, run_options)
+        return _listed(result, names) if self._outputs_twice or output_names else [result[n] for n in names]
+
+    def _run_checked(self, input_feed: Mapping[str, Any], run_options) -> dict:
+        """run() of a feed the compiled lane did not take: ONNX Runtime's feed rules and errors, then the model."""
         check_run_options(run_options)
         model, input_feed = (
             self._adapted(run_options, input_feed) if run_options is not None else (self._model, input_feed)
@@ -648,7 +652,7 @@ class InferenceSession(SessionRunVariants, SessionExtras):
             raise told from e
         if fed is not input_feed:  # a one-element array fed to a 0-d input: ONNX Runtime's output shapes
             result = self._scalar_shapes.apply(input_feed, result)
-        return _listed(result, names) if self._outputs_twice or output_names else [result[n] for n in names]
+        return result
 
     def run_async(
         self,
