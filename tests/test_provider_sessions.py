@@ -118,3 +118,26 @@ def test_a_model_of_static_graphs_plans_its_runs_memory_and_a_dynamic_one_does_n
             np.testing.assert_array_equal(m.run({"x": x[:rows]})["y"], np.float32(5.5 if planned else 6.5) * x[:rows])
         patterns = gert.hostnpu.host_provider().memory_patterns(gert.hostnpu.host_provider().digest(model))
         assert patterns and all(p is planned for p in patterns), patterns
+
+
+def test_each_graph_decides_its_sessions_plan_not_the_models_first_graph():
+    """The same model loaded with a dynamic-shape policy, then with the pad policy's gears (both held): the dynamic
+    graph's runs take a session without ONNX Runtime's memory pattern, the gears' static graphs one with it. The
+    decision is the graph's (its inputs' shape), not the first graph's the model ever had, so a model served on gears
+    or hot sizes plans those runs whatever loaded it before. Values stay ONNX Runtime's on both."""
+    if _ort_provider._ARENA != "shared" or _ort_provider._MEM_PATTERN:
+        pytest.skip("the shared arena without GERT_HOST_ORT_MEM_PATTERN (the default) decides per graph")
+    model = _scale(7.5)
+    provider = gert.hostnpu.host_provider()
+    x = np.arange(16, dtype=np.float32).reshape(4, 4)
+    with gert.load(model, streams=1, shape_policy={"batch": "dynamic"}) as dynamic:
+        for rows in (4, 3, 1):
+            np.testing.assert_array_equal(dynamic.run({"x": x[:rows]})["y"], np.float32(7.5) * x[:rows])
+        # (sessions per share of the device: a run beside another of an earlier test's takes one of fewer threads)
+        assert set(provider.memory_patterns(provider.digest(model))) == {False}
+        with gert.load(model, streams=1, gears={"batch": [1, 2, 4]}) as geared:
+            geared.warmup()
+            for rows in (4, 3, 1):
+                np.testing.assert_array_equal(geared.run({"x": x[:rows]})["y"], np.float32(7.5) * x[:rows])
+                np.testing.assert_array_equal(dynamic.run({"x": x[:rows]})["y"], np.float32(7.5) * x[:rows])
+            assert set(provider.memory_patterns(provider.digest(model))) == {False, True}

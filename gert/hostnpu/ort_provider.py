@@ -78,10 +78,11 @@ _ARENA = os.environ.get("GERT_HOST_ORT_ARENA", "shared")
 # 1370 MB with the pattern, 985 MB without (ONNX Runtime itself, heap: 956 MB), 25.2 / 26.6 s of CPU; PP-OCR det over
 # 90 sizes 234 / 197 MB (ONNX Runtime 194 MB), 15.9 / 15.5 s of CPU; one session against the other in turns, per
 # run, within the noise of the load (det 224x288 .. 736x1024, rec 1..6x48x320..640, cls 6x48x192). Sessions without
-# the shared arena (GERT_HOST_ORT_ARENA=none / app) keep ONNX Runtime's default. A model whose first graph is static
-# (the pad policy's gears, exact sizes: few shapes, compiled ahead) takes the pattern all the same
-# (OrtGraphProvider.note_graph): without it two streams' runs at once wait for each other at the arena's lock at every
-# operator. GERT_HOST_ORT_MEM_PATTERN=1: the pattern on the shared arena for every model.
+# the shared arena (GERT_HOST_ORT_ARENA=none / app) keep ONNX Runtime's default. A static graph (the pad policy's
+# gears, policy auto's hot sizes, exact sizes: one shape each, a bounded number of them per model) takes the pattern
+# all the same, on a session of its own kind (OrtExecutable.planned): without it two streams' runs at once wait for
+# each other at the arena's lock at every operator. So a model served with both holds two sessions (two copies of
+# its optimized weights) once both kinds ran. GERT_HOST_ORT_MEM_PATTERN=1: the pattern for every graph.
 _MEM_PATTERN = os.environ.get("GERT_HOST_ORT_MEM_PATTERN", "0") == "1"
 # One session per model, not one per static size: the graphs of a model compiled at any size (gears, policy auto's
 # hot sizes, exact sizes) run on the session of its dynamic-shape graph, which takes the sizes as they come. A
@@ -172,7 +173,9 @@ class OrtExecutable:
         self.group = group
         self.in_names = list(in_names)
         self.in_dims = [tuple(d) for d in in_dims]
-        provider.note_graph(self.digest, all(d >= 0 for dims in self.in_dims for d in dims))
+        # A static graph's runs are planned (ONNX Runtime's memory pattern on the shared arena): its inputs have
+        # one shape, so the pattern is one block; a dynamic one's are not (its runs come in any shape; _MEM_PATTERN)
+        self.planned = _MEM_PATTERN or all(d >= 0 for dims in self.in_dims for d in dims)
         self.out_names = list(out_names)
         # Outputs ONNX Runtime does not write into a bound buffer: a graph input listed as an output (ORT hands back
         # the input's own value) and a tensor listed twice (a name binds once). Real GE inserts an identity for them;
@@ -229,7 +232,7 @@ class OrtExecutable:
         its runs alone take (_compile_threads). LoadGraph's prepare (session()) drops it if its runs take another:
         PP-OCR rec's 2-thread one, made and dropped, left ~10 MB more of each Triton stub's heap in use (issue 41)."""
         overrides = self._overrides() if self.optimized or _SESSION_PER_SIZE else {}
-        found = self._provider.live_session(self.digest, overrides)
+        found = self._provider.live_session(self.digest, overrides, self.planned)
         if found is not None:
             key, sess = found
             self._sessions.setdefault(key, sess)
@@ -263,7 +266,9 @@ class OrtExecutable:
         sess = self._sessions.get((threads, spin))
         if sess is None:
             overrides = self._overrides() if self.optimized or _SESSION_PER_SIZE else {}
-            sess = self._provider.shared_session(self._model, self.digest, threads, overrides, self.optimized, spin)
+            sess = self._provider.shared_session(
+                self._model, self.digest, threads, overrides, self.optimized, spin, self.planned
+            )
             self._sessions[(threads, spin)] = sess
         return sess
 
@@ -557,9 +562,6 @@ class OrtGraphProvider:
         self._digests: dict = {}  # id(model bytes) -> (the bytes, their digest)
         self._sizes: dict = {}  # model digest -> its size in bytes (what sessions() reports)
         self._no_arena: set = set()  # digests of models whose sessions take no arena (without_arena)
-        # digest -> whether its sessions plan their intermediates (ONNX Runtime's memory pattern): decided by the
-        # model's first graph (note_graph)
-        self._pattern: dict = {}
         self._dirs: dict = {}  # digest -> the model file's directory, for models parsed from a file (external data)
         self._predictions: OrderedDict[tuple, list | None] = OrderedDict()  # predicted_shapes's
 
@@ -609,18 +611,19 @@ class OrtGraphProvider:
         overrides: dict,
         optimized: bool = False,
         spin: bool = False,
+        planned: bool = False,
     ):
-        """The session for (model, threads, overrides, spin), created on first use; it lives while a graph uses it.
-        ``optimized``: the model is ONNX Runtime's optimized one (from GE's compile cache), not optimized again.
-        Shared by every GE Session (stream): a size compiled for each stream costs one ONNX Runtime session, and the
-        streams' runs of it read one copy of its weights. A spinning session stops spinning when a run ends."""
-        key = (digest, threads, tuple(sorted(overrides.items())), spin)
+        """The session for (model, threads, overrides, spin, planned), created on first use; it lives while a graph
+        uses it. ``optimized``: the model is ONNX Runtime's optimized one (from GE's compile cache), not optimized
+        again. ``planned``: its runs' intermediates are planned as one block per input shape (ONNX Runtime's memory
+        pattern), for static graphs (OrtExecutable.planned). Shared by every GE Session (stream): a size compiled for
+        each stream costs one ONNX Runtime session, and the streams' runs of it read one copy of its weights. A
+        spinning session stops spinning when a run ends."""
+        key = (digest, threads, tuple(sorted(overrides.items())), spin, planned)
         with self._lock:
             sess = self._shared.get(key)
             if sess is None:
-                so = _session_options(
-                    threads, overrides, digest not in self._no_arena, self._pattern.get(digest, False)
-                )
+                so = _session_options(threads, overrides, digest not in self._no_arena, planned)
                 if digest in self._dirs:  # ONNX Runtime resolves (and checks) the external data there
                     so.add_session_config_entry(_EXTERNAL_FOLDER, self._dirs[digest])
                 if optimized:
@@ -636,25 +639,14 @@ class OrtGraphProvider:
                 self._sizes[digest] = len(model)
         return sess
 
-    def note_graph(self, digest: bytes, static: bool) -> None:
-        """A graph of the model ``digest`` was made (compiled, or loaded from GE's cache). The model's first graph
-        decides whether its sessions use ONNX Runtime's memory pattern on the shared arena: a static one (the pad
-        policy's gears, exact sizes: a bounded set of shapes, which gert's plan compiles ahead) does, a dynamic-shape
-        one does not (its runs come in any shape: issue 28's fragmentation, _MEM_PATTERN). Without the pattern every
-        operator of a run takes its output from the shared arena under its lock, and the runs of two streams at once
-        wait for each other there: PP-OCR cls, 4 + 4 rows on two single-core streams at once 4.7 ms, with the
-        pattern 3.3 ms (two ONNX Runtime runs of 4 rows on two threads: 3.2 ms)."""
-        with self._lock:
-            self._pattern.setdefault(digest, static)
-
-    def live_session(self, digest: bytes, overrides: dict) -> tuple | None:
-        """((threads, spin), session) of a live session of the model ``digest`` with ``overrides``, or None: what
-        validates a graph of the model at compile as well as a new session (its inputs and outputs are the same at
-        any thread count)."""
+    def live_session(self, digest: bytes, overrides: dict, planned: bool) -> tuple | None:
+        """((threads, spin), session) of a live session of the model ``digest`` with ``overrides`` and ``planned``, or
+        None: what validates a graph of the model at compile as well as a new session (its inputs and outputs are
+        the same at any thread count), and what the graph's runs at that thread count then take."""
         want = tuple(sorted(overrides.items()))
         with self._lock:
             for key, sess in list(self._shared.items()):
-                if key[0] == digest and key[2] == want:
+                if key[0] == digest and key[2] == want and key[4] == planned:
                     return (key[1], key[3]), sess
         return None
 
@@ -694,7 +686,7 @@ class OrtGraphProvider:
 
     def memory_patterns(self, digest: bytes) -> list:
         """Whether each live ONNX Runtime session of the model ``digest`` plans its runs' intermediates (its
-        enable_mem_pattern, as ONNX Runtime reports it; note_graph decides it)."""
+        enable_mem_pattern, as ONNX Runtime reports it; OrtExecutable.planned decides it)."""
         with self._lock:
             live: list = [sess for key, sess in list(self._shared.items()) if key[0] == digest]
         return [sess.get_session_options().enable_mem_pattern for sess in live]
@@ -856,7 +848,7 @@ def _session_options(threads: int, overrides: dict, arena: bool = True, pattern:
         so.enable_cpu_mem_arena = False
     elif _shared_arena():
         so.add_session_config_entry("session.use_env_allocators", "1")
-        so.enable_mem_pattern = _MEM_PATTERN or pattern  # (OrtGraphProvider.note_graph)
+        so.enable_mem_pattern = _MEM_PATTERN or pattern  # (OrtExecutable.planned)
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
