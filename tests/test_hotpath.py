@@ -253,6 +253,24 @@ def test_auto_tier_counts_the_compiled_paths_runs(device):
         assert m.stats()["tiers"]["evictions"] == 0
 
 
+def test_exact_sizes_run_on_the_compiled_path_and_its_runs_keep_their_graph(device):
+    """An exact size's graph (evictable: max_exact_graphs bounds them) is prepared for the compiled path like a
+    gear's, and its runs there count as hits in the eviction order (StreamGraphs.exact): a scan of one-off sizes
+    afterwards evicts other one-offs, not the size in use."""
+    with gert.load(
+        scale_model(3.0, shape=("batch", 4)), shape_policy={"batch": "exact"}, max_exact_graphs=2, streams=1
+    ) as m:
+        for i in range(10):
+            np.testing.assert_array_equal(m.run({"x": _x(3, i)})["y"], _x(3, i) * 3)
+        assert _hot(m)["prepared"] == 1 and _hot(m)["hits"] == 9
+        for n in (5, 6, 7, 9):  # one-off sizes: each compiled, and evicted by the next
+            np.testing.assert_array_equal(m.run({"x": _x(n, n)})["y"], _x(n, n) * 3)
+        assert all(w.has((("batch", 3),)) for w in m.pool.workers), "the size in use was evicted as cold"
+        assert not any(w.has((("batch", 5),)) for w in m.pool.workers)
+        for i in range(3):
+            np.testing.assert_array_equal(m.run({"x": _x(3, 20 + i)})["y"], _x(3, 20 + i) * 3)
+
+
 def test_fused_call_checks_its_buffers(device):
     """gert._cann.FusedCall, the prepared call: host buffers of the wrong size are refused."""
     m = gert.load(scale_model(2.0, shape=(1, 4)))

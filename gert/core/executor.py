@@ -267,8 +267,8 @@ class Worker(StreamGraphs):
         padded_elements: int,
     ) -> None:
         """Offer the request just run to the compiled hot path (gert/core/_hotpath.pyx) when its transfers can be
-        replayed as they are (Transfers.replayable). Under the auto policy's tiers a static graph's runs there are
-        counted by the tiers as route() counts the Python path's (Tiers.seen)."""
+        replayed as they are (Transfers.replayable). Its runs there are counted as graph_for counts the Python
+        path's (_hit_counter)."""
         found = self.transfers.replayable(req, entry, uploads, inputs, downloads, results)
         if found is None:
             return
@@ -297,8 +297,18 @@ class Worker(StreamGraphs):
             label,
             real_elements,
             padded_elements,
-            None if self.tiers is None else functools.partial(self.tiers.seen, self, req.key),
+            self._hit_counter(entry, req.key),
         )
+
+    def _hit_counter(self, entry: GraphEntry, key: tuple):
+        """What a hot-path run of ``key`` counts before it runs, as graph_for counts the Python path's: the auto
+        policy's tiers (Tiers.seen), or the exact sizes' eviction order (a graph used there is not evicted as cold);
+        None when nothing is counted."""
+        if self.tiers is not None:
+            return functools.partial(self.tiers.seen, self, key)
+        if entry.evictable:
+            return functools.partial(self.exact.hit, key)
+        return None
 
     def count_fast(self, label: str, runs: int, real_elements: int, padded_elements: int, seconds: float) -> None:
         """Runs of the compiled hot path on this stream, added to its stats as Worker.run counts its own."""

@@ -86,8 +86,9 @@ class Transfers:
         """(signature, the inputs' whole uploads, the outputs) of a request just run, when running its signature
         again is the same fused call with only the host arrays changed (the compiled hot path, gert/core/_hotpath.pyx):
         numpy inputs each uploaded whole (no staged padding), every output downloaded whole into a fresh array (no
-        slice of a padded one), a graph that is not evicted, nothing of the request's own (out=, timeout, device
-        tensors, sequence copies). None otherwise."""
+        slice of a padded one), nothing of the request's own (out=, timeout, device tensors, sequence copies). None
+        otherwise. (A graph that may be evicted is replayable too: its eviction makes the hot path forget the
+        stream's prepared runs, StreamGraphs.evict.)"""
         plan = self.plan
         if (
             req.out
@@ -96,7 +97,6 @@ class Transfers:
             or req.after
             or req.real_batch is not None
             or req.timeout is not None
-            or entry.evictable
             or len(downloads) != len(plan.outputs)
         ):
             return None
