@@ -158,9 +158,45 @@ class Batcher:
 
 def join(parts: Sequence[Mapping[str, np.ndarray]], axes: Mapping[str, Optional[int]]) -> dict:
     """Outputs of consecutive row ranges joined on each output's batch axis (``axes``: name -> axis, None: the
-    output does not carry the batch, and every part has the same: the last one's is kept)."""
+    output does not carry the batch, and every part has the same: the last one's is kept).
+
+    Each part's array is dropped from its dict as soon as it is copied (the parts are the caller's to give up): the
+    joined array's pages are written part by part, so the process holds the joined output plus the parts not yet
+    copied, not the parts and the whole joined output at once (np.concatenate's peak: twice the output; PP-OCR rec,
+    one request of 4 lines at width 912 split over two streams: 2 x 12 MB, issue 41)."""
     out = {}
-    for name in parts[0]:
+    for name in list(parts[0]):
         axis = axes.get(name)
-        out[name] = parts[-1][name] if axis is None else np.concatenate([p[name] for p in parts], axis=axis)
+        if axis is None:
+            out[name] = parts[-1][name]
+            continue
+        out[name] = _join_releasing(parts, name, axis)
     return out
+
+
+def _join_releasing(parts: Sequence[Mapping[str, np.ndarray]], name: str, axis: int) -> np.ndarray:
+    """``parts``' arrays ``name`` concatenated on ``axis``, each popped from its (mutable) dict once copied; arrays
+    that do not agree on the dtype or the other axes are joined by np.concatenate (its promotion and its errors)."""
+    arrays = [p[name] for p in parts]
+    first = arrays[0]
+    rest_shape = first.shape[:axis] + first.shape[axis + 1 :]
+    if len(arrays) < 2 or any(
+        type(a) is not np.ndarray or a.dtype != first.dtype or a.shape[:axis] + a.shape[axis + 1 :] != rest_shape
+        for a in arrays
+    ):
+        return np.concatenate(arrays, axis=axis)
+    total = sum(a.shape[axis] for a in arrays)
+    joined = np.empty(first.shape[:axis] + (total,) + first.shape[axis + 1 :], first.dtype)
+    del first
+    index: list = [slice(None)] * joined.ndim
+    start = 0
+    for k, part in enumerate(parts):
+        a = arrays[k]
+        arrays[k] = None  # this list's reference, then the part's own (a read-only mapping keeps its array)
+        index[axis] = slice(start, start + a.shape[axis])
+        joined[tuple(index)] = a
+        start += a.shape[axis]
+        del a
+        if isinstance(part, dict):
+            part.pop(name, None)
+    return joined
