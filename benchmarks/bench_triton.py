@@ -1,10 +1,12 @@
 """gert_triton under Triton vs two hand-written Python-backend model.py files, on one real tritonserver.
 
-    python benchmarks/bench_triton.py [--duration 10] [--rounds 10] [--concurrency 16] [--warmup 2] [--json out.json]
+    python benchmarks/bench_triton.py [--model cls|det] [--duration 10] [--rounds 10] [--concurrency 16] [--warmup 2]
+                                      [--json out.json]
 
 One server (the tritonserver of the nvidia-pytriton wheel, started by gert_triton.server.TritonServer on free loopback
-ports) serves the PP-OCR cls model (needs ``pip install --no-deps rapidocr-onnxruntime==1.4.4``) three ways, each with
-max_batch_size 8, dynamic_batching max_queue_delay 2 ms and one CPU instance:
+ports) serves a PP-OCR model (needs ``pip install --no-deps rapidocr-onnxruntime==1.4.4``; ``--model``: cls, requests
+of 1x3x48x192 and max_batch_size 8, the default; det, requests of 1x3x640x640 and max_batch_size 4) four ways, each
+with dynamic_batching max_queue_delay 2 ms and one CPU instance:
 
 - ``gert``: the one-line model.py (``from gert_triton import TritonPythonModel``) as `gert repo init` writes it, no
   parameters: the default layout for a batching model, two streams locked to half the device's cube cores each (on
@@ -15,7 +17,7 @@ max_batch_size 8, dynamic_batching max_queue_delay 2 ms and one CPU instance:
 - ``ort_batched`` (b): hand-written concatenate, one ONNX Runtime run (intra-op 2 threads), split.
 
 Load: ``--concurrency`` client threads in this process (the server is another process), each with its own gRPC
-client, sending batch-1 requests (1x3x48x192) back to back for ``--duration`` seconds per variant after a warm-up,
+client, sending batch-1 requests (one image) back to back for ``--duration`` seconds per variant after a warm-up,
 split into ``--rounds`` windows that rotate through the variants (noise from other work on the machine hits all
 alike). Reported per variant: requests/s, p50 and p99 latency, the average batch the server ran and the server's
 compute time per execution (from its statistics), and the ratios of gert to (a) and (b). Targets (issue 5):
@@ -38,6 +40,11 @@ sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from _common import closed_loop, machine, ppocr_model
 
 CLS = "ch_ppocr_mobile_v2.0_cls_infer.onnx"
+# --model: the PP-OCR file, a request's shape, max_batch_size, the output's dims in the hand-written config
+MODELS = {
+    "cls": (CLS, (1, 3, 48, 192), 8, "[ 2 ]"),
+    "det": ("ch_PP-OCRv4_det_infer.onnx", (1, 3, 640, 640), 4, "[ 1, -1, -1 ]"),
+}
 MAX_BATCH = 8
 QUEUE_DELAY_US = 2000
 ORT_THREADS = 2
@@ -86,7 +93,7 @@ ORT_CONFIG = """name: "{name}"
 backend: "python"
 max_batch_size: {max_batch}
 input [ {{ name: "x" data_type: TYPE_FP32 dims: [ 3, -1, -1 ] }} ]
-output [ {{ name: "{out}" data_type: TYPE_FP32 dims: [ 2 ] }} ]
+output [ {{ name: "{out}" data_type: TYPE_FP32 dims: {out_dims} }} ]
 dynamic_batching {{ max_queue_delay_microseconds: {delay} }}
 instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 """
@@ -100,7 +107,7 @@ from gert_triton import TritonPythonModel  # noqa: E402,F401
 """
 
 
-def build_repo(root: str, model_path: str, baseline: str | None = None) -> str:
+def build_repo(root: str, model_path: str, baseline: str | None = None, out_dims: str = MODELS["cls"][3]) -> str:
     """gert (via `gert repo init`), ort_per_request and ort_batched, all with the same batching settings;
     ``baseline``: gert and gert_1stream again as ``*_base``, served by the gert_triton of that source tree."""
     from gert_triton.model import onnx_io
@@ -128,7 +135,9 @@ def build_repo(root: str, model_path: str, baseline: str | None = None) -> str:
         with open(os.path.join(d, "model.py"), "w") as f:
             f.write(ORT_MODEL_PY.format(what=what, batched=batched, threads=ORT_THREADS))
         with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
-            f.write(ORT_CONFIG.format(name=name, max_batch=MAX_BATCH, out=out_name, delay=QUEUE_DELAY_US))
+            f.write(
+                ORT_CONFIG.format(name=name, max_batch=MAX_BATCH, out=out_name, out_dims=out_dims, delay=QUEUE_DELAY_US)
+            )
     return repo
 
 
@@ -226,6 +235,7 @@ def main() -> None:
         help="seconds per variant with one client, for the latency of a lone request (default 4; 0: skip)",
     )
     ap.add_argument("--json", help="write the rows as JSON to this file")
+    ap.add_argument("--model", choices=sorted(MODELS), default="cls", help="the PP-OCR model served (default cls)")
     ap.add_argument(
         "--baseline",
         metavar="TREE",
@@ -233,12 +243,13 @@ def main() -> None:
         "as gert_base and gert_1stream_base, in the same rounds: before / after a change side by side",
     )
     args = ap.parse_args()
-    global VARIANTS
+    global VARIANTS, MAX_BATCH
     if args.baseline:
         VARIANTS = VARIANTS + ("gert_base", "gert_1stream_base")
-    model_path = ppocr_model(CLS)
+    filename, shape, MAX_BATCH, out_dims = MODELS[args.model]
+    model_path = ppocr_model(filename)
     if model_path is None:
-        sys.exit("PP-OCR cls not found: pip install --no-deps rapidocr-onnxruntime==1.4.4")
+        sys.exit(f"PP-OCR {args.model} not found: pip install --no-deps rapidocr-onnxruntime==1.4.4")
     import tritonclient.grpc as grpcclient
 
     import gert
@@ -248,11 +259,11 @@ def main() -> None:
     root = tempfile.mkdtemp(prefix="gert-bench-triton-")
     log = os.path.join(root, "server.log")
     server = TritonServer(
-        build_repo(root, model_path, args.baseline), log_path=log, extra_args=["--exit-timeout-secs=5"]
+        build_repo(root, model_path, args.baseline, out_dims), log_path=log, extra_args=["--exit-timeout-secs=5"]
     )
     rows: list = []
     low: list = []
-    x = np.random.default_rng(0).standard_normal((1, 3, 48, 192)).astype(np.float32)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     out_name = None
     try:
         server.start()
@@ -287,7 +298,7 @@ def main() -> None:
     g, a, b = by["gert"], by["ort_per_request"], by["ort_batched"]
     print(
         f"backend={gert.backend()} ({machine()}; load average before {load_before}, after "
-        f"{os.getloadavg()[0]:.1f}); PP-OCR cls 1x3x48x192, {args.concurrency} gRPC clients, {args.duration:.0f} s "
+        f"{os.getloadavg()[0]:.1f}); PP-OCR {args.model} {'x'.join(map(str, shape))}, {args.concurrency} gRPC clients, {args.duration:.0f} s "
         f"per variant in {args.rounds} interleaved windows, max_batch_size {MAX_BATCH}, max_queue_delay "
         f"{QUEUE_DELAY_US} us, server exit code {code}"
     )
