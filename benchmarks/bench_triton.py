@@ -298,9 +298,9 @@ def main() -> None:
     g, a, b = by["gert"], by["ort_per_request"], by["ort_batched"]
     print(
         f"backend={gert.backend()} ({machine()}; load average before {load_before}, after "
-        f"{os.getloadavg()[0]:.1f}); PP-OCR {args.model} {'x'.join(map(str, shape))}, {args.concurrency} gRPC clients, {args.duration:.0f} s "
-        f"per variant in {args.rounds} interleaved windows, max_batch_size {MAX_BATCH}, max_queue_delay "
-        f"{QUEUE_DELAY_US} us, server exit code {code}"
+        f"{os.getloadavg()[0]:.1f}); PP-OCR {args.model} {'x'.join(map(str, shape))}, {args.concurrency} gRPC "
+        f"clients, {args.duration:.0f} s per variant in {args.rounds} interleaved windows, max_batch_size "
+        f"{MAX_BATCH}, max_queue_delay {QUEUE_DELAY_US} us, server exit code {code}"
     )
     print_rows(rows)
     print(
