@@ -157,6 +157,8 @@ def run_python(code: str, env: dict | None = None, timeout: float = 60) -> str:
     child_env = {k: v for k, v in os.environ.items() if not k.startswith("GERT_")}
     child_env.update(env or {})
     child_env.setdefault("PYTHONPATH", REPO)
+    # the children of concurrent tests are not one deployment: they do not share their device's cores (conftest)
+    child_env.setdefault("GERT_HOST_SHARED_CORES", "0")
     src = _PRELUDE + "\n" + textwrap.dedent(code)
     p = subprocess.run(
         [sys.executable, "-c", src], env=child_env, cwd=REPO, capture_output=True, text=True, timeout=timeout

@@ -14,6 +14,11 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
+# The suite's processes (pytest-xdist's workers, the servers and children tests start) are not one deployment: the
+# host NPU's cores are not shared between them (cbindings/hostnpu/host_cores.h), so a test's thread counts do not
+# depend on what another worker runs meanwhile. tests/test_shared_cores.py turns it on in its own processes.
+os.environ.setdefault("GERT_HOST_SHARED_CORES", "0")
+
 import gert
 
 settings.register_profile(

@@ -35,7 +35,7 @@ MARKER = "gert_hostnpu.info"
 # library -> (host NPU sources, libraries it links). Empty sources: CANN has the library (gert links it), the host
 # NPU has nothing separate to put in it.
 LIBRARIES: dict[str, tuple[list[str], list[str]]] = {
-    "ascendcl": (["device.cpp", "errors.cpp", "faults.cpp", "memory.cpp", "stream.cpp"], []),
+    "ascendcl": (["device.cpp", "errors.cpp", "faults.cpp", "host_cores.cpp", "memory.cpp", "stream.cpp"], []),
     "graph": (["ge_types.cpp", "ge_graph.cpp", "onnx_model.cpp", "sha256.cpp"], []),
     "ge_runner": (["ge_session.cpp", "ge_cache.cpp"], ["graph", "ascendcl"]),
     "fmk_onnx_parser": (["onnx_parser.cpp"], ["graph"]),

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "acl/acl.h"
+#include "host_cores.h"
 
 namespace hostnpu {
 
@@ -231,6 +232,8 @@ struct Device {
   // other streams were busy a moment ago (they are between requests) takes their share too, not the whole device.
   std::atomic<uint32_t> recent_peak{1};
   std::atomic<int64_t> peak_until_ns{0};
+  // The runs of other processes on this device (host_cores.h), looked up on the first run.
+  std::atomic<SharedRuns *> shared_runs{nullptr};
   int refs = 0;                               // aclrtSetDevice count minus resets
   uint64_t default_ctx = 0;
   // Device-wide failure (a sticky fault, or a task fault on a STOP-mode stream): every launch fails with it
@@ -312,15 +315,22 @@ aclError internal_failure(aclError code, const char *api);
 uint32_t effective_limit(const Device &d, const Stream *s, int type);
 
 // One graph run's share of its device's cube cores, for as long as it lives: its stream's limit, at most the device's
-// cube cores divided by the runs in progress (this one included) or by the most runs seen at once within the last
-// kShareHoldNs, at least 1 (Device::running_graphs, Device::recent_peak). alone() tells a run that has the device to
+// cube cores divided by the runs in progress (this one included, and other processes' on the same device: a device
+// serves every process that uses it, host_cores.h) or by the most runs seen at once within the last kShareHoldNs,
+// at least 1 (Device::running_graphs, Device::shared_runs, Device::recent_peak). alone() tells a run that has the device to
 // itself and had it for that long: the host NPU lets its compute threads spin (gert._ort_provider).
 class ComputeShare {
  public:
   static constexpr int64_t kShareHoldNs = 50'000'000;  // 50 ms: a few requests' worth of PP-OCR det on 2 cores
 
-  ComputeShare(Device &d, uint32_t limit) : d_(d) {
-    uint32_t running = d.running_graphs.fetch_add(1) + 1;
+  ComputeShare(Device &d, uint32_t limit) : d_(d), shared_(d.shared_runs.load(std::memory_order_acquire)) {
+    if (!shared_) {
+      shared_ = &::hostnpu::shared_runs(d.id);
+      d.shared_runs.store(shared_, std::memory_order_release);
+    }
+    shared_->enter();
+    // This process's runs and the other processes' on the same device: their streams share its cores too.
+    uint32_t running = d.running_graphs.fetch_add(1) + 1 + shared_->others();
     int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                       std::chrono::steady_clock::now().time_since_epoch()).count();
     uint32_t peak = running;
@@ -339,7 +349,10 @@ class ComputeShare {
     threads_ = std::max<uint32_t>(1, std::min(limit, d.cube_cores / peak));
     start_ns_ = now;
   }
-  ~ComputeShare() { d_.running_graphs.fetch_sub(1); }
+  ~ComputeShare() {
+    d_.running_graphs.fetch_sub(1);
+    shared_->leave();
+  }
   ComputeShare(const ComputeShare &) = delete;
   ComputeShare &operator=(const ComputeShare &) = delete;
   uint32_t threads() const { return threads_; }
@@ -349,6 +362,7 @@ class ComputeShare {
 
  private:
   Device &d_;
+  SharedRuns *shared_;
   int64_t start_ns_ = 0;
   uint32_t threads_ = 1;
   bool alone_ = false;
