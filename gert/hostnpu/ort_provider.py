@@ -173,8 +173,7 @@ class OrtExecutable:
         self.group = group
         self.in_names = list(in_names)
         self.in_dims = [tuple(d) for d in in_dims]
-        # A static graph's runs are planned (ONNX Runtime's memory pattern on the shared arena): its inputs have
-        # one shape, so the pattern is one block; a dynamic one's are not (its runs come in any shape; _MEM_PATTERN)
+        # ONNX Runtime's memory pattern for a static graph (one shape: one block), not a dynamic one (_MEM_PATTERN)
         self.planned = _MEM_PATTERN or all(d >= 0 for dims in self.in_dims for d in dims)
         self.out_names = list(out_names)
         # Outputs ONNX Runtime does not write into a bound buffer: a graph input listed as an output (ORT hands back
