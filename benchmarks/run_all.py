@@ -47,6 +47,7 @@ SCRIPTS = [
     ("precision", "bench_precision.py", [], []),
     ("inproc", "bench_inproc_batching.py", [], ["--seconds", "1", "--rounds", "1"]),
     ("ort_threads", "bench_ort_threads.py", [], ["--seconds", "1", "--rounds", "2"]),
+    ("processes", "bench_processes.py", [], ["--seconds", "2", "--rounds", "1", "--model", "cls"]),
     ("ensemble", "bench_ensemble.py", [], ["--duration", "6", "--rounds", "2", "--warmup", "1"]),
     ("memory", "bench_memory.py", [], ["--work", "rapidocr:12,det:10,triton3:4"]),
     ("hotpath", "bench_hotpath.py", [], ["--rounds", "3", "--calls", "1000"]),
