@@ -123,16 +123,21 @@ def test_a_slot_of_a_process_that_is_gone_does_not_count(tmp_path):
     assert _probe(str(tmp_path))["threads"] == [2]
 
 
-@pytest.mark.parametrize("plant", ["symlink", "loose_mode", "wrong_size"])
+@pytest.mark.parametrize("plant", ["symlink", "hardlink", "loose_mode", "wrong_size"])
 def test_a_table_that_is_not_the_users_own_is_never_used(tmp_path, plant):
-    """What another user could plant at the table's path: a symlink to a file of the victim's, a file others may
-    write, a file of another size. The host NPU runs as before (each process counts its own runs) and writes nothing
-    there."""
+    """What another user could plant at the table's path: a symlink or a hard link to a file of the victim's, a file
+    others may write, a file of another size. The host NPU runs as before (each process counts its own runs) and
+    writes nothing there."""
     target = tmp_path / "victim"
     target.write_bytes(b"precious" * 256)
     table = _table(tmp_path)
     if plant == "symlink":
         os.symlink(target, table)
+        watched = str(target)
+    elif plant == "hardlink":  # a file of the table's size and mode, linked at its path
+        target.write_bytes(b"precious" * 256)
+        os.chmod(target, 0o600)
+        os.link(target, table)
         watched = str(target)
     else:
         with open(table, "wb") as f:

@@ -49,8 +49,9 @@ SharedRuns::SharedRuns(int32_t device) {
   int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return;
   struct stat st {};
+  // (one link: a hard link planted at the path to some file of this user's is not written through either)
   bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == ::geteuid() && (st.st_mode & 0077) == 0 &&
-            (st.st_size == 0 || st.st_size == static_cast<off_t>(kBytes));
+            st.st_nlink == 1 && (st.st_size == 0 || st.st_size == static_cast<off_t>(kBytes));
   if (ok && st.st_size == 0) ok = ::ftruncate(fd, static_cast<off_t>(kBytes)) == 0;  // (zeros: every slot free)
   if (ok) {
     void *p = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
