@@ -1,6 +1,7 @@
 // Host NPU: a device's compute shared by every process that uses it, as a real device's AI cores are.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -22,14 +23,23 @@ class SharedRuns {
   // A run of this process starts / ends (counted in its slot).
   void enter();
   void leave();
-  // Runs in progress in other live processes (0 without a table).
-  uint32_t others() const;
+  // Runs in progress in other live processes (0 without a table); ``now_ns``: steady clock, for the liveness cache.
+  uint32_t others(int64_t now_ns);
   // Whether the table is in use, and its path (for gert.hostnpu and the tests).
   bool active() const { return slots_ != nullptr; }
   const std::string &path() const { return path_; }
 
  private:
   struct Slot;
+  // This process's last look at a slot's process: its pid, whether it lived, when (steady clock ns).
+  struct Seen {
+    std::atomic<int32_t> pid{0};
+    std::atomic<bool> alive{false};
+    std::atomic<int64_t> checked_ns{0};
+  };
+  Seen seen_[128];
+  std::atomic<int> scan_to_{128};           // slots read between full scans (others())
+  std::atomic<int64_t> full_scan_ns_{0};    // when the last full scan was
   void claim();
   bool counted() const;
   std::string path_;

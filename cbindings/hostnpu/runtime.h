@@ -329,10 +329,10 @@ class ComputeShare {
       d.shared_runs.store(shared_, std::memory_order_release);
     }
     shared_->enter();
-    // This process's runs and the other processes' on the same device: their streams share its cores too.
-    uint32_t running = d.running_graphs.fetch_add(1) + 1 + shared_->others();
     int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                       std::chrono::steady_clock::now().time_since_epoch()).count();
+    // This process's runs and the other processes' on the same device: their streams share its cores too.
+    uint32_t running = d.running_graphs.fetch_add(1) + 1 + shared_->others(now);
     uint32_t peak = running;
     if (running > 1) {
       uint32_t seen = d.recent_peak.load();
