@@ -177,10 +177,9 @@ def join(parts: Sequence[Mapping[str, np.ndarray]], axes: Mapping[str, Optional[
 def _join_releasing(parts: Sequence[Mapping[str, np.ndarray]], name: str, axis: int) -> np.ndarray:
     """``parts``' arrays ``name`` concatenated on ``axis``, each popped from its (mutable) dict once copied; arrays
     that do not agree on the dtype or the other axes are joined by np.concatenate (its promotion and its errors)."""
-    arrays: list[Optional[np.ndarray]] = [p[name] for p in parts]
     first = parts[0][name]
     rest_shape = first.shape[:axis] + first.shape[axis + 1 :]
-    if len(arrays) < 2 or any(
+    if len(parts) < 2 or any(
         type(a) is not np.ndarray or a.dtype != first.dtype or a.shape[:axis] + a.shape[axis + 1 :] != rest_shape
         for a in (p[name] for p in parts)
     ):
@@ -190,10 +189,8 @@ def _join_releasing(parts: Sequence[Mapping[str, np.ndarray]], name: str, axis: 
     del first
     index: list = [slice(None)] * joined.ndim
     start = 0
-    for k, part in enumerate(parts):
-        a = arrays[k]
-        assert a is not None
-        arrays[k] = None  # this list's reference, then the part's own (a read-only mapping keeps its array)
+    for part in parts:  # the part's dict holds its array's only reference here (a read-only mapping keeps it)
+        a = part[name]
         index[axis] = slice(start, start + a.shape[axis])
         joined[tuple(index)] = a
         start += a.shape[axis]
