@@ -34,9 +34,9 @@ MODELS = {
 SETTINGS = {"shared": "/dev/shm", "own": "0"}  # GERT_HOST_SHARED_CORES
 
 
-def child(model: str, start: float, seconds: float) -> None:
-    """One process: load, check one result against ONNX Runtime, wait for ``start``, run for ``seconds``; prints the
-    images per second."""
+def child(model: str, seconds: float) -> None:
+    """One process: load, check one result against ONNX Runtime, say "ready", wait for the common start time read
+    from stdin, run for ``seconds``; prints the images per second."""
     import onnxruntime as ort
 
     import gert
@@ -48,34 +48,53 @@ def child(model: str, start: float, seconds: float) -> None:
     with gert.load(path) as m:
         got = next(iter(m.run({"x": x}).values()))
         np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4)
+        print("ready", flush=True)
+        start = float(sys.stdin.readline())
         while time.time() < start:
             time.sleep(0.002)
         n, t = 0, time.monotonic()
         while time.monotonic() - t < seconds:
             m.run({"x": x})
             n += 1
-        print(json.dumps({"rate": n / (time.monotonic() - t)}))
+        print(json.dumps({"rate": n / (time.monotonic() - t)}), flush=True)
 
 
 def one_round(setting: str, args) -> list:
+    """The rates of ``args.processes`` processes under ``setting``, started together once every one is loaded and
+    warm (each says "ready"; then all get the same start time, a moment later)."""
     env = dict(os.environ, GERT_HOST_SHARED_CORES=SETTINGS[setting])
-    start = time.time() + 6 + 2 * args.processes  # (every process loaded and warm by then)
     procs = [
         subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--child", args.model, str(start), str(args.seconds)],
+            [sys.executable, os.path.abspath(__file__), "--child", args.model, str(args.seconds)],
             env=env,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
         for _ in range(args.processes)
     ]
-    rates = []
-    for p in procs:
-        out, _ = p.communicate(timeout=120 + args.seconds)
-        if p.returncode != 0:
-            raise SystemExit(f"a process exited with {p.returncode}")
-        rates.append(json.loads(out.strip().splitlines()[-1])["rate"])
-    return rates
+    try:
+        for p in procs:
+            assert p.stdout is not None
+            if p.stdout.readline().strip() != "ready":
+                raise SystemExit(f"a process exited with {p.wait(timeout=60)} before it was ready")
+        start = time.time() + 0.2
+        rates = []
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write(f"{start}\n")
+            p.stdin.flush()
+        for p in procs:
+            out, _ = p.communicate(timeout=120 + args.seconds)
+            if p.returncode != 0:
+                raise SystemExit(f"a process exited with {p.returncode}")
+            rates.append(json.loads(out.strip().splitlines()[-1])["rate"])
+        return rates
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 def main(argv: list | None = None) -> dict:
@@ -85,10 +104,10 @@ def main(argv: list | None = None) -> dict:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--model", choices=sorted(MODELS), default="det")
     ap.add_argument("--json")
-    ap.add_argument("--child", nargs=3, metavar=("MODEL", "START", "SECONDS"), help=argparse.SUPPRESS)
+    ap.add_argument("--child", nargs=2, metavar=("MODEL", "SECONDS"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        child(args.child[0], float(args.child[1]), float(args.child[2]))
+        child(args.child[0], float(args.child[1]))
         return {}
     if ppocr_model(MODELS[args.model][0]) is None:
         raise SystemExit("PP-OCR models not found: pip install --no-deps rapidocr-onnxruntime==1.4.4")

@@ -183,3 +183,18 @@ def test_bytes_the_wire_walker_does_not_take_are_parsed_whole():
     full = onnx.load_from_string(twice)
     strip(full)
     assert skeleton(twice) == full
+
+
+def test_the_cann_op_check_at_load_never_parses_the_weights(monkeypatch):
+    """gert.load's CANN op check (gert/preview/cann_ops.py: enforce) reads ops and opsets from the skeleton: it parsed
+    the whole model before (rec: ~10 MB more at the stub's load peak, issue 41), and its report is the same."""
+    from gert.preview import cann_ops
+
+    data = _weights_model().SerializeToString()
+    want = cann_ops.check_proto(onnx.load_from_string(data))
+    parsed = []
+    real = onnx.load_from_string
+    monkeypatch.setattr(onnx, "load_from_string", lambda b, *a, **k: parsed.append(len(b)) or real(b, *a, **k))
+    got = cann_ops.check_proto(cann_ops.load_proto(data))
+    assert parsed and max(parsed) < len(data) // 10, parsed
+    assert got.to_dict() == want.to_dict()

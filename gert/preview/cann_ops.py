@@ -203,7 +203,9 @@ def load_proto(model: ModelLike):
     if isinstance(model, onnx.ModelProto):
         return model
     if isinstance(model, (bytes, bytearray, memoryview)):
-        return onnx.load_from_string(bytes(model))
+        from gert.core.skeleton import skeleton  # the ops and opsets, without parsing the weights
+
+        return skeleton(model)
     return onnx.load(os.fspath(model), load_external_data=False)
 
 
