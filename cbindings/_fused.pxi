@@ -118,52 +118,79 @@ cdef int _fused_exec(object obj, const void** srcs, void** dsts, int32_t timeout
 cdef size_t _GATHER_MAX = 65536
 
 
+cdef size_t _gathered_bytes(size_t n) noexcept nogil:
+    """Host bytes an upload of ``n`` bytes made of pieces is gathered into first (0: copied piece by piece)."""
+    return n if n <= _GATHER_MAX else 0
+
+
+cdef int _push_pieces(vector[cge.gert_copy]& out, const cge.gert_copy& whole, const void** srcs, const size_t* lens,
+                      Py_ssize_t n, char** staged) except -1:
+    """The H2D copies of ``whole`` (its device end and size) made of ``n`` host pieces laid one after the other
+    (``srcs[j]`` of ``lens[j]`` bytes; a merged batch's requests in order): checked to add up to ``whole.n``; gathered
+    into ``staged[0]`` (advanced past them) and copied once when _gathered_bytes says so and ``staged`` is given, else
+    one copy per non-empty piece at its offset. The one place a batch's pieces are placed in device memory: the
+    Python path's uploads (Session.run_fused, memcpy_pieces_async) and the hot path's (FusedCall's parts)."""
+    cdef size_t j, offset = 0
+    for j in range(<size_t>n):
+        if lens[j] > whole.n - offset:
+            raise ValueError(f"the pieces of an upload hold more than its {whole.n} bytes")
+        offset += lens[j]
+    if offset != whole.n:
+        raise ValueError(f"the pieces of an upload hold {offset} bytes, the copy is {whole.n}")
+    cdef cge.gert_copy c = whole
+    if staged != NULL and _gathered_bytes(whole.n):
+        c.src = staged[0]
+        for j in range(<size_t>n):
+            if lens[j]:
+                _gather_copy(staged[0], srcs[j], lens[j])
+                staged[0] += lens[j]
+        out.push_back(c)
+        return 0
+    offset = 0
+    for j in range(<size_t>n):
+        if not lens[j]:
+            continue
+        c.dst = <char*>whole.dst + offset
+        c.dmax = whole.dmax - offset
+        c.src = srcs[j]
+        c.n = lens[j]
+        offset += lens[j]
+        out.push_back(c)
+    return 0
+
+
+def memcpy_uploads_async(list uploads, intptr_t stream):
+    """Queue the H2D copies of ``uploads`` ([(device_ptr, device_max, host buffer or list of host buffers laid one
+    after the other)], as Session.run_fused takes them) on ``stream``, one aclrtMemcpyAsync per buffer (none
+    gathered: the caller keeps the host buffers alive until the stream ran the copies)."""
+    cdef vector[cge.gert_copy] copies
+    cdef vector[char] staged
+    cdef list held = []
+    _push_uploads(copies, uploads, held, staged, "memcpy_uploads_async", False)
+    cdef size_t i
+    for i in range(copies.size()):
+        if copies[i].n:
+            memcpy_async(<intptr_t>copies[i].dst, copies[i].dmax, <intptr_t>copies[i].src, copies[i].n,
+                         ACL_MEMCPY_HOST_TO_DEVICE, stream)
+
+
 cdef int _fused_exec_parts(object obj, const void** srcs, const size_t* lens, Py_ssize_t parts, void** dsts,
                            int32_t timeout_ms) except -1:
     """As _fused_exec, each upload made of ``parts`` host pieces laid one after the other (a batch merged from
-    requests: ``srcs[i * parts + j]`` of ``lens[i * parts + j]`` bytes is input i's piece j); their sizes must add
-    up to the upload's. A small upload's pieces are gathered into one host buffer and copied once (_GATHER_MAX)."""
+    requests: ``srcs[i * parts + j]`` of ``lens[i * parts + j]`` bytes is input i's piece j; _push_pieces places
+    them)."""
     cdef FusedCall call = <FusedCall?>obj
     call.session._check()
     call.stream._check()
     cdef vector[cge.gert_copy] cin
-    cdef cge.gert_copy c
-    cdef size_t i, j, k, offset, gathered = 0
-    for i in range(call.cin.size()):  # check the pieces' sizes first
-        offset = 0
-        for j in range(<size_t>parts):
-            k = i * <size_t>parts + j
-            if lens[k] > call.cin[i].n - offset:
-                raise ValueError(f"FusedCall: the pieces of upload {i} hold more than its {call.cin[i].n} bytes")
-            offset += lens[k]
-        if offset != call.cin[i].n:
-            raise ValueError(f"FusedCall: the pieces of upload {i} hold {offset} bytes, the copy is {call.cin[i].n}")
-        if call.cin[i].n <= _GATHER_MAX:
-            gathered += call.cin[i].n
+    cdef size_t i, gathered = 0
+    for i in range(call.cin.size()):
+        gathered += _gathered_bytes(call.cin[i].n)
     cdef vector[char] staged  # the gathered uploads, one after the other (alive until the run synchronized)
     staged.resize(gathered + 1)
     cdef char* at = staged.data()
     for i in range(call.cin.size()):
-        if call.cin[i].n <= _GATHER_MAX:
-            c = call.cin[i]
-            c.src = at
-            for j in range(<size_t>parts):
-                k = i * <size_t>parts + j
-                if lens[k]:
-                    _gather_copy(at, srcs[k], lens[k])
-                    at += lens[k]
-            cin.push_back(c)
-            continue
-        offset = 0
-        for j in range(<size_t>parts):
-            k = i * <size_t>parts + j
-            c = call.cin[i]
-            c.dst = <char*>call.cin[i].dst + offset
-            c.dmax = call.cin[i].dmax - offset
-            c.src = srcs[k]
-            c.n = lens[k]
-            offset += c.n
-            cin.push_back(c)
+        _push_pieces(cin, call.cin[i], srcs + i * <size_t>parts, lens + i * <size_t>parts, parts, &at)
     for i in range(call.cout.size()):
         call.cout[i].dst = dsts[i]
     cdef int kind = 0

@@ -131,6 +131,49 @@ cdef object _np = None  # numpy, imported by the first Session.run_graph
 
 
 # The fused call's lists, parsed in this one place: by Session.run_fused at each call, by FusedCall (_fused.pxi) once.
+cdef int _push_uploads(vector[cge.gert_copy]& out, uploads, list held, vector[char]& staged, str what,
+                       bint gather=True) except -1:
+    """``uploads``: [(device_ptr, device_max, host)] H2D copies of the whole host buffer, or of a list of host buffers
+    laid one after the other (a merged batch's parts: _push_pieces places them, small ones gathered into
+    ``staged`` when ``gather``; it must not be resized until the copies ran). The buffers are kept acquired in
+    ``held``."""
+    cdef _HeldBuffer h
+    cdef cge.gert_copy c
+    cdef vector[const void*] srcs
+    cdef vector[size_t] lens
+    cdef vector[size_t] first  # per upload, its first piece in srcs / lens
+    cdef size_t i, n, gathered = 0
+    cdef list entries = []
+    for dptr, dmax, obj in uploads:
+        first.push_back(srcs.size())
+        n = 0
+        for piece in (obj if type(obj) is list else (obj,)):
+            h = _acquire(piece, False, what)
+            held.append(h)
+            srcs.push_back(h.view.buf)
+            lens.push_back(h.view.len)
+            n += h.view.len
+        entries.append((dptr, dmax, n, type(obj) is list))
+        if type(obj) is list and gather:
+            gathered += _gathered_bytes(n)
+    first.push_back(srcs.size())
+    staged.resize(gathered + 1)
+    cdef char* at = staged.data()
+    cdef char** into = &at if gather else NULL
+    c.kind = ACL_MEMCPY_HOST_TO_DEVICE
+    for i in range(len(entries)):
+        dptr, dmax, n, pieces = entries[i]
+        c.dst = <void*><intptr_t>dptr
+        c.dmax = dmax
+        c.n = n
+        if pieces:
+            _push_pieces(out, c, srcs.data() + first[i], lens.data() + first[i], first[i + 1] - first[i], into)
+        else:
+            c.src = srcs[first[i]]
+            out.push_back(c)
+    return 0
+
+
 cdef int _push_fills(vector[cge.gert_fill]& out, fills) except -1:
     """``fills``: [(device_ptr, device_max, nbytes, value)] memsets."""
     cdef cge.gert_fill f
@@ -400,15 +443,8 @@ cdef class Session:
                 c.n = op[3]
                 c.kind = ACL_MEMCPY_DEVICE_TO_DEVICE
                 cin.push_back(c)
-        for dptr, dmax, obj in uploads:
-            h = _acquire(obj, False, "run_fused upload")
-            held.append(h)
-            c.dst = <void*><intptr_t>dptr
-            c.dmax = dmax
-            c.src = h.view.buf
-            c.n = h.view.len
-            c.kind = ACL_MEMCPY_HOST_TO_DEVICE
-            cin.push_back(c)
+        cdef vector[char] staged  # pieces gathered on the host (_push_pieces), alive until the call returns
+        _push_uploads(cin, uploads, held, staged, "run_fused upload")
         _push_fills(cfill, fills)
         _push_graph_tensors(ins, inputs)
         _push_graph_tensors(outs, outputs)

@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import gert
 from _helpers import RUNTIME
+from gert import _cann
 from gert.core import batching, transfers
 from gert.core._merge import lay_out, merge
 from gert.errors import GertError
@@ -50,22 +51,27 @@ def test_rows_refuses_mixed_parts():
 
 
 class _Device:
-    """A host byte array standing in for a device buffer (.ptr, .nbytes): lay_out's copies and fills applied to it
-    as a stream would, each checked to stay inside it and to read only C-contiguous memory."""
+    """A device buffer of the host NPU (.ptr, .nbytes) that lay_out's copies and fills are applied to by the binding,
+    as the Python path's dynamic graphs queue them (memcpy_uploads_async: the one place a merged batch's parts are
+    placed, also behind Session.run_fused and the hot path's FusedCall); read back whole. It starts as 0xA5 bytes
+    (no pad value): a byte left unwritten shows. The binding checks every copy and fill against the buffer."""
 
     def __init__(self, nbytes: int):
-        self.bytes = np.full(nbytes, 0xA5, np.uint8)  # not a pad value: a byte left unwritten shows
-        self.ptr, self.nbytes = self.bytes.ctypes.data, nbytes
+        self.nbytes = nbytes
+        self.buffer = gert.DeviceBuffer(max(nbytes, 1))
+        self.ptr = self.buffer.ptr
+        self.stream = gert.Stream()
+        _cann.memset(self.ptr, self.buffer.nbytes, 0xA5, self.buffer.nbytes)
 
-    def apply(self, uploads: list, fills: list) -> None:
-        for dptr, dmax, host in uploads:
-            at = dptr - self.ptr
-            assert host.flags.c_contiguous and 0 <= at and host.nbytes <= dmax == self.nbytes - at
-            self.bytes[at : at + host.nbytes] = host.reshape(-1).view(np.uint8)
+    def apply(self, uploads: list, fills: list) -> np.ndarray:
+        _cann.memcpy_uploads_async(uploads, self.stream.handle)
         for dptr, dmax, n, value in fills:
-            at = dptr - self.ptr
-            assert 0 <= at and n <= dmax == self.nbytes - at
-            self.bytes[at : at + n] = value
+            assert n <= dmax == self.nbytes - (dptr - self.ptr)
+            _cann.memset_async(dptr, dmax, value, n, self.stream.handle)
+        self.stream.synchronize()
+        out = np.empty(self.buffer.nbytes, np.uint8)
+        self.buffer.copy_to(out)
+        return out[: self.nbytes]
 
 
 @st.composite
@@ -130,8 +136,8 @@ def test_the_one_merge_is_numpys_concatenate_plus_padding(case):
     uploads: list = []
     fills: list = []
     lay_out(x, shape, dev, pad_value, uploads, fills)
-    dev.apply(uploads, fills)
-    np.testing.assert_array_equal(dev.bytes.view(dtype).reshape(shape), run)
+    assert all(dmax == dev.nbytes - (dptr - dev.ptr) for dptr, dmax, _ in uploads)
+    np.testing.assert_array_equal(dev.apply(uploads, fills).view(dtype).reshape(shape), run)
 
 
 def test_the_python_path_runs_the_one_merge():

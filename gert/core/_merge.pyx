@@ -4,11 +4,12 @@ path (gert.core.batching: Batcher.merge; gert.core.transfers: Transfers.upload l
 compiled hot path (HotPath.run_list, gert/core/_hotpath.pyx, which cimports join: gert/core/_merge.pxd).
 
 A merged batch is a Rows: the requests' arrays kept apart (no host concatenation), checked to share one dtype and one
-shape off the batch axis, with the sum of their rows on it. On axis 0 its parts are laid one after the other in the
-device buffer, then the padding rows up to the gear (lay_out: a memset for 0, else one more upload); on another axis
-the parts are laid out once in a host array of the run's shape, padding included. The hot path replays that layout:
-its prepared run is the one lay_out planned (the whole batch's upload and the same fills), fed with the parts of the
-Rows that join built from the caller's arrays.
+shape off the batch axis, with the sum of their rows on it. On axis 0 its parts are one upload, laid one after the
+other in the device buffer by the binding (cbindings/_fused.pxi ``_push_pieces``: the one place that places them,
+gathering small ones on the host first; lay_out only lists the parts), then the padding rows up to the gear
+(lay_out: a memset for 0, else one more upload); on another axis the parts are laid out once in a host array of the
+run's shape, padding included. The hot path's prepared run is the upload lay_out listed for the whole batch and the
+same fills, fed with the parts of the Rows that join built from the caller's arrays, placed by the same binding code.
 """
 import math
 
@@ -199,22 +200,19 @@ cpdef dict merge(object requests, object axes, object pad_to, object pad_values,
 
 
 cpdef lay_out(object arr, object shape, object buf, object pad_value, list uploads, list fills):
-    """The H2D copies (dptr, dmax, host array) and memsets (dptr, dmax, nbytes, value) that lay ``arr`` out in the
-    device buffer ``buf`` (.ptr, .nbytes) as ``shape`` (>= arr.shape on every axis), appended to ``uploads`` and
-    ``fills``. A Rows on axis 0 is copied part by part into its place, one after the other (no host concatenation),
-    then the padding rows: a memset for 0, else one upload of them. A batch on another axis (a Rows, or a strided
+    """The H2D copies (dptr, dmax, host array, or a list of host arrays laid one after the other) and memsets (dptr,
+    dmax, nbytes, value) that lay ``arr`` out in the device buffer ``buf`` (.ptr, .nbytes) as ``shape`` (>= arr.shape
+    on every axis), appended to ``uploads`` and ``fills``. A Rows on axis 0 is one upload of its parts in order (no
+    host concatenation; the binding places them, as it places the hot path's: Session.run_fused,
+    memcpy_uploads_async, FusedCall), then the padding rows: a memset for 0, else one upload of them. A batch on another axis (a Rows, or a strided
     view) or a padded non-batch axis is laid out once in a host array of ``shape`` (padding included): only
     C-contiguous memory is uploaded."""
     cdef bint strided = (type(arr) is _ndarray and not arr.flags.c_contiguous
                          or type(arr) is Rows and (<Rows>arr).axis != 0)
-    cdef Py_ssize_t offset
     if not strided and arr.shape[1:] == shape[1:] and len(shape) > 0:  # real rows, then pad rows (if padded)
-        if type(arr) is Rows:
-            offset = 0
-            for part in (<Rows>arr).parts:
-                if part.nbytes:
-                    uploads.append((buf.ptr + offset, buf.nbytes - offset, part))
-                    offset += part.nbytes
+        if type(arr) is Rows:  # its parts laid one after the other: placed by the binding (Session.run_fused)
+            if arr.nbytes:
+                uploads.append((buf.ptr, buf.nbytes, [part for part in (<Rows>arr).parts if part.nbytes]))
         else:
             uploads.append((buf.ptr, buf.nbytes, arr))
         pad_bytes = (shape[0] - arr.shape[0]) * math.prod(shape[1:]) * arr.dtype.itemsize

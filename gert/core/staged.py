@@ -70,9 +70,7 @@ def _queue(
     stream, handle, plan = worker.stream, worker.stream.handle, worker.plan
     if events:
         events[0].record(stream)
-    for dptr, dmax, data in uploads:
-        if data.nbytes:
-            _cann.memcpy_async(dptr, dmax, data.ctypes.data, data.nbytes, _cann.MEMCPY_HOST_TO_DEVICE, handle)
+    _cann.memcpy_uploads_async(uploads, handle)
     for dptr, dmax, n, value in fills:
         _cann.memset_async(dptr, dmax, value, n, handle)
     stream.keep_alive(uploads)

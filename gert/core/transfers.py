@@ -102,9 +102,7 @@ class Transfers:
             return None
         arrays = [req.arrays[t.name] for t in plan.inputs]
         if all(type(a) is Rows and a.axis == 0 for a in arrays):  # a merged batch (run(list)): parts in a row
-            if any(a.shape[1:] != tuple(i[1][1:]) for a, i in zip(arrays, inputs)) or len(uploads) != sum(
-                1 for a in arrays for part in a.parts if part.nbytes
-            ):
+            if any(a.shape[1:] != tuple(i[1][1:]) for a, i in zip(arrays, inputs)) or len(uploads) != len(arrays):
                 return None
             whole = [(b.ptr, b.nbytes, a.nbytes) for a, (b, _, _, _, _) in zip(arrays, inputs)]
         elif len(uploads) == len(arrays) and all(type(a) is np.ndarray and u[2] is a for a, u in zip(arrays, uploads)):
@@ -120,11 +118,7 @@ class Transfers:
     def copy_in(stream, uploads: list, fills: list) -> None:
         """Queue the planned uploads (host -> device) and pad fills on ``stream`` (a dynamic graph's run: a static
         graph's go in its fused call), the host arrays kept alive until the stream ran them."""
-        for dptr, dmax, host in uploads:
-            if host.nbytes:
-                _cann.memcpy_async(
-                    dptr, dmax, host.ctypes.data, host.nbytes, _cann.MEMCPY_HOST_TO_DEVICE, stream.handle
-                )
+        _cann.memcpy_uploads_async(uploads, stream.handle)
         for dptr, dmax, n, value in fills:
             _cann.memset_async(dptr, dmax, value, n, stream.handle)
         stream.keep_alive(uploads)

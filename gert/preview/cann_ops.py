@@ -205,7 +205,7 @@ def load_proto(model: ModelLike):
     if isinstance(model, (bytes, bytearray, memoryview)):
         from gert.core.skeleton import skeleton  # the ops and opsets, without parsing the weights
 
-        return skeleton(model)
+        return skeleton(model if isinstance(model, bytes) else memoryview(model))
     return onnx.load(os.fspath(model), load_external_data=False)
 
 
