@@ -118,13 +118,13 @@ cdef int _fused_exec(object obj, const void** srcs, void** dsts, int32_t timeout
 cdef size_t _GATHER_MAX = 65536
 
 
-cdef size_t _gathered_bytes(size_t n) noexcept nogil:
+cdef inline size_t _gathered_bytes(size_t n) noexcept nogil:
     """Host bytes an upload of ``n`` bytes made of pieces is gathered into first (0: copied piece by piece)."""
     return n if n <= _GATHER_MAX else 0
 
 
-cdef int _push_pieces(vector[cge.gert_copy]& out, const cge.gert_copy& whole, const void** srcs, const size_t* lens,
-                      Py_ssize_t n, char** staged) except -1:
+cdef inline int _push_pieces(vector[cge.gert_copy]& out, const cge.gert_copy& whole, const void** srcs,
+                             const size_t* lens, Py_ssize_t n, char** staged) except -1:
     """The H2D copies of ``whole`` (its device end and size) made of ``n`` host pieces laid one after the other
     (``srcs[j]`` of ``lens[j]`` bytes; a merged batch's requests in order): checked to add up to ``whole.n``; gathered
     into ``staged[0]`` (advanced past them) and copied once when _gathered_bytes says so and ``staged`` is given, else
