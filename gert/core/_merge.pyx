@@ -204,9 +204,9 @@ cpdef lay_out(object arr, object shape, object buf, object pad_value, list uploa
     dmax, nbytes, value) that lay ``arr`` out in the device buffer ``buf`` (.ptr, .nbytes) as ``shape`` (>= arr.shape
     on every axis), appended to ``uploads`` and ``fills``. A Rows on axis 0 is one upload of its parts in order (no
     host concatenation; the binding places them, as it places the hot path's: Session.run_fused,
-    memcpy_uploads_async, FusedCall), then the padding rows: a memset for 0, else one upload of them. A batch on another axis (a Rows, or a strided
-    view) or a padded non-batch axis is laid out once in a host array of ``shape`` (padding included): only
-    C-contiguous memory is uploaded."""
+    memcpy_uploads_async, FusedCall), then the padding rows: a memset for 0, else one upload of them. A batch on
+    another axis (a Rows, or a strided view) or a padded non-batch axis is laid out once in a host array of
+    ``shape`` (padding included): only C-contiguous memory is uploaded."""
     cdef bint strided = (type(arr) is _ndarray and not arr.flags.c_contiguous
                          or type(arr) is Rows and (<Rows>arr).axis != 0)
     if not strided and arr.shape[1:] == shape[1:] and len(shape) > 0:  # real rows, then pad rows (if padded)
