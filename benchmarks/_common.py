@@ -169,5 +169,6 @@ def closed_loop(workers: int, setup: Callable[[int], tuple], seconds: float, wha
         th.join(seconds + 60)
     elapsed = time.perf_counter() - start
     if errors or any(th.is_alive() for th in pool):
-        raise RuntimeError(f"{what}: {len(errors)} client error(s), first: {errors[:1]}")
+        first = "; ".join(f"{type(e).__name__}: {e}" for e in errors[:2])  # tritonclient's repr has no message
+        raise RuntimeError(f"{what}: {len(errors)} client error(s), first: {first}")
     return {"latencies": np.concatenate([np.asarray(v) for v in latencies]) * 1e3, "seconds": elapsed}

@@ -298,6 +298,12 @@ def main() -> int:
                     + " steps/s",
                     file=sys.stderr,
                 )
+        except BaseException:  # the server's side of a failure, before its directory goes
+            log = os.path.join(root, "server.log")
+            if os.path.exists(log):
+                with open(log, errors="replace") as f:
+                    print(f.read()[-4000:], file=sys.stderr)
+            raise
         finally:
             srv.stop(timeout=20)
         for v in VARIANTS:
