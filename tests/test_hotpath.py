@@ -326,45 +326,27 @@ def test_run_list_merges_on_the_compiled_path_and_splits_each_requests_rows(gear
 
 
 @pytest.mark.hostnpu_only
+@pytest.mark.parametrize("compiled", [True, False], ids=["compiled_path", "python_path"])
 @pytest.mark.parametrize("cols, uploads", [(4, 1), (4096, 4)])
-def test_run_list_gathers_small_pieces_into_one_upload_and_copies_large_ones_piece_by_piece(device, cols, uploads):
-    """A merged run(list) on the compiled path: an input of at most 64 KiB is gathered on the host and uploaded in
-    one copy (cbindings/_fused.pxi _GATHER_MAX: a copy costs more than a few bytes), a larger one is copied piece by
-    piece; each request gets its own rows either way. Counted by the host NPU's stream tasks: the uploads, the run
-    and the download of the 8 merged rows (no padding)."""
+def test_run_list_gathers_small_pieces_into_one_upload_and_copies_large_ones_piece_by_piece(
+    device, cols, uploads, compiled
+):
+    """A merged run(list): an input of at most 64 KiB is gathered on the host and uploaded in one copy
+    (cbindings/_fused.pxi _GATHER_MAX: a copy costs more than a few bytes), a larger one is copied piece by piece;
+    each request gets its own rows either way. The same copies on the compiled path and on the Python path (the
+    binding places a merged batch's pieces for both: _push_pieces; gert/core/_merge.pyx lay_out only lists them).
+    Counted by the host NPU's stream tasks: the uploads, the run and the download of the 8 merged rows (no
+    padding)."""
     m = gert.load(scale_model(2.0, shape=("batch", cols)), gears={"batch": [1, 4, 8]})
     try:
+        m.engine.hot.enabled = compiled
         sizes = (1, 3, 2, 2)
-        m.run([{"x": _x(n, i, cols)} for i, n in enumerate(sizes)])  # prepares the merged signature
+        m.run([{"x": _x(n, i, cols)} for i, n in enumerate(sizes)])  # compiles the gear, prepares the signature
         reqs = [{"x": _x(n, 10 + i, cols)} for i, n in enumerate(sizes)]
         before = gert.host_counters()
         res = m.run(reqs)
         after = gert.host_counters()
-        assert _hot(m)["hits"] == 1
-        assert after["tasks"] - before["tasks"] == uploads + 2
-        assert after["bytes_h2d"] - before["bytes_h2d"] == 8 * cols * 4
-        for r, o in zip(reqs, res):
-            np.testing.assert_array_equal(o["y"], r["x"] * 2)
-    finally:
-        m.close()
-
-
-@pytest.mark.hostnpu_only
-@pytest.mark.parametrize("cols, uploads", [(4, 1), (4096, 4)])
-def test_the_python_path_places_a_merged_batch_as_the_compiled_path_does(device, cols, uploads):
-    """The same merged run(list) with the compiled path off: its uploads are the same copies (the binding places a
-    merged batch's pieces for both paths: cbindings/_fused.pxi _push_pieces; gert/core/_merge.pyx lay_out only
-    lists them), and each request gets its own rows."""
-    m = gert.load(scale_model(2.0, shape=("batch", cols)), gears={"batch": [1, 4, 8]})
-    try:
-        m.engine.hot.enabled = False
-        sizes = (1, 3, 2, 2)
-        m.run([{"x": _x(n, i, cols)} for i, n in enumerate(sizes)])  # compiles the gear
-        reqs = [{"x": _x(n, 10 + i, cols)} for i, n in enumerate(sizes)]
-        before = gert.host_counters()
-        res = m.run(reqs)
-        after = gert.host_counters()
-        assert _hot(m)["hits"] == 0
+        assert _hot(m)["hits"] == (1 if compiled else 0)
         assert after["tasks"] - before["tasks"] == uploads + 2
         assert after["bytes_h2d"] - before["bytes_h2d"] == 8 * cols * 4
         for r, o in zip(reqs, res):
