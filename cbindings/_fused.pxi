@@ -151,7 +151,7 @@ cdef inline int _push_pieces(vector[cge.gert_copy]& out, const cge.gert_copy& wh
         if not lens[j]:
             continue
         c.dst = <char*>whole.dst + offset
-        c.dmax = whole.dmax - offset
+        c.dmax = whole.dmax - offset if offset <= whole.dmax else 0  # (past its end: refused by the runtime)
         c.src = srcs[j]
         c.n = lens[j]
         offset += lens[j]

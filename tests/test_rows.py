@@ -200,3 +200,17 @@ def test_run_batch_errors_name_the_request_and_other_shapes_are_grouped(seq):
         with pytest.raises(GertError, match="expected dtype int64"):
             m.run_batch([{**good, "m": good["m"].astype(np.int32)}] * 2)
         check_batch(m, [good, good])  # still serving
+
+
+def test_pieces_beyond_the_device_end_are_refused_by_the_runtime():
+    """An upload made of pieces (memcpy_uploads_async, Session.run_fused) whose pieces hold more than its device end:
+    the piece that would cross it is refused as a single copy is (ACL_ERROR_RT_PARAM_INVALID), whatever its offset
+    (the room left is never computed past the end), and the pieces before it land."""
+    dev = _Device(16)
+    pieces = [np.full(2, 7, np.float32), np.full(2, 8, np.float32), np.ones(4, np.float32), np.ones(4, np.float32)]
+    with pytest.raises(gert.AclError) as e:  # 48 bytes into 16: the third piece starts at the end
+        _cann.memcpy_uploads_async([(dev.ptr, 16, pieces)], dev.stream.handle)
+    assert e.value.code == 107000
+    np.testing.assert_array_equal(dev.apply([], []).view(np.float32), [7, 7, 8, 8])
+    with pytest.raises(gert.AclError):  # one piece alone larger than the device end
+        _cann.memcpy_uploads_async([(dev.ptr, 16, [np.ones(8, np.float32)])], dev.stream.handle)
