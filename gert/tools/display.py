@@ -7,10 +7,27 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-if TYPE_CHECKING:  # pragma: no cover
-    from gert.model import Model
+from gert.core.shapes import ShapePlan
+
+
+class Model(Protocol):
+    """What the display reads of a gert.Model (named here, not imported: the runtime imports this tool, not the other
+    way round)."""
+
+    plan: ShapePlan
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def num_streams(self) -> int: ...
+
+    @property
+    def split_batch(self) -> bool: ...
+
+    def stats(self) -> Any: ...
 
 
 @dataclass
@@ -152,7 +169,7 @@ def model_sections(model: Model) -> list:
 
 
 def model_title(model: Model) -> str:
-    from gert import backend
+    from gert._cann import backend
 
     state = "closed" if model.closed else f"{model.num_streams} stream(s)"
     split = ", split_batch" if model.split_batch and not model.closed else ""
