@@ -94,16 +94,6 @@ class Cancellation:
     def _ask(self, i: int) -> bool:
         return bool(self.requests[i].is_cancelled())
 
-    def settle(self) -> None:
-        """Wait for the asks started and not read (an execute() that raised before reading them): none may reach the
-        server after execute() returned, when Triton may have released its request."""
-        pending, self._pending = self._pending, {}
-        for f in pending.values():
-            try:
-                f.result()
-            except Exception:  # noqa: BLE001 - its answer is not wanted any more
-                pass
-
     def cancelled(self, i: int, recheck: bool = False) -> bool:
         """Whether request ``i`` was cancelled; with ``recheck``, asked again only if its last ask is old enough."""
         if not self.supported:

@@ -146,42 +146,39 @@ class SequenceServer:
             requests, enabled=self.check_cancelled
         )  # a cancelled step never runs (gert_triton/cancellation.py)
         cancel.ask_together(range(len(requests)))  # answered while the steps are read
-        try:
-            for i, request in enumerate(requests):
-                if cancel.cancelled(i):
-                    responses[i] = cancelled_response(pb_utils)
-                    self._end_cancelled(request)
-                    continue
-                try:
-                    item = self._prepare(request, pb_utils, now)
-                except GertError as e:  # out of device memory for its state: UNAVAILABLE (gert_triton.error_codes)
-                    responses[i] = error_response(pb_utils, e, checking=True)
-                    continue
-                if item is None:  # a Direct null request: answered, never run
-                    responses[i] = pb_utils.InferenceResponse(output_tensors=[])
-                    continue
-                ready.append((i,) + item)
-            first = True
-            while ready:  # never two steps of one sequence in a batch (Triton does not send them; be safe)
-                seen, now, later = set(), [], []
-                for r in ready:
-                    (later if r[1] in seen else now).append(r)
-                    seen.add(r[1])
-                ready = later
-                # each step was asked when read (a cancelled START must not reset its sequence); asked again only when
-                # it waited behind an earlier group of this execute(): one IPC round trip per step, not two
-                waited = [] if first else [r for r in now if cancel.cancelled(r[0], recheck=True)]
-                first = False
-                for item in waited:  # cancelled while others ran
-                    responses[item[0]] = cancelled_response(pb_utils)
-                    now.remove(item)
-                    if item[5]:
-                        self._finish(item[1], item[2])
-                if now:
-                    self._run(now, responses, pb_utils)
-            return responses
-        finally:
-            cancel.settle()  # no ask outlives execute() (one that raised)
+        for i, request in enumerate(requests):
+            if cancel.cancelled(i):
+                responses[i] = cancelled_response(pb_utils)
+                self._end_cancelled(request)
+                continue
+            try:
+                item = self._prepare(request, pb_utils, now)
+            except GertError as e:  # out of device memory for its state: UNAVAILABLE (gert_triton.error_codes)
+                responses[i] = error_response(pb_utils, e, checking=True)
+                continue
+            if item is None:  # a Direct null request: answered, never run
+                responses[i] = pb_utils.InferenceResponse(output_tensors=[])
+                continue
+            ready.append((i,) + item)
+        first = True
+        while ready:  # never two steps of one sequence in a batch (Triton does not send them; be safe)
+            seen, now, later = set(), [], []
+            for r in ready:
+                (later if r[1] in seen else now).append(r)
+                seen.add(r[1])
+            ready = later
+            # each step was asked when read (a cancelled START must not reset its sequence); asked again only when
+            # it waited behind an earlier group of this execute(): one IPC round trip per step, not two
+            waited = [] if first else [r for r in now if cancel.cancelled(r[0], recheck=True)]
+            first = False
+            for item in waited:  # cancelled while others ran
+                responses[item[0]] = cancelled_response(pb_utils)
+                now.remove(item)
+                if item[5]:
+                    self._finish(item[1], item[2])
+            if now:
+                self._run(now, responses, pb_utils)
+        return responses
 
     def _end_cancelled(self, request) -> None:
         """A cancelled request that ends its sequence (END flag) still ends it: its state is freed (the client

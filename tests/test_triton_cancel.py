@@ -322,36 +322,3 @@ def test_sequence_steps_are_asked_once_each_when_read(seqmodel):
     rs = m.execute(reqs)
     assert not any(r.has_error() for r in rs)
     assert [r.cancel_checks for r in reqs] == [1, 1, 1]
-
-
-class BrokenToRead(fake_pb_utils.InferenceRequest):
-    """A request whose reading fails with an error execute() does not catch (a stub-side failure)."""
-
-    def flags(self) -> int:
-        raise RuntimeError("the stub could not read the request")
-
-
-class SlowToAsk(fake_pb_utils.InferenceRequest):
-    """A request whose is_cancelled() round trip takes 50 ms; ``answered`` counts the asks that returned."""
-
-    answered = 0
-
-    def is_cancelled(self) -> bool:
-        time.sleep(0.05)
-        out = super().is_cancelled()
-        SlowToAsk.answered += 1
-        return out
-
-
-def test_no_ask_outlives_an_execute_that_raised(seqmodel):
-    """A sequence execute() starts its steps' asks together; when reading a step then raises, execute() still waits
-    for the asks it started: none reaches the server after execute() returned (Triton may have released the
-    request). Fails without Cancellation.settle: execute() raises while three asks are still in flight."""
-    pb, m, _ = seqmodel
-    base = [seq_request(pb, 60 + k, step_x(k), start=True) for k in range(4)]
-    reqs = [BrokenToRead(base[0].inputs(), ["y"], correlation_id=60, flags=1)]
-    reqs += [SlowToAsk(r.inputs(), ["y"], correlation_id=60 + k, flags=1) for k, r in enumerate(base[1:], 1)]
-    SlowToAsk.answered = 0
-    with pytest.raises(RuntimeError, match="could not read"):
-        m.execute(reqs)
-    assert SlowToAsk.answered == 3
