@@ -6,8 +6,7 @@ requests cancelled while queued, but a request cancelled after the batcher hande
 waiting for the stub, or in execute while earlier requests are read, preprocessed or run) still reaches execute, so
 gert_triton asks every request once, right before the batch it joined runs (after every request of the execute()
 was read and preprocessed, and after the earlier groups ran): one IPC round trip per request, the least that
-still keeps a cancelled request from running. The asks of one batch start together (``ask_together``): the stub
-queues them to its one sender thread, which makes the round trips back to back. A cancelled member is taken out of its batch; the others run as
+still keeps a cancelled request from running. A cancelled member is taken out of its batch; the others run as
 they would have. Config parameter ``check_cancelled: "false"`` turns the asks off (every request runs).
 
 What Triton 2.51 itself does not do (measured with 200 gRPC calls of 2 MB cancelled mid-flight plus 50 dropped HTTP
@@ -26,26 +25,10 @@ level one full batch leaves (tests/test_triton_cancel_e2e.py).
 
 from __future__ import annotations
 
-import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 MESSAGE = "the request was cancelled"
-# Threads asking at once: the stub queues every ask to its one sender thread, which makes the round trips to the
-# server back to back; asked one by one, each also waits for the asking thread to wake and ask the next.
-_ASKERS = 8
-_askers: Optional[ThreadPoolExecutor] = None
-_askers_lock = threading.Lock()
-
-
-def _asker_pool() -> ThreadPoolExecutor:
-    """The process's threads that ask is_cancelled() for execute() (made at the first ask of several requests)."""
-    global _askers
-    with _askers_lock:
-        if _askers is None:
-            _askers = ThreadPoolExecutor(_ASKERS, thread_name_prefix="gert-cancel-ask")
-        return _askers
 
 
 class Cancelled(Exception):
@@ -69,41 +52,17 @@ class Cancellation:
         self.requests = requests
         self.recheck_after_s = recheck_after_s
         self._asked: dict = {}  # request index -> monotonic time of the last ask that said "not cancelled"
-        self._pending: dict[int, Future] = {}  # request index -> its ask made by ask_together, not yet read
         self.supported = enabled  # False: not asked (check_cancelled "false", or a stub without is_cancelled())
-
-    def ask_together(self, indices: Iterable[int], recheck: bool = False) -> None:
-        """Start the asks of these requests at once (their answers are read by ``cancelled``): one IPC round trip
-        each still, but made back to back by the stub instead of one per wake of this thread. ``recheck``: as
-        ``cancelled``'s, a request asked recently is left out."""
-        if not self.supported:
-            return
-        now = time.monotonic()
-        todo = [
-            i
-            for i in indices
-            if i not in self._pending
-            and not (recheck and now - self._asked.get(i, float("-inf")) < self.recheck_after_s)
-        ]
-        if len(todo) < 2:  # one ask is made where it is read
-            return
-        pool = _asker_pool()
-        for i in todo:
-            self._pending[i] = pool.submit(self._ask, i)
-
-    def _ask(self, i: int) -> bool:
-        return bool(self.requests[i].is_cancelled())
 
     def cancelled(self, i: int, recheck: bool = False) -> bool:
         """Whether request ``i`` was cancelled; with ``recheck``, asked again only if its last ask is old enough."""
         if not self.supported:
             return False
         now = time.monotonic()
-        pending = self._pending.pop(i, None)
-        if pending is None and recheck and now - self._asked.get(i, float("-inf")) < self.recheck_after_s:
+        if recheck and now - self._asked.get(i, float("-inf")) < self.recheck_after_s:
             return False
         try:
-            if pending.result() if pending is not None else self.requests[i].is_cancelled():
+            if self.requests[i].is_cancelled():
                 return True
         except AttributeError:  # a stub (or fake) without cancellation
             self.supported = False
@@ -116,7 +75,6 @@ class Cancellation:
     def run_live(self, batch: list, run: Callable[[list], list], index_of: Callable[[object], Optional[int]]) -> list:
         """``run(batch)`` without the members cancelled since they were read (each one's result: ``Cancelled()``);
         ``index_of(member)`` is its request's index (None: not asked again)."""
-        self.ask_together((i for member in batch if (i := index_of(member)) is not None), recheck=True)
         live = [
             k
             for k, member in enumerate(batch)

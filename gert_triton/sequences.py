@@ -145,7 +145,6 @@ class SequenceServer:
         cancel = Cancellation(
             requests, enabled=self.check_cancelled
         )  # a cancelled step never runs (gert_triton/cancellation.py)
-        cancel.ask_together(range(len(requests)))  # answered while the steps are read
         for i, request in enumerate(requests):
             if cancel.cancelled(i):
                 responses[i] = cancelled_response(pb_utils)

@@ -104,32 +104,6 @@ def test_run_live_takes_cancelled_members_out_of_the_batch():
     assert not c.cancelled(0, recheck=True) and c.requests[0].asked == 1, "asked a moment ago: not asked again"
 
 
-def test_the_asks_of_a_batch_are_made_together_and_each_once():
-    """run_live asks its members at once (the stub then makes the round trips back to back; one by one, each also
-    waited for the asking thread to wake): every ask of a batch of 4 is in flight before any answers, each member is
-    asked once, and a cancelled one is still taken out. Fails when asked one by one (the barrier breaks)."""
-    import threading
-
-    barrier = threading.Barrier(4, timeout=5)
-
-    class R:
-        def __init__(self, cancelled):
-            self.cancelled, self.asked = cancelled, 0
-
-        def is_cancelled(self):
-            self.asked += 1
-            barrier.wait()  # returns only once all four asks are in flight
-            return self.cancelled
-
-    reqs = [R(False), R(True), R(False), R(False)]
-    c = Cancellation(reqs, recheck_after_s=0.0)
-    ran = []
-    out = c.run_live(list("abcd"), lambda batch: ran.append(batch) or batch, {"a": 0, "b": 1, "c": 2, "d": 3}.get)
-    assert ran == [["a", "c", "d"]] and isinstance(out[1], Cancelled)
-    assert [r.asked for r in reqs] == [1, 1, 1, 1]
-    assert not barrier.broken
-
-
 # ---- execute() ----------------------------------------------------------------------------------------------------
 
 
