@@ -129,7 +129,7 @@ cdef inline int _push_pieces(vector[cge.gert_copy]& out, const cge.gert_copy& wh
     (``srcs[j]`` of ``lens[j]`` bytes; a merged batch's requests in order): checked to add up to ``whole.n``; gathered
     into ``staged[0]`` (advanced past them) and copied once when _gathered_bytes says so and ``staged`` is given, else
     one copy per non-empty piece at its offset. The one place a batch's pieces are placed in device memory: the
-    Python path's uploads (Session.run_fused, memcpy_pieces_async) and the hot path's (FusedCall's parts)."""
+    Python path's uploads (Session.run_fused, memcpy_uploads_async) and the hot path's (FusedCall's parts)."""
     cdef size_t j, offset = 0
     for j in range(<size_t>n):
         if lens[j] > whole.n - offset:

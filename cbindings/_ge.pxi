@@ -142,33 +142,34 @@ cdef int _push_uploads(vector[cge.gert_copy]& out, uploads, list held, vector[ch
     cdef vector[const void*] srcs
     cdef vector[size_t] lens
     cdef vector[size_t] first  # per upload, its first piece in srcs / lens
-    cdef size_t i, n, gathered = 0
-    cdef list entries = []
+    cdef vector[cge.gert_copy] wholes  # per upload, its device end and size (src unset)
+    cdef vector[bint] pieces  # per upload, whether its host end is a list of pieces
+    cdef size_t i, gathered = 0
+    c.kind = ACL_MEMCPY_HOST_TO_DEVICE
     for dptr, dmax, obj in uploads:
         first.push_back(srcs.size())
-        n = 0
+        c.dst = <void*><intptr_t>dptr
+        c.dmax = dmax
+        c.n = 0
         for piece in (obj if type(obj) is list else (obj,)):
             h = _acquire(piece, False, what)
             held.append(h)
             srcs.push_back(h.view.buf)
             lens.push_back(h.view.len)
-            n += h.view.len
-        entries.append((dptr, dmax, n, type(obj) is list))
+            c.n += h.view.len
+        wholes.push_back(c)
+        pieces.push_back(type(obj) is list)
         if type(obj) is list and gather:
-            gathered += _gathered_bytes(n)
+            gathered += _gathered_bytes(c.n)
     first.push_back(srcs.size())
     staged.resize(gathered + 1)
     cdef char* at = staged.data()
     cdef char** into = &at if gather else NULL
-    c.kind = ACL_MEMCPY_HOST_TO_DEVICE
-    for i in range(len(entries)):
-        dptr, dmax, n, pieces = entries[i]
-        c.dst = <void*><intptr_t>dptr
-        c.dmax = dmax
-        c.n = n
-        if pieces:
-            _push_pieces(out, c, srcs.data() + first[i], lens.data() + first[i], first[i + 1] - first[i], into)
+    for i in range(wholes.size()):
+        if pieces[i]:
+            _push_pieces(out, wholes[i], srcs.data() + first[i], lens.data() + first[i], first[i + 1] - first[i], into)
         else:
+            c = wholes[i]
             c.src = srcs[first[i]]
             out.push_back(c)
     return 0
