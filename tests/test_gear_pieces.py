@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import gert
 from _helpers import RUNTIME
 from gert.core.dynamic import RunTimes
-from gert.core.gear_pieces import MARGIN, cheapest_pieces, gear_for
+from gert.core.gear_pieces import MARGIN, cheapest_pieces, first_batch, gear_for
 from test_inproc_batching import AFFINE, Held, _batching, _in_threads, _join, _until, _x, run_queued
 from test_pipeline_property import FAMILIES, assert_alone
 
@@ -67,6 +67,42 @@ def test_the_cut_chosen_is_whole_requests_in_order_and_the_cheapest(rows, gears,
         assert least >= cost[whole] * (1 - MARGIN) - 1e-12
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(st.integers(1, 5), min_size=1, max_size=9),
+    gears=st.sampled_from([(1, 2, 4, 8, 16, 32), (2, 8), (3, 6, 12), (1, 32)]),
+    costs=st.lists(st.one_of(st.none(), st.floats(0.001, 10.0, allow_nan=False)), min_size=6, max_size=6),
+)
+def test_a_batch_takes_the_most_requests_whose_padded_run_is_within_the_margin_of_the_best_rate(rows, gears, costs):
+    """first_batch against its definition, prefix by prefix: the largest k whose real rows per second (padded to its
+    gear, by the cost of that gear) is within MARGIN of the best prefix's; all requests where they fill their gear,
+    are too many for one gear, or a cost the whole batch needs is unknown."""
+    cost = dict(zip(gears, costs))
+    k = first_batch(rows, gears, cost.get)
+    n, total = len(rows), sum(rows)
+    assert 1 <= k <= n
+    whole = gear_for(total, gears)
+    if n == 1 or whole is None or whole == total or cost[whole] is None:
+        assert k == n
+        return
+    rates = {}
+    for j in range(1, n + 1):
+        g = gear_for(sum(rows[:j]), gears)
+        if g is not None and cost[g] is not None:
+            rates[j] = sum(rows[:j]) / cost[g]
+    best = max(rates.values())
+    assert rates[k] >= best * (1 - MARGIN)
+    assert all(rates[j] < best * (1 - MARGIN) for j in rates if j > k)
+
+
+def test_from_sixteen_threads_batches_settle_at_the_gear_they_fill():
+    """PP-OCR cls's measured shape of costs (a launch, then about the same per row; 16 rows cost 1.8 times 8):
+    12 queued single rows take 8 (not 12 padded to 16, which left 4 to run alone next), 9 take 8 (not 8 + 1),
+    7 take 7 (padded to 8: batches of 4 cost more per row), 16 take 16."""
+    cost = {1: 0.9, 2: 1.2, 4: 2.3, 8: 4.0, 16: 7.2, 32: 14.0}.get
+    assert [first_batch([1] * n, GEARS, cost) for n in (12, 9, 7, 16)] == [8, 8, 7, 16]
+
+
 def test_nothing_is_cut_while_a_cost_it_needs_is_unknown():
     assert cheapest_pieces([1] * 10, GEARS, {16: 1.0, 8: 0.6}.get) == [10]  # 8 + 8 dearer; gear 2 unknown
     assert cheapest_pieces([1] * 10, GEARS, {16: 1.0, 8: 0.4}.get) == [5, 10]  # 8 + 8 cheaper
@@ -113,17 +149,18 @@ def seed(m: gert.Model, seconds: dict) -> None:
         seed_times(m.pool.run_times, seconds)
 
 
-def test_a_batch_of_ten_runs_as_eight_and_two_when_that_is_cheaper_each_request_its_own_rows():
+def test_ten_queued_requests_run_as_batches_of_eight_and_two_when_that_is_cheaper_each_request_its_own_rows():
+    """The leader takes the first 8 (first_batch); the 2 left queued lead the next batch."""
     rng = np.random.default_rng(0)
     reqs = [_x(rng) for _ in range(10)]
     with gert.load(AFFINE) as m:
         seed(m, {1: 0.15, 2: 0.2, 4: 0.3, 8: 0.5, 16: 0.9, 32: 1.7})  # 0.1 s a launch, 0.05 s a row
         run_queued(m, AFFINE, reqs)
         b = _batching(m)
-        assert b["batches"] == 1 and b["requests"] == 10, b  # one batch of the batcher ...
+        assert b["batches"] == 2 and b["requests"] == 10 and b["batch_sizes"] == {8: 1, 2: 1}, b
         gears = m.stats()["gears"]
         assert gears == {"batch=8": {"hits": 1, "padding_ratio": 0.0}, "batch=2": {"hits": 1, "padding_ratio": 0.0}}, (
-            gears  # ... run as two graph runs, nothing padded
+            gears  # two graph runs, nothing padded
         )
 
 

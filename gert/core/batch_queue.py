@@ -16,7 +16,8 @@ from typing import Callable, Iterable, Optional, Sequence
 
 from gert.core.batching import Batcher
 from gert.core.dynamic import BatchingConfig, BatchingStats, Pending
-from gert.core.gear_pieces import run_cheapest
+from gert.core.dispatch import Fit
+from gert.core.gear_pieces import first_batch, run_cheapest
 from gert.core.executor import Request
 from gert.core.pool import StreamPool
 from gert.core.error_kinds import is_runtime_failure
@@ -51,15 +52,30 @@ class BatchQueue:
         self.run_times = pool.run_times  # per batch size, measured by the streams: latency_slo_ms, gear pieces
 
     def submit(
-        self, pending: Pending, run_members: RunMembers, admit: Optional[Admit] = None, record: bool = True
+        self,
+        pending: Pending,
+        run_members: RunMembers,
+        admit: Optional[Admit] = None,
+        record: bool = True,
+        fit: Optional[Fit] = None,
     ) -> dict:
         """``pending``'s result: queued with its key, led by itself or by the request whose batch takes it.
         ``run_members(members, run)``: how a batch runs (one result per member); ``admit(group)``: which members of
         a batch run (sequences: each step's sequence locked, without waiting); ``record``: the batch counts in the
-        dynamic batching stats (sequence steps count only their retries)."""
+        dynamic batching stats (sequence steps count only their retries); ``fit``: how many of the queued requests
+        a batch takes (first_batch for run_requests)."""
         return self.pool.dispatch_batch(
-            pending, lambda group, run: self._lead(group, run, run_members, admit, record), self.gather_rule
+            pending, lambda group, run: self._lead(group, run, run_members, admit, record), self.gather_rule, fit
         )
+
+    def first_batch(self, rows: list) -> int:
+        """How many of the queued requests with ``rows`` each (in arrival order) one batch takes under the pad
+        policy (gear_pieces.first_batch, by the streams' measured run times): the others stay queued for the next
+        batch."""
+        batch = self.plan.batch
+        if batch is None or batch.policy != "pad":
+            return len(rows)
+        return first_batch(rows, batch.gears, self.run_times.cost)
 
     def run_requests(self, members: list, run: Callable[[Request], dict]) -> list:
         """The run function of Model requests (Engine.run): the Pending requests ``members`` (one batch key) merged

@@ -7,7 +7,8 @@ first stream that comes free, and a stream that comes free goes straight to the 
 among those that may run on it (direct hand-off: a thread that arrives later cannot take it first).
 
 Dynamic batching (gert/core/dynamic.py): a request queued with a batch key takes, with the stream that comes free,
-every other queued request of the same key that may run there, up to its row limit: they run as one batch, led by
+every other queued request of the same key that may run there, up to its row limit (and, with ``fit``, only the
+first of them that make a good batch: the others wait for the next stream): they run as one batch, led by
 the request that waited longest; the others wait for their share of its outputs. A free stream is taken at once, so
 a lone request never waits for company unless its leader asks to (``gather``, max_queue_delay_ms).
 """
@@ -23,17 +24,28 @@ from gert.core.wakeup import new_wakeup
 from gert.errors import ModelClosed
 
 W = TypeVar("W")
+# fit(rows): of queued requests with these rows each (in arrival order, the leader's first), how many the batch takes
+Fit = Callable[[list], int]
 
 
 class _Waiter:
-    __slots__ = ("eligible", "wakeup", "worker", "item", "key", "rows", "limit", "group")
+    __slots__ = ("eligible", "wakeup", "worker", "item", "key", "rows", "limit", "fit", "group")
 
-    def __init__(self, eligible: Sequence, item=None, key=None, rows: int = 1, limit: int = 1, wakeup=None):
+    def __init__(
+        self,
+        eligible: Sequence,
+        item=None,
+        key=None,
+        rows: int = 1,
+        limit: int = 1,
+        wakeup=None,
+        fit: Optional[Fit] = None,
+    ):
         self.eligible = eligible
         # released once: a stream handed over, the queue closed, or (a request taken into another's batch) its result
         self.wakeup = new_wakeup() if wakeup is None else wakeup
         self.worker = None
-        self.item, self.key, self.rows, self.limit = item, key, rows, limit
+        self.item, self.key, self.rows, self.limit, self.fit = item, key, rows, limit, fit
         self.group: Optional[list] = None  # the items of the batch this waiter leads (or None: it was taken)
 
 
@@ -77,10 +89,13 @@ class StreamQueue(Generic[W]):
         that the request's Python path runs there (the hot path then prepares that stream too)."""
         self.slots.untake(w)
 
-    def acquire_batch(self, eligible: Sequence[W], item, key: tuple, rows: int, limit: int) -> tuple:
+    def acquire_batch(
+        self, eligible: Sequence[W], item, key: tuple, rows: int, limit: int, fit: Optional[Fit] = None
+    ) -> tuple:
         """As acquire(), for a request that may share its run with queued requests of the same ``key``:
         (worker, [item, the items it takes along]) when this request leads a batch (at most ``limit`` rows in
-        all), or (None, []) once another request's batch took it and delivered its result. ``item.wakeup``
+        all, and no more requests than ``fit`` says), or (None, []) once another request's batch took it and
+        delivered its result. ``item.wakeup``
         (gert/core/wakeup.py) is what its thread sleeps on: released when a stream is handed to it, when the queue
         closes, or by the leader that took it when it delivers its result (gert.core.dynamic.Pending): one wake per
         request, none while it only changes hands."""
@@ -88,7 +103,7 @@ class StreamQueue(Generic[W]):
             w = self.slots.take_free(eligible)
             if w is not None:
                 return w, [item]
-            waiter = _Waiter(eligible, item, key, rows, limit, item.wakeup)
+            waiter = _Waiter(eligible, item, key, rows, limit, item.wakeup, fit)
             self.slots.waiters.append(waiter)
             if self._gathering:
                 self._arrived.notify_all()
@@ -100,40 +115,63 @@ class StreamQueue(Generic[W]):
         raise ModelClosed()
 
     def gather(
-        self, w: W, group: list, key: tuple, rows: int, limit: int, until: float, enough: Callable[[int], bool]
+        self,
+        w: W,
+        group: list,
+        key: tuple,
+        rows: int,
+        limit: int,
+        until: float,
+        enough: Callable[[int], bool],
+        fit: Optional[Fit] = None,
     ) -> list:
         """The leader of ``group`` (holding ``w``) waits until time.perf_counter() reaches ``until`` for requests of
-        ``key`` to join, taking each one that fits within ``limit`` rows, until ``enough(rows)``; the group."""
+        ``key`` to join, taking each one that fits within ``limit`` rows (and ``fit``), until ``enough(rows)``; the
+        group."""
         with self._lock:
             self._gathering += 1
             try:
                 while not self.slots.closed:
-                    rows += self._take_along(w, group, key, rows, limit)
+                    taken, full = self._take_along(w, group, key, rows, limit, fit)
+                    rows += taken
                     left = until - time.perf_counter()
-                    if enough(rows) or rows >= limit or left <= 0:
+                    if full or enough(rows) or rows >= limit or left <= 0:
                         break
                     self._arrived.wait(left)
             finally:
                 self._gathering -= 1
         return group
 
-    def _take_along(self, w: W, group: list, key: tuple, rows: int, limit: int) -> int:
+    def _take_along(self, w: W, group: list, key: tuple, rows: int, limit: int, fit: Optional[Fit] = None) -> tuple:
         """Move the queued requests of ``key`` that may run on ``w`` and fit within ``limit`` rows into ``group``
-        (in arrival order); their threads sleep on until the batch delivers their results; the rows taken."""
+        (in arrival order), as many as ``fit`` (given the rows of the group and of those requests) takes: the others
+        stay queued for the next stream that comes free. Their threads sleep on until the batch delivers their
+        results. (the rows taken, whether ``fit`` left some out: the batch is as large as it should be)"""
         taken = 0
         waiters = self.slots.waiters
-        for waiter in list(waiters):
+        chosen = []
+        for waiter in waiters:
             if waiter.key != key or w not in waiter.eligible or waiter.key is None:
                 continue
             if rows + taken + waiter.rows > limit:
                 continue
+            chosen.append(waiter)
+            taken += waiter.rows
+            if rows + taken >= limit:
+                break
+        full = False
+        if fit is not None and chosen:
+            keep = fit([p.rows for p in group] + [c.rows for c in chosen]) - len(group)
+            if keep < len(chosen):
+                full = True
+                chosen = chosen[: max(0, keep)]
+        taken = 0
+        for waiter in chosen:
             waiters.remove(waiter)
             group.append(waiter.item)
             taken += waiter.rows
             waiter.group = []  # taken by another's batch: no worker, no error; woken with its result
-            if rows + taken >= limit:
-                break
-        return taken
+        return taken, full
 
     def release(self, w: W) -> None:
         """Give ``w`` back: to the longest-waiting request that may use it, else to the free list."""
@@ -148,7 +186,7 @@ class StreamQueue(Generic[W]):
                 waiters.remove(waiter)
                 if waiter.key is not None:  # it leads a batch: its queued company comes along
                     waiter.group = [waiter.item]
-                    self._take_along(w, waiter.group, waiter.key, waiter.rows, waiter.limit)
+                    self._take_along(w, waiter.group, waiter.key, waiter.rows, waiter.limit, waiter.fit)
                 waiter.worker = w
                 waiter.wakeup.release()
                 return

@@ -7,6 +7,9 @@ price of one more launch. Which is cheaper depends on the model and the device (
 at any batch; an NPU runs a larger batch at little extra cost), so it is decided from the run times the model's
 streams measure per batch size (StreamPool.run_times, gert.core.dynamic.RunTimes) and changes as they do. Requests are never cut: each group is whole
 requests, in their order, so a request's rows run together as they were sent.
+
+Queued requests (dynamic batching) are not cut after they were taken: the batch takes only as many as run well in one
+graph run (``first_batch``), and the others lead or join the next batch, where they cost no launch of their own.
 """
 
 from __future__ import annotations
@@ -71,6 +74,32 @@ def cheapest_pieces(rows: Sequence[int], gears: Sequence[int], cost: Callable[[i
         ends.append(j)
         j = cut[j]
     return ends[::-1]
+
+
+def first_batch(rows: Sequence[int], gears: Sequence[int], cost: Callable[[int], Optional[float]]) -> int:
+    """How many of the queued requests with ``rows`` each (in arrival order) one batch takes, when those left out
+    join the next batch: the most requests whose run, padded to its gear, computes real rows at a rate (rows per
+    second by ``cost(gear)``) within MARGIN of the best prefix's. All of them at once where they fill their gear, or
+    where a cost it needs is not known. PP-OCR cls from 16 threads on one stream: batches of 12 and 4 alternated
+    (12 padded to 16), or 9 and 7 (each 9 cut into 8 + 1); taking 8 of 12 turns that into batches of 8."""
+    n = len(rows)
+    total = sum(rows)
+    top = gear_for(total, gears)
+    if n < 2 or top is None or top == total:
+        return n
+    rates: List[tuple] = []  # (rows per second, requests)
+    done = 0
+    for k in range(1, n + 1):
+        done += rows[k - 1]
+        g = gear_for(done, gears)
+        c = cost(g) if g is not None else None
+        if c is None:
+            if k == n:
+                return n
+            continue
+        rates.append((done / c if c > 0 else float("inf"), k))
+    best = max(r for r, _ in rates)
+    return max(k for r, k in rates if r >= best * (1 - MARGIN))
 
 
 def run_cheapest(

@@ -19,7 +19,7 @@ from typing import Callable, Iterator, Optional, Sequence
 
 from gert.core import trace as _trace
 from gert.core._hotpath import HotPath
-from gert.core.dispatch import StreamQueue
+from gert.core.dispatch import Fit, StreamQueue
 from gert.core.dynamic import Pending, RunTimes
 from gert.core.executor import Request, Worker
 from gert.core.recovery import Recovery
@@ -158,10 +158,13 @@ class StreamPool:
         finally:
             self._uncount()
 
-    def dispatch_batch(self, pending: Pending, lead: Callable, gather_rule: Callable[[list], tuple]) -> dict:
+    def dispatch_batch(
+        self, pending: Pending, lead: Callable, gather_rule: Callable[[list], tuple], fit: Optional[Fit] = None
+    ) -> dict:
         """Dynamic batching (gert/core/dynamic.py): ``pending`` queues with its batch key; the one that gets a stream
         runs ``lead(group, run)`` on it for the queued requests of its key (``gather_rule(group)``: how long it may
-        wait for more, gert.core.engine.Engine.gather_rule); the others wait for their results. ``lead`` returns
+        wait for more, gert.core.engine.Engine.gather_rule; ``fit``: how many of the queued requests it takes,
+        gert.core.dispatch.Fit); the others wait for their results. ``lead`` returns
         what delivers the results, called once the stream is given back, so that the next batch runs while this
         one's callers are woken. (Counted inline, as dispatch() is.)"""
         with self._lock:
@@ -171,12 +174,12 @@ class StreamPool:
             usable = self._usable(pending.device) if pending.device is not None else self.recovery.usable(self.workers)
             tr = _trace.active  # tracing: the wait and the batch's formation wrapped in spans; off: this check
             if tr is None:
-                w, group = self.queue.acquire_batch(usable, pending, pending.key, pending.rows, pending.limit)
+                w, group = self.queue.acquire_batch(usable, pending, pending.key, pending.rows, pending.limit, fit)
             else:
                 w, group = tr.timed(
                     "queue",
                     tr.thread_track(),
-                    lambda: self.queue.acquire_batch(usable, pending, pending.key, pending.rows, pending.limit),
+                    lambda: self.queue.acquire_batch(usable, pending, pending.key, pending.rows, pending.limit, fit),
                     args_of=_taker_args,
                 )
             if w is None:
@@ -184,12 +187,12 @@ class StreamPool:
             deliver = None
             try:
                 if tr is None:
-                    self._form(w, group, pending, gather_rule)
+                    self._form(w, group, pending, gather_rule, fit)
                 else:  # batch formation: which requests ride together, their rows
                     tr.timed(
                         "batch",
                         tr.stream_track(w),
-                        lambda: self._form(w, group, pending, gather_rule),
+                        lambda: self._form(w, group, pending, gather_rule, fit),
                         args_of=_batch_args,
                     )
                 with w.lock:
@@ -213,11 +216,13 @@ class StreamPool:
             if not self._in_flight:
                 self._idle.notify_all()
 
-    def _form(self, w: Worker, group: list, pending: Pending, gather_rule: Callable[[list], tuple]) -> list:
+    def _form(
+        self, w: Worker, group: list, pending: Pending, gather_rule: Callable[[list], tuple], fit: Optional[Fit]
+    ) -> list:
         """The leader's batch: ``group`` with the requests of its key that join while gather_rule lets it wait."""
         until, enough = gather_rule(group)  # max_queue_delay_ms / latency_slo_ms
         if until is not None:
-            self.queue.gather(w, group, pending.key, sum(p.rows for p in group), pending.limit, until, enough)
+            self.queue.gather(w, group, pending.key, sum(p.rows for p in group), pending.limit, until, enough, fit)
         return group
 
     # ---- the compiled hot path ------------------------------------------------------------------------------------
