@@ -33,10 +33,11 @@ from collections import deque
 from typing import Dict, Optional, Sequence, Tuple
 
 from gert.errors import GertError
-from gert_triton import stubs as stub_procs
+from gert_triton import shm_claim, stubs as stub_procs
 from gert_triton.health import Health, HealthServer
 from gert_triton.model_watch import ModelWatch
 from gert_triton.serve_policy import Attempts, Policy, exit_status
+from gert_triton.shm_claim import SHM_DIR
 from gert_triton.server import TritonServer
 from gert_triton.triton_args import Plan, plan as plan_args
 from gert_triton.triton_http import TritonHTTP
@@ -340,6 +341,15 @@ def run_supervised(
                 file=sys.stderr,
                 flush=True,
             )
+    claim = None
+    if plan.shm_prefix:  # regions of gert serves that were killed outright go; this one's are claimed
+        for prefix, n in shm_claim.remove_orphans():
+            print(
+                f"gert serve: removed {n} shared-memory file(s) of a gert serve that is gone ({SHM_DIR}/{prefix}*)",
+                file=sys.stderr,
+                flush=True,
+            )
+        claim = shm_claim.PrefixClaim(plan.shm_prefix)
     sup = Supervisor(repo, ports, tritonserver, plan, address, policy, health)
     old = {s: signal.signal(s, sup.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -352,3 +362,5 @@ def run_supervised(
             sup.cleanup()
         if endpoint is not None:
             endpoint.close()
+        if claim is not None:
+            claim.release()

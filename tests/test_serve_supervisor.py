@@ -454,3 +454,24 @@ def test_a_taken_default_health_port_is_said_and_serving_goes_on_an_asked_one_is
         assert asked.returncode == 2 and "--health-port" in asked.stderr, asked.stderr
     finally:
         blocker.close()
+
+
+@e2e
+def test_the_regions_of_a_gert_serve_killed_outright_are_removed_by_the_next_one(tmp_path):
+    """kill -9 of gert serve and its server (as the OOM killer would) leaves its stubs' shared-memory regions and its
+    lock in /dev/shm; the next gert serve removes them as it starts, and its own when it ends."""
+    repo = seq_repo(tmp_path)
+    log_a, log_b = str(tmp_path / "a.log"), str(tmp_path / "b.log")
+    a, _, _ = serve(repo, log_a)
+    kill_tree(a, children(a.pid))
+    left = [f for f in os.listdir("/dev/shm") if f.startswith(f"gert_{a.pid}_")]
+    assert any(f.endswith("_lock") for f in left) and len(left) > 1, left  # the lock and the stub's regions
+    b, _, _ = serve(repo, log_b)
+    try:
+        assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"gert_{a.pid}_")], log_tail(log_b)
+        with open(log_b) as f:
+            assert f"shared-memory file(s) of a gert serve that is gone (/dev/shm/gert_{a.pid}_" in f.read()
+        assert [f for f in os.listdir("/dev/shm") if f.startswith(f"gert_{b.pid}_") and f.endswith("_lock")]
+    finally:
+        stop(b, log_b)
+    assert not [f for f in os.listdir("/dev/shm") if f.startswith(f"gert_{b.pid}_")], "gert serve left its files"
