@@ -164,6 +164,12 @@ def test_ten_queued_requests_run_as_batches_of_eight_and_two_when_that_is_cheape
         )
 
 
+def test_with_two_streams_a_batch_takes_every_queued_request_it_can():
+    """Requests left out would lead a batch of their own on the next stream free: too small (BatchQueue.fit)."""
+    with gert.load(AFFINE, streams=2) as two, gert.load(AFFINE) as one:
+        assert two.engine.batches.fit is None and one.engine.batches.fit is not None
+
+
 def test_a_batch_stays_whole_when_a_launch_costs_more_than_the_padding():
     rng = np.random.default_rng(1)
     reqs = [_x(rng) for _ in range(10)]

@@ -165,7 +165,7 @@ class Engine:
                 timeout,
                 self.batch_limit,
             )
-            return self.batches.submit(pending, self.batches.run_requests, fit=self.batches.first_batch)
+            return self.batches.submit(pending, self.batches.run_requests, fit=self.batches.fit)
         return self.pool.dispatch(Request(arrays, sizes, run_sizes, key, dict(out) if out else None, timeout))
 
     # ---- dynamic batching ------------------------------------------------------------------------------------------
