@@ -164,6 +164,55 @@ def test_stream_queue_hands_a_freed_stream_to_the_oldest_request_with_its_compan
     assert all(isinstance(got[n], gert.GertError) for n in "de"), got
 
 
+def test_a_leaders_fit_leaves_the_rest_queued_to_lead_the_next_batch_and_a_failing_fit_takes_all():
+    """With ``fit`` (gear_pieces.first_batch on one stream) the leader takes as many queued requests as it says, in
+    arrival order; the others keep their place and the oldest of them leads the next batch. A fit that raises while
+    the stream is handed over (under the queue's lock) takes everything rather than strand the stream."""
+    from gert.dispatch import StreamQueue
+
+    s = object()
+    q = StreamQueue([s])
+    assert q.acquire_batch([s], _Item("lone"), ("K",), 1, 8)[0] is s
+    got: dict = {}
+    items = {n: _Item(n) for n in "abcdefg"}
+    for item in items.values():
+        item.rows = 1
+    threads: list = []
+
+    def broken(rows: list) -> int:
+        raise RuntimeError("dictionary changed size during iteration")
+
+    def wait(name, fit):
+        def call():
+            got[name] = q.acquire_batch([s], items[name], ("K",), 1, 8, fit)
+
+        queued = q.waiting()
+        t = threading.Thread(target=call, daemon=True)
+        t.start()
+        threads.append(t)
+        _until(lambda: q.waiting() == queued + 1, f"{name} did not queue")
+
+    for name in "abcd":
+        wait(name, lambda rows: 2)
+    q.release(s)
+    _until(lambda: "a" in got, "a's batch was not handed over")
+    assert got["a"] == (s, [items["a"], items["b"]]) and q.waiting() == 2  # c and d keep their place
+    items["b"].wakeup.release()
+    q.release(s)
+    _until(lambda: "c" in got, "c did not lead the next batch")
+    assert got["c"] == (s, [items["c"], items["d"]]) and q.waiting() == 0
+    items["d"].wakeup.release()
+    for name in "efg":
+        wait(name, broken)
+    q.release(s)
+    _until(lambda: "e" in got, "the stream was stranded by a failing fit")
+    assert got["e"] == (s, [items["e"], items["f"], items["g"]])
+    for name in "fg":
+        items[name].wakeup.release()
+    q.close()
+    _join(threads)
+
+
 def test_a_batch_gives_its_stream_back_before_its_callers_are_woken():
     """The leader delivers its members' results after the stream is given back (StreamPool.dispatch_batch calls the
     delivery ``lead`` returns once it released the stream): the next batch does not wait for this one's callers to

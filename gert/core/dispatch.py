@@ -161,7 +161,10 @@ class StreamQueue(Generic[W]):
                 break
         full = False
         if fit is not None and chosen:
-            keep = fit([p.rows for p in group] + [c.rows for c in chosen]) - len(group)
+            try:
+                keep = fit([p.rows for p in group] + [c.rows for c in chosen]) - len(group)
+            except Exception:  # noqa: BLE001 - a stream is being handed over under the lock: never strand it
+                keep = len(chosen)
             if keep < len(chosen):
                 full = True
                 chosen = chosen[: max(0, keep)]
