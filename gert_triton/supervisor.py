@@ -349,7 +349,15 @@ def run_supervised(
                 file=sys.stderr,
                 flush=True,
             )
-        claim = shm_claim.PrefixClaim(plan.shm_prefix)
+        try:
+            claim = shm_claim.PrefixClaim(plan.shm_prefix)
+        except OSError as e:  # no /dev/shm to write (not Linux, a read-only one): serving goes on without the claim
+            print(
+                f"gert serve: cannot hold {SHM_DIR}/{plan.shm_prefix}{shm_claim.LOCK} ({e}); if this gert serve is "
+                "killed outright, its shared-memory regions stay until removed by hand",
+                file=sys.stderr,
+                flush=True,
+            )
     sup = Supervisor(repo, ports, tritonserver, plan, address, policy, health)
     old = {s: signal.signal(s, sup.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:

@@ -98,3 +98,10 @@ def test_a_prefix_not_of_gert_serves_pattern_is_refused(tmp_path):
         with pytest.raises(ValueError, match="not of gert serve's pattern"):
             PrefixClaim(bad, str(tmp_path))
     assert os.listdir(tmp_path) == []
+
+
+def test_a_claim_where_there_is_no_shm_directory_raises_oserror_for_gert_serve_to_report(tmp_path):
+    """gert serve catches OSError from the claim and serves on without it (gert_triton/supervisor.py)."""
+    with pytest.raises(OSError):
+        PrefixClaim(PREFIX, str(tmp_path / "missing"))
+    assert remove_orphans(str(tmp_path / "missing")) == []
