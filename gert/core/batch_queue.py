@@ -48,10 +48,11 @@ class BatchQueue:
         self.config = config
         self.resolve = resolve  # real sizes -> (run sizes, graph key): the model's resolve step (Engine.resolve)
         self.limit = batch_limit(plan, batcher, config)  # rows of one batch at most (0: off)
-        # how many queued requests a batch of run_requests takes: first_batch on one stream, where the requests
-        # left out join the next batch on it; with more streams the next one free would run them as a batch too
-        # small (PP-OCR cls, 16 threads, two streams: 7% fewer requests/s with it)
-        self.fit: Optional[Fit] = self.first_batch if pool.count == 1 else None
+        # how many queued requests a batch of run_requests takes: first_batch under the pad policy on one stream,
+        # where the requests left out join the next batch on it; with more streams the next one free would run them
+        # as a batch too small (PP-OCR cls, 16 threads, two streams: 7% fewer requests/s with it). None: all.
+        self._gears: tuple = plan.batch.gears if plan.batch is not None and plan.batch.policy == "pad" else ()
+        self.fit: Optional[Fit] = self.first_batch if self._gears and pool.count == 1 else None
         self.stats = BatchingStats()
         self.run_times = pool.run_times  # per batch size, measured by the streams: latency_slo_ms, gear pieces
 
@@ -76,10 +77,7 @@ class BatchQueue:
         """How many of the queued requests with ``rows`` each (in arrival order) one batch takes under the pad
         policy (gear_pieces.first_batch, by the streams' measured run times): the others stay queued for the next
         batch."""
-        batch = self.plan.batch
-        if batch is None or batch.policy != "pad":
-            return len(rows)
-        return first_batch(rows, batch.gears, self.run_times.cost)
+        return first_batch(rows, self._gears, self.run_times.cost)
 
     def run_requests(self, members: list, run: Callable[[Request], dict]) -> list:
         """The run function of Model requests (Engine.run): the Pending requests ``members`` (one batch key) merged
