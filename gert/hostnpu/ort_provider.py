@@ -32,6 +32,11 @@ ModelBytes = Union[bytes, memoryview]
 ModelSource = Union[bytes, memoryview, ModelFile]
 
 
+def _model_size(model: ModelSource) -> int:
+    """The model's size in bytes (a ModelFile's as compiled), without reading it."""
+    return model.size if isinstance(model, ModelFile) else len(model)
+
+
 def _read(model: ModelSource) -> ModelBytes:
     """The bytes of ``model``: read again (and checked) for a ModelFile."""
     return model.read() if isinstance(model, ModelFile) else model
@@ -84,6 +89,16 @@ _ARENA = os.environ.get("GERT_HOST_ORT_ARENA", "shared")
 # each other at the arena's lock at every operator. So a model served with both holds two sessions (two copies of
 # its optimized weights) once both kinds ran. GERT_HOST_ORT_MEM_PATTERN=1: the pattern for every graph.
 _MEM_PATTERN = os.environ.get("GERT_HOST_ORT_MEM_PATTERN", "0") == "1"
+# Only for a small model: the planned session's second copy of the weights costs ~4x the model's bytes of resident
+# memory (ONNX Runtime's parse, optimized graph and prepacked weights), and what it saves is the arena lock's share of
+# a run, which shrinks as operators get longer. Measured (issue 41): PP-OCR det (4.7 MB), two single-core streams,
+# 4 threads at one static size (320x448): 59.5 vs 59 images/s with and without the pattern (2 alternated pairs of
+# fresh processes, within their spread), while its second session raised its Triton stub's peak by 19 MB
+# (bench_memory.py --work triton3: 185-195 MB, 166 MB without it, ONNX Runtime's own 170 MB); PP-OCR cls (0.6 MB):
+# 1.09x the requests/s in bench_triton.py with it (0914836). A static graph of a model larger than
+# _PLANNED_MAX_BYTES runs on the model's unplanned session, as its dynamic graph does.
+# GERT_HOST_ORT_PLANNED_MAX_BYTES: the limit (bytes of the model).
+_PLANNED_MAX_BYTES = int(os.environ.get("GERT_HOST_ORT_PLANNED_MAX_BYTES", "") or 2 << 20)
 # One session per model, not one per static size: the graphs of a model compiled at any size (gears, policy auto's
 # hot sizes, exact sizes) run on the session of its dynamic-shape graph, which takes the sizes as they come. A
 # session per size (free-dimension overrides) held its own optimized graph and copy of the weights (PP-OCR det:
@@ -173,8 +188,11 @@ class OrtExecutable:
         self.group = group
         self.in_names = list(in_names)
         self.in_dims = [tuple(d) for d in in_dims]
-        # ONNX Runtime's memory pattern for a static graph (one shape: one block), not a dynamic one (_MEM_PATTERN)
-        self.planned = _MEM_PATTERN or all(d >= 0 for dims in self.in_dims for d in dims)
+        # ONNX Runtime's memory pattern for a static graph (one shape: one block) of a small model, not a dynamic
+        # one (_MEM_PATTERN, _PLANNED_MAX_BYTES)
+        self.planned = _MEM_PATTERN or (
+            _model_size(model) <= _PLANNED_MAX_BYTES and all(d >= 0 for dims in self.in_dims for d in dims)
+        )
         self.out_names = list(out_names)
         # Outputs ONNX Runtime does not write into a bound buffer: a graph input listed as an output (ORT hands back
         # the input's own value) and a tensor listed twice (a name binds once). Real GE inserts an identity for them;
