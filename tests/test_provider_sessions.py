@@ -2,6 +2,9 @@
 optimized copy of the model's weights, so a model keeps only the sessions its runs take."""
 
 import gc
+import os
+import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -9,7 +12,7 @@ import onnx.helper as oh
 import pytest
 
 import gert
-from _helpers import RUNTIME
+from _helpers import REPO, RUNTIME, run_python_result
 from gert import _cann
 from gert.hostnpu import ort_provider as _ort_provider
 
@@ -140,6 +143,38 @@ def test_a_model_above_the_planned_limit_runs_its_static_graphs_on_its_one_unpla
             # (sessions per share of the device: a run beside another of an earlier test's takes one of fewer
             # threads; none of them planned)
             assert set(provider.memory_patterns(provider.digest(model))) == {False}
+
+
+@pytest.mark.parametrize("setting, planned", [(None, True), ("0", False)])
+def test_the_planned_limit_comes_from_the_variable(setting, planned):
+    """A fresh process: by default (2 MiB) a small model's gear graphs take the planned session; with
+    GERT_HOST_ORT_PLANNED_MAX_BYTES=0 they run unplanned."""
+    code = """
+        import onnx, onnx.helper as oh
+        x = oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", 4])
+        y = oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["batch", 4])
+        m = oh.make_model(oh.make_graph([oh.make_node("Add", ["x", "x"], ["y"])], "double", [x], [y]),
+                          opset_imports=[oh.make_opsetid("", 17)])
+        m.ir_version = 8
+        data = m.SerializeToString()
+        with gert.load(data, streams=1, gears={"batch": [1, 2]}) as model:
+            model.warmup()
+            assert (model.run({"x": np.ones((2, 4), np.float32)})["y"] == 2).all()
+            p = gert.hostnpu.host_provider()
+            emit({"patterns": p.memory_patterns(p.digest(data))})
+    """
+    res = run_python_result(code, env={} if setting is None else {"GERT_HOST_ORT_PLANNED_MAX_BYTES": setting})
+    assert res["patterns"] and set(res["patterns"]) == {planned}, res
+
+
+def test_a_planned_limit_that_is_not_a_number_is_named():
+    """GERT_HOST_ORT_PLANNED_MAX_BYTES that is not a whole number of bytes fails `import gert` naming the variable
+    and the value, not with int()'s message."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GERT_")}
+    env.update(PYTHONPATH=REPO, GERT_HOST_ORT_PLANNED_MAX_BYTES="2MB")
+    p = subprocess.run([sys.executable, "-c", "import gert"], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    assert "GERT_HOST_ORT_PLANNED_MAX_BYTES must be a whole number of bytes, got '2MB'" in p.stderr, p.stderr
 
 
 def test_each_graph_decides_its_sessions_plan_not_the_models_first_graph():

@@ -93,12 +93,23 @@ _MEM_PATTERN = os.environ.get("GERT_HOST_ORT_MEM_PATTERN", "0") == "1"
 # memory (ONNX Runtime's parse, optimized graph and prepacked weights), and what it saves is the arena lock's share of
 # a run, which shrinks as operators get longer. Measured (issue 41): PP-OCR det (4.7 MB), two single-core streams,
 # 4 threads at one static size (320x448): 59.5 vs 59 images/s with and without the pattern (2 alternated pairs of
-# fresh processes, within their spread), while its second session raised its Triton stub's peak by 19 MB
-# (bench_memory.py --work triton3: 185-195 MB, 166 MB without it, ONNX Runtime's own 170 MB); PP-OCR cls (0.6 MB):
-# 1.09x the requests/s in bench_triton.py with it (0914836). A static graph of a model larger than
+# fresh processes, within their spread), while its second session raised its Triton stub's peak by 14-19 MB
+# (bench_memory.py --work triton3, medians of 5 pairs: 189 MB, 175 without it, ONNX Runtime's own 170); PP-OCR cls
+# (0.6 MB): 1.09x the requests/s in bench_triton.py with it (0914836). A static graph of a model larger than
 # _PLANNED_MAX_BYTES runs on the model's unplanned session, as its dynamic graph does.
-# GERT_HOST_ORT_PLANNED_MAX_BYTES: the limit (bytes of the model).
-_PLANNED_MAX_BYTES = int(os.environ.get("GERT_HOST_ORT_PLANNED_MAX_BYTES", "") or 2 << 20)
+
+
+def _planned_max_bytes() -> int:
+    """GERT_HOST_ORT_PLANNED_MAX_BYTES (bytes of the model), else 2 MiB."""
+    value = os.environ.get("GERT_HOST_ORT_PLANNED_MAX_BYTES", "")
+    if not value:
+        return 2 << 20
+    if not value.isdigit():
+        raise ValueError(f"GERT_HOST_ORT_PLANNED_MAX_BYTES must be a whole number of bytes, got {value!r}")
+    return int(value)
+
+
+_PLANNED_MAX_BYTES = _planned_max_bytes()
 # One session per model, not one per static size: the graphs of a model compiled at any size (gears, policy auto's
 # hot sizes, exact sizes) run on the session of its dynamic-shape graph, which takes the sizes as they come. A
 # session per size (free-dimension overrides) held its own optimized graph and copy of the weights (PP-OCR det:
