@@ -37,6 +37,13 @@ def _model_size(model: ModelSource) -> int:
     return model.size if isinstance(model, ModelFile) else len(model)
 
 
+def _planned(model: ModelSource, in_dims: Sequence[tuple]) -> bool:
+    """Whether a graph's runs take ONNX Runtime's memory pattern: a static graph (one shape: one block) of a small
+    model, not a dynamic one (_MEM_PATTERN, _PLANNED_MAX_BYTES)."""
+    static = all(d >= 0 for dims in in_dims for d in dims)
+    return _MEM_PATTERN or (static and _model_size(model) <= _PLANNED_MAX_BYTES)
+
+
 def _read(model: ModelSource) -> ModelBytes:
     """The bytes of ``model``: read again (and checked) for a ModelFile."""
     return model.read() if isinstance(model, ModelFile) else model
@@ -199,11 +206,7 @@ class OrtExecutable:
         self.group = group
         self.in_names = list(in_names)
         self.in_dims = [tuple(d) for d in in_dims]
-        # ONNX Runtime's memory pattern for a static graph (one shape: one block) of a small model, not a dynamic
-        # one (_MEM_PATTERN, _PLANNED_MAX_BYTES)
-        self.planned = _MEM_PATTERN or (
-            _model_size(model) <= _PLANNED_MAX_BYTES and all(d >= 0 for dims in self.in_dims for d in dims)
-        )
+        self.planned = _planned(model, self.in_dims)
         self.out_names = list(out_names)
         # Outputs ONNX Runtime does not write into a bound buffer: a graph input listed as an output (ORT hands back
         # the input's own value) and a tensor listed twice (a name binds once). Real GE inserts an identity for them;
