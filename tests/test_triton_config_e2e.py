@@ -74,6 +74,21 @@ def load(server, http, name: str) -> None:
         pytest.fail(f"load {name}: {e}\n{log_tail(server.log, 30)}", pytrace=False)
 
 
+def unload(http, name: str, timeout: float = 60.0) -> None:
+    """Unload ``name`` and wait until Triton has finished (its repository index no longer says READY or UNLOADING):
+    Triton answers the unload call before the model's instances are finalized, and a stateful model unloaded right
+    after a sequence while the next model loads crashed tritonserver 2.51 once (Signal 11; server#6594 reports the
+    same for implicit state). Every model is unloaded this way, so the next load starts on a quiet server."""
+    http.unload_model(name)
+    deadline, states = time.monotonic() + timeout, {}
+    while time.monotonic() < deadline:
+        states = {m.get("name"): m.get("state") for m in http.get_model_repository_index()}
+        if states.get(name) not in ("READY", "UNLOADING"):
+            return
+        time.sleep(0.05)
+    pytest.fail(f"unload {name}: still {states.get(name)} after {timeout:.0f} s", pytrace=False)
+
+
 def inputs_of(mod, arrays: dict, datatypes: dict) -> list:
     out = []
     for name, arr in arrays.items():
@@ -130,7 +145,7 @@ def test_every_shape_class_loads_from_repo_init_and_auto_complete(server, http, 
             if want.dtype == np.float32 and case.datatypes:
                 got = got.astype(np.float32)
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"{model} {name} ({case.note})")
-        http.unload_model(model)
+        unload(http, model)
 
 
 # ---- T1: a merged batch of a size that is not a gear ---------------------------------------------------------------
@@ -167,7 +182,7 @@ def test_merged_non_gear_batch_answers_every_request(server, http, root, policy)
         return (int(s["inference_count"]), int(s["execution_count"])) if int(s["inference_count"]) >= 3 else None
 
     assert wait_for(counts) == (3, 1), "the three requests ran as one batch"
-    http.unload_model(name)
+    unload(http, name)
 
 
 # ---- T2 / T3: metric labels ---------------------------------------------------------------------------------------
@@ -223,7 +238,7 @@ def test_auto_policy_sizes_share_bounded_gear_labels(server, http, root):
     )
     assert [lab["gear"] for lab, _ in got] == ["S=dynamic,batch=1"], got
     assert all(lab["version"] == "1" and lab["instance"] for lab, _ in got)
-    http.unload_model("auto_s")
+    unload(http, "auto_s")
 
 
 SHARED_SERIES_MODEL = """
@@ -274,13 +289,13 @@ def test_triton_shares_a_series_between_stubs_with_equal_labels(server, http):
     load(server, http, "shared_b")
     try:
         assert shared() == [11.0], "one series for both stubs: 1 + 10"
-        http.unload_model("shared_a")
+        unload(http, "shared_a")
         assert wait_for(lambda: not stub_processes(server, "shared_a")), "shared_a's stub exited"
         assert http.is_model_ready("shared_b")
         assert shared() == [], "the series went with shared_a although shared_b still holds it"
     finally:
         for name in ("shared_a", "shared_b"):
-            http.unload_model(name)
+            unload(http, name)
         wait_for(lambda: not stub_processes(server, "shared_a") and not stub_processes(server, "shared_b"))
 
 
@@ -318,7 +333,7 @@ def test_instances_publish_their_own_active_sequences(server, http, grpc, root):
             sequence_end=True,
             client_timeout=CALL_TIMEOUT,
         )
-    http.unload_model("gru2")
+    unload(http, "gru2")
 
 
 # ---- T4: the served version ---------------------------------------------------------------------------------------
@@ -334,7 +349,7 @@ def test_pinned_version_loads_with_an_empty_staged_version_dir(server, http, roo
     np.testing.assert_array_equal(
         http.infer("pinned", inputs_of(httpclient, {"x": x}, {})).as_numpy("y"), np.maximum(x, 0)
     )
-    http.unload_model("pinned")
+    unload(http, "pinned")
 
 
 # ---- T7: a default model.onnx symlinked from a shared store -------------------------------------------------------
@@ -352,7 +367,7 @@ def test_symlinked_default_model_file_loads(server, http, root):
     np.testing.assert_array_equal(
         http.infer("symlinked", inputs_of(httpclient, {"x": x}, {})).as_numpy("y"), np.maximum(x, 0)
     )
-    http.unload_model("symlinked")
+    unload(http, "symlinked")
     os.remove(os.path.join(target, "1", "model.onnx"))  # no model file at all: no parameter is blamed
     with pytest.raises(InferenceServerException) as e:
         http.load_model("symlinked")
@@ -377,7 +392,7 @@ def test_outputs_a_config_leaves_out_stay_out(server, http, grpc, root):
     r = grpc.infer("trim", inputs_of(grpcclient, {"x": x}, {}), client_timeout=CALL_TIMEOUT)
     assert [o.name for o in r.get_response().outputs] == ["y"]
     np.testing.assert_array_equal(r.as_numpy("y"), np.maximum(x, 0))
-    http.unload_model("trim")
+    unload(http, "trim")
 
 
 # ---- T5 through the CLI, as the repro ran it ----------------------------------------------------------------------
@@ -412,7 +427,7 @@ def test_cli_repo_init_with_colon_state_names_loads(server, http, grpc, root):
     load(server, http, "colon_cli")
     out = answer(grpc, case, "colon_cli")
     np.testing.assert_allclose(out["y:0"], case.expected["y:0"], rtol=1e-5, atol=1e-6)
-    http.unload_model("colon_cli")
+    unload(http, "colon_cli")
 
 
 # ---- issue 28: the host_memory budget reaches the model ------------------------------------------------------------
@@ -456,4 +471,4 @@ def test_host_memory_parameter_keeps_static_graphs_within_its_budget(server, htt
         >= 3
     )
     for name in ("hm_room", "hm_none"):
-        http.unload_model(name)
+        unload(http, name)
