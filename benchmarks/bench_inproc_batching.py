@@ -151,26 +151,29 @@ def main(argv=None) -> dict:
             f"{r['cpu_us']:>10.0f} {mean:>10}"
         )
 
-    def per_round(a: tuple, b: tuple, key: str = "rps") -> float:
-        """The median over the rounds of a's figure / b's in the same round."""
-        return float(np.median([x[key] / y[key] for x, y in zip(rounds[a], rounds[b])]))
+    def per_round(a: list, b: list, key: str = "rps") -> list:
+        """Each round's figure of ``a`` / ``b``'s taken in the same round."""
+        return [x[key] / y[key] for x, y in zip(a, b)]
 
-    ratios = {}
-    each = {}  # the per-round ratios behind the run(list) medians
+    each = {}  # name -> the per-round ratios (their median is the ratio reported)
     if ("gert", top) in best:
         for variant in PAIRED:
-            got = [x["rps"] / y["rps"] for x, y in zip(rounds[(variant, top)], beside[(variant, top)])]
-            ratios[f"{variant} {top} threads / run(list of {LIST})"] = float(np.median(got))
-            each[f"{variant} {top} threads / run(list of {LIST})"] = got
-        ratios[f"gert {top} threads / gert_off"] = per_round(("gert", top), ("gert_off", top))
-        ratios[f"gert {top} threads / ort"] = per_round(("gert", top), ("ort", top))
+            each[f"{variant} {top} threads / run(list of {LIST})"] = per_round(
+                rounds[(variant, top)], beside[(variant, top)]
+            )
+        each[f"gert {top} threads / gert_off"] = per_round(rounds[("gert", top)], rounds[("gert_off", top)])
+        each[f"gert {top} threads / ort"] = per_round(rounds[("gert", top)], rounds[("ort", top)])
     if ("gert", 1) in best:
-        ratios["one thread p50: on / off"] = per_round(("gert", 1), ("gert_off", 1), "p50_ms")
-        ratios["one thread p50: gert_2streams / gert"] = per_round(("gert_2streams", 1), ("gert", 1), "p50_ms")
+        each["one thread p50: on / off"] = per_round(rounds[("gert", 1)], rounds[("gert_off", 1)], "p50_ms")
+        each["one thread p50: gert_2streams / gert"] = per_round(
+            rounds[("gert_2streams", 1)], rounds[("gert", 1)], "p50_ms"
+        )
+    ratios = {k: float(np.median(v)) for k, v in each.items()}
+    shown = {k for k in each if "run(list" in k}  # the ratios whose rounds are printed
     for k, v in ratios.items():
-        rounds_of = f" (per round {', '.join(f'{x:.2f}' for x in each[k])})" if k in each else ""
+        rounds_of = f" (per round {', '.join(f'{x:.2f}' for x in each[k])})" if k in shown else ""
         print(f"{k}: {v:.2f}x{rounds_of}")
-    result = {"rows": rows, "ratios": ratios, "per_round": each, "mean_batch": batches}
+    result = {"rows": rows, "ratios": ratios, "per_round": {k: each[k] for k in shown}, "mean_batch": batches}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
