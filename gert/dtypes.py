@@ -18,6 +18,39 @@ DT_DOUBLE, DT_BOOL, DT_BF16 = 11, 12, 27
 # ONNX TensorProto.DataType values
 ONNX_FLOAT, ONNX_UINT8, ONNX_INT8, ONNX_UINT16, ONNX_INT16, ONNX_INT32, ONNX_INT64 = 1, 2, 3, 4, 5, 6, 7
 ONNX_BOOL, ONNX_FLOAT16, ONNX_DOUBLE, ONNX_UINT32, ONNX_UINT64, ONNX_BFLOAT16 = 9, 10, 11, 12, 13, 16
+# TensorProto.DataType by its name in lower case, as ONNX Runtime names tensor types ("tensor(float16)"): onnx 1.23's
+# table (tests/test_dtypes.py checks it against the installed onnx), so that reading one needs no onnx import
+ONNX_ELEM_BY_NAME = {
+    "undefined": 0,
+    "float": 1,
+    "uint8": 2,
+    "int8": 3,
+    "uint16": 4,
+    "int16": 5,
+    "int32": 6,
+    "int64": 7,
+    "string": 8,
+    "bool": 9,
+    "float16": 10,
+    "double": 11,
+    "uint32": 12,
+    "uint64": 13,
+    "complex64": 14,
+    "complex128": 15,
+    "bfloat16": 16,
+    "float8e4m3fn": 17,
+    "float8e4m3fnuz": 18,
+    "float8e5m2": 19,
+    "float8e5m2fnuz": 20,
+    "uint4": 21,
+    "int4": 22,
+    "float4e2m1": 23,
+    "float8e8m0": 24,
+    "uint2": 25,
+    "int2": 26,
+    "float6e2m3": 27,
+    "float6e3m2": 28,
+}
 
 _TABLE: list[tuple[np.dtype, int, int, str]] = [
     (np.dtype(np.float32), DT_FLOAT, ONNX_FLOAT, "DT_FLOAT"),

@@ -19,21 +19,38 @@ of size 1, Unsqueeze did not fold); here they take the attribute, as ONNX Runtim
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
-from onnx import NodeProto, TensorProto
 
+# a node: onnx.NodeProto, or gert.core.wire_graph.WireNode (the same fields, read without onnx)
+NodeProto = Any
 Fold = Callable[[NodeProto, list, int], Optional[list]]  # (node, input values, opset of "") -> outputs or None
+_INT, _INTS = 2, 7  # AttributeProto.AttributeType
+# TensorProto.DataType
+_FLOAT, _UINT8, _INT8, _UINT16, _INT16, _INT32, _INT64, _BOOL, _FLOAT16, _DOUBLE, _UINT32, _UINT64 = (
+    1,
+    2,
+    3,
+    4,
+    5,
+    6,
+    7,
+    9,
+    10,
+    11,
+    12,
+    13,
+)
 
 
 def _attrs(node: NodeProto) -> dict:
     """The node's int and ints attributes by name (the only kinds the direct folds read); others map to None."""
     out: dict = {}
     for a in node.attribute:
-        if a.type == a.INT:
+        if a.type == _INT:
             out[a.name] = int(a.i)
-        elif a.type == a.INTS:
+        elif a.type == _INTS:
             out[a.name] = [int(x) for x in a.ints]
         else:
             out[a.name] = None
@@ -75,18 +92,18 @@ SPEC: dict = {"Slice": _slice, "GlobalMaxPool": _global_max_pool}
 # ---- as onnx.reference computes them ---------------------------------------------------------------------------------
 # ONNX element types Cast folds here: the plain numpy ones (float8, bfloat16, 4-bit and string casts go to onnx.reference)
 _CAST_TO = {
-    TensorProto.FLOAT: np.float32,
-    TensorProto.DOUBLE: np.float64,
-    TensorProto.FLOAT16: np.float16,
-    TensorProto.BOOL: np.bool_,
-    TensorProto.INT8: np.int8,
-    TensorProto.INT16: np.int16,
-    TensorProto.INT32: np.int32,
-    TensorProto.INT64: np.int64,
-    TensorProto.UINT8: np.uint8,
-    TensorProto.UINT16: np.uint16,
-    TensorProto.UINT32: np.uint32,
-    TensorProto.UINT64: np.uint64,
+    _FLOAT: np.float32,
+    _DOUBLE: np.float64,
+    _FLOAT16: np.float16,
+    _BOOL: np.bool_,
+    _INT8: np.int8,
+    _INT16: np.int16,
+    _INT32: np.int32,
+    _INT64: np.int64,
+    _UINT8: np.uint8,
+    _UINT16: np.uint16,
+    _UINT32: np.uint32,
+    _UINT64: np.uint64,
 }
 
 

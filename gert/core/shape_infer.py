@@ -3,8 +3,14 @@
 GE's ``InferShapeForPreprocess`` repeats InferShape, DimensionCompute (Shape/Size of known shapes), ConstantFolding
 and CondRemove until nothing changes (ge-shapes-and-cache.md, A1/A3). This is the same in one pass in topological
 order: each node either folds (every input is a known constant, or it is Shape/Size of a tensor whose shape is
-known) or has its output types inferred by ONNX's own per-node shape inference, given the constants it reads. An
-``If`` whose condition folds is replaced by its branch; otherwise both branches are inferred and their shapes merged.
+known) or has its output types inferred, given the constants it reads: by gert's rule for its operator
+(gert/core/shape_rules.py, the operators of common CNNs, checked against ONNX's), else by ONNX's own per-node shape
+inference. An ``If`` whose condition folds is replaced by its branch; otherwise both branches are inferred and their
+shapes merged.
+
+``infer`` of serialized bytes reads the graph without ONNX (gert/core/wire_graph.py) and imports ``onnx`` only for a
+node no rule of gert's covers, a fold numpy does not compute, or a model the wire reader leaves to ONNX: a Triton stub
+serving a CNN keeps no ``onnx`` in memory (~15 MB per process; issue 41).
 
 The result says, per graph output, whether its shape is known from the input shapes alone. A value-dependent
 operator (NonZero, NonMaxSuppression, ...) or a shape operand that comes from an input's values leaves dims
@@ -18,10 +24,9 @@ from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
-import onnx
-from onnx import defs, helper, numpy_helper, shape_inference
 
-from gert.core import folds
+from gert.core import folds, shape_rules, wire_graph
+from gert.core.skeleton_wire import Unsupported
 
 # Constants up to this many elements are folded and handed to shape inference (shape operands are small; weights
 # are never needed to know a shape).
@@ -178,6 +183,10 @@ class ShapeError(ValueError):
     """The input shapes do not fit the graph (an operator's shape inference refused them)."""
 
 
+class _Refused(Exception):
+    """ONNX's inference refused a node's inputs (its InferenceError)."""
+
+
 @dataclass
 class Inferred:
     """Per graph output its shape, or None where a dim is not known from the input shapes; ``all_known``: every
@@ -198,7 +207,7 @@ class _T:
 
     elem: int
     dims: Optional[tuple]
-    proto: Optional[onnx.TypeProto] = None
+    proto: Optional[object] = None  # onnx.TypeProto
 
     @property
     def known(self) -> Optional[tuple]:
@@ -206,13 +215,17 @@ class _T:
         d = self.dims
         return d if d is not None and all(type(x) is int for x in d) else None
 
-    def to_proto(self) -> onnx.TypeProto:
+    def to_proto(self):
+        """The type as onnx.TypeProto (imports onnx)."""
         if self.proto is not None:
             return self.proto
+        from onnx import helper
+
         return helper.make_tensor_type_proto(self.elem, None if self.dims is None else list(self.dims))
 
     @staticmethod
-    def of(t: onnx.TypeProto) -> "_T":
+    def of(t) -> "_T":
+        """From an onnx.TypeProto."""
         if t.WhichOneof("value") != "tensor_type":
             return _T(0, None, t)
         tt = t.tensor_type
@@ -276,7 +289,7 @@ class _Scope:
                 if math.prod(p.dims) > limit:
                     return None
                 try:
-                    v = numpy_helper.to_array(p)
+                    v = _to_array(p)
                 except Exception:  # noqa: BLE001 - an exotic encoding: just not folded
                     return None
                 s.values[name] = v
@@ -286,24 +299,62 @@ class _Scope:
 
     def set_value(self, name: str, v: np.ndarray) -> None:
         self.values[name] = v
-        self.types[name] = _T(helper.np_dtype_to_tensor_dtype(v.dtype), tuple(int(d) for d in v.shape))
+        self.types[name] = _T(_elem_of(v.dtype), tuple(int(d) for d in v.shape))
 
 
 class _Inferer:
-    def __init__(self, model: onnx.ModelProto) -> None:
+    def __init__(self, model, rules: bool = True) -> None:
         self.opsets = {(o.domain or ""): o.version for o in model.opset_import}
-        self.opset_protos = list(model.opset_import)
+        self.opset_ids = list(model.opset_import)
         self.ir_version = model.ir_version
         self.unknown: list = []
+        self.rules = rules  # False: ONNX's inference for every node (the reference the rules are tested against)
+
+    def _onnx_inference(self, node, types: dict, data: dict) -> dict:
+        """ONNX's per-node shape inference of ``node`` (types and constant operands as numpy values), imported here."""
+        from onnx import defs, helper, numpy_helper, shape_inference
+
+        domain = node.domain or ""
+        version = self.opsets.get(domain, self.opsets.get("ai.onnx", 1) if domain == "" else 1)
+        schema = defs.get_schema(node.op_type, version, domain)
+        try:
+            return shape_inference.infer_node_outputs(
+                schema,
+                _proto(node),
+                {i: t.to_proto() for i, t in types.items()},
+                {i: numpy_helper.from_array(np.asarray(v), i) for i, v in data.items()},
+                opset_imports=[helper.make_opsetid(o.domain, o.version) for o in self.opset_ids],
+                ir_version=self.ir_version,
+            )
+        except shape_inference.InferenceError as e:
+            raise _Refused(str(e)) from None
+
+    def _rule(self, node, scope: _Scope) -> bool:
+        """The node's output types by gert's rule for its operator (shape_rules), if it has one that is sure."""
+        if not self.rules:
+            return False
+        types = [scope.type(i) if i else None for i in node.input]
+        out = shape_rules.output_types(
+            node,
+            [_known(t) for t in types],
+            [0 if t is None else t.elem for t in types],
+            lambda i, limit: scope.value(node.input[i], limit),
+            self.opsets.get("", self.opsets.get("ai.onnx")),
+        )
+        if out is None:
+            return False
+        for name, (elem, dims) in zip(node.output, out):
+            scope.types[name] = _T(elem, tuple(dims))
+        return True
 
     # ---- one graph -------------------------------------------------------------------------------------------
-    def graph(self, g: onnx.GraphProto, scope: _Scope) -> None:
+    def graph(self, g, scope: _Scope) -> None:
         for init in g.initializer:
             scope.protos[init.name] = init
         for node in g.node:
             self.node(node, scope)
 
-    def node(self, node: onnx.NodeProto, scope: _Scope) -> None:
+    def node(self, node, scope: _Scope) -> None:
         op, domain = node.op_type, node.domain or ""
         if domain in ("", "ai.onnx"):
             if op == "Constant":
@@ -316,14 +367,14 @@ class _Inferer:
         if (
             op not in _NO_FOLD
             and all(n is not None and n <= _FOLD_ELEMENTS for n in sizes)
-            and not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute)
+            and not any(a.type in (wire_graph.GRAPH, wire_graph.GRAPHS) for a in node.attribute)
         ):
             ins = [scope.value(i) if i else None for i in node.input]
             if self._fold_fits(node, scope, ins, sizes) and self._fold(node, scope, ins):
                 return None
         self._infer(node, scope)
 
-    def _fold_fits(self, node: onnx.NodeProto, scope: _Scope, ins: list, sizes: list) -> bool:
+    def _fold_fits(self, node, scope: _Scope, ins: list, sizes: list) -> bool:
         """Whether folding ``node`` stays within _FOLD_OUTPUT_BYTES per output, as ONNX's shape inference predicts
         it given the constant inputs' values. An output it cannot size is allowed, except of an operator that can
         grow (_GROWS): _fold checks the actual size afterwards, as ONNX Runtime's folding does."""
@@ -345,21 +396,10 @@ class _Inferer:
             start, limit, delta = (float(np.asarray(v).reshape(-1)[0]) for v in ins)
             count = max(math.ceil((limit - start) / delta), 0) if delta else 0
             return count * np.asarray(ins[0]).dtype.itemsize <= _FOLD_OUTPUT_BYTES
-        try:
-            version = self.opsets.get(domain, self.opsets.get("ai.onnx", 1) if domain == "" else 1)
-            schema = defs.get_schema(node.op_type, version, domain)
-            types = {i: t.to_proto() for i in node.input if i for t in [scope.type(i)] if t is not None}
-            data = {
-                i: numpy_helper.from_array(np.asarray(v), i) for i, v in zip(node.input, ins) if i and v is not None
-            }
-            out = shape_inference.infer_node_outputs(
-                schema, node, types, data, opset_imports=self.opset_protos, ir_version=self.ir_version
-            )
-        except Exception:  # noqa: BLE001 - no schema or inference, or inputs it refuses: sized after the fold
-            out = {}
+        out = self._fold_types(node, scope, ins)
         largest = max(sizes, default=1)
         for name in node.output:
-            t = _T.of(out[name]) if name in out else None
+            t = out.get(name)
             if t is None or t.dims is None:
                 if name and node.op_type in _GROWS:
                     return False
@@ -370,23 +410,49 @@ class _Inferer:
                 return False
         return True
 
-    def _constant(self, node: onnx.NodeProto, scope: _Scope) -> None:
+    def _fold_types(self, node, scope: _Scope, ins: list) -> dict:
+        """{output: _T} of a node about to fold, given its constant inputs ``ins``: by gert's rule, else ONNX's
+        inference ({} where neither tells)."""
+        types = {i: t for i in node.input if i for t in [scope.type(i)] if t is not None}
+        if self.rules:
+            known = [np.asarray(v) if v is not None else None for v in ins]
+
+            def value(k: int, limit: int) -> Optional[np.ndarray]:
+                v = known[k]
+                return v if v is not None and v.size <= limit else None
+
+            ruled = shape_rules.output_types(
+                node,
+                [_known(types.get(i)) if i else None for i in node.input],
+                [types[i].elem if i in types else 0 for i in node.input],
+                value,
+                self.opsets.get("", self.opsets.get("ai.onnx")),
+            )
+            if ruled is not None:
+                return {n: _T(e, tuple(d)) for n, (e, d) in zip(node.output, ruled) if n}
+        try:
+            data = {i: v for i, v in zip(node.input, ins) if i and v is not None}
+            return {n: _T.of(t) for n, t in self._onnx_inference(node, types, data).items()}
+        except Exception:  # noqa: BLE001 - no schema or inference, or inputs it refuses: sized after the fold
+            return {}
+
+    def _constant(self, node, scope: _Scope) -> None:
         """A Constant's tensor is kept as it is (converted only if a fold needs it); other forms are evaluated."""
         name = node.output[0]
         for a in node.attribute:
-            if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
+            if a.name == "value" and a.type == wire_graph.TENSOR:
                 scope.protos[name] = a.t
                 return
         if not (self._fold_fits(node, scope, [], []) and self._fold(node, scope, [])):  # a sparse_value may be huge
             self._infer(node, scope)
 
-    def _fold(self, node: onnx.NodeProto, scope: _Scope, ins: list) -> bool:
+    def _fold(self, node, scope: _Scope, ins: list) -> bool:
         try:
             direct = folds.fold(node, ins, self.opsets.get(""))  # the common folds, without onnx.reference (12 MB)
             if direct is None:
                 from onnx.reference import ReferenceEvaluator
 
-                ev = ReferenceEvaluator(node, opsets=self.opsets)
+                ev = ReferenceEvaluator(_proto(node), opsets=self.opsets)
                 feeds = {i: v for i, v in zip(node.input, ins) if i}
                 outs = list(ev.run(None, feeds))
             else:
@@ -400,7 +466,7 @@ class _Inferer:
                 scope.set_value(name, v)
         return all(not n or n in scope.values for n in node.output)
 
-    def _shape_op(self, node: onnx.NodeProto, scope: _Scope) -> bool:
+    def _shape_op(self, node, scope: _Scope) -> bool:
         shape = _known(scope.type(node.input[0]))
         if shape is None:
             return False
@@ -415,10 +481,10 @@ class _Inferer:
         scope.set_value(node.output[0], np.array(shape[start:end], np.int64))
         return True
 
-    def _elementwise(self, node: onnx.NodeProto, scope: _Scope) -> bool:
+    def _elementwise(self, node, scope: _Scope) -> bool:
         """The shape rule of the elementwise operators that make up most of a CNN, without a call into ONNX: one
         output, the first input's element type, the inputs' known shapes broadcast (numpy rules)."""
-        if (node.domain or "") not in ("", "ai.onnx") or len(node.output) != 1 or not node.input:
+        if not self.rules or (node.domain or "") not in ("", "ai.onnx") or len(node.output) != 1 or not node.input:
             return False
         unary = node.op_type in _UNARY
         if not unary and (node.op_type not in _BROADCAST or len(node.input) != 2):
@@ -437,30 +503,20 @@ class _Inferer:
         scope.types[node.output[0]] = _T(types[0].elem, shape)
         return True
 
-    def _infer(self, node: onnx.NodeProto, scope: _Scope) -> None:
-        if self._elementwise(node, scope):
+    def _infer(self, node, scope: _Scope) -> None:
+        if self._elementwise(node, scope) or self._rule(node, scope):
             return
-        domain = node.domain or ""
-        version = self.opsets.get(domain, self.opsets.get("ai.onnx", 1) if domain == "" else 1)
         out: dict = {}
         try:
-            schema = defs.get_schema(node.op_type, version, domain)
-        except Exception:  # noqa: BLE001 - an operator ONNX does not define: its outputs stay unknown
-            schema = None
-        try:
-            if schema is None:
-                raise LookupError
-            types = {i: t.to_proto() for i in node.input if i for t in [scope.type(i)] if t is not None}
+            types = {i: t for i in node.input if i for t in [scope.type(i)] if t is not None}
             data = {}
             for i in node.input:  # constant shape operands (shapes, axes, scales, pads: a handful of elements)
                 if i and i not in data:
                     v = scope.value(i, _OPERAND_ELEMENTS)
                     if v is not None:
-                        data[i] = numpy_helper.from_array(np.asarray(v), i)
-            out = shape_inference.infer_node_outputs(
-                schema, node, types, data, opset_imports=self.opset_protos, ir_version=self.ir_version
-            )
-        except shape_inference.InferenceError as e:  # GE's InferShape fails the compile
+                        data[i] = v
+            out = self._onnx_inference(node, types, data)
+        except _Refused as e:  # GE's InferShape fails the compile
             raise ShapeError(
                 f"shape inference failed at node '{node.name or node.op_type}' ({node.op_type}): {e}"
             ) from None
@@ -476,8 +532,8 @@ class _Inferer:
             if _known(t) is None:
                 self.unknown.append(name)
 
-    def _if(self, node: onnx.NodeProto, scope: _Scope) -> None:
-        branches = {a.name: a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH}
+    def _if(self, node, scope: _Scope) -> None:
+        branches = {a.name: a.g for a in node.attribute if a.type == wire_graph.GRAPH}
         cond = scope.value(node.input[0])
         if cond is not None and cond.size == 1:  # CondRemovePass: a constant condition keeps one branch
             branch = branches["then_branch" if bool(cond.reshape(-1)[0]) else "else_branch"]
@@ -508,7 +564,14 @@ class _Inferer:
 def _itemsize(elem: int) -> int:
     """Bytes per element of an ONNX element type (8 for strings and types numpy does not know: an estimate)."""
     try:
-        return max(1, np.dtype(helper.tensor_dtype_to_np_dtype(elem)).itemsize) if elem else 1
+        if not elem:
+            return 1
+        known = wire_graph.NUMPY_DTYPES.get(elem)
+        if known is not None:
+            return np.dtype(known).itemsize
+        from onnx import helper
+
+        return max(1, np.dtype(helper.tensor_dtype_to_np_dtype(elem)).itemsize)
     except Exception:  # noqa: BLE001 - a type without a numpy dtype
         return 8
 
@@ -523,9 +586,44 @@ def _merge(a: Optional[_T], b: Optional[_T]) -> Optional[_T]:
     return _T(elem, tuple(x if x == y and type(x) is int else None for x, y in zip(a.dims, b.dims)))
 
 
-def _run(m: onnx.ModelProto, input_dims: Mapping[str, Sequence]) -> tuple:
-    """(the inferer, the top-level scope) of one pass over ``m`` with its inputs fixed at ``input_dims``."""
-    inf = _Inferer(m)
+def _elem_of(dtype) -> int:
+    """The ONNX element type of a numpy dtype."""
+    known = wire_graph.ONNX_TYPES.get(np.dtype(dtype))
+    if known is not None:
+        return known
+    from onnx import helper
+
+    return helper.np_dtype_to_tensor_dtype(dtype)
+
+
+def _to_array(p) -> np.ndarray:
+    """A constant's values: a wire_graph.WireTensor's own conversion, else ONNX's numpy_helper."""
+    if isinstance(p, wire_graph.WireTensor):
+        v = p.to_array()
+        if v is None:
+            raise ValueError(f"constant '{p.name}' holds no data here")
+        return v
+    from onnx import numpy_helper
+
+    return numpy_helper.to_array(p)
+
+
+def _proto(node):
+    """``node`` as onnx.NodeProto (a wire_graph.WireNode parsed from its bytes)."""
+    return node.to_proto() if isinstance(node, wire_graph.WireNode) else node
+
+
+def _elem_type(value) -> int:
+    """A graph input's element type (wire_graph.WireValue or onnx.ValueInfoProto)."""
+    if isinstance(value, wire_graph.WireValue):
+        return value.elem_type
+    return value.type.tensor_type.elem_type
+
+
+def _run(m, input_dims: Mapping[str, Sequence], rules: bool = True) -> tuple:
+    """(the inferer, the top-level scope) of one pass over ``m`` (an onnx.ModelProto or a wire_graph.WireModel)
+    with its inputs fixed at ``input_dims``."""
+    inf = _Inferer(m, rules)
     scope = _Scope()
     inits = {i.name for i in m.graph.initializer}
     for i in m.graph.input:
@@ -533,7 +631,7 @@ def _run(m: onnx.ModelProto, input_dims: Mapping[str, Sequence]) -> tuple:
             continue
         dims = input_dims.get(i.name)
         scope.types[i.name] = _T(
-            i.type.tensor_type.elem_type,
+            _elem_type(i),
             None
             if dims is None
             else tuple(d if isinstance(d, str) else (int(d) if d is not None and d >= 0 else None) for d in dims),
@@ -542,12 +640,23 @@ def _run(m: onnx.ModelProto, input_dims: Mapping[str, Sequence]) -> tuple:
     return inf, scope
 
 
-def infer(model, input_dims: Mapping[str, Sequence]) -> Inferred:
-    """Shapes of ``model`` (serialized bytes or a ModelProto) for inputs fixed at ``input_dims`` (name -> dims; a
-    str dim is symbolic, a negative or None one unknown).
+def infer(model, input_dims: Mapping[str, Sequence], rules: bool = True) -> Inferred:
+    """Shapes of ``model`` (serialized bytes, a wire_graph.WireModel or a ModelProto) for inputs fixed at
+    ``input_dims`` (name -> dims; a str dim is symbolic, a negative or None one unknown). Bytes are read without
+    ONNX where the wire reader takes them (else parsed by ONNX). ``rules=False``: ONNX's inference for every node.
     Graph outputs' declared shapes and ``value_info`` are ignored, as GE's parser ignores them (A5)."""
-    m = model if isinstance(model, onnx.ModelProto) else onnx.load_from_string(bytes(model))
-    inf, scope = _run(m, input_dims)
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        try:
+            return _inferred(wire_graph.parse(model), input_dims, rules)
+        except Unsupported:
+            import onnx
+
+            model = onnx.load_from_string(bytes(model))
+    return _inferred(model, input_dims, rules)
+
+
+def _inferred(m, input_dims: Mapping[str, Sequence], rules: bool) -> Inferred:
+    inf, scope = _run(m, input_dims, rules)
     types = [scope.type(o.name) for o in m.graph.output]
     outs = [_known(t) for t in types]
     return Inferred(
@@ -574,8 +683,9 @@ class Traced:
         return d if d is not None and all(type(x) is int for x in d) else None
 
 
-def trace(model: onnx.ModelProto, input_dims: Mapping[str, Sequence]) -> Traced:
-    """As ``infer``, keeping every top-level tensor's dims and folded value (ShapeError if the sizes do not fit)."""
+def trace(model, input_dims: Mapping[str, Sequence]) -> Traced:
+    """As ``infer`` of a parsed model (onnx.ModelProto), keeping every top-level tensor's dims and folded value
+    (ShapeError if the sizes do not fit)."""
     _, scope = _run(model, input_dims)
     names = set(scope.types) | set(scope.protos)
     dims = {}

@@ -18,9 +18,8 @@ from typing import Iterator, Union
 
 import onnx
 
-from gert.core.skeleton_wire import STRIPPED, Unsupported, strip_bytes
+from gert.core.skeleton_wire import KEPT_ELEMENTS, STRIPPED, Unsupported, strip_bytes
 
-KEPT_ELEMENTS = 4096  # = gert.core.shape_infer._FOLD_ELEMENTS: the largest constant shape work reads the values of
 _DATA_FIELDS = ("raw_data", "float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from typing import Union
 
+KEPT_ELEMENTS = 4096  # = gert.core.shape_infer._FOLD_ELEMENTS: the largest constant shape work reads the values of
 STRIPPED = "gert-skeleton:weights-not-loaded"  # the location a stripped constant names (skeleton.is_skeleton_tensor)
 
 # field numbers (onnx/onnx.proto)
@@ -37,7 +38,7 @@ class Unsupported(ValueError):
     """Bytes the wire walker leaves to a full parse."""
 
 
-def _varint(buf: memoryview, pos: int, end: int) -> tuple:
+def varint(buf: memoryview, pos: int, end: int) -> tuple:
     result = shift = 0
     while True:
         if pos >= end or shift > 63:
@@ -62,19 +63,19 @@ def _encode_varint(v: int) -> bytes:
             return bytes(out)
 
 
-def _fields(buf: memoryview, start: int, end: int) -> list:
+def fields(buf: memoryview, start: int, end: int) -> list:
     """(field number, wire type, value start, value end, field start) of each field of the message in
     buf[start:end]; for a varint the value is decoded into ``value start`` (and ``value end`` is its end)."""
     out = []
     pos = start
     while pos < end:
         field_start = pos
-        key, pos = _varint(buf, pos, end)
+        key, pos = varint(buf, pos, end)
         number, wire = key >> 3, key & 7
         if number == 0:
             raise Unsupported("field number 0")
         if wire == _VARINT:
-            value, pos = _varint(buf, pos, end)
+            value, pos = varint(buf, pos, end)
             out.append((number, wire, value, pos, field_start))
             continue
         if wire == _I64:
@@ -82,7 +83,7 @@ def _fields(buf: memoryview, start: int, end: int) -> list:
         elif wire == _I32:
             vstart, pos = pos, pos + 4
         elif wire == _LEN:
-            n, vstart = _varint(buf, pos, end)
+            n, vstart = varint(buf, pos, end)
             pos = vstart + n
         else:  # groups (3, 4) are not in ONNX's schema
             raise Unsupported(f"wire type {wire}")
@@ -108,16 +109,16 @@ _MARKER = (
 
 def _tensor(buf: memoryview, start: int, end: int, kept: int, out: list) -> int:
     """Append TensorProto buf[start:end] to ``out``, its data left out when ``strip`` would drop it; 1 if so."""
-    fields = _fields(buf, start, end)
+    found = fields(buf, start, end)
     elements, location = 1, 0
-    for number, wire, a, b, _ in fields:
+    for number, wire, a, b, _ in found:
         if number == _TENSOR_DIMS:
             if wire == _VARINT:
                 elements *= a if a < 1 << 63 else a - (1 << 64)
             elif wire == _LEN:  # packed
                 pos = a
                 while pos < b:
-                    d, pos = _varint(buf, pos, b)
+                    d, pos = varint(buf, pos, b)
                     elements *= d if d < 1 << 63 else d - (1 << 64)
             else:
                 raise Unsupported("dims of a wire type other than varint")
@@ -130,7 +131,7 @@ def _tensor(buf: memoryview, start: int, end: int, kept: int, out: list) -> int:
         return 0
     parts = [
         bytes(buf[f[4] : f[3]])
-        for f in fields
+        for f in found
         if f[0] not in _TENSOR_DATA and f[0] not in (_TENSOR_EXTERNAL_DATA, _TENSOR_DATA_LOCATION)
     ]
     parts.append(_MARKER)
@@ -146,8 +147,8 @@ def _message(buf: memoryview, start: int, end: int, walk: dict, kept: int, count
     """Message buf[start:end] with the fields of ``walk`` ({field number: how to walk its value}) rewritten."""
     parts: list = []  # slices of ``buf`` copied as they are, and the rewritten fields (bytes)
     pos = start
-    fields = _fields(buf, start, end)
-    for number, wire, a, b, field_start in fields:
+    found = fields(buf, start, end)
+    for number, wire, a, b, field_start in found:
         how = walk.get(number)
         if how is None or wire != _LEN:
             continue
@@ -191,16 +192,16 @@ _ATTR_WALK = {
 
 
 def _walk_attribute(buf: memoryview, a: int, b: int, kept: int, counter: list):
-    fields = _fields(buf, a, b)
+    found = fields(buf, a, b)
     kind = 0
-    for number, wire, value, _, _ in fields:
+    for number, wire, value, _, _ in found:
         if number == _ATTR_TYPE and wire == _VARINT:
             kind = value
     entry = _ATTR_WALK.get(kind)
     if entry is None:
         return None  # nothing strip walks: copied as it is
     number, how = entry
-    if number in (_ATTR_T, _ATTR_G) and sum(1 for f in fields if f[0] == number) > 1:
+    if number in (_ATTR_T, _ATTR_G) and sum(1 for f in found if f[0] == number) > 1:
         raise Unsupported("a singular message field given twice (protobuf merges them)")
     return _message(buf, a, b, {number: how}, kept, counter)
 
@@ -211,7 +212,7 @@ def strip_bytes(model: Union[bytes, bytearray, memoryview], kept: int) -> tuple:
     ``Unsupported`` for bytes it leaves to a full parse."""
     buf = memoryview(model).cast("B")
     end = len(buf)
-    if sum(1 for f in _fields(buf, 0, end) if f[0] == _MODEL_GRAPH) > 1:
+    if sum(1 for f in fields(buf, 0, end) if f[0] == _MODEL_GRAPH) > 1:
         raise Unsupported("ModelProto.graph given twice (protobuf merges them)")
     counter = [0]
     out = _message(buf, 0, end, {_MODEL_GRAPH: _walk_graph}, kept, counter)

@@ -21,7 +21,7 @@ from typing import Callable, Union
 
 import numpy as np
 
-from gert.dtypes import DT_BF16, ONNX_BFLOAT16, ge_dtype, numpy_dtype, onnx_to_numpy
+from gert.dtypes import DT_BF16, ONNX_BFLOAT16, ONNX_ELEM_BY_NAME, ge_dtype, numpy_dtype, onnx_to_numpy
 from gert.hostnpu.model_file import ModelFile
 from gert.preview import precision
 
@@ -729,16 +729,22 @@ class OrtGraphProvider:
             return [(digest, proto.ByteSize()) for digest, proto in self._parsed.items()]
 
     def _parsed_model(self, model: ModelSource, digest: bytes):
-        """The ModelProto shape inference runs on, parsed once per model (the last few are kept): the model's
-        skeleton (gert/core/skeleton.py), which holds no copy of its weights."""
+        """The graph shape inference runs on, parsed once per model (the last few are kept): read from the wire
+        without onnx (gert/core/wire_graph.py), else the model's skeleton ModelProto (gert/core/skeleton.py); neither
+        holds a copy of its weights."""
         with self._lock:
             proto = self._parsed.get(digest)
             if proto is not None:
                 self._parsed.move_to_end(digest)
                 return proto
-        from gert.core.skeleton import skeleton  # onnx, imported by the first compile, not by `import gert`
+        from gert.core import wire_graph
 
-        proto = skeleton(_read(model))
+        try:
+            proto = wire_graph.parse(_read(model))
+        except wire_graph.Unsupported:
+            from gert.core.skeleton import skeleton  # onnx: for a model the wire reader leaves to it
+
+            proto = skeleton(_read(model))
         with self._lock:
             self._parsed[digest] = proto
             while len(self._parsed) > _PARSED_KEPT:
@@ -748,12 +754,17 @@ class OrtGraphProvider:
     def _external_dir(self, model: ModelBytes) -> str:
         """The directory the graph's model file was parsed from, when the model keeps data in external files
         there; else "" (the model is the same wherever it was read)."""
-        from gert.core.external_data import has_external
-
         model_dir = _compiled_model_dir()
-        if model_dir and has_external(self._parsed_model(model, self.digest(model))):
-            return model_dir
-        return ""
+        if not model_dir:
+            return ""
+        from gert.core.wire_graph import WireModel
+
+        parsed = self._parsed_model(model, self.digest(model))
+        if isinstance(parsed, WireModel):
+            return model_dir if parsed.has_external() else ""
+        from gert.core.external_data import has_external  # onnx
+
+        return model_dir if has_external(parsed) else ""
 
     def compile(self, model: ModelBytes, inputs: Sequence[tuple], outputs: Sequence[tuple], group: int = 0):
         """inputs/outputs: (name, ge_dtype, dims) with -1 for dynamic dims; group: the GE Session.
@@ -834,8 +845,8 @@ def _device_threads() -> int:
 
 
 def _infer(proto, shapes: dict):
-    """GE's compile-time shape inference of ``proto`` at input ``shapes`` (gert/core/shape_infer.py, which imports
-    onnx: imported by the first compile, so that `import gert` imports no onnx)."""
+    """GE's compile-time shape inference of ``proto`` at input ``shapes`` (gert/core/shape_infer.py: imported by
+    the first compile; it imports onnx only for what gert's own rules leave to it)."""
     from gert.core import shape_infer
 
     return shape_infer.infer(proto, shapes)
@@ -914,11 +925,17 @@ def _with_dir(digest: bytes, model_dir: str, dirs: dict) -> bytes:
 
 
 def _declared_input_shapes(proto) -> list:
-    """The graph inputs' shapes as ONNX Runtime reports them (int, dim name or None per axis), from the file."""
+    """The graph inputs' shapes as ONNX Runtime reports them (int, dim name or None per axis), from the file
+    (``proto``: a gert.core.wire_graph.WireModel or an onnx.ModelProto)."""
+    from gert.core.wire_graph import WireValue
+
     inits = {t.name for t in proto.graph.initializer}
     out = []
     for v in proto.graph.input:
         if v.name in inits:
+            continue
+        if isinstance(v, WireValue):
+            out.append(list(v.dims or ()))
             continue
         dims = v.type.tensor_type.shape.dim if v.type.HasField("tensor_type") else []
         out.append([d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in dims])
@@ -934,6 +951,4 @@ def _ort_dtype(meta) -> int:
     t = meta.type
     if not t.startswith("tensor(") or not t.endswith(")"):
         raise ValueError(f"output '{meta.name}' is a {t}, not a tensor")
-    from onnx import TensorProto
-
-    return ge_dtype(onnx_to_numpy(getattr(TensorProto, t[len("tensor(") : -1].upper(), 0)))
+    return ge_dtype(onnx_to_numpy(ONNX_ELEM_BY_NAME.get(t[len("tensor(") : -1], 0)))

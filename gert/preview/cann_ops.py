@@ -209,6 +209,17 @@ def load_proto(model: ModelLike):
     return onnx.load(os.fspath(model), load_external_data=False)
 
 
+def _graph_of(data: bytes):
+    """The model's graph for check_proto: read without onnx where the wire reader takes it (gert/core/wire_graph.py:
+    a serving process keeps no onnx), else load_proto's skeleton."""
+    from gert.core import wire_graph
+
+    try:
+        return wire_graph.parse(data)
+    except wire_graph.Unsupported:
+        return load_proto(data)
+
+
 def walk_nodes(graph, path: str):
     """(node, graph path) for every node of the graph, recursing into If branches (GE's only subgraph adapter).
     Other ops' subgraphs (Loop, Scan bodies) are never reached: GE refuses the op itself first."""
@@ -347,7 +358,7 @@ def enforce(data: bytes, mode: str | None, digest: str | None = None, stacklevel
     report = _reports.get(digest)
     if report is None:
         try:
-            report = check_proto(load_proto(data))  # ~50 ms for PP-OCR det or rec: once per model per process
+            report = check_proto(_graph_of(data))  # ~50 ms for PP-OCR det or rec: once per model per process
         except Exception:  # noqa: BLE001 - a model onnx cannot read fails in GE's parser, with GE's own message
             return None
         with _reports_lock:
