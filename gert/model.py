@@ -29,7 +29,8 @@ from gert.errors import GertError, ModelClosed, refused_by_ge_parser
 from gert.preview import cann_ops as preview_ops, precision as preview_precision
 from gert import sequence as _sequence
 from gert.sequence import Sequences
-from gert.core.shapes import ShapePlan, plan_shapes, warmup_keys
+from gert.core import load_analysis
+from gert.core.shapes import ShapePlan, warmup_keys
 
 if TYPE_CHECKING:
     from gert.tools.display import Stats
@@ -98,6 +99,20 @@ def _check_devices(devices: tuple, cube_cores: Optional[int], vector_cores: Opti
         _check_cores(d, vector_cores, _cann.DEV_ATTR_VECTOR_CORE_NUM, "vector_cores")
 
 
+def _plan_args(cfg: LoadConfig) -> load_analysis.PlanArgs:
+    """The load options the shape plan is computed from."""
+    return load_analysis.PlanArgs(
+        cfg.gears,
+        cfg.shape_policy,
+        cfg.pad_value,
+        cfg.max_batch,
+        cfg.output_dims,
+        cfg.batch_dim,
+        cfg.state,
+        cfg.rows_independent,
+    )
+
+
 def _read_model(model: ModelSource) -> tuple:
     """(the ONNX model's bytes, the model file's directory or None): ``model`` is a path or the bytes themselves. The
     directory is where its external data resolves (gert/core/external_data.py)."""
@@ -156,23 +171,11 @@ class Model:
         devices = cfg.devices
         _check_devices(devices, cfg.cube_cores, cfg.vector_cores)
         self.cann_report, self._graph = _parse(data, cfg.cann_ops, model if model_dir else None)  # GE's refusals first
-        from gert.core import onnx_io  # onnx: imported by the first load, not by `import gert`
-
-        described = onnx_io.read(data, model_dir)  # the one ONNX I/O reader (gert/core/onnx_io.py)
+        # the model's I/O (gert/core/onnx_io.py) and its shape plan, here or in a child process (load_analysis)
+        analysis = load_analysis.analyse(data, model_dir, _plan_args(cfg), cfg.load_analysis)
+        described = analysis.described
         self.value_dependent = described.value_dependent
-        self.plan: ShapePlan = plan_shapes(
-            described.io,
-            cfg.gears,
-            cfg.shape_policy,
-            cfg.pad_value,
-            cfg.max_batch,
-            cfg.output_dims,
-            cfg.batch_dim,
-            cfg.state,
-            model=described.proto,
-            value_dependent=described.value_dependent,
-            rows_independent=cfg.rows_independent,
-        )
+        self.plan: ShapePlan = analysis.plan
         # stateful models: state input -> output pairs, and the device-resident sequences (gert/sequence.py)
         self._sequences = Sequences(self, cfg.state, cfg.sequence_wait_s, devices) if cfg.state else None
         glob, sess, graph_opts = _split_options(cfg.options)

@@ -59,6 +59,9 @@ Keys (all string values, as Triton passes them):
                  with each execute()'s batches by Triton request id (relative to the model dir and inside it; an
                  absolute path, or a link out of the model dir, only inside the directory GERT_TRACE_DIR names in the
                  server's environment; default: GERT_TRACE, a directory, if set; gert_triton/tracing.py)
+  load_analysis  "process" / "inline": where the load's analysis of the model (its I/O, row proofs, output axes:
+                 ONNX's parser and shape inference) runs. Default process: a child process that exits when done, so
+                 that the stub never imports onnx (~15 MB per stub; gert/core/load_analysis.py)
   ge.K           GEInitialize option K;  session.ge.K  Session option;  graph.ge.K  AddGraph option
 Triton's own keys (EXECUTION_ENV_PATH, FORCE_CPU_ONLY_INPUT_TENSORS) are left to Triton.
 """
@@ -102,6 +105,7 @@ KNOWN_KEYS = {
     "precision_mode",
     "keep_fp32",
     "trace_file",
+    "load_analysis",
 }
 
 
@@ -124,6 +128,12 @@ class GertParams:
     check_cancelled: bool = True  # ask is_cancelled() of each request right before its batch runs
     cache_dir: Optional[str] = None  # as given: absolute, or relative to the model dir (see cache_path)
     trace_file: Optional[str] = None  # gert_triton/tracing.py (else GERT_TRACE, if set)
+
+    @property
+    def load_analysis(self) -> str:
+        """Where the load's analysis runs: the parameter, else "process" (gert_triton's default; gert.load's is
+        "inline")."""
+        return self.get("load_analysis", "process")
 
     def get(self, option: str, default=None):
         """The value the config sets for LoadConfig field ``option``, else ``default``."""
@@ -159,6 +169,7 @@ LOAD_KEYS = {
     "keep_fp32": "keep_fp32",
     "pad_value": "pad_value",
     "trust_foreign_entries": "trust_foreign_entries",
+    "load_analysis": "load_analysis",
 }
 
 # fields whose parameter text LoadConfig reads itself ("2GB", "0770", "Strict", a precision mode's name)
@@ -251,6 +262,7 @@ _PARSE: dict = {
     "device_ids": _device_ids,
     "pad_value": _number,
     "trust_foreign_entries": _flag,
+    "load_analysis": lambda k, v: v.strip(),
 }
 
 

@@ -84,7 +84,7 @@ class TritonPythonModel:
         params = parse_parameters(cfg.get("parameters", {}))
         model_dir, version = served_version(pb_utils.get_model_dir(), cfg.get("version_policy"))
         path = find_onnx_file(model_dir, version, params.onnx_file)
-        spec = describe(onnx_io(path), params.get("state"), params.get("batch_dim"))
+        spec = describe(onnx_io(path, params.load_analysis), params.get("state"), params.get("batch_dim"))
         top = params.get("max_batch") or max(params.get("gears", {}).get("batch", [DEFAULT_MAX_BATCH]))
         auto_complete(auto_complete_model_config, spec, top)
         return auto_complete_model_config
@@ -106,7 +106,7 @@ class TritonPythonModel:
                 raise ConfigError(f"parameter 'gears': batch gear {top} is above max_batch_size {self.max_batch_size}")
             if max_batch is None and "batch" not in gears:
                 max_batch = self.max_batch_size
-        spec = describe(onnx_io(path), params.get("state"), params.get("batch_dim"))
+        spec = describe(onnx_io(path, params.load_analysis), params.get("state"), params.get("batch_dim"))
         check_config(
             self.config,
             spec,
@@ -131,6 +131,7 @@ class TritonPythonModel:
                 gears=gears or None,
                 max_batch=max_batch,
                 split_batch=split_batch,
+                load_analysis=params.load_analysis,
                 **cache_kwargs,
             ),
         )

@@ -50,13 +50,13 @@ def triton_dtype(dtype) -> str:
         raise GertError(f"dtype {np.dtype(dtype)} has no Triton config type") from None
 
 
-def onnx_io(path: str) -> dict:
+def onnx_io(path: str, place: str = "inline") -> dict:
     """The model's I/O, read by gert's one ONNX I/O reader (gert/core/onnx_io.py): outputs with no shape in the file
-    get the one shape inference finds."""
-    from gert.core import onnx_io as reader
+    get the one shape inference finds. ``place``: where it is read (gert/core/load_analysis.py)."""
+    from gert.core import load_analysis
 
     with open(path, "rb") as f:
-        return reader.read(f.read()).io
+        return load_analysis.describe(f.read(), None, place).io
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,7 @@ BAD = {
     "dynamic_batching": ({"max_wait": 1}, ["dynamic_batching: unknown setting(s) ['max_wait']"]),
     "host_memory": (-1, ["host_memory must be >= 0 bytes, got -1"]),
     "rows_independent": (3, ["rows_independent must be True, False or output names", "3"]),
+    "load_analysis": ("subprocess", ["load_analysis", "'inline' or 'process'", "'subprocess'"]),
     "fallback": ("gpu", ["fallback: expected None or 'cpu', got 'gpu'"]),
 }
 

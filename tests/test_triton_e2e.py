@@ -707,6 +707,22 @@ def stub_processes(server, model: str) -> list:
     return found
 
 
+def test_the_stubs_serving_gert_models_never_load_onnx(server, grpc):
+    """Issue 41: a stub keeps only what serving needs. gert_triton analyses the model at load in a child process
+    (parameter load_analysis, default "process") and its compiles infer shapes without onnx, so no stub maps
+    onnx's extension module (~15 MB of resident memory per stub) while it serves, compiles included."""
+    check_cls_good(grpc)
+    check_seq_good(grpc)
+    for model in ("cls", "seq"):
+        pids = stub_processes(server, model)
+        assert pids, model
+        for pid in pids:
+            with open(f"/proc/{pid}/maps") as f:
+                maps = f.read()
+            assert "onnxruntime_pybind11_state" in maps, (model, pid)  # the stub is the one serving the model
+            assert "onnx_cpp2py_export" not in maps, (model, pid)
+
+
 def test_two_instances_each_run_their_own_gert_model(own_server):
     """instance_group count 2 (`gert repo init --instances 2`): two stub processes, each with its own gert.Model on
     the (host) NPU; concurrent clients get their own results from both. On a server of its own (own_server): the

@@ -313,6 +313,8 @@ def test_dim_names_with_colons():
         ("host_memory", "-1"),
         ("host_memory", ""),
         ("host_memory", "2XB"),
+        ("load_analysis", "child"),
+        ("load_analysis", ""),
     ],
 )
 def test_malformed_parameter_names_key(key, value):
@@ -413,6 +415,7 @@ def test_initialize_passes_parameters_to_gert_load(pb, tmp_path, seq_bytes, monk
         options={"session.ge.x": "1", "global.ge.y": "2"},
         request_timeout_s=1.5,
         split_batch=True,
+        load_analysis="process",  # gert_triton's default: the stub never imports onnx (issue 41)
     )  # several streams: one batch is split over the idle ones by default
     seen.clear()
     cfg = autocomplete(pb, mdir, parameters=params(device_ids="0,1", gears="batch:1,2", split_batch="false"))
@@ -426,6 +429,11 @@ def test_initialize_passes_parameters_to_gert_load(pb, tmp_path, seq_bytes, monk
         TritonPythonModel().initialize(init_args(mdir, cfg, device="3"))
     assert seen["devices"] == (3,), "the instance's device comes from model_instance_device_id"
     assert seen["split_batch"] is False, "one stream: nothing to split over"
+    seen.clear()
+    cfg = autocomplete(pb, mdir, parameters=params(load_analysis="inline"))
+    with pytest.raises(Stop):
+        TritonPythonModel().initialize(init_args(mdir, cfg, device="0"))
+    assert seen["load_analysis"] == "inline"
 
 
 @pytest.mark.parametrize(

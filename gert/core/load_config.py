@@ -218,6 +218,7 @@ class LoadConfig:
     dynamic_batching: Union[bool, Mapping, BatchingConfig, None] = True
     host_memory: Union[int, str, None] = None
     rows_independent: Union[bool, tuple, None] = None
+    load_analysis: str = "inline"
     fallback: Optional[str] = None
 
     def __post_init__(self) -> None:
@@ -273,6 +274,7 @@ class LoadConfig:
             "dynamic_batching": _dynamic_batching(self.dynamic_batching),
             "host_memory": _host_memory_bytes(self.host_memory),
             "rows_independent": _rows_independent(self.rows_independent),
+            "load_analysis": _load_analysis(self.load_analysis),
         }
 
     @property
@@ -290,6 +292,13 @@ class LoadConfig:
         """This config with ``options`` changed (checked as from_kwargs checks them)."""
         _known(options)
         return dataclasses.replace(self, **options)
+
+
+def _load_analysis(value: Any) -> str:
+    """Where the load's analysis runs (gert/core/load_analysis.py): "inline" or "process"."""
+    if value not in ("inline", "process"):
+        raise OptionError("load_analysis", f"load_analysis: expected 'inline' or 'process', got {value!r}")
+    return value
 
 
 def _options(value: Any) -> Optional[dict]:

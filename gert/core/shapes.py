@@ -488,7 +488,7 @@ def _unsplit_policy(plan: ShapePlan, policy_given: bool, gears_given: bool) -> N
             f"split): the rows of output '{name}' are not proved independent: {plan.mixing.get(name, '')}; "
             f"declare rows_independent=['{name}'] if each of its rows depends on the same input row alone",
             RowsNotIndependent,
-            stacklevel=4,
+            stacklevel=7,  # the caller of gert.load (through plan_shapes, gert.core.load_analysis, Model)
         )
         return
     if batch.policy == "pad":
