@@ -9,7 +9,6 @@ in parallel to the moved module would no longer follow it.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
 import sys
 from types import ModuleType
@@ -37,7 +36,7 @@ MOVED = {
 }
 
 
-class _Alias(importlib.abc.Loader):
+class _Alias:  # an importlib.abc.Loader (not subclassed: importlib.abc imports importlib.resources, tempfile, ...)
     def __init__(self, target: str):
         self.target = target
 
@@ -48,7 +47,7 @@ class _Alias(importlib.abc.Loader):
         """Nothing: the module is the target, already executed."""
 
 
-class MovedFinder(importlib.abc.MetaPathFinder):
+class MovedFinder:  # an importlib.abc.MetaPathFinder
     """Finds each old path in MOVED as an alias of its new module."""
 
     def find_spec(self, fullname: str, path=None, target=None) -> importlib.machinery.ModuleSpec | None:

@@ -125,6 +125,17 @@ def test_run_times_cost_reads_a_line_through_what_was_measured():
     assert t.cost(1) == 0.0 and t.cost(4) >= 0.0  # measured wins; a line never gives a negative time
 
 
+@given(st.lists(st.floats(0, 1, allow_nan=False), min_size=1, max_size=30), st.integers(1, 9))
+def test_run_times_are_the_statistics_median_of_the_last_kept_runs(runs, kept):
+    import statistics
+
+    t = RunTimes(kept=kept)
+    t.add(4, 99.0)  # the first run at a size is left out
+    for r in runs:
+        t.add(4, r)
+    assert t.estimate(4) == statistics.median(runs[-kept:])
+
+
 def test_run_times_are_the_median_of_the_last_runs_so_one_stall_moves_nothing():
     t = RunTimes(kept=5)
     seed_times(t, {4: 0.001})

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import subprocess
 import sys
 import warnings
 from dataclasses import dataclass
@@ -109,6 +108,8 @@ def _run(job: tuple):
 def _in_child(job: tuple):
     """``job`` run by a fresh interpreter (this one's executable and import path): (its result, the warnings it
     raised), the load's error raised, or None where the child could not run it."""
+    import subprocess
+
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
     # the working directory is not put on the child's path (-P); it runs in the folder gert is imported from. The

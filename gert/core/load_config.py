@@ -10,7 +10,6 @@ device (device ids, core counts: gert/model.py) is checked where those are known
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import numbers
 import os
 from dataclasses import dataclass
@@ -317,6 +316,8 @@ OPTIONS = tuple(f.name for f in dataclasses.fields(LoadConfig))
 def _known(options: Mapping[str, Any]) -> None:
     for name in options:
         if name not in OPTIONS:
+            import difflib
+
             close = difflib.get_close_matches(name, OPTIONS, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise TypeError(f"gert.load() got an unexpected keyword argument {name!r}{hint}")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
-import html
 import json
 import os
 import threading
@@ -160,6 +159,8 @@ class CannReport:
         return "\n".join(out)
 
     def _repr_html_(self) -> str:
+        import html
+
         e = html.escape
         parts = [
             f"<p><b>CANN op coverage</b>: {e(self.summary())}<br>opsets: "
