@@ -66,19 +66,38 @@ _TABLE: list[tuple[np.dtype, int, int, str]] = [
     (np.dtype(np.uint64), DT_UINT64, ONNX_UINT64, "DT_UINT64"),
     (np.dtype(np.bool_), DT_BOOL, ONNX_BOOL, "DT_BOOL"),
 ]
-try:  # bfloat16 has no numpy dtype of its own
-    import ml_dtypes
-
-    _TABLE.append((np.dtype(ml_dtypes.bfloat16), DT_BF16, ONNX_BFLOAT16, "DT_BF16"))
-except ImportError:  # pragma: no cover - depends on the environment
-    pass
-
 _BY_NUMPY = {row[0]: row for row in _TABLE}
 _BY_GE = {row[1]: row for row in _TABLE}
 _BY_ONNX = {row[2]: row for row in _TABLE}
+_bf16_tried = False
+
+
+def bfloat16() -> np.dtype | None:
+    """ml_dtypes' bfloat16 (numpy has none of its own), or None without ml_dtypes. Imported at the first need, not by
+    `import gert`: ~2 MB of resident memory a serving process that never sees a bfloat16 does not keep (issue 41).
+    Its row joins the tables then."""
+    global _bf16_tried
+    if not _bf16_tried:
+        try:
+            import ml_dtypes
+
+            row = (np.dtype(ml_dtypes.bfloat16), DT_BF16, ONNX_BFLOAT16, "DT_BF16")
+            _TABLE.append(row)
+            _BY_NUMPY[row[0]], _BY_GE[row[1]], _BY_ONNX[row[2]] = row, row, row
+        except ImportError:  # pragma: no cover - depends on the environment
+            pass
+        _bf16_tried = True
+    row = _BY_GE.get(DT_BF16)
+    return None if row is None else row[0]
+
+
+def is_bfloat16(dtype: np.dtype) -> bool:
+    """Whether ``dtype`` is ml_dtypes' bfloat16 (without importing ml_dtypes: an array of it means it is loaded)."""
+    return dtype.name == "bfloat16"
 
 
 def supported_numpy_dtypes() -> list[np.dtype]:
+    bfloat16()
     return [row[0] for row in _TABLE]
 
 
@@ -91,6 +110,8 @@ def ge_dtype(dtype) -> int:
         dt = np.dtype(dtype).newbyteorder("=")
     except TypeError as e:
         raise GertError(f"dtype {dtype!r} is not a numpy dtype") from e
+    if is_bfloat16(dt):
+        bfloat16()
     row = _BY_NUMPY.get(dt)
     if row is None:
         names = ", ".join(str(r[0]) for r in _TABLE)
@@ -101,6 +122,8 @@ def ge_dtype(dtype) -> int:
 def numpy_dtype(ge_type: int) -> np.dtype:
     """The numpy dtype of a ge::DataType value."""
     row = _BY_GE.get(int(ge_type))
+    if row is None and int(ge_type) == DT_BF16 and bfloat16() is not None:
+        row = _BY_GE[DT_BF16]
     if row is None:
         raise GertError(
             f"ge::DataType {ge_type} has no numpy dtype here"
@@ -110,12 +133,16 @@ def numpy_dtype(ge_type: int) -> np.dtype:
 
 
 def ge_name(ge_type: int) -> str:
+    if int(ge_type) == DT_BF16:
+        return "DT_BF16"
     row = _BY_GE.get(int(ge_type))
     return row[3] if row else f"ge::DataType({ge_type})"
 
 
 def onnx_to_numpy(elem_type: int) -> np.dtype:
     row = _BY_ONNX.get(int(elem_type))
+    if row is None and int(elem_type) == ONNX_BFLOAT16 and bfloat16() is not None:
+        row = _BY_ONNX[ONNX_BFLOAT16]
     if row is None:
         raise GertError(f"ONNX element type {elem_type} is not supported by gert")
     return row[0]

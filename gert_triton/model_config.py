@@ -15,6 +15,7 @@ from typing import Optional
 
 import numpy as np
 
+from gert.dtypes import is_bfloat16
 from gert.errors import GertError
 from gert_triton.config import ConfigError
 
@@ -34,16 +35,12 @@ _NUMPY_TO_TRITON = {
     np.dtype(np.float32): "TYPE_FP32",
     np.dtype(np.float64): "TYPE_FP64",
 }
-try:  # bfloat16 has no numpy dtype of its own (gert.dtypes takes it from ml_dtypes too)
-    import ml_dtypes
-
-    _NUMPY_TO_TRITON[np.dtype(ml_dtypes.bfloat16)] = "TYPE_BF16"
-except ImportError:  # pragma: no cover - ml_dtypes comes with onnx
-    pass
 
 
 def triton_dtype(dtype) -> str:
-    """The config data_type of a numpy dtype ("TYPE_FP32"); bfloat16 is TYPE_BF16."""
+    """The config data_type of a numpy dtype ("TYPE_FP32"); bfloat16 (ml_dtypes') is TYPE_BF16."""
+    if is_bfloat16(np.dtype(dtype)):
+        return "TYPE_BF16"
     try:
         return _NUMPY_TO_TRITON[np.dtype(dtype)]
     except KeyError:

@@ -15,14 +15,9 @@ import threading
 
 import numpy as np
 
+from gert.dtypes import bfloat16, is_bfloat16
 from gert.errors import GertError
 
-try:
-    import ml_dtypes
-
-    BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
-except ImportError:  # pragma: no cover - ml_dtypes comes with onnx
-    BFLOAT16 = None
 
 _CPU, _CUDA_HOST = 1, 3  # DLDeviceType kDLCPU, kDLCUDAHost
 _INT, _UINT, _FLOAT, _BFLOAT, _BOOL = 0, 1, 2, 4, 6  # DLDataTypeCode
@@ -72,8 +67,8 @@ _USED = b"used_dltensor"
 
 
 def _numpy_dtype(code: int, bits: int) -> np.dtype:
-    if code == _BFLOAT and bits == 16 and BFLOAT16 is not None:
-        return BFLOAT16
+    if code == _BFLOAT and bits == 16 and bfloat16() is not None:
+        return bfloat16()
     kind = {_INT: "i", _UINT: "u", _FLOAT: "f", _BOOL: "b"}.get(code)
     if kind is None or bits % 8:
         raise GertError(f"DLPack tensor of dtype code {code} with {bits} bits has no numpy dtype")
@@ -141,7 +136,7 @@ class DLPackArray:
 
     def __dlpack__(self, stream=None):
         a = self.array
-        if a.dtype == BFLOAT16:
+        if is_bfloat16(a.dtype):
             code, bits = _BFLOAT, 16
         else:
             code = {"i": _INT, "u": _UINT, "f": _FLOAT, "b": _BOOL}.get(a.dtype.kind)
@@ -185,6 +180,6 @@ def as_array(tensor) -> np.ndarray:
 
 def to_tensor(pb_utils, name: str, arr: np.ndarray):
     """A pb_utils output tensor of ``arr`` (C-contiguous); bfloat16 goes as a TYPE_BF16 tensor through DLPack."""
-    if BFLOAT16 is not None and arr.dtype == BFLOAT16:
+    if is_bfloat16(arr.dtype):
         return pb_utils.Tensor.from_dlpack(name, DLPackArray(arr))
     return pb_utils.Tensor(name, arr if arr.flags.c_contiguous else np.ascontiguousarray(arr))
