@@ -54,7 +54,7 @@ class MovedFinder:  # an importlib.abc.MetaPathFinder
         new = MOVED.get(fullname)
         if new is None:
             return None
-        return importlib.machinery.ModuleSpec(fullname, _Alias(new))
+        return importlib.machinery.ModuleSpec(fullname, _Alias(new))  # type: ignore[arg-type]  # a Loader by protocol
 
 
 def install() -> None:

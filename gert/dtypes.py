@@ -87,8 +87,8 @@ def bfloat16() -> np.dtype | None:
         except ImportError:  # pragma: no cover - depends on the environment
             pass
         _bf16_tried = True
-    row = _BY_GE.get(DT_BF16)
-    return None if row is None else row[0]
+    found = _BY_GE.get(DT_BF16)
+    return None if found is None else found[0]
 
 
 def is_bfloat16(dtype: np.dtype) -> bool:

@@ -67,8 +67,9 @@ _USED = b"used_dltensor"
 
 
 def _numpy_dtype(code: int, bits: int) -> np.dtype:
-    if code == _BFLOAT and bits == 16 and bfloat16() is not None:
-        return bfloat16()
+    bf16 = bfloat16() if code == _BFLOAT and bits == 16 else None
+    if bf16 is not None:
+        return bf16
     kind = {_INT: "i", _UINT: "u", _FLOAT: "f", _BOOL: "b"}.get(code)
     if kind is None or bits % 8:
         raise GertError(f"DLPack tensor of dtype code {code} with {bits} bits has no numpy dtype")
