@@ -111,25 +111,35 @@ def _in_child(job: tuple):
     import subprocess
 
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+    env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in sys.path if p and os.path.isdir(p))
     # the working directory is not put on the child's path (-P); it runs in the folder gert is imported from. The
     # child imports this module by its name, so that what it pickles names gert.core.load_analysis's classes
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    kind, data, model_dir, args = job
     try:
-        done = subprocess.run(
+        child = subprocess.Popen(
             [sys.executable, "-P", "-c", "from gert.core.load_analysis import main; raise SystemExit(main())"],
-            input=pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL),
-            capture_output=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             env=env,
             cwd=here,
-            check=False,
         )
     except OSError as e:
         return _not_run(f"{sys.executable} did not start: {e}")
-    if done.returncode != 0 or not done.stdout:
-        tail = done.stderr.decode("utf-8", "replace").strip().splitlines()[-3:]
-        return _not_run(f"exit status {done.returncode}: {' | '.join(tail)}")
-    status, value, warned = pickle.loads(done.stdout)  # noqa: S301 - our own child's answer to our own job
+    assert child.stdin is not None
+    try:  # the job, then the model's bytes as they are (no copy of them here); the child reads all before it writes
+        child.stdin.write(pickle.dumps((kind, len(data), model_dir, args), protocol=pickle.HIGHEST_PROTOCOL))
+        child.stdin.write(memoryview(data))
+        child.stdin.close()
+    except BrokenPipeError:
+        pass  # the child exited early: its status and stderr say why
+    child.stdin = None  # closed: communicate() only reads
+    out, err = child.communicate()
+    if child.returncode != 0 or not out:
+        tail = err.decode("utf-8", "replace").strip().splitlines()[-3:]
+        return _not_run(f"exit status {child.returncode}: {' | '.join(tail)}")
+    status, value, warned = pickle.loads(out)  # noqa: S301 - our own child's answer to our own job
     if status == "error":
         raise value
     return value, warned
@@ -151,7 +161,12 @@ def main() -> int:
     UserWarning naming their type: unpickling them would import their package (onnx) into the parent."""
     from gert.errors import GertError
 
-    job = pickle.loads(sys.stdin.buffer.read())  # noqa: S301 - from the parent that started this process
+    stdin = sys.stdin.buffer
+    kind, size, model_dir, args = pickle.load(stdin)  # noqa: S301 - from the parent that started this process
+    data = stdin.read(size)
+    if len(data) != size:
+        raise SystemExit(f"load analysis: {len(data)} of the model's {size} bytes arrived")
+    job = (kind, data, model_dir, args)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
