@@ -345,6 +345,8 @@ class _Inferer:
             return False
         for name, (elem, dims) in zip(node.output, out):
             scope.types[name] = _T(elem, tuple(dims))
+            if any(d is None for d in dims):
+                self.unknown.append(name)
         return True
 
     # ---- one graph -------------------------------------------------------------------------------------------

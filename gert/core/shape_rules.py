@@ -7,7 +7,8 @@ does not read, shapes that do not fit (ONNX's inference then reports the error i
 wrong: the node goes to ONNX's inference. tests/test_shape_rules.py checks every rule against ONNX's inference with
 generated nodes, and against ONNX Runtime's output shapes.
 
-A rule: ``rule(node, shapes, elems, value, opset) -> [(elem_type, dims)] per output, or None``: ``shapes`` the inputs'
+A rule: ``rule(node, shapes, elems, value, opset) -> [(elem_type, dims)] per output, or None`` (a dim None: not known
+from the input shapes, see _window): ``shapes`` the inputs'
 known dims (a tuple of ints, None where not known or absent), ``elems`` their element types, ``value(i, limit)`` the
 constant value of input ``i`` (None where not a constant of at most ``limit`` elements), ``opset`` the model's
 version of the default domain.
@@ -52,8 +53,15 @@ def _operand(value: Callable, node, i: int) -> Optional[list]:
     return [int(x) for x in v]
 
 
-def _window(node, x: tuple, kernel: list, channels: int, attrs: dict, dilated: bool) -> Optional[list]:
-    """Conv's and the pools' output dims, [N, channels, spatial...], for explicit or VALID padding, floor mode."""
+def _window(
+    node, x: tuple, kernel: list, channels: int, attrs: dict, dilated: bool, ceil: bool = False, opset: int = 0
+) -> Optional[list]:
+    """Conv's and the pools' output dims, [N, channels, spatial...], for explicit or VALID padding. ``ceil`` (a
+    pool's ceil_mode): the window count rounded up, less a last window that would start in the end padding, as ONNX
+    Runtime's kernels (what the host NPU runs) and PyTorch count them, and ONNX's inference from the pools' version
+    22 (onnx/onnx#3314). Before it ONNX's inference counts that window, and ONNX Runtime checks an output it is handed
+    against that count while its kernel writes the other, so there the axis is None (not known from the shapes: the
+    graph is compiled with unknown shapes, its outputs allocated at execution, as for a value-dependent output)."""
     n = len(x) - 2
     if len(kernel) != n or any(k < 1 for k in kernel):
         return None
@@ -61,8 +69,9 @@ def _window(node, x: tuple, kernel: list, channels: int, attrs: dict, dilated: b
     dilations = (_ints(attrs, "dilations") if dilated else None) or [1] * n
     pads = _ints(attrs, "pads")
     auto_pad = _text(attrs, "auto_pad", "NOTSET")
-    if _int(attrs, "ceil_mode", 0) != 0 or auto_pad not in ("NOTSET", "VALID"):
+    if _int(attrs, "ceil_mode", 0) not in ((0, 1) if ceil else (0,)) or auto_pad not in ("NOTSET", "VALID"):
         return None
+    rounded_up = _int(attrs, "ceil_mode", 0) == 1
     if pads is not None and auto_pad != "NOTSET":
         return None
     pads = pads if pads is not None else [0] * (2 * n)
@@ -75,7 +84,14 @@ def _window(node, x: tuple, kernel: list, channels: int, attrs: dict, dilated: b
         span = x[2 + i] + pads[i] + pads[i + n] - ((kernel[i] - 1) * dilations[i] + 1)
         if span < 0:
             return None
-        out.append(span // strides[i] + 1)
+        if not rounded_up:
+            out.append(span // strides[i] + 1)
+            continue
+        count = -(-span // strides[i]) + 1
+        if (count - 1) * strides[i] >= x[2 + i] + pads[i]:  # the last window would start in the end padding
+            out.append(count - 1 if opset >= 22 else None)
+            continue
+        out.append(count)
     return out
 
 
@@ -134,7 +150,7 @@ def _pool(node, shapes, elems, value, opset):
     dilated = node.op_type == "MaxPool" and opset >= 10 or node.op_type == "AveragePool" and opset >= 19
     if not dilated and "dilations" in attrs:
         return None
-    out = _window(node, x, kernel, x[1], attrs, dilated)
+    out = _window(node, x, kernel, x[1], attrs, dilated, ceil=opset >= 10, opset=opset)
     return None if out is None else [(elems[0], tuple(out))]
 
 
@@ -407,6 +423,6 @@ def output_types(node, shapes: list, elems: list, value: Callable, opset: Option
     if any(e == 0 for e, s in zip(elems, shapes) if s is not None):
         return None
     out = rule(node, shapes, elems, value, opset)
-    if out is None or len(out) != len(node.output) or any(d < 0 for _, dims in out for d in dims):
+    if out is None or len(out) != len(node.output) or any(d is not None and d < 0 for _, dims in out for d in dims):
         return None
     return out
