@@ -53,7 +53,7 @@ def onnx_io(path: str, place: str = "inline") -> dict:
     from gert.core import load_analysis
 
     with open(path, "rb") as f:
-        return load_analysis.describe(f.read(), None, place).io
+        return load_analysis.read_io(f.read(), place)
 
 
 @dataclass(frozen=True)

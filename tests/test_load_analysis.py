@@ -85,6 +85,35 @@ def test_the_childs_warnings_are_raised_here_where_this_process_raises_them():
     assert seen["inline"][0][2].endswith("gert/model.py")  # gert.load, called from here: where it always pointed
 
 
+def _undeclared_output() -> bytes:
+    """A model whose output has no shape in the file: its I/O needs shape inference."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+@pytest.mark.parametrize(
+    "make, declared", [(lambda: mlp_model(0), True), (multi_io_model, True), (_undeclared_output, False)]
+)
+def test_the_io_alone_is_what_the_description_says(make, declared, monkeypatch):
+    """read_io (gert_triton's config check): the file's own I/O where it declares every output, with no child
+    process; else the description's, from a child (here one that cannot start: the analysis runs here, warned)."""
+    import warnings
+
+    data = make()
+    want = load_analysis.describe(data, None, "inline").io
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert load_analysis.read_io(data, "process") == want
+    tried_a_child = any("the load analysis ran in this process" in str(w.message) for w in caught)
+    assert tried_a_child == (not declared)
+
+
 def test_a_child_that_cannot_run_leaves_the_analysis_to_this_process(monkeypatch):
     data = mlp_model(0)
     monkeypatch.setattr(sys, "executable", "/bin/false")

@@ -62,6 +62,18 @@ def describe(data: bytes, model_dir: Optional[str] = None, place: str = "inline"
     return _where(place, ("describe", data, model_dir, None))
 
 
+def read_io(data: bytes, place: str = "inline") -> dict:
+    """The model's I/O alone (``describe(data).io``): as the file declares it (gert._cann.read_onnx_io, no onnx)
+    where it declares every output's shape and element type, which shape inference would not change
+    (gert.core.valuedep.complete_outputs); else described where ``place`` says."""
+    from gert import _cann
+
+    io = _cann.read_onnx_io(data)  # a file that is no ONNX model fails here, as in onnx_io.read
+    if all(dims is not None and elem for _, elem, dims in io["outputs"]):
+        return io
+    return describe(data, None, place).io
+
+
 def analyse(data: bytes, model_dir: Optional[str], args: PlanArgs, place: str = "inline") -> Analysis:
     """The model's I/O and shape plan, computed where ``place`` says."""
     return _where(place, ("analyse", data, model_dir, args))
