@@ -54,7 +54,7 @@ def _operand(value: Callable, node, i: int) -> Optional[list]:
 
 
 def _window(
-    node, x: tuple, kernel: list, channels: int, attrs: dict, dilated: bool, ceil: bool = False, opset: int = 0
+    x: tuple, kernel: list, channels: int, attrs: dict, dilated: bool, ceil: bool = False, opset: int = 0
 ) -> Optional[list]:
     """Conv's and the pools' output dims, [N, channels, spatial...], for explicit or VALID padding. ``ceil`` (a
     pool's ceil_mode): the window count rounded up, less a last window that would start in the end padding, as ONNX
@@ -79,19 +79,26 @@ def _window(
         return None
     if min(strides) < 1 or min(dilations) < 1 or min(pads) < 0:
         return None
-    out = [x[0], channels]
+    out: list = [x[0], channels]
+    short = False  # some axis shorter than its window: ONNX's inference decides, unless the output is unknown anyway
+    unknown = False  # an axis whose ONNX count is not the kernel's (ceil_mode, below)
     for i in range(n):
         span = x[2 + i] + pads[i] + pads[i + n] - ((kernel[i] - 1) * dilations[i] + 1)
         if span < 0:
-            return None
+            short = True
+            out.append(None)
+            continue
         if not rounded_up:
             out.append(span // strides[i] + 1)
             continue
         count = -(-span // strides[i]) + 1
         if (count - 1) * strides[i] >= x[2 + i] + pads[i]:  # the last window would start in the end padding
             out.append(count - 1 if opset >= 22 else None)
+            unknown = unknown or opset < 22
             continue
         out.append(count)
+    if short and not unknown:
+        return None
     return out
 
 
@@ -106,7 +113,7 @@ def _conv(node, shapes, elems, value, opset):
     kernel = _ints(attrs, "kernel_shape")
     if kernel is not None and list(kernel) != list(w[2:]):
         return None
-    out = _window(node, x, list(w[2:]), w[0], attrs, True)
+    out = _window(x, list(w[2:]), w[0], attrs, True)
     return None if out is None else [(elems[0], tuple(out))]
 
 
@@ -150,7 +157,7 @@ def _pool(node, shapes, elems, value, opset):
     dilated = node.op_type == "MaxPool" and opset >= 10 or node.op_type == "AveragePool" and opset >= 19
     if not dilated and "dilations" in attrs:
         return None
-    out = _window(node, x, kernel, x[1], attrs, dilated, ceil=opset >= 10, opset=opset)
+    out = _window(x, kernel, x[1], attrs, dilated, ceil=opset >= 10, opset=opset)
     return None if out is None else [(elems[0], tuple(out))]
 
 
