@@ -329,18 +329,22 @@ class _Inferer:
         except shape_inference.InferenceError as e:
             raise _Refused(str(e)) from None
 
+    def _ruled(self, node, types: dict, value) -> Optional[list]:
+        """shape_rules.output_types of ``node``, its inputs' types ``types`` ({name: _T}) and constants ``value``."""
+        return shape_rules.output_types(
+            node,
+            [_known(types.get(i)) if i else None for i in node.input],
+            [types[i].elem if i in types else 0 for i in node.input],
+            value,
+            self.opsets.get("", self.opsets.get("ai.onnx")),
+        )
+
     def _rule(self, node, scope: _Scope) -> bool:
         """The node's output types by gert's rule for its operator (shape_rules), if it has one that is sure."""
         if not self.rules:
             return False
-        types = [scope.type(i) if i else None for i in node.input]
-        out = shape_rules.output_types(
-            node,
-            [_known(t) for t in types],
-            [0 if t is None else t.elem for t in types],
-            lambda i, limit: scope.value(node.input[i], limit),
-            self.opsets.get("", self.opsets.get("ai.onnx")),
-        )
+        types = {i: t for i in node.input if i for t in [scope.type(i)] if t is not None}
+        out = self._ruled(node, types, lambda i, limit: scope.value(node.input[i], limit))
         if out is None:
             return False
         for name, (elem, dims) in zip(node.output, out):
@@ -423,13 +427,7 @@ class _Inferer:
                 v = known[k]
                 return v if v is not None and v.size <= limit else None
 
-            ruled = shape_rules.output_types(
-                node,
-                [_known(types.get(i)) if i else None for i in node.input],
-                [types[i].elem if i in types else 0 for i in node.input],
-                value,
-                self.opsets.get("", self.opsets.get("ai.onnx")),
-            )
+            ruled = self._ruled(node, types, value)
             if ruled is not None:
                 return {n: _T(e, tuple(d)) for n, (e, d) in zip(node.output, ruled) if n}
         try:
