@@ -41,7 +41,8 @@ from typing import Callable, Mapping, Optional
     REQUEST_PATH_COMPILES,
     ACTIVE_SEQUENCES,
     RETRIED_BATCHES,
-) = range(8)
+    PADDING_SECONDS,
+) = range(9)
 
 Change = tuple  # (family, labels, "increment" | "set", value)
 
@@ -110,6 +111,11 @@ class Publisher:
                 name="gert_retried_batches_total",
                 description="Merged batches whose run failed on the device and "
                 "were retried request by request, so that only a request failing alone failed",
+                kind=fam.COUNTER,
+            ),
+            fam(
+                name="gert_padding_seconds_total",
+                description="Run seconds spent on padded elements per gear (each run's time times its padded share)",
                 kind=fam.COUNTER,
             ),
         ]
@@ -211,6 +217,7 @@ class StatsChanges:
         self.gears = dict(gears)
         self._hits: dict = {}  # gear label -> hits published
         self._padding: dict = {}  # gear label -> padding ratio published
+        self._padding_s: dict = {}  # gear label -> padding seconds published
         self._streams: dict = {}  # (device, stream) -> the stream's last stats
         self._active: Optional[int] = None
         self._retried = 0
@@ -219,10 +226,12 @@ class StatsChanges:
         changes = []
         hits: dict = {}
         padded: dict = {}
+        padding_s: dict = {}
         for key, g in stats["gears"].items():
             label = gear_label(key, self.gears)
             hits[label] = hits.get(label, 0) + g["hits"]
             padded[label] = padded.get(label, 0.0) + g["hits"] * g["padding_ratio"]
+            padding_s[label] = padding_s.get(label, 0.0) + g.get("padding_seconds", 0.0)
         for label, n in hits.items():
             delta = n - self._hits.get(label, 0)
             if delta > 0:  # only gears that ran since
@@ -231,6 +240,10 @@ class StatsChanges:
                 if self._padding.get(label) != ratio:  # a gauge: only when it changes
                     changes.append((PADDING_RATIO, {"gear": label}, "set", ratio))
                     self._padding[label] = ratio
+                cost = padding_s[label] - self._padding_s.get(label, 0.0)
+                if cost > 0:
+                    changes.append((PADDING_SECONDS, {"gear": label}, "increment", cost))
+                    self._padding_s[label] = padding_s[label]
             self._hits[label] = n
         for s in stats["streams"]:
             where = {"stream": str(s["stream"]), "device": str(s["device"])}

@@ -62,7 +62,8 @@ def test_model_pretty_and_repr(model):
     assert any(ln.split()[:4] == ["input", "features", "float32", "[batch,"] for ln in lines), text
     assert any(ln.split()[:4] == ["batch", "features:0", "pad", "1,4,8"] for ln in lines), text
     gear = next(ln for ln in lines if ln.strip().startswith("batch=8"))
-    assert gear.split() == ["batch=8", "1", "37.5%"]
+    cost = model.stats()["gears"]["batch=8"]["padding_seconds"]  # 3 of 8 rows: 37.5% of the run's seconds
+    assert cost > 0 and gear.split() == ["batch=8", "1", "37.5%", f"{1000 * cost:.1f}", "ms"]
     assert repr(model) == "<gert.Model (features[batch, 16]) on 2 stream(s)>"
 
 

@@ -170,9 +170,8 @@ def test_ten_queued_requests_run_as_batches_of_eight_and_two_when_that_is_cheape
         b = _batching(m)
         assert b["batches"] == 2 and b["requests"] == 10 and b["batch_sizes"] == {8: 1, 2: 1}, b
         gears = m.stats()["gears"]
-        assert gears == {"batch=8": {"hits": 1, "padding_ratio": 0.0}, "batch=2": {"hits": 1, "padding_ratio": 0.0}}, (
-            gears  # two graph runs, nothing padded
-        )
+        nothing = {"hits": 1, "padding_ratio": 0.0, "padding_seconds": 0.0}
+        assert gears == {"batch=8": nothing, "batch=2": nothing}, gears  # two graph runs, nothing padded
 
 
 def test_with_two_streams_a_batch_takes_every_queued_request_it_can():
@@ -187,7 +186,12 @@ def test_a_batch_stays_whole_when_a_launch_costs_more_than_the_padding():
     with gert.load(AFFINE) as m:
         seed(m, {1: 1.0, 2: 1.0, 4: 1.0, 8: 1.0, 16: 1.01, 32: 1.02})  # the launch is the cost
         run_queued(m, AFFINE, reqs)
-        assert m.stats()["gears"] == {"batch=16": {"hits": 1, "padding_ratio": 0.375}}
+        st = m.stats()
+        gear = st["gears"]["batch=16"]
+        assert list(st["gears"]) == ["batch=16"] and (gear["hits"], gear["padding_ratio"]) == (1, 0.375), st
+        # what the padding cost: the run's seconds (the stream's busy time: its only run) times its padded share
+        busy = sum(s["busy_seconds"] for s in st["streams"])
+        assert busy > 0 and gear["padding_seconds"] == pytest.approx(0.375 * busy, rel=1e-9), (gear, busy)
 
 
 def test_run_list_and_triton_batches_are_cut_the_same_way_and_time_their_runs():
@@ -214,8 +218,8 @@ def test_a_batch_split_over_two_streams_is_cut_in_each_part():
         for i, (r, out) in enumerate(zip(reqs, got)):
             assert_alone(AFFINE, r, out, f"request {i}")
         assert m.stats()["gears"] == {
-            "batch=4": {"hits": 2, "padding_ratio": 0.0},
-            "batch=1": {"hits": 2, "padding_ratio": 0.0},
+            "batch=4": {"hits": 2, "padding_ratio": 0.0, "padding_seconds": 0.0},
+            "batch=1": {"hits": 2, "padding_ratio": 0.0, "padding_seconds": 0.0},
         }, m.stats()["gears"]
 
 

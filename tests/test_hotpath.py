@@ -58,6 +58,9 @@ def test_stats_count_the_compiled_runs_as_the_python_path_does(geared):
     assert st["streams"][0]["requests"] == 5 and st["static_hits"] == 5
     assert st["gears"]["batch=4"]["hits"] == 5
     assert st["gears"]["batch=4"]["padding_ratio"] == pytest.approx(0.25)
+    # every run padded 3 rows to 4: a quarter of the stream's busy time, the compiled runs' included
+    busy = sum(s["busy_seconds"] for s in st["streams"])
+    assert st["gears"]["batch=4"]["padding_seconds"] == pytest.approx(0.25 * busy, rel=1e-9)
     assert st["batching"]["batches"] == 5 and st["batching"]["batch_sizes"] == {1: 5}
 
 

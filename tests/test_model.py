@@ -110,7 +110,8 @@ def test_rec_dynamic_equals_ort_on_unpadded_input(rec_path, rec_inputs):
             assert y.shape == ref.shape and y.tobytes() == ref.tobytes(), f"b={b} w={w}: not bitwise"
         st = m.stats()
         assert st["compiles"] == 1
-        assert st["gears"] == {f"?=-1,batch=-1,{REC_W}=-1": {"hits": len(REC_CASES), "padding_ratio": 0.0}}
+        dynamic = {"hits": len(REC_CASES), "padding_ratio": 0.0, "padding_seconds": 0.0}
+        assert st["gears"] == {f"?=-1,batch=-1,{REC_W}=-1": dynamic}
 
 
 def test_rec_width_dynamic_batch_padded(rec_path, rec_inputs):
@@ -186,6 +187,8 @@ def test_batch_gears_row_by_row_cls(cls_path):
     assert st["gears"][key(4)]["padding_ratio"] == pytest.approx(1 - 7 / 8, rel=1e-12)
     assert st["gears"][key(8)]["padding_ratio"] == pytest.approx(1 - 13 / 16, rel=1e-12)
     assert st["gears"][key(1)]["padding_ratio"] == st["gears"][key(16)]["padding_ratio"] == 0
+    assert st["gears"][key(1)]["padding_seconds"] == st["gears"][key(16)]["padding_seconds"] == 0
+    assert st["gears"][key(4)]["padding_seconds"] > 0 and st["gears"][key(8)]["padding_seconds"] > 0
 
 
 def test_batch_gears_generated_model():
@@ -718,7 +721,7 @@ def test_split_batch_spreads_one_batch_over_idle_streams():
         np.testing.assert_array_equal(out, data * 2)
         stats = model.stats()
         assert [s["requests"] for s in stats["streams"]] == [1, 1]
-        assert stats["gears"] == {"batch=4": {"hits": 2, "padding_ratio": 0.0}}
+        assert stats["gears"] == {"batch=4": {"hits": 2, "padding_ratio": 0.0, "padding_seconds": 0.0}}
         odd = model.run({"x": data[:5]})["y"]  # 5 rows: 3 + 2 (gears 4 and 2)
         np.testing.assert_array_equal(odd, data[:5] * 2)
     with gert.load(m.SerializeToString(), streams=2, gears={"batch": [1, 2, 4, 8]}) as model:

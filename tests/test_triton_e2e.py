@@ -122,6 +122,14 @@ def repo(tmp_path_factory, cls_path):
         parameters={"streams": "1", "cube_cores": "1", "cache_dir": "gcache", "gears": "batch:1,2,4,8;x:2:48;x:3:192"},
         instances=2,
     )
+    # one batch gear (4): a request of 1-3 rows is padded to it (the padding metrics' test)
+    init_repo(
+        cls_path,
+        str(repo),
+        name="padded",
+        max_batch_size=4,
+        parameters={"streams": "1", "cube_cores": "1", "gears": "batch:4;x:2:48;x:3:192"},
+    )
     return str(repo)
 
 
@@ -882,6 +890,31 @@ def metrics(server) -> dict:
             labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
             out.setdefault(m.group(1), []).append((labels, float(m.group(3))))
     return out
+
+
+def test_padding_metrics_say_what_the_padding_cost(server, grpc):
+    """A request of 3 rows on a model whose one batch gear is 4: gert_padding_ratio 0.25 and
+    gert_padding_seconds_total a quarter of the run's seconds (at most a quarter of the stream's busy time, which also
+    holds the warm-up runs), published by the stub's metrics thread."""
+    grpc.load_model("padded")
+    try:
+        out = infer(grpc, "padded", {"x": text_image(3, 48, 192, seed=5)}).as_numpy(CLS_OUT)
+        assert out.shape == (3, 2)
+
+        def series(m, name: str) -> list:
+            return [v for lab, v in m.get(name, []) if lab["model"] == "padded"]
+
+        def published():
+            m = metrics(server)
+            return m if series(m, "gert_padding_seconds_total") and series(m, "gert_padding_ratio") else None
+
+        m = wait_for(published, 30, "the padding metrics of 'padded' published")
+        assert series(m, "gert_padding_ratio") == [0.25]
+        (cost,) = series(m, "gert_padding_seconds_total")
+        busy = sum(series(m, "gert_stream_busy_seconds_total"))
+        assert 0 < cost <= 0.25 * busy + 1e-9, (cost, busy)
+    finally:
+        grpc.unload_model("padded")
 
 
 # image widths no other request to cls uses, one per call of the metrics test (also when it runs again, with --count,

@@ -767,13 +767,23 @@ def test_metrics_once_per_batch(pb, loaded, tmp_path, seq_bytes):
     m = loaded(model_dir(tmp_path, seq_bytes, name="seqm"), parameters=ONE_STREAM)
     names = {f.name for f in pb.FAMILIES}
     assert {"gert_gear_hits_total", "gert_padding_ratio", "gert_stream_busy_seconds_total"} <= names
-    hits, pad, busy = (
-        pb.family(n) for n in ("gert_gear_hits_total", "gert_padding_ratio", "gert_stream_busy_seconds_total")
+    hits, pad, busy, pad_s = (
+        pb.family(n)
+        for n in (
+            "gert_gear_hits_total",
+            "gert_padding_ratio",
+            "gert_stream_busy_seconds_total",
+            "gert_padding_seconds_total",
+        )
     )
 
     def calls():
         assert m.metrics.flush(10), "published"
-        return {(f.name, tuple(sorted(x.labels.items()))): list(x.calls) for f in (hits, pad, busy) for x in f.metrics}
+        return {
+            (f.name, tuple(sorted(x.labels.items()))): list(x.calls)
+            for f in (hits, pad, busy, pad_s)
+            for x in f.metrics
+        }
 
     def key(family, gear):
         return family, tuple(
@@ -793,6 +803,10 @@ def test_metrics_once_per_batch(pb, loaded, tmp_path, seq_bytes):
     gear4 = key("gert_gear_hits_total", "S=dynamic,batch=4")  # S has no gears: its sizes share one label
     assert c1[gear4] == [("increment", 1)]
     assert c1[key("gert_padding_ratio", "S=dynamic,batch=4")] == [("set", 0.25)]
+    # the padding's cost: a quarter of the run's seconds (the stream's busy time: its only run)
+    (cost,) = c1[key("gert_padding_seconds_total", "S=dynamic,batch=4")]
+    busy_s = sum(v[0][1] for k, v in c1.items() if k[0] == "gert_stream_busy_seconds_total")
+    assert cost[0] == "increment" and cost[1] == pytest.approx(0.25 * busy_s, rel=1e-9), (cost, busy_s)
     busy_calls = [v for k, v in c1.items() if k[0] == "gert_stream_busy_seconds_total"]
     assert len(busy_calls) == 1 and len(busy_calls[0]) == 1 and busy_calls[0][0][1] > 0
     assert busy_calls[0][0][0] == "increment"

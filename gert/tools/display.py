@@ -85,9 +85,10 @@ def stats_sections(stats: dict) -> list:
     faults.rows.append(
         [stats.get(k, 0) for k in ("failed_tasks", "timeouts", "aborted_streams", "recoveries", "oom_retries")]
     )
-    gears = Section("gears", ["gear", "hits", "padding"], note="no requests yet")
+    gears = Section("gears", ["gear", "hits", "padding", "padding cost"], note="no requests yet")
     for label, g in sorted(stats.get("gears", {}).items()):
-        gears.rows.append([label, g["hits"], f"{100 * g['padding_ratio']:.1f}%"])
+        cost = g.get("padding_seconds", 0.0)
+        gears.rows.append([label, g["hits"], f"{100 * g['padding_ratio']:.1f}%", f"{1000 * cost:.1f} ms"])
     memory = Section("device memory", ["device", "used", "total"])
     for d, m in sorted(stats.get("device_memory", {}).items()):
         memory.rows.append([d, _mb(m["used"]), _mb(m["total"])])

@@ -33,13 +33,17 @@ def collect_stats(workers: list, faults, tiers: object | None) -> display.Stats:
             agg.hits += g.hits
             agg.real_elements += g.real_elements
             agg.padded_elements += g.padded_elements
+            agg.padding_seconds += g.padding_seconds
     memory = {}
     for d in sorted({w.device for w in workers}):
         info = _cann.memory_info(d)
         memory[d] = {"used": info.used, "total": info.total}
     out = display.Stats(
         streams=streams,
-        gears={k: {"hits": g.hits, "padding_ratio": g.padding_ratio} for k, g in gears.items()},
+        gears={
+            k: {"hits": g.hits, "padding_ratio": g.padding_ratio, "padding_seconds": g.padding_seconds}
+            for k, g in gears.items()
+        },
         device_memory=memory,
         **vars(faults),  # failed_tasks, timeouts, aborted_streams, recoveries, oom_retries
     )
