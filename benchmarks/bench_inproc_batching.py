@@ -1,6 +1,7 @@
 """In-process dynamic batching (issue 27): PP-OCR cls, batch-1 requests from 1 / 4 / 16 threads.
 
-    python benchmarks/bench_inproc_batching.py [--seconds 3] [--rounds 5] [--threads 1,4,16] [--json out.json]
+    python benchmarks/bench_inproc_batching.py [--seconds 3] [--rounds 5] [--threads 1,4,16] [--streams 4,16]
+                                               [--json out.json]
 
 Variants, in one process on one model file, rounds alternating so that the machine's noise hits all alike:
 
@@ -11,6 +12,9 @@ Variants, in one process on one model file, rounds alternating so that the machi
   requests per call;
 - ``gert_2streams``: ``gert.load(cls, streams=2)`` (two streams without core limits: the host NPU splits the cores
   among the runs in progress, so a lone request still has them all);
+- ``gert_<N>streams`` (``--streams N,...``): ``gert.load(cls, streams=N)``, N streams without core limits: with as
+  many streams as callers a request finds a stream free, runs alone (no batching, the compiled hot path) with its
+  share of the cores, as ONNX Runtime's shared session runs each caller's request on the caller's thread;
 - ``ort``: ONNX Runtime (CPU) with one session shared by the same threads, each running its one image.
 
 Reported, as medians over the rounds: requests/s, p50 / p99 latency per request, the process's CPU time per request
@@ -87,8 +91,11 @@ def main(argv=None) -> dict:
     ap.add_argument("--seconds", type=float, default=3.0, help="seconds per window")
     ap.add_argument("--rounds", type=int, default=5, help="rounds over the variants (medians reported)")
     ap.add_argument("--threads", default="1,4,16")
+    ap.add_argument("--streams", default="", help="also gert with these stream counts, e.g. 4,16 (gert_<N>streams)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
+    extra = {f"gert_{int(n)}streams": int(n) for n in args.streams.split(",") if n.strip()}
+    paired = PAIRED + tuple(extra)
     path = ppocr_model(CLS)
     if path is None:
         print("skipped: needs the PP-OCR models: pip install --no-deps rapidocr-onnxruntime==1.4.4")
@@ -104,8 +111,9 @@ def main(argv=None) -> dict:
             "gert_2streams": gert.load(data, streams=2),
             "gert_off": gert.load(data, dynamic_batching=False),
             "ort": ort_session(data, 1),
+            **{name: gert.load(data, streams=n) for name, n in extra.items()},
         }
-        ours = ("gert", "gert_2streams", "gert_off")
+        ours = ("gert", "gert_2streams", *extra, "gert_off")
         try:
             for name in ours:
                 models[name].warmup()
@@ -117,8 +125,8 @@ def main(argv=None) -> dict:
             top = max(counts)
             for _ in range(args.rounds):
                 for threads in counts:
-                    for variant in ("gert", "gert_2streams", "gert_off", "ort"):
-                        if threads == top and variant in PAIRED:  # the ratio's baseline in the adjacent window
+                    for variant in (*ours, "ort"):
+                        if threads == top and variant in paired:  # the ratio's baseline in the adjacent window
                             base = measure("run_list", models, 1, args.seconds)
                             beside.setdefault((variant, threads), []).append(base)
                             rounds.setdefault(("run_list", 1), []).append(base)
@@ -157,7 +165,7 @@ def main(argv=None) -> dict:
 
     each = {}  # name -> the per-round ratios (their median is the ratio reported)
     if ("gert", top) in best:
-        for variant in PAIRED:
+        for variant in paired:
             each[f"{variant} {top} threads / run(list of {LIST})"] = per_round(
                 rounds[(variant, top)], beside[(variant, top)]
             )

@@ -276,13 +276,15 @@ class Worker(StreamGraphs):
     ) -> None:
         """Offer the request just run to the compiled hot path (gert/core/_hotpath.pyx) when its transfers can be
         replayed as they are (Transfers.replayable). Its runs there are counted as graph_for counts the Python
-        path's (_hit_counter)."""
+        path's (_hit_counter). Whether the hot path wants the signature is asked first: the checks and the call are
+        made only for a signature not prepared on this stream yet."""
+        signature = self.transfers.signature(req)
+        if signature is None or not hot.wants(signature, self):  # off, or prepared on this stream already
+            return
         found = self.transfers.replayable(req, entry, uploads, inputs, downloads, results)
         if found is None:
             return
         signature, whole, outs = found
-        if not hot.wants(signature, self):  # off, or prepared on this stream already
-            return
         call = _cann.FusedCall(
             self.session,
             entry.graph_id,

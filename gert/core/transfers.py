@@ -101,6 +101,9 @@ class Transfers:
         ):
             return None
         arrays = [req.arrays[t.name] for t in plan.inputs]
+        signature = self.signature(req)
+        if signature is None:
+            return None
         if all(type(a) is Rows and a.axis == 0 for a in arrays):  # a merged batch (run(list)): parts in a row
             if any(a.shape[1:] != tuple(i[1][1:]) for a, i in zip(arrays, inputs)) or len(uploads) != len(arrays):
                 return None
@@ -112,7 +115,20 @@ class Transfers:
         outs = [results[o.name] for o in plan.outputs]
         if any(host is not out for (host, _), out in zip(downloads, outs)):
             return None
-        return tuple((a.shape, a.dtype) for a in arrays), whole, outs
+        return signature, whole, outs
+
+    def signature(self, req: Request) -> Optional[tuple]:
+        """The compiled hot path's key of a request: (shape, dtype) per input in the plan's order; None when an
+        input is neither a numpy array nor merged Rows (the hot path replays neither). Cheap: asked first, so that a
+        request whose signature is prepared already is not checked further (every merged batch of dynamic
+        batching after the first)."""
+        out = []
+        for t in self.plan.inputs:
+            a = req.arrays.get(t.name)
+            if type(a) is not np.ndarray and type(a) is not Rows:
+                return None
+            out.append((a.shape, a.dtype))
+        return tuple(out)
 
     @staticmethod
     def copy_in(stream, uploads: list, fills: list) -> None:
