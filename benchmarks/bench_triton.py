@@ -1,7 +1,7 @@
 """gert_triton under Triton vs two hand-written Python-backend model.py files, on one real tritonserver.
 
     python benchmarks/bench_triton.py [--model cls|det] [--duration 10] [--rounds 10] [--concurrency 16] [--warmup 2]
-                                      [--json out.json]
+                                      [--variant NAME=KEY:VALUE,...] [--baseline TREE] [--json out.json]
 
 One server (the tritonserver of the nvidia-pytriton wheel, started by gert_triton.server.TritonServer on free loopback
 ports) serves a PP-OCR model (needs ``pip install --no-deps rapidocr-onnxruntime==1.4.4``; ``--model``: cls, requests
@@ -13,6 +13,8 @@ with dynamic_batching max_queue_delay 2 ms and one CPU instance:
   the host NPU of a 2-core machine: two single-threaded ONNX Runtime runs), each batch split over them.
 - ``gert_1stream``: the same with parameter streams=1: one stream over all cores (ONNX Runtime with 2 intra-op
   threads, as the baselines).
+- ``--variant NAME=KEY:VALUE,...``: the one-line model.py again as NAME with those config parameters (a layout to
+  compare: ``gert_2full=streams:2``, two streams without core limits);
 - ``ort_per_request`` (a): ONNX Runtime (intra-op 2 threads) run once per request of the batch Triton hands over.
 - ``ort_batched`` (b): hand-written concatenate, one ONNX Runtime run (intra-op 2 threads), split.
 
@@ -107,15 +109,24 @@ from gert_triton import TritonPythonModel  # noqa: E402,F401
 """
 
 
-def build_repo(root: str, model_path: str, baseline: str | None = None, out_dims: str = MODELS["cls"][3]) -> str:
+def build_repo(
+    root: str,
+    model_path: str,
+    baseline: str | None = None,
+    out_dims: str = MODELS["cls"][3],
+    variants: dict | None = None,
+) -> str:
     """gert (via `gert repo init`), ort_per_request and ort_batched, all with the same batching settings;
-    ``baseline``: gert and gert_1stream again as ``*_base``, served by the gert_triton of that source tree."""
+    ``baseline``: gert and gert_1stream again as ``*_base``, served by the gert_triton of that source tree;
+    ``variants``: more gert models, name -> their config parameters (--variant)."""
     from gert_triton.model import onnx_io
     from gert_triton.repo import init_repo
 
     repo = os.path.join(root, "repo")
     init_repo(model_path, repo, name="gert", max_batch_size=MAX_BATCH)
     init_repo(model_path, repo, name="gert_1stream", max_batch_size=MAX_BATCH, parameters={"streams": "1"})
+    for name, parameters in (variants or {}).items():
+        init_repo(model_path, repo, name=name, max_batch_size=MAX_BATCH, parameters=parameters)
     if baseline:
         init_repo(model_path, repo, name="gert_base", max_batch_size=MAX_BATCH)
         init_repo(model_path, repo, name="gert_1stream_base", max_batch_size=MAX_BATCH, parameters={"streams": "1"})
@@ -139,6 +150,26 @@ def build_repo(root: str, model_path: str, baseline: str | None = None, out_dims
                 ORT_CONFIG.format(name=name, max_batch=MAX_BATCH, out=out_name, out_dims=out_dims, delay=QUEUE_DELAY_US)
             )
     return repo
+
+
+def parse_variants(items: list) -> dict:
+    """--variant NAME=KEY:VALUE,... -> {NAME: {KEY: VALUE}}; a malformed one exits naming it."""
+    out: dict = {}
+    for item in items:
+        name, sep, spec = item.partition("=")
+        pairs = [p.partition(":") for p in spec.split(",") if p]
+        if (
+            not sep
+            or not name.isidentifier()
+            or name in VARIANTS
+            or not pairs
+            or any(not k or not s for k, s, _ in pairs)
+        ):
+            sys.exit(
+                f"--variant {item!r}: expected NAME=KEY:VALUE[,KEY:VALUE...] with a new NAME, e.g. gert_2full=streams:2"
+            )
+        out[name] = {k: v for k, _, v in pairs}
+    return out
 
 
 def server_stats(client, model: str) -> dict:
@@ -242,8 +273,18 @@ def main() -> None:
         help="also serve gert and gert_1stream from the gert / gert_triton of this source tree (built in place), "
         "as gert_base and gert_1stream_base, in the same rounds: before / after a change side by side",
     )
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=KEY:VALUE,...",
+        help="also serve the one-line model.py as NAME with these config parameters (repeatable), e.g. "
+        "gert_2full=streams:2 (two streams without core limits: the device shares its cores among the runs)",
+    )
     args = ap.parse_args()
     global VARIANTS, MAX_BATCH
+    extra = parse_variants(args.variant)
+    VARIANTS = VARIANTS + tuple(extra)
     if args.baseline:
         VARIANTS = VARIANTS + ("gert_base", "gert_1stream_base")
     filename, shape, MAX_BATCH, out_dims = MODELS[args.model]
@@ -259,7 +300,9 @@ def main() -> None:
     root = tempfile.mkdtemp(prefix="gert-bench-triton-")
     log = os.path.join(root, "server.log")
     server = TritonServer(
-        build_repo(root, model_path, args.baseline, out_dims), log_path=log, extra_args=["--exit-timeout-secs=5"]
+        build_repo(root, model_path, args.baseline, out_dims, extra),
+        log_path=log,
+        extra_args=["--exit-timeout-secs=5"],
     )
     rows: list = []
     low: list = []
@@ -308,7 +351,7 @@ def main() -> None:
         "plus the model's execute)"
     )
     ratios = {}
-    for name, row in [(v, by[v]) for v in ("gert", "gert_1stream")]:
+    for name, row in [(v, by[v]) for v in ("gert", "gert_1stream", *extra)]:
 
         def round_median(other, row=row):  # the same windows' ratios: robust to load that changes between rounds
             return float(np.median(np.array(row["round_rps"]) / np.array(other["round_rps"])))
