@@ -896,7 +896,7 @@ def test_padding_metrics_say_what_the_padding_cost(server, grpc):
     """A request of 3 rows on a model whose one batch gear is 4: gert_padding_ratio 0.25 and
     gert_padding_seconds_total a quarter of the run's seconds (at most a quarter of the stream's busy time, which also
     holds the warm-up runs), published by the stub's metrics thread."""
-    grpc.load_model("padded")
+    load_model(server, "padded")
     try:
         out = infer(grpc, "padded", {"x": text_image(3, 48, 192, seed=5)}).as_numpy(CLS_OUT)
         assert out.shape == (3, 2)
@@ -914,7 +914,7 @@ def test_padding_metrics_say_what_the_padding_cost(server, grpc):
         busy = sum(series(m, "gert_stream_busy_seconds_total"))
         assert 0 < cost <= 0.25 * busy + 1e-9, (cost, busy)
     finally:
-        grpc.unload_model("padded")
+        unload_model(server, "padded")  # gone before the next test reads the server's readiness
 
 
 # image widths no other request to cls uses, one per call of the metrics test (also when it runs again, with --count,
