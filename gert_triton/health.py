@@ -6,8 +6,9 @@ nothing answers while the server restarts. Routes:
 
 - ``GET /healthz``: 200 while gert serve's supervisor runs (it heals the server itself; 503 once it gave up or its
   loop stalled), for a liveness probe.
-- ``GET /readyz``: 200 only when the server runs, every model it should serve is loaded with every stub alive, no
-  reload is under way and gert serve is not draining; 503 otherwise. The body is the state as JSON.
+- ``GET /readyz``: 200 only when the server runs, every model it should serve is loaded with every stub alive (as the
+  supervisor's last look found, and Triton says so at the probe), no reload is under way and gert serve is not
+  draining; 503 otherwise. The body is the state as JSON.
 - ``GET /readyz/MODEL``: the same for one model (404: no such model).
 - ``GET /metrics``: the counts as Prometheus text (restarts, reloads, stub deaths, readiness).
 """
@@ -72,6 +73,10 @@ class Health:
         with self._lock:
             for name in [n for n in self.models if n not in keep]:
                 del self.models[name]
+
+    def model_names(self) -> list:
+        with self._lock:
+            return list(self.models)
 
     def live(self) -> bool:
         return self.phase not in ("failed", "stopped") and time.monotonic() - self.tick < STALL_S

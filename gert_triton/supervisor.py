@@ -40,11 +40,12 @@ from gert_triton.serve_policy import Attempts, Policy, exit_status
 from gert_triton.shm_claim import SHM_DIR
 from gert_triton.server import TritonServer
 from gert_triton.triton_args import Plan, plan as plan_args
-from gert_triton.triton_http import TritonHTTP
+from gert_triton.triton_http import TritonHTTP, model_states
 
 FATAL = re.compile(rb"^Signal \((\d+)\) received")
 DEFAULT_PORTS = (8000, 8001, 8002)
 REPLICA_STRIDE = 10  # --replica N shifts every default port by 10 * N
+PROBE_TIMEOUT_S = 2.0  # a readiness probe's own question to Triton (loopback); no answer in time: not ready
 
 
 class Supervisor:
@@ -78,7 +79,7 @@ class Supervisor:
         self.restarts = Attempts(policy, policy.max_restarts)
         self.models = ModelWatch(plan, policy, health, self.log, self.wake, self.kill_server)
         self.exited: set = set()
-        health.check = self.processes_alive
+        health.check = self.serving
 
     # ---- plumbing ----------------------------------------------------------------------------------------------
 
@@ -110,13 +111,25 @@ class Supervisor:
         self.stop_signal = signum
         self.wake()
 
-    def processes_alive(self, model: Optional[str] = None) -> bool:
-        """Asked by the health endpoint on every probe, so readiness follows a death at once, not a poll later:
-        the server runs, and so does every stub (of ``model``) the last look found."""
-        srv = self.server
+    def serving(self, model: Optional[str] = None) -> bool:
+        """Asked by the health endpoint on every probe, so readiness follows a change at once, not a poll later:
+        the server runs, so does every stub (of ``model``) the last look found, and Triton itself says the model
+        (``None``: every model readiness waits for) is ready now. Triton's word alone is not enough (it says 200 with
+        a dead stub), nor is the last look's (a model can go down between two looks)."""
+        srv, client = self.server, self.client
         if srv is None or not stub_procs.pid_alive(srv.process.pid):
             return False
-        return all(stub_procs.alive(s) for s in list(self.models.stubs) if model is None or s.model == model)
+        if not all(stub_procs.alive(s) for s in list(self.models.stubs) if model is None or s.model == model):
+            return False
+        if not self.plan.http or client is None:
+            return True  # no HTTP API to ask (--allow-http=false): the processes are all gert serve knows
+        if model is not None:
+            return client.model_ready(model, timeout=PROBE_TIMEOUT_S)
+        try:
+            states = model_states(client.index(timeout=PROBE_TIMEOUT_S))
+        except (OSError, GertError, ValueError):
+            return False
+        return all(states.get(name, ("",))[0] == "READY" for name in self.health.model_names())
 
     def wait(self, timeout: float) -> None:
         """Sleep until ``timeout``, a signal, a line worth acting on, a finished reload or a stub's exit."""

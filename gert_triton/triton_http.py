@@ -39,6 +39,14 @@ class TritonHTTP:
         except (OSError, GertError):
             return False
 
+    def model_ready(self, model: str, timeout: float = 2.0) -> bool:
+        """Triton's ``/v2/models/M/ready``: 200 while a version of the model is READY (it stays 200 with a dead stub)."""
+        try:
+            self._call("GET", f"/v2/models/{quote(model, safe='')}/ready", timeout=timeout)
+            return True
+        except (OSError, GertError):
+            return False
+
     def index(self, timeout: float = 5.0) -> List[dict]:
         """[{name, version, state, reason}, ...]: every model of the repository (state empty: never loaded)."""
         return json.loads(self._call("POST", "/v2/repository/index", b"{}", timeout) or b"[]")

@@ -281,6 +281,36 @@ def test_killed_stub_is_reloaded_alone_other_models_and_replicas_keep_serving(tm
 
 
 @e2e
+def test_readyz_asks_triton_at_each_probe_not_only_at_the_last_look(tmp_path):
+    """A model that goes down between two of the supervisor's looks (here: unloaded through Triton's own API with
+    the header gert serve was given) reads 503 on the very next probe, then comes back (gert serve loads it again)."""
+    repo = seq_repo(tmp_path, ("seq", "other"))
+    log = str(tmp_path / "serve.log")
+    key, secret = "X-Test-Repo", "s3cret"
+    p, (hp, gp, _), health = serve(repo, log, f"--http-restricted-api=model-repository:{key}={secret}")
+    try:
+        for _ in range(3):  # three tries: each unload must be seen before the supervisor's next look could see it
+            assert get(health, "/readyz/seq") == 200
+            req = urllib.request.Request(
+                f"http://127.0.0.1:{hp}/v2/repository/models/seq/unload",
+                data=b"{}",
+                method="POST",
+                headers={key: secret},
+            )
+            with urllib.request.urlopen(req, timeout=CALL_TIMEOUT) as r:
+                assert r.status == 200
+            assert get(health, "/readyz/seq") == 503, log_tail(log)
+            assert get(health, "/readyz") == 503
+            assert get(health, "/readyz/other") == 200
+            t0 = time.monotonic()
+            while not (get(health, "/readyz/seq") == 200 and infer_ok(gp) is None):
+                assert time.monotonic() - t0 < BACK_WITHIN, f"seq not back:\n{log_tail(log)}"
+                time.sleep(0.1)
+    finally:
+        stop(p, log)
+
+
+@e2e
 def test_stub_dead_before_the_supervisors_first_look_is_found(tmp_path):
     """gert serve is stopped (SIGSTOP) as soon as it started tritonserver; the stub is killed once the server
     answers, then gert serve continues: the model's config names an instance without a running stub, so it is
