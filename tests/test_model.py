@@ -326,6 +326,47 @@ def test_core_limit_effect(cores):
         assert cores in prepared and prepared <= {cores, max(1, min(cores, hw_cores() // 2)), _device_threads()}
 
 
+def test_streams_share_the_devices_cores_by_load():
+    """Several streams and no limits given: each launch sets its stream's limits to the device's cores over the
+    streams in use then (CANN applies a stream's limit to the tasks launched after it is set), so a lone request
+    runs with every core and one beside another with half; limits given stay as given."""
+    cube, vec = hw_cores(), hw_cores(_cann.DEV_ATTR_VECTOR_CORE_NUM)
+    if cube < 2:
+        pytest.skip("needs 2 cube cores")
+    data = matmul_chain_model(16, 2, seed=314)
+    x = {"x": np.ones((2, 16), np.float32)}
+
+    def bound() -> tuple:  # the launching thread's limits (what its last launch bound it to)
+        return (
+            _cann.get_res_in_current_thread(_cann.RES_CUBE_CORE),
+            _cann.get_res_in_current_thread(_cann.RES_VECTOR_CORE),
+        )
+
+    with gert.load(data, streams=2) as m:
+        held = m.pool.queue.try_take()  # a stream in use by someone else
+        try:
+            for _ in range(6):  # the Python path, then the hot path's prepared runs
+                m.run(x)
+                assert bound() == (cube // 2, max(1, vec // 2))
+            (other,) = [w for w in m.pool.workers if w is not held]
+            assert (other.stream.cube_cores, other.stream.vector_cores) == (cube // 2, max(1, vec // 2))
+            assert m.stats()["streams"][other.index]["cube_cores"] == cube // 2
+        finally:
+            m.pool.queue.release(held)
+        for _ in range(6):  # alone again: each stream that runs gets every core
+            m.run(x)
+            assert bound() == (cube, vec)
+        assert [(w.stream.cube_cores, w.stream.vector_cores) for w in m.pool.workers] == [(cube, vec)] * 2
+    with gert.load(data, streams=2, cube_cores=1) as m:  # given: not shared
+        held = m.pool.queue.try_take()
+        try:
+            m.run(x)
+            assert bound()[0] == 1
+            assert [w.stream.cube_cores for w in m.pool.workers] == [1, 1]
+        finally:
+            m.pool.queue.release(held)
+
+
 def test_thread_rebinds_to_each_models_limits():
     """A thread alternating between two models with different limits launches each with its own model's limits."""
     if hw_cores() < 2:

@@ -83,6 +83,7 @@ class Worker(StreamGraphs):
         tiers=None,
         hot: Optional[Callable[[], object]] = None,
         run_times: Optional[RunTimes] = None,
+        shares_cores: bool = False,
     ):
         super().__init__(
             index,
@@ -98,7 +99,12 @@ class Worker(StreamGraphs):
             tiers,
             hot,
         )
-        self.limited = cube_cores is not None or vector_cores is not None
+        # streams that share the device's cores by load (several per device, no limits given): each launch sets
+        # its stream's limits to the device's cores over the streams in use then (share_cores)
+        self.shares_cores = shares_cores and cube_cores is None and vector_cores is None
+        self.busy_on_device: Callable[[], int] = lambda: 1  # the device's streams in use (StreamPool wires its queue)
+        self._share: tuple = (None, 0)  # (the stream, the streams in use) its limits were last set for
+        self.limited = cube_cores is not None or vector_cores is not None or self.shares_cores
         self._compiled_for = 0  # id() of the request whose graph the request path compiled last
         self.trace_events: Optional[list] = None  # timing events of a traced run (gert/core/staged.py)
         self.gear_stats = GearCounts()
@@ -150,11 +156,27 @@ class Worker(StreamGraphs):
         if self.limited:
             # aclrtUseStreamResInCurrentThread on every launch (~40 ns): a thread that also launches on other
             # streams (another Model's, with other limits) must be bound to this stream's limits again
-            self.stream.use_in_current_thread()
+            self.use_limits()
         tr = _trace.active  # tracing (gert.trace): the same stages, each in a span (gert/core/run_trace.py)
         if tr is not None:
             return traced_run(self, req, tr)
         return self.run_stages(req, self)
+
+    def use_limits(self) -> None:
+        """Bind the launching thread to this stream's core limits; for streams that share the device's cores by
+        load, set them first: the device's cores over its streams in use now, this one included (a lone request
+        gets every core, two at once half each). CANN applies a stream's limit to the tasks launched after it is
+        set, and GE's rt2 executor sets it on every ExecuteGraphWithStreamAsync (docs/python-api.md, Core locks)."""
+        if self.shares_cores:
+            stream, n = self.stream, max(1, self.busy_on_device())
+            if self._share != (stream, n):
+                cube, vector = self.device_cores
+                stream.cube_cores = max(1, cube // n)
+                if vector:
+                    stream.vector_cores = max(1, vector // n)
+                self._share = (stream, n)
+                self.stats.cube_cores, self.stats.vector_cores = stream.cube_cores, stream.vector_cores
+        self.stream.use_in_current_thread()
 
     traced = False  # as a run's ``stages``: the worker's own, untimed (run_trace.TracedStages times them)
     separate_calls = False  # a static graph's request as one fused call
@@ -300,7 +322,7 @@ class Worker(StreamGraphs):
             signature,
             req.sizes,
             call,
-            self.stream.use_in_current_thread if self.limited else None,
+            self.use_limits if self.limited else None,
             tuple(o.name for o in self.plan.outputs),
             tuple(o.shape for o in outs),
             tuple(o.dtype for o in outs),

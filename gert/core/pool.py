@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import os
 import threading
 import time
@@ -80,6 +81,8 @@ class StreamPool:
             config, graph, plan, session_options, graph_options, cache, self.tiers, lambda: self.hot, self.run_times
         )
         self.queue: StreamQueue = StreamQueue(self.workers)  # first free stream, arrival order (gert/core/dispatch.py)
+        for w in self.workers:  # (streams that share their device's cores by load count those in use there)
+            w.busy_on_device = functools.partial(self.queue.busy_on, w.device)
 
     # ---- state ----------------------------------------------------------------------------------------------------
     @property
@@ -326,6 +329,7 @@ def _open_workers(
                         tiers=tiers,
                         hot=hot,
                         run_times=run_times,
+                        shares_cores=int(config.streams) > 1,
                     )
                 )
     except BaseException:

@@ -147,6 +147,8 @@ class StreamGraphs:
         stream = Stream(self.device)
         cube_cores, vector_cores = self.cores
         try:
+            # the device's cores as this stream sees them before any limit of its own (its device's, else all)
+            self.device_cores = (stream.cube_cores, stream.vector_cores)
             if cube_cores is not None:
                 stream.cube_cores = cube_cores
             if vector_cores is not None:
