@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import importlib.util
 import os
 import platform
@@ -63,6 +64,39 @@ def per_call(fn: Callable[[], object], calls: int) -> float:
 
 def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+
+
+def thread_scaling(calls: int = 60) -> str:
+    """How this machine's cores scale now, said in one line beside a benchmark's figures: the time of one ONNX Runtime
+    run of PP-OCR cls (batch 8) with two intra-op threads over its time with one (median of alternated blocks).
+
+    Why: on a VM whose second vCPU is slow or contended, a two-thread run takes longer than a one-thread run, and every
+    layout comparison flips (a lone request's 'every core' loses to one core; ONNX Runtime's own default of one thread
+    per core loses to a split). Below 1: the second core pays; above 1: it costs more than it brings."""
+    path = ppocr_model(CLS)
+    if path is None or os.cpu_count() is None or os.cpu_count() < 2:
+        return "not measured (needs 2 CPUs and the PP-OCR models)"
+    with open(path, "rb") as f:
+        data = f.read()
+    sessions = {n: ort_session(data, n) for n in (1, 2)}
+    name = sessions[1].get_inputs()[0].name
+    x = {name: images(8, 48, 192, seed=1)}
+    times: dict = {1: [], 2: []}
+    for s in sessions.values():
+        s.run(None, x)
+    for block in range(6):
+        for n in (1, 2) if block % 2 == 0 else (2, 1):
+            times[n].append(per_call(functools.partial(sessions[n].run, None, x), max(1, calls // 6)))
+    one, two = float(np.median(times[1])), float(np.median(times[2]))
+    return f"{two / one:.2f}x ({two * 1e3:.1f} vs {one * 1e3:.1f} ms)"
+
+
+def thread_scaling_line(before: str, after: str) -> str:
+    """thread_scaling()'s figures taken before and after a benchmark, as one line of its report."""
+    return (
+        "thread scaling (a 2-thread ONNX Runtime run of cls batch 8 over a 1-thread run; above 1: the second core "
+        f"costs more than it brings): {before} before, {after} after"
+    )
 
 
 def relu_model(batch=1) -> bytes:

@@ -35,7 +35,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import CLS, closed_loop, images, machine, ort_session, ppocr_model
+from _common import CLS, closed_loop, images, machine, ort_session, ppocr_model, thread_scaling, thread_scaling_line
 
 SHAPE = (1, 3, 48, 192)
 LIST = 16
@@ -102,6 +102,8 @@ def main(argv=None) -> dict:
         return {}
     import gert
 
+    load_before = f"{os.getloadavg()[0]:.1f}"
+    scaling_before = thread_scaling()
     with open(path, "rb") as f:
         data = f.read()
     counts = [int(t) for t in args.threads.split(",")]
@@ -147,8 +149,9 @@ def main(argv=None) -> dict:
     rows = sorted(best.values(), key=lambda r: (r["threads"], r["variant"]))
     print(
         f"PP-OCR cls {SHAPE}, {machine()}, gert backend {gert.backend()}; medians of {args.rounds} alternated "
-        f"round(s) of {args.seconds:g} s"
+        f"round(s) of {args.seconds:g} s; load average {load_before} -> {os.getloadavg()[0]:.1f}"
     )
+    print(thread_scaling_line(scaling_before, thread_scaling()))
     print(
         f"{'variant':14} {'threads':>7} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU us/req':>10} {'mean batch':>10}"
     )

@@ -39,7 +39,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _common import closed_loop, machine, ppocr_model
+from _common import closed_loop, machine, ppocr_model, thread_scaling, thread_scaling_line
 
 CLS = "ch_ppocr_mobile_v2.0_cls_infer.onnx"
 # --model: the PP-OCR file, a request's shape, max_batch_size, the output's dims in the hand-written config
@@ -297,6 +297,7 @@ def main() -> None:
     from gert_triton.server import TritonServer
 
     load_before = f"{os.getloadavg()[0]:.1f}"
+    scaling_before = thread_scaling()
     root = tempfile.mkdtemp(prefix="gert-bench-triton-")
     log = os.path.join(root, "server.log")
     server = TritonServer(
@@ -345,6 +346,7 @@ def main() -> None:
         f"clients, {args.duration:.0f} s per variant in {args.rounds} interleaved windows, max_batch_size "
         f"{MAX_BATCH}, max_queue_delay {QUEUE_DELAY_US} us, server exit code {code}"
     )
+    print(thread_scaling_line(scaling_before, thread_scaling()))
     print_rows(rows)
     print(
         "(exec ms: the server's compute_infer time of an execution, averaged over requests: the IPC round trip "
