@@ -303,10 +303,10 @@ class Worker(StreamGraphs):
         signature = self.transfers.signature(req)
         if signature is None or not hot.wants(signature, self):  # off, or prepared on this stream already
             return
-        found = self.transfers.replayable(req, entry, uploads, inputs, downloads, results)
+        found = self.transfers.replayable(req, uploads, inputs, downloads, results)
         if found is None:
             return
-        signature, whole, outs = found
+        whole, outs = found
         call = _cann.FusedCall(
             self.session,
             entry.graph_id,

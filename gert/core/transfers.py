@@ -80,11 +80,9 @@ class Transfers:
         full = np.empty(shape, dtype)
         return full, full[tuple(slice(0, s) for s in real)]
 
-    def replayable(
-        self, req: Request, entry: GraphEntry, uploads: list, inputs: list, downloads: list, results: dict
-    ) -> Optional[tuple]:
-        """(signature, the inputs' whole uploads, the outputs) of a request just run, when running its signature
-        again is the same fused call with only the host arrays changed (the compiled hot path, gert/core/_hotpath.pyx):
+    def replayable(self, req: Request, uploads: list, inputs: list, downloads: list, results: dict) -> Optional[tuple]:
+        """(the inputs' whole uploads, the outputs) of a request just run (whose signature() the caller found not
+        None), when running its signature again is the same fused call with only the host arrays changed (the compiled hot path, gert/core/_hotpath.pyx):
         numpy inputs each uploaded whole (no staged padding), every output downloaded whole into a fresh array (no
         slice of a padded one), nothing of the request's own (out=, timeout, device tensors, sequence copies). None
         otherwise. (A graph that may be evicted is replayable too: its eviction makes the hot path forget the
@@ -101,9 +99,6 @@ class Transfers:
         ):
             return None
         arrays = [req.arrays[t.name] for t in plan.inputs]
-        signature = self.signature(req)
-        if signature is None:
-            return None
         if all(type(a) is Rows and a.axis == 0 for a in arrays):  # a merged batch (run(list)): parts in a row
             if any(a.shape[1:] != tuple(i[1][1:]) for a, i in zip(arrays, inputs)) or len(uploads) != len(arrays):
                 return None
@@ -115,7 +110,7 @@ class Transfers:
         outs = [results[o.name] for o in plan.outputs]
         if any(host is not out for (host, _), out in zip(downloads, outs)):
             return None
-        return signature, whole, outs
+        return whole, outs
 
     def signature(self, req: Request) -> Optional[tuple]:
         """The compiled hot path's key of a request: (shape, dtype) per input in the plan's order; None when an
