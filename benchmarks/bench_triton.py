@@ -39,7 +39,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _common import closed_loop, machine, ppocr_model, thread_scaling, thread_scaling_line
+from _common import closed_loop, machine, parse_variants, ppocr_model, thread_scaling, thread_scaling_line
 
 CLS = "ch_ppocr_mobile_v2.0_cls_infer.onnx"
 # --model: the PP-OCR file, a request's shape, max_batch_size, the output's dims in the hand-written config
@@ -150,26 +150,6 @@ def build_repo(
                 ORT_CONFIG.format(name=name, max_batch=MAX_BATCH, out=out_name, out_dims=out_dims, delay=QUEUE_DELAY_US)
             )
     return repo
-
-
-def parse_variants(items: list) -> dict:
-    """--variant NAME=KEY:VALUE,... -> {NAME: {KEY: VALUE}}; a malformed one exits naming it."""
-    out: dict = {}
-    for item in items:
-        name, sep, spec = item.partition("=")
-        pairs = [p.partition(":") for p in spec.split(",") if p]
-        if (
-            not sep
-            or not name.isidentifier()
-            or name in VARIANTS
-            or not pairs
-            or any(not k or not s for k, s, _ in pairs)
-        ):
-            sys.exit(
-                f"--variant {item!r}: expected NAME=KEY:VALUE[,KEY:VALUE...] with a new NAME, e.g. gert_2full=streams:2"
-            )
-        out[name] = {k: v for k, _, v in pairs}
-    return out
 
 
 def server_stats(client, model: str) -> dict:
@@ -283,7 +263,7 @@ def main() -> None:
     )
     args = ap.parse_args()
     global VARIANTS, MAX_BATCH
-    extra = parse_variants(args.variant)
+    extra = parse_variants(args.variant, VARIANTS)
     VARIANTS = VARIANTS + tuple(extra)
     if args.baseline:
         VARIANTS = VARIANTS + ("gert_base", "gert_1stream_base")
