@@ -22,6 +22,7 @@ from gert._cann import DeviceBuffer, Graph
 from gert.errors import GeError
 from gert.core import empty_rows, hooks, trace as _trace
 from gert.core.run_trace import traced_run
+from gert.core.core_share import CoreShare
 from gert.core.dynamic import RunTimes
 from gert.core.error_kinds import ErrorKind, kind_of
 from gert.core.recovery import watchdog
@@ -83,7 +84,7 @@ class Worker(StreamGraphs):
         tiers=None,
         hot: Optional[Callable[[], object]] = None,
         run_times: Optional[RunTimes] = None,
-        shares_cores: bool = False,
+        busy_on: Optional[Callable[[int], int]] = None,
     ):
         super().__init__(
             index,
@@ -99,12 +100,10 @@ class Worker(StreamGraphs):
             tiers,
             hot,
         )
-        # streams that share the device's cores by load (several per device, no limits given): each launch sets
-        # its stream's limits to the device's cores over the streams in use then (share_cores)
-        self.shares_cores = shares_cores and cube_cores is None and vector_cores is None
-        self.busy_on_device: Callable[[], int] = lambda: 1  # the device's streams in use (StreamPool wires its queue)
-        self._share: tuple = (None, 0)  # (the stream, the streams in use) its limits were last set for
-        self.limited = cube_cores is not None or vector_cores is not None or self.shares_cores
+        # ``busy_on(device)``: the pool's streams in use there, given when they share its cores by load (CoreShare)
+        fixed = cube_cores is not None or vector_cores is not None
+        self.core_share = None if busy_on is None or fixed else CoreShare(functools.partial(busy_on, device))
+        self.limited = fixed or self.core_share is not None
         self._compiled_for = 0  # id() of the request whose graph the request path compiled last
         self.trace_events: Optional[list] = None  # timing events of a traced run (gert/core/staged.py)
         self.gear_stats = GearCounts()
@@ -163,19 +162,12 @@ class Worker(StreamGraphs):
         return self.run_stages(req, self)
 
     def use_limits(self) -> None:
-        """Bind the launching thread to this stream's core limits; for streams that share the device's cores by
-        load, set them first: the device's cores over its streams in use now, this one included (a lone request
-        gets every core, two at once half each). CANN applies a stream's limit to the tasks launched after it is
-        set, and GE's rt2 executor sets it on every ExecuteGraphWithStreamAsync (docs/python-api.md, Core locks)."""
-        if self.shares_cores:
-            stream, n = self.stream, max(1, self.busy_on_device())
-            if self._share != (stream, n):
-                cube, vector = self.device_cores
-                stream.cube_cores = max(1, cube // n)
-                if vector:
-                    stream.vector_cores = max(1, vector // n)
-                self._share = (stream, n)
-                self.stats.cube_cores, self.stats.vector_cores = stream.cube_cores, stream.vector_cores
+        """Bind the launching thread to this stream's core limits, set first where the streams share their device's
+        cores by load (gert/core/core_share.py)."""
+        if self.core_share is not None:
+            changed = self.core_share.apply(self.stream, self.device_cores)
+            if changed is not None:
+                self.stats.cube_cores, self.stats.vector_cores = changed
         self.stream.use_in_current_thread()
 
     traced = False  # as a run's ``stages``: the worker's own, untimed (run_trace.TracedStages times them)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import functools
 import os
 import threading
 import time
@@ -78,11 +77,18 @@ class StreamPool:
         )
         self.run_times = RunTimes()  # per batch size, as the streams run it: what batching decides by
         self.workers = _open_workers(
-            config, graph, plan, session_options, graph_options, cache, self.tiers, lambda: self.hot, self.run_times
+            config,
+            graph,
+            plan,
+            session_options,
+            graph_options,
+            cache,
+            self.tiers,
+            lambda: self.hot,
+            self.run_times,
+            lambda device: self.queue.busy_on(device),  # (read at each launch, once the queue below exists)
         )
         self.queue: StreamQueue = StreamQueue(self.workers)  # first free stream, arrival order (gert/core/dispatch.py)
-        for w in self.workers:  # (streams that share their device's cores by load count those in use there)
-            w.busy_on_device = functools.partial(self.queue.busy_on, w.device)
 
     # ---- state ----------------------------------------------------------------------------------------------------
     @property
@@ -307,8 +313,10 @@ def _open_workers(
     tiers,
     hot: Callable[[], Optional[HotPath]],
     run_times: RunTimes,
+    busy_on: Callable[[int], int],
 ) -> list:
-    """``config.streams`` Workers (a stream with its Session and graphs) per device. All or none: the ones opened
+    """``config.streams`` Workers (a stream with its Session and graphs) per device; with several per device and no
+    core limits they share its cores by load (``busy_on(device)``: its streams in use). All or none: the ones opened
     are closed when one fails."""
     workers: list = []
     try:
@@ -329,7 +337,7 @@ def _open_workers(
                         tiers=tiers,
                         hot=hot,
                         run_times=run_times,
-                        shares_cores=int(config.streams) > 1,
+                        busy_on=busy_on if int(config.streams) > 1 else None,
                     )
                 )
     except BaseException:
