@@ -82,11 +82,11 @@ class Transfers:
 
     def replayable(self, req: Request, uploads: list, inputs: list, downloads: list, results: dict) -> Optional[tuple]:
         """(the inputs' whole uploads, the outputs) of a request just run (whose signature() the caller found not
-        None), when running its signature again is the same fused call with only the host arrays changed (the compiled hot path, gert/core/_hotpath.pyx):
-        numpy inputs each uploaded whole (no staged padding), every output downloaded whole into a fresh array (no
-        slice of a padded one), nothing of the request's own (out=, timeout, device tensors, sequence copies). None
-        otherwise. (A graph that may be evicted is replayable too: its eviction makes the hot path forget the
-        stream's prepared runs, StreamGraphs.evict.)"""
+        None), when running its signature again is the same fused call with only the host arrays changed (the
+        compiled hot path, gert/core/_hotpath.pyx): numpy inputs each uploaded whole (no staged padding), every
+        output downloaded whole into a fresh array (no slice of a padded one), nothing of the request's own (out=,
+        timeout, device tensors, sequence copies). None otherwise. (A graph that may be evicted is replayable too:
+        its eviction makes the hot path forget the stream's prepared runs, StreamGraphs.evict.)"""
         plan = self.plan
         if (
             req.out
