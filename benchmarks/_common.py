@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import importlib.util
+import json
 import os
 import platform
 import sys
@@ -86,6 +87,14 @@ def parse_variants(items: list, reserved=()) -> dict:
             )
         out[name] = {k: v for k, _, v in pairs}
     return out
+
+
+def typed_value(text: str):
+    """A --variant value as a load option: JSON where it parses (2, false, null), else the text."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 def thread_scaling(calls: int = 60) -> str:

