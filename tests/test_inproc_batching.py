@@ -39,18 +39,19 @@ def _until(cond, what: str) -> None:
 
 
 class Held:
-    """The model's only stream, taken from its stream queue (as a long request holds it) until release()."""
+    """Every stream of the model, taken from its stream queue (as long requests hold them) until release()."""
 
     def __init__(self, m: gert.Model):
         self.m = m
         self.queue = m.pool.queue
-        self.worker = self.queue.acquire(m.pool.workers)
+        self.workers = [self.queue.acquire(m.pool.workers) for _ in m.pool.workers]
 
     def queued(self) -> int:
         return self.m.stats()["batching"]["queued"]
 
     def release(self) -> None:
-        self.queue.release(self.worker)
+        for w in self.workers:
+            self.queue.release(w)
 
 
 def _in_threads(fn, items: list, held: Held | None = None, before: int = 0) -> tuple:

@@ -16,7 +16,8 @@ from onnx import TensorProto, helper
 
 import gert
 from _helpers import RUNTIME
-from gert.ort_session import InvalidArgument
+from gert import _cann
+from gert.ort_session import InvalidArgument, session_streams
 from models import CLS, DET, REC, ppocr_model, text_image
 
 pytestmark = RUNTIME
@@ -231,7 +232,21 @@ def test_threads_become_the_streams_cube_cores(scaled):
     so.intra_op_num_threads = 1
     with gert.InferenceSession(data, so) as sess:
         assert sess.get_session_options() is so
-        assert [s["cube_cores"] for s in sess.model.stats()["streams"]] == [1]
+        streams = sess.model.stats()["streams"]
+        assert [s["cube_cores"] for s in streams] == [1] * len(streams) and len(streams) >= 2
+
+
+def test_a_session_without_streams_named_gets_two_per_core_sharing_them_by_load(scaled):
+    """Callers from threads run side by side, as on ONNX Runtime's shared session: two streams per cube core of the
+    device, without core limits (a lone run has them all); streams named as an option stay as named."""
+    data, _, _ = scaled
+    cores = _cann.get_device_info(0, _cann.DEV_ATTR_CUBE_CORE_NUM)
+    with gert.InferenceSession(data) as sess:
+        streams = sess.model.stats()["streams"]
+        assert len(streams) == session_streams(cores) == max(2, min(16, 2 * cores))
+        assert all(w.core_share is not None for w in sess.model.pool.workers)  # cores by load, no fixed limits
+    with gert.InferenceSession(data, streams=1) as sess:
+        assert len(sess.model.stats()["streams"]) == 1
 
 
 def test_free_dimension_override_fixes_the_dim_as_in_onnx_runtime(scaled):
