@@ -89,9 +89,11 @@ def test_stages_nest_in_the_request_and_sum_to_its_latency(model):
         run = by_name["run"][0]
         for name in ("graph", "prepare", *STAGES):
             assert _inside(by_name[name][0], run), name
-        # the caller's stages and the stream's run account for the request's latency
+        # the caller's stages and the stream's run account for the request's latency: within 10%, or 5 ms where the
+        # OS preempted the caller between stages (seen under the parallel suite: 28.2 of 32.4 ms); a stage left out
+        # (the 20 ms run) is far more
         total = sum(by_name[n][0]["dur"] for n in ("validate", "queue", "run"))
-        assert abs(total - req["dur"]) <= 0.1 * req["dur"], (total, req["dur"])
+        assert abs(total - req["dur"]) <= max(0.1 * req["dur"], 5000.0), (total, req["dur"])
         # the device's stages account for the stream's run (graph selection, buffers, the stages)
         parts = sum(by_name[n][0]["dur"] for n in ("graph", "prepare", *STAGES))
         assert parts <= run["dur"] * 1.001 + 1.0
