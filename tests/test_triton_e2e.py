@@ -906,7 +906,9 @@ def test_padding_metrics_say_what_the_padding_cost(server, grpc):
 
         def published():
             m = metrics(server)
-            return m if series(m, "gert_padding_seconds_total") and series(m, "gert_padding_ratio") else None
+            # the stream's busy seconds may come a scrape after the padding's (CI): wait for both
+            ready = series(m, "gert_padding_seconds_total") and series(m, "gert_padding_ratio")
+            return m if ready and sum(series(m, "gert_stream_busy_seconds_total")) > 0 else None
 
         m = wait_for(published, 30, "the padding metrics of 'padded' published")
         assert series(m, "gert_padding_ratio") == [0.25]
