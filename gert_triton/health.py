@@ -86,10 +86,23 @@ class Health:
 
     def model_ready(self, name: str) -> Optional[bool]:
         """None: no such model."""
+        report = self.model_report(name)
+        return None if report is None else report["ready"]
+
+    def model_report(self, name: str) -> Optional[dict]:
+        """``{"ready": ..., "model": name, **the model's record}`` (None: no such model). Ready only when the record
+        said so both before and after the supervisor's check (which asks Triton: milliseconds, while the supervisor
+        may find the model down), so the body is the record the verdict was given on, never a newer one."""
         with self._lock:
             m = self.models.get(name)
-            ok = None if m is None else (self.phase == "serving" and m.state == "ready")
-        return ok and self.check(name) if ok is not None else None
+            if m is None:
+                return None
+            before = (self.phase, asdict(m))
+        ok = before[0] == "serving" and before[1]["state"] == "ready" and self.check(name)
+        with self._lock:
+            m = self.models.get(name)
+            after = (self.phase, asdict(m)) if m is not None else None
+        return {"ready": bool(ok and after == before), "model": name, **before[1]}
 
     def snapshot(self) -> dict:
         with self._lock:
@@ -142,13 +155,11 @@ def _handler(health: Health):
                 self._send(200 if snap["ready"] else 503, snap)
             elif path.startswith("/readyz/"):
                 name = path[len("/readyz/") :]
-                ok = health.model_ready(name)
-                if ok is None:
+                report = health.model_report(name)
+                if report is None:
                     self._send(404, {"error": f"no model {name!r}"})
                 else:
-                    self._send(
-                        200 if ok else 503, {"ready": ok, "model": name, **health.snapshot()["models"].get(name, {})}
-                    )
+                    self._send(200 if report["ready"] else 503, report)
             elif path == "/metrics":
                 self._send(200, health.prometheus(), "text/plain; version=0.0.4")
             else:

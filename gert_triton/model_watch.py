@@ -67,7 +67,6 @@ class ModelWatch:
         self.index_ok, self.index_failures = time.monotonic(), 0
         states = model_states(index)
         running = stub_procs.stubs_of(server_pid)
-        self.stubs = running
         grouped = stub_procs.by_model(running)
         watched = self.watched(states)
         self.health.forget_models(keep=watched)
@@ -85,6 +84,9 @@ class ModelWatch:
                 )
                 if self.plan.control == "gert" and state not in ("LOADING", "UNLOADING"):
                     self.recover(name, f"not loaded ({state or 'never loaded'}{': ' + reason if reason else ''})")
+        # published after the verdicts: until a dead stub's model reads "stub dead", the stub stays on the list a
+        # probe checks, so no probe reads the old "ready" beside a list the dead stub already left
+        self.stubs = running
         if self.health.phase in ("starting", "restarting", "unresponsive"):
             self.health.update(phase="serving")
 
