@@ -53,7 +53,7 @@ def test_rec_policy(benchmark, measuring, policy):
         "baseline" if policy == "exact" else "gert",
         requests=len(widths),
     )
-    with gert.load(model, cube_cores=2, **POLICIES[policy]) as m:
+    with gert.load(model, streams=1, cube_cores=2, **POLICIES[policy]) as m:
         if policy == "auto":
             m.warmup()  # its dynamic-shape graph, as gert_triton's load does
         t0 = time.perf_counter()

@@ -21,6 +21,7 @@ from gert._cann import Graph, ge_initialize
 from gert.core.compile_cache import CACHE_DIR_OPTION, CompileCache
 from gert.core.futures import FutureRunner
 from gert.core.pool import PoolConfig, StreamPool
+from gert.core.stream_layout import default_streams
 from gert.core.resolve import key_label
 from gert.core.row_check import check_rows
 from gert.core.load_config import LoadConfig
@@ -48,10 +49,14 @@ def load_config(config: Optional[LoadConfig], options: Mapping[str, Any]) -> Loa
 
 
 def _pool_config(cfg: LoadConfig, devices: tuple) -> PoolConfig:
-    """The stream pool's part of the load config (gert/core/pool.py)."""
+    """The stream pool's part of the load config (gert/core/pool.py); streams not named: the default layout for the
+    devices' cube cores (gert/core/stream_layout.py)."""
+    streams = cfg.streams
+    if streams is None:
+        streams = default_streams(min(_cann.get_device_info(d, _cann.DEV_ATTR_CUBE_CORE_NUM) for d in devices))
     return PoolConfig(
         devices,
-        cfg.streams,
+        streams,
         cfg.cube_cores,
         cfg.vector_cores,
         cfg.max_exact_graphs,
@@ -426,4 +431,4 @@ def load(model: ModelSource, *, config: Optional[LoadConfig] = None, **options: 
     except GertError as e:
         if not refused_by_ge_parser(e):
             raise
-        return CpuModel(model, e, cfg.streams)  # type: ignore[return-value]
+        return CpuModel(model, e, cfg.streams or 1)  # type: ignore[return-value]

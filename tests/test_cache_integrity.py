@@ -36,18 +36,18 @@ OTHER_UID = 4242  # a user that is neither this one nor root
 
 
 def fill(cache, factor: float = 2.0, **kw) -> dict:
-    """Load scale(factor) with one batch gear through ``cache``; its stats."""
-    with gert.load(scale_model(factor), gears={"batch": [2]}, cache_dir=cache, **kw) as m:
+    """Load scale(factor) on one stream with one batch gear through ``cache``; its stats."""
+    with gert.load(scale_model(factor), streams=1, gears={"batch": [2]}, cache_dir=cache, **kw) as m:
         m.warmup()
         np.testing.assert_array_equal(m.run({"x": X})["y"], X * factor)
         return dict(m.stats())
 
 
 def serve(cache, factor: float = 2.0, **kw) -> tuple:
-    """Load scale(factor) again: (result, cache hits, misses, CacheWarning messages)."""
+    """Load scale(factor) again, one stream: (result, cache hits, misses, CacheWarning messages)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with gert.load(scale_model(factor), gears={"batch": [2]}, cache_dir=cache, **kw) as m:
+        with gert.load(scale_model(factor), streams=1, gears={"batch": [2]}, cache_dir=cache, **kw) as m:
             m.warmup()
             y = m.run({"x": X})["y"]
             s = m.stats()

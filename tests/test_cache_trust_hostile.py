@@ -45,10 +45,10 @@ def as_nobody(action, gid: int = NOBODY) -> None:
 
 
 def serve(cache, factor: float = 2.0, **kw) -> tuple:
-    """(first row of y, cache hits, misses, CacheWarning messages) of scale(factor) loaded through ``cache``."""
+    """(first row of y, cache hits, misses, CacheWarning messages) of scale(factor) on one stream through ``cache``."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with gert.load(scale_model(factor), gears={"batch": [2]}, cache_dir=cache, **kw) as m:
+        with gert.load(scale_model(factor), streams=1, gears={"batch": [2]}, cache_dir=cache, **kw) as m:
             m.warmup()
             y = m.run({"x": X})["y"]
             s = m.stats()

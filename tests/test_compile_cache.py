@@ -189,7 +189,7 @@ def test_keys_follow_model_shape_options_and_version(tmp_path):
 def test_changed_model_never_hits_a_stale_entry(tmp_path):
     x = np.ones((2, 4), np.float32)
     for factor in (2.0, 5.0):
-        with gert.load(scale_model(factor), gears={"batch": [2]}, cache_dir=tmp_path) as m:
+        with gert.load(scale_model(factor), streams=1, gears={"batch": [2]}, cache_dir=tmp_path) as m:
             m.warmup()
             assert m.stats()["cache_misses"] == 1
             np.testing.assert_array_equal(m.run({"x": x})["y"], x * factor)
@@ -270,7 +270,7 @@ def test_two_processes_warming_up_at_once_compile_each_key_once(tmp_path):
 @pytest.mark.parametrize("how", ["missing", "flipped"])
 def test_broken_entry_is_removed_and_recompiled_with_a_warning(tmp_path, how):
     x = np.random.default_rng(1).standard_normal((2, 16)).astype(np.float32)
-    with gert.load(mlp_model(3), gears={"batch": [2]}, cache_dir=tmp_path) as m:
+    with gert.load(mlp_model(3), streams=1, gears={"batch": [2]}, cache_dir=tmp_path) as m:
         m.warmup()
         expected = m.run({"x": x})
     om = tmp_path / next(f for f in os.listdir(tmp_path) if f.endswith(".om"))
@@ -280,7 +280,7 @@ def test_broken_entry_is_removed_and_recompiled_with_a_warning(tmp_path, how):
         data = bytearray(om.read_bytes())
         data[len(data) // 3] ^= 0x5A
         om.write_bytes(bytes(data))
-    with gert.load(mlp_model(3), gears={"batch": [2]}, cache_dir=tmp_path) as m:
+    with gert.load(mlp_model(3), streams=1, gears={"batch": [2]}, cache_dir=tmp_path) as m:
         with pytest.warns(CacheWarning, match="compiling again"):
             m.warmup()
         s = m.stats()
@@ -288,7 +288,7 @@ def test_broken_entry_is_removed_and_recompiled_with_a_warning(tmp_path, how):
         np.testing.assert_array_equal(m.run({"x": x})["probs"], expected["probs"])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with gert.load(mlp_model(3), gears={"batch": [2]}, cache_dir=tmp_path) as m:  # repaired: a hit again
+        with gert.load(mlp_model(3), streams=1, gears={"batch": [2]}, cache_dir=tmp_path) as m:  # repaired: a hit again
             m.warmup()
             assert m.stats()["cache_hits"] == 1
 

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import gert
 from _helpers import RUNTIME
 from gert.core.dynamic import RunTimes
-from gert.core.gear_pieces import MARGIN, cheapest_pieces, first_batch, gear_for
+from gert.core.gear_pieces import MARGIN, cheapest_pieces, company, first_batch, gear_for
 from test_inproc_batching import AFFINE, Held, _batching, _in_threads, _join, _until, _x, run_queued
 from test_pipeline_property import FAMILIES, assert_alone
 
@@ -164,7 +164,7 @@ def test_ten_queued_requests_run_as_batches_of_eight_and_two_when_that_is_cheape
     """The leader takes the first 8 (first_batch); the 2 left queued lead the next batch."""
     rng = np.random.default_rng(0)
     reqs = [_x(rng) for _ in range(10)]
-    with gert.load(AFFINE) as m:
+    with gert.load(AFFINE, streams=1) as m:
         seed(m, {1: 0.15, 2: 0.2, 4: 0.3, 8: 0.5, 16: 0.9, 32: 1.7})  # 0.1 s a launch, 0.05 s a row
         run_queued(m, AFFINE, reqs)
         b = _batching(m)
@@ -174,10 +174,75 @@ def test_ten_queued_requests_run_as_batches_of_eight_and_two_when_that_is_cheape
         assert gears == {"batch=8": nothing, "batch=2": nothing}, gears  # two graph runs, nothing padded
 
 
-def test_with_two_streams_a_batch_takes_every_queued_request_it_can():
-    """Requests left out would lead a batch of their own on the next stream free: too small (BatchQueue.fit)."""
-    with gert.load(AFFINE, streams=2) as two, gert.load(AFFINE) as one:
-        assert two.engine.batches.fit is None and one.engine.batches.fit is not None
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(st.integers(1, 5), min_size=1, max_size=9),
+    gears=st.sampled_from([(), (1, 2, 4, 8, 16, 32), (2, 8, 64), (3, 6, 12, 48)]),
+    costs=st.dictionaries(st.integers(1, 64), st.one_of(st.none(), st.floats(0.001, 10.0, allow_nan=False))),
+)
+def test_with_several_streams_a_batch_takes_company_only_where_merged_rows_run_faster(rows, gears, costs):
+    """company against its definition: the leader alone where no prefix runs real rows per second more than MARGIN
+    faster than its own rows alone; else the largest prefix within MARGIN of the best rate; all of them while a cost
+    a prefix needs is not measured (the merged run measures it)."""
+    k = company(rows, gears, costs.get)
+    n = len(rows)
+    assert 1 <= k <= n
+    sizes = [gear_for(sum(rows[:j]), gears) if gears else sum(rows[:j]) for j in range(1, n + 1)]
+    fitting = [s for s in sizes if s is not None]
+    if n == 1 or any(costs.get(s) is None for s in fitting):
+        assert k == n
+        return
+    rates = {j: sum(rows[:j]) / costs[s] for j, s in enumerate(fitting, 1)}
+    best = max(rates.values())
+    if best <= rates[1] * (1 + MARGIN):
+        assert k == 1
+    else:
+        assert rates[k] >= best * (1 - MARGIN) and all(rates[j] < best * (1 - MARGIN) for j in rates if j > k)
+
+
+def test_company_on_a_cpu_and_on_an_npu():
+    """The host NPU (a CPU): a row costs the same in a batch as alone, so each request runs alone on the next stream
+    free; an NPU-like cost (a launch, little per row): 12 queued take 8 (12 padded to 16 computes 4 rows nobody sent
+    for no faster rate), 16 take 16; no per-row measure yet: all."""
+    cpu = {1: 1.0, 2: 2.0, 4: 4.1, 8: 7.9, 16: 16.0}.get
+    npu = {1: 1.0, 2: 1.05, 4: 1.1, 8: 1.2, 16: 2.3}.get
+    assert [company([1] * n, GEARS, cpu) for n in (2, 9, 16)] == [1, 1, 1]
+    assert [company([1] * n, GEARS, npu) for n in (2, 12, 16)] == [2, 8, 16]
+    assert company([1] * 5, GEARS, {1: 1.0}.get) == 5
+    assert company([1, 1, 1], (), {1: 1.0, 2: 2.0, 3: 2.9}.get) == 1  # no gears: the run's size is its rows
+
+
+@pytest.mark.parametrize("shape", ["cpu", "npu"])
+def test_with_two_streams_queued_requests_merge_only_where_the_measured_times_say_so(shape):
+    """Two streams held, 6 requests queued behind them, let go: with per-row times (the host NPU's own) each runs
+    alone; with launch-bound times they merge. Each result is its own request's (against ONNX Runtime)."""
+    rng = np.random.default_rng(5)
+    reqs = [_x(rng) for _ in range(6)]
+    times = {"cpu": {1: 0.1, 2: 0.2, 4: 0.4, 8: 0.8}, "npu": {1: 1.0, 2: 1.0, 4: 1.0, 8: 1.01}}[shape]
+    with gert.load(AFFINE, streams=2) as m:
+        assert m.engine.batches.fit == m.engine.batches.company
+        seed(m, times)
+        run_queued(m, AFFINE, reqs)
+        sizes = _batching(m)["batch_sizes"]
+        assert sum(k * v for k, v in sizes.items()) == 6, sizes
+        if shape == "cpu":
+            assert set(sizes) == {1}, sizes
+        else:
+            assert max(sizes) >= 3, sizes
+
+
+def test_the_default_layout_is_two_streams_per_cube_core_sharing_them_by_load():
+    """gert.load without ``streams``: two per cube core of the device (2..16, gert/core/stream_layout.py), without core
+    limits (they share the device's cores by load), the several-stream batching rule; ``streams=1`` as named."""
+    from gert import _cann
+    from gert.core.stream_layout import default_streams
+
+    cores = _cann.get_device_info(0, _cann.DEV_ATTR_CUBE_CORE_NUM)
+    with gert.load(AFFINE) as m, gert.load(AFFINE, streams=1) as one:
+        assert m.num_streams == default_streams(cores) == max(2, min(16, 2 * cores))
+        assert all(w.core_share is not None for w in m.pool.workers)
+        assert m.engine.batches.fit == m.engine.batches.company
+        assert one.num_streams == 1 and one.engine.batches.fit != one.engine.batches.company
 
 
 def test_a_batch_stays_whole_when_a_launch_costs_more_than_the_padding():

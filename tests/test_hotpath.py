@@ -30,7 +30,7 @@ def _hot(m) -> dict:
 
 @pytest.fixture
 def geared(device):
-    m = gert.load(scale_model(2.0, shape=("batch", 4)), gears={"batch": [1, 4, 8]})
+    m = gert.load(scale_model(2.0, shape=("batch", 4)), streams=1, gears={"batch": [1, 4, 8]})
     yield m
     m.close()
 
@@ -121,7 +121,7 @@ def test_features_that_need_python_take_the_python_path(geared):
 
 def test_front_doors_run_list_and_inference_session(device, tmp_path):
     model = scale_model(3.0, shape=("batch", 4))
-    with gert.load(model, gears={"batch": [1, 4, 8]}) as m:
+    with gert.load(model, streams=1, gears={"batch": [1, 4, 8]}) as m:
         reqs = [{"x": _x(1, i)} for i in range(8)]
         for _ in range(2):
             outs = m.run(reqs)
@@ -215,7 +215,7 @@ def test_auto_tier_promotion_runs_on_the_static_graph(device):
     """Policy auto: a size runs on the dynamic graph (never prepared), and once promoted on its static graph."""
     import time
 
-    with gert.load(scale_model(2.0, shape=("batch", 4)), shape_policy={"batch": "auto"}, hot_after=2) as m:
+    with gert.load(scale_model(2.0, shape=("batch", 4)), streams=1, shape_policy={"batch": "auto"}, hot_after=2) as m:
         x = _x(3, 0)
         for _ in range(2):
             np.testing.assert_array_equal(m.run({"x": x})["y"], x * 2)
@@ -242,7 +242,7 @@ def test_auto_tier_counts_the_compiled_paths_runs(device):
             time.sleep(0.01)
 
     with gert.load(
-        scale_model(2.0, shape=("batch", 4)), shape_policy={"batch": "auto"}, hot_after=2, max_exact_graphs=1
+        scale_model(2.0, shape=("batch", 4)), streams=1, shape_policy={"batch": "auto"}, hot_after=2, max_exact_graphs=1
     ) as m:
         for i in range(2):
             m.run({"x": _x(3, i)})
@@ -277,7 +277,7 @@ def test_exact_sizes_run_on_the_compiled_path_and_its_runs_keep_their_graph(devi
 
 def test_fused_call_checks_its_buffers(device):
     """gert._cann.FusedCall, the prepared call: host buffers of the wrong size are refused."""
-    m = gert.load(scale_model(2.0, shape=(1, 4)))
+    m = gert.load(scale_model(2.0, shape=(1, 4)), streams=1)
     try:
         m.run({"x": _x(1, 0)})
         w = m.pool.workers[0]
@@ -341,7 +341,7 @@ def test_run_list_gathers_small_pieces_into_one_upload_and_copies_large_ones_pie
     binding places a merged batch's pieces for both: _push_pieces; gert/core/_merge.pyx lay_out only lists them).
     Counted by the host NPU's stream tasks: the uploads, the run and the download of the 8 merged rows (no
     padding)."""
-    m = gert.load(scale_model(2.0, shape=("batch", cols)), gears={"batch": [1, 4, 8]})
+    m = gert.load(scale_model(2.0, shape=("batch", cols)), streams=1, gears={"batch": [1, 4, 8]})
     try:
         m.engine.hot.enabled = compiled
         sizes = (1, 3, 2, 2)
@@ -426,7 +426,7 @@ def test_a_batched_sequence_step_gathers_and_scatters_inside_the_fused_call(devi
 
     gru = gru_model()
     rng = np.random.default_rng(0)
-    with gert.load(gru, state={"h": "h_out"}, batch_dim="N", gears={"batch": [1, 4, 8]}) as model:
+    with gert.load(gru, streams=1, state={"h": "h_out"}, batch_dim="N", gears={"batch": [1, 4, 8]}) as model:
         seqs = [model.sequence() for _ in range(3)]  # 3 rows padded to gear 4: a zero fill first, then the copies
         refs = [{"h": np.zeros((1, 1, HIDDEN), np.float32)} for _ in seqs]
         separate = []  # device copies queued as separate stream work (gert/core/transfers.py)
@@ -447,7 +447,7 @@ def test_a_request_of_another_shape_with_the_same_bytes_is_not_run_through_the_l
     """The compiled path checks a request against the last signature it found first (no key, no hash): a request
     of the same bytes and dtype but another shape must still find its own prepared run (its own graph and slicing),
     alternating both ways, with each result of its request's shape and values."""
-    m = gert.load(scale_model(3.0, shape=("n", "m")), gears={"n": [1, 2], "m": [32, 64]})
+    m = gert.load(scale_model(3.0, shape=("n", "m")), streams=1, gears={"n": [1, 2], "m": [32, 64]})
     try:
         wide, tall = _x(1, 0, cols=64), _x(2, 1, cols=32)  # 256 bytes each
         for x in (wide, wide, tall, tall, wide, tall, wide):

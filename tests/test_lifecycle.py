@@ -156,8 +156,8 @@ def test_close_aborting_a_stuck_request_never_recovers_the_device_under_another_
     holds the failed request until then). Its stream is not destroyed under it, and its failure is the close's
     doing, not a device failure: no aclrtDeviceTaskAbort, which would fail every other model's requests."""
     x = np.ones((2, 4), np.float32)
-    other = gert.load(scale_model(3.0, name="other"))
-    m = gert.load(scale_model(2.0))
+    other = gert.load(scale_model(3.0, name="other"), streams=1)
+    m = gert.load(scale_model(2.0), streams=1)
     other.run({"x": x})
     m.run({"x": x})
     w = m.pool.workers[0]
@@ -373,7 +373,7 @@ def _compiles_per_cycles(m, sizes, cycles: int) -> int:
 @pytest.mark.parametrize("trigger", ["recovery", "oom"])
 def test_exact_keeps_its_hot_set_after_a_recovery_or_an_oom_retry(trigger):
     sizes = [2, 3, 4, 5]
-    with gert.load(_length_model(), shape_policy={"L": "exact"}, max_exact_graphs=4) as m:
+    with gert.load(_length_model(), streams=1, shape_policy={"L": "exact"}, max_exact_graphs=4) as m:
         w = m.pool.workers[0]
         _compiles_per_cycles(m, sizes, 3)
         assert _compiles_per_cycles(m, sizes, 5) == 0

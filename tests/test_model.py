@@ -103,7 +103,7 @@ def test_rec_exact_equals_ort_on_unpadded_input(rec_path, rec_inputs):
 def test_rec_dynamic_equals_ort_on_unpadded_input(rec_path, rec_inputs):
     """dynamic on every axis: ONE dynamic-shape graph, bitwise = ORT on the model as shipped (same 1 thread)."""
     policy = {"batch": "dynamic", REC_H: "dynamic", REC_W: "dynamic"}
-    with gert.load(rec_path, cube_cores=1, shape_policy=policy) as m:
+    with gert.load(rec_path, streams=1, cube_cores=1, shape_policy=policy) as m:
         for (b, w), x in zip(REC_CASES, rec_inputs):
             y = m.run({"x": x})[REC_OUT]
             ref = ort_run(rec_path, [x], 1)[0]
@@ -116,7 +116,7 @@ def test_rec_dynamic_equals_ort_on_unpadded_input(rec_path, rec_inputs):
 
 def test_rec_width_dynamic_batch_padded(rec_path, rec_inputs):
     """dynamic width with the default batch gears: one graph per batch gear; bitwise = ORT at those static dims."""
-    with gert.load(rec_path, cube_cores=1, gears={"batch": [2]}, shape_policy={REC_W: "dynamic"}) as m:
+    with gert.load(rec_path, streams=1, cube_cores=1, gears={"batch": [2]}, shape_policy={REC_W: "dynamic"}) as m:
         for (b, w), x in zip(REC_CASES, rec_inputs):
             y = m.run({"x": x})[REC_OUT]
             assert y.shape[0] == b  # batch padded to 2, sliced back
@@ -173,7 +173,7 @@ def test_batch_gears_row_by_row_cls(cls_path):
     batches = [1, 3, 4, 5, 16, 17, 40]
     # exact (asked for; auto is the default) for the image axes: one static graph per batch gear
     with gert.load(
-        cls_path, cube_cores=1, gears={"batch": [1, 4, 8, 16]}, shape_policy={"x:2": "exact", "x:3": "exact"}
+        cls_path, streams=1, cube_cores=1, gears={"batch": [1, 4, 8, 16]}, shape_policy={"x:2": "exact", "x:3": "exact"}
     ) as m:
         for b in batches:
             y = m.run({"x": rows[:b]})[CLS_OUT]
@@ -411,7 +411,7 @@ def test_stats_consistent_with_work_done():
 
 
 def test_exact_graphs_lru_bound():
-    with gert.load(echo_model(), max_exact_graphs=2, gears={"batch": [2]}, shape_policy={"n": "exact"}) as m:
+    with gert.load(echo_model(), streams=1, max_exact_graphs=2, gears={"batch": [2]}, shape_policy={"n": "exact"}) as m:
         for n in (1, 2, 3, 1, 3):
             x = echo_input(n, 2, n)
             check_echo(m.run({"x": x}), x)

@@ -17,7 +17,8 @@ from onnx import TensorProto, helper
 import gert
 from _helpers import RUNTIME
 from gert import _cann
-from gert.ort_session import InvalidArgument, session_streams
+from gert.core.stream_layout import default_streams
+from gert.ort_session import InvalidArgument
 from models import CLS, DET, REC, ppocr_model, text_image
 
 pytestmark = RUNTIME
@@ -243,7 +244,7 @@ def test_a_session_without_streams_named_gets_two_per_core_sharing_them_by_load(
     cores = _cann.get_device_info(0, _cann.DEV_ATTR_CUBE_CORE_NUM)
     with gert.InferenceSession(data) as sess:
         streams = sess.model.stats()["streams"]
-        assert len(streams) == session_streams(cores) == max(2, min(16, 2 * cores))
+        assert len(streams) == default_streams(cores) == max(2, min(16, 2 * cores))
         assert all(w.core_share is not None for w in sess.model.pool.workers)  # cores by load, no fixed limits
     with gert.InferenceSession(data, streams=1) as sess:
         assert len(sess.model.stats()["streams"]) == 1

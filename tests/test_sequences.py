@@ -243,7 +243,7 @@ def test_out_of_device_memory_fails_only_the_new_sequence():
         sys.path.insert(0, "tests")
         from recurrent_models import gated_model
         H = 1 << 18
-        model = gert.load(gated_model(hidden=H), state={"h": "h_out"}, batch_dim="N", gears={"batch": [1]})
+        model = gert.load(gated_model(hidden=H), streams=1, state={"h": "h_out"}, batch_dim="N", gears={"batch": [1]})
         seqs, err = [], None
         x = {"x": np.ones((1, 1, H), np.float32), "mode": np.array(1)}
         for _ in range(200):
@@ -320,7 +320,7 @@ def test_random_interleavings_give_each_sequence_its_own_outputs(model_gru, even
 
 @pytest.fixture(scope="module")
 def model_gru():
-    with gert.load(GRU, state=GRU_STATE, batch_dim="N", gears={"batch": [1, 2, 4, 8]}) as m:
+    with gert.load(GRU, streams=1, state=GRU_STATE, batch_dim="N", gears={"batch": [1, 2, 4, 8]}) as m:
         yield m
 
 

@@ -118,14 +118,14 @@ def test_auto_is_the_default_and_warmup_compiles_only_the_dynamic_graph():
         st = m.stats()
         assert st["request_path_compiles"] == 0 and st["compiles"] == 2
         assert st["dynamic_hits"] == 4 and st["static_hits"] == 0
-    with gert.load(echo_model(), gears={"batch": [2], "n": [3, 5]}) as m:  # gears given: exact, as before
+    with gert.load(echo_model(), streams=1, gears={"batch": [2], "n": [3, 5]}) as m:  # gears given: exact, as before
         assert m.plan.dims["n"].policy == "exact"
 
 
 def test_warmup_with_known_sizes_compiles_their_static_graphs_and_keeps_them():
     """auto with the sizes declared (warmup(sizes=...), e.g. fixed by a server's config): their static graphs are
     compiled at load and serve at once; they are not the tiers' to evict, and no dynamic graph is needed."""
-    with gert.load(echo_model(), gears={"batch": [1]}, max_exact_graphs=1, hot_after=1) as m:
+    with gert.load(echo_model(), streams=1, gears={"batch": [1]}, max_exact_graphs=1, hot_after=1) as m:
         assert m.warmup({"n": [3, 4]}) == 2
         uid = iter(range(1, 1000))
         for n in (3, 4, 3, 4):
@@ -146,7 +146,7 @@ def test_hot_det_shape_moves_to_a_static_graph_equal_to_onnx_runtime():
     det = ppocr_model(DET)
     x = text_image(1, 96, 128, seed=1)
     once = text_image(1, 64, 160, seed=2)
-    with gert.load(det, cube_cores=1, hot_after=3) as m:
+    with gert.load(det, streams=1, cube_cores=1, hot_after=3) as m:
         m.warmup()
         hot_key = m.engine.resolve({"batch": 1, **{d: s for d, s in zip(sorted(m.plan.dims)[1:], (96, 128))}})[1]
         ref_dyn = ort_run(det, [x], 1)[0]
@@ -207,7 +207,7 @@ def test_one_off_flood_never_compiles_on_the_request_path_nor_evicts_hot_graphs(
 def test_a_hotter_shape_replaces_the_least_frequent_static_one():
     """Admission by frequency: with the set full, a shape that just turned hot (3 hits) is turned down against static
     shapes seen more often; once it is seen more than twice as often as the coldest of them, it takes its place."""
-    with gert.load(echo_model(), gears={"batch": [1]}, max_exact_graphs=2, hot_after=3, hot_window=64) as m:
+    with gert.load(echo_model(), streams=1, gears={"batch": [1]}, max_exact_graphs=2, hot_after=3, hot_window=64) as m:
         m.warmup()
         uid = iter(range(1, 1000))
 
@@ -311,7 +311,7 @@ def test_a_failed_background_compile_is_recorded_and_the_shape_stays_dynamic():
     gate, compiled_on = threading.Event(), []
     with (
         held_static_compiles(gate, compiled_on, fail=True),
-        gert.load(echo_model(), gears={"batch": [1]}, hot_after=2) as m,
+        gert.load(echo_model(), streams=1, gears={"batch": [1]}, hot_after=2) as m,
     ):
         m.warmup()
         for i in range(6):
@@ -328,7 +328,7 @@ def test_a_failed_background_compile_is_recorded_and_the_shape_stays_dynamic():
 
 
 def test_without_warmup_the_dynamic_graph_is_compiled_once_on_the_request_path():
-    with gert.load(echo_model(), gears={"batch": [1]}) as m:
+    with gert.load(echo_model(), streams=1, gears={"batch": [1]}) as m:
         for i in range(3):
             x = echo_input(i + 1, 1, 3 + i)
             check_echo(m.run({"x": x}), x)
@@ -341,7 +341,7 @@ def test_without_warmup_the_dynamic_graph_is_compiled_once_on_the_request_path()
 def test_exact_one_off_scan_does_not_evict_reused_graphs():
     """exact compiles each new size on the request path (it has no other graph), but a scan of one-off sizes only
     evicts other one-offs: sizes used twice stay compiled (plain LRU would recompile them after the scan)."""
-    with gert.load(echo_model(), gears={"batch": [1]}, shape_policy={"n": "exact"}, max_exact_graphs=5) as m:
+    with gert.load(echo_model(), streams=1, gears={"batch": [1]}, shape_policy={"n": "exact"}, max_exact_graphs=5) as m:
         uid = iter(range(1, 1000))
 
         def run(n):
@@ -418,7 +418,7 @@ def test_a_static_graph_compiled_for_a_second_stream_is_not_probed_again():
 def test_hot_static_graphs_come_back_after_a_device_recovery():
     """A device-wide failure makes gert.recovery rebuild the streams' Sessions (their graphs are gone); a shape the
     tiers had admitted is compiled again in the background and served from its static graph once more."""
-    with gert.load(echo_model(), gears={"batch": [1]}, hot_after=2) as m:
+    with gert.load(echo_model(), streams=1, gears={"batch": [1]}, hot_after=2) as m:
         m.warmup()
         uid = iter(range(1, 1000))
         for _ in range(2):
@@ -448,7 +448,9 @@ def test_admission_ranks_sizes_over_a_longer_horizon_than_the_hot_window():
     from gert.tiers import ADMIT_HORIZON
 
     window = 16
-    with gert.load(echo_model(), gears={"batch": [1]}, max_exact_graphs=1, hot_after=3, hot_window=window) as m:
+    with gert.load(
+        echo_model(), streams=1, gears={"batch": [1]}, max_exact_graphs=1, hot_after=3, hot_window=window
+    ) as m:
         m.warmup()
         uid = iter(range(1, 1000))
 
@@ -487,7 +489,7 @@ def test_background_compiles_rest_between_compiles_to_keep_their_cpu_share():
 
     OrtGraphProvider.compile = slow_compile
     try:
-        with gert.load(echo_model(), gears={"batch": [1]}, hot_after=1, compile_share=share) as m:
+        with gert.load(echo_model(), streams=1, gears={"batch": [1]}, hot_after=1, compile_share=share) as m:
             m.warmup()
             for n in (2, 3, 4):  # three sizes hot at once
                 x = echo_input(n, 1, n)
@@ -506,9 +508,9 @@ def test_background_compiles_rest_between_compiles_to_keep_their_cpu_share():
 
 def test_compile_share_is_checked():
     with pytest.raises(gert.GertError, match="compile_share must be in"):
-        gert.load(echo_model(), compile_share=0)
+        gert.load(echo_model(), streams=1, compile_share=0)
     with pytest.raises(gert.GertError, match="compile_share must be in"):
-        gert.load(echo_model(), compile_share=1.5)
+        gert.load(echo_model(), streams=1, compile_share=1.5)
 
 
 # ---- the host_memory budget (issue 28) ----------------------------------------------------------------------------
@@ -549,13 +551,13 @@ def test_a_hot_shape_over_the_host_memory_budget_stays_on_the_dynamic_graph_and_
 
 def test_a_second_shape_that_would_pass_the_budget_is_turned_down():
     """Room for one static shape's graphs, not two: the second hot shape is refused and stays dynamic."""
-    with gert.load(echo_model(), gears={"batch": [1]}, hot_after=2) as probe:
+    with gert.load(echo_model(), streams=1, gears={"batch": [1]}, hot_after=2) as probe:
         probe.warmup()
         for uid in range(1, 4):
             probe.run({"x": echo_input(uid, 1, 3)})
         wait_for(lambda: on_all_streams(probe, key_of(3)), "the probe's static graph")
         one = probe.pool.workers[0].graphs[key_of(3)].memory
-    with gert.load(echo_model(), gears={"batch": [1]}, hot_after=2, host_memory=one + one // 2) as m:
+    with gert.load(echo_model(), streams=1, gears={"batch": [1]}, hot_after=2, host_memory=one + one // 2) as m:
         m.warmup()
         for uid in range(1, 4):
             x = echo_input(uid, 1, 3)
@@ -585,7 +587,7 @@ def test_a_second_shape_that_would_pass_the_budget_is_turned_down():
 )
 def test_host_memory_is_checked(value, message):
     with pytest.raises(gert.GertError, match=f"host_memory must .*{message}"):
-        gert.load(echo_model(), host_memory=value)
+        gert.load(echo_model(), streams=1, host_memory=value)
 
 
 def test_host_memory_default_is_a_share_of_the_machine():

@@ -374,7 +374,7 @@ def test_model_value_dependent_batch_defaults_to_exact_and_runs():
     """gert.load on NMS over a batch: the batch policy is exact (no filler rows), each batch size runs as it is and
     equals ONNX Runtime; the output is allocated per run and copied once into the result (D2H bytes = its size)."""
     model = nms_batch_model()
-    with gert.load(model) as m:
+    with gert.load(model, streams=1) as m:
         assert m.value_dependent == ["selected"]
         assert m.plan.batch.policy == "exact" and m.plan.batch.gears == ()
         assert ("selected", 0) not in m.plan.output_axes  # not split or sliced as a batch axis

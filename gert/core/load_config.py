@@ -190,7 +190,7 @@ class LoadConfig:
     ``dynamic_batching`` a BatchingConfig or None), so equal settings give equal configs."""
 
     devices: tuple = (0,)
-    streams: int = 1
+    streams: Optional[int] = None  # None: two per cube core of each device, 2..16 (gert/core/stream_layout.py)
     cube_cores: Optional[int] = None
     vector_cores: Optional[int] = None
     gears: Optional[Mapping[str, Any]] = None
@@ -247,7 +247,7 @@ class LoadConfig:
             raise OptionError("cache_dir", f"cache_dir must be a path, got {type(self.cache_dir).__name__}")
         return {
             "devices": _devices(self.devices),
-            "streams": _int("streams", self.streams, 1),
+            "streams": None if self.streams is None else _int("streams", self.streams, 1),
             "cube_cores": _cores("cube_cores", self.cube_cores),
             "vector_cores": _cores("vector_cores", self.vector_cores),
             "gears": _gears(self.gears),
