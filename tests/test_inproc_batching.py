@@ -250,7 +250,7 @@ def test_queued_requests_form_one_batch_when_the_stream_comes_free():
         b = _batching(m)
         assert b["batch_sizes"] == {5: 1} and b["batches"] == 1 and b["requests"] == 5, b
         assert b["gears"] == {"batch=8": {"batches": 1, "requests": 5, "mean_batch_size": 5.0}}, b
-        assert m.stats()["streams"][0]["requests"] == 1  # one graph run for the five
+        assert sum(s["requests"] for s in m.stats()["streams"]) == 1  # one graph run for the five
         assert b["mean_batch_size"] == 5.0 and b["p99_batch_size"] == 5
         shown = str(m.stats())
         assert "dynamic batching" in shown and "dynamic batches per gear" in shown and "batch=8" in shown

@@ -13,8 +13,9 @@ cdef class FreeStreams:
     cdef readonly list free
     cdef readonly object waiters
     cdef public bint closed
-    cdef Py_ssize_t next  # round robin among the free workers: where the next look starts
     cdef object hand_over
+    cdef bint round_robin  # the workers span several devices: they take turns (else the most recently freed first)
+    cdef Py_ssize_t next  # the round robin: where the next look starts
 
     cpdef object take_free(self, object eligible)
     cpdef object try_take(self)

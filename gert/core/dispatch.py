@@ -52,8 +52,8 @@ class _Waiter:
 class StreamQueue(Generic[W]):
     """The free streams (workers) of a Model and the requests waiting for one, served first come, first served.
 
-    ``slots`` (gert/core/_free_streams.pyx, compiled) holds the lock, the free workers, the waiting requests and
-    the round robin, and takes and gives back a stream: the same code for this class and the compiled hot path
+    ``slots`` (gert/core/_free_streams.pyx, compiled) holds the lock, the free workers and the waiting requests,
+    and takes (the most recently freed first) and gives back a stream: the same code for this class and the compiled hot path
     (gert/core/_hotpath.pyx). Invariant: a free worker is never one that a waiting request may use (release() hands
     it over instead)."""
 
@@ -85,8 +85,8 @@ class StreamQueue(Generic[W]):
         return self.slots.try_take()
 
     def untake(self, w: W) -> None:
-        """Give back ``w`` taken by try_take() and not used: as release(), and the round robin turns back to it, so
-        that the request's Python path runs there (the hot path then prepares that stream too)."""
+        """Give back ``w`` taken by try_take() and not used: as release(), the most recently freed again, so that
+        the request's Python path runs there (the hot path then prepares that stream)."""
         self.slots.untake(w)
 
     def acquire_batch(
