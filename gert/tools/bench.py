@@ -153,13 +153,29 @@ def _load_and_prime(
     )
     try:
         inputs = make_inputs(model, shapes, files, cfg.batch, np.random.default_rng(0))
-        for _ in range(max(max(warmup, 1) * cfg.streams, HOT_AFTER)):
+        primed = _prime_every_stream(model, inputs, max(warmup, 1))
+        for _ in range(HOT_AFTER - primed):
             model.run(inputs)
         settle(model)
     except BaseException:
         model.close()
         raise
     return model, inputs
+
+
+def _prime_every_stream(model, inputs: dict, runs: int) -> int:
+    """``runs`` runs of ``inputs`` on each stream of ``model``, the others held meanwhile (a lone caller stays on one
+    stream): each compiles what the measured runs need and prepares its hot path. How many runs that was."""
+    queue, workers = model.pool.queue, list(model.pool.workers)
+    for w in workers:
+        held = [queue.acquire([o]) for o in workers if o is not w]
+        try:
+            for _ in range(runs):
+                model.run(inputs)
+        finally:
+            for o in held:
+                queue.release(o)
+    return runs * len(workers)
 
 
 def _compile_seconds(model) -> float:
