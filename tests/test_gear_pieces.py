@@ -215,20 +215,49 @@ def test_company_on_a_cpu_and_on_an_npu():
 @pytest.mark.parametrize("shape", ["cpu", "npu"])
 def test_with_two_streams_queued_requests_merge_only_where_the_measured_times_say_so(shape):
     """Two streams held, 6 requests queued behind them, let go: with per-row times (the host NPU's own) each runs
-    alone; with launch-bound times they merge. Each result is its own request's (against ONNX Runtime)."""
+    alone, queued for the next stream free as with batching off (not through the batch queue: its gather, merge and
+    fan-out would buy nothing), counted as batches of one with their waits; with launch-bound times they go through
+    the batch queue and merge. Each result is its own request's (against ONNX Runtime)."""
     rng = np.random.default_rng(5)
     reqs = [_x(rng) for _ in range(6)]
     times = {"cpu": {1: 0.1, 2: 0.2, 4: 0.4, 8: 0.8}, "npu": {1: 1.0, 2: 1.0, 4: 1.0, 8: 1.01}}[shape]
     with gert.load(AFFINE, streams=2) as m:
-        assert m.engine.batches.fit == m.engine.batches.company
+        batches = m.engine.batches
+        assert batches.fit == batches.company
         seed(m, times)
+        submitted: list = []
+        submit = batches.submit
+        batches.submit = lambda pending, *a, **k: submitted.append(pending.rows) or submit(pending, *a, **k)
         run_queued(m, AFFINE, reqs)
-        sizes = _batching(m)["batch_sizes"]
-        assert sum(k * v for k, v in sizes.items()) == 6, sizes
+        b = _batching(m)
+        sizes = b["batch_sizes"]
+        assert sum(k * v for k, v in sizes.items()) == 6 == b["requests"], b
+        assert b["mean_queue_wait_ms"] > 0, b  # each waited for a held stream
         if shape == "cpu":
-            assert set(sizes) == {1}, sizes
+            assert set(sizes) == {1} and submitted == [], (sizes, submitted)
         else:
-            assert max(sizes) >= 3, sizes
+            assert max(sizes) >= 3 and len(submitted) == 6, (sizes, submitted)
+
+
+def test_whether_requests_take_the_batch_queue_follows_the_measured_times():
+    """takes_company: with one stream every queueable request takes the batch queue; with several, only while a queue
+    of such requests would merge (company > 1), read again from the run times once VERDICT_S has passed."""
+    import time
+
+    from gert.core.batch_queue import VERDICT_S
+
+    with gert.load(AFFINE, streams=2) as m, gert.load(AFFINE, streams=1) as one:
+        seed(one, {1: 0.1, 2: 0.2, 4: 0.4, 8: 0.8})
+        assert one.engine.batches.takes_company(1)
+        batches = m.engine.batches
+        assert batches.takes_company(1)  # nothing measured: merged runs measure it
+        seed(m, {1: 0.1, 2: 0.2, 4: 0.4, 8: 0.8, 16: 1.6})
+        time.sleep(VERDICT_S * 1.5)
+        assert not batches.takes_company(1) and not batches.takes_company(2)
+        seed(m, {1: 1.0, 2: 1.0, 4: 1.0, 8: 1.01, 16: 1.02})
+        assert not batches.takes_company(1)  # the verdict holds for VERDICT_S
+        time.sleep(VERDICT_S * 1.5)
+        assert batches.takes_company(1) and batches.takes_company(2)
 
 
 def test_the_default_layout_is_two_streams_per_cube_core_sharing_them_by_load():

@@ -25,6 +25,8 @@ from gert.core.resolve import key_label
 from gert.core.shapes import DEFAULT_BATCH_GEARS, ShapePlan
 from gert.errors import GertError
 
+VERDICT_S = 0.1  # how long takes_company's answer for a size holds before the run times are looked at again
+
 # run_members(members, run): one result per member (Pending), running Requests by ``run`` on the leader's stream
 RunMembers = Callable[[list, Callable[[Request], dict]], list]
 # admit(group): (the members to run, a callable that lets go of what admitting took)
@@ -52,9 +54,11 @@ class BatchQueue:
         # where the requests left out join the next batch on it; with several streams, company only where merging
         # runs rows faster (gear_pieces.company): the next stream free runs the others. None: all.
         self._gears: tuple = plan.batch.gears if plan.batch is not None and plan.batch.policy == "pad" else ()
-        self.fit: Optional[Fit] = self.company if pool.count > 1 else self.first_batch if self._gears else None
+        self._several = pool.count > 1
+        self.fit: Optional[Fit] = self.company if self._several else self.first_batch if self._gears else None
         self.stats = BatchingStats()
         self.run_times = pool.run_times  # per batch size, measured by the streams: latency_slo_ms, gear pieces
+        self._verdicts: dict = {}  # rows -> (time.perf_counter() until which it holds, takes_company's answer)
 
     def submit(
         self,
@@ -83,6 +87,33 @@ class BatchQueue:
         """How many of the queued requests with ``rows`` each one batch takes on a model with several streams
         (gear_pieces.company, by the streams' measured run times)."""
         return company(rows, self._gears, self.run_times.cost)
+
+    def takes_company(self, rows: int) -> bool:
+        """Whether a request of ``rows`` rows goes through the batch queue: always with one stream; with several,
+        only while a queue full of such requests would take company (``company``, by the streams' measured run
+        times, looked at again every VERDICT_S seconds). False: it runs alone on the next stream free (``run_alone``),
+        as it would if the batch queue took it, without the queue's gather, merge and fan-out (on the host NPU, where a
+        row costs the same in a batch as alone: PP-OCR cls from 16 threads 1.14x the requests/s through the queue)."""
+        if not self._several:
+            return True
+        now = time.perf_counter()
+        verdict = self._verdicts.get(rows)
+        if verdict is not None and now < verdict[0]:
+            return verdict[1]
+        takes = company([rows] * max(1, self.limit // rows), self._gears, self.run_times.cost) > 1
+        self._verdicts[rows] = (now + VERDICT_S, takes)
+        return takes
+
+    def run_alone(self, req: Request) -> dict:
+        """``req`` (a request takes_company turned away) on the next stream free (StreamPool.dispatch), counted in the
+        batching stats as a batch of one with its wait for the stream, as the batch queue would count it."""
+        queued = time.perf_counter()
+        started: list = []
+        try:
+            return self.pool.dispatch(req, lambda: started.append(time.perf_counter()))
+        finally:
+            if started:
+                self.stats.record(1, key_label(req.key), [started[0] - queued])
 
     def run_requests(self, members: list, run: Callable[[Request], dict]) -> list:
         """The run function of Model requests (Engine.run): the Pending requests ``members`` (one batch key) merged

@@ -151,11 +151,12 @@ class Engine:
             starts = [sum(counts[:i]) for i in range(parts)]
             return self._run_chunks(arrays, sizes, list(zip(starts, counts)), timeout, True)
         run_sizes, key = self.resolve(sizes)  # a size without a graph fails here, alone, before any batch
-        if (
+        queueable = (
             self.batch_limit
             and 0 < sizes["batch"] < self.batch_limit
             and all(type(a) is np.ndarray for a in arrays.values())
-        ):
+        )
+        if queueable and self.batches.takes_company(sizes["batch"]):
             pending = Pending(
                 arrays,
                 sizes,
@@ -166,7 +167,9 @@ class Engine:
                 self.batch_limit,
             )
             return self.batches.submit(pending, self.batches.run_requests, fit=self.batches.fit)
-        return self.pool.dispatch(Request(arrays, sizes, run_sizes, key, dict(out) if out else None, timeout))
+        req = Request(arrays, sizes, run_sizes, key, dict(out) if out else None, timeout)
+        # a request the batch queue would run as a batch of one runs so without it (counted as one)
+        return self.batches.run_alone(req) if queueable else self.pool.dispatch(req)
 
     # ---- dynamic batching ------------------------------------------------------------------------------------------
     def queue(

@@ -14,7 +14,7 @@ graph run (``first_batch``), and the others lead or join the next batch, where t
 
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, Iterator, List, Optional, Sequence, Tuple
 
 from gert.core.dynamic import RunTimes
 
@@ -88,18 +88,29 @@ def first_batch(rows: Sequence[int], gears: Sequence[int], cost: Callable[[int],
     if n < 2 or top is None or top == total:
         return n
     rates: List[tuple] = []  # (rows per second, requests)
-    done = 0
-    for k in range(1, n + 1):
-        done += rows[k - 1]
-        g = gear_for(done, gears)
-        c = cost(g) if g is not None else None
-        if c is None:
+    for k, rate in prefix_rates(rows, gears, cost):
+        if rate is None:
             if k == n:
                 return n
             continue
-        rates.append((done / c if c > 0 else float("inf"), k))
+        rates.append((rate, k))
     best = max(r for r, _ in rates)
     return max(k for r, k in rates if r >= best * (1 - MARGIN))
+
+
+def prefix_rates(
+    rows: Sequence[int], gears: Sequence[int], cost: Callable[[int], Optional[float]]
+) -> Iterator[Tuple[int, Optional[float]]]:
+    """(k, real rows per second of one run of the first k requests) for each k whose rows fit a gear (``gears``
+    empty: a run of exactly its rows), by ``cost`` of the run's size; None where that cost is not known."""
+    done = 0
+    for k in range(1, len(rows) + 1):
+        done += rows[k - 1]
+        size = gear_for(done, gears) if gears else done
+        if size is None:
+            return
+        c = cost(size)
+        yield k, None if c is None else done / c if c > 0 else float("inf")
 
 
 def run_cheapest(
@@ -129,17 +140,11 @@ def company(rows: Sequence[int], gears: Sequence[int], cost: Callable[[int], Opt
     n = len(rows)
     if n < 2:
         return n
-    rates: List[tuple] = []  # (rows per second, requests)
-    done = 0
-    for k in range(1, n + 1):
-        done += rows[k - 1]
-        size = gear_for(done, gears) if gears else done
-        c = cost(size) if size is not None else None
-        if c is None:
-            if size is None:  # past the largest gear: the batch stops before
-                break
+    rates: List[tuple] = []  # (rows per second, requests); past the largest gear the batch stops before
+    for k, rate in prefix_rates(rows, gears, cost):
+        if rate is None:
             return n
-        rates.append((done / c if c > 0 else float("inf"), k))
+        rates.append((rate, k))
     best = max(r for r, _ in rates)
     if best <= rates[0][0] * (1 + MARGIN):
         return 1

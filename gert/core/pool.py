@@ -144,8 +144,9 @@ class StreamPool:
             raise ModelClosed()
         return self.recovery.run(w, req)
 
-    def dispatch(self, req: Request) -> dict:
-        """Run ``req`` on the first stream to come free (arrival order), under recovery. (Counted inline, not by
+    def dispatch(self, req: Request, on_stream: Optional[Callable[[], None]] = None) -> dict:
+        """Run ``req`` on the first stream to come free (arrival order), under recovery; ``on_stream()`` once it has
+        one (the batching stats' wait: gert.core.batch_queue.BatchQueue.run_alone). (Counted inline, not by
         counted(): every request on the Python path comes here.)"""
         with self._lock:
             self.check_open()
@@ -157,6 +158,8 @@ class StreamPool:
                 w = self.queue.acquire(usable)
             else:
                 w = tr.timed("queue", tr.thread_track(), lambda: self.queue.acquire(usable), args_of=_stream_args)
+            if on_stream is not None:
+                on_stream()
             try:
                 with w.lock:
                     if self._closed:
