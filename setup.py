@@ -53,13 +53,14 @@ CANN_LIBRARIES = [
 
 def core_extensions(common: dict) -> list:
     """The runtime core's compiled modules, on every backend (no link to CANN): gert.core._locks (a StreamQueue's
-    Lock, a stream's HandOffLock), gert.core._free_streams (a StreamQueue's take and give-back), gert.core._split
+    Lock, a stream's HandOffLock), gert.core._free_streams (a StreamQueue's take and give-back), gert.core._core_share
+    (a stream's core limits shared by load), gert.core._split
     (a batch's outputs split into its requests' rows), gert.core._merge (requests' rows merged into one batch: Rows)
-    and gert.core._hotpath (the request pipeline's compiled hot path: it cimports those four, gert/core/*.pxd, and
+    and gert.core._hotpath (the request pipeline's compiled hot path: it cimports those five, gert/core/*.pxd, and
     calls gert._cann through a capsule)."""
     return [
         Extension(f"gert.core.{name}", sources=[f"gert/core/{name}.pyx"], **common)
-        for name in ("_locks", "_free_streams", "_split", "_merge", "_hotpath")
+        for name in ("_locks", "_free_streams", "_core_share", "_split", "_merge", "_hotpath")
     ]
 
 

@@ -1,9 +1,9 @@
-"""gert.core.core_share.CoreShare: a stream's core limits set per launch when its device's streams share the cores by
+"""gert.core._core_share.CoreShare: a stream's core limits set per launch when its device's streams share the cores by
 load (the Model-level behaviour: tests/test_model.py test_streams_share_the_devices_cores_by_load)."""
 
 from __future__ import annotations
 
-from gert.core.core_share import CoreShare
+from gert.core._core_share import CoreShare
 
 
 class _LimitedStream:

@@ -138,7 +138,7 @@ def test_a_short_request_does_not_wait_behind_a_long_one_while_another_stream_is
 
 
 def test_busy_on_counts_a_devices_streams_in_use():
-    """What a launch's core share divides by (gert/core/core_share.py): the streams of its device taken now."""
+    """What a launch's core share divides by (gert/core/_core_share.pyx): the streams of its device taken now."""
     a0, b0, a1 = _Stream("a0", 0), _Stream("b0", 0), _Stream("a1", 1)
     q = StreamQueue([a0, b0, a1])
     assert (q.busy_on(0), q.busy_on(1), q.busy_on(7)) == (0, 0, 0)

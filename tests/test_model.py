@@ -357,6 +357,17 @@ def test_streams_share_the_devices_cores_by_load():
             m.run(x)
             assert bound() == (cube, vec)
         assert (held.stream.cube_cores, held.stream.vector_cores) == (cube, vec)
+        # the other stream, its limits last set for two in use, now runs alone (the most recently freed): the hot
+        # path's prepared run sets them again, for one
+        first, second = m.pool.queue.try_take(), m.pool.queue.try_take()
+        assert (first, second) == (held, other)
+        m.pool.queue.release(first)
+        m.pool.queue.release(second)
+        hits = m.stats()["hot_path"]["hits"]
+        m.run(x)
+        assert m.stats()["hot_path"]["hits"] == hits + 1 and bound() == (cube, vec)
+        assert (other.stream.cube_cores, other.stream.vector_cores) == (cube, vec)
+        assert m.stats()["streams"][other.index]["cube_cores"] == cube
     with gert.load(data, streams=2, cube_cores=1) as m:  # given: not shared
         held = m.pool.queue.try_take()
         try:

@@ -16,8 +16,10 @@ cdef class FreeStreams:
     cdef object hand_over
     cdef bint round_robin  # the workers span several devices: they take turns (else the most recently freed first)
     cdef Py_ssize_t next  # the round robin: where the next look starts
+    cdef object device  # the workers' one device (None: several)
 
     cpdef object take_free(self, object eligible)
+    cpdef Py_ssize_t busy_on(self, object device)
     cpdef object try_take(self)
     cpdef object give_back(self, object w)
     cpdef object untake(self, object w)

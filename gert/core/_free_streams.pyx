@@ -34,7 +34,9 @@ cdef class FreeStreams:
         self.hand_over = hand_over
         # several devices: round robin over the workers (each device's streams take turns, a lone caller's requests
         # alternate devices); ``next``: where the next look starts. One device: the most recently freed.
-        self.round_robin = len({getattr(w, "device", None) for w in self.workers}) > 1
+        devices = {getattr(w, "device", None) for w in self.workers}
+        self.round_robin = len(devices) > 1
+        self.device = next(iter(devices)) if len(devices) == 1 else None  # one device: it (else None)
         self.next = 0
 
     cpdef object take_free(self, object eligible):
@@ -62,6 +64,18 @@ cdef class FreeStreams:
                     self.next = (at + 1) % n
                     return w
         return None
+
+    cpdef Py_ssize_t busy_on(self, object device):
+        """Workers of ``device`` taken now, read without ``lock`` (a launch's core share, gert/core/_core_share.pyx: a
+        stream taken or given back at that moment moves it by one, which the next launch corrects)."""
+        cdef Py_ssize_t n = 0
+        cdef object w
+        if not self.round_robin:  # one device: every worker is on it
+            return len(self.workers) - len(self.free) if self.workers and device == self.device else 0
+        for w in self.workers:
+            if w.device == device and w not in self.free:
+                n += 1
+        return n
 
     cpdef object try_take(self):
         """A free worker now, or None (none free, ``lock`` held by another thread, or closed): never waits. The hot

@@ -30,6 +30,7 @@ from libc.stdint cimport int32_t, int64_t
 from libcpp.vector cimport vector
 
 from gert.core._clock cimport now_ns
+from gert.core._core_share cimport CoreShare
 from gert.core._free_streams cimport FreeStreams
 from gert.core._locks cimport HandOffLock
 from gert.core._merge cimport Rows, join
@@ -62,6 +63,8 @@ cdef class Prepared:
     cdef HandOffLock lock  # the stream's (worker.lock)
     cdef readonly object call
     cdef readonly object use_limits  # the stream's use_in_current_thread, for workers with core limits; else None
+    cdef CoreShare share  # the stream's core share by load (worker.core_share), or None
+    cdef object stream, device  # the worker's stream (bound to the launching thread) and device
     cdef readonly tuple out_names, out_shapes, out_dtypes
     cdef readonly str label
     cdef readonly int64_t real_elements, padded_elements
@@ -76,6 +79,8 @@ cdef class Prepared:
                  int64_t real_elements, int64_t padded_elements, bint batched, on_hit=None):
         self.worker, self.call, self.use_limits, self.on_hit = worker, call, use_limits, on_hit
         self.lock = worker.lock
+        self.share = getattr(worker, "core_share", None)
+        self.stream, self.device = getattr(worker, "stream", None), getattr(worker, "device", None)
         self.out_names, self.out_shapes, self.out_dtypes = out_names, out_shapes, out_dtypes
         self.label, self.real_elements, self.padded_elements = label, real_elements, padded_elements
         self.batched = batched
@@ -341,7 +346,10 @@ cdef class HotPath:
                         return None
                     dsts[i] = outv[i].buf
                 if p.use_limits is not None:
-                    p.use_limits()
+                    if p.share is not None and p.share.holds(p.stream, self.queue.busy_on(p.device)):
+                        p.stream.use_in_current_thread()  # the limits set for this load already: bound only
+                    else:
+                        p.use_limits()  # (Worker.use_limits: set, counted in the stream's stats, bound)
                 if p.on_hit is not None:
                     p.on_hit()
                 t0 = now_ns()

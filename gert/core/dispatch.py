@@ -203,8 +203,7 @@ class StreamQueue(Generic[W]):
     def busy_on(self, device: int) -> int:
         """Streams of ``device`` in use now, read without the lock (a launch's core share: one stream taken or
         given back at that moment moves it by one, which the next launch corrects)."""
-        free = list(self.slots.free)  # (a copy is one step under the GIL)
-        return sum(1 for w in self.slots.workers if w.device == device) - sum(1 for w in free if w.device == device)
+        return self.slots.busy_on(device)
 
     def busy(self) -> list:
         """The workers some request is using now."""

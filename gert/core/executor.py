@@ -22,7 +22,7 @@ from gert._cann import DeviceBuffer, Graph
 from gert.errors import GeError
 from gert.core import empty_rows, hooks, trace as _trace
 from gert.core.run_trace import traced_run
-from gert.core.core_share import CoreShare
+from gert.core._core_share import CoreShare
 from gert.core.dynamic import RunTimes
 from gert.core.error_kinds import ErrorKind, kind_of
 from gert.core.recovery import watchdog
@@ -163,7 +163,7 @@ class Worker(StreamGraphs):
 
     def use_limits(self) -> None:
         """Bind the launching thread to this stream's core limits, set first where the streams share their device's
-        cores by load (gert/core/core_share.py)."""
+        cores by load (gert/core/_core_share.pyx)."""
         if self.core_share is not None:
             changed = self.core_share.apply(self.stream, self.device_cores)
             if changed is not None:

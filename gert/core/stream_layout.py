@@ -2,7 +2,7 @@
 
 Why: callers from several threads should run side by side, as on ONNX Runtime's shared session (each caller's request
 on its own thread) and on Triton's instances, while a lone request keeps every core. Two streams per cube core, without
-core limits, do both: the streams share the device's cores by load (gert/core/core_share.py: a lone run has them all,
+core limits, do both: the streams share the device's cores by load (gert/core/_core_share.pyx: a lone run has them all,
 two at once half each), and a stream's host-side work (taking a request, handing back its outputs) overlaps another's
 run. When every stream is busy, the requests that wait are batched (gert/core/batch_queue.py). One stream queued every
 caller behind one run at a time: PP-OCR cls from 16 threads 0.83-0.88x ``run(list of 16)`` on 2 cores,
