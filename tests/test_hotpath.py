@@ -500,3 +500,59 @@ def test_compiled_and_python_path_requests_at_once_share_the_streams_queue(devic
         hits = st["hot_path"]["hits"]
         np.testing.assert_array_equal(m.run({"x": _x(3, 9)})["y"], _x(3, 9) * 2)
         assert _hot(m)["hits"] == hits + 1  # the compiled path still takes its stream from the queue
+
+
+@pytest.mark.parametrize("times", ["off", "cpu", "npu"])
+def test_a_request_that_finds_no_stream_free_waits_for_one_on_the_compiled_path(device, times):
+    """Every stream busy: a request whose signature is prepared waits in the stream queue's order on the compiled
+    path (no Python pipeline per request) and runs there once a stream is given back: with dynamic batching off, and
+    with it on where the measured run times say a queued request takes no company (a row costs the same merged:
+    the host NPU's own); where they say merged rows run faster, it joins the batch queue (the Python path) and
+    merges. Each gets its own rows."""
+    import time
+
+    from gert.core.batch_queue import VERDICT_S
+
+    kw = {"dynamic_batching": False} if times == "off" else {}
+    with gert.load(scale_model(2.0, shape=("batch", 4)), streams=2, gears={"batch": [1, 2, 4]}, **kw) as m:
+        q = m.pool.queue
+        m.run({"x": _x(1, 0)})  # prepared on one stream, then on the other (the first held)
+        held = q.acquire(m.pool.workers)
+        m.run({"x": _x(1, 1)})
+        q.release(held)
+        assert _hot(m)["prepared"] == 2
+        if times != "off":
+            seconds = {"cpu": {1: 0.1, 2: 0.2, 4: 0.4}, "npu": {1: 1.0, 2: 1.0, 4: 1.01}}[times]
+            for _ in range(9):
+                for size, s in seconds.items():
+                    m.pool.run_times.add(size, s)
+                    m.pool.run_times.add(size, s)
+            time.sleep(VERDICT_S * 1.5)  # the batch queue's verdict is read again
+        hits, misses = _hot(m)["hits"], _hot(m)["misses"]
+        both = [q.acquire(m.pool.workers) for _ in m.pool.workers]
+        xs = [_x(1, 10 + i) for i in range(3)]
+        out: list = [None] * 3
+
+        def call(i: int) -> None:
+            out[i] = m.run({"x": xs[i]})["y"]
+
+        threads = [threading.Thread(target=call, args=(i,), daemon=True) for i in range(3)]
+        for i, t in enumerate(threads):
+            t.start()
+            _wait_for(lambda i=i: q.waiting() == i + 1, f"request {i} to wait for a stream")
+        for w in both:
+            q.release(w)
+        for t in threads:
+            t.join(30)
+        assert not any(t.is_alive() for t in threads)
+        for x, y in zip(xs, out):
+            np.testing.assert_array_equal(y, x * 2)
+        hot = _hot(m)
+        if times == "npu":
+            assert (hot["hits"], hot["misses"]) == (hits, misses + 3), hot
+            assert max(m.stats()["batching"]["batch_sizes"]) >= 2
+        else:
+            assert (hot["hits"], hot["misses"]) == (hits + 3, misses), hot
+            if times == "cpu":
+                b = m.stats()["batching"]
+                assert b["batch_sizes"] == {1: b["requests"]} and b["mean_queue_wait_ms"] > 0, b

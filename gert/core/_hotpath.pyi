@@ -25,6 +25,7 @@ class Prepared:
         padded_elements: int,
         batched: bool,
         on_hit: Optional[Callable[[], None]] = None,
+        rows: int = 0,
     ) -> None: ...
     @property
     def worker(self) -> Any: ...
@@ -47,6 +48,8 @@ class Prepared:
     @property
     def batched(self) -> bool: ...
     @property
+    def rows(self) -> int: ...
+    @property
     def on_hit(self) -> Optional[Callable[[], None]]: ...
     @property
     def valid(self) -> bool: ...
@@ -56,6 +59,8 @@ class Prepared:
     def busy_ns(self) -> int: ...
     @property
     def merged(self) -> int: ...
+    @property
+    def wait_ns(self) -> int: ...
 
 @disjoint_base
 class HotPath:
@@ -72,11 +77,13 @@ class HotPath:
         on_error: Callable[[Any, BaseException], Any],
         on_idle: Callable[[], Any],
         trace: Any,
-        count: Callable[[Prepared, int, int, float], Any],
+        count: Callable[[Prepared, int, int, float, float], Any],
         enabled: bool = True,
         batch_limit: int = 0,
         lists: bool = False,
         out_axes: Optional[Dict[str, Optional[int]]] = None,
+        acquire: Optional[Callable[[Any], Any]] = None,
+        alone: Optional[Callable[[int], bool]] = None,
     ) -> None: ...
     @property
     def closed(self) -> bool: ...

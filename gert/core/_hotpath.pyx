@@ -13,9 +13,10 @@ Python path runs.
 
 Filled by the Python path: gert.core.executor.Worker offers (``add``) a request it ran that qualifies (every input a
 numpy array uploaded whole, every output downloaded whole into a fresh array, a static graph that is not evicted,
-no out= / timeout / device tensors / sequence copies / tracing). Anything else returns None from ``run`` and takes
-the Python path: a signature seen first, no free stream (a queue to join: dynamic batching), the model closed, a
-device under recovery, tracing on. Invalidated by the stream's owner (``forget``) whenever what a prepared run
+no out= / timeout / device tensors / sequence copies / tracing). A request that finds no stream free waits here for
+the next one, in arrival order with the Python path's requests (StreamQueue.acquire), unless dynamic batching would
+queue it for company. Anything else returns None from ``run`` and takes the Python path: a signature seen first, a
+request dynamic batching queues, the model closed, a device under recovery, tracing on. Invalidated by the stream's owner (``forget``) whenever what a prepared run
 points at changes: the stream's buffers freed or grown, a graph evicted or released, the stream reopened after a
 device fault, the worker closed.
 
@@ -69,21 +70,23 @@ cdef class Prepared:
     cdef readonly str label
     cdef readonly int64_t real_elements, padded_elements
     cdef readonly bint batched  # a lone run of a request dynamic batching would have queued (its stats)
+    cdef readonly Py_ssize_t rows  # its rows (the batch axis's size; 0: none)
     cdef readonly object on_hit  # () -> None before each run (the auto policy's tiers count it), or None
     cdef readonly bint valid
     cdef readonly int64_t hits, busy_ns
     cdef readonly int64_t merged  # runs of those that were run(list) batches (not lone requests)
+    cdef readonly int64_t wait_ns  # how long its batched requests waited here for a stream, summed
     cdef vector[Py_ssize_t] in_bytes, out_bytes
 
     def __init__(self, worker, call, use_limits, tuple out_names, tuple out_shapes, tuple out_dtypes, str label,
-                 int64_t real_elements, int64_t padded_elements, bint batched, on_hit=None):
+                 int64_t real_elements, int64_t padded_elements, bint batched, on_hit=None, Py_ssize_t rows=0):
         self.worker, self.call, self.use_limits, self.on_hit = worker, call, use_limits, on_hit
         self.lock = worker.lock
         self.share = getattr(worker, "core_share", None)
         self.stream, self.device = getattr(worker, "stream", None), getattr(worker, "device", None)
         self.out_names, self.out_shapes, self.out_dtypes = out_names, out_shapes, out_dtypes
         self.label, self.real_elements, self.padded_elements = label, real_elements, padded_elements
-        self.batched = batched
+        self.batched, self.rows = batched, rows
         self.valid = True
         for n in call.upload_sizes:
             self.in_bytes.push_back(n)
@@ -101,12 +104,15 @@ cdef class HotPath:
     gert.core.trace (its ``active`` recorder turns this path off); ``count``: the runs counted in C, flushed to the
     stats; ``enabled``: off, every request takes the Python path; ``batch_limit``:
     rows under which dynamic batching queues a request (0: off); ``lists``: run(list) may merge on axis 0, and its
-    outputs are split on their ``out_axes`` (output name -> batch axis, Batcher.out_axes)."""
+    outputs are split on their ``out_axes`` (output name -> batch axis, Batcher.out_axes). ``acquire(workers)``:
+    the StreamQueue's wait for the next stream free in arrival order (None: a request that finds none takes the
+    Python path); ``alone(rows)``: whether a request dynamic batching would queue may wait so instead, running
+    alone (gert.core.batch_queue.BatchQueue.takes_company says no company; None: never)."""
     cdef tuple names
     cdef Py_ssize_t n_in
     cdef dict table  # signature -> [Prepared, one per stream it ran on]
     cdef FreeStreams queue
-    cdef object on_error, on_idle, trace, count
+    cdef object on_error, on_idle, trace, count, acquire, alone
     cdef tuple last_sig  # the signature last found in the table, and its runs (reset whenever the table changes)
     cdef object last_found
     cdef public bint enabled
@@ -119,12 +125,13 @@ cdef class HotPath:
     cdef readonly int64_t hits, misses
 
     def __init__(self, names, queue, on_error, on_idle, trace, count, bint enabled=True, Py_ssize_t batch_limit=0,
-                 bint lists=False, dict out_axes=None):
+                 bint lists=False, dict out_axes=None, acquire=None, alone=None):
         self.names = tuple(names)
         self.n_in = len(self.names)
         self.table = {}
         self.queue, self.on_error, self.on_idle, self.trace, self.count = queue, on_error, on_idle, trace, count
         self.enabled, self.batch_limit, self.lists = enabled, batch_limit, lists
+        self.acquire, self.alone = acquire, alone
         self.out_axes = {} if out_axes is None else out_axes
         if lists and out_axes is None:
             raise ValueError("HotPath: lists=True needs out_axes (each output's batch axis: Batcher.out_axes)")
@@ -191,7 +198,7 @@ cdef class HotPath:
             _release(views, held)
             return None
         try:
-            p = self._take_prepared(<list>found)
+            p = self._take_prepared(<list>found, True)
             if p is None:
                 return None
             return self._run_in_flight(p, views, n_in, 1)
@@ -255,7 +262,7 @@ cdef class HotPath:
             except (BufferError, ValueError):
                 self.misses += 1
                 return None
-            p = self._take_prepared(<list>found)
+            p = self._take_prepared(<list>found, False)
             if p is None:
                 return None
             out = self._run_in_flight(p, views, n_in, k)
@@ -265,16 +272,33 @@ cdef class HotPath:
             return None
         return split(out, rows, self.out_axes)  # Batcher.split's code (gert/core/_split.pyx)
 
-    cdef Prepared _take_prepared(self, list found):
-        """A free stream and the run of ``found`` (the signature's Prepared runs) prepared on it; or None, a miss
-        counted: no stream free now (the Python path queues, and may batch, the request) or the stream taken has no
-        prepared run of this signature yet (given back with untake(): the Python path runs it there and offers it)."""
+    cdef Prepared _take_prepared(self, list found, bint lone):
+        """A stream and the run of ``found`` (the signature's Prepared runs) prepared on it; or None, a miss counted.
+        No stream free now: the request waits here for the next one free, in arrival order with the Python path's
+        (``acquire``), unless dynamic batching would queue it for company (a lone request, ``lone``, whose rows
+        ``alone`` does not clear: the Python path's batch queue takes it). The stream it gets has no prepared run of
+        this signature yet: given back (untake(): the Python path runs the request and offers it)."""
         cdef object w = self.queue.try_take()
+        cdef Prepared first = <Prepared>found[0]
+        cdef int64_t t0 = 0
         if w is None:
-            self.misses += 1
-            return None
+            if self.acquire is None or (lone and first.batched and (self.alone is None or not self.alone(first.rows))):
+                self.misses += 1
+                return None
+            t0 = now_ns()
+            try:
+                w = self.acquire(self.queue.workers)  # waits without the GIL (its wake-up)
+            except ModelClosed:  # closed while it waited: the Python path says so
+                self.misses += 1
+                return None
+            if self.closed or self.suspended:  # closed, or a device recovering: the Python path decides
+                self.queue.give_back(w)
+                self.misses += 1
+                return None
         for cand in found:
             if (<Prepared>cand).worker is w:
+                if t0 and lone and first.batched:
+                    (<Prepared>cand).wait_ns += now_ns() - t0
                 return <Prepared>cand
         self.queue.untake(w)
         self.misses += 1
@@ -387,7 +411,7 @@ cdef class HotPath:
         (under the stream's lock), or None."""
         rows = sizes.get("batch", 0)
         self.add(signature, Prepared(worker, call, use_limits, out_names, out_shapes, out_dtypes, label,
-                                     real_elements, padded_elements, 0 < rows < self.batch_limit, on_hit))
+                                     real_elements, padded_elements, 0 < rows < self.batch_limit, on_hit, rows))
 
     def wants(self, tuple signature, worker) -> bool:
         """Whether an offer of ``signature`` run on ``worker`` would be taken (on, and not prepared there yet)."""
@@ -460,13 +484,14 @@ cdef class HotPath:
                 self._count(<Prepared>q)
 
     cdef _count(self, Prepared q):
-        cdef int64_t hits = q.hits, busy = q.busy_ns, merged = q.merged
+        cdef int64_t hits = q.hits, busy = q.busy_ns, merged = q.merged, waited = q.wait_ns
         if not hits:
             return
         q.hits = 0
         q.busy_ns = 0
         q.merged = 0
-        self.count(q, hits, hits - merged, busy * 1e-9)
+        q.wait_ns = 0
+        self.count(q, hits, hits - merged, busy * 1e-9, waited * 1e-9)
 
 
 cdef inline void _release(Py_buffer* views, Py_ssize_t n) noexcept:

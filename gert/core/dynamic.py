@@ -220,9 +220,10 @@ class BatchingStats:
             self.wait_seconds += sum(waits)
             self._waits.extend(waits)
 
-    def record_alone(self, requests: int, gear: str) -> None:
-        """``requests`` lone requests that found a stream free and ran as batches of one without waiting (the
-        compiled hot path counts them in C: gert/core/_hotpath.pyx)."""
+    def record_alone(self, requests: int, gear: str, waited: float = 0.0) -> None:
+        """``requests`` lone requests that ran as batches of one on the compiled hot path (gert/core/_hotpath.pyx,
+        which counts them in C), having waited ``waited`` seconds for their streams in all (each counted at their
+        mean in the p99)."""
         with self._lock:
             self.batches += requests
             self.requests += requests
@@ -230,7 +231,8 @@ class BatchingStats:
             g = self.gears.setdefault(gear, [0, 0])
             g[0] += requests
             g[1] += requests
-            self._waits.extend([0.0] * min(requests, _WAITS_KEPT))
+            self.wait_seconds += waited
+            self._waits.extend([waited / requests if requests else 0.0] * min(requests, _WAITS_KEPT))
 
     def retried(self) -> None:
         """A batch merged by run(list), gert_triton or a sequence step whose run faulted and was retried member by

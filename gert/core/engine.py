@@ -76,17 +76,24 @@ class Engine:
             self.batch_limit,
             lists,
             b.out_axes,  # how run(list)'s outputs are split (Batcher.split's code, gert/core/_split.pyx)
+            self._alone,  # a request dynamic batching would queue waits there for a stream when it takes no company
         )
         self.direct = not self.split_batch
 
-    def _count_hot(self, prepared, runs: int, lone: int, seconds: float) -> None:
+    def _count_hot(self, prepared, runs: int, lone: int, seconds: float, waited: float) -> None:
         """The compiled hot path's runs of ``prepared``, counted in C, added to its stream's stats and, for lone
-        requests the dynamic batcher would have run as batches of one, to the batching stats."""
+        requests the dynamic batcher would have run as batches of one, to the batching stats (with the seconds they
+        waited for a stream, summed)."""
         prepared.worker.count_fast(
             prepared.label, runs, runs * prepared.real_elements, runs * prepared.padded_elements, seconds
         )
         if prepared.batched and lone:
-            self.batching_stats.record_alone(lone, prepared.label)
+            self.batching_stats.record_alone(lone, prepared.label, waited)
+
+    def _alone(self, rows: int) -> bool:
+        """Whether a request of ``rows`` rows, which dynamic batching would queue, runs alone (no company by the
+        measured run times: BatchQueue.takes_company), so that the hot path may wait for its stream."""
+        return not self.batches.takes_company(rows)
 
     # ---- validate and resolve ------------------------------------------------------------------------------------
     def validate(self, inputs: Mapping[str, object]) -> tuple:

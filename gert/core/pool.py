@@ -246,10 +246,12 @@ class StreamPool:
         batch_limit: int,
         lists: bool,
         out_axes: Optional[dict] = None,
+        alone: Optional[Callable[[int], bool]] = None,
     ) -> HotPath:
-        """The compiled hot path (gert/core/_hotpath.pyx) over these streams: its queue, its recovery (off while a
-        device recovers), close()'s wait, and its workers (which offer it what they ran). Off with a model-wide
-        timeout, or GERT_HOT_PATH=0 in the environment."""
+        """The compiled hot path (gert/core/_hotpath.pyx) over these streams: its queue (a request that finds no
+        stream free waits in it; ``alone(rows)``: whether one dynamic batching would queue may, running alone), its
+        recovery (off while a device recovers), close()'s wait, and its workers (which offer it what they ran). Off
+        with a model-wide timeout, or GERT_HOT_PATH=0 in the environment."""
         if self.hot is not None:
             raise GertError("this stream pool has its hot path already")
 
@@ -259,7 +261,18 @@ class StreamPool:
 
         on = enabled and self.recovery.request_timeout_s is None and os.environ.get("GERT_HOT_PATH", "1") != "0"
         self.hot = HotPath(
-            names, self.queue.slots, self.recovery.failed, idle, _trace, count, on, batch_limit, lists, out_axes
+            names,
+            self.queue.slots,
+            self.recovery.failed,
+            idle,
+            _trace,
+            count,
+            on,
+            batch_limit,
+            lists,
+            out_axes,
+            self.queue.acquire,
+            alone,
         )
         self.recovery.listeners.append(lambda started: self.hot.suspend() if started else self.hot.resume())
         return self.hot
