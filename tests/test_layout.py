@@ -55,6 +55,7 @@ COMPILED = {
     "gert.core._hotpath": ("gert/core/_hotpath.pyx",),
     "gert.core._locks": ("gert/core/_locks.pyx",),
     "gert.core._free_streams": ("gert/core/_free_streams.pyx",),
+    "gert.core._core_share": ("gert/core/_core_share.pyx",),
     "gert.core._split": ("gert/core/_split.pyx",),
     "gert.core._merge": ("gert/core/_merge.pyx",),
 }
@@ -252,6 +253,7 @@ def test_the_cython_sources_are_read():
         "gert.errors",
         "gert.core._locks",  # cimported (gert/core/_locks.pxd)
         "gert.core._free_streams",
+        "gert.core._core_share",  # cimported (gert/core/_core_share.pxd): the launch's core share
         "gert.core._split",
         "gert.core._merge",  # cimported (gert/core/_merge.pxd): run(list)'s merge is Batcher.merge's
     }

@@ -104,6 +104,20 @@ class BatchQueue:
         self._verdicts[rows] = (now + VERDICT_S, takes)
         return takes
 
+    def alone(self, rows: int) -> bool:
+        """Whether a request of ``rows`` rows runs alone, without the batch queue (not takes_company): the compiled
+        hot path's question before it waits for a stream for such a request."""
+        return not self.takes_company(rows)
+
+    def run_queued(self, req: Request) -> dict:
+        """``req`` (numpy inputs, fewer rows than the limit: a request dynamic batching may merge) through the batch
+        queue where it may take company (takes_company), else alone (run_alone)."""
+        rows = req.sizes["batch"]
+        if not self.takes_company(rows):
+            return self.run_alone(req)
+        pending = Pending(req.arrays, req.sizes, rows, self.batcher.key(req.arrays), req.out, req.timeout, self.limit)
+        return self.submit(pending, self.run_requests, fit=self.fit)
+
     def run_alone(self, req: Request) -> dict:
         """``req`` (a request takes_company turned away) on the next stream free (StreamPool.dispatch), counted in the
         batching stats as a batch of one with its wait for the stream, as the batch queue would count it."""

@@ -76,7 +76,7 @@ class Engine:
             self.batch_limit,
             lists,
             b.out_axes,  # how run(list)'s outputs are split (Batcher.split's code, gert/core/_split.pyx)
-            self._alone,  # a request dynamic batching would queue waits there for a stream when it takes no company
+            self.batches.alone,  # a request dynamic batching would queue waits there for a stream without company
         )
         self.direct = not self.split_batch
 
@@ -89,11 +89,6 @@ class Engine:
         )
         if prepared.batched and lone:
             self.batching_stats.record_alone(lone, prepared.label, waited)
-
-    def _alone(self, rows: int) -> bool:
-        """Whether a request of ``rows`` rows, which dynamic batching would queue, runs alone (no company by the
-        measured run times: BatchQueue.takes_company), so that the hot path may wait for its stream."""
-        return not self.batches.takes_company(rows)
 
     # ---- validate and resolve ------------------------------------------------------------------------------------
     def validate(self, inputs: Mapping[str, object]) -> tuple:
@@ -158,25 +153,14 @@ class Engine:
             starts = [sum(counts[:i]) for i in range(parts)]
             return self._run_chunks(arrays, sizes, list(zip(starts, counts)), timeout, True)
         run_sizes, key = self.resolve(sizes)  # a size without a graph fails here, alone, before any batch
-        queueable = (
+        req = Request(arrays, sizes, run_sizes, key, dict(out) if out else None, timeout)
+        if (
             self.batch_limit
             and 0 < sizes["batch"] < self.batch_limit
             and all(type(a) is np.ndarray for a in arrays.values())
-        )
-        if queueable and self.batches.takes_company(sizes["batch"]):
-            pending = Pending(
-                arrays,
-                sizes,
-                sizes["batch"],
-                self.batcher.key(arrays),
-                dict(out) if out else None,
-                timeout,
-                self.batch_limit,
-            )
-            return self.batches.submit(pending, self.batches.run_requests, fit=self.batches.fit)
-        req = Request(arrays, sizes, run_sizes, key, dict(out) if out else None, timeout)
-        # a request the batch queue would run as a batch of one runs so without it (counted as one)
-        return self.batches.run_alone(req) if queueable else self.pool.dispatch(req)
+        ):
+            return self.batches.run_queued(req)
+        return self.pool.dispatch(req)
 
     # ---- dynamic batching ------------------------------------------------------------------------------------------
     def queue(
