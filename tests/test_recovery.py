@@ -176,6 +176,51 @@ def test_device_failure_is_recovered_while_the_other_device_serves():
     assert r["after_ok"] and r["both_serve_after"], r
 
 
+def test_a_run_a_recovery_aborts_runs_again_on_the_other_device():
+    """A request hung on device 1 when another request's device-wide fault there sets off its recovery: the
+    recovery's aclrtDeviceTaskAbort ends the hung run (ACL_ERROR_RT_DEVICE_TASK_ABORT), which was not that request's
+    fault, so it runs again on device 0 and returns its own rows; only the request whose launch failed fails."""
+    r = run_python_result(
+        """
+        import threading, time
+        import numpy as np, gert
+        from models import scale_model
+        m = gert.load(scale_model(2.0, shape=("batch", 4)), devices=(0, 1), streams=2, gears={"batch": [4]})
+        m.warmup()
+        q = m.pool.queue
+        zero = [w for w in m.pool.workers if w.device == 0]
+        held = [q.acquire(zero) for _ in zero]  # device 0 busy: the requests below go to device 1
+        def hangs():
+            return gert.host_counters()["faults"]["hang"]
+        h0 = hangs()
+        gert.inject_fault("hang", device=1, count=1, duration_ms=30000)
+        x = np.arange(16, dtype=np.float32).reshape(4, 4)
+        out = {}
+        def call(name, v):
+            try:
+                out[name] = bool((m.run({"x": v})["y"] == v * 2).all())
+            except gert.AclError as e:
+                out[name] = ("acl", e.code)
+        a = threading.Thread(target=call, args=("hung", x)); a.start()
+        t = time.time()
+        while hangs() == h0 and time.time() - t < 30: time.sleep(0.01)
+        gert.inject_fault("sticky", device=1)
+        call("faulted", x + 1)  # on device 1's other stream: its launch fails, the device is recovered
+        for w in held: q.release(w)
+        a.join(60)
+        st = m.stats()
+        m.close()
+        emit({"out": out, "alive": a.is_alive(), "recoveries": st["recoveries"],
+              "served_by_0": sum(s["requests"] for s in st["streams"] if s["device"] == 0)})
+    """,
+        env={"GERT_HOST_DEVICES": "2", "PYTHONPATH": f"{REPO}:{REPO}/tests"},
+        timeout=120,
+    )
+    assert not r["alive"] and r["recoveries"] == 1, r
+    assert r["out"] == {"hung": True, "faulted": ["acl", AICORE]}, r
+    assert r["served_by_0"] >= 1, r
+
+
 def test_no_device_to_take_the_request_is_unavailable(model):
     """While every device of the model is being recovered, a request fails at once with DeviceUnavailable (a server
     answers UNAVAILABLE: retry later) instead of waiting; once the device is back it serves."""

@@ -100,7 +100,7 @@ cdef class HotPath:
     """A Model's compiled hot path (one per Model). ``names``: the model's inputs in order; ``queue``: its
     StreamQueue's free streams (``StreamQueue.slots``, a FreeStreams: try_take, give_back, untake);
     ``on_error(worker, error)``: the Python handling of a failed run (device faults: gert.core.recovery), called
-    holding the worker's lock; ``on_idle()``: wakes close() once the last request in flight here ends; ``trace``:
+    holding the worker's lock, true when the request runs again on the Python path (its run aborted by a recovery); ``on_idle()``: wakes close() once the last request in flight here ends; ``trace``:
     gert.core.trace (its ``active`` recorder turns this path off); ``count``: the runs counted in C, flushed to the
     stats; ``enabled``: off, every request takes the Python path; ``batch_limit``:
     rows under which dynamic batching queues a request (0: off); ``lists``: run(list) may merge on axis 0, and its
@@ -383,7 +383,8 @@ cdef class HotPath:
                     else:
                         _exec_parts(p.call, srcs, lens.data(), k, dsts, -1)
                 except Exception as e:
-                    self.on_error(w, e)  # recovery's handling (it may reopen the stream), then this request fails
+                    if self.on_error(w, e):  # recovery's handling (it may reopen the stream), then this request
+                        return None  # runs again on the Python path (a recovery aborted its run), else fails
                     raise
                 p.busy_ns += now_ns() - t0
                 p.hits += 1

@@ -25,7 +25,7 @@ from gert.core.executor import Request, Worker
 from gert.core.recovery import Recovery
 from gert.core.shapes import ShapePlan
 from gert.core.tiers import COMPILE_SHARE, HOT_AFTER, HOT_WINDOW, Tiers
-from gert.errors import GertError, ModelClosed
+from gert.errors import AclError, GertError, ModelClosed
 
 
 @dataclass(frozen=True)
@@ -152,23 +152,34 @@ class StreamPool:
             self.check_open()
             self._in_flight += 1
         try:
-            usable = self._usable(req.device) if req.device is not None else self.recovery.usable(self.workers)
-            tr = _trace.active  # tracing: the wait for a stream wrapped in a "queue" span; off: this check
-            if tr is None:
-                w = self.queue.acquire(usable)
-            else:
-                w = tr.timed("queue", tr.thread_track(), lambda: self.queue.acquire(usable), args_of=_stream_args)
-            if on_stream is not None:
-                on_stream()
+            ran_on: list = []
             try:
-                with w.lock:
-                    if self._closed:
-                        raise ModelClosed()
-                    return self.recovery.run(w, req)
-            finally:
-                self.queue.release(w)
+                return self._run_on_next(req, on_stream, ran_on)
+            except AclError as e:
+                if not self.recovery.reruns(e, ran_on[-1], req):
+                    raise
+            return self._run_on_next(req, None, ran_on)  # once more: a recovery of its device aborted its run
         finally:
             self._uncount()
+
+    def _run_on_next(self, req: Request, on_stream: Optional[Callable[[], None]], ran_on: list) -> dict:
+        """dispatch's run of ``req`` on the next usable stream free (its device appended to ``ran_on``)."""
+        usable = self._usable(req.device) if req.device is not None else self.recovery.usable(self.workers)
+        tr = _trace.active  # tracing: the wait for a stream wrapped in a "queue" span; off: this check
+        if tr is None:
+            w = self.queue.acquire(usable)
+        else:
+            w = tr.timed("queue", tr.thread_track(), lambda: self.queue.acquire(usable), args_of=_stream_args)
+        ran_on.append(w.device)
+        if on_stream is not None:
+            on_stream()
+        try:
+            with w.lock:
+                if self._closed:
+                    raise ModelClosed()
+                return self.recovery.run(w, req)
+        finally:
+            self.queue.release(w)
 
     def dispatch_batch(
         self, pending: Pending, lead: Callable, gather_rule: Callable[[list], tuple], fit: Optional[Fit] = None

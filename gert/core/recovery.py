@@ -109,12 +109,27 @@ class Recovery:
             self._failed(w, e)
             raise
 
-    def failed(self, w, e: BaseException) -> None:
+    def failed(self, w, e: BaseException) -> bool:
         """A run on ``w`` (whose lock the caller holds) raised ``e`` outside Recovery.run (the compiled hot path, which
-        runs without a timeout): a device fault is handled as Recovery.run handles it (probe, recover)."""
+        runs without a timeout): a device fault is handled as Recovery.run handles it (probe, recover). Whether the
+        request runs again (``reruns``): the hot path then hands it to the Python path."""
         if isinstance(e, (AclError, GeError)):
             _traced("fault", w, e)
             self._failed(w, e)
+        return self.reruns(e, w.device)
+
+    def reruns(self, e: BaseException, device: int, req=None) -> bool:
+        """Whether a request whose run on ``device`` raised ``e`` runs again, once, on the next usable stream: a
+        recovery of that device, under way, aborted the run (launched during its aclrtDeviceTaskAbort: 107022; in
+        flight, its stream aborted: 107023), which did not fail by itself; the model is not closing; and nothing ties
+        the request to that device (its device tensors, a sequence's state copies). The device under recovery is not
+        usable meanwhile, so the run goes to another device, or fails as unavailable when there is none."""
+        if not isinstance(e, AclError) or e.code not in RECOVERING_CODES or self._closing:
+            return False
+        with self._lock:
+            if device not in self._recovering:
+                return False
+        return req is None or (req.device is None and not req.before and not req.after and not req.device_out)
 
     def close(self) -> None:
         """The model is closing: from now on a failed request is the close's doing (its stream aborted, or closed
