@@ -360,6 +360,28 @@ def test_exact_one_off_scan_does_not_evict_reused_graphs():
         assert st["request_path_compiles"] == st["compiles"] and len(m.pool.workers[0].graphs) == 5
 
 
+def test_only_a_retry_of_the_compiling_request_is_not_a_reuse_of_its_exact_graph():
+    """graph_for counts a hit on an exact graph for every request but a retry of the one that compiled it (an OOM
+    retry is not a reuse); any other request of that size is a reuse and moves it to the protected segment, so that a
+    scan of one-off sizes cannot evict it. The compiling request is remembered by a weak reference, not its id():
+    a later request allocated where it was freed has its id, and was once taken for its retry (CI recompiled a
+    reused size after a scan: test_exact_one_off_scan_does_not_evict_reused_graphs)."""
+    from gert.core.request import Request
+
+    with gert.load(echo_model(), streams=1, gears={"batch": [1]}, shape_policy={"n": "exact"}, max_exact_graphs=5) as m:
+        w = m.pool.workers[0]
+        arrays, sizes = m.engine.check({"x": echo_input(1, 1, 2)})
+        run_sizes, key = m.engine.resolve(sizes)
+        first = Request(dict(arrays), dict(sizes), dict(run_sizes), key)
+        with w.lock:
+            w.graph_for(first)  # compiled: probation
+            w.graph_for(first)  # its retry: not a reuse
+            assert key not in w.exact._protected
+            del first  # gone: whatever takes its address is another request
+            w.graph_for(Request(dict(arrays), dict(sizes), dict(run_sizes), key))
+        assert key in w.exact._protected
+
+
 @pytest.mark.parametrize("close", [True, False])
 def test_exit_while_a_background_compile_runs(close):
     """The interpreter exits (with or without close()) while a static compile is in flight: it waits for that

@@ -13,6 +13,7 @@ import copy
 import functools
 import math
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -104,7 +105,7 @@ class Worker(StreamGraphs):
         fixed = cube_cores is not None or vector_cores is not None
         self.core_share = None if busy_on is None or fixed else CoreShare(functools.partial(busy_on, device))
         self.limited = fixed or self.core_share is not None
-        self._compiled_for = 0  # id() of the request whose graph the request path compiled last
+        self._compiled_for: Callable[[], object] = lambda: None  # weakly: the request compiled for last (not its id)
         self.trace_events: Optional[list] = None  # timing events of a traced run (gert/core/staged.py)
         self.gear_stats = GearCounts()
         self.run_times = run_times  # the model's run time per batch size (its streams' runs, graph lookup excluded)
@@ -116,7 +117,7 @@ class Worker(StreamGraphs):
             return self.tiers.route(self, req)
         entry = self.graphs.get(req.key)
         if entry is not None:
-            if entry.evictable and id(req) != self._compiled_for:  # a retry (OOM) of the request is not a reuse
+            if entry.evictable and self._compiled_for() is not req:  # a retry (OOM) of the request is not a reuse
                 self.exact.hit(req.key)
             return entry
         failed = self.failed.get(req.key)
@@ -124,7 +125,7 @@ class Worker(StreamGraphs):
             raise copy.copy(failed).with_traceback(None)
         try:
             self.stats.request_path_compiles += 1
-            self._compiled_for = id(req)
+            self._compiled_for = weakref.ref(req)
             return self.compile(req.key)
         except GeError as e:
             if kind_of(e) is not ErrorKind.OUT_OF_MEMORY:  # out of memory may pass later; the rest is the shape's
