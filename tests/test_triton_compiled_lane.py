@@ -11,6 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import fake_pb_utils
+import gert
 from _helpers import RUNTIME
 from gert_triton import TritonPythonModel
 from models import make_model, ort_run, vi
@@ -157,11 +158,17 @@ def test_a_batch_spread_over_two_streams_takes_the_compiled_path_per_part(pb, se
     compiled path, in parallel; every request keeps its rows."""
     m = served(streams="2", split_batch="true")
     assert m.model.split_batch and m.model.num_streams == 2 and hot(m)["enabled"]
-    for round_ in range(6):  # the parts' signatures get prepared on both streams
-        check_alone(seq_bytes, *_run(pb, m, [1, 1, 1, 1], round_))
-    before = hot(m)["hits"]
-    for round_ in range(6, 10):
-        check_alone(seq_bytes, *_run(pb, m, [1, 1, 1, 1], round_))
+    # Every run lasts 20 ms, so that the parts overlap: a part whose thread starts only after the other part ended
+    # rightly takes the stream just freed (the warm one), and on a busy machine that happened in every round.
+    gert.inject_fault("hang", count=1000, duration_ms=20)
+    try:
+        for round_ in range(6):  # the parts' signatures get prepared on both streams
+            check_alone(seq_bytes, *_run(pb, m, [1, 1, 1, 1], round_))
+        before = hot(m)["hits"]
+        for round_ in range(6, 10):
+            check_alone(seq_bytes, *_run(pb, m, [1, 1, 1, 1], round_))
+    finally:
+        gert.clear_faults()
     assert hot(m)["hits"] >= before + 4, "at least one compiled part per execute"
     counts = [s["requests"] for s in m.model.stats()["streams"]]
-    assert all(counts), f"both streams ran parts: {counts}"
+    assert all(counts) and sum(counts) == 20, f"each execute's two parts ran on both streams: {counts}"
