@@ -30,10 +30,13 @@ Keys (all string values, as Triton passes them):
                  per-interval metrics default to 2000 ms (--metrics-interval-ms)
   warmup         "true"/"false": compile every declared gear combination on every stream at load (default true),
                  and for auto dims the dynamic-shape graph, so that no request pays a compile
-  check_cancelled  "true"/"false": ask each request whether its client cancelled it right before its batch runs,
-                 and answer a cancelled one CANCELLED without running it (default true; each ask is one IPC round
-                 trip between the stub and the server: about 5-8 % of bench_triton's throughput, about 20 % of
-                 bench_sequences' steps/s; gert_triton/cancellation.py)
+  check_cancelled  "auto"/"true"/"false": ask each request whether its client cancelled it right before its batch
+                 runs, and answer a cancelled one CANCELLED without running it. Each ask is one IPC round trip
+                 between the stub and the server (PP-OCR cls under bench_triton: 10 % of the stub's time). "auto"
+                 (default) asks while the asks cost at most 2 % of the batch's run, both measured by the model: a
+                 model whose requests run in about an ask's time runs a request cancelled that late instead
+                 (cheaper than asking all); "true" always asks; "false" never does. Sequence steps are asked unless
+                 "false" (a cancelled step must not change its state). gert_triton/cancellation.py
   request_timeout_ms   a request not done on the device in this time fails with UNAVAILABLE; its stream is aborted and
                  reused (default: no limit)
   split_batch    "true"/"false": split each batch over the idle streams (default: true when streams > 1, since
@@ -125,7 +128,7 @@ class GertParams:
     onnx_file: Optional[str] = None
     metrics_interval_ms: int = 1000
     warmup: bool = True
-    check_cancelled: bool = True  # ask is_cancelled() of each request right before its batch runs
+    check_cancelled: str = "auto"  # ask is_cancelled() right before a batch runs: auto / true / false (AskPolicy)
     cache_dir: Optional[str] = None  # as given: absolute, or relative to the model dir (see cache_path)
     trace_file: Optional[str] = None  # gert_triton/tracing.py (else GERT_TRACE, if set)
 
@@ -199,9 +202,12 @@ def _number(key: str, value: str, what: str = "a number") -> float:
         raise ConfigError(f"parameter '{key}': expected {what}, got {value!r}") from None
 
 
+_FLAG_WORDS = ("true", "false", "1", "0", "yes", "no")
+
+
 def _flag(key: str, value: str) -> bool:
     v = value.strip().lower()
-    if v not in ("true", "false", "1", "0", "yes", "no"):
+    if v not in _FLAG_WORDS:
         raise ConfigError(f"parameter '{key}': expected true or false, got {value!r}")
     return v in ("true", "1", "yes")
 
@@ -284,7 +290,12 @@ def _own_parameter(p: GertParams, key: str, value: str) -> None:
         p.onnx_file = value.strip()
     elif key == "metrics_interval_ms":
         p.metrics_interval_ms = _int(key, value, minimum=0)
-    else:  # warmup, check_cancelled
+    elif key == "check_cancelled":
+        v = value.strip().lower()
+        if v != "auto" and v not in _FLAG_WORDS:
+            raise ConfigError(f"parameter 'check_cancelled': expected auto, true or false, got {value!r}")
+        p.check_cancelled = v if v == "auto" else str(_flag(key, v)).lower()
+    else:  # warmup
         setattr(p, key, _flag(key, value))
 
 

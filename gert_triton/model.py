@@ -15,7 +15,7 @@ from typing import Optional
 import gert
 from gert import _cann
 from gert.errors import GertError
-from gert_triton.cancellation import Cancellation, Cancelled, cancelled_response
+from gert_triton.cancellation import AskPolicy, Cancellation, Cancelled, cancelled_response
 from gert_triton.config import (
     ConfigError,
     cache_path,
@@ -137,7 +137,7 @@ class TritonPythonModel:
         )
         self.triton_layout = Layout(self.model.plan, self.max_batch_size > 0, squeezed_inputs(self.config, spec))
         self.stateful = None
-        self.check_cancelled = params.check_cancelled
+        self.ask_policy = AskPolicy(params.check_cancelled)  # whether execute() asks is_cancelled(), as measured
         try:
             # a merged batch of a size that is not a batch gear runs as gear-sized pieces (gert_triton.gears); never
             # for a model whose batch may not be split (batcher.enabled: each request then runs alone, as it is)
@@ -156,7 +156,7 @@ class TritonPythonModel:
                     self.name,
                     self.triton_layout,
                     on_change=self._update_metrics,
-                    check_cancelled=params.check_cancelled,
+                    check_cancelled=params.check_cancelled != "false",
                 )
             compiled = self.model.warmup(self._config_fixed_sizes()) if params.warmup else 0
         except BaseException:  # the load fails: release the streams, sessions and device memory it took
@@ -246,7 +246,7 @@ class TritonPythonModel:
         ready = []  # (index, inputs, requested output names)
         # a cancelled request is never run, whichever batcher handed it over: each is asked once, right before its
         # batch runs (gert_triton/cancellation.py)
-        cancel = Cancellation(requests, enabled=self.check_cancelled)
+        cancel = Cancellation(requests, policy=self.ask_policy)
         for i, request in enumerate(requests):
             try:
                 if not self.sequences:

@@ -16,7 +16,8 @@ import pytest
 import fake_pb_utils
 from _helpers import RUNTIME
 from gert_triton import TritonPythonModel
-from gert_triton.cancellation import Cancellation, Cancelled
+from gert_triton.cancellation import AskPolicy, Cancellation, Cancelled
+from gert_triton.config import ConfigError, parse_parameters
 from test_triton_unit import (
     params,
     ONE_STREAM,
@@ -102,6 +103,54 @@ def test_run_live_takes_cancelled_members_out_of_the_batch():
     c = Cancellation([R(False)], recheck_after_s=60.0)
     assert not c.cancelled(0)
     assert not c.cancelled(0, recheck=True) and c.requests[0].asked == 1, "asked a moment ago: not asked again"
+
+
+def test_auto_asks_while_an_ask_costs_at_most_its_share_of_a_run(monkeypatch):
+    """check_cancelled "auto" (AskPolicy): asked until an ask and a run are measured, then while the median ask is at
+    most ASK_SHARE (2 %) of the median run per request, and once PROBE_S after the last ask whatever they say;
+    "true" always, "false" never; the times a Cancellation measures reach the policy."""
+    from gert_triton import cancellation
+
+    p = AskPolicy()
+    assert p.asks(0.0), "nothing measured: asked"
+    p.took_ask(100e-6, 0.0)
+    assert p.asks(0.0), "no run measured: asked"
+    p.took_run(4 * 0.5e-3, 4, asked=True)  # 0.5 ms a request: an ask is 20 % of it
+    assert not p.asks(0.1) and p.asks(cancellation.PROBE_S), "not asked, but probed once PROBE_S after the last ask"
+    for _ in range(cancellation._KEPT):  # runs of 10 ms a request: an ask is 1 % of one
+        p.took_run(10e-3, 1, asked=False)
+    assert p.asks(0.1) and p.skipped == cancellation._KEPT
+    p.took_ask(100e-6, 0.2)
+    p.took_ask(1.0, 0.2)  # one slow ask among typical ones does not move the median
+    assert p.asks(0.3)
+    assert AskPolicy("true").asks(0.0) and not AskPolicy("false").asks(0.0)
+    with pytest.raises(ValueError, match="check_cancelled: expected one of .*got 'maybe'"):
+        AskPolicy("maybe")
+
+    class R:
+        def is_cancelled(self):
+            return False
+
+    fresh = AskPolicy()
+    c = Cancellation([R(), R()], policy=fresh)
+    assert c.run_live([0, 1], lambda batch: batch, lambda k: k) == [0, 1]
+    assert fresh.asked == 2 and len(fresh.ask_times) == 2 and len(fresh.run_times) == 1
+    monkeypatch.setattr(cancellation, "ASK_SHARE", 0.0)  # no ask is cheap enough: the next execute asks nothing
+    asked_before = fresh.asked
+    c = Cancellation([R(), R()], policy=fresh)
+    assert c.run_live([0, 1], lambda batch: batch, lambda k: k) == [0, 1] and fresh.asked == asked_before
+    assert fresh.skipped == 2
+
+
+def test_check_cancelled_takes_auto_true_or_false():
+    assert parse_parameters({}).check_cancelled == "auto"
+    assert [parse_parameters({"check_cancelled": v}).check_cancelled for v in ("AUTO", "yes", "0")] == [
+        "auto",
+        "true",
+        "false",
+    ]
+    with pytest.raises(ConfigError, match=r"parameter 'check_cancelled': expected auto, true or false, got 'often'"):
+        parse_parameters({"check_cancelled": "often"})
 
 
 # ---- execute() ----------------------------------------------------------------------------------------------------

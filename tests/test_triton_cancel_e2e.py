@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from gert_triton.repo import init_repo
 from gert_triton.server import pytriton_root
@@ -79,17 +79,50 @@ def relu_model() -> bytes:
     return m.SerializeToString()
 
 
-GATED = {"relu": {"streams": "1"}, "relu_unchecked": {"streams": "1", "check_cancelled": "false"}}
+def slow_model(layers: int = 8, width: int = 1024) -> bytes:
+    """relu_model's contract (y = x for x >= 0) the long way: x widened to ``width`` columns by [I 0], ``layers``
+    MatMuls by the identity each followed by a Relu (nothing ONNX Runtime folds), narrowed back: ~25 ms a row here,
+    so that an is_cancelled() round trip (~0.1 ms) is well under 2 % of a request's run."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", ROWS, 128])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", ROWS, 128])
+    wide = np.eye(128, width, dtype=np.float32)
+    weights = [
+        numpy_helper.from_array(wide, "up"),
+        numpy_helper.from_array(np.eye(width, dtype=np.float32), "eye"),
+        numpy_helper.from_array(wide.T.copy(), "down"),
+    ]
+    nodes = [helper.make_node("MatMul", ["x", "up"], ["r0"])]
+    for k in range(layers):
+        nodes.append(helper.make_node("MatMul", [f"r{k}", "eye"], [f"h{k}"]))
+        nodes.append(helper.make_node("Relu", [f"h{k}"], [f"r{k + 1}"]))
+    nodes.append(helper.make_node("MatMul", [f"r{layers}", "down"], ["y"]))
+    m = helper.make_model(
+        helper.make_graph(nodes, "slow", [x], [y], weights), opset_imports=[helper.make_opsetid("", 17)]
+    )
+    m.ir_version = 8
+    return m.SerializeToString()
+
+
+# model -> (its parameters, whether a cancelled request must not run, the ONNX file): check_cancelled "true" asks
+# every request, "false" none; "auto" (the default) asks where an ask costs under 2 % of a request's run: not the
+# Relu of ~0.1 ms, the slow model's tens of ms
+GATED = {
+    "relu": ({"streams": "1", "check_cancelled": "true"}, True, "relu.onnx"),
+    "relu_unchecked": ({"streams": "1", "check_cancelled": "false"}, False, "relu.onnx"),
+    "relu_auto": ({"streams": "1"}, False, "relu.onnx"),
+    "slow_auto": ({"streams": "1"}, True, "slow.onnx"),
+}
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("triton-cancel")
     (root / "relu.onnx").write_bytes(relu_model())
+    (root / "slow.onnx").write_bytes(slow_model())
     gates = {}
-    for name, parameters in GATED.items():  # the gated model, and the same with check_cancelled "false"
+    for name, (parameters, _, onnx_file) in GATED.items():  # the gated models, each with its check_cancelled
         gates[name] = str(root / f"gate_{name}")
-        target = init_repo(str(root / "relu.onnx"), str(root / "repo"), name=name, parameters=parameters)
+        target = init_repo(str(root / onnx_file), str(root / "repo"), name=name, parameters=parameters)
         with open(os.path.join(target, "1", "model.py"), "w") as f:
             f.write(MODEL_PY.format(gate=gates[name], hold=HOLD_TIMEOUT))
         cfg = os.path.join(target, "config.pbtxt")
@@ -152,15 +185,22 @@ def ran(gate: str) -> list:
 
 @pytest.mark.parametrize("model", list(GATED))
 def test_requests_cancelled_inside_an_execute_are_not_run(server, model):
-    """relu: the two cancelled requests are not run. relu_unchecked (check_cancelled "false"): nothing is asked,
-    all four run (their clients still see CANCELLED: gRPC ends a cancelled call on the client's side)."""
+    """relu (check_cancelled "true") and slow_auto ("auto", a run of tens of ms): the two cancelled requests are not
+    run. relu_unchecked ("false") and relu_auto ("auto", a run of about an ask's time, measured by the requests
+    before): nothing is asked, all four run (their clients still see CANCELLED: gRPC ends a cancelled call on the
+    client's side)."""
     gate = server.gates[model]
     for suffix in (".go", ".in_execute", ".ran"):
         if os.path.exists(gate + suffix):
             os.remove(gate + suffix)
-    open(gate + ".hold", "w").close()
     client = grpcclient.InferenceServerClient(server.url("grpc"))
     results: dict = {}
+    for k in range(4):  # a batch before (preferred size 4): "auto" measures its asks and run (it asks: unmeasured)
+        send(client, x_of(7), results, f"warm{k}", model)
+    wait_for(lambda: len(results) == 4, CALL_TIMEOUT, "a batch before")
+    assert all(isinstance(results.pop(f"warm{k}"), np.ndarray) for k in range(4))
+    os.remove(gate + ".ran")  # the batch before ran (postprocess wrote its requests down before they were answered)
+    open(gate + ".hold", "w").close()
     try:
         calls = [send(client, x_of(k + 1), results, k, model) for k in range(4)]  # one batch of four (preferred size)
         wait_for(lambda: os.path.exists(gate + ".in_execute"), CALL_TIMEOUT, "the batch reaching execute")
@@ -177,7 +217,7 @@ def test_requests_cancelled_inside_an_execute_are_not_run(server, model):
         np.testing.assert_array_equal(results[k], x_of(k + 1), err_msg=f"request {k} got another request's rows")
     for k in (1, 3):
         assert not isinstance(results[k], np.ndarray) and "CANCELLED" in str(results[k]), results[k]
-    expected = [1, 3] if GATED[model].get("check_cancelled", "true") == "true" else [1, 2, 3, 4]
+    expected = [1, 3] if GATED[model][1] else [1, 2, 3, 4]
     wait_for(lambda: len(ran(gate)) >= len(expected), CALL_TIMEOUT, "the record of the requests that ran")
     time.sleep(0.5)
     assert sorted(ran(gate)) == expected, f"requests that ran (by value): {ran(gate)}, expected {expected}"
