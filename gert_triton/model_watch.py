@@ -3,9 +3,9 @@ second): which models readiness waits for, whether each one's Python stubs are a
 
 A model is watched while Triton's repository index says READY: every instance its config names (a Python model) and
 every instance whose stub was seen must have a running one (a reload starts the new stub before the old one ends; an
-instance a reload with a smaller count dropped is not in the config any more). A dead or stopped stub gets its model unloaded (Triton then answers
-``/v2/models/M/ready`` 400 and requests NOT_FOUND) and loaded again, in a thread; where the model-control mode allows
-no reload, the server is restarted instead (``restart_server``).
+instance a reload with a smaller count dropped is not in the config any more). A dead or stopped stub gets its model
+unloaded (Triton then answers ``/v2/models/M/ready`` 400 and requests NOT_FOUND) and loaded again, in a thread; where
+the model-control mode allows no reload, the server is restarted instead (``restart_server``).
 """
 
 from __future__ import annotations

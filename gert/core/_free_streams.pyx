@@ -1,7 +1,7 @@
 # cython: language_level=3
 """The free streams of a StreamQueue (gert/core/dispatch.py), compiled: its lock, its free workers, its waiting
-requests, with how a stream is taken and given back (the most recently freed first). One implementation for the Python path
-(StreamQueue calls these methods) and the compiled hot path (gert/core/_hotpath.pyx cimports this class,
+requests, with how a stream is taken and given back (the most recently freed first). One implementation for the Python
+path (StreamQueue calls these methods) and the compiled hot path (gert/core/_hotpath.pyx cimports this class,
 gert/core/_free_streams.pxd, and calls the same methods in C).
 
 Handing a stream over to a waiting request (dynamic batching's groups included) stays in StreamQueue

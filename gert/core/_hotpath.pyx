@@ -16,9 +16,9 @@ numpy array uploaded whole, every output downloaded whole into a fresh array, a 
 no out= / timeout / device tensors / sequence copies / tracing). A request that finds no stream free waits here for
 the next one, in arrival order with the Python path's requests (StreamQueue.acquire), unless dynamic batching would
 queue it for company. Anything else returns None from ``run`` and takes the Python path: a signature seen first, a
-request dynamic batching queues, the model closed, a device under recovery, tracing on. Invalidated by the stream's owner (``forget``) whenever what a prepared run
-points at changes: the stream's buffers freed or grown, a graph evicted or released, the stream reopened after a
-device fault, the worker closed.
+request dynamic batching queues, the model closed, a device under recovery, tracing on. Invalidated by the stream's
+owner (``forget``) whenever what a prepared run points at changes: the stream's buffers freed or grown, a graph evicted
+or released, the stream reopened after a device fault, the worker closed.
 
 Counters are kept in C per prepared run and added to the workers' stats by ``flush`` (Model.stats()).
 """
@@ -100,14 +100,15 @@ cdef class HotPath:
     """A Model's compiled hot path (one per Model). ``names``: the model's inputs in order; ``queue``: its
     StreamQueue's free streams (``StreamQueue.slots``, a FreeStreams: try_take, give_back, untake);
     ``on_error(worker, error)``: the Python handling of a failed run (device faults: gert.core.recovery), called
-    holding the worker's lock, true when the request runs again on the Python path (its run aborted by a recovery); ``on_idle()``: wakes close() once the last request in flight here ends; ``trace``:
-    gert.core.trace (its ``active`` recorder turns this path off); ``count``: the runs counted in C, flushed to the
-    stats; ``enabled``: off, every request takes the Python path; ``batch_limit``:
-    rows under which dynamic batching queues a request (0: off); ``lists``: run(list) may merge on axis 0, and its
-    outputs are split on their ``out_axes`` (output name -> batch axis, Batcher.out_axes). ``acquire(workers)``:
-    the StreamQueue's wait for the next stream free in arrival order (None: a request that finds none takes the
-    Python path); ``alone(rows)``: whether a request dynamic batching would queue may wait so instead, running
-    alone (gert.core.batch_queue.BatchQueue.takes_company says no company; None: never)."""
+    holding the worker's lock, true when the request runs again on the Python path (its run aborted by a recovery);
+    ``on_idle()``: wakes close() once the last request in flight here ends; ``trace``: gert.core.trace (its ``active``
+    recorder turns this path off); ``count``: the runs counted in C, flushed to the stats; ``enabled``: off, every
+    request takes the Python path; ``batch_limit``: rows under which dynamic batching queues a request (0: off);
+    ``lists``: run(list) may merge on axis 0, and its outputs are split on their ``out_axes`` (output name -> batch
+    axis, Batcher.out_axes). ``acquire(workers)``: the StreamQueue's wait for the next stream free in arrival order
+    (None: a request that finds none takes the Python path); ``alone(rows)``: whether a request dynamic batching would
+    queue may wait so instead, running alone (gert.core.batch_queue.BatchQueue.takes_company says no company; None:
+    never)."""
     cdef tuple names
     cdef Py_ssize_t n_in
     cdef dict table  # signature -> [Prepared, one per stream it ran on]

@@ -53,8 +53,8 @@ class StreamQueue(Generic[W]):
     """The free streams (workers) of a Model and the requests waiting for one, served first come, first served.
 
     ``slots`` (gert/core/_free_streams.pyx, compiled) holds the lock, the free workers and the waiting requests,
-    and takes (the most recently freed first) and gives back a stream: the same code for this class and the compiled hot path
-    (gert/core/_hotpath.pyx). Invariant: a free worker is never one that a waiting request may use (release() hands
+    and takes (the most recently freed first) and gives back a stream: the same code for this class and the compiled hot
+    path (gert/core/_hotpath.pyx). Invariant: a free worker is never one that a waiting request may use (release() hands
     it over instead)."""
 
     def __init__(self, workers: Sequence[W]):
