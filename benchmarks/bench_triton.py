@@ -9,8 +9,9 @@ of 1x3x48x192 and max_batch_size 8, the default; det, requests of 1x3x640x640 an
 with dynamic_batching max_queue_delay 2 ms and one CPU instance:
 
 - ``gert``: the one-line model.py (``from gert_triton import TritonPythonModel``) as `gert repo init` writes it, no
-  parameters: the default layout for a batching model, two streams locked to half the device's cube cores each (on
-  the host NPU of a 2-core machine: two single-threaded ONNX Runtime runs), each batch split over them.
+  parameters: the default layout for a batching model, two streams sharing the device's cube cores by load (on
+  the host NPU of a 2-core machine: two single-threaded ONNX Runtime runs when both run, one with every thread when
+  one does), a batch split over them where that measured faster than whole (gert/core/split_choice.py).
 - ``gert_1stream``: the same with parameter streams=1: one stream over all cores (ONNX Runtime with 2 intra-op
   threads, as the baselines).
 - ``--variant NAME=KEY:VALUE,...``: the one-line model.py again as NAME with those config parameters (a layout to
@@ -24,7 +25,7 @@ split into ``--rounds`` windows that rotate through the variants (noise from oth
 alike). Reported per variant: requests/s, p50 and p99 latency, the average batch the server ran and the server's
 compute time per execution (from its statistics), and the ratios of gert to (a) and (b). Targets (issue 5):
 >= 1.8x (a) and >= 1.0x (b) in requests/s, p99 no worse than (b). Then the same with one client (``--low-load``
-seconds per variant, interleaved too): the latency of a lone request, which the default's half-core streams trade.
+seconds per variant, interleaved too): the latency of a lone request (every core on the default layout).
 """
 
 from __future__ import annotations

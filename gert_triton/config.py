@@ -5,7 +5,7 @@ Keys (all string values, as Triton passes them):
                  model dir (absolute, or '..' past it). Default: model.onnx there, which may be a symlink to anywhere
                  (a shared model store), as Triton's own backends read <model dir>/<version>/<default_model_filename>
   streams        streams (executors) per device. Default (with cube_cores / vector_cores unset too): see
-                 stream_layout(): two streams with half the cores each for a batching model, else one
+                 stream_layout(): two streams sharing the cores by load for a batching model, else one
   cube_cores, vector_cores   per-stream core limits (core locking)
   gears          "batch:1,4,8;W:160,320,640". Batch gears under a non-pad batch policy (exact / dynamic / auto): a
                  batch Triton merged to another size runs as gear-sized pieces (gert_triton.gears); the gears must
@@ -400,10 +400,12 @@ class StreamLayout:
 def stream_layout(p: GertParams, batching: bool, device_cores: Callable[[], tuple]) -> StreamLayout:
     """Streams and per-stream core limits. Explicit parameters win (streams defaults to 1 once a core limit is
     given). With none of streams / cube_cores / vector_cores set, a batching model whose device has at least two
-    cube cores gets two streams locked to half the cores each, and every batch is split over them: the cores run
-    rows in parallel instead of one request's operators (on the host NPU: two single-threaded ONNX Runtime runs
-    instead of one run with two intra-op threads, which stall whenever the busy server preempts one of them;
-    benchmarks/bench_triton.py measures both). Otherwise (also with split_batch "false") one stream over all
+    cube cores gets two streams that share the device's cores by load (gert/core/_core_share.pyx: a stream running
+    alone gets every core, two running split them), and a batch is split over them where that ran faster than the
+    whole batch on one stream (gert/core/split_choice.py): the cores run rows in parallel instead of one request's
+    operators where the model gains from it (on the host NPU: two single-threaded ONNX Runtime runs instead of one
+    run with two intra-op threads; PP-OCR cls gains, det does not), and a lone request gets every core.
+    benchmarks/bench_triton.py measures the layouts. Otherwise (also with split_batch "false") one stream over all
     cores. ``device_cores()``: the (cube, vector) core counts of the instance's device with the fewest (asked only
     when needed)."""
     streams, cube, vector = p.get("streams"), p.get("cube_cores"), p.get("vector_cores")
@@ -411,10 +413,10 @@ def stream_layout(p: GertParams, batching: bool, device_cores: Callable[[], tupl
         return StreamLayout(streams or 1, cube, vector, auto=False)
     if not batching or p.get("split_batch") is False:  # unsplit, one execute() at a time uses one stream
         return StreamLayout(1, None, None, auto=True)
-    cube, vector = device_cores()
+    cube, _ = device_cores()
     if cube < 2:
         return StreamLayout(1, None, None, auto=True)
-    return StreamLayout(2, cube // 2, vector // 2 if vector >= 2 else None, auto=True)
+    return StreamLayout(2, None, None, auto=True)
 
 
 def served_version(model_dir: str, version_policy: Optional[dict]) -> tuple:

@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 import fake_pb_utils
 import gert
 from _helpers import RUNTIME
+from gert.core import split_choice
 from gert_triton import TritonPythonModel
 from models import make_model, ort_run, vi
 from test_triton_unit import assert_error, autocomplete, check_seq, init_args, model_dir, outputs_of, params, request
@@ -152,7 +153,7 @@ def test_a_bad_request_beside_a_known_signature_is_refused_alone(pb, served, seq
         check_seq(outputs_of(resp), r)
 
 
-def test_a_batch_spread_over_two_streams_takes_the_compiled_path_per_part(pb, served, seq_bytes):
+def test_a_batch_spread_over_two_streams_takes_the_compiled_path_per_part(pb, served, seq_bytes, monkeypatch):
     """Two streams with split_batch (the default layout of a batching model): a merged batch is spread over the idle
     streams at request boundaries, and each part whose signature ran before on the stream it gets runs on the
     compiled path, in parallel; every request keeps its rows."""
@@ -161,6 +162,7 @@ def test_a_batch_spread_over_two_streams_takes_the_compiled_path_per_part(pb, se
     # Every run lasts 20 ms, so that the parts overlap: a part whose thread starts only after the other part ended
     # rightly takes the stream just freed (the warm one), and on a busy machine that happened in every round.
     gert.inject_fault("hang", count=1000, duration_ms=20)
+    monkeypatch.setattr(split_choice, "MEASURED", 100)  # split every batch (else whole ones are measured too)
     try:
         for round_ in range(6):  # the parts' signatures get prepared on both streams
             check_alone(seq_bytes, *_run(pb, m, [1, 1, 1, 1], round_))

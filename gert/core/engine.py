@@ -29,6 +29,7 @@ from gert.core.executor import Request
 from gert.core.pool import StreamPool
 from gert.core.resolve import Resolver
 from gert.core.shapes import ShapePlan
+from gert.core.split_choice import SplitChoice
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ class Engine:
             self.batches.alone,  # a request dynamic batching would queue waits there for a stream without company
         )
         self.direct = not self.split_batch
+        self.splits = SplitChoice(self.batcher.chunks, pool.parts_pool)  # split_batch's parts, or whole if faster
 
     def _count_hot(self, prepared, runs: int, lone: int, seconds: float, waited: float) -> None:
         """The compiled hot path's runs of ``prepared``, counted in C, added to its stream's stats and, for lone
@@ -272,16 +274,13 @@ class Engine:
         and split back. A batch whose merged signature ran before (a lone request's: its own) takes the compiled
         hot path (gert/core/_hotpath.pyx) as Model.run(list) does; else the Python path, from resolve on. With
         split_batch a batch of several requests is spread over the idle streams at request boundaries, each part
-        run so (in parallel), its results in order."""
+        run so (in parallel), its results in order, or run whole where that was faster (gert/core/split_choice.py)."""
         parts = 1
         if self.split_batch and len(group) > 1 and self.batcher.enabled:
             parts = min(len(group), self._idle_parts({"batch": sum(sizes["batch"] for _, sizes in group)}))
         if parts < 2:
             return self._run_cut(group, timeout)
-        top = -(-sum(sizes["batch"] for _, sizes in group) // parts)
-        subs = self.batcher.chunks(group, _rows_of, top)
-        futures = [self.pool.parts_pool().submit(self._run_cut, sub, timeout, False) for sub in subs[1:]]
-        return self._run_cut(subs[0], timeout, False) + [out for f in futures for out in f.result()]
+        return self.splits.run(group, parts, lambda part, spread: self._run_cut(part, timeout, spread))
 
     def _run_cut(self, group: Sequence[tuple], timeout: Optional[float], spread: bool = True) -> list:
         """_run_group in gear-sized groups of whole requests where cheaper than padding (gert/core/gear_pieces.py)."""
@@ -334,11 +333,6 @@ class Engine:
             return self.run_many(requests, timeout)  # other non-batch shapes or unbatched values: not one batch
         out = self.run(self.batcher.merge([{n: r[n] for n in names} for r in requests]), None, timeout)
         return self.batcher.split(out, [self.batcher.rows({n: r[n] for n in names}) for r in requests])
-
-
-def _rows_of(checked: tuple) -> int:
-    """The rows of a checked request (arrays, sizes)."""
-    return checked[1]["batch"]
 
 
 def write_out(result: dict, out: Mapping[str, np.ndarray]) -> dict:

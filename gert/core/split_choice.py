@@ -1,0 +1,84 @@
+"""Whether a merged batch runs split over the idle streams or whole on one, by the wall time each way took.
+
+With split_batch, a batch of several requests can be spread over the idle streams at request boundaries, each part
+run in parallel. Where the streams share the device's cores by load (gert/core/_core_share.pyx), a part gets its
+share of the cores, and the whole batch on one stream gets them all: which is faster is the model's (on the host NPU:
+two single-threaded ONNX Runtime runs of half the rows against one run with every intra-op thread; PP-OCR cls runs
+faster split, det's 640x640 convolutions whole). So each (rows, parts) is measured: the split first (the behaviour
+before), then the whole batch, each ``MEASURED`` times after a first run left out (it allocates buffers for the size);
+then the faster is taken, and the other is run again once every ``RETRY`` batches of that size so that a change (the
+device's other load) is seen. Times are medians of the last ``KEPT`` runs (one run the OS stalled moves nothing).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from concurrent.futures import Executor
+from statistics import median
+from typing import Callable, Sequence
+
+MEASURED = 3  # runs each way before the faster is chosen
+RETRY = 50  # the slower way runs once every this many batches of a size
+KEPT = 9  # the latest runs a median is taken over
+
+
+def _rows_of(checked: tuple) -> int:
+    """Rows of one checked request ((arrays, sizes) of Engine.check)."""
+    return checked[1]["batch"]
+
+
+class SplitChoice:
+    """Runs a merged batch split in ``parts`` or whole, whichever its size ran faster (the module's docstring).
+    ``chunks(group, rows_of, top)``: the batcher's cut at request boundaries into parts of at most ``top`` rows;
+    ``parts_pool()``: the executor that runs every part but the first (the caller's thread runs that one)."""
+
+    def __init__(self, chunks: Callable, parts_pool: Callable[[], Executor]):
+        self._chunks = chunks
+        self._parts_pool = parts_pool
+        self._lock = threading.Lock()
+        self._times: dict = {}  # (rows, parts) -> the latest wall times (None before its first run, left out)
+        self._batches: collections.Counter = collections.Counter()  # rows -> batches of that size chosen for
+
+    def choose(self, rows: int, parts: int) -> int:
+        """How many parts a batch of ``rows`` runs in: ``parts`` or 1 (whole)."""
+        with self._lock:
+            self._batches[rows] += 1
+            split, whole = self._times.get((rows, parts)), self._times.get((rows, 1))
+            if split is None or len(split) < MEASURED:
+                return parts
+            if whole is None or len(whole) < MEASURED:
+                return 1
+            best, other = (parts, 1) if median(split) <= median(whole) else (1, parts)
+            return other if self._batches[rows] % RETRY == 0 else best
+
+    def record(self, rows: int, parts: int, seconds: float) -> None:
+        """A batch of ``rows`` ran in ``parts`` (1: whole) in ``seconds`` of wall time."""
+        with self._lock:
+            runs = self._times.get((rows, parts))
+            if runs is None:  # the first run of the size this way: left out
+                self._times[(rows, parts)] = collections.deque(maxlen=KEPT)
+            else:
+                runs.append(seconds)
+
+    def times(self) -> dict:
+        """(rows, parts) -> median wall seconds measured (parts 1: whole), for stats and tests."""
+        with self._lock:
+            return {key: median(runs) for key, runs in self._times.items() if runs}
+
+    def run(self, group: Sequence[tuple], parts: int, run: Callable[[Sequence[tuple], bool], list]) -> list:
+        """``group`` (checked requests) run split in up to ``parts`` parts at request boundaries, in parallel, or
+        whole, as ``choose`` says; ``run(part, spread)`` runs requests as one merged batch (``spread`` False: on one
+        stream). The results in order."""
+        rows = sum(_rows_of(c) for c in group)
+        k = self.choose(rows, parts)
+        t0 = time.perf_counter()
+        if k < 2:
+            out = run(group, False)
+        else:
+            subs = self._chunks(group, _rows_of, -(-rows // k))
+            futures = [self._parts_pool().submit(run, sub, False) for sub in subs[1:]]
+            out = run(subs[0], False) + [o for f in futures for o in f.result()]
+        self.record(rows, k, time.perf_counter() - t0)
+        return out

@@ -1,0 +1,68 @@
+"""gert/core/split_choice.py: a merged batch runs split over the idle streams or whole on one, whichever its size ran
+faster; measured (split first, then whole), then the faster, with the slower run again once every RETRY batches.
+The runs here are sleeps of known length (the choice is about wall time); the Triton path's use of it runs through
+tests/test_triton_compiled_lane.py and the real server in benchmarks/bench_triton.py."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from gert.core import split_choice
+from gert.core.batching import Batcher
+from gert.core.split_choice import SplitChoice
+
+
+def group(n: int) -> list:
+    """``n`` checked requests of one row each: (arrays, sizes)."""
+    return [({"x": k}, {"batch": 1}) for k in range(n)]
+
+
+def chunks(g, rows_of, top):
+    """Batcher.chunks' cut at request boundaries (parts of at most ``top`` rows)."""
+    return Batcher.chunks(g, rows_of, top)
+
+
+@pytest.fixture
+def pool():
+    with ThreadPoolExecutor(2) as ex:
+        yield ex
+
+
+def sleeper(whole_ms: float, part_ms: float, n: int, log: list):
+    """run(part, spread): sleeps ``whole_ms`` per row for the whole batch of ``n``, ``part_ms`` per row for a part."""
+
+    def run(part, spread):
+        assert spread is False, "a part or a whole batch runs on one stream"
+        log.append(len(part))
+        time.sleep((whole_ms if len(part) == n else part_ms) * len(part) / 1000)
+        return [a["x"] for a, _ in part]
+
+    return run
+
+
+@pytest.mark.parametrize("whole_faster", [True, False])
+def test_the_faster_way_is_chosen_once_both_were_measured_and_the_other_retried(pool, whole_faster):
+    log: list = []
+    sc = SplitChoice(chunks, lambda: pool)
+    run = sleeper(1.0, 5.0, 4, log) if whole_faster else sleeper(5.0, 1.0, 4, log)  # 4 vs 10 ms / 20 vs 2 ms
+    for _ in range(2 * (1 + split_choice.MEASURED)):  # measuring: split first, then whole (a first run left out)
+        assert sc.run(group(4), 2, run) == [0, 1, 2, 3]
+    assert log == [2, 2] * (1 + split_choice.MEASURED) + [4] * (1 + split_choice.MEASURED)
+    times = sc.times()
+    assert (times[(4, 1)] < times[(4, 2)]) == whole_faster, times
+    log.clear()
+    for _ in range(split_choice.RETRY):  # the faster way but once: the slower, run again
+        assert sc.run(group(4), 2, run) == [0, 1, 2, 3]
+    assert log.count(4) == (split_choice.RETRY - 1 if whole_faster else 1), log
+
+
+def test_each_size_and_split_is_measured_apart(pool):
+    sc = SplitChoice(chunks, lambda: pool)
+    log: list = []
+    for _ in range(1 + split_choice.MEASURED):
+        sc.run(group(4), 2, sleeper(1.0, 1.0, 4, log))
+    assert sc.choose(6, 2) == 2 and sc.choose(4, 3) == 3, "another size, another split: measured split first"
+    assert sc.choose(4, 2) == 1, "4 rows in 2 measured: the whole batch is measured next"
