@@ -52,7 +52,7 @@ def test_the_faster_way_is_chosen_once_both_were_measured_and_the_other_retried(
         assert sc.run(group(4), 2, run) == [0, 1, 2, 3]
     assert log == [2, 2] * (1 + split_choice.MEASURED) + [4] * (1 + split_choice.MEASURED)
     times = sc.times()
-    assert (times[(4, 1)] < times[(4, 2)]) == whole_faster, times
+    assert (times[((4,), 1)] < times[((4,), 2)]) == whole_faster, times
     log.clear()
     for _ in range(split_choice.RETRY):  # the faster way but once: the slower, run again
         assert sc.run(group(4), 2, run) == [0, 1, 2, 3]
@@ -64,5 +64,15 @@ def test_each_size_and_split_is_measured_apart(pool):
     log: list = []
     for _ in range(1 + split_choice.MEASURED):
         sc.run(group(4), 2, sleeper(1.0, 1.0, 4, log))
-    assert sc.choose(6, 2) == 2 and sc.choose(4, 3) == 3, "another size, another split: measured split first"
-    assert sc.choose(4, 2) == 1, "4 rows in 2 measured: the whole batch is measured next"
+    assert sc.choose((6,), 2) == 2 and sc.choose((4,), 3) == 3, "another size, another split: measured split first"
+    assert sc.choose((4, ("H", 320)), 2) == 2, "rows of other dims: measured apart"
+    assert sc.choose((4,), 2) == 1, "4 rows in 2 measured: the whole batch is measured next"
+
+
+def test_the_shapes_kept_are_bounded(pool, monkeypatch):
+    monkeypatch.setattr(split_choice, "SHAPES", 3)
+    sc = SplitChoice(chunks, lambda: pool)
+    for h in range(5):
+        sc.record((2, ("H", h)), 2, 0.0)
+        sc.record((2, ("H", h)), 2, 0.001)
+    assert sorted(shape for shape, _ in sc.times()) == [(2, ("H", 2)), (2, ("H", 3)), (2, ("H", 4))]
