@@ -353,7 +353,8 @@ class Model:
     def stats(self) -> Stats:
         """Per stream: effective core limits, requests, busy seconds, compiles, requests served by static / dynamic
         graphs, background and request-path compiles; per gear: hits and padding ratio; device memory; with the
-        auto policy, ``tiers``: static shapes, pending compiles, evictions, rejections, failed compiles. A dict (a
+        auto policy, ``tiers``: static shapes, pending compiles, evictions, rejections, failed compiles;
+        ``split_batch``: merged batches run split over the streams or whole, as measured faster. A dict (a
         gert.tools.display.Stats, which also shows as tables in Jupyter and IPython)."""
         from gert.tools.stats import collect_stats  # a tool: imported when asked for
 
@@ -371,6 +372,8 @@ class Model:
             max_batch=self.engine.batch_limit,
             queued=self.pool.queue.waiting(),
         )
+        # split_batch: merged batches run split over the idle streams or whole (gert/core/split_choice.py)
+        out["split_batch"] = dict(self.engine.splits.snapshot(), enabled=self.engine.split_batch)
         return out
 
     def close(self, timeout: float = 60.0) -> None:

@@ -76,3 +76,35 @@ def test_the_shapes_kept_are_bounded(pool, monkeypatch):
         sc.record((2, ("H", h)), 2, 0.0)
         sc.record((2, ("H", h)), 2, 0.001)
     assert sorted(shape for shape, _ in sc.times()) == [(2, ("H", 2)), (2, ("H", 3)), (2, ("H", 4))]
+
+
+@pytest.mark.usefixtures("device")  # _helpers.RUNTIME
+def test_model_stats_count_the_batches_run_split_and_whole():
+    """Model.stats()["split_batch"]: a gert.load model with split_batch over two streams counts its merged batches
+    by the way they ran, measuring split first, then whole; every request keeps its rows."""
+    import numpy as np
+    from onnx import helper
+
+    import gert
+    from models import make_model, vi
+
+    m = gert.load(
+        make_model(
+            [helper.make_node("Relu", ["x"], ["y"])], [vi("x", np.float32, ["N", 4])], [vi("y", np.float32, ["N", 4])]
+        ),
+        streams=2,
+        split_batch=True,
+    )
+    try:
+        eng = m.engine
+        n = 2 * (1 + split_choice.MEASURED)
+        for k in range(n):
+            xs = [np.full((1, 4), k * 10 + j, np.float32) for j in range(4)]
+            outs = eng.run_checked([eng.check({"x": x}) for x in xs])
+            for x, out in zip(xs, outs):
+                np.testing.assert_array_equal(out["y"], x)
+        st = m.stats()["split_batch"]
+        assert st["enabled"] and st["shapes"] == 1
+        assert st["split"] == 1 + split_choice.MEASURED and st["whole"] == 1 + split_choice.MEASURED, st
+    finally:
+        m.close()

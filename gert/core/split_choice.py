@@ -44,6 +44,7 @@ class SplitChoice:
         # batch shape (rows, other dims) -> {parts: the latest wall times}, least recently run first
         self._times: collections.OrderedDict = collections.OrderedDict()
         self._batches: collections.Counter = collections.Counter()  # batch shape -> batches chosen for
+        self.runs: collections.Counter = collections.Counter()  # "split" / "whole" -> batches run so
 
     def choose(self, shape: tuple, parts: int) -> int:
         """How many parts a batch of ``shape`` (its rows, then its other dims) runs in: ``parts`` or 1 (whole)."""
@@ -68,11 +69,17 @@ class SplitChoice:
                     dropped, _ = self._times.popitem(last=False)
                     self._batches.pop(dropped, None)
             self._times.move_to_end(shape)
+            self.runs["whole" if parts < 2 else "split"] += 1
             runs = ways.get(parts)
             if runs is None:  # the first run of the shape this way: left out
                 ways[parts] = collections.deque(maxlen=KEPT)
             else:
                 runs.append(seconds)
+
+    def snapshot(self) -> dict:
+        """For Model.stats(): merged batches run split and whole, and the batch shapes measured."""
+        with self._lock:
+            return {"split": self.runs["split"], "whole": self.runs["whole"], "shapes": len(self._times)}
 
     def times(self) -> dict:
         """(batch shape, parts) -> median wall seconds measured (parts 1: whole), for stats and tests."""
