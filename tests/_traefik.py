@@ -152,7 +152,8 @@ class Traefik:
         raise AssertionError(f"traefik did not see every replica up within {timeout} s: {seen}\n{self.tail()}")
 
     def hits(self) -> list[Hit]:
-        """Every request in the access log, with the replica its backend URL names."""
+        """Every request in the access log, with the replica its backend URL names. A last line Traefik is still
+        writing (no newline yet) is not a request logged yet: left for the next read."""
         by_port = {}
         for r in self.replicas.values():
             by_port[r.http_port] = r.name
@@ -160,6 +161,8 @@ class Traefik:
         out = []
         with open(self.access_log) as f:
             for line in f:
+                if not line.endswith("\n"):  # being written (CI on 7d4dacf read one cut at char 549)
+                    break
                 e = json.loads(line)
                 url = e.get("ServiceURL") or ""
                 port = int(url.rsplit(":", 1)[1].split("/", 1)[0]) if url.count(":") >= 2 else None
