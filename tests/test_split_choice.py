@@ -1,5 +1,6 @@
 """gert/core/split_choice.py: a merged batch runs split over the idle streams or whole on one, whichever its size ran
-faster; measured (split first, then whole), then the faster, with the slower run again once every RETRY batches.
+faster; measured (split and whole in turn), then the faster, with the slower run again (every RETRY_EARLY batches
+until it has KEPT runs, then every RETRY).
 The runs here are sleeps of known length (the choice is about wall time); the Triton path's use of it runs through
 tests/test_triton_compiled_lane.py and the real server in benchmarks/bench_triton.py."""
 
@@ -48,25 +49,62 @@ def test_the_faster_way_is_chosen_once_both_were_measured_and_the_other_retried(
     log: list = []
     sc = SplitChoice(chunks, lambda: pool)
     run = sleeper(1.0, 5.0, 4, log) if whole_faster else sleeper(5.0, 1.0, 4, log)  # 4 vs 10 ms / 20 vs 2 ms
-    for _ in range(2 * (1 + split_choice.MEASURED)):  # measuring: split first, then whole (a first run left out)
+    for _ in range(2 * (1 + split_choice.MEASURED)):  # measuring in turn: split, whole, ... (a first run left out)
         assert sc.run(group(4), 2, run) == [0, 1, 2, 3]
-    assert log == [2, 2] * (1 + split_choice.MEASURED) + [4] * (1 + split_choice.MEASURED)
+    assert log == [2, 2, 4] * (1 + split_choice.MEASURED)
     times = sc.times()
     assert (times[((4,), 1)] < times[((4,), 2)]) == whole_faster, times
+    slower = 2 if whole_faster else 4  # what the log shows of a run the slower way
+    early = split_choice.KEPT - split_choice.MEASURED  # runs the slower way lacks of KEPT
     log.clear()
-    for _ in range(split_choice.RETRY):  # the faster way but once: the slower, run again
+    for _ in range(early * split_choice.RETRY_EARLY):  # a verdict from a few runs: the slower retried soon
         assert sc.run(group(4), 2, run) == [0, 1, 2, 3]
-    assert log.count(4) == (split_choice.RETRY - 1 if whole_faster else 1), log
+    assert log.count(slower) == early * (2 if slower == 2 else 1), log
+    log.clear()
+    for _ in range(split_choice.RETRY):  # then the faster way but once: the slower, run again
+        assert sc.run(group(4), 2, run) == [0, 1, 2, 3]
+    assert log.count(slower) == (2 if slower == 2 else 1), log
+
+
+def test_a_load_that_ends_while_measuring_does_not_pick_the_way_measured_under_it(pool):
+    """Split and whole are measured in turn: load that goes away after the first runs (a server's warm-up, another
+    process) slows both ways' first runs alike, so the way that is faster without it is chosen. (Measured one way
+    after the other, the split, measured first, ran under the load and lost.)"""
+    sc = SplitChoice(chunks, lambda: pool)
+    batches = [0]
+
+    def run(part, spread):  # 1 ms a row, the parts in parallel: split 2 ms, whole 4; the first 4 batches 10x slower
+        slow = 10 if batches[0] < 4 else 1
+        time.sleep(len(part) * slow / 1000)
+        return [a["x"] for a, _ in part]
+
+    for _ in range(2 * (1 + split_choice.MEASURED)):
+        sc.run(group(4), 2, run)
+        batches[0] += 1
+    assert sc.choose((4,), 2) == 2, sc.times()
+
+
+def test_batches_that_fail_leave_no_count_behind(pool, monkeypatch):
+    """A shape whose batches raise is not recorded: nothing is kept for it (the shapes kept stay bounded)."""
+    monkeypatch.setattr(split_choice, "SHAPES", 2)
+    sc = SplitChoice(chunks, lambda: pool)
+
+    def fails(part, spread):
+        raise RuntimeError("device fault")
+
+    for h in range(10):
+        with pytest.raises(RuntimeError):
+            sc.run([({"x": 0}, {"batch": 1, "H": h}), ({"x": 1}, {"batch": 1, "H": h})], 2, fails)
+    assert sc.times() == {} and sc.snapshot() == {"split": 0, "whole": 0, "shapes": 0}
 
 
 def test_each_size_and_split_is_measured_apart(pool):
     sc = SplitChoice(chunks, lambda: pool)
     log: list = []
-    for _ in range(1 + split_choice.MEASURED):
-        sc.run(group(4), 2, sleeper(1.0, 1.0, 4, log))
+    sc.run(group(4), 2, sleeper(1.0, 1.0, 4, log))
     assert sc.choose((6,), 2) == 2 and sc.choose((4,), 3) == 3, "another size, another split: measured split first"
     assert sc.choose((4, ("H", 320)), 2) == 2, "rows of other dims: measured apart"
-    assert sc.choose((4,), 2) == 1, "4 rows in 2 measured: the whole batch is measured next"
+    assert sc.choose((4,), 2) == 1, "4 rows run split: the whole batch is run next"
 
 
 def test_the_shapes_kept_are_bounded(pool, monkeypatch):
@@ -108,3 +146,36 @@ def test_model_stats_count_the_batches_run_split_and_whole():
         assert st["split"] == 1 + split_choice.MEASURED and st["whole"] == 1 + split_choice.MEASURED, st
     finally:
         m.close()
+
+
+@pytest.mark.usefixtures("device")  # _helpers.RUNTIME
+def test_one_request_of_several_rows_is_split_or_run_whole_as_measured():
+    """Model.run of one request of 4 rows with split_batch over two idle streams: spread over them by rows (as
+    before) or run whole, the same choice as for merged batches; its rows come back in order either way."""
+    import numpy as np
+    from onnx import helper
+
+    import gert
+    from models import make_model, vi
+
+    m = gert.load(
+        make_model(
+            [helper.make_node("Relu", ["x"], ["y"])], [vi("x", np.float32, ["N", 4])], [vi("y", np.float32, ["N", 4])]
+        ),
+        streams=2,
+        split_batch=True,
+    )
+    try:
+        n = 2 * (1 + split_choice.MEASURED)
+        for k in range(n):
+            x = np.arange(16, dtype=np.float32).reshape(4, 4) + 100 * k
+            np.testing.assert_array_equal(m.run({"x": x})["y"], x)
+        st = m.stats()["split_batch"]
+        assert st["shapes"] == 1 and st["split"] == st["whole"] == 1 + split_choice.MEASURED, st
+    finally:
+        m.close()
+
+
+def test_even_rows():
+    assert split_choice.even_rows(5, 2) == [(0, 3), (3, 2)]
+    assert split_choice.even_rows(4, 4) == [(0, 1), (1, 1), (2, 1), (3, 1)]

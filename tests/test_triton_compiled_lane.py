@@ -13,7 +13,6 @@ from onnx import TensorProto, helper, numpy_helper
 import fake_pb_utils
 import gert
 from _helpers import RUNTIME
-from gert.core import split_choice
 from gert_triton import TritonPythonModel
 from models import make_model, ort_run, vi
 from test_triton_unit import assert_error, autocomplete, check_seq, init_args, model_dir, outputs_of, params, request
@@ -162,7 +161,7 @@ def test_a_batch_spread_over_two_streams_takes_the_compiled_path_per_part(pb, se
     # Every run lasts 20 ms, so that the parts overlap: a part whose thread starts only after the other part ended
     # rightly takes the stream just freed (the warm one), and on a busy machine that happened in every round.
     gert.inject_fault("hang", count=1000, duration_ms=20)
-    monkeypatch.setattr(split_choice, "MEASURED", 100)  # split every batch (else whole ones are measured too)
+    monkeypatch.setattr(m.model.engine.splits, "choose", lambda shape, parts: parts)  # split every batch (not whole)
     try:
         for round_ in range(6):  # the parts' signatures get prepared on both streams
             check_alone(seq_bytes, *_run(pb, m, [1, 1, 1, 1], round_))

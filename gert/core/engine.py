@@ -29,7 +29,7 @@ from gert.core.executor import Request
 from gert.core.pool import StreamPool
 from gert.core.resolve import Resolver
 from gert.core.shapes import ShapePlan
-from gert.core.split_choice import SplitChoice
+from gert.core.split_choice import SplitChoice, batch_shape, even_rows
 
 
 @dataclass(frozen=True)
@@ -149,11 +149,16 @@ class Engine:
                 arrays, sizes, [(s, min(chunk, total - s)) for s in range(0, total, chunk)], timeout, spread
             )
         parts = self._idle_parts(sizes) if spread else 1
-        if parts > 1:  # split_batch: spread one batch over the streams that have nothing to do
-            total = sizes["batch"]
-            counts = [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
-            starts = [sum(counts[:i]) for i in range(parts)]
-            return self._run_chunks(arrays, sizes, list(zip(starts, counts)), timeout, True)
+        if parts > 1:  # split_batch: spread over the idle streams, or run whole where faster (split_choice.py)
+            return self.splits.timed(
+                batch_shape(sizes),
+                parts,
+                lambda k: (
+                    self._run_chunks(arrays, sizes, even_rows(sizes["batch"], k), timeout, True)
+                    if k > 1
+                    else self._run_valid(arrays, sizes, out, timeout, False)
+                ),
+            )
         run_sizes, key = self.resolve(sizes)  # a size without a graph fails here, alone, before any batch
         req = Request(arrays, sizes, run_sizes, key, dict(out) if out else None, timeout)
         if (
