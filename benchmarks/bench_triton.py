@@ -36,6 +36,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -164,6 +165,25 @@ def server_stats(client, model: str) -> dict:
     }
 
 
+def gert_counts(metrics_port: int) -> dict:
+    """{model: {"split": n, "whole": n, "asked": n, "skipped": n}}: gert_split_batches_total and
+    gert_cancellation_checks_total of each gert variant, from the server's metrics endpoint (what the stubs chose)."""
+    import re
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    out: dict = {}
+    for _family, labels, value in re.findall(
+        r"^(gert_split_batches_total|gert_cancellation_checks_total)\{([^}]*)\}\s+(\S+)$", text, re.M
+    ):
+        lab = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        key = lab.get("way") or lab.get("check")
+        counts = out.setdefault(lab["model"], {})
+        counts[key] = counts.get(key, 0) + int(float(value))
+    return out
+
+
 def load(url: str, model: str, x: np.ndarray, out_name: str, threads: int, seconds: float) -> dict:
     """``threads`` clients, one gRPC client each, batch-1 requests back to back for ``seconds``."""
     import tritonclient.grpc as grpcclient
@@ -288,6 +308,7 @@ def main() -> None:
     )
     rows: list = []
     low: list = []
+    counts: dict = {}
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
     out_name = None
     try:
@@ -311,6 +332,8 @@ def main() -> None:
             else []
         )
         client.close()
+        time.sleep(0.5)  # the stubs publish their metrics within an interval (0.1 s)
+        counts = gert_counts(server.metrics_port)
     except Exception:
         print(f"server log tail ({log}):", file=sys.stderr)
         with open(log, errors="replace") as f:
@@ -377,12 +400,21 @@ def main() -> None:
                 f"{int(sel.sum())} of {sel.size}): gert / (a) {ga:.2f}x, gert / (b) {gb:.2f}x (medians)"
             )
             ratios.setdefault("windows", {})[label] = {"count": int(sel.sum()), "rps_vs_a": ga, "rps_vs_b": gb}
+    for name, c in sorted(counts.items()):  # what each gert variant's stub chose, from its metrics
+        print(
+            f"{name}: merged batches run split {c.get('split', 0)}, whole {c.get('whole', 0)}; "
+            f"is_cancelled() asks {c.get('asked', 0)}, requests run unasked {c.get('skipped', 0)}"
+        )
     if low:
         print(f"one client ({args.low_load:.0f} s per variant, interleaved): the latency of a lone request")
         print_rows(low)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rows": rows, "low_load_rows": low, "ratios": ratios, "machine": machine()}, f, indent=2)
+            json.dump(
+                {"rows": rows, "low_load_rows": low, "ratios": ratios, "gert_counts": counts, "machine": machine()},
+                f,
+                indent=2,
+            )
 
 
 if __name__ == "__main__":

@@ -42,7 +42,9 @@ from typing import Callable, Mapping, Optional
     ACTIVE_SEQUENCES,
     RETRIED_BATCHES,
     PADDING_SECONDS,
-) = range(9)
+    SPLIT_BATCHES,
+    CANCEL_CHECKS,
+) = range(11)
 
 Change = tuple  # (family, labels, "increment" | "set", value)
 
@@ -116,6 +118,18 @@ class Publisher:
             fam(
                 name="gert_padding_seconds_total",
                 description="Run seconds spent on padded elements per gear (each run's time times its padded share)",
+                kind=fam.COUNTER,
+            ),
+            fam(
+                name="gert_split_batches_total",
+                description="Merged batches run split over the idle streams or whole on one (split_batch: "
+                "whichever measured faster for the batch's shape)",
+                kind=fam.COUNTER,
+            ),
+            fam(
+                name="gert_cancellation_checks_total",
+                description="is_cancelled() asks made before requests ran, and requests run unasked (check_cancelled "
+                "auto: where an ask costs more than its share of a run)",
                 kind=fam.COUNTER,
             ),
         ]
@@ -221,9 +235,11 @@ class StatsChanges:
         self._streams: dict = {}  # (device, stream) -> the stream's last stats
         self._active: Optional[int] = None
         self._retried = 0
+        self._counted: dict = {}  # (family, label value) -> the count published
 
-    def __call__(self, stats: Mapping, active: Optional[int] = None) -> list:
-        changes = []
+    def __call__(self, stats: Mapping, active: Optional[int] = None, checks: Optional[Mapping] = None) -> list:
+        """The changes since the last call; ``checks``: the cancellation asks ({"asked": n, "skipped": n})."""
+        changes: list = []
         hits: dict = {}
         padded: dict = {}
         padding_s: dict = {}
@@ -265,6 +281,16 @@ class StatsChanges:
         if retried > self._retried:
             changes.append((RETRIED_BATCHES, {}, "increment", retried - self._retried))
             self._retried = retried
+        split = stats.get("split_batch") or {}
+        for family, label, counts in (
+            (SPLIT_BATCHES, "way", {w: split.get(w, 0) for w in ("split", "whole")}),
+            (CANCEL_CHECKS, "check", checks or {}),
+        ):
+            for value, n in counts.items():
+                delta = n - self._counted.get((family, value), 0)
+                if delta > 0:
+                    changes.append((family, {label: value}, "increment", delta))
+                    self._counted[(family, value)] = n
         if active is not None and active != self._active:
             self._active = active
             changes.append((ACTIVE_SEQUENCES, {}, "set", active))

@@ -322,7 +322,12 @@ class TritonPythonModel:
 
     def _metric_changes(self) -> list:
         """What gert.Model counted since the last call, as metric changes (called by the publisher's thread)."""
-        return self._stats_changes(self.model.stats(), self.stateful.active if self.stateful is not None else None)
+        asks = self.ask_policy
+        return self._stats_changes(
+            self.model.stats(),
+            self.stateful.active if self.stateful is not None else None,
+            {"asked": asks.asked, "skipped": asks.skipped},
+        )
 
 
 def _check_no_sequence(request, model: str) -> None:

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import time
+import urllib.request
 
 import numpy as np
 import pytest
@@ -221,6 +223,27 @@ def test_requests_cancelled_inside_an_execute_are_not_run(server, model):
     wait_for(lambda: len(ran(gate)) >= len(expected), CALL_TIMEOUT, "the record of the requests that ran")
     time.sleep(0.5)
     assert sorted(ran(gate)) == expected, f"requests that ran (by value): {ran(gate)}, expected {expected}"
+    # gert_cancellation_checks_total on Triton's metrics endpoint: asks made, requests run unasked
+    mode = GATED[model][0].get("check_cancelled", "auto")
+    want = {"true": {"asked"}, "false": {"skipped"}}.get(
+        mode, {"asked", "skipped"} if not GATED[model][1] else {"asked"}
+    )
+    wait_for(lambda: set(cancellation_checks(server, model)) >= want, CALL_TIMEOUT, f"{sorted(want)} published")
+    checks = cancellation_checks(server, model)
+    assert set(checks) == want and all(v >= 4 for v in checks.values()), checks
+
+
+def cancellation_checks(server, model: str) -> dict:
+    """gert_cancellation_checks_total of ``model`` by its ``check`` label (asked / skipped), as Triton exposes it."""
+    url = f"http://127.0.0.1:{server.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=CALL_TIMEOUT) as r:
+        text = r.read().decode()
+    out: dict = {}
+    for labels, value in re.findall(r"^gert_cancellation_checks_total\{([^}]*)\}\s+(\S+)$", text, re.M):
+        lab = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        if lab.get("model") == model and float(value) > 0:
+            out[lab["check"]] = out.get(lab["check"], 0.0) + float(value)
+    return out
 
 
 def memory_of(pid: int) -> dict:

@@ -1102,3 +1102,24 @@ def test_server_helpers(tmp_path):
     cmd = anywhere.command()
     assert all(f"--{k}-address=0.0.0.0" in cmd for k in ("http", "grpc", "metrics")), cmd
     assert anywhere.url("http") == "127.0.0.1:1" and anywhere.url("grpc") == "127.0.0.1:2"
+
+
+def test_split_batches_and_cancellation_checks_become_increments():
+    """gert_split_batches_total (Model.stats()["split_batch"]) and gert_cancellation_checks_total (the AskPolicy's
+    asks and unasked requests): each publication adds what was counted since the one before, nothing when unchanged."""
+    from gert_triton.metrics import CANCEL_CHECKS, SPLIT_BATCHES, StatsChanges
+
+    changes = StatsChanges({})
+    stats = {"gears": {}, "streams": [], "batching": {}, "split_batch": {"split": 3, "whole": 0}}
+    first = changes(stats, None, {"asked": 5, "skipped": 0})
+    assert first == [
+        (SPLIT_BATCHES, {"way": "split"}, "increment", 3),
+        (CANCEL_CHECKS, {"check": "asked"}, "increment", 5),
+    ]
+    stats["split_batch"] = {"split": 3, "whole": 2}
+    second = changes(stats, None, {"asked": 5, "skipped": 4})
+    assert second == [
+        (SPLIT_BATCHES, {"way": "whole"}, "increment", 2),
+        (CANCEL_CHECKS, {"check": "skipped"}, "increment", 4),
+    ]
+    assert changes(stats, None, {"asked": 5, "skipped": 4}) == []
