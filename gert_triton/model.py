@@ -20,6 +20,7 @@ from gert_triton.config import (
     ConfigError,
     cache_path,
     find_onnx_file,
+    instance_count,
     parse_parameters,
     served_version,
     stream_layout,
@@ -116,7 +117,9 @@ class TritonPythonModel:
         device = int(args.get("model_instance_device_id", "0") or 0)
         devices = params.get("devices") or (device,)
         batching = self.max_batch_size > 0 and spec.batchable
-        self.layout = stream_layout(params, batching, lambda: _device_cores(devices))
+        self.layout = stream_layout(
+            params, batching, lambda: _device_cores(devices), instances=instance_count(self.config)
+        )
         cache = cache_path(params, args["model_repository"])  # else gert.load takes GERT_CACHE_DIR, if set
         trace_file = trace_file_path(params, args["model_repository"])  # checked before the load compiles
         cache_kwargs: dict = {"cache_dir": cache} if cache else {}

@@ -185,6 +185,37 @@ def test_merged_non_gear_batch_answers_every_request(server, http, root, policy)
     unload(http, name)
 
 
+def test_two_instances_get_one_stream_each_by_default(server, http, root):
+    """instance_group count 2 and no layout parameters: each instance's stub loads one stream over the device's
+    cores (its load log line says so, and its busy-seconds series names one stream), with no batch split, since the
+    two instances already run batches side by side; every request gets its own rows."""
+    name = "relu_two"
+    init_repo(
+        write_onnx(root, "relu", relu_model()),
+        repo_of(server),
+        name=name,
+        instances=2,
+        parameters={"warmup": "false", "metrics_interval_ms": "0"},
+    )
+    load(server, http, name)
+    xs = [np.array([[i + 1.0, -1, 2, -3]], np.float32) * (-1) ** i for i in range(16)]
+    handles = [http.async_infer(name, inputs_of(httpclient, {"x": x}, {})) for x in xs]
+    for x, h in zip(xs, handles):
+        np.testing.assert_array_equal(h.get_result(timeout=CALL_TIMEOUT).as_numpy("y"), np.maximum(x, 0))
+    with open(server.log, errors="replace") as f:
+        lines = [line for line in f if f"gert_triton '{name}':" in line]
+    assert len(lines) == 2 and all("1 stream(s) per device" in line and "default layout" in line for line in lines), (
+        lines
+    )
+    busy = wait_for(lambda: series(server, "gert_stream_busy_seconds_total", name))
+    per_pid: dict = {}
+    for labels, _ in busy:
+        per_pid.setdefault(labels["pid"], set()).add(labels["stream"])
+    assert busy and all(len(streams) == 1 for streams in per_pid.values()), per_pid
+    assert not series(server, "gert_split_batches_total", name), "one stream: nothing split"
+    unload(http, name)
+
+
 # ---- T2 / T3: metric labels ---------------------------------------------------------------------------------------
 
 

@@ -480,6 +480,28 @@ def test_default_stream_layout(pb, loaded, tmp_path, seq_bytes):
     nb = loaded(model_dir(tmp_path, fixed_model(), name="fixed"))
     assert nb.max_batch_size == 0
     assert [s["cube_cores"] for s in nb.model.stats()["streams"]] == [cube], "no batching: one stream, all cores"
+    two = loaded(model_dir(tmp_path, seq_bytes, name="two"), instance_group=[{"kind": "KIND_CPU", "count": 2}])
+    assert two.model.num_streams == 1 and not two.model.split_batch, "two instances: one stream each, unsplit"
+    assert any("'two': 1 stream(s) per device" in msg for _, msg in pb.Logger.messages)
+
+
+@pytest.mark.parametrize(
+    "groups, want",
+    [
+        ([], 1),
+        ([{"kind": "KIND_CPU", "count": 1}], 1),
+        ([{"kind": "KIND_CPU", "count": 2}], 2),
+        ([{"kind": "KIND_CPU"}, {"kind": "KIND_MODEL", "count": 3}], 4),
+        ([{"kind": "KIND_GPU", "count": 2, "gpus": [0, 1]}], 4),
+    ],
+)
+def test_instance_count(groups, want):
+    from gert_triton.config import instance_count
+
+    assert instance_count({"instance_group": groups}) == want
+    cores = (4, 4)
+    layout = stream_layout(parse_parameters({}), True, lambda: cores, instances=want)
+    assert layout.streams == (2 if want == 1 else 1) and layout.auto
 
 
 def test_warmup_compiles_declared_gears_at_load(pb, loaded, tmp_path, seq_bytes):
