@@ -10,8 +10,8 @@ buffers): in turn, so that load that comes or goes while measuring (a server's f
 both ways alike, not only the way measured second. Then the faster is taken, and the other is run again once every
 ``RETRY`` batches of that size (a change in the device's other load is seen); once every ``RETRY_EARLY`` while it
 is within ``CLOSE`` of the faster and has fewer than ``KEPT`` runs (a close verdict from a few runs is checked soon,
-where a retry costs little; PP-OCR det's 4-image batch, 20 % slower split, is not retried early). Times are medians of the last ``KEPT`` runs (one run
-the OS stalled moves nothing).
+where a retry costs little; PP-OCR det's 4-image batch, 20 % slower split, is not retried early). Times are medians
+of the last ``KEPT`` runs (one run the OS stalled moves nothing).
 The other dims are part of the key (a 640x640 batch is not timed against a 320x320 one); the latest ``SHAPES``
 batch shapes are kept.
 """
@@ -26,12 +26,13 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Callable, Mapping, Optional, Sequence, TypeVar
 
+T = TypeVar("T")  # what a timed run returns
+
 MEASURED = 3  # runs each way before the faster is chosen
 RETRY = 50  # the slower way runs once every this many batches of a size
 RETRY_EARLY = 8  # ... once every this many while it has fewer than KEPT runs and is within CLOSE of the faster
 CLOSE = 1.10  # the slower way's median under this times the faster's: close
 KEPT = 9  # the latest runs a median is taken over
-T = TypeVar("T")
 SHAPES = 256  # batch shapes (rows and other dims) whose times are kept, the least recently run dropped first
 
 
