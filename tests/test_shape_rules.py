@@ -240,6 +240,9 @@ def pool_cases(draw):
 @example(
     ("MaxPool", [1, 1, 1, 1, 2], {"kernel_shape": [1, 2, 1], "strides": [1, 1, 2], "pads": [0] * 6, "ceil_mode": 1}, 11)
 )
+# found by this test (CI, session 25): an axis shorter than its window, ceil_mode, version 22: ONNX's inference counts
+# one window (its count rounded toward zero), ONNX Runtime none
+@example(("MaxPool", [1, 1, 1, 1, 1], {"kernel_shape": [4, 1, 1], "strides": [3, 1, 1], "ceil_mode": 1}, 22))
 def test_pools_as_onnx_runtime_computes_them(case):
     """Pools as ONNX's inference gives them, except with ceil_mode where the last window would start in the end
     padding: ONNX's inference counts it, ONNX Runtime's kernels (what the host NPU runs) and PyTorch do not, and the
@@ -284,6 +287,29 @@ def test_a_pool_whose_last_ceil_window_starts_in_the_padding_runs_as_onnx_runtim
         got = m.run({"x": x})["y"]
     assert got.shape == want.shape == (1, 1, 1, 1)
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.usefixtures("device")
+def test_a_pool_window_longer_than_its_axis_in_ceil_mode_runs_as_onnx_runtime_runs_it():
+    """MaxPool version 22, ceil_mode 1, kernel 3, stride 2 over 1 value: ONNX's inference says 1 output (its
+    window count rounded toward zero), ONNX Runtime computes none. The static graph took ONNX's shape and its run
+    failed as a device fault (AICORE exception, ONNX Runtime refusing the output it was handed); now the axis is
+    unknown at compile time and the empty output is allocated at execution."""
+    n = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[1, 3], strides=[1, 2], ceil_mode=1)
+    model = helper.make_model(
+        helper.make_graph(
+            [n],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 1])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        ),
+        opset_imports=[helper.make_opsetid("", 22)],
+    ).SerializeToString()
+    x = np.array([[[[1.0], [3.0]]]], np.float32)
+    (want,) = _ort_run(model, {"x": x})
+    with gert.load(model, cann_ops="off") as m:  # (a stock CANN parser lacks MaxPool-22: not this test's point)
+        got = m.run({"x": x})["y"]
+    assert got.shape == want.shape == (1, 1, 2, 0)
 
 
 def _ort_run(model: bytes, feeds: dict) -> list:

@@ -53,6 +53,11 @@ def _operand(value: Callable, node, i: int) -> Optional[list]:
     return [int(x) for x in v]
 
 
+def _toward_zero(a: int, b: int) -> int:
+    """a / b rounded toward zero (C++'s integer division, which ONNX's shape inference uses), for b > 0."""
+    return -(-a // b) if a < 0 else a // b
+
+
 def _window(
     x: tuple, kernel: list, channels: int, attrs: dict, dilated: bool, ceil: bool = False, opset: int = 0
 ) -> Optional[list]:
@@ -87,6 +92,10 @@ def _window(
         if span < 0:
             short = True
             out.append(None)
+            # ceil_mode from version 22: ONNX's inference rounds the negative window count toward zero (1 window),
+            # ONNX Runtime's kernel up (none): MaxPool over 1 value, kernel 3, stride 2. Unknown then.
+            if rounded_up and opset >= 22 and _toward_zero(span + strides[i] - 1, strides[i]) != -(-span // strides[i]):
+                unknown = True
             continue
         if not rounded_up:
             out.append(span // strides[i] + 1)
