@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+import uuid
 import urllib.request
 
 import numpy as np
@@ -189,7 +190,7 @@ def test_two_instances_get_one_stream_each_by_default(server, http, root):
     """instance_group count 2 and no layout parameters: each instance's stub loads one stream over the device's
     cores (its load log line says so, and its busy-seconds series names one stream), with no batch split, since the
     two instances already run batches side by side; every request gets its own rows."""
-    name = "relu_two"
+    name = f"relu_two_{uuid.uuid4().hex[:8]}"  # its own entry and log lines, however often it runs on one server
     init_repo(
         write_onnx(root, "relu", relu_model()),
         repo_of(server),
