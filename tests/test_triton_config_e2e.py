@@ -12,8 +12,8 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
 import urllib.request
+import uuid
 
 import numpy as np
 import pytest
