@@ -556,3 +556,52 @@ def test_a_request_that_finds_no_stream_free_waits_for_one_on_the_compiled_path(
             if times == "cpu":
                 b = m.stats()["batching"]
                 assert b["batch_sizes"] == {1: b["requests"]} and b["mean_queue_wait_ms"] > 0, b
+
+
+def test_the_p99_queue_wait_of_lone_compiled_runs_counts_each_wait_not_their_mean(device):
+    """Lone requests on the compiled path (no company to wait for: a row costs the same merged) are counted in C and
+    flushed to the batching stats: two of a hundred wait ~80 ms for a stream, the others find one free, so the p99
+    wait is ~80 ms (it was their mean per flush, ~1.6 ms), and the mean is the mean."""
+    import time
+
+    from gert.core.batch_queue import VERDICT_S
+
+    with gert.load(scale_model(2.0, shape=("batch", 4)), streams=2, gears={"batch": [1, 2, 4]}) as m:
+        q = m.pool.queue
+        m.run({"x": _x(1, 0)})  # prepared on one stream, then on the other (the first held)
+        held = q.acquire(m.pool.workers)
+        m.run({"x": _x(1, 1)})
+        q.release(held)
+        for _ in range(9):  # run times where merging saves nothing: lone requests take no company
+            for size, seconds in {1: 0.1, 2: 0.2, 4: 0.4}.items():
+                m.pool.run_times.add(size, seconds)
+                m.pool.run_times.add(size, seconds)
+        time.sleep(VERDICT_S * 1.5)
+        before = m.stats()
+        both = [q.acquire(m.pool.workers) for _ in m.pool.workers]
+        xs = [_x(1, 10 + i) for i in range(100)]
+        out: list = [None] * 100
+
+        def call(i: int) -> None:
+            out[i] = m.run({"x": xs[i]})["y"]
+
+        threads = [threading.Thread(target=call, args=(i,), daemon=True) for i in range(2)]
+        for i, t in enumerate(threads):
+            t.start()
+            _wait_for(lambda i=i: q.waiting() == i + 1, f"request {i} to wait for a stream")
+        time.sleep(0.08)
+        for w in both:
+            q.release(w)
+        for t in threads:
+            t.join(30)
+        assert not any(t.is_alive() for t in threads)
+        for i in range(2, 100):  # each finds a stream free
+            call(i)
+        for x, y in zip(xs, out):
+            np.testing.assert_array_equal(y, x * 2)
+        after = m.stats()
+        assert after["hot_path"]["hits"] - before["hot_path"]["hits"] == 100  # all on the compiled path
+        b = after["batching"]
+        assert b["requests"] - before["batching"]["requests"] == 100 and b["requests"] < 200, b
+        assert b["p99_queue_wait_ms"] >= 70, b
+        assert b["mean_queue_wait_ms"] < 0.1 * b["p99_queue_wait_ms"], b

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import gert
 from _helpers import RUNTIME
-from gert.core.dynamic import BatchingConfig
+from gert.core.dynamic import BatchingConfig, wait_samples
 from test_pipeline_property import FAMILIES, assert_alone, load
 
 pytestmark = RUNTIME
@@ -685,3 +685,30 @@ def test_every_concurrent_caller_gets_exactly_its_own_result(family, gears, by_a
         together = sum(rows) in batch.gears and sum(rows) <= b["max_batch"]
     if held and b["enabled"] and len(reqs) > 1 and together:
         assert b["batches"] - before < len(reqs), "queued requests were not batched"
+
+
+@settings(deadline=None, max_examples=200)
+@given(
+    waits=st.lists(st.floats(1e-6, 1.0), max_size=60),
+    dropped=st.integers(0, 100),
+    free=st.integers(0, 300),
+    kept=st.integers(1, 400),
+)
+def test_wait_samples_keep_the_waits_quantiles(waits, dropped, free, kept):
+    """The compiled path's lone waits as stats samples (gert/core/dynamic.py wait_samples): ``waited`` requests
+    waited (``waits`` the latest of those waits: the C ring drops the oldest), ``free`` found a stream free. All of
+    them, zeros for the free ones, while they fit in ``kept`` and none was dropped; else at most ``kept`` values whose
+    share of waits and range are those of all (a p99 is not pulled down to a mean)."""
+    waited = len(waits) + (dropped if waits else 0)
+    requests = waited + free
+    got = wait_samples(requests, waited, waits, kept)
+    if requests <= kept and waited == len(waits):
+        assert sorted(got) == sorted([0.0] * free + waits)
+        return
+    assert len(got) == min(requests, kept)
+    share = sum(1 for w in got if w > 0) / len(got)
+    assert abs(share - waited / requests) <= 1 / len(got) + 1e-9
+    if any(w > 0 for w in got):
+        assert max(got) <= max(waits) and min(w for w in got if w > 0) >= min(waits)
+        if share * len(got) >= 2:
+            assert max(got) >= sorted(waits)[len(waits) // 2]  # the top of the waits stays near the top

@@ -54,6 +54,7 @@ cdef object _empty = np.empty
 _KEPT = 1024  # signatures kept (cleared when full, as the validator's)
 cdef enum:
     _SMALL = 8  # inputs / outputs a call holds on the C stack (more: on the heap)
+    _WAITS_KEPT = 4096  # waits of lone runs a Prepared keeps between flushes (the batching stats keep as many)
 
 
 cdef class Prepared:
@@ -76,6 +77,8 @@ cdef class Prepared:
     cdef readonly int64_t hits, busy_ns
     cdef readonly int64_t merged  # runs of those that were run(list) batches (not lone requests)
     cdef readonly int64_t wait_ns  # how long its batched requests waited here for a stream, summed
+    cdef readonly int64_t waited  # how many of them waited (the others found a stream free)
+    cdef vector[int64_t] waits  # the latest _WAITS_KEPT of those waits (ns; a ring once full), for the p99
     cdef vector[Py_ssize_t] in_bytes, out_bytes
 
     def __init__(self, worker, call, use_limits, tuple out_names, tuple out_shapes, tuple out_dtypes, str label,
@@ -94,6 +97,16 @@ cdef class Prepared:
             self.out_bytes.push_back(n)
         if self.out_bytes.size() != len(out_names):
             raise ValueError("Prepared: one download per output")
+
+    cdef inline void keep_wait(self, int64_t ns) noexcept:
+        """A lone run waited ``ns`` for its stream: summed, counted, and kept for the p99 (the latest
+        _WAITS_KEPT)."""
+        self.wait_ns += ns
+        if self.waits.size() < _WAITS_KEPT:
+            self.waits.push_back(ns)
+        else:
+            self.waits[self.waited % _WAITS_KEPT] = ns
+        self.waited += 1
 
 
 cdef class HotPath:
@@ -299,7 +312,7 @@ cdef class HotPath:
         for cand in found:
             if (<Prepared>cand).worker is w:
                 if t0 and lone and first.batched:
-                    (<Prepared>cand).wait_ns += now_ns() - t0
+                    (<Prepared>cand).keep_wait(now_ns() - t0)
                 return <Prepared>cand
         self.queue.untake(w)
         self.misses += 1
@@ -486,14 +499,17 @@ cdef class HotPath:
                 self._count(<Prepared>q)
 
     cdef _count(self, Prepared q):
-        cdef int64_t hits = q.hits, busy = q.busy_ns, merged = q.merged, waited = q.wait_ns
+        cdef int64_t hits = q.hits, busy = q.busy_ns, merged = q.merged, wait_ns = q.wait_ns, waited = q.waited
         if not hits:
             return
+        waits = [w * 1e-9 for w in q.waits]
         q.hits = 0
         q.busy_ns = 0
         q.merged = 0
         q.wait_ns = 0
-        self.count(q, hits, hits - merged, busy * 1e-9, waited * 1e-9)
+        q.waited = 0
+        q.waits.clear()
+        self.count(q, hits, hits - merged, busy * 1e-9, wait_ns * 1e-9, waited, waits)
 
 
 cdef inline void _release(Py_buffer* views, Py_ssize_t n) noexcept:

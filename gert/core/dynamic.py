@@ -13,7 +13,7 @@ import collections
 import threading
 import time
 from dataclasses import dataclass
-from typing import Mapping, Optional, Union
+from typing import Mapping, Optional, Sequence, Union
 
 from gert.core.wakeup import new_wakeup
 from gert.errors import GertError
@@ -220,10 +220,12 @@ class BatchingStats:
             self.wait_seconds += sum(waits)
             self._waits.extend(waits)
 
-    def record_alone(self, requests: int, gear: str, waited: float = 0.0) -> None:
+    def record_alone(
+        self, requests: int, gear: str, wait_s: float = 0.0, waited: int = 0, waits: Sequence[float] = ()
+    ) -> None:
         """``requests`` lone requests that ran as batches of one on the compiled hot path (gert/core/_hotpath.pyx,
-        which counts them in C), having waited ``waited`` seconds for their streams in all (each counted at their
-        mean in the p99)."""
+        which counts them in C): ``waited`` of them waited ``wait_s`` seconds for their streams in all, ``waits``
+        the latest of those waits; the others found a stream free."""
         with self._lock:
             self.batches += requests
             self.requests += requests
@@ -231,8 +233,8 @@ class BatchingStats:
             g = self.gears.setdefault(gear, [0, 0])
             g[0] += requests
             g[1] += requests
-            self.wait_seconds += waited
-            self._waits.extend([waited / requests if requests else 0.0] * min(requests, _WAITS_KEPT))
+            self.wait_seconds += wait_s
+            self._waits.extend(wait_samples(requests, waited, waits, _WAITS_KEPT))
 
     def retried(self) -> None:
         """A batch merged by run(list), gert_triton or a sequence step whose run faulted and was retried member by
@@ -280,3 +282,16 @@ def _median(values) -> float:
     s = sorted(values)
     n = len(s)
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def wait_samples(requests: int, waited: int, waits: Sequence[float], kept: int) -> list:
+    """The queue waits of ``requests`` requests as at most ``kept`` values with their quantiles: ``waited`` of them
+    waited, ``waits`` the latest of those waits (seconds), the others waited none. Exact while both counts fit;
+    else the waits are picked evenly from their sorted order and zeros stand for the rest in proportion."""
+    if requests <= 0:
+        return []
+    n = min(requests, kept)
+    ranked = sorted(waits)
+    k = min(n, round(n * min(waited, requests) / requests)) if ranked else 0
+    picked = [ranked[i * len(ranked) // k] for i in range(k)]
+    return [0.0] * (n - k) + picked

@@ -82,15 +82,17 @@ class Engine:
         self.direct = not self.split_batch
         self.splits = SplitChoice(self.batcher.chunks, pool.parts_pool)  # split_batch's parts, or whole if faster
 
-    def _count_hot(self, prepared, runs: int, lone: int, seconds: float, waited: float) -> None:
+    def _count_hot(
+        self, prepared, runs: int, lone: int, seconds: float, wait_s: float, waited: int, waits: list
+    ) -> None:
         """The compiled hot path's runs of ``prepared``, counted in C, added to its stream's stats and, for lone
-        requests the dynamic batcher would have run as batches of one, to the batching stats (with the seconds they
-        waited for a stream, summed)."""
+        requests the dynamic batcher would have run as batches of one, to the batching stats (``waited`` of them
+        waited ``wait_s`` seconds for a stream in all, ``waits`` the latest of those waits)."""
         prepared.worker.count_fast(
             prepared.label, runs, runs * prepared.real_elements, runs * prepared.padded_elements, seconds
         )
         if prepared.batched and lone:
-            self.batching_stats.record_alone(lone, prepared.label, waited)
+            self.batching_stats.record_alone(lone, prepared.label, wait_s, waited, waits)
 
     # ---- validate and resolve ------------------------------------------------------------------------------------
     def validate(self, inputs: Mapping[str, object]) -> tuple:
