@@ -260,6 +260,35 @@ def test_whether_requests_take_the_batch_queue_follows_the_measured_times():
         assert batches.takes_company(1) and batches.takes_company(2)
 
 
+def test_requests_that_run_alone_have_merged_runs_measured_again_once_a_probe_is_due(monkeypatch):
+    """Run times that say no company are not trusted for ever (merged sizes that never run again are never measured
+    again): once PROBE_S has passed with a size's requests running alone, for VERDICT_S they take the batch queue and
+    a batch takes every queued request (new times at merged sizes); then the run times decide again. Each result is
+    its own request's (against ONNX Runtime)."""
+    import time
+
+    from gert.core import batch_queue
+
+    monkeypatch.setattr(batch_queue, "VERDICT_S", 0.3)
+    monkeypatch.setattr(batch_queue, "PROBE_S", 1.0)
+    rng = np.random.default_rng(7)
+    with gert.load(AFFINE, streams=2) as m:
+        batches = m.engine.batches
+        seed(m, {1: 0.1, 2: 0.2, 4: 0.4, 8: 0.8, 16: 1.6})  # a row costs the same merged: no company
+        time.sleep(0.45)
+        started = time.monotonic()
+        assert not batches.takes_company(1) and not batches.probing(1)
+        run_queued(m, AFFINE, [_x(rng) for _ in range(6)])
+        assert set(_batching(m)["batch_sizes"]) == {1}, _batching(m)  # each alone
+        time.sleep(max(0.0, started + 1.0 + 0.35 - time.monotonic()))
+        assert batches.takes_company(1) and batches.probing(1)  # a probe is due: merged runs measured again
+        run_queued(m, AFFINE, [_x(rng) for _ in range(6)])
+        sizes = _batching(m)["batch_sizes"]
+        assert max(sizes) >= 2 and sum(k * v for k, v in sizes.items()) == 12, sizes
+        time.sleep(0.35)
+        assert not batches.probing(1) and not batches.takes_company(1)  # the times still say so: alone again
+
+
 def test_the_default_layout_is_two_streams_per_cube_core_sharing_them_by_load():
     """gert.load without ``streams``: two per cube core of the device (2..16, gert/core/stream_layout.py), without core
     limits (they share the device's cores by load), the several-stream batching rule; ``streams=1`` as named."""

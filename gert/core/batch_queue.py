@@ -26,6 +26,9 @@ from gert.core.shapes import DEFAULT_BATCH_GEARS, ShapePlan
 from gert.errors import GertError
 
 VERDICT_S = 0.1  # how long takes_company's answer for a size holds before the run times are looked at again
+# a size whose requests run alone has its merged runs measured again this often: for VERDICT_S its queued requests take
+# the batch queue and merge (run times not measured again go stale: the device's other load changes)
+PROBE_S = 5.0
 
 # run_members(members, run): one result per member (Pending), running Requests by ``run`` on the leader's stream
 RunMembers = Callable[[list, Callable[[Request], dict]], list]
@@ -59,6 +62,8 @@ class BatchQueue:
         self.stats = BatchingStats()
         self.run_times = pool.run_times  # per batch size, measured by the streams: latency_slo_ms, gear pieces
         self._verdicts: dict = {}  # rows -> (time.perf_counter() until which it holds, takes_company's answer)
+        self._alone_since: dict = {}  # rows -> when its requests began running alone (or were last probed)
+        self._probing: dict = {}  # rows -> time.perf_counter() until which its queued requests merge (PROBE_S)
 
     def submit(
         self,
@@ -93,7 +98,9 @@ class BatchQueue:
         only while a queue full of such requests would take company (``company``, by the streams' measured run
         times, looked at again every VERDICT_S seconds). False: it runs alone on the next stream free (``run_alone``),
         as it would if the batch queue took it, without the queue's gather, merge and fan-out (on the host NPU, where a
-        row costs the same in a batch as alone: PP-OCR cls from 16 threads 1.14x the requests/s through the queue)."""
+        row costs the same in a batch as alone: PP-OCR cls from 16 threads 1.14x the requests/s through the queue).
+        Once PROBE_S has passed with a size's requests running alone, they take the queue for VERDICT_S (``probing``):
+        the merged sizes' run times, which running alone never measures again, are measured again."""
         if not self._several:
             return True
         now = time.perf_counter()
@@ -101,8 +108,20 @@ class BatchQueue:
         if verdict is not None and now < verdict[0]:
             return verdict[1]
         takes = company([rows] * max(1, self.limit // rows), self._gears, self.run_times.cost) > 1
+        if takes:
+            self._alone_since.pop(rows, None)
+        elif now - self._alone_since.setdefault(rows, now) >= PROBE_S:  # merged runs measured again
+            self._alone_since[rows] = now
+            self._probing[rows] = now + VERDICT_S
+            takes = True
         self._verdicts[rows] = (now + VERDICT_S, takes)
         return takes
+
+    def probing(self, rows: int) -> bool:
+        """Whether requests of ``rows`` rows take the batch queue to measure merged runs again (PROBE_S): their
+        batches then take every queued request (the run times that say no company may be stale)."""
+        until = self._probing.get(rows)
+        return until is not None and time.perf_counter() < until
 
     def alone(self, rows: int) -> bool:
         """Whether a request of ``rows`` rows runs alone, without the batch queue (not takes_company): the compiled
@@ -116,7 +135,7 @@ class BatchQueue:
         if not self.takes_company(rows):
             return self.run_alone(req)
         pending = Pending(req.arrays, req.sizes, rows, self.batcher.key(req.arrays), req.out, req.timeout, self.limit)
-        return self.submit(pending, self.run_requests, fit=self.fit)
+        return self.submit(pending, self.run_requests, fit=None if self.probing(rows) else self.fit)
 
     def run_alone(self, req: Request) -> dict:
         """``req`` (a request takes_company turned away) on the next stream free (StreamPool.dispatch), counted in the
