@@ -358,6 +358,52 @@ def test_run_list_gathers_small_pieces_into_one_upload_and_copies_large_ones_pie
         m.close()
 
 
+def _prepare_on_both_streams(m, seconds=None) -> None:
+    """A batch-1 request of ``m`` (two streams) prepared on the compiled path of each stream (the first held while the
+    second runs it); with ``seconds`` (batch size -> run time), those run times as if measured, and the batch queue's
+    verdict read again from them."""
+    import time
+
+    from gert.core.batch_queue import VERDICT_S
+
+    q = m.pool.queue
+    m.run({"x": _x(1, 0)})
+    held = q.acquire(m.pool.workers)
+    m.run({"x": _x(1, 1)})
+    q.release(held)
+    if seconds:
+        for _ in range(9):
+            for size, s in seconds.items():
+                m.pool.run_times.add(size, s)
+                m.pool.run_times.add(size, s)
+        time.sleep(VERDICT_S * 1.5)
+
+
+def _run_behind_busy_streams(m, xs: list, busy_s: float = 0.0) -> list:
+    """Every stream of ``m`` taken; a thread per input of ``xs`` runs it and waits for a stream (each queued before
+    the next starts); ``busy_s`` later the streams are given back. Each thread's output, in order."""
+    import time
+
+    q = m.pool.queue
+    both = [q.acquire(m.pool.workers) for _ in m.pool.workers]
+    out: list = [None] * len(xs)
+
+    def call(i: int) -> None:
+        out[i] = m.run({"x": xs[i]})["y"]
+
+    threads = [threading.Thread(target=call, args=(i,), daemon=True) for i in range(len(xs))]
+    for i, t in enumerate(threads):
+        t.start()
+        _wait_for(lambda i=i: q.waiting() == i + 1, f"request {i} to wait for a stream")
+    time.sleep(busy_s)
+    for w in both:
+        q.release(w)
+    for t in threads:
+        t.join(30)
+    assert not any(t.is_alive() for t in threads)
+    return out
+
+
 def _wait_for(cond, what: str, timeout: float = 30.0) -> None:
     import time
 
@@ -509,43 +555,14 @@ def test_a_request_that_finds_no_stream_free_waits_for_one_on_the_compiled_path(
     with it on where the measured run times say a queued request takes no company (a row costs the same merged:
     the host NPU's own); where they say merged rows run faster, it joins the batch queue (the Python path) and
     merges. Each gets its own rows."""
-    import time
-
-    from gert.core.batch_queue import VERDICT_S
 
     kw = {"dynamic_batching": False} if times == "off" else {}
     with gert.load(scale_model(2.0, shape=("batch", 4)), streams=2, gears={"batch": [1, 2, 4]}, **kw) as m:
-        q = m.pool.queue
-        m.run({"x": _x(1, 0)})  # prepared on one stream, then on the other (the first held)
-        held = q.acquire(m.pool.workers)
-        m.run({"x": _x(1, 1)})
-        q.release(held)
+        _prepare_on_both_streams(m, {"cpu": {1: 0.1, 2: 0.2, 4: 0.4}, "npu": {1: 1.0, 2: 1.0, 4: 1.01}}.get(times))
         assert _hot(m)["prepared"] == 2
-        if times != "off":
-            seconds = {"cpu": {1: 0.1, 2: 0.2, 4: 0.4}, "npu": {1: 1.0, 2: 1.0, 4: 1.01}}[times]
-            for _ in range(9):
-                for size, s in seconds.items():
-                    m.pool.run_times.add(size, s)
-                    m.pool.run_times.add(size, s)
-            time.sleep(VERDICT_S * 1.5)  # the batch queue's verdict is read again
         hits, misses = _hot(m)["hits"], _hot(m)["misses"]
-        both = [q.acquire(m.pool.workers) for _ in m.pool.workers]
         xs = [_x(1, 10 + i) for i in range(3)]
-        out: list = [None] * 3
-
-        def call(i: int) -> None:
-            out[i] = m.run({"x": xs[i]})["y"]
-
-        threads = [threading.Thread(target=call, args=(i,), daemon=True) for i in range(3)]
-        for i, t in enumerate(threads):
-            t.start()
-            _wait_for(lambda i=i: q.waiting() == i + 1, f"request {i} to wait for a stream")
-        for w in both:
-            q.release(w)
-        for t in threads:
-            t.join(30)
-        assert not any(t.is_alive() for t in threads)
-        for x, y in zip(xs, out):
+        for x, y in zip(xs, _run_behind_busy_streams(m, xs)):
             np.testing.assert_array_equal(y, x * 2)
         hot = _hot(m)
         if times == "npu":
@@ -562,41 +579,13 @@ def test_the_p99_queue_wait_of_lone_compiled_runs_counts_each_wait_not_their_mea
     """Lone requests on the compiled path (no company to wait for: a row costs the same merged) are counted in C and
     flushed to the batching stats: two of a hundred wait ~80 ms for a stream, the others find one free, so the p99
     wait is ~80 ms (it was their mean per flush, ~1.6 ms), and the mean is the mean."""
-    import time
-
-    from gert.core.batch_queue import VERDICT_S
 
     with gert.load(scale_model(2.0, shape=("batch", 4)), streams=2, gears={"batch": [1, 2, 4]}) as m:
-        q = m.pool.queue
-        m.run({"x": _x(1, 0)})  # prepared on one stream, then on the other (the first held)
-        held = q.acquire(m.pool.workers)
-        m.run({"x": _x(1, 1)})
-        q.release(held)
-        for _ in range(9):  # run times where merging saves nothing: lone requests take no company
-            for size, seconds in {1: 0.1, 2: 0.2, 4: 0.4}.items():
-                m.pool.run_times.add(size, seconds)
-                m.pool.run_times.add(size, seconds)
-        time.sleep(VERDICT_S * 1.5)
+        _prepare_on_both_streams(m, {1: 0.1, 2: 0.2, 4: 0.4})  # merging saves nothing: lone requests take no company
         before = m.stats()
-        both = [q.acquire(m.pool.workers) for _ in m.pool.workers]
         xs = [_x(1, 10 + i) for i in range(100)]
-        out: list = [None] * 100
-
-        def call(i: int) -> None:
-            out[i] = m.run({"x": xs[i]})["y"]
-
-        threads = [threading.Thread(target=call, args=(i,), daemon=True) for i in range(2)]
-        for i, t in enumerate(threads):
-            t.start()
-            _wait_for(lambda i=i: q.waiting() == i + 1, f"request {i} to wait for a stream")
-        time.sleep(0.08)
-        for w in both:
-            q.release(w)
-        for t in threads:
-            t.join(30)
-        assert not any(t.is_alive() for t in threads)
-        for i in range(2, 100):  # each finds a stream free
-            call(i)
+        out = _run_behind_busy_streams(m, xs[:2], busy_s=0.08)
+        out += [m.run({"x": x})["y"] for x in xs[2:]]  # each finds a stream free
         for x, y in zip(xs, out):
             np.testing.assert_array_equal(y, x * 2)
         after = m.stats()
