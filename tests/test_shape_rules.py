@@ -263,24 +263,26 @@ def test_pools_as_onnx_runtime_computes_them(case):
         assert ort is None or want[0] != ort, (ort, want)
 
 
+def _one_pool(op: str, shape: list, opset: int, **attrs) -> bytes:
+    """A model of one ``op`` pool node in ceil_mode over a float input ``x`` of the fixed ``shape`` (a static
+    graph), its output's shape left to inference."""
+    node = helper.make_node(op, ["x"], ["y"], ceil_mode=1, **attrs)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)]).SerializeToString()
+
+
 @pytest.mark.usefixtures("device")
 def test_a_pool_whose_last_ceil_window_starts_in_the_padding_runs_as_onnx_runtime_runs_it():
     """AveragePool, ceil_mode 1, kernel 2, stride 2, end pad 1 over 2 values: ONNX's inference says 2 outputs, ONNX
     Runtime computes 1 (and refuses an output of either size handed to it). The static graph took ONNX's shape and
     its run failed as a device fault (AICORE exception); now the axis is unknown at compile time and the output is
     allocated at execution, as ONNX Runtime computes it."""
-    n = helper.make_node(
-        "AveragePool", ["x"], ["y"], kernel_shape=[1, 2], strides=[1, 2], pads=[0, 0, 0, 1], ceil_mode=1
-    )
-    model = helper.make_model(
-        helper.make_graph(
-            [n],
-            "g",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 1, 2])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        ),
-        opset_imports=[helper.make_opsetid("", 11)],
-    ).SerializeToString()
+    model = _one_pool("AveragePool", [1, 1, 1, 2], 11, kernel_shape=[1, 2], strides=[1, 2], pads=[0, 0, 0, 1])
     x = np.array([[[[1.0, 3.0]]]], np.float32)
     (want,) = _ort_run(model, {"x": x})
     with gert.load(model) as m:
@@ -295,16 +297,7 @@ def test_a_pool_window_longer_than_its_axis_in_ceil_mode_runs_as_onnx_runtime_ru
     window count rounded toward zero), ONNX Runtime computes none. The static graph took ONNX's shape and its run
     failed as a device fault (AICORE exception, ONNX Runtime refusing the output it was handed); now the axis is
     unknown at compile time and the empty output is allocated at execution."""
-    n = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[1, 3], strides=[1, 2], ceil_mode=1)
-    model = helper.make_model(
-        helper.make_graph(
-            [n],
-            "g",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 2, 1])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        ),
-        opset_imports=[helper.make_opsetid("", 22)],
-    ).SerializeToString()
+    model = _one_pool("MaxPool", [1, 1, 2, 1], 22, kernel_shape=[1, 3], strides=[1, 2])
     x = np.array([[[[1.0], [3.0]]]], np.float32)
     (want,) = _ort_run(model, {"x": x})
     with gert.load(model, cann_ops="off") as m:  # (a stock CANN parser lacks MaxPool-22: not this test's point)
